@@ -1,0 +1,32 @@
+//! The client-side view of the fabric, implemented by every backend.
+
+use crate::batch::Batch;
+use crate::counters::Counters;
+use crate::error::FabricError;
+
+/// A node (machine) on the fabric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u16);
+
+/// Server-side handler of two-sided calls. Called concurrently from many
+/// threads; must not panic on any input (bad requests get error replies).
+pub trait RpcHandler: Send + Sync {
+    /// Handles one request, writing the reply into `reply` (empty on entry).
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>);
+}
+
+/// One client's connection to the fabric, used by one thread at a time
+/// (like an RDMA queue pair). Calls block until complete.
+pub trait Endpoint: Send {
+    /// Posts every verb of `batch` to `node` as one doorbell: one round
+    /// trip. Per-verb failures are in the batch; `Err` means the transport
+    /// failed and no result can be trusted.
+    fn post(&mut self, node: NodeId, batch: &mut Batch) -> Result<(), FabricError>;
+
+    /// A two-sided call: one round trip. `reply` is cleared first.
+    fn call(&mut self, node: NodeId, request: &[u8], reply: &mut Vec<u8>)
+        -> Result<(), FabricError>;
+
+    /// What this endpoint has asked of the fabric so far.
+    fn counters(&self) -> Counters;
+}
