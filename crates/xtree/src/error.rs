@@ -1,0 +1,65 @@
+//! Errors of the XTree and of decoding leaves read remotely.
+
+/// Why leaf bytes fetched from remote memory cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeafError {
+    /// Words from different moments (a concurrent writer): read again.
+    #[error("torn leaf read")]
+    Torn,
+    /// A consistent read of something that is not a valid leaf.
+    #[error("corrupt leaf: {0}")]
+    Corrupt(&'static str),
+    /// The byte count is neither a key part nor a whole leaf.
+    #[error("leaf read of {actual} bytes, expected {expected}")]
+    Length {
+        /// Expected length.
+        expected: usize,
+        /// Actual length.
+        actual: usize,
+    },
+}
+
+/// Errors of XTree operations.
+#[derive(Debug, thiserror::Error)]
+pub enum XTreeError {
+    /// `u64::MAX` is reserved as the unbounded high fence.
+    #[error("key {0} is reserved (u64::MAX marks the unbounded fence)")]
+    ReservedKey(u64),
+    /// Bulk-load input out of order.
+    #[error("bulk-load keys must be strictly increasing: {key} follows {prev}")]
+    Unsorted {
+        /// Previous key.
+        prev: u64,
+        /// Offending key.
+        key: u64,
+    },
+    /// Bulk-load input repeats a key.
+    #[error("duplicate key {0}")]
+    Duplicate(u64),
+    /// Bad configuration.
+    #[error("bad configuration: {0}")]
+    Config(String),
+    /// The leaf region is full; the insert was not applied.
+    #[error("leaf region full ({capacity} leaves); insert not applied")]
+    OutOfLeaves {
+        /// Leaves the region holds.
+        capacity: u32,
+    },
+    /// Fabric failure (region creation).
+    #[error(transparent)]
+    Fabric(#[from] fabric::FabricError),
+    /// A remote leaf read kept tearing past the retry bound.
+    #[error("leaf {aln} still torn after {retries} reads")]
+    TooManyRetries {
+        /// Leaf.
+        aln: u32,
+        /// Reads tried.
+        retries: u32,
+    },
+    /// A remote leaf read failed.
+    #[error("leaf read failed: {0}")]
+    Verb(#[from] fabric::VerbError),
+    /// Leaf bytes did not decode.
+    #[error(transparent)]
+    Leaf(#[from] LeafError),
+}

@@ -1,0 +1,35 @@
+//! XTree: the XStore server's B+tree (XStore §5.1, Fig. 5).
+//!
+//! Leaves are allocated from a registered region by a slab allocator and
+//! laid out for one-sided remote reads ([`layout`]): keys and values apart,
+//! keys unsorted within a leaf, an incarnation that tells clients a leaf's
+//! key range shrank, fence keys that tell them which keys a leaf may hold,
+//! and checksums that detect torn reads. Internal levels live in ordinary
+//! memory ([`inner`]). [`remote`] is the client side: reading and
+//! verifying leaves over a fabric endpoint.
+//!
+//! ```
+//! use xtree::{XTree, XTreeConfig, Insert};
+//!
+//! let tree = XTree::new(&XTreeConfig::default()).unwrap();
+//! for k in 0..100u64 {
+//!     assert!(matches!(tree.insert(k * 3, k).unwrap(), Insert::Inserted { .. }));
+//! }
+//! assert_eq!(tree.get(30), Some(10));
+//! assert!(tree.splits() > 0);
+//! let mut out = Vec::new();
+//! tree.scan(31, 2, &mut out);
+//! assert_eq!(out, vec![(33, 11), (36, 12)]);
+//! ```
+
+pub mod error;
+pub mod inner;
+pub mod layout;
+pub mod leaf;
+pub mod remote;
+pub mod tree;
+
+pub use error::{LeafError, XTreeError};
+pub use layout::{Header, LeafLayout, LeafView, DEFAULT_LEAF_SLOTS, MAX_LEAF_SLOTS, NO_LEAF};
+pub use leaf::LeafSnapshot;
+pub use tree::{Insert, Split, XTree, XTreeConfig, MAX_KEY, MAX_LEAVES, MAX_SCAN};

@@ -1,0 +1,526 @@
+//! The XTree: a concurrent B+tree whose leaves live in a registered region.
+//!
+//! # Concurrency
+//!
+//! Two latch levels, always taken in this order: the internal levels sit
+//! under one reader-writer latch, and each leaf has its own lock (its seq
+//! word). Every operation that does not split takes the internal latch
+//! shared and the one leaf it touches exclusively (writers) or reads it
+//! optimistically (seqlock readers), so operations on different leaves run
+//! in parallel. An insert into a full leaf drops everything, takes the
+//! internal latch exclusively, re-finds the leaf and splits it — only splits
+//! (one in N/2 inserts at most) are serialized. Remote readers take no latch
+//! at all; the leaf format protects them (see [`crate::layout`]).
+//!
+//! # Splits
+//!
+//! The N pairs of a full leaf plus the new one are sorted; the upper half
+//! moves to a fresh leaf R, which is fully written and published before the
+//! old leaf L is rewritten with the lower half, a bumped incarnation, the
+//! right link to R and its new high fence. Keys therefore never leave L
+//! except to its new right sibling, which is what lets a client holding a
+//! stale translation-table entry recover by following one right link.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use fabric::{Region, RegionId, Rights};
+
+use crate::error::XTreeError;
+use crate::inner::InnerIndex;
+use crate::layout::{Header, LeafLayout, DEFAULT_LEAF_SLOTS, INCA_MASK, NO_LEAF};
+use crate::leaf::{LeafSnapshot, Leaves};
+
+/// The largest key a client may store; `u64::MAX` is reserved.
+pub const MAX_KEY: u64 = u64::MAX - 1;
+
+/// Most leaves a tree may have: ALNs are 31 bits in a translation table.
+pub const MAX_LEAVES: u32 = (1 << 31) - 1;
+
+/// The most pairs one scan returns.
+pub const MAX_SCAN: usize = 1 << 20;
+
+/// How an XTree is built.
+#[derive(Debug, Clone)]
+pub struct XTreeConfig {
+    /// Slots per leaf (N), 1..=128.
+    pub leaf_slots: usize,
+    /// Leaves the region reserves; `None` sizes it from the load (four
+    /// times the bulk-loaded leaves, at least 65,536). Untouched capacity
+    /// costs address space only.
+    pub max_leaves: Option<u32>,
+    /// Id under which the leaf region is registered.
+    pub region_id: RegionId,
+}
+
+impl Default for XTreeConfig {
+    fn default() -> Self {
+        XTreeConfig {
+            leaf_slots: DEFAULT_LEAF_SLOTS,
+            max_leaves: None,
+            region_id: RegionId(1),
+        }
+    }
+}
+
+/// Result of an insert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Insert {
+    /// The pair was added; `split` says whether a leaf split to make room.
+    Inserted {
+        /// The split the insert caused, if any.
+        split: Option<Split>,
+    },
+    /// The key was already present; nothing changed.
+    Exists,
+}
+
+/// A leaf split: `left` kept `[left's low, separator)`, the new leaf
+/// `right` took `[separator, left's old high)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// The leaf that split (its incarnation was bumped).
+    pub left: u32,
+    /// The new right sibling.
+    pub right: u32,
+    /// First key of `right`.
+    pub separator: u64,
+}
+
+/// The server's B+tree; see the module docs.
+pub struct XTree {
+    leaves: Leaves,
+    index: RwLock<InnerIndex>,
+    first_leaf: u32,
+    keys: AtomicU64,
+    leaf_count: AtomicU64,
+    splits: AtomicU64,
+}
+
+impl std::fmt::Debug for XTree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XTree")
+            .field("keys", &self.len())
+            .field("leaves", &self.leaf_count())
+            .field("layout", &self.layout())
+            .finish()
+    }
+}
+
+fn check_key(key: u64) -> Result<(), XTreeError> {
+    if key > MAX_KEY {
+        return Err(XTreeError::ReservedKey(key));
+    }
+    Ok(())
+}
+
+impl XTree {
+    fn with_capacity(config: &XTreeConfig, min_leaves: u64) -> Result<XTree, XTreeError> {
+        let layout = LeafLayout::new(config.leaf_slots).ok_or_else(|| {
+            XTreeError::Config(format!(
+                "leaf slots must be in 1..={}, got {}",
+                crate::layout::MAX_LEAF_SLOTS,
+                config.leaf_slots
+            ))
+        })?;
+        let capacity = match config.max_leaves {
+            Some(0) => return Err(XTreeError::Config("max_leaves must be at least 1".into())),
+            Some(c) => c as u64,
+            None => (min_leaves * 4).max(65_536),
+        };
+        if capacity < min_leaves {
+            return Err(XTreeError::Config(format!(
+                "max_leaves {capacity} is below the {min_leaves} leaves the load needs"
+            )));
+        }
+        if capacity > MAX_LEAVES as u64 {
+            return Err(XTreeError::Config(format!(
+                "{capacity} leaves exceed the limit of {MAX_LEAVES}"
+            )));
+        }
+        let block = (layout.leaf_bytes() as u64).div_ceil(64) * 64;
+        let region = Region::new(config.region_id, capacity * block, Rights::READ)?;
+        let leaves = Leaves::new(Arc::new(region), layout)?;
+        Ok(XTree {
+            leaves,
+            index: RwLock::new(InnerIndex::single(0)),
+            first_leaf: 0,
+            keys: AtomicU64::new(0),
+            leaf_count: AtomicU64::new(0),
+            splits: AtomicU64::new(0),
+        })
+    }
+
+    /// An empty tree: one leaf covering every key.
+    pub fn new(config: &XTreeConfig) -> Result<XTree, XTreeError> {
+        let tree = XTree::with_capacity(config, 1)?;
+        let first = tree.alloc_leaf()?;
+        debug_assert_eq!(first, 0);
+        let mut g = tree.leaves.lock(first);
+        g.set_header(Header {
+            inca: 0,
+            count: 0,
+            next: NO_LEAF,
+        });
+        g.set_fences(0, u64::MAX);
+        drop(g);
+        Ok(tree)
+    }
+
+    /// Builds a tree from pairs in strictly increasing key order, filling
+    /// each leaf to `fill` (0 < fill <= 1) of its slots. `progress` is told
+    /// how many pairs are in.
+    pub fn bulk_load(
+        config: &XTreeConfig,
+        pairs: &[(u64, u64)],
+        fill: f64,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<XTree, XTreeError> {
+        if !(fill > 0.0 && fill <= 1.0) {
+            return Err(XTreeError::Config(format!("fill factor must be in (0, 1], got {fill}")));
+        }
+        for w in pairs.windows(2) {
+            if w[1].0 == w[0].0 {
+                return Err(XTreeError::Duplicate(w[0].0));
+            }
+            if w[1].0 < w[0].0 {
+                return Err(XTreeError::Unsorted {
+                    prev: w[0].0,
+                    key: w[1].0,
+                });
+            }
+        }
+        if let Some(&(last, _)) = pairs.last() {
+            check_key(last)?;
+        }
+        let slots = config.leaf_slots.max(1);
+        let per_leaf = ((slots as f64 * fill).floor() as usize).clamp(1, slots);
+        let leaf_total = pairs.len().div_ceil(per_leaf).max(1) as u64;
+        let tree = XTree::with_capacity(config, leaf_total)?;
+        let chunks: Vec<&[(u64, u64)]> = if pairs.is_empty() {
+            vec![&[]]
+        } else {
+            pairs.chunks(per_leaf).collect()
+        };
+        let mut alns = Vec::with_capacity(chunks.len());
+        let mut lows = Vec::with_capacity(chunks.len());
+        for (i, chunk) in chunks.iter().enumerate() {
+            let aln = tree.alloc_leaf()?;
+            debug_assert_eq!(aln as usize, i);
+            let low = if i == 0 { 0 } else { chunk[0].0 };
+            let high = chunks.get(i + 1).map_or(u64::MAX, |c| c[0].0);
+            let next = if i + 1 < chunks.len() { aln + 1 } else { NO_LEAF };
+            let mut g = tree.leaves.lock(aln);
+            g.set_header(Header {
+                inca: 0,
+                count: chunk.len() as u8,
+                next,
+            });
+            g.set_fences(low, high);
+            for (slot, &(k, v)) in chunk.iter().enumerate() {
+                g.set_slot(slot, k, v);
+            }
+            drop(g);
+            alns.push(aln);
+            lows.push(low);
+            if i % 4096 == 0 {
+                progress((i * per_leaf).min(pairs.len()) as u64);
+            }
+        }
+        progress(pairs.len() as u64);
+        *tree.write_index() = InnerIndex::build(&alns, &lows);
+        tree.keys.store(pairs.len() as u64, Ordering::Relaxed);
+        Ok(tree)
+    }
+
+    fn alloc_leaf(&self) -> Result<u32, XTreeError> {
+        let aln = self.leaves.slab().alloc().ok_or(XTreeError::OutOfLeaves {
+            capacity: self.leaves.slab().capacity(),
+        })?;
+        self.leaf_count.fetch_add(1, Ordering::Relaxed);
+        Ok(aln)
+    }
+
+    fn read_index(&self) -> RwLockReadGuard<'_, InnerIndex> {
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_index(&self) -> RwLockWriteGuard<'_, InnerIndex> {
+        self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The leaf layout.
+    pub fn layout(&self) -> LeafLayout {
+        self.leaves.layout()
+    }
+
+    /// The registered region holding the leaves.
+    pub fn region(&self) -> &Arc<Region> {
+        self.leaves.slab().region()
+    }
+
+    /// Byte offset of leaf `aln` in the region.
+    pub fn leaf_offset(&self, aln: u32) -> u64 {
+        self.leaves.slab().offset(aln)
+    }
+
+    /// Leaves allocated so far (the high-water ALN + 1).
+    pub fn leaf_count(&self) -> u64 {
+        self.leaf_count.load(Ordering::Relaxed)
+    }
+
+    /// Leaves the region can hold.
+    pub fn leaf_capacity(&self) -> u32 {
+        self.leaves.slab().capacity()
+    }
+
+    /// Keys stored.
+    pub fn len(&self) -> u64 {
+        self.keys.load(Ordering::Relaxed)
+    }
+
+    /// Whether the tree holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Splits so far.
+    pub fn splits(&self) -> u64 {
+        self.splits.load(Ordering::Relaxed)
+    }
+
+    /// Internal levels above the leaves.
+    pub fn height(&self) -> u32 {
+        self.read_index().height()
+    }
+
+    /// The leftmost leaf (a walk in key order starts here).
+    pub fn first_leaf(&self) -> u32 {
+        self.first_leaf
+    }
+
+    /// The leaf whose key range holds `key` right now.
+    pub fn find_leaf(&self, key: u64) -> u32 {
+        self.read_index().find(key)
+    }
+
+    /// Value of `key`.
+    pub fn get(&self, key: u64) -> Option<u64> {
+        let index = self.read_index();
+        self.leaves.lookup(index.find(key), key)
+    }
+
+    /// Adds `key`; an existing key is left as it is ([`Insert::Exists`]).
+    pub fn insert(&self, key: u64, value: u64) -> Result<Insert, XTreeError> {
+        check_key(key)?;
+        let slots = self.layout().slots();
+        {
+            let index = self.read_index();
+            let mut g = self.leaves.lock(index.find(key));
+            if g.find(key).is_some() {
+                return Ok(Insert::Exists);
+            }
+            let count = g.count();
+            if count < slots {
+                self.append(&mut g, count, key, value);
+                return Ok(Insert::Inserted { split: None });
+            }
+        }
+        // The leaf was full: split under the exclusive latch.
+        let mut index = self.write_index();
+        let mut g = self.leaves.lock(index.find(key));
+        if g.find(key).is_some() {
+            return Ok(Insert::Exists);
+        }
+        let count = g.count();
+        if count < slots {
+            self.append(&mut g, count, key, value);
+            return Ok(Insert::Inserted { split: None });
+        }
+        let right = self.alloc_leaf()?;
+        let mut pairs = g.pairs();
+        pairs.push((key, value));
+        pairs.sort_unstable_by_key(|p| p.0);
+        let mid = pairs.len() / 2;
+        let separator = pairs[mid].0;
+        let old = g.header();
+        {
+            let mut r = self.leaves.lock(right);
+            let fresh = r.header();
+            r.set_header(Header {
+                inca: (fresh.inca + 1) & INCA_MASK,
+                count: (pairs.len() - mid) as u8,
+                next: old.next,
+            });
+            r.set_fences(separator, g.high());
+            for (slot, &(k, v)) in pairs[mid..].iter().enumerate() {
+                r.set_slot(slot, k, v);
+            }
+        }
+        g.set_header(Header {
+            inca: (old.inca + 1) & INCA_MASK,
+            count: mid as u8,
+            next: right,
+        });
+        let low = g.low();
+        g.set_fences(low, separator);
+        for (slot, &(k, v)) in pairs[..mid].iter().enumerate() {
+            g.set_slot(slot, k, v);
+        }
+        let left = g.aln();
+        drop(g);
+        index.insert_separator(separator, right);
+        self.keys.fetch_add(1, Ordering::Relaxed);
+        self.splits.fetch_add(1, Ordering::Relaxed);
+        Ok(Insert::Inserted {
+            split: Some(Split {
+                left,
+                right,
+                separator,
+            }),
+        })
+    }
+
+    fn append(&self, g: &mut crate::leaf::LeafGuard<'_>, count: usize, key: u64, value: u64) {
+        g.set_slot(count, key, value);
+        let h = g.header();
+        g.set_header(Header {
+            count: h.count + 1,
+            ..h
+        });
+        self.keys.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Overwrites the value of an existing key; `false` if absent.
+    pub fn update(&self, key: u64, value: u64) -> Result<bool, XTreeError> {
+        check_key(key)?;
+        let index = self.read_index();
+        let mut g = self.leaves.lock(index.find(key));
+        Ok(match g.find(key) {
+            Some(slot) => {
+                g.set_value(slot, value);
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// Updates through a position hint: if leaf `aln` still has incarnation
+    /// `inca` and holds `key`, the value is written without a traversal.
+    /// Returns `None` when the hint is stale (the caller falls back to
+    /// [`XTree::update`]), else whether the key was found.
+    pub fn update_hinted(&self, aln: u32, inca: u32, key: u64, value: u64) -> Result<Option<bool>, XTreeError> {
+        check_key(key)?;
+        if aln as u64 >= self.leaf_count() {
+            return Ok(None);
+        }
+        // The shared latch keeps splits (which move keys) out while we look.
+        let _index = self.read_index();
+        let mut g = self.leaves.lock(aln);
+        if g.header().inca != inca || key < g.low() || key >= g.high() {
+            return Ok(None);
+        }
+        Ok(Some(match g.find(key) {
+            Some(slot) => {
+                g.set_value(slot, value);
+                true
+            }
+            None => false,
+        }))
+    }
+
+    /// Removes `key`: its slot takes the leaf's last pair. `false` if absent.
+    /// Empty leaves stay (no merge), so fences and incarnations never move.
+    pub fn delete(&self, key: u64) -> Result<bool, XTreeError> {
+        check_key(key)?;
+        let index = self.read_index();
+        let mut g = self.leaves.lock(index.find(key));
+        let Some(slot) = g.find(key) else {
+            return Ok(false);
+        };
+        let last = g.count() - 1;
+        if slot != last {
+            let (k, v) = (g.key(last), g.value(last));
+            g.set_slot(slot, k, v);
+        }
+        let h = g.header();
+        g.set_header(Header {
+            count: h.count - 1,
+            ..h
+        });
+        self.keys.fetch_sub(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Inserts or overwrites; returns whether the key was new.
+    pub fn upsert(&self, key: u64, value: u64) -> Result<bool, XTreeError> {
+        loop {
+            match self.insert(key, value)? {
+                Insert::Inserted { .. } => return Ok(true),
+                Insert::Exists => {
+                    if self.update(key, value)? {
+                        return Ok(false);
+                    }
+                    // Deleted in between: insert again.
+                }
+            }
+        }
+    }
+
+    /// Appends to `out` the first `n` pairs with key >= `start`, in key order.
+    pub fn scan(&self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) {
+        let n = n.min(MAX_SCAN);
+        let index = self.read_index();
+        let mut aln = index.find(start);
+        let mut snap = LeafSnapshot::default();
+        let mut got = 0;
+        let mut hops = 0u64;
+        while got < n && aln != NO_LEAF && hops <= self.leaf_count() {
+            self.leaves.snapshot(aln, true, &mut snap);
+            let mut pairs: Vec<(u64, u64)> = snap
+                .keys
+                .iter()
+                .copied()
+                .zip(snap.values.iter().copied())
+                .filter(|p| p.0 >= start)
+                .collect();
+            pairs.sort_unstable_by_key(|p| p.0);
+            for p in pairs.into_iter().take(n - got) {
+                out.push(p);
+                got += 1;
+            }
+            aln = snap.next;
+            hops += 1;
+        }
+    }
+
+    /// A consistent copy of leaf `aln` (keys, and values if asked).
+    ///
+    /// # Panics
+    /// If `aln` was never allocated.
+    pub fn leaf(&self, aln: u32, with_values: bool) -> LeafSnapshot {
+        assert!((aln as u64) < self.leaf_count(), "leaf {aln} not allocated");
+        let mut snap = LeafSnapshot::default();
+        self.leaves.snapshot(aln, with_values, &mut snap);
+        snap
+    }
+
+    /// Walks the leaves in key order from `start` by right links, calling
+    /// `f` with a consistent copy of each until it returns `false`. Takes no
+    /// latch: concurrent splits make the walk see some leaves before and
+    /// some after a split, each leaf consistent, the walk still in key order.
+    pub fn walk_leaves(&self, start: u32, with_values: bool, mut f: impl FnMut(&LeafSnapshot) -> bool) {
+        let mut snap = LeafSnapshot::default();
+        let mut aln = start;
+        // Bound the walk by the leaves that exist, against a cycle.
+        let mut budget = self.leaf_count() + 1;
+        while aln != NO_LEAF && (aln as u64) < self.leaf_count() && budget > 0 {
+            self.leaves.snapshot(aln, with_values, &mut snap);
+            if !f(&snap) {
+                return;
+            }
+            aln = snap.next;
+            budget -= 1;
+        }
+    }
+}
