@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 use fabric::{Region, Slab};
 
-use crate::layout::{key_sum, value_sum, Header, LeafLayout, HEADER_WORD, HIGH_WORD, LOW_WORD, SEQ_WORD};
+use crate::layout::{
+    key_sum, value_sum, Header, LeafLayout, HEADER_WORD, HIGH_WORD, LOW_WORD, SEQ_WORD,
+};
 
 /// The arena of leaves: a slab of blocks in one region plus their layout.
 #[derive(Debug)]
@@ -127,11 +129,13 @@ impl Leaves {
             out.keys.clear();
             out.values.clear();
             for i in 0..count {
-                out.keys.push(region.load_relaxed(base + self.layout.key_word(i)));
+                out.keys
+                    .push(region.load_relaxed(base + self.layout.key_word(i)));
             }
             if with_values {
                 for i in 0..count {
-                    out.values.push(region.load_relaxed(base + self.layout.value_word(i)));
+                    out.values
+                        .push(region.load_relaxed(base + self.layout.value_word(i)));
                 }
             }
             fence(Ordering::Acquire);
@@ -180,12 +184,16 @@ pub struct LeafGuard<'a> {
 
 impl LeafGuard<'_> {
     fn load(&self, i: usize) -> u64 {
-        self.leaves.region().load_relaxed(self.leaves.word(self.aln, i))
+        self.leaves
+            .region()
+            .load_relaxed(self.leaves.word(self.aln, i))
     }
 
     fn store(&mut self, i: usize, v: u64) {
         self.changed = true;
-        self.leaves.region().store_relaxed(self.leaves.word(self.aln, i), v);
+        self.leaves
+            .region()
+            .store_relaxed(self.leaves.word(self.aln, i), v);
     }
 
     /// The leaf's ALN.
@@ -254,7 +262,9 @@ impl LeafGuard<'_> {
 
     /// Live (key, value) pairs in slot order.
     pub fn pairs(&self) -> Vec<(u64, u64)> {
-        (0..self.count()).map(|i| (self.key(i), self.value(i))).collect()
+        (0..self.count())
+            .map(|i| (self.key(i), self.value(i)))
+            .collect()
     }
 }
 

@@ -177,7 +177,9 @@ impl XTree {
         progress: &mut dyn FnMut(u64),
     ) -> Result<XTree, XTreeError> {
         if !(fill > 0.0 && fill <= 1.0) {
-            return Err(XTreeError::Config(format!("fill factor must be in (0, 1], got {fill}")));
+            return Err(XTreeError::Config(format!(
+                "fill factor must be in (0, 1], got {fill}"
+            )));
         }
         for w in pairs.windows(2) {
             if w[1].0 == w[0].0 {
@@ -209,7 +211,11 @@ impl XTree {
             debug_assert_eq!(aln as usize, i);
             let low = if i == 0 { 0 } else { chunk[0].0 };
             let high = chunks.get(i + 1).map_or(u64::MAX, |c| c[0].0);
-            let next = if i + 1 < chunks.len() { aln + 1 } else { NO_LEAF };
+            let next = if i + 1 < chunks.len() {
+                aln + 1
+            } else {
+                NO_LEAF
+            };
             let mut g = tree.leaves.lock(aln);
             g.set_header(Header {
                 inca: 0,
@@ -409,7 +415,13 @@ impl XTree {
     /// `inca` and holds `key`, the value is written without a traversal.
     /// Returns `None` when the hint is stale (the caller falls back to
     /// [`XTree::update`]), else whether the key was found.
-    pub fn update_hinted(&self, aln: u32, inca: u32, key: u64, value: u64) -> Result<Option<bool>, XTreeError> {
+    pub fn update_hinted(
+        &self,
+        aln: u32,
+        inca: u32,
+        key: u64,
+        value: u64,
+    ) -> Result<Option<bool>, XTreeError> {
         check_key(key)?;
         if aln as u64 >= self.leaf_count() {
             return Ok(None);
@@ -509,7 +521,12 @@ impl XTree {
     /// `f` with a consistent copy of each until it returns `false`. Takes no
     /// latch: concurrent splits make the walk see some leaves before and
     /// some after a split, each leaf consistent, the walk still in key order.
-    pub fn walk_leaves(&self, start: u32, with_values: bool, mut f: impl FnMut(&LeafSnapshot) -> bool) {
+    pub fn walk_leaves(
+        &self,
+        start: u32,
+        with_values: bool,
+        mut f: impl FnMut(&LeafSnapshot) -> bool,
+    ) {
         let mut snap = LeafSnapshot::default();
         let mut aln = start;
         // Bound the walk by the leaves that exist, against a cycle.
