@@ -24,8 +24,12 @@ pub trait Endpoint: Send {
     fn post(&mut self, node: NodeId, batch: &mut Batch) -> Result<(), FabricError>;
 
     /// A two-sided call: one round trip. `reply` is cleared first.
-    fn call(&mut self, node: NodeId, request: &[u8], reply: &mut Vec<u8>)
-        -> Result<(), FabricError>;
+    fn call(
+        &mut self,
+        node: NodeId,
+        request: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), FabricError>;
 
     /// What this endpoint has asked of the fabric so far.
     fn counters(&self) -> Counters;

@@ -69,12 +69,14 @@ pub mod local;
 pub mod region;
 pub mod slab;
 
-pub use batch::{Batch, CopyStrategy, InOrder, Op, OpHandle, OpKind, MAX_BATCH_OPS, MAX_VERB_BYTES};
+#[doc(hidden)]
+pub use batch::handle as batch_handle;
+pub use batch::{
+    Batch, CopyStrategy, InOrder, Op, OpHandle, OpKind, MAX_BATCH_OPS, MAX_VERB_BYTES,
+};
 pub use counters::Counters;
 pub use endpoint::{Endpoint, NodeId, RpcHandler};
 pub use error::{FabricError, VerbError};
 pub use local::{Adversary, LocalEndpoint, LocalFabric};
-pub use region::{Region, RegionId, Rights, RegionTable};
+pub use region::{Region, RegionId, RegionTable, Rights};
 pub use slab::Slab;
-#[doc(hidden)]
-pub use batch::handle as batch_handle;

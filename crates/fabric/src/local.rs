@@ -102,7 +102,11 @@ impl LocalFabric {
         NodeId(id)
     }
 
-    fn update(&self, node: NodeId, f: impl FnOnce(&mut Node) -> Result<(), FabricError>) -> Result<(), FabricError> {
+    fn update(
+        &self,
+        node: NodeId,
+        f: impl FnOnce(&mut Node) -> Result<(), FabricError>,
+    ) -> Result<(), FabricError> {
         let mut nodes = self.inner.nodes.write().unwrap_or_else(|e| e.into_inner());
         let slot = nodes
             .get_mut(node.0 as usize)
@@ -137,7 +141,11 @@ impl LocalFabric {
     }
 
     /// Installs the RPC handler of `node`.
-    pub fn set_handler(&self, node: NodeId, handler: Arc<dyn RpcHandler>) -> Result<(), FabricError> {
+    pub fn set_handler(
+        &self,
+        node: NodeId,
+        handler: Arc<dyn RpcHandler>,
+    ) -> Result<(), FabricError> {
         self.update(node, |n| {
             n.handler = Some(handler);
             Ok(())
@@ -204,9 +212,17 @@ impl Endpoint for LocalEndpoint {
         Ok(())
     }
 
-    fn call(&mut self, node: NodeId, request: &[u8], reply: &mut Vec<u8>) -> Result<(), FabricError> {
+    fn call(
+        &mut self,
+        node: NodeId,
+        request: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), FabricError> {
         let target = self.fabric.node(node)?;
-        let handler = target.handler.as_ref().ok_or(FabricError::NoHandler(node.0))?;
+        let handler = target
+            .handler
+            .as_ref()
+            .ok_or(FabricError::NoHandler(node.0))?;
         reply.clear();
         handler.handle(request, reply);
         self.counters.record_call(request.len(), reply.len());

@@ -108,12 +108,11 @@ unsafe impl Sync for Memory {}
 
 impl Memory {
     fn zeroed(bytes: usize) -> Result<Memory, FabricError> {
-        let layout = Layout::from_size_align(bytes, REGION_ALIGN).map_err(|_| {
-            FabricError::BadRegion {
+        let layout =
+            Layout::from_size_align(bytes, REGION_ALIGN).map_err(|_| FabricError::BadRegion {
                 bytes: bytes as u64,
                 reason: "size overflows a layout",
-            }
-        })?;
+            })?;
         // SAFETY: `layout` has a non-zero size (checked by the caller) and a
         // valid power-of-two alignment.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -371,9 +370,21 @@ mod tests {
     fn check_bounds_rights_alignment() {
         let r = Region::new(RegionId(1), 64, Rights::READ).unwrap();
         assert!(r.check(0, 64, Rights::READ).is_ok());
-        assert!(matches!(r.check(8, 64, Rights::READ), Err(VerbError::OutOfBounds { .. })));
-        assert!(matches!(r.check(u64::MAX - 7, 16, Rights::READ), Err(VerbError::OutOfBounds { .. })));
-        assert!(matches!(r.check(4, 8, Rights::READ), Err(VerbError::Misaligned { .. })));
-        assert!(matches!(r.check(0, 8, Rights::WRITE), Err(VerbError::AccessDenied { .. })));
+        assert!(matches!(
+            r.check(8, 64, Rights::READ),
+            Err(VerbError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            r.check(u64::MAX - 7, 16, Rights::READ),
+            Err(VerbError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            r.check(4, 8, Rights::READ),
+            Err(VerbError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            r.check(0, 8, Rights::WRITE),
+            Err(VerbError::AccessDenied { .. })
+        ));
     }
 }

@@ -100,7 +100,10 @@ impl Slab {
     /// # Panics
     /// If `b` was never handed out (a bug in the caller, not input).
     pub fn free(&self, b: u32) {
-        assert!(b < self.high_water(), "freeing block {b} that was never allocated");
+        assert!(
+            b < self.high_water(),
+            "freeing block {b} that was never allocated"
+        );
         self.free.lock().unwrap_or_else(|e| e.into_inner()).push(b);
     }
 }

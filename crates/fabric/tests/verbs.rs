@@ -31,14 +31,32 @@ fn bad_verbs_fail_alone() {
     let misaligned = b.read(RegionId(7), 3, 8);
     let huge = b.read(RegionId(7), 0, 1 << 30);
     ep.post(node, &mut b).unwrap();
-    assert!(matches!(b.read_bytes(oob), Err(VerbError::OutOfBounds { .. })));
+    assert!(matches!(
+        b.read_bytes(oob),
+        Err(VerbError::OutOfBounds { .. })
+    ));
     assert_eq!(b.read_bytes(good).unwrap(), 99u64.to_le_bytes());
-    assert!(matches!(b.status(denied), Err(VerbError::AccessDenied { .. })));
-    assert!(matches!(b.status(atomic_denied), Err(VerbError::AccessDenied { .. })));
-    assert!(matches!(b.status(unknown), Err(VerbError::UnknownRegion(RegionId(8)))));
-    assert!(matches!(b.status(misaligned), Err(VerbError::Misaligned { .. })));
+    assert!(matches!(
+        b.status(denied),
+        Err(VerbError::AccessDenied { .. })
+    ));
+    assert!(matches!(
+        b.status(atomic_denied),
+        Err(VerbError::AccessDenied { .. })
+    ));
+    assert!(matches!(
+        b.status(unknown),
+        Err(VerbError::UnknownRegion(RegionId(8)))
+    ));
+    assert!(matches!(
+        b.status(misaligned),
+        Err(VerbError::Misaligned { .. })
+    ));
     assert!(matches!(b.status(huge), Err(VerbError::TooLarge { .. })));
-    assert!(matches!(b.atomic_result(good), Err(VerbError::WrongKind { .. })));
+    assert!(matches!(
+        b.atomic_result(good),
+        Err(VerbError::WrongKind { .. })
+    ));
     assert_eq!(region.load(0), 0, "a refused WRITE must not touch memory");
     let c = ep.counters();
     assert_eq!(c.round_trips, 1);
@@ -53,7 +71,11 @@ fn write_cas_faa_and_counters() {
     let (fabric, node, region) = setup(Rights::ALL);
     let mut ep = fabric.endpoint();
     let mut b = Batch::new();
-    b.write(RegionId(7), 16, &[5u64.to_le_bytes(), 6u64.to_le_bytes()].concat());
+    b.write(
+        RegionId(7),
+        16,
+        &[5u64.to_le_bytes(), 6u64.to_le_bytes()].concat(),
+    );
     let cas_ok = b.cas(RegionId(7), 0, 0, 11);
     let cas_fail = b.cas(RegionId(7), 0, 0, 12);
     let faa = b.faa(RegionId(7), 8, u64::MAX);
@@ -75,10 +97,16 @@ fn unknown_node_and_missing_handler() {
     let mut ep = fabric.endpoint();
     let mut b = Batch::new();
     let h = b.read(RegionId(7), 0, 8);
-    assert!(matches!(ep.post(fabric::NodeId(9), &mut b), Err(FabricError::UnknownNode(9))));
+    assert!(matches!(
+        ep.post(fabric::NodeId(9), &mut b),
+        Err(FabricError::UnknownNode(9))
+    ));
     assert!(matches!(b.status(h), Err(VerbError::NotExecuted)));
     let mut reply = Vec::new();
-    assert!(matches!(ep.call(node, b"x", &mut reply), Err(FabricError::NoHandler(_))));
+    assert!(matches!(
+        ep.call(node, b"x", &mut reply),
+        Err(FabricError::NoHandler(_))
+    ));
 }
 
 struct Echo;
@@ -97,7 +125,15 @@ fn rpc_round_trip_counts() {
     ep.call(node, b"abc", &mut reply).unwrap();
     assert_eq!(reply, b"cba");
     let c = ep.counters();
-    assert_eq!((c.round_trips, c.rpcs, c.rpc_bytes_sent, c.rpc_bytes_received), (1, 1, 3, 3));
+    assert_eq!(
+        (
+            c.round_trips,
+            c.rpcs,
+            c.rpc_bytes_sent,
+            c.rpc_bytes_received
+        ),
+        (1, 1, 3, 3)
+    );
 }
 
 #[test]

@@ -41,7 +41,7 @@ fn writer(tree: &XTree, t: u64, seed: u64, ops: usize, domain: u64) -> BTreeMap<
     let mut model = BTreeMap::new();
     for version in 0..ops as u64 {
         let k = rng.random_range(0..domain) * THREADS + t;
-        if k % 1000 == 0 {
+        if k.is_multiple_of(1000) {
             continue;
         }
         match rng.random_range(0..10) {
@@ -82,7 +82,7 @@ fn concurrent_writers_and_readers_match_model() {
                     if let Some(v) = tree.get(k) {
                         assert!(value_belongs(k, v), "foreign value {v:#x} for key {k}");
                     }
-                    if k % 1000 == 0 && k < 20_000 {
+                    if k.is_multiple_of(1000) && k < 20_000 {
                         assert_eq!(tree.get(k), Some(value(k, 0)), "stable key {k} lost");
                     }
                     let mut out = Vec::new();
