@@ -1,0 +1,67 @@
+//! Learned models for the learned cache (XStore §4-§5.1, Fig. 5-8).
+//!
+//! * [`linear`] — monotone least-squares lines, the sub-models.
+//! * [`spline`] — the monotone error-bounded spline that routes keys to
+//!   sub-models so every sub-model gets its share of leaves.
+//! * [`submodel`] — the 14-byte compact sub-model with leaf-granular errors.
+//! * [`tt`] — 8-byte translation-table entries.
+//! * [`xmodel`] — the two-level XModel: training over leaf fences, partial
+//!   retraining, prediction and the compact client encoding.
+//!
+//! Other designs' models (ROLEX's OptimalPLR, FineStore's LPA) implement
+//! [`Regression`] or sit beside [`XModel`] in later modules.
+//!
+//! ```
+//! use learned::{LeafInfo, TrainParams, XModel};
+//!
+//! // Ten leaves of 16 slots over keys 0, 10, 20, ...
+//! let leaves: Vec<LeafInfo> = (0..10u32)
+//!     .map(|j| LeafInfo {
+//!         aln: j,
+//!         inca: 0,
+//!         count: 16,
+//!         low: if j == 0 { 0 } else { j as u64 * 160 },
+//!         high: if j == 9 { u64::MAX } else { (j as u64 + 1) * 160 },
+//!     })
+//!     .collect();
+//! let model = XModel::train(&leaves, 16, TrainParams::new(2)).unwrap();
+//! let p = model.predict(1000).unwrap();
+//! let alns: Vec<u32> = (p.first..=p.last).map(|l| model.tt(p.sub)[l as usize].aln()).collect();
+//! assert!(alns.contains(&6), "key 1000 lives in leaf 6");
+//! ```
+
+pub mod linear;
+pub mod spline;
+pub mod submodel;
+pub mod tt;
+pub mod xmodel;
+
+pub use linear::Linear;
+pub use spline::{Knot, Spline};
+pub use submodel::{ErrorCode, SubModel, SUBMODEL_BYTES};
+pub use tt::{TtEntry, TT_ENTRY_BYTES};
+pub use xmodel::{LeafInfo, ModelError, Prediction, TrainParams, XModel, MAX_SUBMODELS};
+
+/// A monotone regression that can serve as a sub-model: fitted to points,
+/// evaluated at a point, and rounded to what its compact encoding keeps.
+pub trait Regression: Copy {
+    /// Fits `points`; the result must be non-decreasing in x.
+    fn fit(points: &[(f64, f64)]) -> Self;
+    /// The prediction at `x`.
+    fn predict(&self, x: f64) -> f64;
+    /// The model as its compact encoding stores it; error bounds must be
+    /// computed on this, since that is what clients evaluate.
+    fn quantized(&self) -> Self;
+}
+
+impl Regression for Linear {
+    fn fit(points: &[(f64, f64)]) -> Self {
+        Linear::fit(points)
+    }
+    fn predict(&self, x: f64) -> f64 {
+        Linear::predict(self, x)
+    }
+    fn quantized(&self) -> Self {
+        self.rounded_f32()
+    }
+}

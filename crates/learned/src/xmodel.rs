@@ -1,0 +1,531 @@
+//! XModel: XStore's two-level learned model with per-sub-model translation
+//! tables (§5.1, Fig. 5-6), trained over the leaves of the server's tree.
+//!
+//! # How a key is found
+//!
+//! The top model (a monotone spline, [`crate::spline`]) maps a key to
+//! `y` in `[0, M]`; sub-model `i = floor(y)` takes the fraction `y - i` and
+//! predicts a logical position in its own sequence of leaves; the error
+//! bounds widen that to a range of logical leaves, and the translation table
+//! (TT) turns each into an actual leaf number and expected incarnation.
+//!
+//! # Why lookups of absent keys are bounded (boundary augmentation)
+//!
+//! Training uses each leaf's fences, not its keys: leaf `l` of sub-model `i`
+//! contributes the point `(f(low), l·N)` and `(f(high − 1), l·N + N)`, where
+//! `f` is the fraction — or `0.0` / `1.0` when the fence routes to the
+//! previous / next sub-model (the augmentation of §5.2.3, Fig. 8, done for
+//! every boundary at once). The error bounds are *leaf-granular*: they only
+//! require that the predicted range reach leaf `l` from both of its fence
+//! points. Since every key the leaf owns lies between its two fences and all
+//! models are monotone, the range of any key — present, absent, or inserted
+//! after training — includes the leaf that owns it. So a lookup never misses
+//! a key because of the model, only because a leaf split (which the
+//! incarnation check detects), and a lookup needs no per-key training data.
+
+use crate::linear::Linear;
+use crate::spline::{Knot, Spline};
+use crate::submodel::{ErrorCode, SubModel, SUBMODEL_BYTES};
+use crate::tt::{TtEntry, TT_ENTRY_BYTES};
+
+/// The most sub-models a model may have (a bound on client memory).
+pub const MAX_SUBMODELS: u32 = 1 << 26;
+
+/// Positions below a leaf's end that the upper fence point must reach:
+/// keeps `floor(p / N)` inside the leaf despite rounding.
+const LEAF_END_SLACK: f64 = 1.0 / 1024.0;
+
+/// Errors of training and decoding models.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    /// No leaves to train on.
+    #[error("no leaves to train on")]
+    NoLeaves,
+    /// Leaf fences do not tile the key space.
+    #[error("leaf {index}: {reason}")]
+    BadLeaves {
+        /// Position of the leaf in the walk.
+        index: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// Bad training parameters.
+    #[error("bad parameters: {0}")]
+    Params(String),
+    /// Encoded model bytes that do not decode.
+    #[error("corrupt model encoding: {0}")]
+    Decode(&'static str),
+}
+
+/// What training needs to know of a leaf: identity and fences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeafInfo {
+    /// Actual leaf number.
+    pub aln: u32,
+    /// Incarnation.
+    pub inca: u32,
+    /// Keys in the leaf.
+    pub count: u8,
+    /// Low fence (inclusive).
+    pub low: u64,
+    /// High fence (exclusive; `u64::MAX` = unbounded).
+    pub high: u64,
+}
+
+/// Training parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct TrainParams {
+    /// Number of sub-models (M).
+    pub submodels: u32,
+    /// How far, in sub-models, the top spline may stray from a leaf's ideal
+    /// routing. Smaller balances sub-models better at the cost of knots.
+    pub top_error: f64,
+    /// Most bytes the top model may take per sub-model: when the spline
+    /// needs more knots than that, its error bound is doubled until it fits,
+    /// so the whole model stays within about 14 + this many bytes per
+    /// sub-model on any distribution.
+    pub top_bytes_per_submodel: f64,
+}
+
+impl TrainParams {
+    /// `submodels` sub-models with the default top-model error bound.
+    pub fn new(submodels: u32) -> TrainParams {
+        TrainParams {
+            submodels,
+            top_error: 0.25,
+            top_bytes_per_submodel: 1.5,
+        }
+    }
+}
+
+/// Where a key's leaf may be.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prediction {
+    /// Sub-model.
+    pub sub: u32,
+    /// Fraction fed to the sub-model.
+    pub frac: f64,
+    /// Predicted logical position.
+    pub position: f64,
+    /// First logical leaf to read.
+    pub first: u32,
+    /// Last logical leaf to read (inclusive).
+    pub last: u32,
+}
+
+/// The two-level model and its translation tables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct XModel {
+    slots: usize,
+    /// Sub-model count (M), fixed for the model's life.
+    m: u32,
+    top: Spline,
+    subs: Vec<SubModel>,
+    tts: Vec<Box<[TtEntry]>>,
+}
+
+fn check_leaves(leaves: &[LeafInfo]) -> Result<(), ModelError> {
+    let first = leaves.first().ok_or(ModelError::NoLeaves)?;
+    if first.low != 0 {
+        return Err(ModelError::BadLeaves {
+            index: 0,
+            reason: "first leaf must start at key 0",
+        });
+    }
+    for (index, w) in leaves.windows(2).enumerate() {
+        if w[0].high != w[1].low {
+            return Err(ModelError::BadLeaves {
+                index,
+                reason: "high fence differs from the next leaf's low fence",
+            });
+        }
+    }
+    for (index, l) in leaves.iter().enumerate() {
+        if l.low >= l.high {
+            return Err(ModelError::BadLeaves {
+                index,
+                reason: "empty fence interval",
+            });
+        }
+        if l.aln >= 1 << 31 {
+            return Err(ModelError::BadLeaves {
+                index,
+                reason: "leaf number beyond 31 bits",
+            });
+        }
+    }
+    if leaves[leaves.len() - 1].high != u64::MAX {
+        return Err(ModelError::BadLeaves {
+            index: leaves.len() - 1,
+            reason: "last leaf must be unbounded",
+        });
+    }
+    Ok(())
+}
+
+impl XModel {
+    /// Trains the whole model over `leaves`, given in key order with fences
+    /// that tile the key space, for leaves of `slots` slots (Fig. 6).
+    pub fn train(
+        leaves: &[LeafInfo],
+        slots: usize,
+        params: TrainParams,
+    ) -> Result<XModel, ModelError> {
+        check_leaves(leaves)?;
+        let m = params.submodels;
+        if m == 0 || m > MAX_SUBMODELS {
+            return Err(ModelError::Params(format!(
+                "sub-models must be in 1..={MAX_SUBMODELS}, got {m}"
+            )));
+        }
+        if !(params.top_error > 0.0 && params.top_error.is_finite()) {
+            return Err(ModelError::Params("top_error must be positive".into()));
+        }
+        if slots == 0 || slots > 255 {
+            return Err(ModelError::Params(format!(
+                "leaf slots must be in 1..=255, got {slots}"
+            )));
+        }
+        // Top model: leaf j starts at y = j·M/L, so every sub-model gets an
+        // equal share of leaves up to the spline's error.
+        let scale = m as f64 / leaves.len() as f64;
+        let mut points: Vec<Knot> = leaves
+            .iter()
+            .enumerate()
+            .map(|(j, l)| Knot {
+                x: l.low,
+                y: j as f64 * scale,
+            })
+            .collect();
+        let end = u64::MAX - 1;
+        if points[points.len() - 1].x < end {
+            points.push(Knot {
+                x: end,
+                y: m as f64,
+            });
+        }
+        let budget =
+            ((m as f64 * params.top_bytes_per_submodel) as usize / Spline::KNOT_BYTES).max(2);
+        let mut error = params.top_error;
+        let mut top = Spline::fit(&points, error);
+        // A wider corridor never needs more knots; 64 doublings make it wider
+        // than the whole value range, where two knots suffice.
+        for _ in 0..64 {
+            if top.knots().len() <= budget {
+                break;
+            }
+            error *= 2.0;
+            top = Spline::fit(&points, error);
+        }
+        let top = top.quantized();
+        drop(points);
+        let mut model = XModel {
+            slots,
+            m,
+            top,
+            subs: Vec::with_capacity(m as usize),
+            tts: Vec::with_capacity(m as usize),
+        };
+        // Each leaf belongs to the sub-models its fences route to; those
+        // ranges are monotone, so each sub-model's leaves are contiguous.
+        let ys: Vec<(f64, f64)> = leaves
+            .iter()
+            .map(|l| (model.top.eval(l.low), model.top.eval(l.high - 1)))
+            .collect();
+        let mut start = 0;
+        for i in 0..m {
+            while start < leaves.len() && model.route(ys[start].1) < i {
+                start += 1;
+            }
+            let mut end = start;
+            while end < leaves.len() && model.route(ys[end].0) <= i {
+                end += 1;
+            }
+            let (sub, tt) = model.fit_sub(i, (start..end).map(|j| (leaves[j], ys[j].0, ys[j].1)));
+            model.subs.push(sub);
+            model.tts.push(tt);
+        }
+        Ok(model)
+    }
+
+    /// Sub-model index for a top-model output.
+    #[inline]
+    fn route(&self, y: f64) -> u32 {
+        (y.max(0.0) as u32).min(self.m - 1)
+    }
+
+    /// Number of sub-models.
+    pub fn submodels(&self) -> u32 {
+        self.m
+    }
+
+    /// Slots per leaf the model was trained for.
+    pub fn leaf_slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The top model.
+    pub fn top(&self) -> &Spline {
+        &self.top
+    }
+
+    /// Sub-model `i`.
+    pub fn sub(&self, i: u32) -> &SubModel {
+        &self.subs[i as usize]
+    }
+
+    /// Translation table of sub-model `i`.
+    pub fn tt(&self, i: u32) -> &[TtEntry] {
+        &self.tts[i as usize]
+    }
+
+    /// Mutable translation table of sub-model `i` (a client invalidates
+    /// entries in place).
+    pub fn tt_mut(&mut self, i: u32) -> &mut [TtEntry] {
+        &mut self.tts[i as usize]
+    }
+
+    /// The sub-model a key routes to and its fraction.
+    #[inline]
+    pub fn locate(&self, key: u64) -> (u32, f64) {
+        let y = self.top.eval(key);
+        let i = self.route(y);
+        (i, y - i as f64)
+    }
+
+    /// Where `key`'s leaf may be; `None` only for a sub-model no key routes
+    /// to (possible when sub-models outnumber leaves).
+    #[inline]
+    pub fn predict(&self, key: u64) -> Option<Prediction> {
+        let (sub, frac) = self.locate(key);
+        let s = &self.subs[sub as usize];
+        let (first, last) = s.leaves(frac, self.slots)?;
+        Some(Prediction {
+            sub,
+            frac,
+            position: s.line.predict(frac),
+            first,
+            last,
+        })
+    }
+
+    /// Fits sub-model `i` over its leaves, each with the top model's values
+    /// at its low fence and at its high fence − 1.
+    fn fit_sub(
+        &self,
+        i: u32,
+        leaves: impl Iterator<Item = (LeafInfo, f64, f64)>,
+    ) -> (SubModel, Box<[TtEntry]>) {
+        let n = self.slots as f64;
+        let base = i as f64;
+        let mut tt = Vec::new();
+        let mut xs = Vec::new();
+        // Regression on the fences that route here; the anchors at 0 and 1
+        // stand for fences in a neighbouring sub-model, whose true position
+        // on this line is outside [0, 1], so fitting them would bend the
+        // line. They still bound the error below.
+        let mut points = Vec::new();
+        let mut anchors = Vec::new();
+        for (l, (leaf, y_low, y_high)) in leaves.enumerate() {
+            let p = l as f64 * n;
+            let xa = if self.route(y_low) == i {
+                points.push((y_low - base, p));
+                y_low - base
+            } else {
+                anchors.push((0.0, p));
+                0.0
+            };
+            let xb = if self.route(y_high) == i {
+                points.push((y_high - base, p + n));
+                y_high - base
+            } else {
+                anchors.push((1.0, p + n));
+                1.0
+            };
+            xs.push((xa, xb));
+            tt.push(TtEntry::new(leaf.aln, leaf.inca, leaf.count));
+        }
+        if tt.is_empty() {
+            return (SubModel::empty(), Box::new([]));
+        }
+        if points.len() < 2 || points.iter().all(|p| p.0 == points[0].0) {
+            points.extend_from_slice(&anchors);
+        }
+        let line = Linear::fit(&points).rounded_f32();
+        let (mut err_lo, mut err_hi) = (0.0f64, 0.0f64);
+        for (l, &(xa, xb)) in xs.iter().enumerate() {
+            let start = l as f64 * n;
+            err_hi = err_hi.max(start - line.predict(xa));
+            err_lo = err_lo.max(line.predict(xb) - (start + n - LEAF_END_SLACK));
+        }
+        // Margin for rounding in the client's arithmetic.
+        let margin = 1e-6 + tt.len() as f64 * n * 1e-12;
+        let sub = SubModel {
+            line,
+            tt_len: tt.len() as u32,
+            err_lo: ErrorCode::encode(err_lo + margin),
+            err_hi: ErrorCode::encode(err_hi + margin),
+        };
+        (sub, tt.into_boxed_slice())
+    }
+
+    /// Retrains sub-model `i` alone (after a split), keeping the top model.
+    /// `leaves` walks the tree in key order from any leaf at or before the
+    /// sub-model's first leaf (its old first TT entry is one); it is read
+    /// only as far as the sub-model's last leaf.
+    pub fn retrain_sub(
+        &self,
+        i: u32,
+        leaves: impl Iterator<Item = LeafInfo>,
+    ) -> (SubModel, Box<[TtEntry]>) {
+        let taken = leaves
+            .map(|l| {
+                (
+                    l,
+                    self.top.eval(l.low),
+                    self.top.eval(l.high.saturating_sub(1)),
+                )
+            })
+            .skip_while(|&(_, _, y_high)| self.route(y_high) < i)
+            .take_while(|&(_, y_low, _)| self.route(y_low) <= i);
+        self.fit_sub(i, taken)
+    }
+
+    /// Installs a retrained sub-model.
+    pub fn replace_sub(&mut self, i: u32, sub: SubModel, tt: Box<[TtEntry]>) {
+        debug_assert_eq!(sub.tt_len as usize, tt.len());
+        self.subs[i as usize] = sub;
+        self.tts[i as usize] = tt;
+    }
+
+    /// Bytes of the compact model encoding without translation tables: the
+    /// header, the top model's knots and 14 bytes per sub-model.
+    pub fn model_bytes(&self) -> usize {
+        HEADER_BYTES + self.top.encoded_bytes() + self.subs.len() * SUBMODEL_BYTES
+    }
+
+    /// Bytes of all translation tables (8 per entry).
+    pub fn tt_bytes(&self) -> usize {
+        self.tts.iter().map(|t| t.len()).sum::<usize>() * TT_ENTRY_BYTES
+    }
+
+    /// The compact encoding a client caches (see [`XModel::decode`]).
+    pub fn encode(&self) -> Vec<u8> {
+        let tt_total: usize = self.tts.iter().map(|t| t.len()).sum();
+        let mut out = Vec::with_capacity(self.model_bytes() + tt_total * TT_ENTRY_BYTES);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(self.slots as u16).to_le_bytes());
+        out.extend_from_slice(&(self.subs.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.top.knots().len() as u32).to_le_bytes());
+        out.extend_from_slice(&(tt_total as u64).to_le_bytes());
+        for k in self.top.knots() {
+            out.extend_from_slice(&k.x.to_le_bytes());
+            out.extend_from_slice(&(k.y as f32).to_le_bytes());
+        }
+        for s in &self.subs {
+            s.encode(&mut out);
+        }
+        for tt in &self.tts {
+            for e in tt.iter() {
+                out.extend_from_slice(&e.to_bits().to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Decodes [`XModel::encode`]'s output; every count and length is
+    /// checked against the input before anything is allocated.
+    ///
+    /// # Byte diagram (little-endian)
+    ///
+    /// ```text
+    /// offset           size   field
+    /// 0                4      magic "XMDL"
+    /// 4                2      format version (1)
+    /// 6                2      leaf slots N
+    /// 8                4      sub-models M
+    /// 12               4      top knots K
+    /// 16               8      translation-table entries T (all sub-models)
+    /// 24               12·K   knots: key u64, value f32
+    /// 24+12K           14·M   sub-models (see crate::submodel)
+    /// 24+12K+14M       8·T    TT entries, sub-model by sub-model
+    /// ```
+    pub fn decode(bytes: &[u8]) -> Result<XModel, ModelError> {
+        let d = |r: &'static str| ModelError::Decode(r);
+        if bytes.len() < HEADER_BYTES {
+            return Err(d("shorter than the header"));
+        }
+        if &bytes[0..4] != MAGIC {
+            return Err(d("bad magic"));
+        }
+        let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
+        let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
+        if u16_at(4) != FORMAT_VERSION {
+            return Err(d("unknown format version"));
+        }
+        let slots = u16_at(6) as usize;
+        let m = u32_at(8);
+        let k = u32_at(12) as u64;
+        let t = u64_at(16);
+        if slots == 0 || slots > 255 {
+            return Err(d("leaf slots out of range"));
+        }
+        if m == 0 || m > MAX_SUBMODELS || k == 0 {
+            return Err(d("sub-model or knot count out of range"));
+        }
+        let expected = (HEADER_BYTES as u64)
+            .checked_add(k.checked_mul(12).ok_or(d("knot count overflows"))?)
+            .and_then(|v| v.checked_add(m as u64 * SUBMODEL_BYTES as u64))
+            .and_then(|v| v.checked_add(t.checked_mul(8)?))
+            .ok_or(d("length overflows"))?;
+        if expected != bytes.len() as u64 {
+            return Err(d("length disagrees with the counts"));
+        }
+        let mut off = HEADER_BYTES;
+        let mut knots = Vec::with_capacity(k as usize);
+        for _ in 0..k {
+            knots.push(Knot {
+                x: u64_at(off),
+                y: f32::from_le_bytes(bytes[off + 8..off + 12].try_into().expect("4 bytes")) as f64,
+            });
+            off += 12;
+        }
+        let top = Spline::from_knots(knots).ok_or(d("top model knots not monotone"))?;
+        let mut subs = Vec::with_capacity(m as usize);
+        let mut total = 0u64;
+        for _ in 0..m {
+            let raw: &[u8; SUBMODEL_BYTES] = bytes[off..off + SUBMODEL_BYTES]
+                .try_into()
+                .expect("14 bytes");
+            let s = SubModel::decode(raw).ok_or(d("sub-model parameters not finite"))?;
+            total += s.tt_len as u64;
+            subs.push(s);
+            off += SUBMODEL_BYTES;
+        }
+        if total != t {
+            return Err(d("translation-table lengths disagree with the total"));
+        }
+        let mut tts = Vec::with_capacity(m as usize);
+        for s in &subs {
+            let len = s.tt_len as usize;
+            let tt: Box<[TtEntry]> = (0..len)
+                .map(|j| TtEntry::from_bits(u64_at(off + j * 8)))
+                .collect();
+            off += len * 8;
+            tts.push(tt);
+        }
+        Ok(XModel {
+            slots,
+            m,
+            top,
+            subs,
+            tts,
+        })
+    }
+}
+
+const MAGIC: &[u8; 4] = b"XMDL";
+const FORMAT_VERSION: u16 = 1;
+const HEADER_BYTES: usize = 24;
