@@ -31,6 +31,19 @@ pub struct Leaves {
     layout: LeafLayout,
 }
 
+/// Header and fences of one leaf, read consistently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeafSummary {
+    /// Actual leaf number.
+    pub aln: u32,
+    /// Header fields.
+    pub header: Header,
+    /// Low fence (inclusive).
+    pub low: u64,
+    /// High fence (exclusive).
+    pub high: u64,
+}
+
 /// A consistent copy of one leaf, taken by a server-side reader.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeafSnapshot {
@@ -141,6 +154,32 @@ impl Leaves {
             fence(Ordering::Acquire);
             if region.load_relaxed(base + SEQ_WORD) == s1 {
                 return;
+            }
+            spin_wait(&mut round);
+        }
+    }
+
+    /// Header and fences of leaf `aln`, consistent with each other (seqlock
+    /// read of four words; keys are not copied).
+    pub fn summary(&self, aln: u32) -> LeafSummary {
+        let region = self.region();
+        let base = self.slab.first_word(aln);
+        let mut round = 0;
+        loop {
+            let s1 = region.load(base + SEQ_WORD);
+            if s1 & 1 == 0 {
+                let header = Header::decode(region.load_relaxed(base + HEADER_WORD));
+                let low = region.load_relaxed(base + LOW_WORD);
+                let high = region.load_relaxed(base + HIGH_WORD);
+                fence(Ordering::Acquire);
+                if region.load_relaxed(base + SEQ_WORD) == s1 {
+                    return LeafSummary {
+                        aln,
+                        header,
+                        low,
+                        high,
+                    };
+                }
             }
             spin_wait(&mut round);
         }

@@ -29,7 +29,7 @@ use fabric::{Region, RegionId, Rights};
 use crate::error::XTreeError;
 use crate::inner::InnerIndex;
 use crate::layout::{Header, LeafLayout, DEFAULT_LEAF_SLOTS, INCA_MASK, NO_LEAF};
-use crate::leaf::{LeafSnapshot, Leaves};
+use crate::leaf::{LeafSnapshot, LeafSummary, Leaves};
 
 /// The largest key a client may store; `u64::MAX` is reserved.
 pub const MAX_KEY: u64 = u64::MAX - 1;
@@ -515,6 +515,28 @@ impl XTree {
         let mut snap = LeafSnapshot::default();
         self.leaves.snapshot(aln, with_values, &mut snap);
         snap
+    }
+
+    /// Header and fences of leaf `aln`, or `None` if it was never allocated.
+    pub fn leaf_summary(&self, aln: u32) -> Option<LeafSummary> {
+        ((aln as u64) < self.leaf_count()).then(|| self.leaves.summary(aln))
+    }
+
+    /// Iterates header and fences of the leaves in key order from `start`,
+    /// by right links, without latches (see [`XTree::walk_leaves`]). Bounded
+    /// by the number of leaves, so a corrupt link cannot make it loop.
+    pub fn summaries(&self, start: u32) -> impl Iterator<Item = LeafSummary> + '_ {
+        let mut aln = start;
+        let mut budget = self.leaf_count() + 1;
+        std::iter::from_fn(move || {
+            if aln == NO_LEAF || budget == 0 {
+                return None;
+            }
+            budget -= 1;
+            let s = self.leaf_summary(aln)?;
+            aln = s.header.next;
+            Some(s)
+        })
     }
 
     /// Walks the leaves in key order from `start` by right links, calling
