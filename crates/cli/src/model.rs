@@ -1,0 +1,254 @@
+//! `xstore model`: bulk-load an XTree, train the XModel, report figures.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use learned::{TrainParams, XModel};
+use serde::Serialize;
+use xtree::{XTree, XTreeConfig};
+
+use crate::keys::KeyArgs;
+use crate::progress;
+
+/// Arguments of `xstore model`.
+#[derive(Args, Debug)]
+pub struct ModelArgs {
+    #[command(flatten)]
+    keys: KeyArgs,
+    /// Number of sub-models (default: one per 200 keys, as in the paper).
+    #[arg(long)]
+    submodels: Option<u32>,
+    /// Slots per leaf (N).
+    #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS)]
+    leaf_slots: usize,
+    /// Fraction of each leaf filled by the bulk load.
+    #[arg(long, default_value_t = 1.0)]
+    fill: f64,
+    /// Top-model error bound, in sub-models.
+    #[arg(long, default_value_t = TrainParams::new(1).top_error)]
+    top_error: f64,
+    /// Sub-models timed for the partial-retraining figure.
+    #[arg(long, default_value_t = 2000)]
+    retrain_samples: u32,
+    /// Also write the report as one JSON object to PATH (`-` for stdout).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// The report; its keys are the `--json` contract.
+#[derive(Serialize, Debug)]
+struct Report {
+    dataset: String,
+    keys: u64,
+    leaves: u64,
+    submodels: u32,
+    model_bytes: u64,
+    tt_bytes: u64,
+    mean_abs_error: f64,
+    max_error: f64,
+    mean_leaves_per_lookup: f64,
+    train_seconds: f64,
+    retrain_us_per_submodel: f64,
+    cache_fill_seconds: f64,
+}
+
+/// What a pass over every key found.
+struct Accuracy {
+    mean_abs_error: f64,
+    max_error: f64,
+    mean_leaves: f64,
+}
+
+/// The value stored for `key`: derived from it so reads can be checked.
+pub fn value_for(key: u64) -> u64 {
+    key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xA5A5_A5A5_A5A5_A5A5
+}
+
+/// Predicts every key's leaves and checks the leaf that holds it is among
+/// them. Position of a key = logical leaf × N + rank inside the leaf.
+fn accuracy(tree: &XTree, model: &XModel) -> Result<Accuracy> {
+    let n = tree.layout().slots() as f64;
+    let (mut sum_err, mut max_err, mut sum_leaves, mut keys) = (0.0f64, 0.0f64, 0u64, 0u64);
+    let mut missed = None;
+    let pb = progress::bar(tree.len(), "check");
+    tree.walk_leaves(tree.first_leaf(), false, |leaf| {
+        let mut sorted = leaf.keys.clone();
+        sorted.sort_unstable();
+        for (rank, &k) in sorted.iter().enumerate() {
+            let Some(p) = model.predict(k) else {
+                missed = Some(k);
+                return false;
+            };
+            let tt = model.tt(p.sub);
+            let in_range = (p.first..=p.last).find(|&l| tt[l as usize].aln() == leaf.aln);
+            let Some(lln) = in_range else {
+                missed = Some(k);
+                return false;
+            };
+            let err = (p.position - (lln as f64 * n + rank as f64)).abs();
+            sum_err += err;
+            max_err = max_err.max(err);
+            sum_leaves += (p.last - p.first + 1) as u64;
+            keys += 1;
+        }
+        if keys % 65_536 < sorted.len() as u64 {
+            pb.set_position(keys);
+        }
+        true
+    });
+    pb.finish_and_clear();
+    if let Some(k) = missed {
+        bail!("model check failed: the predicted leaves of key {k} do not include its leaf");
+    }
+    ensure!(
+        keys == tree.len(),
+        "walked {keys} keys, tree holds {}",
+        tree.len()
+    );
+    let div = keys.max(1) as f64;
+    Ok(Accuracy {
+        mean_abs_error: sum_err / div,
+        max_error: max_err,
+        mean_leaves: sum_leaves as f64 / div,
+    })
+}
+
+/// Runs `xstore model`.
+pub fn run(args: &ModelArgs) -> Result<()> {
+    let keys = args.keys.load()?;
+    let n = keys.len() as u64;
+    let submodels = args
+        .submodels
+        .unwrap_or_else(|| (n / 200).clamp(1, u32::MAX as u64) as u32);
+    if submodels == 0 {
+        bail!("--submodels 0: the model needs at least one sub-model");
+    }
+    if submodels as u64 > n {
+        bail!(
+            "--submodels {submodels} exceeds the {n} keys: every sub-model needs keys to train on"
+        );
+    }
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, value_for(k))).collect();
+    drop(keys);
+    let config = XTreeConfig {
+        leaf_slots: args.leaf_slots,
+        ..XTreeConfig::default()
+    };
+    let pb = progress::bar(n, "load");
+    let tree = XTree::bulk_load(&config, &pairs, args.fill, &mut |done| {
+        pb.set_position(done)
+    })
+    .context("bulk-loading the tree")?;
+    pb.finish_and_clear();
+    drop(pairs);
+
+    let params = TrainParams {
+        submodels,
+        top_error: args.top_error,
+        ..TrainParams::new(submodels)
+    };
+    let start = Instant::now();
+    let model = xstore::train_model(&tree, params)?;
+    let train_seconds = start.elapsed().as_secs_f64();
+
+    // Partial retraining: time sub-models spread over the key space; with
+    // no writes in between each must come out exactly as trained.
+    let samples = args.retrain_samples.clamp(1, submodels);
+    let step = (submodels / samples).max(1);
+    let picks: Vec<u32> = (0..samples)
+        .map(|s| s * step)
+        .filter(|&i| i < submodels)
+        .collect();
+    let start = Instant::now();
+    let mut same = true;
+    for &i in &picks {
+        let (sub, tt) = xstore::retrain_submodel(&tree, &model, i);
+        same &= sub == *model.sub(i) && *tt == *model.tt(i);
+    }
+    let retrain_us = start.elapsed().as_secs_f64() * 1e6 / picks.len() as f64;
+    ensure!(
+        same,
+        "retraining a sub-model of an unchanged tree changed it"
+    );
+
+    // Cache fill: a client decoding the whole XCache (model + every TT).
+    let encoded = model.encode();
+    let start = Instant::now();
+    let decoded = XModel::decode(&encoded)?;
+    let cache_fill_seconds = start.elapsed().as_secs_f64();
+    ensure!(
+        decoded == model,
+        "the encoded model did not decode to itself"
+    );
+
+    let acc = accuracy(&tree, &model)?;
+    let report = Report {
+        dataset: args.keys.name(),
+        keys: n,
+        leaves: tree.leaf_count(),
+        submodels,
+        model_bytes: model.model_bytes() as u64,
+        tt_bytes: model.tt_bytes() as u64,
+        mean_abs_error: acc.mean_abs_error,
+        max_error: acc.max_error,
+        mean_leaves_per_lookup: acc.mean_leaves,
+        train_seconds,
+        retrain_us_per_submodel: retrain_us,
+        cache_fill_seconds,
+    };
+    // The table goes to stdout unless stdout carries the JSON.
+    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    print_table(&report, json_to_stdout);
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string(&report)?;
+        if path.as_os_str() == "-" {
+            println!("{json}");
+        } else {
+            std::fs::write(path, json + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn print_table(r: &Report, to_stderr: bool) {
+    let rows: Vec<(&str, String)> = vec![
+        ("dataset", r.dataset.clone()),
+        ("keys", r.keys.to_string()),
+        ("leaves", r.leaves.to_string()),
+        ("submodels", r.submodels.to_string()),
+        (
+            "model_bytes",
+            format!(
+                "{} ({:.2} B/sub-model)",
+                r.model_bytes,
+                r.model_bytes as f64 / r.submodels as f64
+            ),
+        ),
+        ("tt_bytes", r.tt_bytes.to_string()),
+        (
+            "mean_abs_error",
+            format!("{:.3} positions", r.mean_abs_error),
+        ),
+        ("max_error", format!("{:.3} positions", r.max_error)),
+        (
+            "mean_leaves_per_lookup",
+            format!("{:.4}", r.mean_leaves_per_lookup),
+        ),
+        ("train_seconds", format!("{:.4}", r.train_seconds)),
+        (
+            "retrain_us_per_submodel",
+            format!("{:.3}", r.retrain_us_per_submodel),
+        ),
+        ("cache_fill_seconds", format!("{:.4}", r.cache_fill_seconds)),
+    ];
+    for (k, v) in rows {
+        if to_stderr {
+            eprintln!("{k:>24}  {v}");
+        } else {
+            println!("{k:>24}  {v}");
+        }
+    }
+}
