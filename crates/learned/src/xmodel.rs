@@ -98,6 +98,15 @@ impl TrainParams {
     }
 }
 
+/// A leaf with the (sub-model, fraction) its low fence and its high
+/// fence − 1 route to.
+#[derive(Debug, Clone, Copy)]
+struct Fences {
+    leaf: LeafInfo,
+    low: (u32, f64),
+    high: (u32, f64),
+}
+
 /// Where a key's leaf may be.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Prediction {
@@ -228,30 +237,30 @@ impl XModel {
         };
         // Each leaf belongs to the sub-models its fences route to; those
         // ranges are monotone, so each sub-model's leaves are contiguous.
-        let ys: Vec<(f64, f64)> = leaves
-            .iter()
-            .map(|l| (model.top.eval(l.low), model.top.eval(l.high - 1)))
-            .collect();
+        let located: Vec<Fences> = leaves.iter().map(|l| model.fences(l)).collect();
         let mut start = 0;
         for i in 0..m {
-            while start < leaves.len() && model.route(ys[start].1) < i {
+            while start < leaves.len() && located[start].high.0 < i {
                 start += 1;
             }
             let mut end = start;
-            while end < leaves.len() && model.route(ys[end].0) <= i {
+            while end < leaves.len() && located[end].low.0 <= i {
                 end += 1;
             }
-            let (sub, tt) = model.fit_sub(i, (start..end).map(|j| (leaves[j], ys[j].0, ys[j].1)));
+            let (sub, tt) = model.fit_sub(i, (start..end).map(|j| located[j]));
             model.subs.push(sub);
             model.tts.push(tt);
         }
         Ok(model)
     }
 
-    /// Sub-model index for a top-model output.
-    #[inline]
-    fn route(&self, y: f64) -> u32 {
-        (y.max(0.0) as u32).min(self.m - 1)
+    /// Where a leaf's two fences route.
+    fn fences(&self, leaf: &LeafInfo) -> Fences {
+        Fences {
+            leaf: *leaf,
+            low: self.locate(leaf.low),
+            high: self.locate(leaf.high.saturating_sub(1).max(leaf.low)),
+        }
     }
 
     /// Number of sub-models.
@@ -288,9 +297,7 @@ impl XModel {
     /// The sub-model a key routes to and its fraction.
     #[inline]
     pub fn locate(&self, key: u64) -> (u32, f64) {
-        let y = self.top.eval(key);
-        let i = self.route(y);
-        (i, y - i as f64)
+        self.top.bucket(key, self.m)
     }
 
     /// Where `key`'s leaf may be; `None` only for a sub-model no key routes
@@ -300,24 +307,21 @@ impl XModel {
         let (sub, frac) = self.locate(key);
         let s = &self.subs[sub as usize];
         let (first, last) = s.leaves(frac, self.slots)?;
+        // The client clamps to its table; so does the reported position.
+        let end = (s.tt_len as usize * self.slots) as f64;
         Some(Prediction {
             sub,
             frac,
-            position: s.line.predict(frac),
+            position: s.line.predict(frac).clamp(0.0, end),
             first,
             last,
         })
     }
 
-    /// Fits sub-model `i` over its leaves, each with the top model's values
-    /// at its low fence and at its high fence − 1.
-    fn fit_sub(
-        &self,
-        i: u32,
-        leaves: impl Iterator<Item = (LeafInfo, f64, f64)>,
-    ) -> (SubModel, Box<[TtEntry]>) {
+    /// Fits sub-model `i` over its leaves, each with where its low fence
+    /// and its high fence − 1 route.
+    fn fit_sub(&self, i: u32, leaves: impl Iterator<Item = Fences>) -> (SubModel, Box<[TtEntry]>) {
         let n = self.slots as f64;
-        let base = i as f64;
         let mut tt = Vec::new();
         let mut xs = Vec::new();
         // Regression on the fences that route here; the anchors at 0 and 1
@@ -326,18 +330,18 @@ impl XModel {
         // line. They still bound the error below.
         let mut points = Vec::new();
         let mut anchors = Vec::new();
-        for (l, (leaf, y_low, y_high)) in leaves.enumerate() {
+        for (l, Fences { leaf, low, high }) in leaves.enumerate() {
             let p = l as f64 * n;
-            let xa = if self.route(y_low) == i {
-                points.push((y_low - base, p));
-                y_low - base
+            let xa = if low.0 == i {
+                points.push((low.1, p));
+                low.1
             } else {
                 anchors.push((0.0, p));
                 0.0
             };
-            let xb = if self.route(y_high) == i {
-                points.push((y_high - base, p + n));
-                y_high - base
+            let xb = if high.0 == i {
+                points.push((high.1, p + n));
+                high.1
             } else {
                 anchors.push((1.0, p + n));
                 1.0
@@ -379,15 +383,9 @@ impl XModel {
         leaves: impl Iterator<Item = LeafInfo>,
     ) -> (SubModel, Box<[TtEntry]>) {
         let taken = leaves
-            .map(|l| {
-                (
-                    l,
-                    self.top.eval(l.low),
-                    self.top.eval(l.high.saturating_sub(1)),
-                )
-            })
-            .skip_while(|&(_, _, y_high)| self.route(y_high) < i)
-            .take_while(|&(_, y_low, _)| self.route(y_low) <= i);
+            .map(|l| self.fences(&l))
+            .skip_while(|f| f.high.0 < i)
+            .take_while(|f| f.low.0 <= i);
         self.fit_sub(i, taken)
     }
 
