@@ -2,9 +2,19 @@
 //! one-sidedly, guided by a learned cache ([`learned::XModel`]) that the
 //! server trains over the tree.
 //!
-//! This crate ties the two: [`train`] builds and retrains models from a
-//! live tree.
+//! * [`train`] — training and retraining models over a live tree.
+//! * [`server`] — the server: writes and fallbacks by RPC, background
+//!   retraining, model expansion.
+//! * [`published`] — a model version laid out for serving.
+//! * [`client`] — the client: XCache, client-direct GET and SCAN.
+//! * [`proto`] — the RPC messages.
 
+pub mod client;
+pub mod proto;
+pub mod published;
+pub mod server;
 pub mod train;
 
+pub use client::{CacheMode, Client, ClientConfig, ClientError, ClientStats};
+pub use server::{LocalRegistrar, Registrar, Server, ServerConfig, ServerError};
 pub use train::{affected_submodels, collect_leaves, retrain_submodel, train_model};

@@ -1,0 +1,943 @@
+//! The XStore client: the learned cache (XCache) and the client-direct
+//! reads of §5.2, with writes shipped to the server by RPC (§5.3).
+//!
+//! # GET (Fig. 7)
+//!
+//! top model → sub-model → logical leaves → translation table → one doorbell
+//! batch of READs of the predicted leaves → local search. In the default
+//! single-READ mode each READ fetches the whole leaf (keys and inline
+//! values), so a GET is one round trip; in the paper's two-READ mode it
+//! fetches the key part and then the value part of the leaf that holds the
+//! key (two round trips).
+//!
+//! A leaf read is verified by its checksums (torn reads are retried) and is
+//! then authoritative for every key inside its fences: present or absent.
+//! The model and the translation table only say *where to look*, so a
+//! stale cache can make a GET slow, never wrong. A leaf whose incarnation
+//! differs from the table's has split: the entry is invalidated, and if the
+//! key now lives to the right the client follows the right link once
+//! (speculative execution); otherwise it falls back to an RPC whose reply
+//! carries the fresh sub-model.
+//!
+//! # Example
+//!
+//! ```
+//! use fabric::LocalFabric;
+//! use xstore::{Client, ClientConfig, Server, ServerConfig};
+//!
+//! let fabric = LocalFabric::new();
+//! let node = fabric.add_node();
+//! let pairs: Vec<(u64, u64)> = (0..1000u64).map(|k| (k * 10, k)).collect();
+//! let _server = Server::start_local(ServerConfig::default(), &pairs, &fabric, node).unwrap();
+//!
+//! let mut client = Client::connect(fabric.endpoint(), node, ClientConfig::default()).unwrap();
+//! assert_eq!(client.get(500).unwrap(), Some(50));
+//! assert_eq!(client.get(505).unwrap(), None);
+//! assert!(client.insert(505, 7).unwrap());
+//! assert!(client.update(505, 8).unwrap());
+//! let mut out = Vec::new();
+//! client.scan(500, 3, &mut out).unwrap();
+//! assert_eq!(out, vec![(500, 50), (505, 8), (510, 51)]);
+//! assert!(client.delete(505).unwrap());
+//! ```
+
+use fabric::{Batch, Endpoint, FabricError, NodeId, RegionId};
+use learned::{Spline, SubModel, TtEntry};
+use xtree::layout::value_from_part;
+use xtree::{LeafError, LeafLayout, LeafView};
+
+use crate::proto::{
+    Meta, ProtoError, Reader, Request, Status, SubPayload, TopPayload, MAX_SCAN, MAX_SUBS_PER_FETCH,
+};
+use crate::published::{decode_slot, SUB_SLOT_BYTES};
+
+/// What the client keeps of the model (§5.1, Fig. 15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Top model, sub-models and translation tables.
+    Full,
+    /// Top model and sub-models; TT entries are READ per lookup.
+    Model,
+    /// Top model only; the sub-model and TT entries are READ per lookup.
+    Top,
+}
+
+impl std::str::FromStr for CacheMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "full" => Ok(CacheMode::Full),
+            "model" => Ok(CacheMode::Model),
+            "top" => Ok(CacheMode::Top),
+            other => Err(format!(
+                "unknown cache mode '{other}' (valid: full, model, top)"
+            )),
+        }
+    }
+}
+
+/// Client settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientConfig {
+    /// What to cache.
+    pub cache: CacheMode,
+    /// 1: a GET reads whole leaves (one round trip); 2: key part, then the
+    /// value part (the paper's two READs).
+    pub get_reads: u8,
+    /// Load every sub-model at connect time instead of on first use.
+    pub prefill: bool,
+    /// Follow a split leaf's right link before falling back.
+    pub speculate: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            cache: CacheMode::Full,
+            get_reads: 1,
+            prefill: false,
+            speculate: true,
+        }
+    }
+}
+
+/// Errors of client operations.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// `u64::MAX` is reserved.
+    #[error("key {0} is reserved")]
+    ReservedKey(u64),
+    /// The server's leaf region is full; the write was not applied.
+    #[error("server full: write not applied")]
+    Full,
+    /// The transport failed.
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    /// A reply did not decode.
+    #[error("bad reply: {0}")]
+    Protocol(#[from] ProtoError),
+    /// The server refused a request.
+    #[error("server answered {0:?}")]
+    Server(Status),
+    /// A bad setting.
+    #[error("bad configuration: {0}")]
+    Config(String),
+}
+
+/// What the client did, for the benchmark's rates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// GETs issued.
+    pub gets: u64,
+    /// SCANs issued.
+    pub scans: u64,
+    /// GETs and SCANs answered by the server instead (fallbacks).
+    pub fallbacks: u64,
+    /// Translation-table entries found stale (incarnation changed).
+    pub invalidations: u64,
+    /// Fallbacks avoided by following a split leaf's right link.
+    pub speculations: u64,
+    /// Reads retried because they were torn.
+    pub torn_retries: u64,
+    /// Leaves read by GETs.
+    pub get_leaves: u64,
+    /// Sub-model fetches (cache misses).
+    pub sub_fetches: u64,
+    /// Top-model fetches (connect and model-version changes).
+    pub top_fetches: u64,
+}
+
+#[derive(Debug, Clone)]
+struct CachedSub {
+    model: SubModel,
+    /// Empty unless the cache mode is `Full`.
+    tt: Box<[TtEntry]>,
+    tt_offset: u64,
+}
+
+/// Most attempts of a client-direct read before it falls back.
+const MAX_ATTEMPTS: u32 = 16;
+
+/// Most leaves one SCAN reads per round trip.
+const MAX_SCAN_LEAVES: usize = 512;
+
+/// A client of one XStore server over any fabric endpoint.
+pub struct Client<E: Endpoint> {
+    ep: E,
+    node: NodeId,
+    config: ClientConfig,
+    meta: Meta,
+    layout: LeafLayout,
+    version: u64,
+    submodels: u32,
+    top: Spline,
+    subs: Vec<Option<CachedSub>>,
+    stats: ClientStats,
+    batch: Batch,
+    request: Vec<u8>,
+    reply: Vec<u8>,
+}
+
+/// One leaf to read, as the translation table describes it.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    /// Where the entry lives: (sub-model, logical leaf), for invalidation.
+    sub: u32,
+    lln: u32,
+    entry: TtEntry,
+}
+
+impl<E: Endpoint> Client<E> {
+    /// Connects: learns where the leaves are and fetches the top model.
+    pub fn connect(ep: E, node: NodeId, config: ClientConfig) -> Result<Client<E>, ClientError> {
+        if !(1..=2).contains(&config.get_reads) {
+            return Err(ClientError::Config(format!(
+                "get_reads must be 1 or 2, got {}",
+                config.get_reads
+            )));
+        }
+        let mut c = Client {
+            ep,
+            node,
+            config,
+            meta: Meta {
+                leaf_region: 0,
+                block_bytes: 0,
+                leaf_slots: 1,
+                version: 0,
+                submodels: 1,
+                tt_region: 0,
+                sub_region: 0,
+            },
+            layout: LeafLayout::new(1).expect("1 slot is valid"),
+            version: 0,
+            submodels: 1,
+            top: Spline::fit(&[learned::Knot { x: 0, y: 0.0 }], 1.0),
+            subs: Vec::new(),
+            stats: ClientStats::default(),
+            batch: Batch::new(),
+            request: Vec::new(),
+            reply: Vec::new(),
+        };
+        c.refresh_model()?;
+        if config.prefill && config.cache != CacheMode::Top {
+            c.prefill()?;
+        }
+        Ok(c)
+    }
+
+    /// What the client did so far.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    /// The endpoint's cost counters.
+    pub fn counters(&self) -> fabric::Counters {
+        self.ep.counters()
+    }
+
+    /// The model version the cache belongs to.
+    pub fn model_version(&self) -> u64 {
+        self.version
+    }
+
+    /// Bytes the cache holds: top model, cached sub-models (plus their TT
+    /// offset outside `Full` mode) and cached TT entries.
+    pub fn cache_bytes(&self) -> u64 {
+        let mut bytes = self.top.encoded_bytes() as u64;
+        for s in self.subs.iter().flatten() {
+            bytes += learned::SUBMODEL_BYTES as u64 + s.tt.len() as u64 * 8;
+            if self.config.cache != CacheMode::Full {
+                bytes += 8;
+            }
+        }
+        bytes
+    }
+
+    fn rpc(&mut self, req: &Request) -> Result<Status, ClientError> {
+        self.request.clear();
+        req.encode(&mut self.request);
+        self.ep.call(self.node, &self.request, &mut self.reply)?;
+        let status = Status::from_u8(*self.reply.first().ok_or(ProtoError::Truncated("status"))?)?;
+        if status == Status::BadRequest {
+            return Err(ClientError::Server(status));
+        }
+        if status == Status::ReservedKey {
+            return Err(ClientError::ReservedKey(u64::MAX));
+        }
+        Ok(status)
+    }
+
+    /// Fetches metadata and the top model again, dropping cached
+    /// sub-models (a new model version, or at connect).
+    fn refresh_model(&mut self) -> Result<(), ClientError> {
+        self.rpc(&Request::Meta)?;
+        let meta = Meta::decode(&mut Reader::new(&self.reply[1..]))?;
+        self.rpc(&Request::FetchTop)?;
+        let mut r = Reader::new(&self.reply[1..]);
+        let top = TopPayload::decode(&mut r)?;
+        r.finish()?;
+        self.layout =
+            LeafLayout::new(meta.leaf_slots as usize).ok_or(ProtoError::Bad("leaf slots"))?;
+        self.meta = meta;
+        self.version = top.version;
+        self.submodels = top.submodels;
+        self.top = top.top;
+        self.subs = vec![None; top.submodels as usize];
+        self.stats.top_fetches += 1;
+        Ok(())
+    }
+
+    fn install(&mut self, p: SubPayload) {
+        if p.sub >= self.submodels {
+            return;
+        }
+        let tt = if self.config.cache == CacheMode::Full {
+            p.tt.into_boxed_slice()
+        } else {
+            Box::new([])
+        };
+        self.subs[p.sub as usize] = Some(CachedSub {
+            model: p.model,
+            tt,
+            tt_offset: p.tt_offset,
+        });
+    }
+
+    /// Fetches sub-models `[first, first + count)`; false if the server's
+    /// model version moved on (the caller refreshes).
+    fn fetch_subs(&mut self, first: u32, count: u32) -> Result<u32, ClientError> {
+        let status = self.rpc(&Request::FetchSubs {
+            version: self.version,
+            first,
+            count,
+        })?;
+        if status == Status::VersionChanged {
+            self.refresh_model()?;
+            return Ok(0);
+        }
+        let reply = std::mem::take(&mut self.reply);
+        let mut r = Reader::new(&reply[1..]);
+        let n = r.u32("count")?;
+        for _ in 0..n {
+            let p = SubPayload::decode(&mut r)?;
+            self.install(p);
+        }
+        r.finish()?;
+        self.reply = reply;
+        self.stats.sub_fetches += 1;
+        Ok(n)
+    }
+
+    /// Loads every sub-model (the full cache fill).
+    pub fn prefill(&mut self) -> Result<(), ClientError> {
+        let mut first = 0;
+        let mut rounds = 0u64;
+        while first < self.submodels {
+            let got = self.fetch_subs(first, MAX_SUBS_PER_FETCH)?;
+            first += got;
+            rounds += 1;
+            if got == 0 {
+                // Version changed: start over, but not forever.
+                first = 0;
+                if rounds > 4 * (self.submodels as u64 / MAX_SUBS_PER_FETCH as u64 + 4) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The sub-model `sub`, from the cache or the server.
+    fn sub_model(&mut self, sub: u32) -> Result<Option<CachedSub>, ClientError> {
+        match self.config.cache {
+            CacheMode::Full | CacheMode::Model => {
+                if self.subs[sub as usize].is_none() {
+                    self.fetch_subs(sub, 1)?;
+                }
+                Ok(self.subs.get(sub as usize).cloned().flatten())
+            }
+            CacheMode::Top => {
+                for _ in 0..MAX_ATTEMPTS {
+                    self.batch.clear();
+                    let h = self.batch.read(
+                        RegionId(self.meta.sub_region),
+                        sub as u64 * SUB_SLOT_BYTES,
+                        SUB_SLOT_BYTES,
+                    );
+                    self.ep.post(self.node, &mut self.batch)?;
+                    let Ok(bytes) = self.batch.read_bytes(h) else {
+                        // The region is gone: a new model version.
+                        self.refresh_model()?;
+                        return Ok(None);
+                    };
+                    if let Some((model, tt_offset)) = decode_slot(sub, bytes) {
+                        return Ok(Some(CachedSub {
+                            model,
+                            tt: Box::new([]),
+                            tt_offset,
+                        }));
+                    }
+                    self.stats.torn_retries += 1;
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// The translation-table entries of logical leaves `first..=last` of
+    /// `sub`: from the cache, or by one READ of the server's TT region.
+    fn targets(
+        &mut self,
+        sub: u32,
+        cached: &CachedSub,
+        first: u32,
+        last: u32,
+        out: &mut Vec<Target>,
+    ) -> Result<bool, ClientError> {
+        out.clear();
+        if self.config.cache == CacheMode::Full {
+            for lln in first..=last {
+                out.push(Target {
+                    sub,
+                    lln,
+                    entry: cached.tt[lln as usize],
+                });
+            }
+            return Ok(true);
+        }
+        let n = (last - first + 1) as u64;
+        self.batch.clear();
+        let h = self.batch.read(
+            RegionId(self.meta.tt_region),
+            (cached.tt_offset + first as u64) * 8,
+            n * 8,
+        );
+        self.ep.post(self.node, &mut self.batch)?;
+        let Ok(bytes) = self.batch.read_bytes(h) else {
+            return Ok(false);
+        };
+        for (i, w) in bytes.chunks_exact(8).enumerate() {
+            let bits = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            out.push(Target {
+                sub,
+                lln: first + i as u32,
+                entry: TtEntry::from_bits(bits),
+            });
+        }
+        Ok(true)
+    }
+
+    fn invalidate(&mut self, t: &Target) {
+        self.stats.invalidations += 1;
+        if self.config.cache == CacheMode::Full {
+            if let Some(Some(s)) = self.subs.get_mut(t.sub as usize) {
+                if let Some(e) = s.tt.get_mut(t.lln as usize) {
+                    *e = e.invalidated();
+                }
+            }
+        }
+    }
+
+    fn leaf_offset(&self, aln: u32) -> u64 {
+        aln as u64 * self.meta.block_bytes
+    }
+
+    /// The value of `key`, or `None` if absent.
+    pub fn get(&mut self, key: u64) -> Result<Option<u64>, ClientError> {
+        if key > xtree::MAX_KEY {
+            return Err(ClientError::ReservedKey(key));
+        }
+        self.stats.gets += 1;
+        let mut targets = Vec::with_capacity(4);
+        for _ in 0..MAX_ATTEMPTS {
+            match self.try_get(key, &mut targets)? {
+                Attempt::Done(v) => return Ok(v),
+                Attempt::Retry => self.stats.torn_retries += 1,
+                Attempt::Fallback => break,
+            }
+        }
+        self.fallback_get(key)
+    }
+
+    fn try_get(
+        &mut self,
+        key: u64,
+        targets: &mut Vec<Target>,
+    ) -> Result<Attempt<Option<u64>>, ClientError> {
+        let (sub, frac) = self.top.bucket(key, self.submodels);
+        let Some(cached) = self.sub_model(sub)? else {
+            return Ok(Attempt::Fallback);
+        };
+        let Some((first, last)) = cached.model.leaves(frac, self.layout.slots()) else {
+            return Ok(Attempt::Fallback);
+        };
+        if !self.targets(sub, &cached, first, last, targets)? {
+            return Ok(Attempt::Fallback);
+        }
+        if targets.iter().any(|t| !t.entry.valid()) {
+            return Ok(Attempt::Fallback);
+        }
+        let whole = self.config.get_reads == 1;
+        let len = if whole {
+            self.layout.leaf_bytes()
+        } else {
+            self.layout.key_part_bytes()
+        } as u64;
+        let region = RegionId(self.meta.leaf_region);
+        self.batch.clear();
+        for t in targets.iter() {
+            self.batch
+                .read(region, self.leaf_offset(t.entry.aln()), len);
+        }
+        self.ep.post(self.node, &mut self.batch)?;
+        self.stats.get_leaves += targets.len() as u64;
+        let mut torn = false;
+        let mut follow = None;
+        let mut answer = None;
+        let mut stale = Vec::new();
+        for (i, t) in targets.iter().enumerate() {
+            let Ok(bytes) = self.batch.read_bytes(fabric::batch_handle(i)) else {
+                stale.push(*t);
+                continue;
+            };
+            let view = match LeafView::decode(self.layout, bytes) {
+                Ok(v) => v,
+                Err(LeafError::Torn) => {
+                    torn = true;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(aln = t.entry.aln(), error = %e, "corrupt leaf read");
+                    stale.push(*t);
+                    continue;
+                }
+            };
+            if view.header().inca != t.entry.inca() {
+                stale.push(*t);
+                // The key moved right if it is past this leaf's new end.
+                if view.low() <= key && key >= view.high() && view.header().next != xtree::NO_LEAF {
+                    follow = Some(view.header().next);
+                }
+            }
+            if view.owns(key) {
+                answer = Some(match view.find(key) {
+                    None => Found::Absent,
+                    Some(slot) => match view.value(slot) {
+                        Some(v) => Found::Value(v),
+                        None => Found::Slot {
+                            aln: t.entry.aln(),
+                            slot,
+                            seq: view.seq(),
+                        },
+                    },
+                });
+                break;
+            }
+        }
+        for t in &stale {
+            self.invalidate(t);
+        }
+        if let Some(found) = answer {
+            return self.finish_get(found);
+        }
+        if torn {
+            return Ok(Attempt::Retry);
+        }
+        if let (Some(next), true) = (follow, self.config.speculate) {
+            return self.speculate(key, next, len);
+        }
+        Ok(Attempt::Fallback)
+    }
+
+    /// Reads the right sibling of a split leaf once (§5.3.2).
+    fn speculate(
+        &mut self,
+        key: u64,
+        next: u32,
+        len: u64,
+    ) -> Result<Attempt<Option<u64>>, ClientError> {
+        self.batch.clear();
+        let h = self
+            .batch
+            .read(RegionId(self.meta.leaf_region), self.leaf_offset(next), len);
+        self.ep.post(self.node, &mut self.batch)?;
+        self.stats.get_leaves += 1;
+        let Ok(bytes) = self.batch.read_bytes(h) else {
+            return Ok(Attempt::Fallback);
+        };
+        let found = match LeafView::decode(self.layout, bytes) {
+            Ok(view) if view.owns(key) => match view.find(key) {
+                None => Found::Absent,
+                Some(slot) => match view.value(slot) {
+                    Some(v) => Found::Value(v),
+                    None => Found::Slot {
+                        aln: next,
+                        slot,
+                        seq: view.seq(),
+                    },
+                },
+            },
+            Err(LeafError::Torn) => return Ok(Attempt::Retry),
+            _ => return Ok(Attempt::Fallback),
+        };
+        self.stats.speculations += 1;
+        self.finish_get(found)
+    }
+
+    /// Second READ of the two-READ mode: the value part, checked against
+    /// the seq of the key part it belongs to.
+    fn finish_get(&mut self, found: Found) -> Result<Attempt<Option<u64>>, ClientError> {
+        match found {
+            Found::Absent => Ok(Attempt::Done(None)),
+            Found::Value(v) => Ok(Attempt::Done(Some(v))),
+            Found::Slot { aln, slot, seq } => {
+                self.batch.clear();
+                let h = self.batch.read(
+                    RegionId(self.meta.leaf_region),
+                    self.leaf_offset(aln) + self.layout.value_part_offset() as u64,
+                    self.layout.value_part_bytes() as u64,
+                );
+                self.ep.post(self.node, &mut self.batch)?;
+                let Ok(bytes) = self.batch.read_bytes(h) else {
+                    return Ok(Attempt::Fallback);
+                };
+                match value_from_part(self.layout, seq, bytes, slot) {
+                    Ok(v) => Ok(Attempt::Done(Some(v))),
+                    // The leaf changed between the two READs: start over.
+                    Err(_) => Ok(Attempt::Retry),
+                }
+            }
+        }
+    }
+
+    fn fallback_get(&mut self, key: u64) -> Result<Option<u64>, ClientError> {
+        self.stats.fallbacks += 1;
+        let status = self.rpc(&Request::Get { key })?;
+        let reply = std::mem::take(&mut self.reply);
+        let mut r = Reader::new(&reply[1..]);
+        let value = r.u64("value")?;
+        let version = r.u64("version")?;
+        let payload = SubPayload::decode(&mut r)?;
+        r.finish()?;
+        self.reply = reply;
+        if version != self.version {
+            self.refresh_model()?;
+        } else if self.config.cache != CacheMode::Top {
+            self.install(payload);
+        }
+        match status {
+            Status::Ok => Ok(Some(value)),
+            Status::NotFound => Ok(None),
+            other => Err(ClientError::Server(other)),
+        }
+    }
+
+    /// Appends to `out` the first `n` pairs with key >= `start`, in key
+    /// order (not atomic with respect to concurrent writes).
+    pub fn scan(
+        &mut self,
+        start: u64,
+        n: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), ClientError> {
+        if start > xtree::MAX_KEY {
+            return Err(ClientError::ReservedKey(start));
+        }
+        let n = n.min(MAX_SCAN as usize);
+        if n == 0 {
+            return Ok(());
+        }
+        self.stats.scans += 1;
+        let mark = out.len();
+        for _ in 0..4 {
+            out.truncate(mark);
+            match self.try_scan(start, n, out)? {
+                Attempt::Done(()) => return Ok(()),
+                Attempt::Retry => self.stats.torn_retries += 1,
+                Attempt::Fallback => break,
+            }
+        }
+        out.truncate(mark);
+        self.fallback_scan(start, n, out)
+    }
+
+    /// Plans the leaves a scan reads: the key's predicted leaves and, from
+    /// the TT counts, enough following leaves (across sub-models) for `n`
+    /// keys.
+    fn scan_plan(&mut self, start: u64, n: usize) -> Result<Option<Vec<Target>>, ClientError> {
+        let (sub, frac) = self.top.bucket(start, self.submodels);
+        let Some(cached) = self.sub_model(sub)? else {
+            return Ok(None);
+        };
+        let Some((first, last)) = cached.model.leaves(frac, self.layout.slots()) else {
+            return Ok(None);
+        };
+        let mut plan = Vec::new();
+        if self.config.cache != CacheMode::Full {
+            // Without cached tables: the predicted leaves plus an estimate
+            // of how many more at half-full, by one READ of the table.
+            let extra = (n / (self.layout.slots() / 2).max(1)) as u32 + 1;
+            let end = last.saturating_add(extra).min(cached.model.tt_len - 1);
+            if !self.targets(sub, &cached, first, end, &mut plan)? {
+                return Ok(None);
+            }
+            return Ok(Some(plan));
+        }
+        let mut keys_ahead = 0usize;
+        let (mut s, mut lln, mut tt) = (sub, first, cached.tt.clone());
+        while plan.len() < MAX_SCAN_LEAVES {
+            if lln as usize >= tt.len() {
+                s += 1;
+                if s >= self.submodels {
+                    break;
+                }
+                let Some(next) = self.sub_model(s)? else {
+                    break;
+                };
+                tt = next.tt;
+                lln = 0;
+                continue;
+            }
+            let entry = tt[lln as usize];
+            if plan
+                .last()
+                .is_none_or(|t: &Target| t.entry.aln() != entry.aln())
+            {
+                plan.push(Target { sub: s, lln, entry });
+                if s != sub || lln > last {
+                    keys_ahead += entry.count() as usize;
+                }
+            }
+            if s == sub && lln < last {
+                lln += 1;
+                continue;
+            }
+            if keys_ahead >= n {
+                break;
+            }
+            lln += 1;
+        }
+        Ok(Some(plan))
+    }
+
+    fn try_scan(
+        &mut self,
+        start: u64,
+        n: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<Attempt<()>, ClientError> {
+        let Some(plan) = self.scan_plan(start, n)? else {
+            return Ok(Attempt::Fallback);
+        };
+        if plan.is_empty() || plan.iter().any(|t| !t.entry.valid()) {
+            return Ok(Attempt::Fallback);
+        }
+        let region = RegionId(self.meta.leaf_region);
+        let leaf_len = self.layout.leaf_bytes() as u64;
+        self.batch.clear();
+        for t in &plan {
+            self.batch
+                .read(region, self.leaf_offset(t.entry.aln()), leaf_len);
+        }
+        self.ep.post(self.node, &mut self.batch)?;
+        // Verified copies of every leaf read, by ALN.
+        let mut leaves: Vec<(u32, Vec<u8>)> = Vec::with_capacity(plan.len());
+        let mut torn = false;
+        let mut stale = Vec::new();
+        for (i, t) in plan.iter().enumerate() {
+            let Ok(bytes) = self.batch.read_bytes(fabric::batch_handle(i)) else {
+                continue;
+            };
+            match LeafView::decode(self.layout, bytes) {
+                Ok(view) => {
+                    if view.header().inca != t.entry.inca() {
+                        stale.push(*t);
+                    }
+                    leaves.push((t.entry.aln(), bytes.to_vec()));
+                }
+                Err(LeafError::Torn) => torn = true,
+                Err(_) => stale.push(*t),
+            }
+        }
+        for t in &stale {
+            self.invalidate(t);
+        }
+        // The chain: the leaf that owns `start`, then each right sibling
+        // whose low fence continues the previous high fence.
+        let layout = self.layout;
+        let owner = leaves
+            .iter()
+            .position(|(_, b)| LeafView::decode(layout, b).is_ok_and(|v| v.owns(start)));
+        let Some(mut at) = owner else {
+            return Ok(if torn {
+                Attempt::Retry
+            } else {
+                Attempt::Fallback
+            });
+        };
+        let mut extra_reads = 0;
+        loop {
+            let view = LeafView::decode(layout, &leaves[at].1).expect("verified above");
+            let mut pairs: Vec<(u64, u64)> = (0..view.count())
+                .map(|i| (view.key(i), view.value(i).expect("whole leaf")))
+                .filter(|p| p.0 >= start)
+                .collect();
+            pairs.sort_unstable_by_key(|p| p.0);
+            for p in pairs {
+                if out.len() >= n {
+                    break;
+                }
+                out.push(p);
+            }
+            if out.len() >= n || view.high() == u64::MAX {
+                return Ok(Attempt::Done(()));
+            }
+            let (next, high) = (view.header().next, view.high());
+            let found = leaves.iter().position(|(aln, b)| {
+                *aln == next && LeafView::decode(layout, b).is_ok_and(|v| v.low() == high)
+            });
+            match found {
+                Some(i) => at = i,
+                None => {
+                    // Not planned (a split, or an estimate short): read it.
+                    if extra_reads >= 8 || next == xtree::NO_LEAF {
+                        return Ok(Attempt::Fallback);
+                    }
+                    extra_reads += 1;
+                    self.batch.clear();
+                    let h = self.batch.read(region, self.leaf_offset(next), leaf_len);
+                    self.ep.post(self.node, &mut self.batch)?;
+                    let Ok(bytes) = self.batch.read_bytes(h) else {
+                        return Ok(Attempt::Fallback);
+                    };
+                    match LeafView::decode(layout, bytes) {
+                        Ok(v) if v.low() == high => {
+                            leaves.push((next, bytes.to_vec()));
+                            at = leaves.len() - 1;
+                        }
+                        Err(LeafError::Torn) => return Ok(Attempt::Retry),
+                        _ => return Ok(Attempt::Fallback),
+                    }
+                }
+            }
+        }
+    }
+
+    fn fallback_scan(
+        &mut self,
+        start: u64,
+        n: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), ClientError> {
+        self.stats.fallbacks += 1;
+        self.rpc(&Request::Scan { start, n: n as u32 })?;
+        let mut r = Reader::new(&self.reply[1..]);
+        let count = r.u32("count")? as usize;
+        if count > n || count > r.remaining() / 16 {
+            return Err(ProtoError::Bad("scan count").into());
+        }
+        for _ in 0..count {
+            out.push((r.u64("key")?, r.u64("value")?));
+        }
+        r.finish()?;
+        Ok(())
+    }
+
+    fn write_status(&mut self, req: &Request) -> Result<Status, ClientError> {
+        match self.rpc(req)? {
+            Status::Full => Err(ClientError::Full),
+            s => Ok(s),
+        }
+    }
+
+    /// Adds a new key; `false` (and no change) if it exists.
+    pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
+        if key > xtree::MAX_KEY {
+            return Err(ClientError::ReservedKey(key));
+        }
+        match self.write_status(&Request::Insert { key, value })? {
+            Status::Ok => Ok(true),
+            Status::Exists => Ok(false),
+            s => Err(ClientError::Server(s)),
+        }
+    }
+
+    /// Overwrites an existing key; `false` if absent. Ships the leaves the
+    /// cache predicts as position hints (§5.3.1).
+    pub fn update(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
+        if key > xtree::MAX_KEY {
+            return Err(ClientError::ReservedKey(key));
+        }
+        let hints = self.hints(key);
+        match self.write_status(&Request::Update { key, value, hints })? {
+            Status::Ok => Ok(true),
+            Status::NotFound => Ok(false),
+            s => Err(ClientError::Server(s)),
+        }
+    }
+
+    /// The predicted leaves of `key` from the cached tables (none outside
+    /// `Full` mode or before the sub-model is cached: a hint must cost no
+    /// round trip).
+    fn hints(&self, key: u64) -> Vec<(u32, u32)> {
+        if self.config.cache != CacheMode::Full {
+            return Vec::new();
+        }
+        let (sub, frac) = self.top.bucket(key, self.submodels);
+        let Some(Some(c)) = self.subs.get(sub as usize) else {
+            return Vec::new();
+        };
+        let Some((first, last)) = c.model.leaves(frac, self.layout.slots()) else {
+            return Vec::new();
+        };
+        (first..=last)
+            .map(|l| c.tt[l as usize])
+            .filter(|e| e.valid())
+            .take(crate::proto::MAX_HINTS)
+            .map(|e| (e.aln(), e.inca()))
+            .collect()
+    }
+
+    /// Inserts or overwrites; `true` if the key was new.
+    pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
+        if key > xtree::MAX_KEY {
+            return Err(ClientError::ReservedKey(key));
+        }
+        match self.write_status(&Request::Upsert { key, value })? {
+            Status::Ok => Ok(self.reply.get(1) == Some(&1)),
+            s => Err(ClientError::Server(s)),
+        }
+    }
+
+    /// Removes a key; `false` if absent.
+    pub fn delete(&mut self, key: u64) -> Result<bool, ClientError> {
+        if key > xtree::MAX_KEY {
+            return Err(ClientError::ReservedKey(key));
+        }
+        match self.write_status(&Request::Delete { key })? {
+            Status::Ok => Ok(true),
+            Status::NotFound => Ok(false),
+            s => Err(ClientError::Server(s)),
+        }
+    }
+
+    /// The server's statistics.
+    pub fn server_stats(&mut self) -> Result<crate::proto::ServerStats, ClientError> {
+        self.rpc(&Request::Stats)?;
+        let mut r = Reader::new(&self.reply[1..]);
+        Ok(crate::proto::ServerStats::decode(&mut r)?)
+    }
+}
+
+enum Attempt<T> {
+    Done(T),
+    Retry,
+    Fallback,
+}
+
+enum Found {
+    Absent,
+    Value(u64),
+    Slot { aln: u32, slot: usize, seq: u64 },
+}

@@ -1,0 +1,628 @@
+//! The RPC messages between XStore clients and the server.
+//!
+//! Every message is little-endian and bounds-checked on decode: a corrupt
+//! or truncated payload is a [`ProtoError`], answered with a
+//! [`Status::BadRequest`] reply, and never a panic.
+//!
+//! # Request layout
+//!
+//! ```text
+//! byte 0      opcode (see Opcode)
+//! bytes 1..   fields of that opcode, fixed width, little-endian:
+//!   META, FETCH_TOP, STATS          (none)
+//!   FETCH_SUBS   version u64, first u32, count u32
+//!   GET          key u64
+//!   SCAN         start u64, n u32
+//!   INSERT       key u64, value u64
+//!   UPSERT       key u64, value u64
+//!   UPDATE       key u64, value u64, hints u8 (<= 8), hints × (aln u32, inca u32)
+//!   DELETE       key u64
+//! ```
+//!
+//! # Reply layout
+//!
+//! ```text
+//! byte 0      status (see Status)
+//! bytes 1..   payload of the opcode when the status carries one
+//! ```
+//!
+//! A sub-model travels as [`SubPayload`]: `sub u32, model 14 B,
+//! tt_offset u64, tt_len u32, tt_len × entry u64`.
+
+use learned::{Knot, Spline, SubModel, TtEntry, SUBMODEL_BYTES};
+
+/// Most position hints an UPDATE may carry.
+pub const MAX_HINTS: usize = 8;
+
+/// Longest SCAN the server answers by RPC.
+pub const MAX_SCAN: u32 = 1 << 16;
+
+/// Most sub-models one FETCH_SUBS reply carries.
+pub const MAX_SUBS_PER_FETCH: u32 = 4096;
+
+/// Why bytes did not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    /// Fewer bytes than the message needs.
+    #[error("truncated message: {0}")]
+    Truncated(&'static str),
+    /// An opcode or status this version does not know.
+    #[error("unknown {what} {value}")]
+    Unknown {
+        /// Opcode or status.
+        what: &'static str,
+        /// The byte.
+        value: u8,
+    },
+    /// A field out of its range.
+    #[error("bad field: {0}")]
+    Bad(&'static str),
+    /// Bytes left over after the message.
+    #[error("{0} trailing bytes")]
+    Trailing(usize),
+}
+
+/// Reads little-endian fields with bounds checks.
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, at: 0 }
+    }
+
+    /// The next `n` bytes.
+    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], ProtoError> {
+        let end = self.at.checked_add(n).ok_or(ProtoError::Truncated(what))?;
+        let s = self
+            .bytes
+            .get(self.at..end)
+            .ok_or(ProtoError::Truncated(what))?;
+        self.at = end;
+        Ok(s)
+    }
+
+    /// A byte.
+    pub fn u8(&mut self, what: &'static str) -> Result<u8, ProtoError> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    /// A u16.
+    pub fn u16(&mut self, what: &'static str) -> Result<u16, ProtoError> {
+        Ok(u16::from_le_bytes(
+            self.take(2, what)?.try_into().expect("2 bytes"),
+        ))
+    }
+
+    /// A u32.
+    pub fn u32(&mut self, what: &'static str) -> Result<u32, ProtoError> {
+        Ok(u32::from_le_bytes(
+            self.take(4, what)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    /// A u64.
+    pub fn u64(&mut self, what: &'static str) -> Result<u64, ProtoError> {
+        Ok(u64::from_le_bytes(
+            self.take(8, what)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    /// Errors unless everything was read.
+    pub fn finish(&self) -> Result<(), ProtoError> {
+        match self.remaining() {
+            0 => Ok(()),
+            n => Err(ProtoError::Trailing(n)),
+        }
+    }
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// Operation codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Opcode {
+    /// Where things are: regions, layout, model version.
+    Meta = 1,
+    /// The top model.
+    FetchTop = 2,
+    /// A run of sub-models with their translation tables.
+    FetchSubs = 3,
+    /// Fallback GET; the reply carries the key's fresh sub-model.
+    Get = 4,
+    /// Fallback SCAN.
+    Scan = 5,
+    /// Insert a new key.
+    Insert = 6,
+    /// Update an existing key, with position hints.
+    Update = 7,
+    /// Delete a key.
+    Delete = 8,
+    /// Insert or update.
+    Upsert = 9,
+    /// Server statistics.
+    Stats = 10,
+}
+
+/// A request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// [`Opcode::Meta`].
+    Meta,
+    /// [`Opcode::FetchTop`].
+    FetchTop,
+    /// [`Opcode::FetchSubs`].
+    FetchSubs {
+        /// Model version the client's top model belongs to.
+        version: u64,
+        /// First sub-model.
+        first: u32,
+        /// How many.
+        count: u32,
+    },
+    /// [`Opcode::Get`].
+    Get {
+        /// Key.
+        key: u64,
+    },
+    /// [`Opcode::Scan`].
+    Scan {
+        /// First key (inclusive).
+        start: u64,
+        /// Pairs wanted.
+        n: u32,
+    },
+    /// [`Opcode::Insert`].
+    Insert {
+        /// Key.
+        key: u64,
+        /// Value.
+        value: u64,
+    },
+    /// [`Opcode::Upsert`].
+    Upsert {
+        /// Key.
+        key: u64,
+        /// Value.
+        value: u64,
+    },
+    /// [`Opcode::Update`].
+    Update {
+        /// Key.
+        key: u64,
+        /// Value.
+        value: u64,
+        /// Leaves (aln, incarnation) the client's cache predicts.
+        hints: Vec<(u32, u32)>,
+    },
+    /// [`Opcode::Delete`].
+    Delete {
+        /// Key.
+        key: u64,
+    },
+    /// [`Opcode::Stats`].
+    Stats,
+}
+
+impl Request {
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Request::Meta => out.push(Opcode::Meta as u8),
+            Request::FetchTop => out.push(Opcode::FetchTop as u8),
+            Request::Stats => out.push(Opcode::Stats as u8),
+            Request::FetchSubs {
+                version,
+                first,
+                count,
+            } => {
+                out.push(Opcode::FetchSubs as u8);
+                put_u64(out, *version);
+                put_u32(out, *first);
+                put_u32(out, *count);
+            }
+            Request::Get { key } => {
+                out.push(Opcode::Get as u8);
+                put_u64(out, *key);
+            }
+            Request::Delete { key } => {
+                out.push(Opcode::Delete as u8);
+                put_u64(out, *key);
+            }
+            Request::Scan { start, n } => {
+                out.push(Opcode::Scan as u8);
+                put_u64(out, *start);
+                put_u32(out, *n);
+            }
+            Request::Insert { key, value } => {
+                out.push(Opcode::Insert as u8);
+                put_u64(out, *key);
+                put_u64(out, *value);
+            }
+            Request::Upsert { key, value } => {
+                out.push(Opcode::Upsert as u8);
+                put_u64(out, *key);
+                put_u64(out, *value);
+            }
+            Request::Update { key, value, hints } => {
+                out.push(Opcode::Update as u8);
+                put_u64(out, *key);
+                put_u64(out, *value);
+                let n = hints.len().min(MAX_HINTS);
+                out.push(n as u8);
+                for &(aln, inca) in &hints[..n] {
+                    put_u32(out, aln);
+                    put_u32(out, inca);
+                }
+            }
+        }
+    }
+
+    /// Decodes a whole request.
+    pub fn decode(bytes: &[u8]) -> Result<Request, ProtoError> {
+        let mut r = Reader::new(bytes);
+        let op = r.u8("opcode")?;
+        let req = match op {
+            1 => Request::Meta,
+            2 => Request::FetchTop,
+            10 => Request::Stats,
+            3 => Request::FetchSubs {
+                version: r.u64("version")?,
+                first: r.u32("first")?,
+                count: r.u32("count")?,
+            },
+            4 => Request::Get { key: r.u64("key")? },
+            8 => Request::Delete { key: r.u64("key")? },
+            5 => Request::Scan {
+                start: r.u64("start")?,
+                n: r.u32("n")?,
+            },
+            6 => Request::Insert {
+                key: r.u64("key")?,
+                value: r.u64("value")?,
+            },
+            9 => Request::Upsert {
+                key: r.u64("key")?,
+                value: r.u64("value")?,
+            },
+            7 => {
+                let key = r.u64("key")?;
+                let value = r.u64("value")?;
+                let n = r.u8("hint count")? as usize;
+                if n > MAX_HINTS {
+                    return Err(ProtoError::Bad("more than 8 hints"));
+                }
+                let mut hints = Vec::with_capacity(n);
+                for _ in 0..n {
+                    hints.push((r.u32("hint aln")?, r.u32("hint incarnation")?));
+                }
+                Request::Update { key, value, hints }
+            }
+            value => {
+                return Err(ProtoError::Unknown {
+                    what: "opcode",
+                    value,
+                })
+            }
+        };
+        r.finish()?;
+        Ok(req)
+    }
+}
+
+/// Reply status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    /// Done; payload follows when the opcode has one.
+    Ok = 0,
+    /// The key is absent.
+    NotFound = 1,
+    /// INSERT of a key that exists.
+    Exists = 2,
+    /// The key is reserved (`u64::MAX`).
+    ReservedKey = 3,
+    /// The request did not decode or broke a bound.
+    BadRequest = 4,
+    /// The client's model version is gone; fetch the top model again.
+    VersionChanged = 5,
+    /// The server's leaf region is full; the write was not applied.
+    Full = 6,
+}
+
+impl Status {
+    /// From the wire byte.
+    pub fn from_u8(v: u8) -> Result<Status, ProtoError> {
+        Ok(match v {
+            0 => Status::Ok,
+            1 => Status::NotFound,
+            2 => Status::Exists,
+            3 => Status::ReservedKey,
+            4 => Status::BadRequest,
+            5 => Status::VersionChanged,
+            6 => Status::Full,
+            value => {
+                return Err(ProtoError::Unknown {
+                    what: "status",
+                    value,
+                })
+            }
+        })
+    }
+}
+
+/// What a client needs to know to read the server's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// Region of the leaves.
+    pub leaf_region: u32,
+    /// Bytes per leaf block.
+    pub block_bytes: u64,
+    /// Slots per leaf.
+    pub leaf_slots: u16,
+    /// Current model version.
+    pub version: u64,
+    /// Sub-models in that version.
+    pub submodels: u32,
+    /// Region holding that version's translation tables.
+    pub tt_region: u32,
+    /// Region holding that version's sub-models (32 bytes each).
+    pub sub_region: u32,
+}
+
+impl Meta {
+    /// Appends the encoding.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u32(out, self.leaf_region);
+        put_u64(out, self.block_bytes);
+        out.extend_from_slice(&self.leaf_slots.to_le_bytes());
+        put_u64(out, self.version);
+        put_u32(out, self.submodels);
+        put_u32(out, self.tt_region);
+        put_u32(out, self.sub_region);
+    }
+
+    /// Decodes from `r`.
+    pub fn decode(r: &mut Reader<'_>) -> Result<Meta, ProtoError> {
+        let m = Meta {
+            leaf_region: r.u32("leaf region")?,
+            block_bytes: r.u64("block bytes")?,
+            leaf_slots: r.u16("leaf slots")?,
+            version: r.u64("version")?,
+            submodels: r.u32("submodels")?,
+            tt_region: r.u32("tt region")?,
+            sub_region: r.u32("sub region")?,
+        };
+        if m.leaf_slots == 0 || m.leaf_slots as usize > xtree::MAX_LEAF_SLOTS || m.submodels == 0 {
+            return Err(ProtoError::Bad("meta out of range"));
+        }
+        if m.block_bytes
+            < xtree::LeafLayout::new(m.leaf_slots as usize)
+                .map_or(u64::MAX, |l| l.leaf_bytes() as u64)
+            || !m.block_bytes.is_multiple_of(8)
+        {
+            return Err(ProtoError::Bad("leaf block smaller than a leaf"));
+        }
+        Ok(m)
+    }
+}
+
+/// The top model of one version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopPayload {
+    /// Model version.
+    pub version: u64,
+    /// Sub-models.
+    pub submodels: u32,
+    /// The spline.
+    pub top: Spline,
+}
+
+impl TopPayload {
+    /// Appends the encoding: version u64, submodels u32, knots u32, knots × (x u64, y f32).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.version);
+        put_u32(out, self.submodels);
+        put_u32(out, self.top.knots().len() as u32);
+        for k in self.top.knots() {
+            put_u64(out, k.x);
+            out.extend_from_slice(&(k.y as f32).to_le_bytes());
+        }
+    }
+
+    /// Decodes from `r`.
+    pub fn decode(r: &mut Reader<'_>) -> Result<TopPayload, ProtoError> {
+        let version = r.u64("version")?;
+        let submodels = r.u32("submodels")?;
+        let n = r.u32("knots")? as usize;
+        if submodels == 0 || submodels > learned::MAX_SUBMODELS || n == 0 || n > r.remaining() / 12
+        {
+            return Err(ProtoError::Bad("top model counts"));
+        }
+        let mut knots = Vec::with_capacity(n);
+        for _ in 0..n {
+            let x = r.u64("knot key")?;
+            let y =
+                f32::from_le_bytes(r.take(4, "knot value")?.try_into().expect("4 bytes")) as f64;
+            knots.push(Knot { x, y });
+        }
+        let top = Spline::from_knots(knots).ok_or(ProtoError::Bad("top model not monotone"))?;
+        Ok(TopPayload {
+            version,
+            submodels,
+            top,
+        })
+    }
+}
+
+/// One sub-model with its translation table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubPayload {
+    /// Sub-model index.
+    pub sub: u32,
+    /// The model.
+    pub model: SubModel,
+    /// Index of its first TT entry in the server's TT region.
+    pub tt_offset: u64,
+    /// Its translation table.
+    pub tt: Vec<TtEntry>,
+}
+
+impl SubPayload {
+    /// Appends the encoding.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_u32(out, self.sub);
+        self.model.encode(out);
+        put_u64(out, self.tt_offset);
+        put_u32(out, self.tt.len() as u32);
+        for e in &self.tt {
+            put_u64(out, e.to_bits());
+        }
+    }
+
+    /// Decodes from `r`.
+    pub fn decode(r: &mut Reader<'_>) -> Result<SubPayload, ProtoError> {
+        let sub = r.u32("sub")?;
+        let raw: &[u8; SUBMODEL_BYTES] = r
+            .take(SUBMODEL_BYTES, "sub-model")?
+            .try_into()
+            .expect("14 bytes");
+        let model = SubModel::decode(raw).ok_or(ProtoError::Bad("sub-model parameters"))?;
+        let tt_offset = r.u64("tt offset")?;
+        let n = r.u32("tt length")? as usize;
+        if n != model.tt_len as usize || n > r.remaining() / 8 {
+            return Err(ProtoError::Bad("translation-table length"));
+        }
+        let mut tt = Vec::with_capacity(n);
+        for _ in 0..n {
+            tt.push(TtEntry::from_bits(r.u64("tt entry")?));
+        }
+        Ok(SubPayload {
+            sub,
+            model,
+            tt_offset,
+            tt,
+        })
+    }
+}
+
+/// Server statistics (the STATS reply).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Keys stored.
+    pub keys: u64,
+    /// Leaves allocated.
+    pub leaves: u64,
+    /// Leaf splits.
+    pub splits: u64,
+    /// Model version.
+    pub version: u64,
+    /// Sub-models in the current version.
+    pub submodels: u32,
+    /// Sub-models retrained.
+    pub retrains: u64,
+    /// Whole-model trainings (expansions and shrinks).
+    pub full_trains: u64,
+    /// Fallback GETs and SCANs served.
+    pub fallbacks: u64,
+    /// UPDATEs applied through a position hint.
+    pub hinted_updates: u64,
+    /// RPCs served.
+    pub rpcs: u64,
+    /// Requests rejected as malformed.
+    pub bad_requests: u64,
+}
+
+impl ServerStats {
+    /// Appends the encoding (fixed order of u64 fields).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        for v in [
+            self.keys,
+            self.leaves,
+            self.splits,
+            self.version,
+            self.submodels as u64,
+            self.retrains,
+            self.full_trains,
+            self.fallbacks,
+            self.hinted_updates,
+            self.rpcs,
+            self.bad_requests,
+        ] {
+            put_u64(out, v);
+        }
+    }
+
+    /// Decodes from `r`.
+    pub fn decode(r: &mut Reader<'_>) -> Result<ServerStats, ProtoError> {
+        Ok(ServerStats {
+            keys: r.u64("keys")?,
+            leaves: r.u64("leaves")?,
+            splits: r.u64("splits")?,
+            version: r.u64("version")?,
+            submodels: r.u64("submodels")? as u32,
+            retrains: r.u64("retrains")?,
+            full_trains: r.u64("full trains")?,
+            fallbacks: r.u64("fallbacks")?,
+            hinted_updates: r.u64("hinted updates")?,
+            rpcs: r.u64("rpcs")?,
+            bad_requests: r.u64("bad requests")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip() {
+        let reqs = vec![
+            Request::Meta,
+            Request::FetchTop,
+            Request::Stats,
+            Request::FetchSubs {
+                version: 3,
+                first: 7,
+                count: 100,
+            },
+            Request::Get { key: 42 },
+            Request::Scan { start: 9, n: 100 },
+            Request::Insert { key: 1, value: 2 },
+            Request::Upsert { key: 1, value: 2 },
+            Request::Update {
+                key: 5,
+                value: 6,
+                hints: vec![(1, 2), (3, 4)],
+            },
+            Request::Delete { key: 8 },
+        ];
+        for r in reqs {
+            let mut b = Vec::new();
+            r.encode(&mut b);
+            assert_eq!(Request::decode(&b).unwrap(), r);
+            for cut in 0..b.len() {
+                assert!(Request::decode(&b[..cut]).is_err(), "{r:?} cut at {cut}");
+            }
+            b.push(0);
+            assert!(Request::decode(&b).is_err(), "trailing byte");
+        }
+        assert!(Request::decode(&[200]).is_err());
+        assert!(Request::decode(&[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_err());
+    }
+}

@@ -1,0 +1,637 @@
+//! The XStore server: owns the XTree in registered memory, serves writes
+//! and fallbacks by RPC, and retrains the model in the background
+//! (§5.3, Fig. 4 right, Fig. 9).
+//!
+//! Reads never reach this code: clients READ leaves one-sidedly.
+//!
+//! # Background training
+//!
+//! Every split queues the sub-models whose tables held the split leaf;
+//! training threads retrain each alone and publish it (slot by slot — a
+//! reader of any other sub-model never waits). When the average keys per
+//! sub-model pass twice `submodel_keys` (inserts) or fall under a quarter
+//! of it (mass deletes), one thread trains a whole new model with
+//! `keys / submodel_keys` sub-models beside the live one and publishes it
+//! with one pointer swap: the model version changes and clients refetch the
+//! top model on their next fallback (§5.3.2, Fig. 14c).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use fabric::{FabricError, Region, RegionId, RpcHandler};
+use learned::{TrainParams, XModel};
+use xtree::{Insert, XTree, XTreeConfig, XTreeError};
+
+use crate::proto::{Meta, Request, ServerStats, Status, SubPayload, MAX_SCAN, MAX_SUBS_PER_FETCH};
+use crate::published::Published;
+use crate::train::{collect_leaves, leaf_info};
+
+/// Where the server registers the regions clients read.
+pub trait Registrar: Send + Sync {
+    /// Makes `region` readable by clients.
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
+    /// Withdraws a region (later verbs to it fail alone).
+    fn deregister(&self, id: RegionId);
+}
+
+/// Registers on one node of a [`fabric::LocalFabric`].
+pub struct LocalRegistrar {
+    /// The fabric.
+    pub fabric: fabric::LocalFabric,
+    /// The server's node.
+    pub node: fabric::NodeId,
+}
+
+impl Registrar for LocalRegistrar {
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
+        self.fabric.register(self.node, region)
+    }
+    fn deregister(&self, id: RegionId) {
+        // Deregistering an unknown region is not an error worth reporting.
+        let _ = self.fabric.deregister(self.node, id);
+    }
+}
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Slots per leaf.
+    pub leaf_slots: usize,
+    /// Leaves the region reserves (`None`: sized from the load).
+    pub max_leaves: Option<u32>,
+    /// Fill factor of the bulk load.
+    pub fill: f64,
+    /// Sub-models of the first model (`None`: keys / `submodel_keys`).
+    pub submodels: Option<u32>,
+    /// Target keys per sub-model; expansion past twice this, shrink under
+    /// a quarter.
+    pub submodel_keys: u64,
+    /// Background training threads (0: retrain only when asked, through
+    /// [`Server::run_pending_retrains`]).
+    pub train_threads: usize,
+    /// Whether to expand and shrink the model automatically.
+    pub resize_model: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            leaf_slots: xtree::DEFAULT_LEAF_SLOTS,
+            max_leaves: None,
+            fill: 1.0,
+            submodels: None,
+            submodel_keys: 200,
+            train_threads: 2,
+            resize_model: true,
+        }
+    }
+}
+
+/// Errors of starting a server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The tree could not be built.
+    #[error(transparent)]
+    Tree(#[from] XTreeError),
+    /// The model could not be trained.
+    #[error(transparent)]
+    Model(#[from] learned::ModelError),
+    /// A region could not be made or registered.
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    /// A bad setting.
+    #[error("bad configuration: {0}")]
+    Config(String),
+}
+
+#[derive(Default)]
+struct Counters {
+    retrains: AtomicU64,
+    full_trains: AtomicU64,
+    fallbacks: AtomicU64,
+    hinted_updates: AtomicU64,
+    rpcs: AtomicU64,
+    bad_requests: AtomicU64,
+}
+
+struct Shared {
+    tree: Arc<XTree>,
+    config: ServerConfig,
+    current: RwLock<Arc<Published>>,
+    /// The version before the current one: its regions stay registered so
+    /// clients caught mid-switch still read something.
+    previous: Mutex<Option<Arc<Published>>>,
+    queue: Mutex<VecDeque<(u64, u32)>>,
+    wake: Condvar,
+    stop: AtomicBool,
+    resizing: AtomicBool,
+    registrar: Arc<dyn Registrar>,
+    counters: Counters,
+}
+
+/// A running XStore server.
+pub struct Server {
+    shared: Arc<Shared>,
+    trainers: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Server {
+    /// Bulk-loads `pairs` (strictly increasing keys), trains the first
+    /// model, registers the regions and starts the training threads.
+    pub fn start(
+        config: ServerConfig,
+        pairs: &[(u64, u64)],
+        registrar: Arc<dyn Registrar>,
+    ) -> Result<Server, ServerError> {
+        if config.submodel_keys == 0 {
+            return Err(ServerError::Config(
+                "submodel_keys must be at least 1".into(),
+            ));
+        }
+        let tree_config = XTreeConfig {
+            leaf_slots: config.leaf_slots,
+            max_leaves: config.max_leaves,
+            ..XTreeConfig::default()
+        };
+        let tree = Arc::new(XTree::bulk_load(
+            &tree_config,
+            pairs,
+            config.fill,
+            &mut |_| {},
+        )?);
+        registrar.register(tree.region().clone())?;
+        let m = config.submodels.unwrap_or_else(|| {
+            (pairs.len() as u64 / config.submodel_keys).clamp(1, learned::MAX_SUBMODELS as u64)
+                as u32
+        });
+        let model = XModel::train(
+            &collect_leaves(&tree),
+            tree.layout().slots(),
+            TrainParams::new(m),
+        )?;
+        let published = Arc::new(Published::new(1, model)?);
+        registrar.register(published.tt_region.clone())?;
+        registrar.register(published.sub_region.clone())?;
+        let shared = Arc::new(Shared {
+            tree,
+            current: RwLock::new(published),
+            previous: Mutex::new(None),
+            queue: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+            stop: AtomicBool::new(false),
+            resizing: AtomicBool::new(false),
+            registrar,
+            counters: Counters::default(),
+            config,
+        });
+        let trainers = (0..shared.config.train_threads)
+            .map(|t| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("xstore-train-{t}"))
+                    .spawn(move || shared.train_loop())
+                    .expect("spawn a training thread")
+            })
+            .collect();
+        Ok(Server { shared, trainers })
+    }
+
+    /// Starts a server on a node of a local fabric and installs its RPC
+    /// handler there.
+    pub fn start_local(
+        config: ServerConfig,
+        pairs: &[(u64, u64)],
+        fabric: &fabric::LocalFabric,
+        node: fabric::NodeId,
+    ) -> Result<Server, ServerError> {
+        let registrar = Arc::new(LocalRegistrar {
+            fabric: fabric.clone(),
+            node,
+        });
+        let server = Server::start(config, pairs, registrar)?;
+        fabric.set_handler(node, server.handler())?;
+        Ok(server)
+    }
+
+    /// The RPC handler to install on the fabric.
+    pub fn handler(&self) -> Arc<dyn RpcHandler> {
+        Arc::new(Handler(self.shared.clone()))
+    }
+
+    /// The tree.
+    pub fn tree(&self) -> &Arc<XTree> {
+        &self.shared.tree
+    }
+
+    /// The current model version.
+    pub fn version(&self) -> u64 {
+        self.shared.published().version
+    }
+
+    /// Statistics.
+    pub fn stats(&self) -> ServerStats {
+        self.shared.stats()
+    }
+
+    /// Sub-models queued for retraining.
+    pub fn pending_retrains(&self) -> usize {
+        self.shared
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Runs every queued retrain in the calling thread (for servers with
+    /// no training threads, and for tests).
+    pub fn run_pending_retrains(&self) {
+        while let Some(job) = self.shared.pop_job() {
+            self.shared.retrain(job);
+        }
+    }
+
+    /// Trains and publishes a whole new model with `submodels` sub-models
+    /// now, in the calling thread (model expansion or shrink on demand).
+    pub fn retrain_all(&self, submodels: u32) -> Result<u64, ServerError> {
+        self.shared.full_train(submodels)
+    }
+
+    /// Waits until no retrain is queued (bounded by `timeout`).
+    pub fn wait_for_retrains(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if self.pending_retrains() == 0 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake.notify_all();
+        for t in self.trainers.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    fn published(&self) -> Arc<Published> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn stats(&self) -> ServerStats {
+        let p = self.published();
+        let c = &self.counters;
+        ServerStats {
+            keys: self.tree.len(),
+            leaves: self.tree.leaf_count(),
+            splits: self.tree.splits(),
+            version: p.version,
+            submodels: p.submodels(),
+            retrains: c.retrains.load(Ordering::Relaxed),
+            full_trains: c.full_trains.load(Ordering::Relaxed),
+            fallbacks: c.fallbacks.load(Ordering::Relaxed),
+            hinted_updates: c.hinted_updates.load(Ordering::Relaxed),
+            rpcs: c.rpcs.load(Ordering::Relaxed),
+            bad_requests: c.bad_requests.load(Ordering::Relaxed),
+        }
+    }
+
+    fn enqueue(&self, p: &Published, sub: u32) {
+        if !p.pending[sub as usize].swap(true, Ordering::AcqRel) {
+            self.queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back((p.version, sub));
+            self.wake.notify_one();
+        }
+    }
+
+    fn pop_job(&self) -> Option<(u64, u32)> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    /// Queues the sub-models whose tables held the leaf that split.
+    fn on_split(&self, split: xtree::Split) {
+        let p = self.published();
+        let Some(left) = self.tree.leaf_summary(split.left) else {
+            return;
+        };
+        let Some(right) = self.tree.leaf_summary(split.right) else {
+            return;
+        };
+        let (first, _) = p.base.locate(left.low);
+        let (last, _) = p.base.locate(right.high.saturating_sub(1).max(left.low));
+        for sub in first..=last {
+            self.enqueue(&p, sub);
+        }
+    }
+
+    fn retrain(&self, (version, sub): (u64, u32)) {
+        let p = self.published();
+        if p.version != version {
+            return; // a new model replaced that one
+        }
+        // Cleared first: a split during the retrain queues it again.
+        p.pending[sub as usize].store(false, Ordering::Release);
+        let state = p.sub(sub);
+        let start = state.tt.first().map_or(self.tree.first_leaf(), |e| e.aln());
+        let (model, tt) = p
+            .base
+            .retrain_sub(sub, self.tree.summaries(start).map(|s| leaf_info(&s)));
+        p.install(sub, model, tt);
+        self.counters.retrains.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn full_train(&self, submodels: u32) -> Result<u64, ServerError> {
+        let model = XModel::train(
+            &collect_leaves(&self.tree),
+            self.tree.layout().slots(),
+            TrainParams::new(submodels),
+        )?;
+        let old = self.published();
+        let next = Arc::new(Published::new(old.version + 1, model)?);
+        self.registrar.register(next.tt_region.clone())?;
+        self.registrar.register(next.sub_region.clone())?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = next.clone();
+        let retired = self
+            .previous
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(old);
+        if let Some(r) = retired {
+            self.registrar.deregister(r.tt_region.id());
+            self.registrar.deregister(r.sub_region.id());
+        }
+        self.counters.full_trains.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(version = next.version, submodels, "published a new model");
+        Ok(next.version)
+    }
+
+    /// Expands or shrinks the model when the keys per sub-model left the
+    /// band around the target.
+    fn maybe_resize(&self) {
+        if !self.config.resize_model {
+            return;
+        }
+        let m = self.published().submodels() as u64;
+        let keys = self.tree.len();
+        let target = self.config.submodel_keys;
+        let want = (keys / target).clamp(1, learned::MAX_SUBMODELS as u64);
+        let outside = keys > 2 * target * m || (m > 1 && keys * 4 < target * m);
+        if outside && want != m && !self.resizing.swap(true, Ordering::AcqRel) {
+            if let Err(e) = self.full_train(want as u32) {
+                tracing::warn!(error = %e, "model resize failed; keeping the current model");
+            }
+            self.resizing.store(false, Ordering::Release);
+        }
+    }
+
+    fn train_loop(&self) {
+        while !self.stop.load(Ordering::Acquire) {
+            let job = {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                if q.is_empty() {
+                    q = self
+                        .wake
+                        .wait_timeout(q, Duration::from_millis(20))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                q.pop_front()
+            };
+            match job {
+                Some(job) => self.retrain(job),
+                None => self.maybe_resize(),
+            }
+        }
+    }
+
+    fn sub_payload(&self, p: &Published, sub: u32) -> SubPayload {
+        let s = p.sub(sub);
+        SubPayload {
+            sub,
+            model: s.model,
+            tt_offset: s.tt_offset,
+            tt: s.tt.to_vec(),
+        }
+    }
+
+    fn serve(&self, req: Request, out: &mut Vec<u8>) {
+        let tree = &self.tree;
+        let reserved = |key: u64| key > xtree::MAX_KEY;
+        match req {
+            Request::Meta => {
+                let p = self.published();
+                out.push(Status::Ok as u8);
+                Meta {
+                    leaf_region: tree.region().id().0,
+                    block_bytes: tree.leaf_offset(1),
+                    leaf_slots: tree.layout().slots() as u16,
+                    version: p.version,
+                    submodels: p.submodels(),
+                    tt_region: p.tt_region.id().0,
+                    sub_region: p.sub_region.id().0,
+                }
+                .encode(out);
+            }
+            Request::FetchTop => {
+                out.push(Status::Ok as u8);
+                out.extend_from_slice(&self.published().top_bytes);
+            }
+            Request::FetchSubs {
+                version,
+                first,
+                count,
+            } => {
+                let p = self.published();
+                if version != p.version {
+                    out.push(Status::VersionChanged as u8);
+                    return;
+                }
+                let m = p.submodels();
+                if first >= m {
+                    out.push(Status::BadRequest as u8);
+                    return;
+                }
+                let end = first.saturating_add(count.min(MAX_SUBS_PER_FETCH)).min(m);
+                out.push(Status::Ok as u8);
+                let count_at = out.len();
+                out.extend_from_slice(&0u32.to_le_bytes());
+                let mut sent = 0u32;
+                for sub in first..end {
+                    self.sub_payload(&p, sub).encode(out);
+                    sent += 1;
+                    // Bound the reply: a client asks again for the rest.
+                    if out.len() > 1 << 20 {
+                        break;
+                    }
+                }
+                out[count_at..count_at + 4].copy_from_slice(&sent.to_le_bytes());
+            }
+            Request::Get { key } => {
+                if reserved(key) {
+                    out.push(Status::ReservedKey as u8);
+                    return;
+                }
+                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                let value = tree.get(key);
+                let p = self.published();
+                let (sub, _) = p.base.locate(key);
+                // If our own table is stale for this key's leaf, the client
+                // would fall back again: retrain it.
+                let owner = tree.find_leaf(key);
+                let fresh = tree.leaf_summary(owner).is_some_and(|s| {
+                    p.sub(sub)
+                        .tt
+                        .iter()
+                        .any(|e| e.aln() == owner && e.inca() == s.header.inca)
+                });
+                if !fresh {
+                    self.enqueue(&p, sub);
+                }
+                out.push(if value.is_some() {
+                    Status::Ok
+                } else {
+                    Status::NotFound
+                } as u8);
+                out.extend_from_slice(&value.unwrap_or(0).to_le_bytes());
+                out.extend_from_slice(&p.version.to_le_bytes());
+                self.sub_payload(&p, sub).encode(out);
+            }
+            Request::Scan { start, n } => {
+                if reserved(start) || n > MAX_SCAN {
+                    out.push(if reserved(start) {
+                        Status::ReservedKey
+                    } else {
+                        Status::BadRequest
+                    } as u8);
+                    return;
+                }
+                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                let mut pairs = Vec::with_capacity(n as usize);
+                tree.scan(start, n as usize, &mut pairs);
+                out.push(Status::Ok as u8);
+                out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+                for (k, v) in pairs {
+                    out.extend_from_slice(&k.to_le_bytes());
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Request::Insert { key, value } => out.push(match tree.insert(key, value) {
+                Ok(Insert::Inserted { split }) => {
+                    if let Some(s) = split {
+                        self.on_split(s);
+                    }
+                    Status::Ok
+                }
+                Ok(Insert::Exists) => Status::Exists,
+                Err(e) => self.write_error(e),
+            } as u8),
+            Request::Upsert { key, value } => {
+                // Insert, or update if present; a delete racing in between
+                // sends us round again.
+                let (status, new) = loop {
+                    match tree.insert(key, value) {
+                        Ok(Insert::Inserted { split }) => {
+                            if let Some(s) = split {
+                                self.on_split(s);
+                            }
+                            break (Status::Ok, true);
+                        }
+                        Ok(Insert::Exists) => match tree.update(key, value) {
+                            Ok(true) => break (Status::Ok, false),
+                            Ok(false) => continue,
+                            Err(e) => break (self.write_error(e), false),
+                        },
+                        Err(e) => break (self.write_error(e), false),
+                    }
+                };
+                out.push(status as u8);
+                if status == Status::Ok {
+                    out.push(new as u8);
+                }
+            }
+            Request::Update { key, value, hints } => {
+                if reserved(key) {
+                    out.push(Status::ReservedKey as u8);
+                    return;
+                }
+                for (aln, inca) in hints {
+                    if let Ok(Some(found)) = tree.update_hinted(aln, inca, key, value) {
+                        self.counters.hinted_updates.fetch_add(1, Ordering::Relaxed);
+                        out.push(if found { Status::Ok } else { Status::NotFound } as u8);
+                        return;
+                    }
+                }
+                out.push(match tree.update(key, value) {
+                    Ok(true) => Status::Ok,
+                    Ok(false) => Status::NotFound,
+                    Err(e) => self.write_error(e),
+                } as u8);
+            }
+            Request::Delete { key } => out.push(match tree.delete(key) {
+                Ok(true) => Status::Ok,
+                Ok(false) => Status::NotFound,
+                Err(e) => self.write_error(e),
+            } as u8),
+            Request::Stats => {
+                out.push(Status::Ok as u8);
+                self.stats().encode(out);
+            }
+        }
+    }
+
+    fn write_error(&self, e: XTreeError) -> Status {
+        match e {
+            XTreeError::ReservedKey(_) => Status::ReservedKey,
+            XTreeError::OutOfLeaves { .. } => {
+                tracing::warn!(error = %e, "write refused");
+                Status::Full
+            }
+            other => {
+                tracing::error!(error = %other, "write failed");
+                Status::BadRequest
+            }
+        }
+    }
+}
+
+struct Handler(Arc<Shared>);
+
+impl RpcHandler for Handler {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        self.0.counters.rpcs.fetch_add(1, Ordering::Relaxed);
+        match Request::decode(request) {
+            Ok(req) => self.0.serve(req, reply),
+            Err(e) => {
+                self.0.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, "malformed request");
+                reply.clear();
+                reply.push(Status::BadRequest as u8);
+            }
+        }
+    }
+}
