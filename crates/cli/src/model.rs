@@ -54,67 +54,6 @@ struct Report {
     cache_fill_seconds: f64,
 }
 
-/// What a pass over every key found.
-struct Accuracy {
-    mean_abs_error: f64,
-    max_error: f64,
-    mean_leaves: f64,
-}
-
-/// The value stored for `key`: derived from it so reads can be checked.
-pub fn value_for(key: u64) -> u64 {
-    key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xA5A5_A5A5_A5A5_A5A5
-}
-
-/// Predicts every key's leaves and checks the leaf that holds it is among
-/// them. Position of a key = logical leaf × N + rank inside the leaf.
-fn accuracy(tree: &XTree, model: &XModel) -> Result<Accuracy> {
-    let n = tree.layout().slots() as f64;
-    let (mut sum_err, mut max_err, mut sum_leaves, mut keys) = (0.0f64, 0.0f64, 0u64, 0u64);
-    let mut missed = None;
-    let pb = progress::bar(tree.len(), "check");
-    tree.walk_leaves(tree.first_leaf(), false, |leaf| {
-        let mut sorted = leaf.keys.clone();
-        sorted.sort_unstable();
-        for (rank, &k) in sorted.iter().enumerate() {
-            let Some(p) = model.predict(k) else {
-                missed = Some(k);
-                return false;
-            };
-            let tt = model.tt(p.sub);
-            let in_range = (p.first..=p.last).find(|&l| tt[l as usize].aln() == leaf.aln);
-            let Some(lln) = in_range else {
-                missed = Some(k);
-                return false;
-            };
-            let err = (p.position - (lln as f64 * n + rank as f64)).abs();
-            sum_err += err;
-            max_err = max_err.max(err);
-            sum_leaves += (p.last - p.first + 1) as u64;
-            keys += 1;
-        }
-        if keys % 65_536 < sorted.len() as u64 {
-            pb.set_position(keys);
-        }
-        true
-    });
-    pb.finish_and_clear();
-    if let Some(k) = missed {
-        bail!("model check failed: the predicted leaves of key {k} do not include its leaf");
-    }
-    ensure!(
-        keys == tree.len(),
-        "walked {keys} keys, tree holds {}",
-        tree.len()
-    );
-    let div = keys.max(1) as f64;
-    Ok(Accuracy {
-        mean_abs_error: sum_err / div,
-        max_error: max_err,
-        mean_leaves: sum_leaves as f64 / div,
-    })
-}
-
 /// Runs `xstore model`.
 pub fn run(args: &ModelArgs) -> Result<()> {
     let keys = args.keys.load()?;
@@ -130,7 +69,7 @@ pub fn run(args: &ModelArgs) -> Result<()> {
             "--submodels {submodels} exceeds the {n} keys: every sub-model needs keys to train on"
         );
     }
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, value_for(k))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
     drop(keys);
     let config = XTreeConfig {
         leaf_slots: args.leaf_slots,
@@ -183,7 +122,20 @@ pub fn run(args: &ModelArgs) -> Result<()> {
         "the encoded model did not decode to itself"
     );
 
-    let acc = accuracy(&tree, &model)?;
+    let pb = progress::bar(n, "check");
+    let acc = xstore::accuracy(&tree, &model, &mut |done| pb.set_position(done));
+    pb.finish_and_clear();
+    ensure!(
+        acc.keys == n,
+        "walked {} keys, the tree holds {n}",
+        acc.keys
+    );
+    if acc.missed > 0 {
+        bail!(
+            "model check failed: the predicted leaves of {} keys miss their leaf",
+            acc.missed
+        );
+    }
     let report = Report {
         dataset: args.keys.name(),
         keys: n,

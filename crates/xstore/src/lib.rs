@@ -17,4 +17,6 @@ pub mod train;
 
 pub use client::{CacheMode, Client, ClientConfig, ClientError, ClientStats};
 pub use server::{LocalRegistrar, Registrar, Server, ServerConfig, ServerError};
-pub use train::{affected_submodels, collect_leaves, retrain_submodel, train_model};
+pub use train::{
+    accuracy, affected_submodels, collect_leaves, retrain_submodel, train_model, Accuracy,
+};

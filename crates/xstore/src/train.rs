@@ -48,3 +48,64 @@ pub fn affected_submodels(model: &XModel, low: u64, high: u64) -> std::ops::Rang
     let (last, _) = model.locate(high.saturating_sub(1).max(low));
     first..=last
 }
+
+/// How well a model predicts the keys of a tree.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Accuracy {
+    /// Keys checked.
+    pub keys: u64,
+    /// Mean |predicted − actual| position (actual = logical leaf × N + rank
+    /// inside the leaf; predictions clamped to the table as a client does).
+    pub mean_abs_error: f64,
+    /// Largest such error.
+    pub max_error: f64,
+    /// Leaves a GET reads, averaged over every key.
+    pub mean_leaves: f64,
+    /// Keys whose predicted leaves missed their leaf (a fresh model must
+    /// have none).
+    pub missed: u64,
+}
+
+/// Predicts every key of `tree` with `model` and measures the errors.
+/// `progress` is told how many keys are done now and then.
+pub fn accuracy(tree: &XTree, model: &XModel, progress: &mut dyn FnMut(u64)) -> Accuracy {
+    let n = tree.layout().slots() as f64;
+    let mut acc = Accuracy {
+        keys: 0,
+        mean_abs_error: 0.0,
+        max_error: 0.0,
+        mean_leaves: 0.0,
+        missed: 0,
+    };
+    let (mut sum_err, mut sum_leaves) = (0.0f64, 0u64);
+    let mut sorted = Vec::new();
+    tree.walk_leaves(tree.first_leaf(), false, |leaf| {
+        sorted.clear();
+        sorted.extend_from_slice(&leaf.keys);
+        sorted.sort_unstable();
+        for (rank, &k) in sorted.iter().enumerate() {
+            acc.keys += 1;
+            let Some(p) = model.predict(k) else {
+                acc.missed += 1;
+                continue;
+            };
+            let tt = model.tt(p.sub);
+            let Some(lln) = (p.first..=p.last).find(|&l| tt[l as usize].aln() == leaf.aln) else {
+                acc.missed += 1;
+                continue;
+            };
+            let err = (p.position - (lln as f64 * n + rank as f64)).abs();
+            sum_err += err;
+            acc.max_error = acc.max_error.max(err);
+            sum_leaves += (p.last - p.first + 1) as u64;
+        }
+        if acc.keys % 65_536 < sorted.len() as u64 {
+            progress(acc.keys);
+        }
+        true
+    });
+    let div = acc.keys.max(1) as f64;
+    acc.mean_abs_error = sum_err / div;
+    acc.mean_leaves = sum_leaves as f64 / div;
+    acc
+}
