@@ -1,4 +1,10 @@
-//! Key sets for the xstore learned-index benchmarks.
+//! YCSB for the xstore benchmarks: key sets, request distributions and
+//! workloads A-F.
+//!
+//! * [`dist`]: uniform, (scrambled) zipfian and latest request
+//!   distributions, YCSB's generators;
+//! * [`workload`]: workloads A-F and per-thread operation streams whose
+//!   insert keys never collide.
 //!
 //! The [`dataset`] module (re-exported here) provides:
 //!
@@ -28,3 +34,9 @@ pub use dataset::{
     decode_sosd, encode_sosd, generate, generate_with_progress, prepare_keys, read_sosd,
     write_sosd, Dataset, DatasetError, MAX_KEYS, RESERVED_KEY, SOSD_HEADER_LEN,
 };
+
+pub mod dist;
+pub mod workload;
+
+pub use dist::{DistError, Distribution, KeyChooser, ScrambledZipfian, Zipfian, DEFAULT_THETA};
+pub use workload::{Mix, Op, OpStream, Workload, MAX_SCAN_LEN};
