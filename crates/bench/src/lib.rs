@@ -1,5 +1,39 @@
 //! The benchmark harness (design.md, "Benchmark contract").
+//!
+//! A [`System`] is a loaded design that hands out [`KvClient`]s; [`run`]
+//! drives one client per thread with YCSB operation streams, checks every
+//! read (values encode their key: [`values`]) and summarizes exact fabric
+//! costs, latency and throughput in a [`Report`].
 
+pub mod report;
+pub mod run;
+pub mod system;
 pub mod values;
 
+pub use report::Report;
+pub use run::{run, Progress, RunConfig};
+pub use system::{KvClient, System, XStoreLocal, XStoreOptions};
 pub use values::{belongs, value_for};
+
+/// Errors of a benchmark run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Bad settings.
+    #[error("bad configuration: {0}")]
+    Config(String),
+    /// The system could not be loaded.
+    #[error("load failed: {0}")]
+    Load(String),
+    /// A client operation failed.
+    #[error("client error: {0}")]
+    Client(String),
+    /// An operation stream could not be made.
+    #[error(transparent)]
+    Workload(#[from] ycsb::DistError),
+}
+
+impl From<xstore::ClientError> for BenchError {
+    fn from(e: xstore::ClientError) -> Self {
+        BenchError::Client(e.to_string())
+    }
+}

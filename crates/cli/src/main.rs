@@ -2,7 +2,10 @@
 //!
 //! * `xstore model` — bulk-load an XTree, train the XModel over it and
 //!   report the model's size, accuracy and training costs.
+//! * `xstore bench` — run a YCSB workload against a design and report the
+//!   benchmark contract's figures.
 
+mod bench_cmd;
 mod keys;
 mod model;
 mod progress;
@@ -22,6 +25,8 @@ struct Cli {
 enum Command {
     /// Bulk-load a tree, train the learned model and report its figures.
     Model(model::ModelArgs),
+    /// Run a YCSB workload against a design and report its costs.
+    Bench(bench_cmd::BenchArgs),
 }
 
 fn main() -> Result<()> {
@@ -35,5 +40,6 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Model(args) => model::run(&args),
+        Command::Bench(args) => bench_cmd::run(&args),
     }
 }

@@ -234,6 +234,12 @@ impl Server {
         &self.shared.tree
     }
 
+    /// The current model as first trained for its version (sub-models
+    /// retrained since are not in it).
+    pub fn trained_model(&self) -> XModel {
+        self.shared.published().base.clone()
+    }
+
     /// The current model version.
     pub fn version(&self) -> u64 {
         self.shared.published().version

@@ -1,0 +1,184 @@
+//! The benchmark report: the JSON contract of design.md.
+
+use serde::Serialize;
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+}
+
+/// Costs per operation, averaged.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct PerOp {
+    /// Network round trips.
+    pub round_trips: f64,
+    /// One-sided verbs.
+    pub one_sided_verbs: f64,
+    /// Two-sided calls.
+    pub rpcs: f64,
+    /// Bytes read (one-sided verbs plus RPC replies).
+    pub bytes_read: f64,
+    /// Bytes written (one-sided verbs plus RPC requests).
+    pub bytes_written: f64,
+}
+
+/// Costs per GET, averaged.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct PerGet {
+    /// Network round trips.
+    pub round_trips: f64,
+    /// Bytes read (one-sided verbs plus RPC replies).
+    pub bytes_read: f64,
+    /// Leaves read.
+    pub leaves_read: f64,
+}
+
+/// Model figures of designs that have a learned model.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct ModelFigures {
+    /// Sub-models.
+    pub submodels: u32,
+    /// Mean |predicted − actual| position.
+    pub mean_abs_error: f64,
+    /// Largest such error.
+    pub max_error: f64,
+}
+
+/// Checked reads.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct Correctness {
+    /// Reads whose value was checked against its key.
+    pub checked_reads: u64,
+    /// Reads that returned a missing or foreign value (must be 0).
+    pub mismatches: u64,
+}
+
+/// One run, as the contract specifies; fields a design lacks are `null`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Design.
+    pub system: String,
+    /// Fabric backend.
+    pub fabric: String,
+    /// YCSB workload.
+    pub workload: String,
+    /// Request distribution.
+    pub dist: String,
+    /// Key set.
+    pub dataset: String,
+    /// Keys loaded.
+    pub keys: u64,
+    /// Operations measured.
+    pub ops: u64,
+    /// Client threads.
+    pub threads: u32,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// Operations per second.
+    pub throughput_ops_per_s: f64,
+    /// Latency percentiles.
+    pub latency_us: Latency,
+    /// Costs per operation.
+    pub per_op: PerOp,
+    /// Costs per GET (`null` if the workload has no GET).
+    pub per_get: Option<PerGet>,
+    /// Bytes a client caches (mean over clients).
+    pub client_cache_bytes: Option<u64>,
+    /// Server time per operation, µs (on the local fabric: time inside the
+    /// RPC handler, which runs in the client threads).
+    pub server_cpu_us_per_op: Option<f64>,
+    /// Model figures.
+    pub model: Option<ModelFigures>,
+    /// Fallbacks per client-direct read (GET or SCAN).
+    pub fallback_rate: Option<f64>,
+    /// Stale translation-table entries found per client-direct read.
+    pub invalidation_rate: Option<f64>,
+    /// Checked reads.
+    pub correctness: Correctness,
+}
+
+impl Report {
+    /// A human-readable table.
+    pub fn table(&self) -> String {
+        let opt = |v: Option<f64>, p: usize| v.map_or("null".to_string(), |v| format!("{v:.p$}"));
+        let mut rows: Vec<(&str, String)> = vec![
+            ("system", self.system.clone()),
+            ("fabric", self.fabric.clone()),
+            ("workload", format!("{} / {}", self.workload, self.dist)),
+            ("dataset", format!("{} ({} keys)", self.dataset, self.keys)),
+            ("threads", self.threads.to_string()),
+            ("ops", self.ops.to_string()),
+            ("seconds", format!("{:.3}", self.seconds)),
+            (
+                "throughput",
+                format!("{:.0} ops/s", self.throughput_ops_per_s),
+            ),
+            (
+                "latency us",
+                format!(
+                    "p50 {:.2}  p99 {:.2}  p999 {:.2}",
+                    self.latency_us.p50, self.latency_us.p99, self.latency_us.p999
+                ),
+            ),
+            (
+                "per op",
+                format!(
+                    "{:.4} RTT  {:.4} verbs  {:.4} RPCs  {:.1} B read  {:.1} B written",
+                    self.per_op.round_trips,
+                    self.per_op.one_sided_verbs,
+                    self.per_op.rpcs,
+                    self.per_op.bytes_read,
+                    self.per_op.bytes_written
+                ),
+            ),
+        ];
+        if let Some(g) = self.per_get {
+            rows.push((
+                "per get",
+                format!(
+                    "{:.4} RTT  {:.1} B read  {:.4} leaves",
+                    g.round_trips, g.bytes_read, g.leaves_read
+                ),
+            ));
+        }
+        rows.push((
+            "cache bytes",
+            self.client_cache_bytes
+                .map_or("null".into(), |b| b.to_string()),
+        ));
+        rows.push(("server us/op", opt(self.server_cpu_us_per_op, 3)));
+        if let Some(m) = self.model {
+            rows.push((
+                "model",
+                format!(
+                    "{} sub-models  mean err {:.3}  max err {:.1}",
+                    m.submodels, m.mean_abs_error, m.max_error
+                ),
+            ));
+        }
+        rows.push((
+            "fallback rate",
+            opt(self.fallback_rate.map(|r| r * 100.0), 3) + " %",
+        ));
+        rows.push((
+            "invalidation rate",
+            opt(self.invalidation_rate.map(|r| r * 100.0), 3) + " %",
+        ));
+        rows.push((
+            "checked reads",
+            format!(
+                "{} ({} mismatches)",
+                self.correctness.checked_reads, self.correctness.mismatches
+            ),
+        ));
+        rows.iter()
+            .map(|(k, v)| format!("{k:>18}  {v}\n"))
+            .collect()
+    }
+}

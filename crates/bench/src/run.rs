@@ -1,0 +1,388 @@
+//! Running one benchmark: threads of clients replaying YCSB operation
+//! streams against a loaded system, every read checked.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use fabric::Counters;
+use hdrhistogram::Histogram;
+use ycsb::{Distribution, Op, OpStream, Workload};
+
+use crate::report::{Correctness, Latency, PerGet, PerOp, Report};
+use crate::system::{DirectStats, KvClient, System};
+use crate::values::{belongs, value_for};
+use crate::BenchError;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Design name for the report.
+    pub system: String,
+    /// Fabric name for the report.
+    pub fabric: String,
+    /// Key-set name for the report.
+    pub dataset: String,
+    /// Workload.
+    pub workload: Workload,
+    /// Request distribution.
+    pub dist: Distribution,
+    /// Operations to measure (all threads together), unless `seconds`.
+    pub ops: u64,
+    /// Measure for this long instead of a count.
+    pub seconds: Option<f64>,
+    /// Unmeasured operations per thread before measuring.
+    pub warmup_ops: u64,
+    /// Client threads.
+    pub threads: u32,
+    /// Seed of the operation streams.
+    pub seed: u64,
+}
+
+/// Live progress of a run, for a progress bar.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Measured operations done so far.
+    pub done: AtomicU64,
+}
+
+struct ThreadResult {
+    ops: u64,
+    gets: u64,
+    all: Counters,
+    get_costs: Counters,
+    direct: Option<DirectStats>,
+    cache_bytes: Option<u64>,
+    hist: Histogram<u64>,
+    checked: u64,
+    mismatches: u64,
+}
+
+/// Runs `config` against `system` over `loaded` keys (sorted, as loaded).
+pub fn run(
+    system: &dyn System,
+    loaded: Arc<[u64]>,
+    config: &RunConfig,
+    progress: &Progress,
+) -> Result<Report, BenchError> {
+    if config.threads == 0 {
+        return Err(BenchError::Config("--threads must be at least 1".into()));
+    }
+    if config.ops == 0 && config.seconds.is_none() {
+        return Err(BenchError::Config("--ops must be at least 1".into()));
+    }
+    let threads = config.threads;
+    let barrier = Barrier::new(threads as usize + 1);
+    let stop = AtomicBool::new(false);
+    let per_thread = config.ops.div_ceil(threads as u64);
+    let (results, seconds) = std::thread::scope(|scope| -> Result<_, BenchError> {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let loaded = loaded.clone();
+                let barrier = &barrier;
+                let stop = &stop;
+                scope.spawn(move || -> Result<ThreadResult, BenchError> {
+                    let prepared = system.client().and_then(|client| {
+                        let stream = OpStream::new(
+                            config.workload,
+                            config.dist,
+                            loaded,
+                            t,
+                            threads,
+                            config.seed,
+                        )?;
+                        Ok((client, stream))
+                    });
+                    let (mut client, mut stream) = match prepared {
+                        Ok(p) => p,
+                        Err(e) => {
+                            // Still meet the barriers so the others go on.
+                            barrier.wait();
+                            barrier.wait();
+                            return Err(e);
+                        }
+                    };
+                    let mut w = Worker::new(t);
+                    for _ in 0..config.warmup_ops {
+                        w.step(&mut *client, &mut stream, false)?;
+                    }
+                    barrier.wait();
+                    // Measure from here.
+                    w.reset(&*client);
+                    barrier.wait();
+                    let deadline = config
+                        .seconds
+                        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+                    let mut n = 0u64;
+                    loop {
+                        match deadline {
+                            Some(d) => {
+                                if n % 64 == 0
+                                    && (Instant::now() >= d || stop.load(Ordering::Relaxed))
+                                {
+                                    break;
+                                }
+                            }
+                            None => {
+                                if n >= per_thread {
+                                    break;
+                                }
+                            }
+                        }
+                        w.step(&mut *client, &mut stream, true)?;
+                        n += 1;
+                        if n % 1024 == 0 {
+                            progress.done.fetch_add(1024, Ordering::Relaxed);
+                        }
+                    }
+                    Ok(w.finish(&*client))
+                })
+            })
+            .collect();
+        barrier.wait();
+        barrier.wait();
+        let start = Instant::now();
+        let mut results = Vec::new();
+        let mut first_err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(r)) => results.push(r),
+                Ok(Err(e)) => {
+                    stop.store(true, Ordering::Relaxed);
+                    first_err.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_err.get_or_insert(BenchError::Client("a client thread panicked".into()));
+                }
+            }
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok((results, seconds)),
+        }
+    })?;
+    Ok(summarize(
+        system,
+        config,
+        loaded.len() as u64,
+        &results,
+        seconds,
+    ))
+}
+
+struct Worker {
+    version: u64,
+    base: Counters,
+    base_direct: Option<DirectStats>,
+    all: Counters,
+    get_costs: Counters,
+    ops: u64,
+    gets: u64,
+    hist: Histogram<u64>,
+    checked: u64,
+    mismatches: u64,
+    scan_buf: Vec<(u64, u64)>,
+}
+
+impl Worker {
+    fn new(thread: u32) -> Worker {
+        Worker {
+            // Distinct versions per thread keep concurrent updates apart.
+            version: (thread as u64) << 24,
+            base: Counters::default(),
+            base_direct: None,
+            all: Counters::default(),
+            get_costs: Counters::default(),
+            ops: 0,
+            gets: 0,
+            hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static bounds"),
+            checked: 0,
+            mismatches: 0,
+            scan_buf: Vec::new(),
+        }
+    }
+
+    fn reset(&mut self, client: &dyn KvClient) {
+        self.base = client.counters();
+        self.base_direct = client.direct_stats();
+        self.all = Counters::default();
+        self.get_costs = Counters::default();
+        self.ops = 0;
+        self.gets = 0;
+        self.hist.reset();
+        self.checked = 0;
+        self.mismatches = 0;
+    }
+
+    fn check_read(&mut self, key: u64, got: Option<u64>) {
+        self.checked += 1;
+        if !got.is_some_and(|v| belongs(key, v)) {
+            self.mismatches += 1;
+            tracing::error!(key, ?got, "read returned a missing or foreign value");
+        }
+    }
+
+    fn step(
+        &mut self,
+        client: &mut dyn KvClient,
+        stream: &mut OpStream,
+        measured: bool,
+    ) -> Result<(), BenchError> {
+        let op = stream.next();
+        let before = client.counters();
+        let start = Instant::now();
+        self.version += 1;
+        match op {
+            Op::Read(k) => {
+                let got = client.get(k)?;
+                self.check_read(k, got);
+            }
+            Op::Update(k) => {
+                if !client.update(k, value_for(k, self.version))? {
+                    self.mismatches += 1;
+                    tracing::error!(key = k, "update found no key");
+                }
+            }
+            Op::Insert(k) => {
+                if !client.insert(k, value_for(k, self.version))? {
+                    self.mismatches += 1;
+                    tracing::error!(key = k, "insert of a fresh key found it present");
+                }
+            }
+            Op::ReadModifyWrite(k) => {
+                let got = client.get(k)?;
+                self.check_read(k, got);
+                if !client.update(k, value_for(k, self.version))? {
+                    self.mismatches += 1;
+                }
+            }
+            Op::Scan { start: from, len } => {
+                let mut buf = std::mem::take(&mut self.scan_buf);
+                buf.clear();
+                client.scan(from, len as usize, &mut buf)?;
+                self.checked += 1;
+                let sorted = buf.windows(2).all(|w| w[0].0 < w[1].0);
+                let valid = buf.iter().all(|&(k, v)| k >= from && belongs(k, v));
+                // The start key exists (streams only pick existing keys).
+                let starts = buf.first().is_some_and(|p| p.0 == from);
+                if !(sorted && valid && starts) {
+                    self.mismatches += 1;
+                    tracing::error!(from, len, "scan returned a wrong result");
+                }
+                self.scan_buf = buf;
+            }
+        }
+        if measured {
+            let nanos = start.elapsed().as_nanos() as u64;
+            self.hist.saturating_record(nanos.max(1));
+            let cost = client.counters() - before;
+            self.all += cost;
+            self.ops += 1;
+            if matches!(op, Op::Read(_)) {
+                self.get_costs += cost;
+                self.gets += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self, client: &dyn KvClient) -> ThreadResult {
+        let direct = match (client.direct_stats(), self.base_direct) {
+            (Some(now), Some(then)) => Some(DirectStats {
+                reads: now.reads - then.reads,
+                fallbacks: now.fallbacks - then.fallbacks,
+                invalidations: now.invalidations - then.invalidations,
+                get_leaves: now.get_leaves - then.get_leaves,
+            }),
+            _ => None,
+        };
+        ThreadResult {
+            ops: self.ops,
+            gets: self.gets,
+            all: self.all,
+            get_costs: self.get_costs,
+            direct,
+            cache_bytes: client.cache_bytes(),
+            hist: self.hist,
+            checked: self.checked,
+            mismatches: self.mismatches,
+        }
+    }
+}
+
+fn summarize(
+    system: &dyn System,
+    config: &RunConfig,
+    keys: u64,
+    results: &[ThreadResult],
+    seconds: f64,
+) -> Report {
+    let mut all = Counters::default();
+    let mut get_costs = Counters::default();
+    let (mut ops, mut gets, mut checked, mut mismatches) = (0u64, 0u64, 0u64, 0u64);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("static bounds");
+    let mut direct: Option<DirectStats> = None;
+    let mut cache = Vec::new();
+    for r in results {
+        all += r.all;
+        get_costs += r.get_costs;
+        ops += r.ops;
+        gets += r.gets;
+        checked += r.checked;
+        mismatches += r.mismatches;
+        // Same bounds on every histogram: adding cannot fail.
+        let _ = hist.add(&r.hist);
+        if let Some(d) = r.direct {
+            let acc = direct.get_or_insert_with(DirectStats::default);
+            acc.reads += d.reads;
+            acc.fallbacks += d.fallbacks;
+            acc.invalidations += d.invalidations;
+            acc.get_leaves += d.get_leaves;
+        }
+        cache.extend(r.cache_bytes);
+    }
+    let per = |v: u64, n: u64| v as f64 / n.max(1) as f64;
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Report {
+        system: config.system.clone(),
+        fabric: config.fabric.clone(),
+        workload: config.workload.name().to_uppercase(),
+        dist: config.dist.name().to_string(),
+        dataset: config.dataset.clone(),
+        keys,
+        ops,
+        threads: config.threads,
+        seconds,
+        throughput_ops_per_s: ops as f64 / seconds.max(1e-9),
+        latency_us: Latency {
+            p50: us(0.5),
+            p99: us(0.99),
+            p999: us(0.999),
+        },
+        per_op: PerOp {
+            round_trips: per(all.round_trips, ops),
+            one_sided_verbs: per(all.one_sided_verbs(), ops),
+            rpcs: per(all.rpcs, ops),
+            bytes_read: per(all.bytes_read + all.rpc_bytes_received, ops),
+            bytes_written: per(all.bytes_written + all.rpc_bytes_sent, ops),
+        },
+        per_get: (gets > 0).then(|| PerGet {
+            round_trips: per(get_costs.round_trips, gets),
+            bytes_read: per(get_costs.bytes_read + get_costs.rpc_bytes_received, gets),
+            leaves_read: direct.map_or(0.0, |d| per(d.get_leaves, gets)),
+        }),
+        client_cache_bytes: (!cache.is_empty())
+            .then(|| cache.iter().sum::<u64>() / cache.len() as u64),
+        server_cpu_us_per_op: system
+            .server_nanos()
+            .map(|n| n as f64 / 1000.0 / ops.max(1) as f64),
+        model: system.model(),
+        fallback_rate: direct.map(|d| per(d.fallbacks, d.reads)),
+        invalidation_rate: direct.map(|d| per(d.invalidations, d.reads)),
+        correctness: Correctness {
+            checked_reads: checked,
+            mismatches,
+        },
+    }
+}

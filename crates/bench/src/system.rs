@@ -1,0 +1,200 @@
+//! The designs under test, behind one client interface.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use fabric::{Counters, LocalEndpoint, LocalFabric, NodeId, RpcHandler};
+use xstore::{CacheMode, Client, ClientConfig, Server, ServerConfig};
+
+use crate::report::ModelFigures;
+use crate::BenchError;
+
+/// What a client-direct design reports about its reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirectStats {
+    /// GETs and SCANs attempted client-direct.
+    pub reads: u64,
+    /// Of those, answered by the server instead.
+    pub fallbacks: u64,
+    /// Stale cache entries found.
+    pub invalidations: u64,
+    /// Leaves read by GETs.
+    pub get_leaves: u64,
+}
+
+/// One benchmark client of some design (one per thread).
+pub trait KvClient: Send {
+    /// Value of `key`.
+    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError>;
+    /// First `n` pairs from `start`.
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError>;
+    /// Adds a new key; false if it existed.
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError>;
+    /// Overwrites a key; false if absent.
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError>;
+    /// Fabric cost counters so far.
+    fn counters(&self) -> Counters;
+    /// Client-direct read statistics, for designs that have them.
+    fn direct_stats(&self) -> Option<DirectStats>;
+    /// Bytes the client caches, for designs that cache.
+    fn cache_bytes(&self) -> Option<u64>;
+}
+
+/// A loaded design, ready to hand out clients.
+pub trait System: Sync {
+    /// A new client.
+    fn client(&self) -> Result<Box<dyn KvClient>, BenchError>;
+    /// Model figures, for designs with a learned model.
+    fn model(&self) -> Option<ModelFigures>;
+    /// Nanoseconds the server spent serving RPCs so far.
+    fn server_nanos(&self) -> Option<u64>;
+}
+
+/// Times an RPC handler (on the local fabric it runs in the caller's
+/// thread, so wall time inside it is the server's CPU time).
+pub struct TimedHandler {
+    inner: Arc<dyn RpcHandler>,
+    nanos: AtomicU64,
+}
+
+impl RpcHandler for TimedHandler {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        let start = Instant::now();
+        self.inner.handle(request, reply);
+        self.nanos
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+/// XStore over the local fabric.
+pub struct XStoreLocal {
+    fabric: LocalFabric,
+    node: NodeId,
+    server: Server,
+    timer: Arc<TimedHandler>,
+    client_config: ClientConfig,
+    model: ModelFigures,
+}
+
+/// Settings of an XStore system.
+#[derive(Debug, Clone, Copy)]
+pub struct XStoreOptions {
+    /// Client cache mode.
+    pub cache: CacheMode,
+    /// 1 or 2 READs per GET.
+    pub get_reads: u8,
+    /// Slots per leaf.
+    pub leaf_slots: usize,
+    /// Target keys per sub-model.
+    pub submodel_keys: u64,
+    /// Background training threads.
+    pub train_threads: usize,
+    /// Whether READs tear adversarially.
+    pub adversary: Option<u64>,
+}
+
+impl XStoreLocal {
+    /// Loads `pairs` into a new server on a new local fabric.
+    pub fn load(pairs: &[(u64, u64)], o: XStoreOptions) -> Result<XStoreLocal, BenchError> {
+        let fabric = match o.adversary {
+            Some(seed) => LocalFabric::with_adversary(fabric::Adversary {
+                seed,
+                ..fabric::Adversary::default()
+            }),
+            None => LocalFabric::new(),
+        };
+        let node = fabric.add_node();
+        let registrar = Arc::new(xstore::LocalRegistrar {
+            fabric: fabric.clone(),
+            node,
+        });
+        let config = ServerConfig {
+            leaf_slots: o.leaf_slots,
+            submodel_keys: o.submodel_keys,
+            train_threads: o.train_threads,
+            ..ServerConfig::default()
+        };
+        let server =
+            Server::start(config, pairs, registrar).map_err(|e| BenchError::Load(e.to_string()))?;
+        let timer = Arc::new(TimedHandler {
+            inner: server.handler(),
+            nanos: AtomicU64::new(0),
+        });
+        fabric
+            .set_handler(node, timer.clone())
+            .map_err(|e| BenchError::Load(e.to_string()))?;
+        let trained = server.trained_model();
+        let acc = xstore::accuracy(server.tree(), &trained, &mut |_| {});
+        let model = ModelFigures {
+            submodels: trained.submodels(),
+            mean_abs_error: acc.mean_abs_error,
+            max_error: acc.max_error,
+        };
+        Ok(XStoreLocal {
+            fabric,
+            node,
+            server,
+            timer,
+            client_config: ClientConfig {
+                cache: o.cache,
+                get_reads: o.get_reads,
+                prefill: o.cache != CacheMode::Top,
+                speculate: true,
+            },
+            model,
+        })
+    }
+
+    /// The server.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+}
+
+impl System for XStoreLocal {
+    fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
+        let c = Client::connect(self.fabric.endpoint(), self.node, self.client_config)?;
+        Ok(Box::new(XStoreClient(c)))
+    }
+
+    fn model(&self) -> Option<ModelFigures> {
+        Some(self.model)
+    }
+
+    fn server_nanos(&self) -> Option<u64> {
+        Some(self.timer.nanos.load(Ordering::Relaxed))
+    }
+}
+
+struct XStoreClient(Client<LocalEndpoint>);
+
+impl KvClient for XStoreClient {
+    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+        Ok(self.0.get(key)?)
+    }
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError> {
+        Ok(self.0.scan(start, n, out)?)
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        Ok(self.0.insert(key, value)?)
+    }
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        Ok(self.0.update(key, value)?)
+    }
+    fn counters(&self) -> Counters {
+        self.0.counters()
+    }
+    fn direct_stats(&self) -> Option<DirectStats> {
+        let s = self.0.stats();
+        Some(DirectStats {
+            reads: s.gets + s.scans,
+            fallbacks: s.fallbacks,
+            invalidations: s.invalidations,
+            get_leaves: s.get_leaves,
+        })
+    }
+    fn cache_bytes(&self) -> Option<u64> {
+        Some(self.0.cache_bytes())
+    }
+}
