@@ -117,7 +117,7 @@ pub fn run(
                     loop {
                         match deadline {
                             Some(d) => {
-                                if n % 64 == 0
+                                if n.is_multiple_of(64)
                                     && (Instant::now() >= d || stop.load(Ordering::Relaxed))
                                 {
                                     break;
@@ -131,7 +131,7 @@ pub fn run(
                         }
                         w.step(&mut *client, &mut stream, true)?;
                         n += 1;
-                        if n % 1024 == 0 {
+                        if n.is_multiple_of(1024) {
                             progress.done.fetch_add(1024, Ordering::Relaxed);
                         }
                     }
