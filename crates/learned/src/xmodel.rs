@@ -98,6 +98,66 @@ impl TrainParams {
     }
 }
 
+/// The line that minimizes the width `err_lo + err_hi` of the lookup range
+/// for leaves whose fence fractions are `xs[l] = (x_low, x_high)` (leaf `l`
+/// spans positions `[l·n, (l+1)·n − slack]`).
+///
+/// For a slope `s` the width is `U(s) + V(s)` with
+/// `U(s) = max_l(l·n − s·x_low)` and `V(s) = max_l(s·x_high − (l+1)·n + slack)`,
+/// both convex and piecewise linear in `s`, so a ternary search finds the
+/// best slope; the intercept then splits the width evenly between the two
+/// error bounds.
+fn narrowest_line(xs: &[(f64, f64)], n: f64, slack: f64, hint: f64) -> Linear {
+    // U(s) and V(s) in one pass over the leaves.
+    let uv = |s: f64| {
+        let (mut u, mut v) = (f64::MIN, f64::MIN);
+        for (l, &(xa, xb)) in xs.iter().enumerate() {
+            let start = l as f64 * n;
+            u = u.max(start - s * xa);
+            v = v.max(s * xb - (start + n - slack));
+        }
+        (u, v)
+    };
+    let width = |s: f64| {
+        let (u, v) = uv(s);
+        u + v
+    };
+    // The slope that walks the whole table across [0, 1], and twice the
+    // least-squares slope, bound the search from above.
+    let total = xs.len() as f64 * n;
+    let mut hi = (2.0 * hint).max(2.0 * total).max(1.0);
+    if !hi.is_finite() {
+        hi = 2.0 * total.max(1.0);
+    }
+    // Golden-section search: one evaluation per step, the interval shrinks
+    // by 0.618 each time; 48 steps leave 1e-10 of it.
+    const PHI: f64 = 0.618_033_988_749_895;
+    let mut lo = 0.0f64;
+    let (mut a, mut b) = (hi - PHI * (hi - lo), lo + PHI * (hi - lo));
+    let (mut fa, mut fb) = (width(a), width(b));
+    for _ in 0..48 {
+        if fa <= fb {
+            hi = b;
+            b = a;
+            fb = fa;
+            a = hi - PHI * (hi - lo);
+            fa = width(a);
+        } else {
+            lo = a;
+            a = b;
+            fa = fb;
+            b = lo + PHI * (hi - lo);
+            fb = width(b);
+        }
+    }
+    let s = (lo + hi) / 2.0;
+    let (u, v) = uv(s);
+    Linear {
+        slope: s,
+        intercept: (u - v) / 2.0,
+    }
+}
+
 /// A leaf with the (sub-model, fraction) its low fence and its high
 /// fence − 1 route to.
 #[derive(Debug, Clone, Copy)]
@@ -355,13 +415,26 @@ impl XModel {
         if points.len() < 2 || points.iter().all(|p| p.0 == points[0].0) {
             points.extend_from_slice(&anchors);
         }
-        let line = Linear::fit(&points).rounded_f32();
-        let (mut err_lo, mut err_hi) = (0.0f64, 0.0f64);
-        for (l, &(xa, xb)) in xs.iter().enumerate() {
-            let start = l as f64 * n;
-            err_hi = err_hi.max(start - line.predict(xa));
-            err_lo = err_lo.max(line.predict(xb) - (start + n - LEAF_END_SLACK));
-        }
+        // Two candidate lines: least squares, and the one minimizing the
+        // range a lookup reads; keep whichever reads fewer positions once
+        // rounded to what clients evaluate.
+        let errors = |line: &Linear| {
+            let (mut err_lo, mut err_hi) = (0.0f64, 0.0f64);
+            for (l, &(xa, xb)) in xs.iter().enumerate() {
+                let start = l as f64 * n;
+                err_hi = err_hi.max(start - line.predict(xa));
+                err_lo = err_lo.max(line.predict(xb) - (start + n - LEAF_END_SLACK));
+            }
+            (err_lo, err_hi)
+        };
+        let least_squares = Linear::fit(&points).rounded_f32();
+        let narrowest = narrowest_line(&xs, n, LEAF_END_SLACK, least_squares.slope).rounded_f32();
+        let (e1, e2) = (errors(&least_squares), errors(&narrowest));
+        let (line, (err_lo, err_hi)) = if e2.0 + e2.1 < e1.0 + e1.1 {
+            (narrowest, e2)
+        } else {
+            (least_squares, e1)
+        };
         // Margin for rounding in the client's arithmetic.
         let margin = 1e-6 + tt.len() as f64 * n * 1e-12;
         let sub = SubModel {
