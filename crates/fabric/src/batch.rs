@@ -174,6 +174,16 @@ impl Batch {
         })
     }
 
+    /// The payload of WRITE `i` (empty for other verbs), for backends that
+    /// ship writes over a wire or post them to a NIC.
+    pub fn op_data(&self, i: usize) -> &[u8] {
+        let op = &self.ops[i];
+        if op.kind != OpKind::Write {
+            return &[];
+        }
+        &self.buf[op.buf_off..op.buf_off + op.len as usize]
+    }
+
     /// Whether the verb succeeded.
     pub fn status(&self, h: OpHandle) -> Result<(), VerbError> {
         self.status[h.0].clone().map(|_| ())

@@ -34,3 +34,20 @@ pub trait Endpoint: Send {
     /// What this endpoint has asked of the fabric so far.
     fn counters(&self) -> Counters;
 }
+
+impl<E: Endpoint + ?Sized> Endpoint for Box<E> {
+    fn post(&mut self, node: NodeId, batch: &mut Batch) -> Result<(), FabricError> {
+        (**self).post(node, batch)
+    }
+    fn call(
+        &mut self,
+        node: NodeId,
+        request: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), FabricError> {
+        (**self).call(node, request, reply)
+    }
+    fn counters(&self) -> Counters {
+        (**self).counters()
+    }
+}

@@ -95,6 +95,9 @@ pub enum FabricError {
     /// An I/O error of the transport.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The operation was refused (a bad setting or a policy).
+    #[error("{0}")]
+    Refused(String),
     /// The peer sent bytes that do not decode.
     #[error("protocol: {0}")]
     Protocol(String),

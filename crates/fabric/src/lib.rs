@@ -65,9 +65,14 @@ pub mod batch;
 pub mod counters;
 pub mod endpoint;
 pub mod error;
+pub mod host;
 pub mod local;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod region;
+pub mod remote;
 pub mod slab;
+pub mod wire;
 
 #[doc(hidden)]
 pub use batch::handle as batch_handle;
@@ -77,6 +82,8 @@ pub use batch::{
 pub use counters::Counters;
 pub use endpoint::{Endpoint, NodeId, RpcHandler};
 pub use error::{FabricError, VerbError};
+pub use host::{Host, HostConfig};
 pub use local::{Adversary, LocalEndpoint, LocalFabric};
 pub use region::{Region, RegionId, RegionTable, Rights};
+pub use remote::{ShmEndpoint, TcpEndpoint, Url};
 pub use slab::Slab;

@@ -93,15 +93,25 @@ pub const MAX_REGION_BYTES: u64 = 64 << 30;
 /// Alignment of every region: one cache line.
 pub const REGION_ALIGN: usize = 64;
 
-/// Heap memory of a region: zeroed, cache-line aligned, freed on drop.
+/// What keeps a region's memory alive.
+enum Backing {
+    /// Zeroed heap memory, freed with this layout.
+    Heap(Layout),
+    /// A shared mapping of a file (the `shm` backend); unmapped on drop.
+    Mapped(#[allow(dead_code)] memmap2::MmapRaw),
+}
+
+/// The memory of a region: zeroed or file-backed, page or cache-line
+/// aligned, released on drop.
 struct Memory {
     ptr: NonNull<AtomicU64>,
     words: usize,
-    layout: Layout,
+    backing: Backing,
 }
 
 // SAFETY: the memory is only ever accessed through `&AtomicU64`, which is
-// `Sync`; the pointer is uniquely owned by this struct and freed once.
+// `Sync`; the pointer is owned by this struct (heap) or by the mapping it
+// holds, and released once.
 unsafe impl Send for Memory {}
 // SAFETY: as above — shared access is atomic word access only.
 unsafe impl Sync for Memory {}
@@ -123,22 +133,51 @@ impl Memory {
         Ok(Memory {
             ptr,
             words: bytes / 8,
-            layout,
+            backing: Backing::Heap(layout),
+        })
+    }
+
+    fn mapped(map: memmap2::MmapRaw) -> Result<Memory, FabricError> {
+        let bytes = map.len();
+        if bytes == 0 || !bytes.is_multiple_of(8) {
+            return Err(FabricError::BadRegion {
+                bytes: bytes as u64,
+                reason: "mapped file is empty or not a whole number of words",
+            });
+        }
+        let ptr =
+            NonNull::new(map.as_mut_ptr().cast::<AtomicU64>()).ok_or(FabricError::BadRegion {
+                bytes: bytes as u64,
+                reason: "null mapping",
+            })?;
+        // mmap returns page-aligned memory, so words are aligned.
+        debug_assert_eq!(ptr.as_ptr() as usize % REGION_ALIGN, 0);
+        Ok(Memory {
+            ptr,
+            words: bytes / 8,
+            backing: Backing::Mapped(map),
         })
     }
 
     fn words(&self) -> &[AtomicU64] {
-        // SAFETY: `ptr` points to `words * 8` zero-initialised bytes aligned
-        // to 64 (so to 8), valid until `self` drops; all-zero is a valid
-        // `AtomicU64`; and the slice is shared, only touched atomically.
+        // SAFETY: `ptr` points to `words * 8` initialised bytes (zeroed heap
+        // memory, or a file mapping whose bytes are all initialised) aligned
+        // to at least 8, valid until `self` drops; every bit pattern is a
+        // valid `AtomicU64`; and the slice is shared, only touched
+        // atomically. A read-only mapping is only ever loaded from: the
+        // fabric checks rights before any store, and 8-byte atomic loads do
+        // not write.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
     }
 }
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with exactly this layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast::<u8>(), self.layout) }
+        if let Backing::Heap(layout) = self.backing {
+            // SAFETY: allocated in `zeroed` with exactly this layout, freed once.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast::<u8>(), layout) }
+        }
+        // A mapping unmaps itself when `backing` drops.
     }
 }
 
@@ -188,6 +227,72 @@ impl Region {
             id,
             rights,
             mem: Memory::zeroed(size)?,
+        })
+    }
+
+    /// Creates a region backed by a new file at `path` (truncated to
+    /// `bytes`, rounded up to a cache line, zero-filled), mapped shared and
+    /// writable: the serving side of the `shm` backend. Other processes map
+    /// the same file with [`Region::open_file`].
+    pub fn create_file(
+        id: RegionId,
+        path: &std::path::Path,
+        bytes: u64,
+        rights: Rights,
+    ) -> Result<Region, FabricError> {
+        if bytes == 0 || bytes > MAX_REGION_BYTES {
+            return Err(FabricError::BadRegion {
+                bytes,
+                reason: "size outside 1 byte ..= 64 GiB",
+            });
+        }
+        let rounded = bytes.div_ceil(REGION_ALIGN as u64) * REGION_ALIGN as u64;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        file.set_len(rounded)?;
+        let map = memmap2::MmapOptions::new()
+            .len(rounded as usize)
+            .map_raw(&file)?;
+        Ok(Region {
+            id,
+            rights,
+            mem: Memory::mapped(map)?,
+        })
+    }
+
+    /// Maps an existing region file: read-only unless `writable` (a client
+    /// of the `shm` backend maps regions it may only READ read-only).
+    pub fn open_file(
+        id: RegionId,
+        path: &std::path::Path,
+        rights: Rights,
+        writable: bool,
+    ) -> Result<Region, FabricError> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(path)?;
+        let len = file.metadata()?.len();
+        if len == 0 || len > MAX_REGION_BYTES || !len.is_multiple_of(REGION_ALIGN as u64) {
+            return Err(FabricError::BadRegion {
+                bytes: len,
+                reason: "region file has a bad size",
+            });
+        }
+        let opts = memmap2::MmapOptions::new().len(len as usize).to_owned();
+        let map = if writable {
+            opts.map_raw(&file)?
+        } else {
+            opts.map_raw_read_only(&file)?
+        };
+        Ok(Region {
+            id,
+            rights,
+            mem: Memory::mapped(map)?,
         })
     }
 

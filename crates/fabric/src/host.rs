@@ -1,0 +1,646 @@
+//! The serving side of the `tcp` and `shm` backends: a node that owns
+//! registered regions, runs a soft NIC for one-sided verbs and RPC workers
+//! for two-sided calls, and listens on a TCP port and/or a Unix socket.
+//!
+//! # Threads and accounting
+//!
+//! Each connection has a reader thread that decodes frames. Doorbell
+//! batches go to the soft-NIC pool, which executes verbs against registered
+//! memory and never calls index code; calls go to the worker pool, which
+//! runs the RPC handler. Each pool counts requests and the time its threads
+//! spend serving them (handlers do not block on I/O, so busy time is their
+//! CPU time), so the server CPU a design costs per operation can be read
+//! off, split by kind.
+//!
+//! # Security
+//!
+//! A client's first frame must be HELLO with the access token, compared in
+//! constant time; anything else closes the connection. Without a token the
+//! host refuses to listen on a non-loopback address. Every frame is bounds
+//! checked ([`crate::wire`]); a malformed payload gets an ERROR reply, a
+//! malformed header closes the connection; the host keeps serving others.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::batch::{Batch, InOrder};
+use crate::endpoint::RpcHandler;
+use crate::error::FabricError;
+use crate::region::{Region, RegionId, RegionTable, Rights};
+use crate::wire::{self, ErrorCode, Header, HostStats, Kind, RegionInfo, HEADER_BYTES, MAX_TOKEN};
+
+/// Settings of a serving node.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Back regions by files in this directory (the `shm` backend) instead
+    /// of heap memory.
+    pub shm_dir: Option<PathBuf>,
+    /// Access token clients must present.
+    pub token: Option<String>,
+    /// Soft-NIC threads.
+    pub nic_threads: usize,
+    /// RPC worker threads.
+    pub workers: usize,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            shm_dir: None,
+            token: None,
+            nic_threads: 2,
+            workers: 2,
+        }
+    }
+}
+
+/// Most connections served at once.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Most queued requests per pool before readers wait (backpressure).
+const MAX_QUEUED: usize = 1 << 16;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+struct Pool {
+    queue: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    room: Condvar,
+    requests: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+impl Pool {
+    fn new() -> Pool {
+        Pool {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            room: Condvar::new(),
+            requests: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn submit(&self, job: Job, stop: &AtomicBool) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        while q.len() >= MAX_QUEUED && !stop.load(Ordering::Relaxed) {
+            q = self
+                .room
+                .wait_timeout(q, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        q.push_back(job);
+        self.ready.notify_one();
+    }
+
+    fn run(&self, stop: &AtomicBool) {
+        loop {
+            let job = {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if let Some(j) = q.pop_front() {
+                        self.room.notify_one();
+                        break Some(j);
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break None;
+                    }
+                    q = self
+                        .ready
+                        .wait_timeout(q, Duration::from_millis(100))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            };
+            let Some(job) = job else { return };
+            let start = Instant::now();
+            job();
+            self.busy_ns
+                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.requests.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+struct Entry {
+    region: Arc<Region>,
+    path: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct Table(HashMap<RegionId, Entry>);
+
+impl RegionTable for Table {
+    fn region(&self, id: RegionId) -> Option<&Region> {
+        self.0.get(&id).map(|e| &*e.region)
+    }
+}
+
+struct Inner {
+    config: HostConfig,
+    regions: RwLock<Arc<Table>>,
+    files: Mutex<HashMap<RegionId, PathBuf>>,
+    handler: RwLock<Option<Arc<dyn RpcHandler>>>,
+    nic: Pool,
+    workers: Pool,
+    nic_verbs: AtomicU64,
+    bad_frames: AtomicU64,
+    connections: AtomicU64,
+    open_connections: AtomicU64,
+    stop: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    socket: Mutex<Option<PathBuf>>,
+}
+
+/// A serving node; cheap to clone.
+#[derive(Clone)]
+pub struct Host {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+/// Compares two byte strings in time that depends only on their lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // Keep the compiler from short-circuiting the fold.
+    std::hint::black_box(diff) == 0
+}
+
+impl Host {
+    /// Starts the thread pools; listen with [`Host::listen_tcp`] and
+    /// [`Host::listen_unix`].
+    pub fn new(config: HostConfig) -> Result<Host, FabricError> {
+        if config.nic_threads == 0 || config.workers == 0 {
+            return Err(FabricError::Refused(
+                "at least one soft-NIC thread and one worker are needed".into(),
+            ));
+        }
+        if let Some(t) = &config.token {
+            if t.is_empty() || t.len() > MAX_TOKEN {
+                return Err(FabricError::Refused(format!(
+                    "the token must be 1..={MAX_TOKEN} bytes"
+                )));
+            }
+        }
+        if let Some(dir) = &config.shm_dir {
+            std::fs::create_dir_all(dir)?;
+        }
+        let inner = Arc::new(Inner {
+            regions: RwLock::new(Arc::new(Table::default())),
+            files: Mutex::new(HashMap::new()),
+            handler: RwLock::new(None),
+            nic: Pool::new(),
+            workers: Pool::new(),
+            nic_verbs: AtomicU64::new(0),
+            bad_frames: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            open_connections: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            socket: Mutex::new(None),
+            config,
+        });
+        let mut threads = Vec::new();
+        for t in 0..inner.config.nic_threads {
+            let i = inner.clone();
+            threads.push(spawn(format!("soft-nic-{t}"), move || i.nic.run(&i.stop))?);
+        }
+        for t in 0..inner.config.workers {
+            let i = inner.clone();
+            threads.push(spawn(format!("rpc-worker-{t}"), move || {
+                i.workers.run(&i.stop)
+            })?);
+        }
+        *inner.threads.lock().unwrap_or_else(|e| e.into_inner()) = threads;
+        Ok(Host { inner })
+    }
+
+    /// Allocates a region for registration: a file in the shm directory,
+    /// or zeroed heap memory.
+    pub fn alloc_region(
+        &self,
+        id: RegionId,
+        bytes: u64,
+        rights: Rights,
+    ) -> Result<Arc<Region>, FabricError> {
+        match &self.inner.config.shm_dir {
+            Some(dir) => {
+                let path = dir.join(format!("region-{}.mem", id.0));
+                let region = Region::create_file(id, &path, bytes, rights)?;
+                self.inner
+                    .files
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, path);
+                Ok(Arc::new(region))
+            }
+            None => Ok(Arc::new(Region::new(id, bytes, rights)?)),
+        }
+    }
+
+    fn update(
+        &self,
+        f: impl FnOnce(&mut HashMap<RegionId, Entry>) -> Result<(), FabricError>,
+    ) -> Result<(), FabricError> {
+        let mut guard = self
+            .inner
+            .regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut next: HashMap<RegionId, Entry> = guard
+            .0
+            .iter()
+            .map(|(k, e)| {
+                (
+                    *k,
+                    Entry {
+                        region: e.region.clone(),
+                        path: e.path.clone(),
+                    },
+                )
+            })
+            .collect();
+        f(&mut next)?;
+        *guard = Arc::new(Table(next));
+        Ok(())
+    }
+
+    /// Makes `region` reachable by verbs.
+    pub fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
+        let path = self
+            .inner
+            .files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&region.id())
+            .cloned();
+        self.update(|t| {
+            if t.contains_key(&region.id()) {
+                return Err(FabricError::DuplicateRegion(region.id()));
+            }
+            t.insert(region.id(), Entry { region, path });
+            Ok(())
+        })
+    }
+
+    /// Withdraws a region; its file (shm) is removed, mappings clients
+    /// already hold stay valid until they drop them.
+    pub fn deregister(&self, id: RegionId) {
+        let _ = self.update(|t| {
+            t.remove(&id);
+            Ok(())
+        });
+        if let Some(path) = self
+            .inner
+            .files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// Installs the RPC handler.
+    pub fn set_handler(&self, handler: Arc<dyn RpcHandler>) {
+        *self
+            .inner
+            .handler
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(handler);
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HostStats {
+        let i = &self.inner;
+        HostStats {
+            nic_requests: i.nic.requests.load(Ordering::Relaxed),
+            nic_busy_ns: i.nic.busy_ns.load(Ordering::Relaxed),
+            nic_verbs: i.nic_verbs.load(Ordering::Relaxed),
+            worker_requests: i.workers.requests.load(Ordering::Relaxed),
+            worker_busy_ns: i.workers.busy_ns.load(Ordering::Relaxed),
+            bad_frames: i.bad_frames.load(Ordering::Relaxed),
+            connections: i.connections.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Listens on a TCP address; returns the bound address (port 0 picks
+    /// one). Refuses a non-loopback address without a token.
+    pub fn listen_tcp(&self, addr: SocketAddr) -> Result<SocketAddr, FabricError> {
+        if !addr.ip().is_loopback() && self.inner.config.token.is_none() {
+            return Err(FabricError::Refused(format!(
+                "refusing to listen on non-loopback address {addr} without an access token (--token or XSTORE_TOKEN)"
+            )));
+        }
+        let listener = TcpListener::bind(addr)?;
+        let bound = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let inner = self.inner.clone();
+        let t = spawn(format!("accept-{bound}"), move || {
+            accept_loop(&inner, || match listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false)?;
+                    s.set_nodelay(true)?;
+                    let w = s.try_clone()?;
+                    Ok(Some((s, w)))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) => Err(e),
+            })
+        })?;
+        self.inner
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(t);
+        Ok(bound)
+    }
+
+    /// Listens on a Unix socket at `path` (replacing a stale socket file).
+    pub fn listen_unix(&self, path: &Path) -> Result<(), FabricError> {
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path)?;
+        listener.set_nonblocking(true)?;
+        *self.inner.socket.lock().unwrap_or_else(|e| e.into_inner()) = Some(path.to_path_buf());
+        let inner = self.inner.clone();
+        let t = spawn("accept-unix".into(), move || {
+            accept_loop(&inner, || match listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false)?;
+                    let w = s.try_clone()?;
+                    Ok(Some((s, w)))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) => Err(e),
+            })
+        })?;
+        self.inner
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(t);
+        Ok(())
+    }
+
+    /// Stops listening and serving, joins the threads, removes the socket
+    /// and region files. Idempotent.
+    pub fn shutdown(&self) {
+        self.inner.stop.store(true, Ordering::Release);
+        self.inner.nic.ready.notify_all();
+        self.inner.workers.ready.notify_all();
+        let threads =
+            std::mem::take(&mut *self.inner.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+        if let Some(p) = self
+            .inner
+            .socket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = std::fs::remove_file(p);
+        }
+        for (_, p) in self
+            .inner
+            .files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, FabricError> {
+    Ok(std::thread::Builder::new().name(name).spawn(f)?)
+}
+
+fn accept_loop<S>(inner: &Arc<Inner>, mut accept: impl FnMut() -> std::io::Result<Option<(S, S)>>)
+where
+    S: Read + Write + Send + 'static,
+{
+    while !inner.stop.load(Ordering::Acquire) {
+        match accept() {
+            Ok(Some((read, write))) => {
+                if inner.open_connections.load(Ordering::Relaxed) as usize >= MAX_CONNECTIONS {
+                    tracing::warn!("connection limit reached; refusing a connection");
+                    continue;
+                }
+                inner.connections.fetch_add(1, Ordering::Relaxed);
+                inner.open_connections.fetch_add(1, Ordering::Relaxed);
+                let inner = inner.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("conn".into())
+                    .spawn(move || {
+                        serve_connection(&inner, read, Arc::new(Mutex::new(write)));
+                        inner.open_connections.fetch_sub(1, Ordering::Relaxed);
+                    });
+                if let Err(e) = spawned {
+                    tracing::error!(error = %e, "cannot spawn a connection thread");
+                }
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn send<W: Write>(writer: &Mutex<W>, kind: Kind, id: u64, payload: &[u8]) {
+    let header = Header {
+        kind,
+        id,
+        len: payload.len() as u32,
+    }
+    .encode();
+    let mut frame = Vec::with_capacity(HEADER_BYTES + payload.len());
+    frame.extend_from_slice(&header);
+    frame.extend_from_slice(payload);
+    let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
+    // A peer that went away is noticed by its reader; nothing to do here.
+    let _ = w.write_all(&frame).and_then(|_| w.flush());
+}
+
+fn send_error<W: Write>(writer: &Mutex<W>, id: u64, code: ErrorCode, msg: &str) {
+    let mut p = Vec::new();
+    wire::encode_error(code, msg, &mut p);
+    send(writer, Kind::Error, id, &p);
+}
+
+fn serve_connection<S>(inner: &Arc<Inner>, mut read: S, writer: Arc<Mutex<S>>)
+where
+    S: Read + Write + Send + 'static,
+{
+    let mut authed = false;
+    let mut head = [0u8; HEADER_BYTES];
+    loop {
+        if read.read_exact(&mut head).is_err() || inner.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let header = match Header::decode(&head) {
+            Ok(h) => h,
+            Err(e) => {
+                inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, "bad frame header; closing the connection");
+                send_error(&writer, 0, ErrorCode::Malformed, &e.to_string());
+                return;
+            }
+        };
+        let mut payload = vec![0u8; header.len as usize];
+        if read.read_exact(&mut payload).is_err() {
+            return;
+        }
+        if !authed {
+            let ok = header.kind == Kind::Hello
+                && match &inner.config.token {
+                    Some(t) => constant_time_eq(t.as_bytes(), &payload),
+                    None => true,
+                };
+            if !ok {
+                inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("connection without a valid token; closing it");
+                send_error(
+                    &writer,
+                    header.id,
+                    ErrorCode::Unauthorized,
+                    "a valid access token is required",
+                );
+                return;
+            }
+            authed = true;
+            send(&writer, Kind::HelloOk, header.id, &[]);
+            continue;
+        }
+        match header.kind {
+            Kind::Post => {
+                let inner2 = inner.clone();
+                let writer = writer.clone();
+                inner.nic.submit(
+                    Box::new(move || {
+                        let mut batch = Batch::new();
+                        let mut out = Vec::new();
+                        match wire::decode_post(&payload, &mut batch) {
+                            Ok(()) => {
+                                let table = inner2
+                                    .regions
+                                    .read()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .clone();
+                                batch.execute(&*table, InOrder);
+                                inner2
+                                    .nic_verbs
+                                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                                wire::encode_post_reply(&batch, &mut out);
+                                send(&writer, Kind::PostReply, header.id, &out);
+                            }
+                            Err(e) => {
+                                inner2.bad_frames.fetch_add(1, Ordering::Relaxed);
+                                send_error(
+                                    &writer,
+                                    header.id,
+                                    ErrorCode::Malformed,
+                                    &e.to_string(),
+                                );
+                            }
+                        }
+                    }),
+                    &inner.stop,
+                );
+            }
+            Kind::Call => {
+                let handler = inner
+                    .handler
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                let Some(handler) = handler else {
+                    send_error(
+                        &writer,
+                        header.id,
+                        ErrorCode::NoHandler,
+                        "this node serves no RPC",
+                    );
+                    continue;
+                };
+                let writer = writer.clone();
+                inner.workers.submit(
+                    Box::new(move || {
+                        let mut reply = Vec::new();
+                        handler.handle(&payload, &mut reply);
+                        send(&writer, Kind::CallReply, header.id, &reply);
+                    }),
+                    &inner.stop,
+                );
+            }
+            Kind::RegionInfo => {
+                let info = payload
+                    .get(0..4)
+                    .filter(|_| payload.len() == 4)
+                    .map(|b| RegionId(u32::from_le_bytes(b.try_into().expect("4 bytes"))))
+                    .and_then(|id| {
+                        let table = inner
+                            .regions
+                            .read()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone();
+                        table.0.get(&id).and_then(|e| {
+                            e.path.as_ref().map(|p| RegionInfo {
+                                rights: e.region.rights(),
+                                len: e.region.len_bytes(),
+                                path: p.to_string_lossy().into_owned(),
+                            })
+                        })
+                    });
+                let mut out = Vec::new();
+                wire::encode_region_info(info.as_ref(), &mut out);
+                send(&writer, Kind::RegionInfoReply, header.id, &out);
+            }
+            Kind::Stats => {
+                let mut out = Vec::new();
+                Host {
+                    inner: inner.clone(),
+                }
+                .stats()
+                .encode(&mut out);
+                send(&writer, Kind::StatsReply, header.id, &out);
+            }
+            other => {
+                inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+                send_error(
+                    &writer,
+                    header.id,
+                    ErrorCode::Malformed,
+                    &format!("unexpected {other:?} frame"),
+                );
+            }
+        }
+    }
+}
+
+/// Whether a path looks like a live socket (for tests and tools).
+pub fn socket_exists(path: &Path) -> bool {
+    UnixStream::connect(path).is_ok()
+}

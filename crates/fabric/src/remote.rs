@@ -1,0 +1,474 @@
+//! Client endpoints of the `tcp` and `shm` backends, and connecting by URL.
+//!
+//! A [`Connection`] carries frames to a serving [`crate::host::Host`]. Its
+//! requests are matched to replies by id, and a reader thread delivers each
+//! reply to the thread waiting for it, so many endpoints (threads) can share
+//! one connection with several requests in flight (pipelining).
+//!
+//! * [`TcpEndpoint`] ships doorbell batches to the host's soft NIC as one
+//!   frame and RPCs to its workers.
+//! * [`ShmEndpoint`] maps the host's region files itself (read-only unless
+//!   the region grants writes or atomics) and executes verbs in the
+//!   client's own thread: truly one-sided, no server thread takes part.
+//!   RPCs go over the host's Unix socket.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::batch::{Batch, InOrder, MAX_BATCH_OPS};
+use crate::counters::Counters;
+use crate::endpoint::{Endpoint, NodeId};
+use crate::error::{FabricError, VerbError};
+use crate::region::{Region, RegionId, RegionTable, Rights};
+use crate::wire::{self, Header, HostStats, Kind, HEADER_BYTES};
+
+/// How long a request may wait for its reply.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+type Reply = Result<(Kind, Vec<u8>), FabricError>;
+
+#[derive(Default)]
+struct Slot {
+    reply: Mutex<Option<Reply>>,
+    ready: Condvar,
+}
+
+/// A framed, multiplexed connection to a serving node.
+pub struct Connection {
+    writer: Mutex<Box<dyn Write + Send>>,
+    pending: Mutex<HashMap<u64, Arc<Slot>>>,
+    next_id: AtomicU64,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Starts the reader thread over `read`, says hello with `token` on
+    /// `write`, and waits for the node to accept it.
+    pub fn open<R, W>(
+        read: R,
+        write: W,
+        token: Option<&str>,
+    ) -> Result<Arc<Connection>, FabricError>
+    where
+        R: Read + Send + 'static,
+        W: Write + Send + 'static,
+    {
+        let conn = Arc::new(Connection {
+            writer: Mutex::new(Box::new(write)),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+        });
+        let reader = conn.clone();
+        std::thread::Builder::new()
+            .name("fabric-reader".into())
+            .spawn(move || reader.read_loop(read))?;
+        let (kind, payload) = conn.request(Kind::Hello, token.unwrap_or("").as_bytes())?;
+        match kind {
+            Kind::HelloOk => Ok(conn),
+            Kind::Error => Err(FabricError::Refused(format!(
+                "the node refused the connection: {}",
+                wire::decode_error(&payload).1
+            ))),
+            other => Err(FabricError::Protocol(format!(
+                "expected HELLO_OK, got {other:?}"
+            ))),
+        }
+    }
+
+    fn read_loop(&self, mut read: impl Read) {
+        let mut head = [0u8; HEADER_BYTES];
+        let why = loop {
+            if let Err(e) = read.read_exact(&mut head) {
+                break format!("connection closed: {e}");
+            }
+            let header = match Header::decode(&head) {
+                Ok(h) => h,
+                Err(e) => break format!("bad frame from the node: {e}"),
+            };
+            let mut payload = vec![0u8; header.len as usize];
+            if let Err(e) = read.read_exact(&mut payload) {
+                break format!("connection closed mid-frame: {e}");
+            }
+            let slot = self
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&header.id);
+            match slot {
+                Some(slot) => {
+                    *slot.reply.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Ok((header.kind, payload)));
+                    slot.ready.notify_one();
+                }
+                None if header.kind == Kind::Error => {
+                    // An error not tied to a request: the node closes us.
+                    break format!("node error: {}", wire::decode_error(&payload).1);
+                }
+                None => tracing::debug!(id = header.id, "reply to no pending request"),
+            }
+        };
+        self.closed.store(true, Ordering::Release);
+        let pending: Vec<Arc<Slot>> = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        for slot in pending {
+            *slot.reply.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(Err(FabricError::Disconnected(why.clone())));
+            slot.ready.notify_one();
+        }
+    }
+
+    /// One request and its reply (blocking; other threads may have
+    /// requests in flight on the same connection meanwhile).
+    pub fn request(&self, kind: Kind, payload: &[u8]) -> Reply {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(FabricError::Disconnected("connection closed".into()));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot::default());
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, slot.clone());
+        let header = Header {
+            kind,
+            id,
+            len: payload.len() as u32,
+        }
+        .encode();
+        let written = {
+            let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            w.write_all(&header)
+                .and_then(|_| w.write_all(payload))
+                .and_then(|_| w.flush())
+        };
+        if let Err(e) = written {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+            return Err(FabricError::Disconnected(e.to_string()));
+        }
+        let mut reply = slot.reply.lock().unwrap_or_else(|e| e.into_inner());
+        let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
+        while reply.is_none() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                self.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+                return Err(FabricError::Disconnected("request timed out".into()));
+            }
+            reply = slot
+                .ready
+                .wait_timeout(reply, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        reply.take().expect("checked above")
+    }
+
+    /// The node's counters.
+    pub fn host_stats(&self) -> Result<HostStats, FabricError> {
+        match self.request(Kind::Stats, &[])? {
+            (Kind::StatsReply, p) => {
+                HostStats::decode(&p).map_err(|e| FabricError::Protocol(e.to_string()))
+            }
+            (k, _) => Err(FabricError::Protocol(format!(
+                "expected STATS_REPLY, got {k:?}"
+            ))),
+        }
+    }
+
+    fn call(&self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), FabricError> {
+        match self.request(Kind::Call, request)? {
+            (Kind::CallReply, p) => {
+                *reply = p;
+                Ok(())
+            }
+            (Kind::Error, p) => {
+                let (code, msg) = wire::decode_error(&p);
+                if code == wire::ErrorCode::NoHandler as u16 {
+                    Err(FabricError::NoHandler(0))
+                } else {
+                    Err(FabricError::Protocol(msg))
+                }
+            }
+            (k, _) => Err(FabricError::Protocol(format!(
+                "expected CALL_REPLY, got {k:?}"
+            ))),
+        }
+    }
+}
+
+fn check_node(node: NodeId) -> Result<(), FabricError> {
+    // A remote endpoint talks to exactly one node, known as node 0.
+    if node != NodeId(0) {
+        return Err(FabricError::UnknownNode(node.0));
+    }
+    Ok(())
+}
+
+/// An endpoint of the `tcp` backend.
+pub struct TcpEndpoint {
+    conn: Arc<Connection>,
+    counters: Counters,
+    frame: Vec<u8>,
+}
+
+impl TcpEndpoint {
+    /// Connects to a host listening at `addr`.
+    pub fn connect(addr: SocketAddr, token: Option<&str>) -> Result<TcpEndpoint, FabricError> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        let write = stream.try_clone()?;
+        Ok(TcpEndpoint {
+            conn: Connection::open(stream, write, token)?,
+            counters: Counters::default(),
+            frame: Vec::new(),
+        })
+    }
+
+    /// Another endpoint on the same connection (its requests pipeline with
+    /// this one's).
+    pub fn share(&self) -> TcpEndpoint {
+        TcpEndpoint {
+            conn: self.conn.clone(),
+            counters: Counters::default(),
+            frame: Vec::new(),
+        }
+    }
+
+    /// The connection.
+    pub fn connection(&self) -> &Arc<Connection> {
+        &self.conn
+    }
+}
+
+impl Endpoint for TcpEndpoint {
+    fn post(&mut self, node: NodeId, batch: &mut Batch) -> Result<(), FabricError> {
+        check_node(node)?;
+        if batch.len() > MAX_BATCH_OPS || wire::encode_post(batch, &mut self.frame).is_none() {
+            batch.fail_all(VerbError::NotExecuted);
+            return Err(FabricError::BatchTooLarge {
+                ops: batch.len(),
+                max: MAX_BATCH_OPS,
+            });
+        }
+        let reply = self.conn.request(Kind::Post, &self.frame);
+        let result = match reply {
+            Ok((Kind::PostReply, p)) => {
+                wire::decode_post_reply(&p, batch).map_err(|e| FabricError::Protocol(e.to_string()))
+            }
+            Ok((Kind::Error, p)) => Err(FabricError::Protocol(wire::decode_error(&p).1)),
+            Ok((k, _)) => Err(FabricError::Protocol(format!(
+                "expected POST_REPLY, got {k:?}"
+            ))),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            batch.fail_all(VerbError::Transport(e.to_string()));
+            return Err(e);
+        }
+        self.counters.record_batch(batch);
+        Ok(())
+    }
+
+    fn call(
+        &mut self,
+        node: NodeId,
+        request: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), FabricError> {
+        check_node(node)?;
+        self.conn.call(request, reply)?;
+        self.counters.record_call(request.len(), reply.len());
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+}
+
+#[derive(Default)]
+struct Mapped(HashMap<RegionId, Arc<Region>>);
+
+impl RegionTable for Mapped {
+    fn region(&self, id: RegionId) -> Option<&Region> {
+        self.0.get(&id).map(|r| &**r)
+    }
+}
+
+/// An endpoint of the `shm` backend.
+pub struct ShmEndpoint {
+    conn: Arc<Connection>,
+    mapped: Mapped,
+    counters: Counters,
+}
+
+impl ShmEndpoint {
+    /// Connects to the host serving the shm directory `dir` (its socket is
+    /// `dir/xstore.sock`).
+    pub fn connect(dir: &std::path::Path, token: Option<&str>) -> Result<ShmEndpoint, FabricError> {
+        let stream = UnixStream::connect(dir.join(SOCKET_NAME))?;
+        let write = stream.try_clone()?;
+        Ok(ShmEndpoint {
+            conn: Connection::open(stream, write, token)?,
+            mapped: Mapped::default(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// Another endpoint on the same socket, with its own mappings.
+    pub fn share(&self) -> ShmEndpoint {
+        ShmEndpoint {
+            conn: self.conn.clone(),
+            mapped: Mapped::default(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The connection.
+    pub fn connection(&self) -> &Arc<Connection> {
+        &self.conn
+    }
+
+    /// Maps region `id` if the host knows it (like learning an rkey: once
+    /// per region, not per verb).
+    fn map(&mut self, id: RegionId) -> Result<(), FabricError> {
+        if self.mapped.0.contains_key(&id) {
+            return Ok(());
+        }
+        let info = match self.conn.request(Kind::RegionInfo, &id.0.to_le_bytes())? {
+            (Kind::RegionInfoReply, p) => {
+                wire::decode_region_info(&p).map_err(|e| FabricError::Protocol(e.to_string()))?
+            }
+            (k, _) => {
+                return Err(FabricError::Protocol(format!(
+                    "expected REGION_INFO_REPLY, got {k:?}"
+                )))
+            }
+        };
+        let Some(info) = info else {
+            return Ok(()); // unknown: the verbs fail alone
+        };
+        let writable = info.rights.contains(Rights::WRITE) || info.rights.contains(Rights::ATOMIC);
+        match Region::open_file(id, std::path::Path::new(&info.path), info.rights, writable) {
+            Ok(r) => {
+                self.mapped.0.insert(id, Arc::new(r));
+            }
+            Err(e) => tracing::warn!(region = id.0, error = %e, "cannot map a region file"),
+        }
+        Ok(())
+    }
+}
+
+/// Name of the host's socket inside an shm directory.
+pub const SOCKET_NAME: &str = "xstore.sock";
+
+impl Endpoint for ShmEndpoint {
+    fn post(&mut self, node: NodeId, batch: &mut Batch) -> Result<(), FabricError> {
+        check_node(node)?;
+        if batch.len() > MAX_BATCH_OPS {
+            batch.fail_all(VerbError::NotExecuted);
+            return Err(FabricError::BatchTooLarge {
+                ops: batch.len(),
+                max: MAX_BATCH_OPS,
+            });
+        }
+        for i in 0..batch.len() {
+            let id = batch.ops()[i].region;
+            self.map(id)?;
+        }
+        batch.execute(&self.mapped, InOrder);
+        self.counters.record_batch(batch);
+        Ok(())
+    }
+
+    fn call(
+        &mut self,
+        node: NodeId,
+        request: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<(), FabricError> {
+        check_node(node)?;
+        self.conn.call(request, reply)?;
+        self.counters.record_call(request.len(), reply.len());
+        Ok(())
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+}
+
+/// Where a server is, parsed from a URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Url {
+    /// `tcp://host:port`
+    Tcp(SocketAddr),
+    /// `shm:///path/to/dir`
+    Shm(PathBuf),
+}
+
+impl std::str::FromStr for Url {
+    type Err = FabricError;
+    fn from_str(s: &str) -> Result<Url, FabricError> {
+        if let Some(rest) = s.strip_prefix("tcp://") {
+            let addr = rest
+                .to_socket_addrs()
+                .map_err(|e| FabricError::Refused(format!("cannot resolve '{rest}': {e}")))?
+                .next()
+                .ok_or_else(|| FabricError::Refused(format!("'{rest}' resolves to no address")))?;
+            return Ok(Url::Tcp(addr));
+        }
+        if let Some(rest) = s.strip_prefix("shm://") {
+            if !rest.starts_with('/') {
+                return Err(FabricError::Refused(format!(
+                    "shm URL needs an absolute path: '{s}'"
+                )));
+            }
+            return Ok(Url::Shm(PathBuf::from(rest)));
+        }
+        Err(FabricError::Refused(format!(
+            "unknown server URL '{s}' (expected tcp://host:port or shm:///path)"
+        )))
+    }
+}
+
+/// Connects an endpoint to the server at `url`.
+pub fn connect(url: &Url, token: Option<&str>) -> Result<Box<dyn Endpoint>, FabricError> {
+    Ok(match url {
+        Url::Tcp(addr) => Box::new(TcpEndpoint::connect(*addr, token)?),
+        Url::Shm(dir) => Box::new(ShmEndpoint::connect(dir, token)?),
+    })
+}
+
+/// The serving node's counters, over a fresh connection.
+pub fn host_stats(url: &Url, token: Option<&str>) -> Result<HostStats, FabricError> {
+    match url {
+        Url::Tcp(addr) => TcpEndpoint::connect(*addr, token)?.conn.host_stats(),
+        Url::Shm(dir) => ShmEndpoint::connect(dir, token)?.conn.host_stats(),
+    }
+}

@@ -1,0 +1,260 @@
+//! The `tcp` and `shm` backends against a real host in this process:
+//! verbs, rights, RPC, pipelining, tokens and garbage on the wire.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use fabric::wire::{Header, Kind, HEADER_BYTES};
+use fabric::{
+    Batch, Endpoint, FabricError, Host, HostConfig, NodeId, RegionId, Rights, RpcHandler,
+    ShmEndpoint, TcpEndpoint, VerbError,
+};
+
+struct Echo;
+impl RpcHandler for Echo {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        reply.extend(request.iter().rev());
+    }
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("xstore-fabric-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn host(shm: Option<&std::path::Path>, token: Option<&str>) -> Host {
+    let host = Host::new(HostConfig {
+        shm_dir: shm.map(|p| p.to_path_buf()),
+        token: token.map(String::from),
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let ro = host.alloc_region(RegionId(1), 4096, Rights::READ).unwrap();
+    let rw = host.alloc_region(RegionId(2), 4096, Rights::ALL).unwrap();
+    for i in 0..512 {
+        ro.store(i, i as u64 * 3);
+    }
+    host.register(ro).unwrap();
+    host.register(rw).unwrap();
+    host.set_handler(Arc::new(Echo));
+    host
+}
+
+fn exercise(ep: &mut dyn Endpoint) {
+    let node = NodeId(0);
+    let mut b = Batch::new();
+    let r = b.read(RegionId(1), 80, 16);
+    let w = b.write(RegionId(2), 0, &42u64.to_le_bytes());
+    let denied = b.write(RegionId(1), 0, &[0; 8]);
+    let oob = b.read(RegionId(1), 4096, 8);
+    let unknown = b.read(RegionId(9), 0, 8);
+    let cas = b.cas(RegionId(2), 8, 0, 5);
+    let faa = b.faa(RegionId(2), 8, 2);
+    ep.post(node, &mut b).unwrap();
+    let got = b.read_bytes(r).unwrap();
+    assert_eq!(&got[..8], &30u64.to_le_bytes());
+    assert_eq!(&got[8..], &33u64.to_le_bytes());
+    b.status(w).unwrap();
+    assert!(matches!(
+        b.status(denied),
+        Err(VerbError::AccessDenied { .. })
+    ));
+    assert!(matches!(
+        b.status(oob),
+        Err(VerbError::OutOfBounds {
+            region_len: 4096,
+            ..
+        })
+    ));
+    assert!(matches!(
+        b.status(unknown),
+        Err(VerbError::UnknownRegion(_))
+    ));
+    assert_eq!(b.atomic_result(cas).unwrap(), 0);
+    assert_eq!(b.atomic_result(faa).unwrap(), 5);
+    let mut b = Batch::new();
+    let r = b.read(RegionId(2), 0, 16);
+    ep.post(node, &mut b).unwrap();
+    assert_eq!(
+        b.read_bytes(r).unwrap(),
+        [42u64.to_le_bytes(), 7u64.to_le_bytes()].concat()
+    );
+    let mut reply = Vec::new();
+    ep.call(node, b"hello", &mut reply).unwrap();
+    assert_eq!(reply, b"olleh");
+    assert!(matches!(
+        ep.post(NodeId(3), &mut b),
+        Err(FabricError::UnknownNode(3))
+    ));
+    let c = ep.counters();
+    assert_eq!((c.round_trips, c.rpcs), (3, 1));
+}
+
+#[test]
+fn tcp_verbs_rights_and_rpc() {
+    let host = host(None, Some("sesame"));
+    let addr = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut ep = TcpEndpoint::connect(addr, Some("sesame")).unwrap();
+    exercise(&mut ep);
+    let s = host.stats();
+    assert_eq!(s.nic_requests, 2, "batches went to the soft NIC");
+    assert_eq!(s.worker_requests, 1, "the call went to a worker");
+    host.shutdown();
+}
+
+#[test]
+fn shm_verbs_are_one_sided() {
+    let dir = temp_dir("shm");
+    let host = host(Some(&dir), None);
+    host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))
+        .unwrap();
+    let mut ep = ShmEndpoint::connect(&dir, None).unwrap();
+    exercise(&mut ep);
+    let s = host.stats();
+    assert_eq!(
+        s.nic_requests, 0,
+        "no server thread takes part in shm verbs"
+    );
+    assert_eq!(s.worker_requests, 1);
+    host.shutdown();
+    assert!(
+        !dir.join("region-1.mem").exists(),
+        "shutdown removes region files"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pipelined_requests_share_a_connection() {
+    let host = host(None, None);
+    let addr = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+    let first = TcpEndpoint::connect(addr, None).unwrap();
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let mut ep = first.share();
+            std::thread::spawn(move || {
+                for i in 0..300u32 {
+                    let msg = [t, (i % 251) as u8, 9];
+                    let mut reply = Vec::new();
+                    ep.call(NodeId(0), &msg, &mut reply).unwrap();
+                    assert_eq!(reply, [9, (i % 251) as u8, t]);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(host.stats().connections, 1);
+    host.shutdown();
+}
+
+#[test]
+fn tokens_are_required_and_checked() {
+    let host = host(None, Some("right"));
+    let addr = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+    assert!(matches!(
+        TcpEndpoint::connect(addr, Some("wrong")),
+        Err(FabricError::Refused(_))
+    ));
+    assert!(matches!(
+        TcpEndpoint::connect(addr, None),
+        Err(FabricError::Refused(_))
+    ));
+    // A POST before HELLO closes the connection.
+    let mut s = TcpStream::connect(addr).unwrap();
+    let h = Header {
+        kind: Kind::Post,
+        id: 1,
+        len: 0,
+    }
+    .encode();
+    s.write_all(&h).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    assert!(
+        buf.len() >= HEADER_BYTES,
+        "an ERROR frame comes back before the close"
+    );
+    let mut ok = TcpEndpoint::connect(addr, Some("right")).unwrap();
+    let mut reply = Vec::new();
+    ok.call(NodeId(0), b"ab", &mut reply).unwrap();
+    assert_eq!(reply, b"ba");
+    assert!(host.stats().bad_frames >= 3);
+    host.shutdown();
+}
+
+#[test]
+fn non_loopback_without_token_refused() {
+    let host = host(None, None);
+    let err = host.listen_tcp("0.0.0.0:0".parse().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("token"), "{err}");
+    host.shutdown();
+}
+
+fn raw(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn garbage_frames_do_not_hurt_the_host() {
+    let host = host(None, None);
+    let addr = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+    let hello = Header {
+        kind: Kind::Hello,
+        id: 1,
+        len: 0,
+    }
+    .encode();
+    let mut oversized = Header {
+        kind: Kind::Call,
+        id: 2,
+        len: 0,
+    }
+    .encode();
+    oversized[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+    let truncated_post = {
+        let mut f = hello.to_vec();
+        f.extend_from_slice(
+            &Header {
+                kind: Kind::Post,
+                id: 3,
+                len: 10,
+            }
+            .encode(),
+        );
+        f.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 1, 0]);
+        f
+    };
+    let cases: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        vec![0; 100],
+        [hello.to_vec(), oversized.to_vec()].concat(),
+        [hello.to_vec(), vec![b'X', b'S', b'F', b'B', 9, 3]].concat(),
+        truncated_post,
+        hello[..10].to_vec(),
+    ];
+    for case in &cases {
+        let _ = raw(addr, case);
+    }
+    // A malformed POST payload on a healthy connection gets an ERROR reply
+    // and the connection keeps working.
+    let mut ep = TcpEndpoint::connect(addr, None).unwrap();
+    let (kind, _) = ep
+        .connection()
+        .request(Kind::Post, &[5, 0, 0, 0, 0, 0, 0, 0])
+        .unwrap();
+    assert_eq!(kind, Kind::Error);
+    exercise(&mut ep);
+    assert!(host.stats().bad_frames >= 4);
+    host.shutdown();
+}
