@@ -12,7 +12,7 @@ pub mod values;
 
 pub use report::Report;
 pub use run::{run, Progress, RunConfig};
-pub use system::{KvClient, System, XStoreLocal, XStoreOptions};
+pub use system::{KvClient, ServerTime, System, XStoreLocal, XStoreOptions, XStoreRemote};
 pub use values::{belongs, value_for};
 
 /// Errors of a benchmark run.

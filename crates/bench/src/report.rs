@@ -39,6 +39,15 @@ pub struct PerGet {
     pub leaves_read: f64,
 }
 
+/// Server time per operation, by who spent it (µs).
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct ServerSplit {
+    /// Soft NIC (one-sided verbs).
+    pub nic: f64,
+    /// RPC workers (index code).
+    pub worker: f64,
+}
+
 /// Model figures of designs that have a learned model.
 #[derive(Debug, Clone, Copy, Serialize, Default)]
 pub struct ModelFigures {
@@ -93,6 +102,9 @@ pub struct Report {
     /// Server time per operation, µs (on the local fabric: time inside the
     /// RPC handler, which runs in the client threads).
     pub server_cpu_us_per_op: Option<f64>,
+    /// The same, split into soft NIC and RPC workers (beyond the contract's
+    /// keys; `null` where not measured).
+    pub server_cpu_split_us_per_op: Option<ServerSplit>,
     /// Model figures.
     pub model: Option<ModelFigures>,
     /// Fallbacks per client-direct read (GET or SCAN).
@@ -152,7 +164,18 @@ impl Report {
             self.client_cache_bytes
                 .map_or("null".into(), |b| b.to_string()),
         ));
-        rows.push(("server us/op", opt(self.server_cpu_us_per_op, 3)));
+        rows.push((
+            "server us/op",
+            match self.server_cpu_split_us_per_op {
+                Some(s) => format!(
+                    "{}  (soft NIC {:.3}, workers {:.3})",
+                    opt(self.server_cpu_us_per_op, 3),
+                    s.nic,
+                    s.worker
+                ),
+                None => opt(self.server_cpu_us_per_op, 3),
+            },
+        ));
         if let Some(m) = self.model {
             rows.push((
                 "model",

@@ -9,8 +9,8 @@ use fabric::Counters;
 use hdrhistogram::Histogram;
 use ycsb::{Distribution, Op, OpStream, Workload};
 
-use crate::report::{Correctness, Latency, PerGet, PerOp, Report};
-use crate::system::{DirectStats, KvClient, System};
+use crate::report::{Correctness, Latency, PerGet, PerOp, Report, ServerSplit};
+use crate::system::{DirectStats, KvClient, ServerTime, System};
 use crate::values::{belongs, value_for};
 use crate::BenchError;
 
@@ -75,7 +75,7 @@ pub fn run(
     let barrier = Barrier::new(threads as usize + 1);
     let stop = AtomicBool::new(false);
     let per_thread = config.ops.div_ceil(threads as u64);
-    let (results, seconds) = std::thread::scope(|scope| -> Result<_, BenchError> {
+    let (results, seconds, server) = std::thread::scope(|scope| -> Result<_, BenchError> {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let loaded = loaded.clone();
@@ -140,6 +140,8 @@ pub fn run(
             })
             .collect();
         barrier.wait();
+        // Warm-up is over: the measured phase starts after this barrier.
+        let server_before = system.server_time();
         barrier.wait();
         let start = Instant::now();
         let mut results = Vec::new();
@@ -157,9 +159,16 @@ pub fn run(
             }
         }
         let seconds = start.elapsed().as_secs_f64();
+        let server = match (server_before, system.server_time()) {
+            (Some(a), Some(b)) => Some(ServerTime {
+                nic_ns: b.nic_ns.saturating_sub(a.nic_ns),
+                worker_ns: b.worker_ns.saturating_sub(a.worker_ns),
+            }),
+            _ => None,
+        };
         match first_err {
             Some(e) => Err(e),
-            None => Ok((results, seconds)),
+            None => Ok((results, seconds, server)),
         }
     })?;
     Ok(summarize(
@@ -168,6 +177,7 @@ pub fn run(
         loaded.len() as u64,
         &results,
         seconds,
+        server,
     ))
 }
 
@@ -317,6 +327,7 @@ fn summarize(
     keys: u64,
     results: &[ThreadResult],
     seconds: f64,
+    server: Option<ServerTime>,
 ) -> Report {
     let mut all = Counters::default();
     let mut get_costs = Counters::default();
@@ -374,9 +385,12 @@ fn summarize(
         }),
         client_cache_bytes: (!cache.is_empty())
             .then(|| cache.iter().sum::<u64>() / cache.len() as u64),
-        server_cpu_us_per_op: system
-            .server_nanos()
-            .map(|n| n as f64 / 1000.0 / ops.max(1) as f64),
+        server_cpu_us_per_op: server
+            .map(|t| (t.nic_ns + t.worker_ns) as f64 / 1000.0 / ops.max(1) as f64),
+        server_cpu_split_us_per_op: server.map(|t| ServerSplit {
+            nic: t.nic_ns as f64 / 1000.0 / ops.max(1) as f64,
+            worker: t.worker_ns as f64 / 1000.0 / ops.max(1) as f64,
+        }),
         model: system.model(),
         fallback_rate: direct.map(|d| per(d.fallbacks, d.reads)),
         invalidation_rate: direct.map(|d| per(d.invalidations, d.reads)),

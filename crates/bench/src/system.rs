@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use fabric::{Counters, LocalEndpoint, LocalFabric, NodeId, RpcHandler};
+use fabric::{Counters, LocalFabric, NodeId, RpcHandler};
 use xstore::{CacheMode, Client, ClientConfig, Server, ServerConfig};
 
 use crate::report::ModelFigures;
@@ -47,8 +47,18 @@ pub trait System: Sync {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError>;
     /// Model figures, for designs with a learned model.
     fn model(&self) -> Option<ModelFigures>;
-    /// Nanoseconds the server spent serving RPCs so far.
-    fn server_nanos(&self) -> Option<u64>;
+    /// Server time spent so far: (soft NIC, RPC workers) nanoseconds.
+    fn server_time(&self) -> Option<ServerTime>;
+}
+
+/// Server busy time, split by who spent it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerTime {
+    /// Serving one-sided verbs (the soft NIC; 0 where the NIC is hardware
+    /// or the client maps memory itself).
+    pub nic_ns: u64,
+    /// Running index code for RPCs.
+    pub worker_ns: u64,
 }
 
 /// Times an RPC handler (on the local fabric it runs in the caller's
@@ -162,14 +172,17 @@ impl System for XStoreLocal {
         Some(self.model)
     }
 
-    fn server_nanos(&self) -> Option<u64> {
-        Some(self.timer.nanos.load(Ordering::Relaxed))
+    fn server_time(&self) -> Option<ServerTime> {
+        Some(ServerTime {
+            nic_ns: 0,
+            worker_ns: self.timer.nanos.load(Ordering::Relaxed),
+        })
     }
 }
 
-struct XStoreClient(Client<LocalEndpoint>);
+struct XStoreClient<E: fabric::Endpoint>(Client<E>);
 
-impl KvClient for XStoreClient {
+impl<E: fabric::Endpoint> KvClient for XStoreClient<E> {
     fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
         Ok(self.0.get(key)?)
     }
@@ -196,5 +209,56 @@ impl KvClient for XStoreClient {
     }
     fn cache_bytes(&self) -> Option<u64> {
         Some(self.0.cache_bytes())
+    }
+}
+
+/// XStore in another process, over the `tcp` or `shm` fabric.
+pub struct XStoreRemote {
+    url: fabric::Url,
+    token: Option<String>,
+    client_config: ClientConfig,
+}
+
+impl XStoreRemote {
+    /// A system reached at `url`; fails early if the server is not there.
+    pub fn new(
+        url: fabric::Url,
+        token: Option<String>,
+        cache: CacheMode,
+        get_reads: u8,
+    ) -> Result<XStoreRemote, BenchError> {
+        fabric::remote::host_stats(&url, token.as_deref())
+            .map_err(|e| BenchError::Load(e.to_string()))?;
+        Ok(XStoreRemote {
+            url,
+            token,
+            client_config: ClientConfig {
+                cache,
+                get_reads,
+                prefill: cache != CacheMode::Top,
+                speculate: true,
+            },
+        })
+    }
+}
+
+impl System for XStoreRemote {
+    fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
+        let ep = fabric::remote::connect(&self.url, self.token.as_deref())
+            .map_err(|e| BenchError::Client(e.to_string()))?;
+        let c = Client::connect(ep, NodeId(0), self.client_config)?;
+        Ok(Box::new(XStoreClient(c)))
+    }
+
+    fn model(&self) -> Option<ModelFigures> {
+        None
+    }
+
+    fn server_time(&self) -> Option<ServerTime> {
+        let s = fabric::remote::host_stats(&self.url, self.token.as_deref()).ok()?;
+        Some(ServerTime {
+            nic_ns: s.nic_busy_ns,
+            worker_ns: s.worker_busy_ns,
+        })
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use bench::{Progress, RunConfig, XStoreLocal, XStoreOptions};
+use bench::{Progress, RunConfig, XStoreLocal, XStoreOptions, XStoreRemote};
 use clap::Args;
 use xstore::CacheMode;
 use ycsb::{Distribution, Workload};
@@ -21,9 +21,18 @@ pub struct BenchArgs {
     /// Design under test: xstore.
     #[arg(long, default_value = "xstore")]
     system: String,
-    /// Fabric backend: local.
+    /// Fabric backend: local (server embedded in this process), tcp or shm
+    /// (a running `xstore server`, see --server).
     #[arg(long, default_value = "local")]
     fabric: String,
+    /// URL of the server for --fabric tcp|shm (tcp://host:port,
+    /// shm:///dir); it must have been started with the same --dataset,
+    /// --keys and --seed, so every value read can be checked.
+    #[arg(long)]
+    server: Option<String>,
+    /// Access token for --server (or XSTORE_TOKEN).
+    #[arg(long, env = "XSTORE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// YCSB workload: a, b, c, d, e, f.
     #[arg(long, default_value = "c")]
     workload: String,
@@ -73,9 +82,29 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.system != "xstore" {
         bail!("unknown --system '{}' (available: xstore)", args.system);
     }
-    if args.fabric != "local" {
-        bail!("unknown --fabric '{}' (available: local)", args.fabric);
-    }
+    let remote = match (args.fabric.as_str(), &args.server) {
+        ("local", None) => None,
+        ("local", Some(_)) => bail!("--server goes with --fabric tcp or shm"),
+        ("tcp" | "shm", Some(url)) => {
+            let url: fabric::Url = url.parse()?;
+            let matches = matches!(
+                (&url, args.fabric.as_str()),
+                (fabric::Url::Tcp(_), "tcp") | (fabric::Url::Shm(_), "shm")
+            );
+            if !matches {
+                bail!(
+                    "--fabric {} does not match the server URL {url:?}",
+                    args.fabric
+                );
+            }
+            Some(url)
+        }
+        ("tcp" | "shm", None) => bail!(
+            "--fabric {} needs --server URL of a running xstore server",
+            args.fabric
+        ),
+        (other, _) => bail!("unknown --fabric '{other}' (available: local, tcp, shm)"),
+    };
     let workload: Workload = args.workload.parse()?;
     let dist: Distribution = match &args.dist {
         Some(d) => d.parse()?,
@@ -86,23 +115,34 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bail!("--get-reads must be 1 or 2, got {}", args.get_reads);
     }
     let keys = args.keys.load()?;
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    let spinner = progress::bar(1, "load");
-    spinner.enable_steady_tick(Duration::from_millis(200));
-    let system = XStoreLocal::load(
-        &pairs,
-        XStoreOptions {
+    let system: Box<dyn bench::System> = match remote {
+        Some(url) => Box::new(XStoreRemote::new(
+            url,
+            args.token.clone(),
             cache,
-            get_reads: args.get_reads,
-            leaf_slots: args.leaf_slots,
-            submodel_keys: args.submodel_keys,
-            train_threads: args.train_threads,
-            adversary: args.adversarial.then_some(args.keys.seed),
-        },
-    )
-    .context("loading the server")?;
-    spinner.finish_and_clear();
-    drop(pairs);
+            args.get_reads,
+        )?),
+        None => {
+            let pairs: Vec<(u64, u64)> =
+                keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+            let spinner = progress::bar(1, "load");
+            spinner.enable_steady_tick(Duration::from_millis(200));
+            let system = XStoreLocal::load(
+                &pairs,
+                XStoreOptions {
+                    cache,
+                    get_reads: args.get_reads,
+                    leaf_slots: args.leaf_slots,
+                    submodel_keys: args.submodel_keys,
+                    train_threads: args.train_threads,
+                    adversary: args.adversarial.then_some(args.keys.seed),
+                },
+            )
+            .context("loading the server")?;
+            spinner.finish_and_clear();
+            Box::new(system)
+        }
+    };
     let loaded: Arc<[u64]> = keys.into();
     let config = RunConfig {
         system: args.system.clone(),
@@ -127,7 +167,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
-        let r = bench::run(&system, loaded.clone(), &config, &live);
+        let r = bench::run(&*system, loaded.clone(), &config, &live);
         done.store(true, Ordering::Relaxed);
         r
     })?;

@@ -4,11 +4,16 @@
 //!   report the model's size, accuracy and training costs.
 //! * `xstore bench` — run a YCSB workload against a design and report the
 //!   benchmark contract's figures.
+//! * `xstore server`, `xstore shell`, `xstore stats` — a server in its own
+//!   process, a shell to poke at it, and its statistics.
 
 mod bench_cmd;
 mod keys;
 mod model;
 mod progress;
+mod server_cmd;
+mod shell;
+mod stats_cmd;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -27,6 +32,12 @@ enum Command {
     Model(model::ModelArgs),
     /// Run a YCSB workload against a design and report its costs.
     Bench(bench_cmd::BenchArgs),
+    /// Serve an XStore over TCP and shared memory until SIGINT/SIGTERM.
+    Server(server_cmd::ServerArgs),
+    /// An interactive (or scripted) shell against a running server.
+    Shell(shell::ShellArgs),
+    /// A running server's statistics.
+    Stats(stats_cmd::StatsArgs),
 }
 
 fn main() -> Result<()> {
@@ -41,5 +52,8 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Model(args) => model::run(&args),
         Command::Bench(args) => bench_cmd::run(&args),
+        Command::Server(args) => server_cmd::run(&args),
+        Command::Shell(args) => shell::run(&args),
+        Command::Stats(args) => stats_cmd::run(&args),
     }
 }

@@ -5,9 +5,12 @@
 //! # Threads and accounting
 //!
 //! Each connection has a reader thread that decodes frames. Doorbell
-//! batches go to the soft-NIC pool, which executes verbs against registered
-//! memory and never calls index code; calls go to the worker pool, which
-//! runs the RPC handler. Each pool counts requests and the time its threads
+//! batches are executed by the soft NIC — by default the connection's own
+//! thread, or a shared pool of `nic_threads` — against registered memory,
+//! never calling index code; calls go to the worker pool, which runs the
+//! RPC handler. (Executing verbs on the connection thread saves a thread
+//! hand-off per round trip: on this 2-core machine 154 K vs 20 K GETs/s
+//! with two clients.) Each pool counts requests and the time its threads
 //! spend serving them (handlers do not block on I/O, so busy time is their
 //! CPU time), so the server CPU a design costs per operation can be read
 //! off, split by kind.
@@ -44,7 +47,8 @@ pub struct HostConfig {
     pub shm_dir: Option<PathBuf>,
     /// Access token clients must present.
     pub token: Option<String>,
-    /// Soft-NIC threads.
+    /// Soft-NIC threads; 0 makes each connection's reader thread execute
+    /// its verbs itself (one hand-off fewer per verb, no shared pool).
     pub nic_threads: usize,
     /// RPC worker threads.
     pub workers: usize,
@@ -55,7 +59,7 @@ impl Default for HostConfig {
         HostConfig {
             shm_dir: None,
             token: None,
-            nic_threads: 2,
+            nic_threads: 0,
             workers: 2,
         }
     }
@@ -188,9 +192,9 @@ impl Host {
     /// Starts the thread pools; listen with [`Host::listen_tcp`] and
     /// [`Host::listen_unix`].
     pub fn new(config: HostConfig) -> Result<Host, FabricError> {
-        if config.nic_threads == 0 || config.workers == 0 {
+        if config.workers == 0 {
             return Err(FabricError::Refused(
-                "at least one soft-NIC thread and one worker are needed".into(),
+                "at least one RPC worker is needed".into(),
             ));
         }
         if let Some(t) = &config.token {
@@ -490,6 +494,32 @@ fn send_error<W: Write>(writer: &Mutex<W>, id: u64, code: ErrorCode, msg: &str) 
     send(writer, Kind::Error, id, &p);
 }
 
+/// Executes a POST against registered memory and replies: the soft NIC.
+/// Never calls index code.
+fn serve_post<W: Write>(inner: &Inner, writer: &Mutex<W>, id: u64, payload: &[u8]) {
+    let mut batch = Batch::new();
+    let mut out = Vec::new();
+    match wire::decode_post(payload, &mut batch) {
+        Ok(()) => {
+            let table = inner
+                .regions
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            batch.execute(&*table, InOrder);
+            inner
+                .nic_verbs
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            wire::encode_post_reply(&batch, &mut out);
+            send(writer, Kind::PostReply, id, &out);
+        }
+        Err(e) => {
+            inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+            send_error(writer, id, ErrorCode::Malformed, &e.to_string());
+        }
+    }
+}
+
 fn serve_connection<S>(inner: &Arc<Inner>, mut read: S, writer: Arc<Mutex<S>>)
 where
     S: Read + Write + Send + 'static,
@@ -536,39 +566,23 @@ where
         }
         match header.kind {
             Kind::Post => {
-                let inner2 = inner.clone();
-                let writer = writer.clone();
-                inner.nic.submit(
-                    Box::new(move || {
-                        let mut batch = Batch::new();
-                        let mut out = Vec::new();
-                        match wire::decode_post(&payload, &mut batch) {
-                            Ok(()) => {
-                                let table = inner2
-                                    .regions
-                                    .read()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .clone();
-                                batch.execute(&*table, InOrder);
-                                inner2
-                                    .nic_verbs
-                                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                                wire::encode_post_reply(&batch, &mut out);
-                                send(&writer, Kind::PostReply, header.id, &out);
-                            }
-                            Err(e) => {
-                                inner2.bad_frames.fetch_add(1, Ordering::Relaxed);
-                                send_error(
-                                    &writer,
-                                    header.id,
-                                    ErrorCode::Malformed,
-                                    &e.to_string(),
-                                );
-                            }
-                        }
-                    }),
-                    &inner.stop,
-                );
+                if inner.config.nic_threads == 0 {
+                    // No pool: this connection's thread is its soft NIC.
+                    let start = Instant::now();
+                    serve_post(inner, &writer, header.id, &payload);
+                    inner
+                        .nic
+                        .busy_ns
+                        .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    inner.nic.requests.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    let inner2 = inner.clone();
+                    let writer = writer.clone();
+                    inner.nic.submit(
+                        Box::new(move || serve_post(&inner2, &writer, header.id, &payload)),
+                        &inner.stop,
+                    );
+                }
             }
             Kind::Call => {
                 let handler = inner

@@ -84,6 +84,6 @@ pub use endpoint::{Endpoint, NodeId, RpcHandler};
 pub use error::{FabricError, VerbError};
 pub use host::{Host, HostConfig};
 pub use local::{Adversary, LocalEndpoint, LocalFabric};
-pub use region::{Region, RegionId, RegionTable, Rights};
+pub use region::{heap_region, Region, RegionAlloc, RegionId, RegionTable, Rights};
 pub use remote::{ShmEndpoint, TcpEndpoint, Url};
 pub use slab::Slab;

@@ -432,6 +432,21 @@ impl Region {
     }
 }
 
+/// How a layer above the fabric gets memory to register: heap memory for
+/// the `local` and `tcp` backends, a file for `shm` (see
+/// [`crate::Host::alloc_region`]).
+pub type RegionAlloc<'a> =
+    &'a (dyn Fn(RegionId, u64, Rights) -> Result<std::sync::Arc<Region>, FabricError> + Sync);
+
+/// Allocates zeroed heap memory: the default [`RegionAlloc`].
+pub fn heap_region(
+    id: RegionId,
+    bytes: u64,
+    rights: Rights,
+) -> Result<std::sync::Arc<Region>, FabricError> {
+    Ok(std::sync::Arc::new(Region::new(id, bytes, rights)?))
+}
+
 /// Something that resolves region ids to regions: a node's registration
 /// table, as seen by a backend executing verbs.
 pub trait RegionTable {

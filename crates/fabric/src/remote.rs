@@ -155,11 +155,14 @@ impl Connection {
             len: payload.len() as u32,
         }
         .encode();
+        // One write per frame: two would cost two segments on a TCP_NODELAY
+        // socket and a wake-up of the reader for each.
+        let mut frame = Vec::with_capacity(HEADER_BYTES + payload.len());
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(payload);
         let written = {
             let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            w.write_all(&header)
-                .and_then(|_| w.write_all(payload))
-                .and_then(|_| w.flush())
+            w.write_all(&frame).and_then(|_| w.flush())
         };
         if let Err(e) = written {
             self.pending

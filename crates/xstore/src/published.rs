@@ -114,19 +114,19 @@ impl Published {
     }
 
     /// Lays a trained model out for serving, with its regions.
-    pub fn new(version: u64, model: XModel) -> Result<Published, fabric::FabricError> {
+    pub fn new(
+        version: u64,
+        model: XModel,
+        alloc: fabric::RegionAlloc<'_>,
+    ) -> Result<Published, fabric::FabricError> {
         let m = model.submodels();
         let total: u64 = (0..m).map(|i| model.tt(i).len() as u64).sum();
         // Room for every table twice plus slack, so retrained tables rarely
         // wrap over ones still in use.
         let tt_capacity = (total * 2).max(1 << 16);
         let (tt_id, sub_id) = Published::region_ids(version);
-        let tt_region = Arc::new(Region::new(tt_id, tt_capacity * 8, Rights::READ)?);
-        let sub_region = Arc::new(Region::new(
-            sub_id,
-            m as u64 * SUB_SLOT_BYTES,
-            Rights::READ,
-        )?);
+        let tt_region = alloc(tt_id, tt_capacity * 8, Rights::READ)?;
+        let sub_region = alloc(sub_id, m as u64 * SUB_SLOT_BYTES, Rights::READ)?;
         let mut top_bytes = Vec::new();
         crate::proto::TopPayload {
             version,

@@ -31,6 +31,16 @@ use crate::train::{collect_leaves, leaf_info};
 
 /// Where the server registers the regions clients read.
 pub trait Registrar: Send + Sync {
+    /// Memory for a region this server will register (heap by default; a
+    /// file for the shared-memory backend).
+    fn alloc(
+        &self,
+        id: RegionId,
+        bytes: u64,
+        rights: fabric::Rights,
+    ) -> Result<Arc<Region>, FabricError> {
+        fabric::heap_region(id, bytes, rights)
+    }
     /// Makes `region` readable by clients.
     fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
     /// Withdraws a region (later verbs to it fail alone).
@@ -43,6 +53,23 @@ pub struct LocalRegistrar {
     pub fabric: fabric::LocalFabric,
     /// The server's node.
     pub node: fabric::NodeId,
+}
+
+impl Registrar for fabric::Host {
+    fn alloc(
+        &self,
+        id: RegionId,
+        bytes: u64,
+        rights: fabric::Rights,
+    ) -> Result<Arc<Region>, FabricError> {
+        self.alloc_region(id, bytes, rights)
+    }
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
+        fabric::Host::register(self, region)
+    }
+    fn deregister(&self, id: RegionId) {
+        fabric::Host::deregister(self, id)
+    }
 }
 
 impl Registrar for LocalRegistrar {
@@ -164,11 +191,13 @@ impl Server {
             max_leaves: config.max_leaves,
             ..XTreeConfig::default()
         };
-        let tree = Arc::new(XTree::bulk_load(
+        let alloc = |id, bytes, rights| registrar.alloc(id, bytes, rights);
+        let tree = Arc::new(XTree::bulk_load_in(
             &tree_config,
             pairs,
             config.fill,
             &mut |_| {},
+            &alloc,
         )?);
         registrar.register(tree.region().clone())?;
         let m = config.submodels.unwrap_or_else(|| {
@@ -180,7 +209,7 @@ impl Server {
             tree.layout().slots(),
             TrainParams::new(m),
         )?;
-        let published = Arc::new(Published::new(1, model)?);
+        let published = Arc::new(Published::new(1, model, &alloc)?);
         registrar.register(published.tt_region.clone())?;
         registrar.register(published.sub_region.clone())?;
         let shared = Arc::new(Shared {
@@ -378,7 +407,8 @@ impl Shared {
             TrainParams::new(submodels),
         )?;
         let old = self.published();
-        let next = Arc::new(Published::new(old.version + 1, model)?);
+        let alloc = |id, bytes, rights| self.registrar.alloc(id, bytes, rights);
+        let next = Arc::new(Published::new(old.version + 1, model, &alloc)?);
         self.registrar.register(next.tt_region.clone())?;
         self.registrar.register(next.sub_region.clone())?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = next.clone();

@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use fabric::{Region, RegionId, Rights};
+use fabric::{Region, RegionAlloc, RegionId, Rights};
 
 use crate::error::XTreeError;
 use crate::inner::InnerIndex;
@@ -115,7 +115,11 @@ fn check_key(key: u64) -> Result<(), XTreeError> {
 }
 
 impl XTree {
-    fn with_capacity(config: &XTreeConfig, min_leaves: u64) -> Result<XTree, XTreeError> {
+    fn with_capacity(
+        config: &XTreeConfig,
+        min_leaves: u64,
+        alloc: RegionAlloc<'_>,
+    ) -> Result<XTree, XTreeError> {
         let layout = LeafLayout::new(config.leaf_slots).ok_or_else(|| {
             XTreeError::Config(format!(
                 "leaf slots must be in 1..={}, got {}",
@@ -139,8 +143,8 @@ impl XTree {
             )));
         }
         let block = (layout.leaf_bytes() as u64).div_ceil(64) * 64;
-        let region = Region::new(config.region_id, capacity * block, Rights::READ)?;
-        let leaves = Leaves::new(Arc::new(region), layout)?;
+        let region = alloc(config.region_id, capacity * block, Rights::READ)?;
+        let leaves = Leaves::new(region, layout)?;
         Ok(XTree {
             leaves,
             index: RwLock::new(InnerIndex::single(0)),
@@ -153,7 +157,7 @@ impl XTree {
 
     /// An empty tree: one leaf covering every key.
     pub fn new(config: &XTreeConfig) -> Result<XTree, XTreeError> {
-        let tree = XTree::with_capacity(config, 1)?;
+        let tree = XTree::with_capacity(config, 1, &fabric::heap_region)?;
         let first = tree.alloc_leaf()?;
         debug_assert_eq!(first, 0);
         let mut g = tree.leaves.lock(first);
@@ -175,6 +179,18 @@ impl XTree {
         pairs: &[(u64, u64)],
         fill: f64,
         progress: &mut dyn FnMut(u64),
+    ) -> Result<XTree, XTreeError> {
+        XTree::bulk_load_in(config, pairs, fill, progress, &fabric::heap_region)
+    }
+
+    /// [`XTree::bulk_load`] with the leaf region taken from `alloc` (a file
+    /// for the shared-memory backend).
+    pub fn bulk_load_in(
+        config: &XTreeConfig,
+        pairs: &[(u64, u64)],
+        fill: f64,
+        progress: &mut dyn FnMut(u64),
+        alloc: RegionAlloc<'_>,
     ) -> Result<XTree, XTreeError> {
         if !(fill > 0.0 && fill <= 1.0) {
             return Err(XTreeError::Config(format!(
@@ -198,7 +214,7 @@ impl XTree {
         let slots = config.leaf_slots.max(1);
         let per_leaf = ((slots as f64 * fill).floor() as usize).clamp(1, slots);
         let leaf_total = pairs.len().div_ceil(per_leaf).max(1) as u64;
-        let tree = XTree::with_capacity(config, leaf_total)?;
+        let tree = XTree::with_capacity(config, leaf_total, alloc)?;
         let chunks: Vec<&[(u64, u64)]> = if pairs.is_empty() {
             vec![&[]]
         } else {

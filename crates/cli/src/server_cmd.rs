@@ -1,0 +1,118 @@
+//! `xstore server`: an XStore server in its own process, serving clients
+//! over TCP (soft NIC + RPC workers) and, with `--shm-dir`, over shared
+//! memory (clients map the regions) — until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use fabric::{Host, HostConfig};
+use xstore::{Server, ServerConfig};
+
+use crate::keys::KeyArgs;
+
+/// Arguments of `xstore server`.
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// TCP address to listen on (loopback by default; any other address
+    /// needs a token).
+    #[arg(long, default_value = "127.0.0.1:7411")]
+    listen: SocketAddr,
+    /// Also serve shared-memory clients: regions become files in DIR and
+    /// RPCs go over DIR/xstore.sock (clients connect to shm://DIR).
+    #[arg(long)]
+    shm_dir: Option<PathBuf>,
+    /// RPC worker threads (run the index).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Soft-NIC pool threads serving one-sided verbs over TCP (0: each
+    /// connection's thread serves its own verbs, one hand-off fewer).
+    #[arg(long, default_value_t = 0)]
+    nic_threads: usize,
+    /// Access token clients must present (or XSTORE_TOKEN).
+    #[arg(long, env = "XSTORE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Key set to load at start: a dataset name, with --keys > 0.
+    #[arg(long, default_value = "ycsb")]
+    dataset: String,
+    /// Keys to load at start (0: start empty).
+    #[arg(long, default_value_t = 0)]
+    keys: u64,
+    /// Seed of the generated keys.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Load keys from a SOSD file instead.
+    #[arg(long)]
+    keys_file: Option<PathBuf>,
+    /// Slots per leaf.
+    #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS)]
+    leaf_slots: usize,
+    /// Target keys per sub-model (model expansion past twice this).
+    #[arg(long, default_value_t = 200)]
+    submodel_keys: u64,
+    /// Background training threads.
+    #[arg(long, default_value_t = 2)]
+    train_threads: usize,
+}
+
+/// Runs `xstore server`.
+pub fn run(args: &ServerArgs) -> Result<()> {
+    let keys = if args.keys == 0 && args.keys_file.is_none() {
+        Vec::new()
+    } else {
+        KeyArgs {
+            dataset: args.dataset.clone(),
+            keys: args.keys,
+            seed: args.seed,
+            keys_file: args.keys_file.clone(),
+        }
+        .load()?
+    };
+    // Values encode their key, so benchmark clients can check every read.
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    drop(keys);
+    let host = Host::new(HostConfig {
+        shm_dir: args.shm_dir.clone(),
+        token: args.token.clone(),
+        nic_threads: args.nic_threads,
+        workers: args.workers,
+    })?;
+    let config = ServerConfig {
+        leaf_slots: args.leaf_slots,
+        submodel_keys: args.submodel_keys,
+        train_threads: args.train_threads,
+        ..ServerConfig::default()
+    };
+    let server =
+        Server::start(config, &pairs, Arc::new(host.clone())).context("starting the server")?;
+    drop(pairs);
+    host.set_handler(server.handler());
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    let bound = match host.listen_tcp(args.listen) {
+        Ok(a) => a,
+        Err(e) => {
+            host.shutdown();
+            return Err(e).context("listening");
+        }
+    };
+    println!("listening on tcp://{bound}");
+    if let Some(dir) = &args.shm_dir {
+        host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
+        println!("listening on shm://{}", dir.canonicalize()?.display());
+    }
+    println!("serving {} keys", server.tree().len());
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("shutting down");
+    host.shutdown();
+    drop(server);
+    Ok(())
+}

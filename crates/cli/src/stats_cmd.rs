@@ -1,0 +1,91 @@
+//! `xstore stats URL`: a running server's statistics — the index (keys,
+//! leaves, model, retrains, fallbacks served) and the fabric host (soft-NIC
+//! and worker requests and CPU, verbs).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use fabric::Url;
+use serde::Serialize;
+use xstore::{Client, ClientConfig};
+
+/// Arguments of `xstore stats`.
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Server URL: tcp://host:port or shm:///path.
+    url: String,
+    /// Access token (or XSTORE_TOKEN).
+    #[arg(long, env = "XSTORE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Also write the statistics as JSON to PATH (`-` for stdout only).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Stats {
+    keys: u64,
+    leaves: u64,
+    splits: u64,
+    model_version: u64,
+    submodels: u32,
+    retrains: u64,
+    full_trains: u64,
+    fallbacks_served: u64,
+    hinted_updates: u64,
+    rpcs: u64,
+    bad_requests: u64,
+    nic_requests: u64,
+    nic_verbs: u64,
+    nic_cpu_us: f64,
+    worker_requests: u64,
+    worker_cpu_us: f64,
+    bad_frames: u64,
+    connections: u64,
+}
+
+/// Runs `xstore stats`.
+pub fn run(args: &StatsArgs) -> Result<()> {
+    let url: Url = args.url.parse()?;
+    let token = args.token.as_deref();
+    let ep = fabric::remote::connect(&url, token)
+        .with_context(|| format!("connecting to {}", args.url))?;
+    let mut client = Client::connect(ep, fabric::NodeId(0), ClientConfig::default())?;
+    let s = client.server_stats()?;
+    let h = fabric::remote::host_stats(&url, token)?;
+    let stats = Stats {
+        keys: s.keys,
+        leaves: s.leaves,
+        splits: s.splits,
+        model_version: s.version,
+        submodels: s.submodels,
+        retrains: s.retrains,
+        full_trains: s.full_trains,
+        fallbacks_served: s.fallbacks,
+        hinted_updates: s.hinted_updates,
+        rpcs: s.rpcs,
+        bad_requests: s.bad_requests,
+        nic_requests: h.nic_requests,
+        nic_verbs: h.nic_verbs,
+        nic_cpu_us: h.nic_busy_ns as f64 / 1000.0,
+        worker_requests: h.worker_requests,
+        worker_cpu_us: h.worker_busy_ns as f64 / 1000.0,
+        bad_frames: h.bad_frames,
+        connections: h.connections,
+    };
+    let json = serde_json::to_value(&stats)?;
+    let to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    if to_stdout {
+        println!("{json}");
+        return Ok(());
+    }
+    for (k, v) in json.as_object().expect("a struct serializes to an object") {
+        println!("{k:>18}  {v}");
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, json.to_string() + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
