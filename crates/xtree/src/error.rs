@@ -45,6 +45,9 @@ pub enum XTreeError {
         /// Leaves the region holds.
         capacity: u32,
     },
+    /// The journal refused to record a change; the change was not applied.
+    #[error("journal refused the change: {0}")]
+    Journal(String),
     /// Fabric failure (region creation).
     #[error(transparent)]
     Fabric(#[from] fabric::FabricError),

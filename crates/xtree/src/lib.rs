@@ -32,4 +32,4 @@ pub mod tree;
 pub use error::{LeafError, XTreeError};
 pub use layout::{Header, LeafLayout, LeafView, DEFAULT_LEAF_SLOTS, MAX_LEAF_SLOTS, NO_LEAF};
 pub use leaf::{LeafSnapshot, LeafSummary};
-pub use tree::{Insert, Split, XTree, XTreeConfig, MAX_KEY, MAX_LEAVES, MAX_SCAN};
+pub use tree::{Insert, Journal, Split, XTree, XTreeConfig, MAX_KEY, MAX_LEAVES, MAX_SCAN};

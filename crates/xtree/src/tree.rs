@@ -40,6 +40,30 @@ pub const MAX_LEAVES: u32 = (1 << 31) - 1;
 /// The most pairs one scan returns.
 pub const MAX_SCAN: usize = 1 << 20;
 
+/// Where a tree writes ahead the changes it applies (a write-ahead log).
+///
+/// [`Journal::record`] is called under the lock of the leaf being changed,
+/// after the change is decided and before it becomes visible, so the
+/// records of one key are in the order its changes were applied. Records
+/// are state-setting (the key's new value, or its removal), so replaying a
+/// log suffix over any later snapshot converges to the same state.
+pub trait Journal: Sync {
+    /// Records that `key` now holds `value` (`None`: removed) and returns
+    /// the record's sequence number; an error aborts the change.
+    fn record(&self, key: u64, value: Option<u64>) -> Result<u64, String>;
+}
+
+fn log(
+    journal: Option<&dyn Journal>,
+    key: u64,
+    value: Option<u64>,
+) -> Result<Option<u64>, XTreeError> {
+    match journal {
+        None => Ok(None),
+        Some(j) => j.record(key, value).map(Some).map_err(XTreeError::Journal),
+    }
+}
+
 /// How an XTree is built.
 #[derive(Debug, Clone)]
 pub struct XTreeConfig {
@@ -334,32 +358,54 @@ impl XTree {
 
     /// Adds `key`; an existing key is left as it is ([`Insert::Exists`]).
     pub fn insert(&self, key: u64, value: u64) -> Result<Insert, XTreeError> {
+        Ok(self.insert_journaled(key, value, None)?.0)
+    }
+
+    /// [`XTree::insert`], recording the change in `journal` first; returns
+    /// the record's sequence number when something changed.
+    pub fn insert_journaled(
+        &self,
+        key: u64,
+        value: u64,
+        journal: Option<&dyn Journal>,
+    ) -> Result<(Insert, Option<u64>), XTreeError> {
         check_key(key)?;
         let slots = self.layout().slots();
         {
             let index = self.read_index();
             let mut g = self.leaves.lock(index.find(key));
             if g.find(key).is_some() {
-                return Ok(Insert::Exists);
+                return Ok((Insert::Exists, None));
             }
             let count = g.count();
             if count < slots {
+                let lsn = log(journal, key, Some(value))?;
                 self.append(&mut g, count, key, value);
-                return Ok(Insert::Inserted { split: None });
+                return Ok((Insert::Inserted { split: None }, lsn));
             }
         }
         // The leaf was full: split under the exclusive latch.
         let mut index = self.write_index();
         let mut g = self.leaves.lock(index.find(key));
         if g.find(key).is_some() {
-            return Ok(Insert::Exists);
+            return Ok((Insert::Exists, None));
         }
         let count = g.count();
         if count < slots {
+            let lsn = log(journal, key, Some(value))?;
             self.append(&mut g, count, key, value);
-            return Ok(Insert::Inserted { split: None });
+            return Ok((Insert::Inserted { split: None }, lsn));
         }
         let right = self.alloc_leaf()?;
+        let lsn = match log(journal, key, Some(value)) {
+            Ok(lsn) => lsn,
+            Err(e) => {
+                // Nothing links to the fresh leaf yet: give it back.
+                self.leaves.slab().free(right);
+                self.leaf_count.fetch_sub(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
         let mut pairs = g.pairs();
         pairs.push((key, value));
         pairs.sort_unstable_by_key(|p| p.0);
@@ -394,13 +440,16 @@ impl XTree {
         index.insert_separator(separator, right);
         self.keys.fetch_add(1, Ordering::Relaxed);
         self.splits.fetch_add(1, Ordering::Relaxed);
-        Ok(Insert::Inserted {
-            split: Some(Split {
-                left,
-                right,
-                separator,
-            }),
-        })
+        Ok((
+            Insert::Inserted {
+                split: Some(Split {
+                    left,
+                    right,
+                    separator,
+                }),
+            },
+            lsn,
+        ))
     }
 
     fn append(&self, g: &mut crate::leaf::LeafGuard<'_>, count: usize, key: u64, value: u64) {
@@ -415,15 +464,26 @@ impl XTree {
 
     /// Overwrites the value of an existing key; `false` if absent.
     pub fn update(&self, key: u64, value: u64) -> Result<bool, XTreeError> {
+        Ok(self.update_journaled(key, value, None)?.0)
+    }
+
+    /// [`XTree::update`] with a journal (see [`XTree::insert_journaled`]).
+    pub fn update_journaled(
+        &self,
+        key: u64,
+        value: u64,
+        journal: Option<&dyn Journal>,
+    ) -> Result<(bool, Option<u64>), XTreeError> {
         check_key(key)?;
         let index = self.read_index();
         let mut g = self.leaves.lock(index.find(key));
         Ok(match g.find(key) {
             Some(slot) => {
+                let lsn = log(journal, key, Some(value))?;
                 g.set_value(slot, value);
-                true
+                (true, lsn)
             }
-            None => false,
+            None => (false, None),
         })
     }
 
@@ -438,34 +498,57 @@ impl XTree {
         key: u64,
         value: u64,
     ) -> Result<Option<bool>, XTreeError> {
+        Ok(self.update_hinted_journaled(aln, inca, key, value, None)?.0)
+    }
+
+    /// [`XTree::update_hinted`] with a journal.
+    pub fn update_hinted_journaled(
+        &self,
+        aln: u32,
+        inca: u32,
+        key: u64,
+        value: u64,
+        journal: Option<&dyn Journal>,
+    ) -> Result<(Option<bool>, Option<u64>), XTreeError> {
         check_key(key)?;
         if aln as u64 >= self.leaf_count() {
-            return Ok(None);
+            return Ok((None, None));
         }
         // The shared latch keeps splits (which move keys) out while we look.
         let _index = self.read_index();
         let mut g = self.leaves.lock(aln);
         if g.header().inca != inca || key < g.low() || key >= g.high() {
-            return Ok(None);
+            return Ok((None, None));
         }
-        Ok(Some(match g.find(key) {
+        Ok(match g.find(key) {
             Some(slot) => {
+                let lsn = log(journal, key, Some(value))?;
                 g.set_value(slot, value);
-                true
+                (Some(true), lsn)
             }
-            None => false,
-        }))
+            None => (Some(false), None),
+        })
     }
 
     /// Removes `key`: its slot takes the leaf's last pair. `false` if absent.
     /// Empty leaves stay (no merge), so fences and incarnations never move.
     pub fn delete(&self, key: u64) -> Result<bool, XTreeError> {
+        Ok(self.delete_journaled(key, None)?.0)
+    }
+
+    /// [`XTree::delete`] with a journal.
+    pub fn delete_journaled(
+        &self,
+        key: u64,
+        journal: Option<&dyn Journal>,
+    ) -> Result<(bool, Option<u64>), XTreeError> {
         check_key(key)?;
         let index = self.read_index();
         let mut g = self.leaves.lock(index.find(key));
         let Some(slot) = g.find(key) else {
-            return Ok(false);
+            return Ok((false, None));
         };
+        let lsn = log(journal, key, None)?;
         let last = g.count() - 1;
         if slot != last {
             let (k, v) = (g.key(last), g.value(last));
@@ -477,17 +560,29 @@ impl XTree {
             ..h
         });
         self.keys.fetch_sub(1, Ordering::Relaxed);
-        Ok(true)
+        Ok((true, lsn))
     }
 
     /// Inserts or overwrites; returns whether the key was new.
     pub fn upsert(&self, key: u64, value: u64) -> Result<bool, XTreeError> {
+        let (insert, _) = self.upsert_journaled(key, value, None)?;
+        Ok(matches!(insert, Insert::Inserted { .. }))
+    }
+
+    /// Inserts or overwrites with a journal; returns what the insert did
+    /// (`Exists` means the key was overwritten) and the record's number.
+    pub fn upsert_journaled(
+        &self,
+        key: u64,
+        value: u64,
+        journal: Option<&dyn Journal>,
+    ) -> Result<(Insert, Option<u64>), XTreeError> {
         loop {
-            match self.insert(key, value)? {
-                Insert::Inserted { .. } => return Ok(true),
-                Insert::Exists => {
-                    if self.update(key, value)? {
-                        return Ok(false);
+            match self.insert_journaled(key, value, journal)? {
+                (inserted @ Insert::Inserted { .. }, lsn) => return Ok((inserted, lsn)),
+                (Insert::Exists, _) => {
+                    if let (true, lsn) = self.update_journaled(key, value, journal)? {
+                        return Ok((Insert::Exists, lsn));
                     }
                     // Deleted in between: insert again.
                 }
