@@ -57,6 +57,18 @@ pub struct ServerArgs {
     /// Background training threads.
     #[arg(long, default_value_t = 2)]
     train_threads: usize,
+    /// Keep a write-ahead log and checkpoints in DIR and recover from them
+    /// at start (the state there wins over --keys).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// When a write is acknowledged: sync (once its log record is on disk),
+    /// async (at once; a crash may lose the last 10 ms), none (never
+    /// synced). Needs --data-dir.
+    #[arg(long)]
+    durability: Option<String>,
+    /// Checkpoint after this many logged writes.
+    #[arg(long, default_value_t = 1_000_000)]
+    checkpoint_records: u64,
 }
 
 /// Runs `xstore server`.
@@ -81,14 +93,50 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         nic_threads: args.nic_threads,
         workers: args.workers,
     })?;
+    let durability = match (&args.data_dir, &args.durability) {
+        (None, Some(_)) => {
+            host.shutdown();
+            anyhow::bail!("--durability needs --data-dir")
+        }
+        (None, None) => None,
+        (Some(dir), mode) => {
+            let mut d = xstore::DurabilityConfig::new(dir);
+            if let Some(m) = mode {
+                d.mode = m.parse().map_err(|e: wal::ParseDurabilityError| {
+                    anyhow::anyhow!("--durability: {}", e.0)
+                })?;
+            }
+            d.checkpoint_records = args.checkpoint_records;
+            Some(d)
+        }
+    };
     let config = ServerConfig {
         leaf_slots: args.leaf_slots,
         submodel_keys: args.submodel_keys,
         train_threads: args.train_threads,
+        durability,
         ..ServerConfig::default()
     };
-    let server =
-        Server::start(config, &pairs, Arc::new(host.clone())).context("starting the server")?;
+    let server = match Server::start(config, &pairs, Arc::new(host.clone())) {
+        Ok(s) => s,
+        Err(e) => {
+            host.shutdown();
+            return Err(e).context("starting the server");
+        }
+    };
+    if let Some(r) = server.recovery() {
+        if r.fresh {
+            println!(
+                "fresh data directory: checkpointed the {} loaded keys",
+                server.tree().len()
+            );
+        } else {
+            println!(
+                "recovered {} keys (checkpoint at LSN {} with {} pairs + {} log records, {} torn bytes dropped) in {:.3} s",
+                r.keys, r.checkpoint_lsn, r.checkpoint_pairs, r.records, r.truncated_bytes, r.seconds
+            );
+        }
+    }
     drop(pairs);
     host.set_handler(server.handler());
     let stop = Arc::new(AtomicBool::new(false));

@@ -8,11 +8,23 @@ use crate::error::FabricError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub u16);
 
+/// Sends a reply later, from any thread; called exactly once.
+pub type Responder = Box<dyn FnOnce(Vec<u8>) + Send>;
+
 /// Server-side handler of two-sided calls. Called concurrently from many
 /// threads; must not panic on any input (bad requests get error replies).
 pub trait RpcHandler: Send + Sync {
     /// Handles one request, writing the reply into `reply` (empty on entry).
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>);
+
+    /// Handles a request whose reply may be sent after this returns — a
+    /// write acknowledged once its log record is durable, without holding
+    /// the worker thread meanwhile. The default answers at once.
+    fn handle_deferred(&self, request: &[u8], respond: Responder) {
+        let mut reply = Vec::new();
+        self.handle(request, &mut reply);
+        respond(reply);
+    }
 }
 
 /// One client's connection to the fabric, used by one thread at a time

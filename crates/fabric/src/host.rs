@@ -602,9 +602,13 @@ where
                 let writer = writer.clone();
                 inner.workers.submit(
                     Box::new(move || {
-                        let mut reply = Vec::new();
-                        handler.handle(&payload, &mut reply);
-                        send(&writer, Kind::CallReply, header.id, &reply);
+                        let id = header.id;
+                        handler.handle_deferred(
+                            &payload,
+                            Box::new(move |reply: Vec<u8>| {
+                                send(&writer, Kind::CallReply, id, &reply)
+                            }),
+                        );
                     }),
                     &inner.stop,
                 );

@@ -7,15 +7,18 @@
 //!   retraining, model expansion.
 //! * [`published`] — a model version laid out for serving.
 //! * [`client`] — the client: XCache, client-direct GET and SCAN.
+//! * [`durable`] — write-ahead log, checkpoints and recovery.
 //! * [`proto`] — the RPC messages.
 
 pub mod client;
+pub mod durable;
 pub mod proto;
 pub mod published;
 pub mod server;
 pub mod train;
 
 pub use client::{CacheMode, Client, ClientConfig, ClientError, ClientStats};
+pub use durable::{DurabilityConfig, RecoveryReport};
 pub use server::{LocalRegistrar, Registrar, Server, ServerConfig, ServerError};
 pub use train::{
     accuracy, affected_submodels, collect_leaves, retrain_submodel, train_model, Accuracy,

@@ -343,6 +343,9 @@ pub enum Status {
     VersionChanged = 5,
     /// The server's leaf region is full; the write was not applied.
     Full = 6,
+    /// The write could not be made durable (log failure); it may or may not
+    /// survive a crash, and the server refuses further writes.
+    Unavailable = 7,
 }
 
 impl Status {
@@ -356,6 +359,7 @@ impl Status {
             4 => Status::BadRequest,
             5 => Status::VersionChanged,
             6 => Status::Full,
+            7 => Status::Unavailable,
             value => {
                 return Err(ProtoError::Unknown {
                     what: "status",

@@ -101,6 +101,8 @@ pub struct ServerConfig {
     pub train_threads: usize,
     /// Whether to expand and shrink the model automatically.
     pub resize_model: bool,
+    /// Write-ahead logging and recovery (`None`: in memory only).
+    pub durability: Option<crate::durable::DurabilityConfig>,
 }
 
 impl Default for ServerConfig {
@@ -113,6 +115,7 @@ impl Default for ServerConfig {
             submodel_keys: 200,
             train_threads: 2,
             resize_model: true,
+            durability: None,
         }
     }
 }
@@ -132,6 +135,9 @@ pub enum ServerError {
     /// A bad setting.
     #[error("bad configuration: {0}")]
     Config(String),
+    /// The log could not be recovered or opened; the server must not start.
+    #[error("durability: {0}")]
+    Durability(#[from] wal::WalError),
 }
 
 #[derive(Default)]
@@ -157,6 +163,8 @@ struct Shared {
     resizing: AtomicBool,
     registrar: Arc<dyn Registrar>,
     counters: Counters,
+    durable: Option<crate::durable::Durable>,
+    recovery: Option<crate::durable::RecoveryReport>,
 }
 
 /// A running XStore server.
@@ -191,6 +199,22 @@ impl Server {
             max_leaves: config.max_leaves,
             ..XTreeConfig::default()
         };
+        // With a log, the state on disk wins over the initial key set.
+        let (recovered, next_lsn, recovery) = match &config.durability {
+            Some(d) => {
+                let (pairs_on_disk, next_lsn, report) = crate::durable::recover(&d.dir)?;
+                if !report.fresh && !pairs.is_empty() {
+                    tracing::warn!(
+                        "the data directory holds state; the initial key set is ignored"
+                    );
+                }
+                tracing::info!(?report, "recovered");
+                let recovered = (!report.fresh).then_some(pairs_on_disk);
+                (recovered, next_lsn, Some(report))
+            }
+            None => (None, 1, None),
+        };
+        let pairs: &[(u64, u64)] = recovered.as_deref().unwrap_or(pairs);
         let alloc = |id, bytes, rights| registrar.alloc(id, bytes, rights);
         let tree = Arc::new(XTree::bulk_load_in(
             &tree_config,
@@ -200,6 +224,16 @@ impl Server {
             &alloc,
         )?);
         registrar.register(tree.region().clone())?;
+        let durable = match (&config.durability, &recovery) {
+            (Some(d), Some(r)) => Some(crate::durable::Durable::start(
+                d,
+                next_lsn,
+                tree.clone(),
+                r.fresh,
+                vec![Status::Unavailable as u8],
+            )?),
+            _ => None,
+        };
         let m = config.submodels.unwrap_or_else(|| {
             (pairs.len() as u64 / config.submodel_keys).clamp(1, learned::MAX_SUBMODELS as u64)
                 as u32
@@ -222,6 +256,8 @@ impl Server {
             resizing: AtomicBool::new(false),
             registrar,
             counters: Counters::default(),
+            durable,
+            recovery,
             config,
         });
         let trainers = (0..shared.config.train_threads)
@@ -274,6 +310,11 @@ impl Server {
         self.shared.published().version
     }
 
+    /// What recovery found at start (`None` without durability).
+    pub fn recovery(&self) -> Option<&crate::durable::RecoveryReport> {
+        self.shared.recovery.as_ref()
+    }
+
     /// Statistics.
     pub fn stats(&self) -> ServerStats {
         self.shared.stats()
@@ -321,6 +362,10 @@ impl Drop for Server {
         self.shared.wake.notify_all();
         for t in self.trainers.drain(..) {
             let _ = t.join();
+        }
+        // Handlers may outlive the server object; the log must not.
+        if let Some(d) = &self.shared.durable {
+            d.shutdown();
         }
     }
 }
@@ -475,8 +520,15 @@ impl Shared {
         }
     }
 
-    fn serve(&self, req: Request, out: &mut Vec<u8>) {
+    /// Serves one request into `out`; returns the log record a write made,
+    /// whose durability the reply must wait for.
+    fn serve(&self, req: Request, out: &mut Vec<u8>) -> Option<u64> {
         let tree = &self.tree;
+        let journal: Option<&dyn xtree::Journal> = self
+            .durable
+            .as_ref()
+            .map(|d| &d.journal as &dyn xtree::Journal);
+        let mut lsn = None;
         let reserved = |key: u64| key > xtree::MAX_KEY;
         match req {
             Request::Meta => {
@@ -505,12 +557,12 @@ impl Shared {
                 let p = self.published();
                 if version != p.version {
                     out.push(Status::VersionChanged as u8);
-                    return;
+                    return None;
                 }
                 let m = p.submodels();
                 if first >= m {
                     out.push(Status::BadRequest as u8);
-                    return;
+                    return None;
                 }
                 let end = first.saturating_add(count.min(MAX_SUBS_PER_FETCH)).min(m);
                 out.push(Status::Ok as u8);
@@ -530,7 +582,7 @@ impl Shared {
             Request::Get { key } => {
                 if reserved(key) {
                     out.push(Status::ReservedKey as u8);
-                    return;
+                    return None;
                 }
                 self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
                 let value = tree.get(key);
@@ -564,7 +616,7 @@ impl Shared {
                     } else {
                         Status::BadRequest
                     } as u8);
-                    return;
+                    return None;
                 }
                 self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
                 let mut pairs = Vec::with_capacity(n as usize);
@@ -576,34 +628,29 @@ impl Shared {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
             }
-            Request::Insert { key, value } => out.push(match tree.insert(key, value) {
-                Ok(Insert::Inserted { split }) => {
-                    if let Some(s) = split {
-                        self.on_split(s);
-                    }
-                    Status::Ok
-                }
-                Ok(Insert::Exists) => Status::Exists,
-                Err(e) => self.write_error(e),
-            } as u8),
-            Request::Upsert { key, value } => {
-                // Insert, or update if present; a delete racing in between
-                // sends us round again.
-                let (status, new) = loop {
-                    match tree.insert(key, value) {
-                        Ok(Insert::Inserted { split }) => {
-                            if let Some(s) = split {
-                                self.on_split(s);
-                            }
-                            break (Status::Ok, true);
+            Request::Insert { key, value } => {
+                out.push(match tree.insert_journaled(key, value, journal) {
+                    Ok((Insert::Inserted { split }, l)) => {
+                        lsn = l;
+                        if let Some(s) = split {
+                            self.on_split(s);
                         }
-                        Ok(Insert::Exists) => match tree.update(key, value) {
-                            Ok(true) => break (Status::Ok, false),
-                            Ok(false) => continue,
-                            Err(e) => break (self.write_error(e), false),
-                        },
-                        Err(e) => break (self.write_error(e), false),
+                        Status::Ok
                     }
+                    Ok((Insert::Exists, _)) => Status::Exists,
+                    Err(e) => self.write_error(e),
+                } as u8)
+            }
+            Request::Upsert { key, value } => {
+                let (status, new) = match tree.upsert_journaled(key, value, journal) {
+                    Ok((insert, l)) => {
+                        lsn = l;
+                        if let Insert::Inserted { split: Some(s) } = insert {
+                            self.on_split(s);
+                        }
+                        (Status::Ok, matches!(insert, Insert::Inserted { .. }))
+                    }
+                    Err(e) => (self.write_error(e), false),
                 };
                 out.push(status as u8);
                 if status == Status::Ok {
@@ -613,24 +660,32 @@ impl Shared {
             Request::Update { key, value, hints } => {
                 if reserved(key) {
                     out.push(Status::ReservedKey as u8);
-                    return;
+                    return None;
                 }
                 for (aln, inca) in hints {
-                    if let Ok(Some(found)) = tree.update_hinted(aln, inca, key, value) {
+                    if let Ok((Some(found), l)) =
+                        tree.update_hinted_journaled(aln, inca, key, value, journal)
+                    {
                         self.counters.hinted_updates.fetch_add(1, Ordering::Relaxed);
                         out.push(if found { Status::Ok } else { Status::NotFound } as u8);
-                        return;
+                        return l;
                     }
                 }
-                out.push(match tree.update(key, value) {
-                    Ok(true) => Status::Ok,
-                    Ok(false) => Status::NotFound,
+                out.push(match tree.update_journaled(key, value, journal) {
+                    Ok((true, l)) => {
+                        lsn = l;
+                        Status::Ok
+                    }
+                    Ok((false, _)) => Status::NotFound,
                     Err(e) => self.write_error(e),
                 } as u8);
             }
-            Request::Delete { key } => out.push(match tree.delete(key) {
-                Ok(true) => Status::Ok,
-                Ok(false) => Status::NotFound,
+            Request::Delete { key } => out.push(match tree.delete_journaled(key, journal) {
+                Ok((true, l)) => {
+                    lsn = l;
+                    Status::Ok
+                }
+                Ok((false, _)) => Status::NotFound,
                 Err(e) => self.write_error(e),
             } as u8),
             Request::Stats => {
@@ -638,6 +693,7 @@ impl Shared {
                 self.stats().encode(out);
             }
         }
+        lsn
     }
 
     fn write_error(&self, e: XTreeError) -> Status {
@@ -646,6 +702,10 @@ impl Shared {
             XTreeError::OutOfLeaves { .. } => {
                 tracing::warn!(error = %e, "write refused");
                 Status::Full
+            }
+            XTreeError::Journal(reason) => {
+                tracing::error!(%reason, "the log refused a write");
+                Status::Unavailable
             }
             other => {
                 tracing::error!(error = %other, "write failed");
@@ -657,8 +717,9 @@ impl Shared {
 
 struct Handler(Arc<Shared>);
 
-impl RpcHandler for Handler {
-    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+impl Handler {
+    /// Decodes and serves; returns the log record to wait for.
+    fn serve(&self, request: &[u8], reply: &mut Vec<u8>) -> Option<u64> {
         self.0.counters.rpcs.fetch_add(1, Ordering::Relaxed);
         match Request::decode(request) {
             Ok(req) => self.0.serve(req, reply),
@@ -667,7 +728,29 @@ impl RpcHandler for Handler {
                 tracing::debug!(error = %e, "malformed request");
                 reply.clear();
                 reply.push(Status::BadRequest as u8);
+                None
             }
+        }
+    }
+}
+
+impl RpcHandler for Handler {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        let lsn = self.serve(request, reply);
+        if let Some(d) = &self.0.durable {
+            if d.wait(lsn).is_err() {
+                reply.clear();
+                reply.push(Status::Unavailable as u8);
+            }
+        }
+    }
+
+    fn handle_deferred(&self, request: &[u8], respond: fabric::Responder) {
+        let mut reply = Vec::new();
+        let lsn = self.serve(request, &mut reply);
+        match &self.0.durable {
+            Some(d) => d.acknowledge(lsn, reply, respond),
+            None => respond(reply),
         }
     }
 }
