@@ -10,8 +10,11 @@
 //! Concurrency is the caller's: the tree keeps this structure under a
 //! reader-writer latch (see [`crate::XTree`]).
 
-/// Most children of an internal node; a full node splits in two.
+/// Default most children of an internal node; a full node splits in two.
 pub const FANOUT: usize = 64;
+
+/// Largest fanout an index may be configured with.
+pub const MAX_FANOUT: usize = 256;
 
 #[derive(Debug, Clone, Default)]
 struct Node {
@@ -22,6 +25,7 @@ struct Node {
 /// Internal levels over the leaves.
 #[derive(Debug, Clone)]
 pub struct InnerIndex {
+    fanout: usize,
     nodes: Vec<Node>,
     root: u32,
     /// Internal levels; 1 means the root's children are leaves.
@@ -29,9 +33,11 @@ pub struct InnerIndex {
 }
 
 impl InnerIndex {
-    /// An index over one leaf.
-    pub fn single(leaf: u32) -> InnerIndex {
+    /// An index over one leaf, with nodes of at most `fanout` children
+    /// (clamped to 3..=MAX_FANOUT).
+    pub fn single(leaf: u32, fanout: usize) -> InnerIndex {
         InnerIndex {
+            fanout: fanout.clamp(3, MAX_FANOUT),
             nodes: vec![Node {
                 keys: Vec::new(),
                 children: vec![leaf],
@@ -46,26 +52,27 @@ impl InnerIndex {
     ///
     /// # Panics
     /// If `leaves` is empty or lengths differ (the caller's invariant).
-    pub fn build(leaves: &[u32], lows: &[u64]) -> InnerIndex {
+    pub fn build(leaves: &[u32], lows: &[u64], fanout: usize) -> InnerIndex {
         assert!(!leaves.is_empty() && leaves.len() == lows.len());
+        let fanout = fanout.clamp(3, MAX_FANOUT);
         let mut nodes = Vec::new();
         // Each level: (child ids, smallest key of each child).
         let mut level: Vec<(u32, u64)> = leaves.iter().copied().zip(lows.iter().copied()).collect();
         let mut height = 0;
         loop {
             height += 1;
-            let mut next = Vec::with_capacity(level.len() / FANOUT + 1);
+            let mut next = Vec::with_capacity(level.len() / fanout + 1);
             // Full nodes except that the last two share what is left, so no
             // node is nearly empty.
             let mut start = 0;
             while start < level.len() {
                 let rest = level.len() - start;
-                let take = if rest <= FANOUT {
+                let take = if rest <= fanout {
                     rest
-                } else if rest < 2 * FANOUT {
+                } else if rest < 2 * fanout {
                     rest / 2
                 } else {
-                    FANOUT
+                    fanout
                 };
                 let chunk = &level[start..start + take];
                 nodes.push(Node {
@@ -77,6 +84,7 @@ impl InnerIndex {
             }
             if next.len() == 1 {
                 return InnerIndex {
+                    fanout,
                     nodes,
                     root: next[0].0,
                     height,
@@ -109,28 +117,49 @@ impl InnerIndex {
         unreachable!("height is at least 1")
     }
 
+    /// Most children per node.
+    pub fn fanout(&self) -> usize {
+        self.fanout
+    }
+
+    /// The root node.
+    pub fn root(&self) -> u32 {
+        self.root
+    }
+
+    /// Separator keys and children of node `id`.
+    pub fn node(&self, id: u32) -> (&[u64], &[u32]) {
+        let n = &self.nodes[id as usize];
+        (&n.keys, &n.children)
+    }
+
     /// Records that the leaf holding `separator` split and `right` now holds
-    /// the keys from `separator` up to the old leaf's high fence.
-    pub fn insert_separator(&mut self, separator: u64, right: u32) {
+    /// the keys from `separator` up to the old leaf's high fence. Returns the
+    /// nodes it changed or created, with their levels, children before
+    /// parents (for a mirror to rewrite).
+    pub fn insert_separator(&mut self, separator: u64, right: u32) -> Vec<(u32, u32)> {
+        let mut touched = Vec::new();
         let mut path = Vec::with_capacity(self.height as usize);
         let mut node = self.root;
         for level in (0..self.height).rev() {
             let n = &self.nodes[node as usize];
             let pos = n.keys.partition_point(|&s| s <= separator);
-            path.push((node, pos));
+            path.push((node, pos, level));
             if level == 0 {
                 break;
             }
             node = n.children[pos];
         }
         let (mut key, mut child) = (separator, right);
-        while let Some((node, pos)) = path.pop() {
+        while let Some((node, pos, level)) = path.pop() {
+            touched.push((node, level));
+            let fanout = self.fanout;
             let n = &mut self.nodes[node as usize];
             debug_assert!(pos == 0 || n.keys[pos - 1] < key);
             n.keys.insert(pos, key);
             n.children.insert(pos + 1, child);
-            if n.children.len() <= FANOUT {
-                return;
+            if n.children.len() <= fanout {
+                return touched;
             }
             // Split the node; the middle separator moves up.
             let mid = n.keys.len() / 2;
@@ -143,6 +172,7 @@ impl InnerIndex {
             self.nodes.push(right_node);
             key = up;
             child = (self.nodes.len() - 1) as u32;
+            touched.push((child, level));
         }
         // The root split: grow a level.
         self.nodes.push(Node {
@@ -151,6 +181,8 @@ impl InnerIndex {
         });
         self.root = (self.nodes.len() - 1) as u32;
         self.height += 1;
+        touched.push((self.root, self.height - 1));
+        touched
     }
 }
 
@@ -162,7 +194,7 @@ mod tests {
     fn build_and_find() {
         let leaves: Vec<u32> = (0..1000).collect();
         let lows: Vec<u64> = (0..1000).map(|i| i * 10).collect();
-        let idx = InnerIndex::build(&leaves, &lows);
+        let idx = InnerIndex::build(&leaves, &lows, FANOUT);
         assert!(idx.height() >= 2);
         for k in [0u64, 5, 9, 10, 9995, u64::MAX] {
             assert_eq!(idx.find(k), (k / 10).min(999) as u32);
@@ -171,7 +203,7 @@ mod tests {
 
     #[test]
     fn separators_split_nodes_and_grow_root() {
-        let mut idx = InnerIndex::single(0);
+        let mut idx = InnerIndex::single(0, FANOUT);
         // Leaf i+1 splits off at key (i+1)*10, always from the last leaf.
         for i in 1..5000u32 {
             idx.insert_separator(i as u64 * 10, i);

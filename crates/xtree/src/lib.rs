@@ -26,6 +26,7 @@ pub mod error;
 pub mod inner;
 pub mod layout;
 pub mod leaf;
+pub mod mirror;
 pub mod remote;
 pub mod tree;
 

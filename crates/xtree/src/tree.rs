@@ -75,6 +75,11 @@ pub struct XTreeConfig {
     pub max_leaves: Option<u32>,
     /// Id under which the leaf region is registered.
     pub region_id: RegionId,
+    /// Most children per internal node.
+    pub inner_fanout: usize,
+    /// Also keep a remote-readable copy of the internal levels in a region
+    /// with this id ([`crate::mirror`]), for tree-traversing clients.
+    pub mirror_inner: Option<RegionId>,
 }
 
 impl Default for XTreeConfig {
@@ -83,6 +88,8 @@ impl Default for XTreeConfig {
             leaf_slots: DEFAULT_LEAF_SLOTS,
             max_leaves: None,
             region_id: RegionId(1),
+            inner_fanout: crate::inner::FANOUT,
+            mirror_inner: None,
         }
     }
 }
@@ -115,6 +122,8 @@ pub struct Split {
 pub struct XTree {
     leaves: Leaves,
     index: RwLock<InnerIndex>,
+    /// Written under the index's exclusive latch only.
+    mirror: Option<std::sync::Mutex<crate::mirror::InnerMirror>>,
     first_leaf: u32,
     keys: AtomicU64,
     leaf_count: AtomicU64,
@@ -169,9 +178,24 @@ impl XTree {
         let block = (layout.leaf_bytes() as u64).div_ceil(64) * 64;
         let region = alloc(config.region_id, capacity * block, Rights::READ)?;
         let leaves = Leaves::new(region, layout)?;
+        let fanout = config.inner_fanout.clamp(3, crate::inner::MAX_FANOUT);
+        let mirror = match config.mirror_inner {
+            Some(id) => {
+                // Room for the nodes of a tree four times the capacity's
+                // minimum fill: leaves / (fanout/2) per level, doubled.
+                let nodes = (capacity / (fanout as u64 / 2).max(1)) * 2 + 64;
+                let bytes = nodes * crate::mirror::slot_bytes(fanout) as u64;
+                let r = alloc(id, bytes, Rights::READ)?;
+                Some(std::sync::Mutex::new(crate::mirror::InnerMirror::new(
+                    r, fanout,
+                )))
+            }
+            None => None,
+        };
         Ok(XTree {
             leaves,
-            index: RwLock::new(InnerIndex::single(0)),
+            index: RwLock::new(InnerIndex::single(0, fanout)),
+            mirror,
             first_leaf: 0,
             keys: AtomicU64::new(0),
             leaf_count: AtomicU64::new(0),
@@ -192,6 +216,7 @@ impl XTree {
         });
         g.set_fences(0, u64::MAX);
         drop(g);
+        tree.mirror_all(&tree.read_index());
         Ok(tree)
     }
 
@@ -274,7 +299,9 @@ impl XTree {
             }
         }
         progress(pairs.len() as u64);
-        *tree.write_index() = InnerIndex::build(&alns, &lows);
+        let index = InnerIndex::build(&alns, &lows, config.inner_fanout);
+        tree.mirror_all(&index);
+        *tree.write_index() = index;
         tree.keys.store(pairs.len() as u64, Ordering::Relaxed);
         Ok(tree)
     }
@@ -293,6 +320,24 @@ impl XTree {
 
     fn write_index(&self) -> RwLockWriteGuard<'_, InnerIndex> {
         self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mirror_all(&self, index: &InnerIndex) {
+        if let Some(m) = &self.mirror {
+            m.lock().unwrap_or_else(|e| e.into_inner()).write_all(index);
+        }
+    }
+
+    /// The region holding the copy of the internal levels, if kept.
+    pub fn mirror_region(&self) -> Option<Arc<Region>> {
+        self.mirror
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).region().clone())
+    }
+
+    /// Most children per internal node.
+    pub fn inner_fanout(&self) -> usize {
+        self.read_index().fanout()
     }
 
     /// The leaf layout.
@@ -437,7 +482,12 @@ impl XTree {
         }
         let left = g.aln();
         drop(g);
-        index.insert_separator(separator, right);
+        let touched = index.insert_separator(separator, right);
+        if let Some(m) = &self.mirror {
+            m.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write_touched(&index, &touched);
+        }
         self.keys.fetch_add(1, Ordering::Relaxed);
         self.splits.fetch_add(1, Ordering::Relaxed);
         Ok((
