@@ -5,14 +5,24 @@
 //! read (values encode their key: [`values`]) and summarizes exact fabric
 //! costs, latency and throughput in a [`Report`].
 
+pub mod baselines;
+pub mod plot;
 pub mod report;
 pub mod run;
+pub mod suite;
 pub mod system;
 pub mod values;
 
 pub use report::Report;
 pub use run::{run, Progress, RunConfig};
-pub use system::{KvClient, ServerTime, System, XStoreLocal, XStoreOptions, XStoreRemote};
+pub use suite::{
+    run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions, SuiteRow,
+    SuiteSummary, SystemFactory, SystemSpec,
+};
+pub use system::{
+    load_local, BaselineLocal, BaselineOptions, KvClient, ServerTime, System, XStoreLocal,
+    XStoreOptions, XStoreRemote, SYSTEMS,
+};
 pub use values::{belongs, value_for};
 
 /// Errors of a benchmark run.

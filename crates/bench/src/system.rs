@@ -62,18 +62,43 @@ pub struct ServerTime {
 }
 
 /// Times an RPC handler (on the local fabric it runs in the caller's
-/// thread, so wall time inside it is the server's CPU time).
+/// thread, so wall time inside it is the server's CPU time), and can limit
+/// how many requests it serves at once — a server with that many worker
+/// threads, emulated in one process.
 pub struct TimedHandler {
     inner: Arc<dyn RpcHandler>,
     nanos: AtomicU64,
+    workers: Option<(std::sync::Mutex<usize>, std::sync::Condvar)>,
+}
+
+impl TimedHandler {
+    /// Wraps `inner`, serving at most `workers` requests at once.
+    pub fn new(inner: Arc<dyn RpcHandler>, workers: Option<usize>) -> TimedHandler {
+        TimedHandler {
+            inner,
+            nanos: AtomicU64::new(0),
+            workers: workers.map(|w| (std::sync::Mutex::new(w.max(1)), std::sync::Condvar::new())),
+        }
+    }
 }
 
 impl RpcHandler for TimedHandler {
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        if let Some((free, cv)) = &self.workers {
+            let mut f = free.lock().unwrap_or_else(|e| e.into_inner());
+            while *f == 0 {
+                f = cv.wait(f).unwrap_or_else(|e| e.into_inner());
+            }
+            *f -= 1;
+        }
         let start = Instant::now();
         self.inner.handle(request, reply);
         self.nanos
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if let Some((free, cv)) = &self.workers {
+            *free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            cv.notify_one();
+        }
     }
 }
 
@@ -102,6 +127,9 @@ pub struct XStoreOptions {
     pub train_threads: usize,
     /// Whether READs tear adversarially.
     pub adversary: Option<u64>,
+    /// Emulate a server with this many RPC worker threads (`None`: RPCs
+    /// run unlimited in the client threads).
+    pub server_workers: Option<usize>,
 }
 
 impl XStoreLocal {
@@ -127,10 +155,7 @@ impl XStoreLocal {
         };
         let server =
             Server::start(config, pairs, registrar).map_err(|e| BenchError::Load(e.to_string()))?;
-        let timer = Arc::new(TimedHandler {
-            inner: server.handler(),
-            nanos: AtomicU64::new(0),
-        });
+        let timer = Arc::new(TimedHandler::new(server.handler(), o.server_workers));
         fabric
             .set_handler(node, timer.clone())
             .map_err(|e| BenchError::Load(e.to_string()))?;
@@ -261,4 +286,141 @@ impl System for XStoreRemote {
             worker_ns: s.worker_busy_ns,
         })
     }
+}
+
+/// A baseline design over the local fabric.
+pub struct BaselineLocal {
+    fabric: LocalFabric,
+    node: NodeId,
+    _server: Server,
+    timer: Arc<TimedHandler>,
+    kind: crate::baselines::Baseline,
+    get_reads: u8,
+}
+
+impl BaselineLocal {
+    /// Loads `pairs` into a server that also keeps a remote-readable copy
+    /// of its internal levels, with nodes of `inner_fanout` children.
+    pub fn load(
+        pairs: &[(u64, u64)],
+        kind: crate::baselines::Baseline,
+        o: XStoreOptions,
+        inner_fanout: usize,
+    ) -> Result<BaselineLocal, BenchError> {
+        let fabric = match o.adversary {
+            Some(seed) => LocalFabric::with_adversary(fabric::Adversary {
+                seed,
+                ..fabric::Adversary::default()
+            }),
+            None => LocalFabric::new(),
+        };
+        let node = fabric.add_node();
+        let registrar = Arc::new(xstore::LocalRegistrar {
+            fabric: fabric.clone(),
+            node,
+        });
+        let config = ServerConfig {
+            leaf_slots: o.leaf_slots,
+            submodel_keys: o.submodel_keys,
+            // The baselines have no learned model to keep fresh.
+            train_threads: 0,
+            resize_model: false,
+            inner_fanout,
+            mirror_inner: true,
+            ..ServerConfig::default()
+        };
+        let server =
+            Server::start(config, pairs, registrar).map_err(|e| BenchError::Load(e.to_string()))?;
+        let timer = Arc::new(TimedHandler::new(server.handler(), o.server_workers));
+        fabric
+            .set_handler(node, timer.clone())
+            .map_err(|e| BenchError::Load(e.to_string()))?;
+        Ok(BaselineLocal {
+            fabric,
+            node,
+            _server: server,
+            timer,
+            kind,
+            get_reads: o.get_reads,
+        })
+    }
+}
+
+impl System for BaselineLocal {
+    fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
+        let c = crate::baselines::BaselineClient::connect(
+            self.fabric.endpoint(),
+            self.node,
+            self.kind,
+            self.get_reads,
+        )?;
+        Ok(Box::new(c))
+    }
+
+    fn model(&self) -> Option<ModelFigures> {
+        None
+    }
+
+    fn server_time(&self) -> Option<ServerTime> {
+        Some(ServerTime {
+            nic_ns: 0,
+            worker_ns: self.timer.nanos.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// The systems a local run can load, by name.
+pub const SYSTEMS: [&str; 4] = ["xstore", "server-centric", "tree-cache", "whole-tree-cache"];
+
+/// Options of [`load_local`] beyond the XStore ones.
+#[derive(Debug, Clone, Copy)]
+pub struct BaselineOptions {
+    /// Tree-cache LRU byte budget.
+    pub cache_bytes: u64,
+    /// Tree-cache: cache only this many levels from the root.
+    pub top_levels: Option<u32>,
+    /// Children per internal node for the tree-traversing baselines.
+    pub inner_fanout: usize,
+}
+
+impl Default for BaselineOptions {
+    fn default() -> Self {
+        BaselineOptions {
+            cache_bytes: u64::MAX,
+            top_levels: Some(3),
+            // Small nodes, like Cell's, so traversals cost what they did there.
+            inner_fanout: 16,
+        }
+    }
+}
+
+/// Loads the system called `name` (one of [`SYSTEMS`]) over the local fabric.
+pub fn load_local(
+    name: &str,
+    pairs: &[(u64, u64)],
+    o: XStoreOptions,
+    b: BaselineOptions,
+) -> Result<Box<dyn System>, BenchError> {
+    use crate::baselines::Baseline;
+    let kind = match name {
+        "xstore" => return Ok(Box::new(XStoreLocal::load(pairs, o)?)),
+        "server-centric" => Baseline::ServerCentric,
+        "tree-cache" => Baseline::TreeCache {
+            cache_bytes: b.cache_bytes,
+            top_levels: b.top_levels,
+        },
+        "whole-tree-cache" => Baseline::WholeTreeCache,
+        other => {
+            return Err(BenchError::Config(format!(
+                "unknown system '{other}' (available: {})",
+                SYSTEMS.join(", ")
+            )))
+        }
+    };
+    Ok(Box::new(BaselineLocal::load(
+        pairs,
+        kind,
+        o,
+        b.inner_fanout,
+    )?))
 }

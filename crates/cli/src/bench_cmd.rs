@@ -1,13 +1,19 @@
 //! `xstore bench`: one design, one fabric, one workload; a table, and the
-//! JSON contract with `--json`.
+//! JSON contract with `--json` (`--append` for JSON lines). With `--suite`,
+//! a named matrix of runs (`bench::suite`) written to `--out DIR`.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use bench::{Progress, RunConfig, XStoreLocal, XStoreOptions, XStoreRemote};
+use bench::suite::SuiteEvent;
+use bench::{
+    BenchError, KeySet, Progress, RunConfig, SuiteName, SuiteOptions, System, SystemSpec,
+    XStoreOptions, XStoreRemote,
+};
 use clap::Args;
 use xstore::CacheMode;
 use ycsb::{Distribution, Workload};
@@ -18,37 +24,42 @@ use crate::progress;
 /// Arguments of `xstore bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Design under test: xstore.
-    #[arg(long, default_value = "xstore")]
-    system: String,
+    /// Design under test [default: xstore], or a baseline: server-centric,
+    /// tree-cache, whole-tree-cache. With --suite: a comma-separated list of
+    /// the designs to run (default: all).
+    #[arg(long)]
+    system: Option<String>,
     /// Fabric backend: local (server embedded in this process), tcp or shm
-    /// (a running `xstore server`, see --server).
-    #[arg(long, default_value = "local")]
+    /// (a running `xstore server`, see --server). Suites run on local.
+    #[arg(long, default_value = "local", conflicts_with = "suite")]
     fabric: String,
     /// URL of the server for --fabric tcp|shm (tcp://host:port,
     /// shm:///dir); it must have been started with the same --dataset,
     /// --keys and --seed, so every value read can be checked.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "suite")]
     server: Option<String>,
     /// Access token for --server (or XSTORE_TOKEN).
     #[arg(long, env = "XSTORE_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// YCSB workload: a, b, c, d, e, f.
-    #[arg(long, default_value = "c")]
+    /// YCSB workload: a, b, c, d, e, f (a suite picks its own).
+    #[arg(long, default_value = "c", conflicts_with = "suite")]
     workload: String,
     /// Request distribution: uniform, zipfian, latest (default: the
     /// workload's own — latest for D, zipfian otherwise).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "suite")]
     dist: Option<String>,
+    /// Keys: with --suite, --dataset may list several key sets
+    /// (comma-separated); each design is loaded once per key set.
     #[command(flatten)]
     keys: KeyArgs,
-    /// Operations to measure, over all threads.
+    /// Operations to measure, over all threads (per run of a suite; a
+    /// dynamic timeline splits them over its slices).
     #[arg(long, default_value_t = 1_000_000)]
     ops: u64,
     /// Measure for this many seconds instead of --ops.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "suite")]
     seconds: Option<f64>,
-    /// Unmeasured operations per thread first.
+    /// Unmeasured operations per thread first (not in a dynamic timeline).
     #[arg(long, default_value_t = 10_000)]
     warmup: u64,
     /// Client threads.
@@ -57,9 +68,15 @@ pub struct BenchArgs {
     /// READs per GET: 1 (whole leaf) or 2 (keys, then value).
     #[arg(long, default_value_t = 1)]
     get_reads: u8,
-    /// Client cache: full, model, top.
-    #[arg(long, default_value = "full")]
+    /// Client cache: full, model, top (suites use full; the memory suite
+    /// runs all three).
+    #[arg(long, default_value = "full", conflicts_with = "suite")]
     cache: String,
+    /// Client cache budget of tree-cache, bytes (k, m, g suffixes: KiB,
+    /// MiB, GiB). With --suite memory: a comma-separated list of budgets
+    /// (default: 1/16, 1/4, 1, 4 and 16 bytes per key).
+    #[arg(long)]
+    cache_bytes: Option<String>,
     /// Slots per leaf.
     #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS)]
     leaf_slots: usize,
@@ -69,19 +86,121 @@ pub struct BenchArgs {
     /// Server training threads.
     #[arg(long, default_value_t = 2)]
     train_threads: usize,
+    /// Emulate a server with this many RPC worker threads on the local
+    /// fabric (default: RPCs run unlimited in the client threads).
+    #[arg(long)]
+    server_workers: Option<usize>,
+    /// tree-cache: cache only this many levels from the root (0: any level,
+    /// within --cache-bytes).
+    #[arg(long, default_value_t = 3)]
+    tree_levels: u32,
+    /// Children per internal node for the tree-traversing baselines (small,
+    /// like Cell's nodes).
+    #[arg(long, default_value_t = 16)]
+    inner_fanout: usize,
     /// Tear READs adversarially (slow; for checking correctness).
     #[arg(long)]
     adversarial: bool,
     /// Also write the report as one JSON object to PATH (`-` for stdout).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "suite")]
     json: Option<PathBuf>,
+    /// Append to the --json file (one object per line, JSON lines) instead
+    /// of overwriting it; with --suite, append to DIR/results.jsonl.
+    #[arg(long)]
+    append: bool,
+    /// Run a named matrix instead of one run: ycsb (every design x YCSB A-F
+    /// x uniform, zipfian), memory (throughput vs client cache bytes),
+    /// dynamic (a YCSB D timeline); comma-separated, or all. Writes
+    /// results.jsonl, summary.md and plots (PNG, SVG) to --out.
+    #[arg(long, requires = "out")]
+    suite: Option<String>,
+    /// Output directory of --suite (created if needed).
+    #[arg(long, requires = "suite")]
+    out: Option<PathBuf>,
+    /// Slices of the dynamic suite's timeline.
+    #[arg(long, default_value_t = 10)]
+    slices: u32,
+}
+
+/// Builds a design on the local fabric: the factory of single runs and
+/// suites.
+fn local_system(
+    args: &BenchArgs,
+    spec: &SystemSpec,
+    pairs: &[(u64, u64)],
+) -> Result<Box<dyn System>, BenchError> {
+    bench::load_local(
+        &spec.name,
+        pairs,
+        XStoreOptions {
+            cache: spec.cache,
+            get_reads: spec.get_reads,
+            leaf_slots: args.leaf_slots,
+            submodel_keys: args.submodel_keys,
+            train_threads: args.train_threads,
+            adversary: args.adversarial.then_some(args.keys.seed),
+            server_workers: args.server_workers,
+        },
+        bench::BaselineOptions {
+            cache_bytes: spec.cache_bytes.unwrap_or(u64::MAX),
+            // A byte budget (the memory suite) means a plain LRU; otherwise
+            // the top levels, as the paper's tree-cache configuration.
+            top_levels: match spec.cache_bytes {
+                Some(_) => None,
+                None => (args.tree_levels > 0).then_some(args.tree_levels),
+            },
+            inner_fanout: args.inner_fanout,
+        },
+    )
+}
+
+/// A byte count: digits with an optional k, m or g suffix (KiB, MiB, GiB).
+fn parse_bytes(s: &str) -> Result<u64> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t
+        .strip_suffix("ib")
+        .or_else(|| t.strip_suffix('b'))
+        .unwrap_or(&t);
+    let (digits, scale) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = digits
+        .trim()
+        .parse()
+        .with_context(|| format!("bad byte count '{s}' (e.g. 65536, 64k, 4m, 1g)"))?;
+    match n.checked_mul(scale) {
+        Some(0) => bail!("a byte count must be positive: '{s}'"),
+        Some(b) => Ok(b),
+        None => bail!("byte count '{s}' is too large"),
+    }
+}
+
+fn parse_byte_list(s: &str) -> Result<Vec<u64>> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(parse_bytes)
+        .collect()
 }
 
 /// Runs `xstore bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
-    if args.system != "xstore" {
-        bail!("unknown --system '{}' (available: xstore)", args.system);
+    if let Some(suite) = &args.suite {
+        return run_suite(args, suite);
     }
+    if args.append && args.json.is_none() {
+        bail!("--append goes with --json PATH (or --suite)");
+    }
+    let system_name = args.system.as_deref().unwrap_or("xstore");
+    if !bench::system_names().contains(&system_name) {
+        bail!(
+            "unknown --system '{system_name}' (available: {})",
+            bench::system_names().join(", ")
+        );
+    }
+    let cache_bytes = args.cache_bytes.as_deref().map(parse_bytes).transpose()?;
     let remote = match (args.fabric.as_str(), &args.server) {
         ("local", None) => None,
         ("local", Some(_)) => bail!("--server goes with --fabric tcp or shm"),
@@ -114,6 +233,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if !(1..=2).contains(&args.get_reads) {
         bail!("--get-reads must be 1 or 2, got {}", args.get_reads);
     }
+    if remote.is_some() && system_name != "xstore" {
+        bail!("--fabric {} runs xstore only", args.fabric);
+    }
     let keys = args.keys.load()?;
     let system: Box<dyn bench::System> = match remote {
         Some(url) => Box::new(XStoreRemote::new(
@@ -127,25 +249,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
             let spinner = progress::bar(1, "load");
             spinner.enable_steady_tick(Duration::from_millis(200));
-            let system = XStoreLocal::load(
-                &pairs,
-                XStoreOptions {
-                    cache,
-                    get_reads: args.get_reads,
-                    leaf_slots: args.leaf_slots,
-                    submodel_keys: args.submodel_keys,
-                    train_threads: args.train_threads,
-                    adversary: args.adversarial.then_some(args.keys.seed),
-                },
-            )
-            .context("loading the server")?;
+            let spec = SystemSpec {
+                name: system_name.to_string(),
+                cache,
+                get_reads: args.get_reads,
+                cache_bytes,
+            };
+            let system = local_system(args, &spec, &pairs).context("loading the server")?;
             spinner.finish_and_clear();
-            Box::new(system)
+            system
         }
     };
     let loaded: Arc<[u64]> = keys.into();
     let config = RunConfig {
-        system: args.system.clone(),
+        system: system_name.to_string(),
         fabric: args.fabric.clone(),
         dataset: args.keys.name(),
         workload,
@@ -182,6 +299,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let json = serde_json::to_string(&report)?;
         if json_to_stdout {
             println!("{json}");
+        } else if args.append {
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            writeln!(file, "{json}").with_context(|| format!("writing {}", path.display()))?;
         } else {
             std::fs::write(path, json + "\n")
                 .with_context(|| format!("writing {}", path.display()))?;
@@ -192,6 +316,124 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "{} reads returned a wrong value",
             report.correctness.mismatches
         );
+    }
+    Ok(())
+}
+
+/// `xstore bench --suite NAMES --out DIR`.
+fn run_suite(args: &BenchArgs, suites: &str) -> Result<()> {
+    let names = SuiteName::parse_list(suites)?;
+    let out = args.out.as_ref().context("--suite needs --out DIR")?;
+    let systems: Vec<String> = match &args.system {
+        None => bench::system_names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        Some(list) => {
+            let systems: Vec<String> = list
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+            if let Some(bad) = systems
+                .iter()
+                .find(|s| !bench::system_names().contains(&s.as_str()))
+            {
+                bail!(
+                    "unknown --system '{bad}' (available: {})",
+                    bench::system_names().join(", ")
+                );
+            }
+            systems
+        }
+    };
+    if !(1..=2).contains(&args.get_reads) {
+        bail!("--get-reads must be 1 or 2, got {}", args.get_reads);
+    }
+    let cache_budgets = args
+        .cache_bytes
+        .as_deref()
+        .map(parse_byte_list)
+        .transpose()?;
+    let mut datasets = Vec::new();
+    if args.keys.keys_file.is_some() {
+        datasets.push(KeySet {
+            name: args.keys.name(),
+            keys: args.keys.load()?.into(),
+        });
+    } else {
+        for name in args.keys.dataset.split(',').map(str::trim) {
+            if name.is_empty() {
+                continue;
+            }
+            let key_args = KeyArgs {
+                dataset: name.to_string(),
+                ..args.keys.clone()
+            };
+            datasets.push(KeySet {
+                name: key_args.name(),
+                keys: key_args.load()?.into(),
+            });
+        }
+    }
+    let options = SuiteOptions {
+        datasets,
+        systems,
+        fabric: "local".to_string(),
+        ops: args.ops,
+        warmup_ops: args.warmup,
+        threads: args.threads,
+        seed: args.keys.seed,
+        get_reads: args.get_reads,
+        cache_budgets,
+        slices: args.slices,
+        append: args.append,
+    };
+    let factory = |spec: &SystemSpec, pairs: &[(u64, u64)]| local_system(args, spec, pairs);
+    let mut on_progress = |event: SuiteEvent<'_>| match event {
+        SuiteEvent::Loading {
+            spec,
+            dataset,
+            keys,
+        } => eprint!("load {} ({dataset}, {keys} keys) ... ", spec.label()),
+        SuiteEvent::Loaded { seconds, error, .. } => match error {
+            None => eprintln!("{seconds:.2} s"),
+            Some(e) => eprintln!("not loaded: {e}"),
+        },
+        SuiteEvent::Started {
+            index,
+            total,
+            label,
+        } => eprint!("[{index}/{total}] {label} ... "),
+        SuiteEvent::Finished { row, .. } => eprintln!("{}", row.outcome()),
+    };
+    let summary = bench::run_suites(&names, &options, &factory, out, &mut on_progress)?;
+    eprintln!(
+        "{} runs in {:.1} s: {} unsupported, {} failed, {} with mismatches",
+        summary.rows.len(),
+        summary.seconds,
+        summary.unsupported(),
+        summary.failed(),
+        summary.mismatched()
+    );
+    for file in &summary.files {
+        println!("{}", file.display());
+    }
+    if summary.mismatched() > 0 {
+        bail!(
+            "{} runs read a wrong value (see {})",
+            summary.mismatched(),
+            out.join("results.jsonl").display()
+        );
+    }
+    if summary.failed() > 0 {
+        let first = summary
+            .rows
+            .iter()
+            .find(|r| r.failed)
+            .map(|r| format!("{}: {}", r.label(), r.outcome()))
+            .unwrap_or_default();
+        bail!("{} runs failed, first {first}", summary.failed());
     }
     Ok(())
 }

@@ -208,6 +208,8 @@ impl<E: Endpoint> Client<E> {
                 submodels: 1,
                 tt_region: 0,
                 sub_region: 0,
+                inner_region: 0,
+                inner_fanout: 0,
             },
             layout: LeafLayout::new(1).expect("1 slot is valid"),
             version: 0,

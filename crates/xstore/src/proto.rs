@@ -12,6 +12,7 @@
 //!   META, FETCH_TOP, STATS          (none)
 //!   FETCH_SUBS   version u64, first u32, count u32
 //!   GET          key u64
+//!   GET_VALUE    key u64
 //!   SCAN         start u64, n u32
 //!   INSERT       key u64, value u64
 //!   UPSERT       key u64, value u64
@@ -157,6 +158,9 @@ pub enum Opcode {
     Upsert = 9,
     /// Server statistics.
     Stats = 10,
+    /// GET answered by the server with the value only (the server-centric
+    /// design's read).
+    GetValue = 11,
 }
 
 /// A request.
@@ -217,6 +221,11 @@ pub enum Request {
     },
     /// [`Opcode::Stats`].
     Stats,
+    /// [`Opcode::GetValue`].
+    GetValue {
+        /// Key.
+        key: u64,
+    },
 }
 
 impl Request {
@@ -238,6 +247,10 @@ impl Request {
             }
             Request::Get { key } => {
                 out.push(Opcode::Get as u8);
+                put_u64(out, *key);
+            }
+            Request::GetValue { key } => {
+                out.push(Opcode::GetValue as u8);
                 put_u64(out, *key);
             }
             Request::Delete { key } => {
@@ -287,6 +300,7 @@ impl Request {
                 count: r.u32("count")?,
             },
             4 => Request::Get { key: r.u64("key")? },
+            11 => Request::GetValue { key: r.u64("key")? },
             8 => Request::Delete { key: r.u64("key")? },
             5 => Request::Scan {
                 start: r.u64("start")?,
@@ -387,6 +401,10 @@ pub struct Meta {
     pub tt_region: u32,
     /// Region holding that version's sub-models (32 bytes each).
     pub sub_region: u32,
+    /// Region holding a copy of the tree's internal levels (0: none).
+    pub inner_region: u32,
+    /// Children per internal node (for reading that copy).
+    pub inner_fanout: u16,
 }
 
 impl Meta {
@@ -399,6 +417,8 @@ impl Meta {
         put_u32(out, self.submodels);
         put_u32(out, self.tt_region);
         put_u32(out, self.sub_region);
+        put_u32(out, self.inner_region);
+        out.extend_from_slice(&self.inner_fanout.to_le_bytes());
     }
 
     /// Decodes from `r`.
@@ -411,7 +431,12 @@ impl Meta {
             submodels: r.u32("submodels")?,
             tt_region: r.u32("tt region")?,
             sub_region: r.u32("sub region")?,
+            inner_region: r.u32("inner region")?,
+            inner_fanout: r.u16("inner fanout")?,
         };
+        if m.inner_region != 0 && !(3..=xtree::inner::MAX_FANOUT as u16).contains(&m.inner_fanout) {
+            return Err(ProtoError::Bad("inner fanout out of range"));
+        }
         if m.leaf_slots == 0 || m.leaf_slots as usize > xtree::MAX_LEAF_SLOTS || m.submodels == 0 {
             return Err(ProtoError::Bad("meta out of range"));
         }
@@ -606,6 +631,7 @@ mod tests {
                 count: 100,
             },
             Request::Get { key: 42 },
+            Request::GetValue { key: 43 },
             Request::Scan { start: 9, n: 100 },
             Request::Insert { key: 1, value: 2 },
             Request::Upsert { key: 1, value: 2 },

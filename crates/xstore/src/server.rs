@@ -29,6 +29,10 @@ use crate::proto::{Meta, Request, ServerStats, Status, SubPayload, MAX_SCAN, MAX
 use crate::published::Published;
 use crate::train::{collect_leaves, leaf_info};
 
+/// Region id of the copy of the internal levels (leaves are region 1, model
+/// versions take 16 and up).
+pub const INNER_REGION: RegionId = RegionId(2);
+
 /// Where the server registers the regions clients read.
 pub trait Registrar: Send + Sync {
     /// Memory for a region this server will register (heap by default; a
@@ -103,6 +107,11 @@ pub struct ServerConfig {
     pub resize_model: bool,
     /// Write-ahead logging and recovery (`None`: in memory only).
     pub durability: Option<crate::durable::DurabilityConfig>,
+    /// Children per internal node of the tree.
+    pub inner_fanout: usize,
+    /// Keep a remote-readable copy of the internal levels (for the
+    /// tree-traversing baselines; XStore clients never read it).
+    pub mirror_inner: bool,
 }
 
 impl Default for ServerConfig {
@@ -116,6 +125,8 @@ impl Default for ServerConfig {
             train_threads: 2,
             resize_model: true,
             durability: None,
+            inner_fanout: xtree::inner::FANOUT,
+            mirror_inner: false,
         }
     }
 }
@@ -197,6 +208,8 @@ impl Server {
         let tree_config = XTreeConfig {
             leaf_slots: config.leaf_slots,
             max_leaves: config.max_leaves,
+            inner_fanout: config.inner_fanout,
+            mirror_inner: config.mirror_inner.then_some(INNER_REGION),
             ..XTreeConfig::default()
         };
         // With a log, the state on disk wins over the initial key set.
@@ -224,6 +237,9 @@ impl Server {
             &alloc,
         )?);
         registrar.register(tree.region().clone())?;
+        if let Some(mirror) = tree.mirror_region() {
+            registrar.register(mirror)?;
+        }
         let durable = match (&config.durability, &recovery) {
             (Some(d), Some(r)) => Some(crate::durable::Durable::start(
                 d,
@@ -542,6 +558,8 @@ impl Shared {
                     submodels: p.submodels(),
                     tt_region: p.tt_region.id().0,
                     sub_region: p.sub_region.id().0,
+                    inner_region: tree.mirror_region().map_or(0, |r| r.id().0),
+                    inner_fanout: tree.inner_fanout() as u16,
                 }
                 .encode(out);
             }
@@ -608,6 +626,19 @@ impl Shared {
                 out.extend_from_slice(&value.unwrap_or(0).to_le_bytes());
                 out.extend_from_slice(&p.version.to_le_bytes());
                 self.sub_payload(&p, sub).encode(out);
+            }
+            Request::GetValue { key } => {
+                if reserved(key) {
+                    out.push(Status::ReservedKey as u8);
+                    return None;
+                }
+                let value = tree.get(key);
+                out.push(if value.is_some() {
+                    Status::Ok
+                } else {
+                    Status::NotFound
+                } as u8);
+                out.extend_from_slice(&value.unwrap_or(0).to_le_bytes());
             }
             Request::Scan { start, n } => {
                 if reserved(start) || n > MAX_SCAN {

@@ -1,0 +1,494 @@
+//! The designs XStore is measured against (§7), in the same framework:
+//!
+//! * `server-centric` — every operation is an RPC to the server's tree
+//!   (the DrTM-Tree / eRPC+Masstree design point).
+//! * `tree-cache` — Cell-like: the tree's internal levels live in
+//!   registered memory ([`xtree::mirror`]); the client traverses them with
+//!   one-sided READs, caching nodes in an LRU under a byte budget (and/or
+//!   only the top levels), then READs the leaf. Writes by RPC.
+//! * `whole-tree-cache` — the paper's "optimal" cache: the client holds
+//!   every internal node (filled at connect), so a GET is one READ of the
+//!   leaf (plus one of the value in two-READ mode); splits invalidate
+//!   cached nodes, which are then read again.
+//!
+//! Like XStore's client, a tree-cache client trusts only the leaf it reads:
+//! its fences say whether it owns the key, so a stale cached node costs a
+//! retry, never a wrong answer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use fabric::{Batch, Counters, Endpoint, NodeId, RegionId};
+use xstore::proto::{Meta, ProtoError, Reader, Request, Status};
+use xtree::layout::value_from_part;
+use xtree::mirror::{decode_meta, decode_node, slot_bytes, NodeImage, OUT_OF_SERVICE};
+use xtree::{LeafError, LeafLayout, LeafView};
+
+use crate::system::{DirectStats, KvClient};
+use crate::BenchError;
+
+/// Which baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Baseline {
+    /// Every operation by RPC.
+    ServerCentric,
+    /// One-sided traversal with a partial cache of internal nodes.
+    TreeCache {
+        /// LRU byte budget for cached nodes.
+        cache_bytes: u64,
+        /// Cache only nodes this close to the root (`None`: any).
+        top_levels: Option<u32>,
+    },
+    /// Every internal node cached.
+    WholeTreeCache,
+}
+
+/// Most attempts of a one-sided read before falling back to RPC.
+const MAX_ATTEMPTS: u32 = 8;
+
+struct Cached {
+    node: Arc<NodeImage>,
+    stamp: u64,
+}
+
+/// LRU cache of internal nodes under a byte budget.
+struct NodeCache {
+    budget: u64,
+    node_bytes: u64,
+    map: HashMap<u32, Cached>,
+    order: BTreeMap<u64, u32>,
+    clock: u64,
+}
+
+impl NodeCache {
+    fn get(&mut self, id: u32) -> Option<Arc<NodeImage>> {
+        self.clock += 1;
+        let c = self.map.get_mut(&id)?;
+        self.order.remove(&c.stamp);
+        c.stamp = self.clock;
+        self.order.insert(self.clock, id);
+        Some(c.node.clone())
+    }
+
+    fn insert(&mut self, id: u32, node: Arc<NodeImage>) {
+        if self.node_bytes > self.budget {
+            return;
+        }
+        while (self.map.len() as u64 + 1) * self.node_bytes > self.budget {
+            let Some((_, victim)) = self.order.pop_first() else {
+                break;
+            };
+            self.map.remove(&victim);
+        }
+        self.clock += 1;
+        if let Some(old) = self.map.insert(
+            id,
+            Cached {
+                node,
+                stamp: self.clock,
+            },
+        ) {
+            self.order.remove(&old.stamp);
+        }
+        self.order.insert(self.clock, id);
+    }
+
+    fn remove(&mut self, id: u32) {
+        if let Some(c) = self.map.remove(&id) {
+            self.order.remove(&c.stamp);
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.map.len() as u64 * self.node_bytes
+    }
+}
+
+/// A client of a baseline design over any endpoint.
+pub struct BaselineClient<E: Endpoint> {
+    ep: E,
+    node: NodeId,
+    kind: Baseline,
+    get_reads: u8,
+    meta: Meta,
+    layout: LeafLayout,
+    fanout: usize,
+    root: Option<(u32, u32)>,
+    cache: NodeCache,
+    stats: DirectStats,
+    batch: Batch,
+    request: Vec<u8>,
+    reply: Vec<u8>,
+}
+
+enum Leaf {
+    Found(Option<u64>),
+    Missed,
+}
+
+impl<E: Endpoint> BaselineClient<E> {
+    /// Connects; a whole-tree cache reads every internal node now.
+    pub fn connect(
+        ep: E,
+        node: NodeId,
+        kind: Baseline,
+        get_reads: u8,
+    ) -> Result<BaselineClient<E>, BenchError> {
+        let mut c = BaselineClient {
+            ep,
+            node,
+            kind,
+            get_reads,
+            meta: Meta {
+                leaf_region: 0,
+                block_bytes: 0,
+                leaf_slots: 1,
+                version: 0,
+                submodels: 1,
+                tt_region: 0,
+                sub_region: 0,
+                inner_region: 0,
+                inner_fanout: 0,
+            },
+            layout: LeafLayout::new(1).expect("1 slot is valid"),
+            fanout: 3,
+            root: None,
+            cache: NodeCache {
+                budget: 0,
+                node_bytes: 1,
+                map: HashMap::new(),
+                order: BTreeMap::new(),
+                clock: 0,
+            },
+            stats: DirectStats::default(),
+            batch: Batch::new(),
+            request: Vec::new(),
+            reply: Vec::new(),
+        };
+        c.rpc(&Request::Meta)?;
+        let meta = Meta::decode(&mut Reader::new(&c.reply[1..])).map_err(proto)?;
+        c.layout = LeafLayout::new(meta.leaf_slots as usize)
+            .ok_or_else(|| BenchError::Client("bad leaf slots".into()))?;
+        c.fanout = (meta.inner_fanout as usize).max(3);
+        c.meta = meta;
+        c.cache.node_bytes = slot_bytes(c.fanout) as u64;
+        c.cache.budget = match kind {
+            Baseline::ServerCentric => 0,
+            Baseline::TreeCache { cache_bytes, .. } => cache_bytes,
+            Baseline::WholeTreeCache => u64::MAX,
+        };
+        if kind != Baseline::ServerCentric && meta.inner_region == 0 {
+            return Err(BenchError::Config(
+                "the server keeps no copy of its internal levels".into(),
+            ));
+        }
+        if kind == Baseline::WholeTreeCache {
+            c.fill()?;
+        }
+        Ok(c)
+    }
+
+    fn rpc(&mut self, req: &Request) -> Result<Status, BenchError> {
+        self.request.clear();
+        req.encode(&mut self.request);
+        self.ep
+            .call(self.node, &self.request, &mut self.reply)
+            .map_err(|e| BenchError::Client(e.to_string()))?;
+        let status = Status::from_u8(
+            *self
+                .reply
+                .first()
+                .ok_or_else(|| BenchError::Client("empty reply".into()))?,
+        )
+        .map_err(proto)?;
+        match status {
+            Status::BadRequest | Status::ReservedKey | Status::Full | Status::Unavailable => {
+                Err(BenchError::Client(format!("server answered {status:?}")))
+            }
+            s => Ok(s),
+        }
+    }
+
+    fn read(&mut self, region: u32, offset: u64, len: u64) -> Result<Option<Vec<u8>>, BenchError> {
+        self.batch.clear();
+        let h = self.batch.read(RegionId(region), offset, len);
+        self.ep
+            .post(self.node, &mut self.batch)
+            .map_err(|e| BenchError::Client(e.to_string()))?;
+        Ok(self.batch.read_bytes(h).ok().map(<[u8]>::to_vec))
+    }
+
+    fn slot(&mut self, slot: u64) -> Result<Option<Vec<u8>>, BenchError> {
+        let n = slot_bytes(self.fanout) as u64;
+        self.read(self.meta.inner_region, slot * n, n)
+    }
+
+    fn root(&mut self) -> Result<Option<(u32, u32)>, BenchError> {
+        if self.root.is_none() {
+            for _ in 0..MAX_ATTEMPTS {
+                let Some(bytes) = self.slot(0)? else {
+                    return Ok(None);
+                };
+                match decode_meta(&bytes, self.fanout) {
+                    Ok((OUT_OF_SERVICE, _)) => return Ok(None),
+                    Ok(r) => {
+                        self.root = Some(r);
+                        break;
+                    }
+                    Err(_) => continue,
+                }
+            }
+        }
+        Ok(self.root)
+    }
+
+    fn fetch(&mut self, id: u32, depth: u32) -> Result<Option<Arc<NodeImage>>, BenchError> {
+        if let Some(n) = self.cache.get(id) {
+            return Ok(Some(n));
+        }
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(bytes) = self.slot(id as u64 + 1)? else {
+                return Ok(None);
+            };
+            match decode_node(&bytes, self.fanout) {
+                Ok(node) => {
+                    let node = Arc::new(node);
+                    let cacheable = match self.kind {
+                        Baseline::TreeCache {
+                            top_levels: Some(l),
+                            ..
+                        } => depth < l,
+                        Baseline::ServerCentric => false,
+                        _ => true,
+                    };
+                    if cacheable {
+                        self.cache.insert(id, node.clone());
+                    }
+                    return Ok(Some(node));
+                }
+                Err(LeafError::Torn) => continue,
+                Err(_) => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads every internal node, level by level (the whole-tree fill).
+    fn fill(&mut self) -> Result<(), BenchError> {
+        let Some((root, height)) = self.root()? else {
+            return Ok(());
+        };
+        let mut frontier = vec![root];
+        for depth in 0..height {
+            let mut next = Vec::new();
+            for id in frontier {
+                if let Some(n) = self.fetch(id, depth)? {
+                    if n.level > 0 {
+                        next.extend_from_slice(&n.children);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        Ok(())
+    }
+
+    /// Walks to the leaf that should hold `key`; returns it and the path.
+    fn descend(&mut self, key: u64, path: &mut Vec<u32>) -> Result<Option<u32>, BenchError> {
+        path.clear();
+        let Some((root, height)) = self.root()? else {
+            return Ok(None);
+        };
+        let mut id = root;
+        for depth in 0..height {
+            path.push(id);
+            let Some(node) = self.fetch(id, depth)? else {
+                return Ok(None);
+            };
+            id = node.child(key);
+        }
+        Ok(Some(id))
+    }
+
+    fn leaf_offset(&self, aln: u32) -> u64 {
+        aln as u64 * self.meta.block_bytes
+    }
+
+    fn read_leaf(&mut self, aln: u32, key: u64) -> Result<Leaf, BenchError> {
+        let whole = self.get_reads == 1;
+        let len = if whole {
+            self.layout.leaf_bytes()
+        } else {
+            self.layout.key_part_bytes()
+        };
+        for _ in 0..MAX_ATTEMPTS {
+            self.stats.get_leaves += 1;
+            let Some(bytes) =
+                self.read(self.meta.leaf_region, self.leaf_offset(aln), len as u64)?
+            else {
+                return Ok(Leaf::Missed);
+            };
+            let view = match LeafView::decode(self.layout, &bytes) {
+                Ok(v) => v,
+                Err(LeafError::Torn) => continue,
+                Err(_) => return Ok(Leaf::Missed),
+            };
+            if !view.owns(key) {
+                return Ok(Leaf::Missed);
+            }
+            let Some(slot) = view.find(key) else {
+                return Ok(Leaf::Found(None));
+            };
+            if let Some(v) = view.value(slot) {
+                return Ok(Leaf::Found(Some(v)));
+            }
+            let seq = view.seq();
+            let part = self.read(
+                self.meta.leaf_region,
+                self.leaf_offset(aln) + self.layout.value_part_offset() as u64,
+                self.layout.value_part_bytes() as u64,
+            )?;
+            if let Some(part) = part {
+                if let Ok(v) = value_from_part(self.layout, seq, &part, slot) {
+                    return Ok(Leaf::Found(Some(v)));
+                }
+            }
+        }
+        Ok(Leaf::Missed)
+    }
+
+    fn rpc_get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+        let status = self.rpc(&Request::GetValue { key })?;
+        let mut r = Reader::new(&self.reply[1..]);
+        let v = r.u64("value").map_err(proto)?;
+        Ok((status == Status::Ok).then_some(v))
+    }
+
+    fn invalidate(&mut self, path: &[u32]) {
+        self.stats.invalidations += 1;
+        for &id in path {
+            self.cache.remove(id);
+        }
+        self.root = None;
+    }
+}
+
+fn proto(e: ProtoError) -> BenchError {
+    BenchError::Client(e.to_string())
+}
+
+impl<E: Endpoint> KvClient for BaselineClient<E> {
+    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+        if self.kind == Baseline::ServerCentric {
+            return self.rpc_get(key);
+        }
+        self.stats.reads += 1;
+        let mut path = Vec::new();
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(aln) = self.descend(key, &mut path)? else {
+                break;
+            };
+            match self.read_leaf(aln, key)? {
+                Leaf::Found(v) => return Ok(v),
+                // A cached node sent us to a leaf that no longer owns the
+                // key (a split): forget the path and walk again.
+                Leaf::Missed => self.invalidate(&path),
+            }
+        }
+        self.stats.fallbacks += 1;
+        self.rpc_get(key)
+    }
+
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError> {
+        let mark = out.len();
+        if self.kind != Baseline::ServerCentric {
+            self.stats.reads += 1;
+            let mut path = Vec::new();
+            'attempt: for _ in 0..MAX_ATTEMPTS {
+                out.truncate(mark);
+                let Some(mut aln) = self.descend(start, &mut path)? else {
+                    break;
+                };
+                let mut expect_low = None;
+                // Leaf by leaf along the right links, each one READ.
+                for _ in 0..4096 {
+                    let Some(bytes) = self.read(
+                        self.meta.leaf_region,
+                        self.leaf_offset(aln),
+                        self.layout.leaf_bytes() as u64,
+                    )?
+                    else {
+                        break 'attempt;
+                    };
+                    let view = match LeafView::decode(self.layout, &bytes) {
+                        Ok(v) => v,
+                        Err(_) => continue 'attempt,
+                    };
+                    let ok = match expect_low {
+                        None => view.owns(start),
+                        Some(low) => view.low() == low,
+                    };
+                    if !ok {
+                        self.invalidate(&path);
+                        continue 'attempt;
+                    }
+                    let mut pairs: Vec<(u64, u64)> = (0..view.count())
+                        .map(|i| (view.key(i), view.value(i).unwrap_or(0)))
+                        .filter(|p| p.0 >= start)
+                        .collect();
+                    pairs.sort_unstable_by_key(|p| p.0);
+                    for p in pairs {
+                        if out.len() - mark >= n {
+                            break;
+                        }
+                        out.push(p);
+                    }
+                    if out.len() - mark >= n
+                        || view.high() == u64::MAX
+                        || view.header().next == xtree::NO_LEAF
+                    {
+                        return Ok(());
+                    }
+                    expect_low = Some(view.high());
+                    aln = view.header().next;
+                }
+            }
+            out.truncate(mark);
+            self.stats.fallbacks += 1;
+        }
+        self.rpc(&Request::Scan {
+            start,
+            n: n.min(xstore::proto::MAX_SCAN as usize) as u32,
+        })?;
+        let mut r = Reader::new(&self.reply[1..]);
+        let count = r.u32("count").map_err(proto)? as usize;
+        for _ in 0..count.min(n) {
+            out.push((r.u64("key").map_err(proto)?, r.u64("value").map_err(proto)?));
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        Ok(self.rpc(&Request::Insert { key, value })? == Status::Ok)
+    }
+
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        Ok(self.rpc(&Request::Update {
+            key,
+            value,
+            hints: Vec::new(),
+        })? == Status::Ok)
+    }
+
+    fn counters(&self) -> Counters {
+        self.ep.counters()
+    }
+
+    fn direct_stats(&self) -> Option<DirectStats> {
+        (self.kind != Baseline::ServerCentric).then_some(self.stats)
+    }
+
+    fn cache_bytes(&self) -> Option<u64> {
+        (self.kind != Baseline::ServerCentric).then(|| self.cache.bytes())
+    }
+}

@@ -1,0 +1,108 @@
+//! Every system passes the harness's checks (mismatches 0) on every
+//! workload, including over the adversarial fabric, and the round trips per
+//! GET come out as each design predicts.
+
+use std::sync::Arc;
+
+use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions, SYSTEMS};
+use xstore::CacheMode;
+use ycsb::{Distribution, Workload};
+
+fn options(adversary: Option<u64>, get_reads: u8) -> XStoreOptions {
+    XStoreOptions {
+        cache: CacheMode::Full,
+        get_reads,
+        leaf_slots: 16,
+        submodel_keys: 100,
+        train_threads: 1,
+        adversary,
+        server_workers: None,
+    }
+}
+
+fn run(
+    system: &dyn bench::System,
+    keys: &Arc<[u64]>,
+    w: Workload,
+    d: Distribution,
+    ops: u64,
+) -> bench::Report {
+    let config = RunConfig {
+        system: "t".into(),
+        fabric: "local".into(),
+        dataset: "ycsb".into(),
+        workload: w,
+        dist: d,
+        ops,
+        seconds: None,
+        warmup_ops: 50,
+        threads: 2,
+        seed: 7,
+    };
+    bench::run(system, keys.clone(), &config, &Progress::default()).unwrap()
+}
+
+#[test]
+fn every_system_is_correct_on_every_workload() {
+    let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 30_000, 42)
+        .unwrap()
+        .into();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    for name in SYSTEMS {
+        for adversary in [None, Some(3)] {
+            let system = load_local(
+                name,
+                &pairs,
+                options(adversary, 1),
+                BaselineOptions::default(),
+            )
+            .unwrap();
+            for w in [
+                Workload::C,
+                Workload::A,
+                Workload::B,
+                Workload::F,
+                Workload::E,
+                Workload::D,
+            ] {
+                let r = run(&*system, &keys, w, w.default_distribution(), 3000);
+                assert_eq!(
+                    r.correctness.mismatches, 0,
+                    "{name} {w:?} adversary {adversary:?}"
+                );
+                assert!(r.correctness.checked_reads > 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn round_trips_per_get_follow_the_designs() {
+    let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 200_000, 42)
+        .unwrap()
+        .into();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let rt = |name: &str, b: BaselineOptions| {
+        let system = load_local(name, &pairs, options(None, 2), b).unwrap();
+        let r = run(&*system, &keys, Workload::C, Distribution::Uniform, 20_000);
+        assert_eq!(r.correctness.mismatches, 0);
+        r.per_get.unwrap().round_trips
+    };
+    let xstore = rt("xstore", BaselineOptions::default());
+    let whole = rt("whole-tree-cache", BaselineOptions::default());
+    let server = rt("server-centric", BaselineOptions::default());
+    // 200 K keys, fanout 16: 12,500 leaves under 4 internal levels; the
+    // top 2 cached leaves 2 internal READs + key part + value part.
+    let partial = rt(
+        "tree-cache",
+        BaselineOptions {
+            top_levels: Some(2),
+            ..BaselineOptions::default()
+        },
+    );
+    eprintln!("round trips per GET: xstore {xstore} whole {whole} server {server} tree-cache(top 2) {partial}");
+    assert!(xstore <= 2.02, "xstore {xstore}");
+    assert!((whole - 2.0).abs() < 0.05, "whole-tree-cache {whole}");
+    assert!((server - 1.0).abs() < 1e-9, "server-centric {server}");
+    assert!(partial >= 3.5, "tree-cache {partial}");
+}
