@@ -62,6 +62,10 @@ struct NodeCache {
 
 impl NodeCache {
     fn get(&mut self, id: u32) -> Option<Arc<NodeImage>> {
+        if self.budget == u64::MAX {
+            // Nothing is ever evicted: no recency to keep.
+            return self.map.get(&id).map(|c| c.node.clone());
+        }
         self.clock += 1;
         let c = self.map.get_mut(&id)?;
         self.order.remove(&c.stamp);
@@ -72,6 +76,10 @@ impl NodeCache {
 
     fn insert(&mut self, id: u32, node: Arc<NodeImage>) {
         if self.node_bytes > self.budget {
+            return;
+        }
+        if self.budget == u64::MAX {
+            self.map.insert(id, Cached { node, stamp: 0 });
             return;
         }
         while (self.map.len() as u64 + 1) * self.node_bytes > self.budget {
@@ -95,7 +103,9 @@ impl NodeCache {
 
     fn remove(&mut self, id: u32) {
         if let Some(c) = self.map.remove(&id) {
-            self.order.remove(&c.stamp);
+            if self.budget != u64::MAX {
+                self.order.remove(&c.stamp);
+            }
         }
     }
 
