@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Prints the markdown tables of bench/README.md from bench/results/."""
+import json, os, sys
+
+R = os.path.join(os.path.dirname(__file__), "..", "results")
+
+def lines(name):
+    p = os.path.join(R, name)
+    return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
+
+def mops(r):
+    return f"{r['throughput_ops_per_s'] / 1e6:.3f}"
+
+print("### XModel over 10 M keys\n")
+print("| dataset | model B/sub-model | tt_bytes | mean_abs_error | max_error | mean_leaves_per_lookup | train s | retrain µs/sub-model | cache fill s |")
+print("|---|---|---|---|---|---|---|---|---|")
+for r in lines("model-10m.jsonl"):
+    print(f"| {r['dataset']} | {r['model_bytes']/r['submodels']:.2f} | {r['tt_bytes']:,} | {r['mean_abs_error']:.3f} | {r['max_error']:.1f} | {r['mean_leaves_per_lookup']:.4f} | {r['train_seconds']:.3f} | {r['retrain_us_per_submodel']:.2f} | {r['cache_fill_seconds']:.4f} |")
+
+print("\n### XStore, embedded (local fabric, 2 client threads, 10 M ycsb keys)\n")
+print("| workload | --get-reads | --cache | Mops/s | RTT/GET | leaves/GET | fallback % | invalidation % | client cache bytes | mismatches |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+# The order bench/scripts (see bench/README.md) appends them in.
+setup = [("1", "full"), ("2", "full"), ("2", "full"), ("2", "full"), ("1", "model"), ("1", "top")]
+for (reads, cache), r in zip(setup, lines("issue3.jsonl")):
+    g = r["per_get"]
+    print(f"| {r['workload']} {r['dist']} | {reads} | {cache} | {mops(r)} | {g['round_trips']:.4f} | {g['leaves_read']:.3f} | {100*r['fallback_rate']:.3f} | {100*r['invalidation_rate']:.3f} | {r['client_cache_bytes']:,} | {r['correctness']['mismatches']} |")
+
+print("\n### XStore in a server process (YCSB C uniform, 10 M keys, 2 client threads)\n")
+print("| fabric | Mops/s | p50 µs | RTT/GET | server µs/GET: soft NIC | workers | mismatches |")
+print("|---|---|---|---|---|---|---|")
+for f in ("shm", "tcp"):
+    p = os.path.join(R, f"issue4-{f}.json")
+    if os.path.exists(p):
+        r = json.load(open(p))
+        s = r.get("server_cpu_split_us_per_op") or {"nic": 0, "worker": 0}
+        print(f"| {f} | {mops(r)} | {r['latency_us']['p50']:.2f} | {r['per_get']['round_trips']:.4f} | {s['nic']:.3f} | {s['worker']:.3f} | {r['correctness']['mismatches']} |")
+
+print("\n### Durability (tcp, 32 client threads, 10 M keys, 1 M ops per workload)\n")
+rows = lines("durability-10m.jsonl")
+by = {(r["durability"], r["workload"]): r for r in rows}
+print("| workload | none Mops/s | sync Mops/s | sync / none |")
+print("|---|---|---|---|")
+for w in "ABCD":
+    n, s = by.get(("none", w)), by.get(("sync", w))
+    if n and s:
+        print(f"| {w} | {mops(n)} | {mops(s)} | {s['throughput_ops_per_s']/n['throughput_ops_per_s']:.3f} |")
