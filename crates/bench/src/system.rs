@@ -102,6 +102,24 @@ impl RpcHandler for TimedHandler {
     }
 }
 
+/// A local fabric (adversarial with a seed) with one node for a server,
+/// and the registrar that puts the server's regions on it.
+fn local_fabric(adversary: Option<u64>) -> (LocalFabric, NodeId, Arc<xstore::LocalRegistrar>) {
+    let fabric = match adversary {
+        Some(seed) => LocalFabric::with_adversary(fabric::Adversary {
+            seed,
+            ..fabric::Adversary::default()
+        }),
+        None => LocalFabric::new(),
+    };
+    let node = fabric.add_node();
+    let registrar = Arc::new(xstore::LocalRegistrar {
+        fabric: fabric.clone(),
+        node,
+    });
+    (fabric, node, registrar)
+}
+
 /// XStore over the local fabric.
 pub struct XStoreLocal {
     fabric: LocalFabric,
@@ -135,18 +153,7 @@ pub struct XStoreOptions {
 impl XStoreLocal {
     /// Loads `pairs` into a new server on a new local fabric.
     pub fn load(pairs: &[(u64, u64)], o: XStoreOptions) -> Result<XStoreLocal, BenchError> {
-        let fabric = match o.adversary {
-            Some(seed) => LocalFabric::with_adversary(fabric::Adversary {
-                seed,
-                ..fabric::Adversary::default()
-            }),
-            None => LocalFabric::new(),
-        };
-        let node = fabric.add_node();
-        let registrar = Arc::new(xstore::LocalRegistrar {
-            fabric: fabric.clone(),
-            node,
-        });
+        let (fabric, node, registrar) = local_fabric(o.adversary);
         let config = ServerConfig {
             leaf_slots: o.leaf_slots,
             submodel_keys: o.submodel_keys,
@@ -307,18 +314,7 @@ impl BaselineLocal {
         o: XStoreOptions,
         inner_fanout: usize,
     ) -> Result<BaselineLocal, BenchError> {
-        let fabric = match o.adversary {
-            Some(seed) => LocalFabric::with_adversary(fabric::Adversary {
-                seed,
-                ..fabric::Adversary::default()
-            }),
-            None => LocalFabric::new(),
-        };
-        let node = fabric.add_node();
-        let registrar = Arc::new(xstore::LocalRegistrar {
-            fabric: fabric.clone(),
-            node,
-        });
+        let (fabric, node, registrar) = local_fabric(o.adversary);
         let config = ServerConfig {
             leaf_slots: o.leaf_slots,
             submodel_keys: o.submodel_keys,

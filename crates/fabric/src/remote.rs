@@ -224,6 +224,21 @@ impl Connection {
     }
 }
 
+/// A two-sided call over `conn` to `node`, counted: the same for every
+/// remote endpoint.
+fn counted_call(
+    conn: &Connection,
+    counters: &mut Counters,
+    node: NodeId,
+    request: &[u8],
+    reply: &mut Vec<u8>,
+) -> Result<(), FabricError> {
+    check_node(node)?;
+    conn.call(request, reply)?;
+    counters.record_call(request.len(), reply.len());
+    Ok(())
+}
+
 fn check_node(node: NodeId) -> Result<(), FabricError> {
     // A remote endpoint talks to exactly one node, known as node 0.
     if node != NodeId(0) {
@@ -303,10 +318,7 @@ impl Endpoint for TcpEndpoint {
         request: &[u8],
         reply: &mut Vec<u8>,
     ) -> Result<(), FabricError> {
-        check_node(node)?;
-        self.conn.call(request, reply)?;
-        self.counters.record_call(request.len(), reply.len());
-        Ok(())
+        counted_call(&self.conn, &mut self.counters, node, request, reply)
     }
 
     fn counters(&self) -> Counters {
@@ -415,10 +427,7 @@ impl Endpoint for ShmEndpoint {
         request: &[u8],
         reply: &mut Vec<u8>,
     ) -> Result<(), FabricError> {
-        check_node(node)?;
-        self.conn.call(request, reply)?;
-        self.counters.record_call(request.len(), reply.len());
-        Ok(())
+        counted_call(&self.conn, &mut self.counters, node, request, reply)
     }
 
     fn counters(&self) -> Counters {
