@@ -69,6 +69,10 @@ pub struct ServerArgs {
     /// Checkpoint after this many logged writes.
     #[arg(long, default_value_t = 1_000_000)]
     checkpoint_records: u64,
+    /// sync mode: microseconds records gather before a group commit (more
+    /// writes per fdatasync, that much more latency).
+    #[arg(long, default_value_t = 0)]
+    commit_delay_us: u64,
 }
 
 /// Runs `xstore server`.
@@ -107,6 +111,7 @@ pub fn run(args: &ServerArgs) -> Result<()> {
                 })?;
             }
             d.checkpoint_records = args.checkpoint_records;
+            d.commit_delay = Duration::from_micros(args.commit_delay_us);
             Some(d)
         }
     };

@@ -40,6 +40,8 @@ pub struct DurabilityConfig {
     pub mode: Durability,
     /// Take a checkpoint after this many records.
     pub checkpoint_records: u64,
+    /// `sync` mode: how long records gather before a group commit.
+    pub commit_delay: Duration,
 }
 
 impl DurabilityConfig {
@@ -49,6 +51,7 @@ impl DurabilityConfig {
             dir: dir.into(),
             mode: Durability::Sync,
             checkpoint_records: 1_000_000,
+            commit_delay: Duration::ZERO,
         }
     }
 }
@@ -247,6 +250,7 @@ impl Durable {
     ) -> Result<Durable, WalError> {
         let mut wc = WalConfig::new(&config.dir);
         wc.durability = config.mode;
+        wc.commit_delay = config.commit_delay;
         let wal = Arc::new(Wal::open(wc, next_lsn)?);
         if fresh {
             wal.checkpoint(next_lsn - 1, &mut TreePairs::new(&tree))?;
