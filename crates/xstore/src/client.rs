@@ -147,6 +147,13 @@ pub struct ClientStats {
     pub top_fetches: u64,
 }
 
+/// What a lookup needs of a sub-model: the model and where its table is.
+#[derive(Debug, Clone, Copy)]
+struct SubRef {
+    model: SubModel,
+    tt_offset: u64,
+}
+
 #[derive(Debug, Clone)]
 struct CachedSub {
     model: SubModel,
@@ -350,14 +357,22 @@ impl<E: Endpoint> Client<E> {
         Ok(())
     }
 
-    /// The sub-model `sub`, from the cache or the server.
-    fn sub_model(&mut self, sub: u32) -> Result<Option<CachedSub>, ClientError> {
+    /// The sub-model `sub` (and where its table is), from the cache or the
+    /// server. Cheap to copy: the cached table stays in place.
+    fn sub_model(&mut self, sub: u32) -> Result<Option<SubRef>, ClientError> {
         match self.config.cache {
             CacheMode::Full | CacheMode::Model => {
                 if self.subs[sub as usize].is_none() {
                     self.fetch_subs(sub, 1)?;
                 }
-                Ok(self.subs.get(sub as usize).cloned().flatten())
+                Ok(self
+                    .subs
+                    .get(sub as usize)
+                    .and_then(|s| s.as_ref())
+                    .map(|c| SubRef {
+                        model: c.model,
+                        tt_offset: c.tt_offset,
+                    }))
             }
             CacheMode::Top => {
                 for _ in 0..MAX_ATTEMPTS {
@@ -374,11 +389,7 @@ impl<E: Endpoint> Client<E> {
                         return Ok(None);
                     };
                     if let Some((model, tt_offset)) = decode_slot(sub, bytes) {
-                        return Ok(Some(CachedSub {
-                            model,
-                            tt: Box::new([]),
-                            tt_offset,
-                        }));
+                        return Ok(Some(SubRef { model, tt_offset }));
                     }
                     self.stats.torn_retries += 1;
                 }
@@ -392,7 +403,7 @@ impl<E: Endpoint> Client<E> {
     fn targets(
         &mut self,
         sub: u32,
-        cached: &CachedSub,
+        cached: SubRef,
         first: u32,
         last: u32,
         out: &mut Vec<Target>,
@@ -400,11 +411,10 @@ impl<E: Endpoint> Client<E> {
         out.clear();
         if self.config.cache == CacheMode::Full {
             for lln in first..=last {
-                out.push(Target {
-                    sub,
-                    lln,
-                    entry: cached.tt[lln as usize],
-                });
+                let Some(entry) = self.cached_entry(sub, lln) else {
+                    return Ok(false);
+                };
+                out.push(Target { sub, lln, entry });
             }
             return Ok(true);
         }
@@ -428,6 +438,24 @@ impl<E: Endpoint> Client<E> {
             });
         }
         Ok(true)
+    }
+
+    /// Entry `lln` of sub-model `sub`'s cached table.
+    fn cached_entry(&self, sub: u32, lln: u32) -> Option<TtEntry> {
+        self.subs
+            .get(sub as usize)?
+            .as_ref()?
+            .tt
+            .get(lln as usize)
+            .copied()
+    }
+
+    /// Entries in sub-model `sub`'s cached table.
+    fn cached_len(&self, sub: u32) -> usize {
+        self.subs
+            .get(sub as usize)
+            .and_then(|s| s.as_ref())
+            .map_or(0, |c| c.tt.len())
     }
 
     fn invalidate(&mut self, t: &Target) {
@@ -474,7 +502,7 @@ impl<E: Endpoint> Client<E> {
         let Some((first, last)) = cached.model.leaves(frac, self.layout.slots()) else {
             return Ok(Attempt::Fallback);
         };
-        if !self.targets(sub, &cached, first, last, targets)? {
+        if !self.targets(sub, cached, first, last, targets)? {
             return Ok(Attempt::Fallback);
         }
         if targets.iter().any(|t| !t.entry.valid()) {
@@ -681,27 +709,25 @@ impl<E: Endpoint> Client<E> {
             // of how many more at half-full, by one READ of the table.
             let extra = (n / (self.layout.slots() / 2).max(1)) as u32 + 1;
             let end = last.saturating_add(extra).min(cached.model.tt_len - 1);
-            if !self.targets(sub, &cached, first, end, &mut plan)? {
+            if !self.targets(sub, cached, first, end, &mut plan)? {
                 return Ok(None);
             }
             return Ok(Some(plan));
         }
         let mut keys_ahead = 0usize;
-        let (mut s, mut lln, mut tt) = (sub, first, cached.tt.clone());
+        let (mut s, mut lln) = (sub, first);
         while plan.len() < MAX_SCAN_LEAVES {
-            if lln as usize >= tt.len() {
+            if lln as usize >= self.cached_len(s) {
                 s += 1;
-                if s >= self.submodels {
+                if s >= self.submodels || self.sub_model(s)?.is_none() {
                     break;
                 }
-                let Some(next) = self.sub_model(s)? else {
-                    break;
-                };
-                tt = next.tt;
                 lln = 0;
                 continue;
             }
-            let entry = tt[lln as usize];
+            let Some(entry) = self.cached_entry(s, lln) else {
+                break;
+            };
             if plan
                 .last()
                 .is_none_or(|t: &Target| t.entry.aln() != entry.aln())
