@@ -20,8 +20,11 @@
 //! READ returns and a WRITE supplies — are the little-endian encoding of
 //! each word on every host.
 
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU64, Ordering};
 use std::alloc::Layout;
 use std::ptr::NonNull;
+#[cfg(not(loom))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{FabricError, VerbError};
@@ -96,7 +99,12 @@ pub const REGION_ALIGN: usize = 64;
 /// What keeps a region's memory alive.
 enum Backing {
     /// Zeroed heap memory, freed with this layout.
+    #[cfg_attr(loom, allow(dead_code))]
     Heap(Layout),
+    /// Under the loom model checker: its own atomics, which carry state and
+    /// so cannot be conjured from zeroed bytes.
+    #[cfg(loom)]
+    Loom,
     /// A shared mapping of a file (the `shm` backend); unmapped on drop.
     Mapped(#[allow(dead_code)] memmap2::MmapRaw),
 }
@@ -117,6 +125,23 @@ unsafe impl Send for Memory {}
 unsafe impl Sync for Memory {}
 
 impl Memory {
+    #[cfg(loom)]
+    fn zeroed(bytes: usize) -> Result<Memory, FabricError> {
+        let words: Box<[AtomicU64]> = (0..bytes / 8).map(|_| AtomicU64::new(0)).collect();
+        let ptr = NonNull::new(Box::into_raw(words).cast::<AtomicU64>()).ok_or(
+            FabricError::BadRegion {
+                bytes: bytes as u64,
+                reason: "null allocation",
+            },
+        )?;
+        Ok(Memory {
+            ptr,
+            words: bytes / 8,
+            backing: Backing::Loom,
+        })
+    }
+
+    #[cfg(not(loom))]
     fn zeroed(bytes: usize) -> Result<Memory, FabricError> {
         let layout =
             Layout::from_size_align(bytes, REGION_ALIGN).map_err(|_| FabricError::BadRegion {
@@ -139,6 +164,13 @@ impl Memory {
 
     fn mapped(map: memmap2::MmapRaw) -> Result<Memory, FabricError> {
         let bytes = map.len();
+        if cfg!(loom) {
+            // Loom's atomics carry model state: bytes of a file are not one.
+            return Err(FabricError::BadRegion {
+                bytes: bytes as u64,
+                reason: "file-backed regions are not modelled under loom",
+            });
+        }
         if bytes == 0 || !bytes.is_multiple_of(8) {
             return Err(FabricError::BadRegion {
                 bytes: bytes as u64,
@@ -176,6 +208,13 @@ impl Drop for Memory {
         if let Backing::Heap(layout) = self.backing {
             // SAFETY: allocated in `zeroed` with exactly this layout, freed once.
             unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast::<u8>(), layout) }
+        }
+        #[cfg(loom)]
+        if let Backing::Loom = self.backing {
+            let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.words);
+            // SAFETY: made by `Box::into_raw` of a slice of exactly `words`
+            // atomics in `zeroed`, and freed once.
+            drop(unsafe { Box::from_raw(slice) });
         }
         // A mapping unmaps itself when `backing` drops.
     }

@@ -15,6 +15,9 @@
 //! lock but the tree latch, which is always taken first), so waiting by
 //! spinning and yielding is bounded by the work of one leaf write.
 
+#[cfg(loom)]
+use loom::sync::atomic::{fence, Ordering};
+#[cfg(not(loom))]
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -66,6 +69,18 @@ pub struct LeafSnapshot {
 }
 
 fn spin_wait(round: &mut u32) {
+    // The model checker must see every wait as a yield, or it spins forever.
+    #[cfg(loom)]
+    {
+        let _ = round;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    spin_wait_std(round);
+}
+
+#[cfg(not(loom))]
+fn spin_wait_std(round: &mut u32) {
     *round += 1;
     if *round < 64 {
         std::hint::spin_loop();
