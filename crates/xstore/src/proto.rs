@@ -408,6 +408,22 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// A stand-in a client holds until its first META reply (one slot,
+    /// one sub-model, no regions).
+    pub fn placeholder() -> Meta {
+        Meta {
+            leaf_region: 0,
+            block_bytes: 0,
+            leaf_slots: 1,
+            version: 0,
+            submodels: 1,
+            tt_region: 0,
+            sub_region: 0,
+            inner_region: 0,
+            inner_fanout: 0,
+        }
+    }
+
     /// Appends the encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
         put_u32(out, self.leaf_region);
