@@ -357,25 +357,37 @@ impl Host {
         let listener = TcpListener::bind(addr)?;
         let bound = listener.local_addr()?;
         listener.set_nonblocking(true)?;
-        let inner = self.inner.clone();
-        let t = spawn(format!("accept-{bound}"), move || {
-            accept_loop(&inner, || match listener.accept() {
-                Ok((s, _)) => {
-                    s.set_nonblocking(false)?;
-                    s.set_nodelay(true)?;
-                    let w = s.try_clone()?;
-                    Ok(Some((s, w)))
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-                Err(e) => Err(e),
-            })
+        self.start_acceptor(format!("accept-{bound}"), move || match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                s.set_nodelay(true)?;
+                let w = s.try_clone()?;
+                Ok(Some((s, w)))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
         })?;
+        Ok(bound)
+    }
+
+    /// Runs `accept` (non-blocking: `Ok(None)` when nobody waits) on an
+    /// accepting thread the host joins at shutdown.
+    fn start_acceptor<S>(
+        &self,
+        name: String,
+        accept: impl FnMut() -> std::io::Result<Option<(S, S)>> + Send + 'static,
+    ) -> Result<(), FabricError>
+    where
+        S: Read + Write + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let t = spawn(name, move || accept_loop(&inner, accept))?;
         self.inner
             .threads
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(t);
-        Ok(bound)
+        Ok(())
     }
 
     /// Listens on a Unix socket at `path` (replacing a stale socket file).
@@ -384,23 +396,15 @@ impl Host {
         let listener = UnixListener::bind(path)?;
         listener.set_nonblocking(true)?;
         *self.inner.socket.lock().unwrap_or_else(|e| e.into_inner()) = Some(path.to_path_buf());
-        let inner = self.inner.clone();
-        let t = spawn("accept-unix".into(), move || {
-            accept_loop(&inner, || match listener.accept() {
-                Ok((s, _)) => {
-                    s.set_nonblocking(false)?;
-                    let w = s.try_clone()?;
-                    Ok(Some((s, w)))
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-                Err(e) => Err(e),
-            })
+        self.start_acceptor("accept-unix".into(), move || match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                let w = s.try_clone()?;
+                Ok(Some((s, w)))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
         })?;
-        self.inner
-            .threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(t);
         Ok(())
     }
 

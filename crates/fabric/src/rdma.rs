@@ -297,23 +297,7 @@ impl RemoteRegion {
     /// region and that `needed` rights are granted: the same checks, in the
     /// same order and with the same errors, as [`Region::check`].
     pub fn check(&self, offset: u64, len: u64, needed: Rights) -> Result<(), VerbError> {
-        if !self.rights.contains(needed) {
-            return Err(VerbError::AccessDenied {
-                region: self.id,
-                needed,
-            });
-        }
-        if !offset.is_multiple_of(8) || !len.is_multiple_of(8) {
-            return Err(VerbError::Misaligned { offset, len });
-        }
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(VerbError::OutOfBounds {
-                offset,
-                len,
-                region_len: self.len,
-            }),
-        }
+        crate::region::check_access(self.id, self.rights, self.len, offset, len, needed)
     }
 }
 

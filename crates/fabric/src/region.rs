@@ -427,24 +427,7 @@ impl Region {
     /// region, and that `needed` rights are granted. Used by every backend
     /// before it touches memory on behalf of a remote peer.
     pub fn check(&self, offset: u64, len: u64, needed: Rights) -> Result<(), VerbError> {
-        if !self.rights.contains(needed) {
-            return Err(VerbError::AccessDenied {
-                region: self.id,
-                needed,
-            });
-        }
-        if !offset.is_multiple_of(8) || !len.is_multiple_of(8) {
-            return Err(VerbError::Misaligned { offset, len });
-        }
-        let end = offset.checked_add(len);
-        match end {
-            Some(end) if end <= self.len_bytes() => Ok(()),
-            _ => Err(VerbError::OutOfBounds {
-                offset,
-                len,
-                region_len: self.len_bytes(),
-            }),
-        }
+        check_access(self.id, self.rights, self.len_bytes(), offset, len, needed)
     }
 
     /// Copies `out.len()` bytes starting at word-aligned `offset` out of the
@@ -468,6 +451,34 @@ impl Region {
             raw.copy_from_slice(chunk);
             word.store(u64::from_ne_bytes(raw), Ordering::Release);
         }
+    }
+}
+
+/// The checks every verb passes before it touches a region, in this order:
+/// rights, word alignment, bounds. One definition for every backend (and
+/// for the `rdma` backend's local check of a remote region), so a bad verb
+/// fails the same way everywhere.
+pub fn check_access(
+    id: RegionId,
+    rights: Rights,
+    region_len: u64,
+    offset: u64,
+    len: u64,
+    needed: Rights,
+) -> Result<(), VerbError> {
+    if !rights.contains(needed) {
+        return Err(VerbError::AccessDenied { region: id, needed });
+    }
+    if !offset.is_multiple_of(8) || !len.is_multiple_of(8) {
+        return Err(VerbError::Misaligned { offset, len });
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= region_len => Ok(()),
+        _ => Err(VerbError::OutOfBounds {
+            offset,
+            len,
+            region_len,
+        }),
     }
 }
 
