@@ -65,4 +65,7 @@ pub use format::{decode_segment, Defect, Op, Record, ScanEnd, SegmentScan};
 pub use recover::{
     apply_record, recover, replay_into, replay_parallel, replay_shard, Recovered, TornTail,
 };
-pub use wal::{CheckpointInfo, Durability, ParseDurabilityError, Wal, WalConfig, WalStats};
+pub use wal::{
+    CheckpointInfo, Completion, CompletionScope, Durability, ParseDurabilityError, ScopeFn, Wal,
+    WalConfig, WalStats, GATHER_AFTER,
+};

@@ -80,6 +80,10 @@ impl FromStr for Durability {
     }
 }
 
+/// A group commit of at least this many records marks a busy log, in
+/// which [`WalConfig::commit_delay`] applies.
+pub const GATHER_AFTER: u64 = 32;
+
 /// Configuration of a [`Wal`].
 #[derive(Clone, Debug)]
 pub struct WalConfig {
@@ -97,7 +101,11 @@ pub struct WalConfig {
     /// `Sync` mode: how long the writer lets records gather after the
     /// first one arrives before it writes and syncs them. Longer batches
     /// mean fewer `fdatasync`s and wake-ups per record at the price of that
-    /// much latency. Default 0 (write as soon as there is a record).
+    /// much latency. The writer waits only while the load is high — when
+    /// its previous group commit held at least [`GATHER_AFTER`] records —
+    /// so a lone writer's latency never pays it, and a busy log's batches
+    /// grow to amortize each `fdatasync`. Default 0 (write as soon as there
+    /// is a record).
     pub commit_delay: Duration,
     /// The largest group commit: appends go into buffers of at most this
     /// many bytes, and the writer writes (one `write_all`) and syncs (one
@@ -116,6 +124,24 @@ pub struct WalConfig {
     pub keep_checkpoints: usize,
     /// How segment files are created; replace it to inject faults in tests.
     pub file_factory: FileFactory,
+    /// Wraps each run of a batch of [`Wal::when_durable`] callbacks on the
+    /// writer thread: it gets a closure that runs them and must call it
+    /// once. A server uses it to send the replies of one group commit
+    /// together (one write per connection). Default: none.
+    pub completion_scope: Option<CompletionScope>,
+}
+
+/// See [`WalConfig::completion_scope`].
+#[derive(Clone)]
+pub struct CompletionScope(pub Arc<ScopeFn>);
+
+/// The function behind a [`CompletionScope`].
+pub type ScopeFn = dyn Fn(&mut dyn FnMut()) + Send + Sync;
+
+impl fmt::Debug for CompletionScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CompletionScope")
+    }
 }
 
 impl WalConfig {
@@ -131,6 +157,7 @@ impl WalConfig {
             max_unflushed_bytes: 64 << 20,
             keep_checkpoints: 2,
             file_factory: FileFactory::real(),
+            completion_scope: None,
         }
     }
 }
@@ -248,6 +275,27 @@ struct Inner {
     writer_idle: bool,
     space_waiters: usize,
     durable_waiters: usize,
+    /// Callbacks of [`Wal::when_durable`] not yet run, unordered; the
+    /// writer runs the ready ones right after each batch.
+    completions: Vec<(u64, Completion)>,
+}
+
+/// What [`Wal::when_durable`] runs once its record is durable (`Ok`) or can
+/// no longer become durable (`Err`).
+pub type Completion = Box<dyn FnOnce(Result<(), WalError>) + Send>;
+
+/// Takes the completions whose LSN is durable, leaving the rest.
+fn take_ready(completions: &mut Vec<(u64, Completion)>, durable: u64) -> Vec<Completion> {
+    let mut ready = Vec::new();
+    let mut i = 0;
+    while i < completions.len() {
+        if completions[i].0 <= durable {
+            ready.push(completions.swap_remove(i).1);
+        } else {
+            i += 1;
+        }
+    }
+    ready
 }
 
 #[derive(Default)]
@@ -264,6 +312,7 @@ struct Shared {
     durability: Durability,
     async_interval: Duration,
     commit_delay: Duration,
+    completion_scope: Option<CompletionScope>,
     max_batch_bytes: usize,
     max_unflushed_bytes: usize,
     start_lsn: u64,
@@ -383,6 +432,7 @@ impl Wal {
             durability: config.durability,
             async_interval: config.async_interval,
             commit_delay: config.commit_delay,
+            completion_scope: config.completion_scope.clone(),
             max_batch_bytes,
             max_unflushed_bytes: config.max_unflushed_bytes.max(max_batch_bytes),
             start_lsn: next_lsn,
@@ -395,6 +445,7 @@ impl Wal {
                 writer_idle: false,
                 space_waiters: 0,
                 durable_waiters: 0,
+                completions: Vec::new(),
             }),
             work: Condvar::new(),
             durable: Condvar::new(),
@@ -403,6 +454,7 @@ impl Wal {
             counters,
         });
         let writer = Writer {
+            last_batch: 0,
             shared: Arc::clone(&shared),
             factory: config.file_factory.clone(),
             segment_bytes: config.segment_bytes,
@@ -536,6 +588,42 @@ impl Wal {
             g.durable_waiters += 1;
             g = sh.durable.wait(g).unwrap_or_else(PoisonError::into_inner);
             g.durable_waiters -= 1;
+        }
+    }
+
+    /// Runs `done` once record `lsn` and all before it are durable per the
+    /// durability mode — on this thread at once if they already are (always
+    /// in Async and None modes), otherwise on the writer thread right after
+    /// the group commit that makes them durable. `done` gets the error
+    /// [`Wal::wait_durable`] would return if the log fails or closes first.
+    ///
+    /// This is `wait_durable` without a blocked thread: a server answers a
+    /// write from `done`, so no thread waits per write and no hand-off sits
+    /// between the fsync and the reply. `done` runs on the writer's thread
+    /// and delays the next group commit while it runs: keep it short (send a
+    /// reply; do not block).
+    pub fn when_durable(&self, lsn: u64, done: Completion) {
+        let sh = &*self.shared;
+        if lsn <= sh.durable_lsn.load(Ordering::Acquire) || sh.durability != Durability::Sync {
+            return done(self.wait_durable(lsn));
+        }
+        let mut g = lock(&sh.inner);
+        if lsn >= g.next_lsn {
+            drop(g);
+            return done(self.wait_durable(lsn));
+        }
+        let now = match &g.state {
+            _ if lsn <= sh.durable_lsn.load(Ordering::Acquire) => Some(Ok(())),
+            State::Failed(f) => Some(Err(f.io_error())),
+            State::Closed => Some(Err(WalError::Closed)),
+            State::Open | State::Closing => None,
+        };
+        match now {
+            Some(r) => {
+                drop(g);
+                done(r)
+            }
+            None => g.completions.push((lsn, done)),
         }
     }
 
@@ -715,6 +803,22 @@ impl Wal {
         };
         sh.durable.notify_all();
         sh.space.notify_all();
+        // The writer drained every buffer before exiting, so what is left
+        // is durable, or lost to a failure.
+        let durable = sh.durable_lsn.load(Ordering::Acquire);
+        let left = std::mem::take(&mut g.completions);
+        let failure = match &g.state {
+            State::Failed(f) => Some(f.clone()),
+            _ => None,
+        };
+        drop(g);
+        for (lsn, done) in left {
+            done(match &failure {
+                _ if lsn <= durable => Ok(()),
+                Some(f) => Err(f.io_error()),
+                None => Err(WalError::Closed),
+            });
+        }
         res
     }
 
@@ -876,6 +980,8 @@ fn write_checkpoint_file(
 
 /// The log-writer thread.
 struct Writer {
+    /// Records in the previous group commit.
+    last_batch: u64,
     shared: Arc<Shared>,
     factory: FileFactory,
     segment_bytes: u64,
@@ -893,13 +999,19 @@ impl Drop for PanicGuard<'_> {
     fn drop(&mut self) {
         if thread::panicking() {
             let mut g = lock(&self.0.inner);
-            g.state = State::Failed(Failure {
+            let failure = Failure {
                 path: self.0.dir.clone(),
                 kind: io::ErrorKind::Other,
                 message: "the log writer thread panicked".into(),
-            });
+            };
+            g.state = State::Failed(failure.clone());
             self.0.durable.notify_all();
             self.0.space.notify_all();
+            let lost = std::mem::take(&mut g.completions);
+            drop(g);
+            for (_, done) in lost {
+                done(Err(failure.io_error()));
+            }
         }
     }
 }
@@ -949,6 +1061,7 @@ impl Writer {
                 // wake a writer that is not idle, so they just accumulate.
                 let gather = sh.durability == Durability::Sync
                     && !sh.commit_delay.is_zero()
+                    && self.last_batch >= GATHER_AFTER
                     && matches!(g.state, State::Open)
                     && g.chunks.len() == 1
                     && g.space_waiters == 0;
@@ -963,6 +1076,8 @@ impl Writer {
                 }
             };
             let res = self.write_batch(&chunk);
+            let chunk_last = chunk.last_lsn();
+            self.last_batch = chunk_last + 1 - chunk.first_lsn;
             last_flush = Instant::now();
             let mut g = lock(&sh.inner);
             match res {
@@ -980,6 +1095,23 @@ impl Writer {
                     if g.space_waiters > 0 {
                         sh.space.notify_all();
                     }
+                    let ready = take_ready(&mut g.completions, chunk_last);
+                    drop(g);
+                    if !ready.is_empty() {
+                        let mut ready = Some(ready);
+                        let mut run = || {
+                            for done in ready.take().into_iter().flatten() {
+                                done(Ok(()));
+                            }
+                        };
+                        match &sh.completion_scope {
+                            Some(scope) => (scope.0)(&mut run),
+                            None => run(),
+                        }
+                        // A scope that forgot to run them must not lose
+                        // the answers.
+                        run();
+                    }
                 }
                 Err(e) => {
                     tracing::error!(
@@ -988,11 +1120,17 @@ impl Writer {
                         lost_from = chunk.first_lsn,
                         "wal write failed; the log is now failed"
                     );
-                    g.state = State::Failed(Failure::from_wal_error(&e));
+                    let failure = Failure::from_wal_error(&e);
+                    g.state = State::Failed(failure.clone());
                     g.chunks.clear();
                     g.unflushed = 0;
                     sh.durable.notify_all();
                     sh.space.notify_all();
+                    let lost = std::mem::take(&mut g.completions);
+                    drop(g);
+                    for (_, done) in lost {
+                        done(Err(failure.io_error()));
+                    }
                     return;
                 }
             }

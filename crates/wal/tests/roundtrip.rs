@@ -105,26 +105,6 @@ fn group_commit_shares_fsyncs() {
     assert_eq!(recover(dir.path()).unwrap().records, all);
 }
 
-/// A commit delay gathers records from waiting writers into fewer, larger
-/// batches and loses nothing.
-#[test]
-fn commit_delay_makes_larger_batches() {
-    let seed = seed("commit_delay_makes_larger_batches");
-    let dir = TempDir::new("delay");
-    let mut c = config(dir.path());
-    c.commit_delay = Duration::from_millis(2);
-    let wal = Arc::new(Wal::open(c, 1).unwrap());
-    let all = append_from_threads(&wal, 8, 200, 1 << 20, seed, true);
-    let s = wal.stats();
-    assert_eq!(s.records, 1600);
-    assert!(
-        s.records as f64 / s.batches as f64 >= 4.0,
-        "batches stayed small: {s:?}"
-    );
-    Arc::try_unwrap(wal).unwrap().close().unwrap();
-    assert_eq!(recover(dir.path()).unwrap().records, all);
-}
-
 #[test]
 fn async_and_none_keep_everything_on_clean_close() {
     let seed = seed("async_and_none_keep_everything_on_clean_close");
