@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,8 +39,9 @@ use crate::error::FabricError;
 use crate::region::{Region, RegionId, RegionTable, Rights};
 use crate::wire::{self, ErrorCode, Header, HostStats, Kind, RegionInfo, HEADER_BYTES, MAX_TOKEN};
 
-/// Settings of a serving node.
-#[derive(Debug, Clone)]
+/// Settings of a serving node. The default serves from each connection's
+/// own thread (no pools), heap regions, no token.
+#[derive(Debug, Clone, Default)]
 pub struct HostConfig {
     /// Back regions by files in this directory (the `shm` backend) instead
     /// of heap memory.
@@ -50,19 +51,11 @@ pub struct HostConfig {
     /// Soft-NIC threads; 0 makes each connection's reader thread execute
     /// its verbs itself (one hand-off fewer per verb, no shared pool).
     pub nic_threads: usize,
-    /// RPC worker threads.
+    /// RPC worker threads; 0 makes each connection's reader thread run its
+    /// RPCs itself (one hand-off fewer per call, the way an RDMA worker
+    /// polls its own receive queue; calls on one connection then run one at
+    /// a time).
     pub workers: usize,
-}
-
-impl Default for HostConfig {
-    fn default() -> Self {
-        HostConfig {
-            shm_dir: None,
-            token: None,
-            nic_threads: 0,
-            workers: 2,
-        }
-    }
 }
 
 /// Most connections served at once.
@@ -125,12 +118,17 @@ impl Pool {
                 }
             };
             let Some(job) = job else { return };
-            let start = Instant::now();
-            job();
-            self.busy_ns
-                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            self.requests.fetch_add(1, Ordering::Relaxed);
+            self.run_here(job);
         }
+    }
+
+    /// Runs `job` on this thread, counted as the pool's work.
+    fn run_here(&self, job: Job) {
+        let start = Instant::now();
+        job();
+        self.busy_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -192,11 +190,6 @@ impl Host {
     /// Starts the thread pools; listen with [`Host::listen_tcp`] and
     /// [`Host::listen_unix`].
     pub fn new(config: HostConfig) -> Result<Host, FabricError> {
-        if config.workers == 0 {
-            return Err(FabricError::Refused(
-                "at least one RPC worker is needed".into(),
-            ));
-        }
         if let Some(t) = &config.token {
             if t.is_empty() || t.len() > MAX_TOKEN {
                 return Err(FabricError::Refused(format!(
@@ -361,6 +354,7 @@ impl Host {
             Ok((s, _)) => {
                 s.set_nonblocking(false)?;
                 s.set_nodelay(true)?;
+                s.set_write_timeout(Some(SEND_TIMEOUT))?;
                 let w = s.try_clone()?;
                 Ok(Some((s, w)))
             }
@@ -378,7 +372,7 @@ impl Host {
         accept: impl FnMut() -> std::io::Result<Option<(S, S)>> + Send + 'static,
     ) -> Result<(), FabricError>
     where
-        S: Read + Write + Send + 'static,
+        S: Stream,
     {
         let inner = self.inner.clone();
         let t = spawn(name, move || accept_loop(&inner, accept))?;
@@ -399,6 +393,7 @@ impl Host {
         self.start_acceptor("accept-unix".into(), move || match listener.accept() {
             Ok((s, _)) => {
                 s.set_nonblocking(false)?;
+                s.set_write_timeout(Some(SEND_TIMEOUT))?;
                 let w = s.try_clone()?;
                 Ok(Some((s, w)))
             }
@@ -446,7 +441,7 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
 
 fn accept_loop<S>(inner: &Arc<Inner>, mut accept: impl FnMut() -> std::io::Result<Option<(S, S)>>)
 where
-    S: Read + Write + Send + 'static,
+    S: Stream,
 {
     while !inner.stop.load(Ordering::Acquire) {
         match accept() {
@@ -477,22 +472,129 @@ where
     }
 }
 
-fn send<W: Write>(writer: &Mutex<W>, kind: Kind, id: u64, payload: &[u8]) {
+fn frame(kind: Kind, id: u64, payload: &[u8], out: &mut Vec<u8>) {
     let header = Header {
         kind,
         id,
         len: payload.len() as u32,
     }
     .encode();
-    let mut frame = Vec::with_capacity(HEADER_BYTES + payload.len());
-    frame.extend_from_slice(&header);
-    frame.extend_from_slice(payload);
-    let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
-    // A peer that went away is noticed by its reader; nothing to do here.
-    let _ = w.write_all(&frame).and_then(|_| w.flush());
+    out.reserve(HEADER_BYTES + payload.len());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(payload);
 }
 
-fn send_error<W: Write>(writer: &Mutex<W>, id: u64, code: ErrorCode, msg: &str) {
+fn send<W: Stream>(writer: &Mutex<W>, kind: Kind, id: u64, payload: &[u8]) {
+    let mut bytes = Vec::new();
+    frame(kind, id, payload, &mut bytes);
+    writer.write_frames(&bytes);
+}
+
+/// A connection's write half, whatever its socket type.
+trait Sink: Send + Sync {
+    /// Writes whole frames at once; on failure closes the connection.
+    fn write_frames(&self, bytes: &[u8]);
+}
+
+impl<S: Stream> Sink for Mutex<S> {
+    fn write_frames(&self, bytes: &[u8]) {
+        let mut w = self.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = w.write_all(bytes).and_then(|_| w.flush()) {
+            // A peer that went away, or one that stopped reading for
+            // SEND_TIMEOUT: close the connection, so that neither this
+            // thread (maybe the log writer answering a batch of writes) nor
+            // later senders wait on it again; its reader then ends the
+            // connection.
+            tracing::debug!(error = %e, "reply not sent; closing the connection");
+            w.close();
+        }
+    }
+}
+
+/// Replies held back on this thread by [`coalesce_replies`], per
+/// connection, in the order they were sent.
+type Held = Vec<(Arc<dyn Sink>, Vec<u8>)>;
+
+thread_local! {
+    static HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f`; the RPC replies it sends through this crate's [`Responder`]s
+/// are held back and then sent with one write per connection, in order.
+/// The log writer answers a whole group commit inside it: a client with
+/// many writes in flight gets their replies in one segment, and its reader
+/// wakes once for them, instead of once per reply. Nested calls just run
+/// `f`. Replies are sent even if `f` panics.
+pub fn coalesce_replies(f: impl FnOnce()) {
+    if HELD.with(|h| h.borrow().is_some()) {
+        return f();
+    }
+    struct Flush;
+    impl Drop for Flush {
+        fn drop(&mut self) {
+            let held = HELD.with(|h| h.borrow_mut().take()).unwrap_or_default();
+            for (sink, bytes) in held {
+                sink.write_frames(&bytes);
+            }
+        }
+    }
+    HELD.with(|h| *h.borrow_mut() = Some(Vec::new()));
+    let _flush = Flush;
+    f();
+}
+
+/// Sends an RPC reply, or holds it back inside [`coalesce_replies`].
+fn send_reply<S: Stream>(writer: &Arc<Mutex<S>>, id: u64, payload: &[u8]) {
+    let held = HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        let Some(held) = h.as_mut() else {
+            return false;
+        };
+        let sink: Arc<dyn Sink> = writer.clone();
+        // Few connections per group commit: a linear search is enough.
+        match held
+            .iter_mut()
+            .find(|(s, _)| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(&sink)))
+        {
+            Some((_, bytes)) => frame(Kind::CallReply, id, payload, bytes),
+            None => {
+                let mut bytes = Vec::new();
+                frame(Kind::CallReply, id, payload, &mut bytes);
+                held.push((sink, bytes));
+            }
+        }
+        true
+    });
+    if !held {
+        send(writer, Kind::CallReply, id, payload);
+    }
+}
+
+/// How long a reply may wait for room in a peer's socket before the peer
+/// counts as gone: a client that stops reading must not stall the threads
+/// that answer everyone else.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connected socket a host serves.
+pub trait Stream: Read + Write + Send + 'static {
+    /// Shuts both directions down (the peer and this side's reader see the
+    /// end at once).
+    fn close(&self);
+}
+
+impl Stream for TcpStream {
+    fn close(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+impl Stream for UnixStream {
+    fn close(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+fn send_error<W: Stream>(writer: &Mutex<W>, id: u64, code: ErrorCode, msg: &str) {
     let mut p = Vec::new();
     wire::encode_error(code, msg, &mut p);
     send(writer, Kind::Error, id, &p);
@@ -500,7 +602,7 @@ fn send_error<W: Write>(writer: &Mutex<W>, id: u64, code: ErrorCode, msg: &str) 
 
 /// Executes a POST against registered memory and replies: the soft NIC.
 /// Never calls index code.
-fn serve_post<W: Write>(inner: &Inner, writer: &Mutex<W>, id: u64, payload: &[u8]) {
+fn serve_post<W: Stream>(inner: &Inner, writer: &Mutex<W>, id: u64, payload: &[u8]) {
     let mut batch = Batch::new();
     let mut out = Vec::new();
     match wire::decode_post(payload, &mut batch) {
@@ -524,10 +626,12 @@ fn serve_post<W: Write>(inner: &Inner, writer: &Mutex<W>, id: u64, payload: &[u8
     }
 }
 
-fn serve_connection<S>(inner: &Arc<Inner>, mut read: S, writer: Arc<Mutex<S>>)
+fn serve_connection<S>(inner: &Arc<Inner>, read: S, writer: Arc<Mutex<S>>)
 where
-    S: Read + Write + Send + 'static,
+    S: Stream,
 {
+    // Requests a client pipelines arrive together: one read for them all.
+    let mut read = std::io::BufReader::with_capacity(64 << 10, read);
     let mut authed = false;
     let mut head = [0u8; HEADER_BYTES];
     loop {
@@ -604,18 +708,18 @@ where
                     continue;
                 };
                 let writer = writer.clone();
-                inner.workers.submit(
-                    Box::new(move || {
-                        let id = header.id;
-                        handler.handle_deferred(
-                            &payload,
-                            Box::new(move |reply: Vec<u8>| {
-                                send(&writer, Kind::CallReply, id, &reply)
-                            }),
-                        );
-                    }),
-                    &inner.stop,
-                );
+                let job: Job = Box::new(move || {
+                    let id = header.id;
+                    handler.handle_deferred(
+                        &payload,
+                        Box::new(move |reply: Vec<u8>| send_reply(&writer, id, &reply)),
+                    );
+                });
+                if inner.config.workers == 0 {
+                    inner.workers.run_here(job);
+                } else {
+                    inner.workers.submit(job, &inner.stop);
+                }
             }
             Kind::RegionInfo => {
                 let info = payload

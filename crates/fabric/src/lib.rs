@@ -80,7 +80,7 @@ pub use batch::{
     Batch, CopyStrategy, InOrder, Op, OpHandle, OpKind, MAX_BATCH_OPS, MAX_VERB_BYTES,
 };
 pub use counters::Counters;
-pub use endpoint::{Endpoint, NodeId, Responder, RpcHandler};
+pub use endpoint::{CallTicket, Endpoint, NodeId, PendingCall, Responder, RpcHandler};
 pub use error::{FabricError, VerbError};
 pub use host::{Host, HostConfig};
 pub use local::{Adversary, LocalEndpoint, LocalFabric};

@@ -23,10 +23,13 @@ use std::time::Duration;
 
 use crate::batch::{Batch, InOrder, MAX_BATCH_OPS};
 use crate::counters::Counters;
-use crate::endpoint::{Endpoint, NodeId};
+use crate::endpoint::{CallTicket, Endpoint, NodeId};
 use crate::error::{FabricError, VerbError};
 use crate::region::{Region, RegionId, RegionTable, Rights};
 use crate::wire::{self, Header, HostStats, Kind, HEADER_BYTES};
+
+/// Bytes a connection's reader buffers.
+const READ_BUFFER: usize = 64 << 10;
 
 /// How long a request may wait for its reply.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -90,7 +93,10 @@ impl Connection {
         }
     }
 
-    fn read_loop(&self, mut read: impl Read) {
+    fn read_loop(&self, read: impl Read) {
+        // Replies that arrive together (a group commit's, or several in
+        // flight) are read with one system call, not two per frame.
+        let mut read = std::io::BufReader::with_capacity(READ_BUFFER, read);
         let mut head = [0u8; HEADER_BYTES];
         let why = loop {
             if let Err(e) = read.read_exact(&mut head) {
@@ -140,6 +146,12 @@ impl Connection {
     /// One request and its reply (blocking; other threads may have
     /// requests in flight on the same connection meanwhile).
     pub fn request(&self, kind: Kind, payload: &[u8]) -> Reply {
+        let (id, slot) = self.send_request(kind, payload)?;
+        self.wait_reply(id, &slot)
+    }
+
+    /// Sends a request; its reply will land in the returned slot.
+    fn send_request(&self, kind: Kind, payload: &[u8]) -> Result<(u64, Arc<Slot>), FabricError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(FabricError::Disconnected("connection closed".into()));
         }
@@ -171,6 +183,11 @@ impl Connection {
                 .remove(&id);
             return Err(FabricError::Disconnected(e.to_string()));
         }
+        Ok((id, slot))
+    }
+
+    /// Waits (at most [`REQUEST_TIMEOUT`]) for the reply of request `id`.
+    fn wait_reply(&self, id: u64, slot: &Slot) -> Reply {
         let mut reply = slot.reply.lock().unwrap_or_else(|e| e.into_inner());
         let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
         while reply.is_none() {
@@ -204,23 +221,80 @@ impl Connection {
     }
 
     fn call(&self, request: &[u8], reply: &mut Vec<u8>) -> Result<(), FabricError> {
-        match self.request(Kind::Call, request)? {
-            (Kind::CallReply, p) => {
-                *reply = p;
-                Ok(())
+        *reply = call_reply(self.request(Kind::Call, request)?)?;
+        Ok(())
+    }
+}
+
+/// A CALL in flight on a connection.
+struct RemotePending {
+    conn: Arc<Connection>,
+    id: u64,
+    slot: Arc<Slot>,
+}
+
+impl crate::endpoint::PendingCall for RemotePending {
+    fn is_ready(&self) -> bool {
+        self.slot
+            .reply
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    fn wait(self: Box<Self>) -> Result<Vec<u8>, FabricError> {
+        call_reply(self.conn.wait_reply(self.id, &self.slot)?)
+    }
+}
+
+/// Starts a CALL on `conn` (counted when finished, by [`counted_finish`]).
+fn start_call(
+    conn: &Arc<Connection>,
+    node: NodeId,
+    request: &[u8],
+) -> Result<CallTicket, FabricError> {
+    check_node(node)?;
+    let (id, slot) = conn.send_request(Kind::Call, request)?;
+    Ok(CallTicket::pending(
+        request.len(),
+        Box::new(RemotePending {
+            conn: conn.clone(),
+            id,
+            slot,
+        }),
+    ))
+}
+
+/// Finishes a call started by [`start_call`], counting it once.
+fn counted_finish(
+    counters: &mut Counters,
+    ticket: CallTicket,
+    reply: &mut Vec<u8>,
+) -> Result<(), FabricError> {
+    let len = ticket.request_len();
+    let (r, counted) = ticket.wait();
+    *reply = r?;
+    if !counted {
+        counters.record_call(len, reply.len());
+    }
+    Ok(())
+}
+
+/// The payload of a CALL's reply frame, or the error it carries.
+fn call_reply(frame: (Kind, Vec<u8>)) -> Result<Vec<u8>, FabricError> {
+    match frame {
+        (Kind::CallReply, p) => Ok(p),
+        (Kind::Error, p) => {
+            let (code, msg) = wire::decode_error(&p);
+            if code == wire::ErrorCode::NoHandler as u16 {
+                Err(FabricError::NoHandler(0))
+            } else {
+                Err(FabricError::Protocol(msg))
             }
-            (Kind::Error, p) => {
-                let (code, msg) = wire::decode_error(&p);
-                if code == wire::ErrorCode::NoHandler as u16 {
-                    Err(FabricError::NoHandler(0))
-                } else {
-                    Err(FabricError::Protocol(msg))
-                }
-            }
-            (k, _) => Err(FabricError::Protocol(format!(
-                "expected CALL_REPLY, got {k:?}"
-            ))),
         }
+        (k, _) => Err(FabricError::Protocol(format!(
+            "expected CALL_REPLY, got {k:?}"
+        ))),
     }
 }
 
@@ -319,6 +393,14 @@ impl Endpoint for TcpEndpoint {
         reply: &mut Vec<u8>,
     ) -> Result<(), FabricError> {
         counted_call(&self.conn, &mut self.counters, node, request, reply)
+    }
+
+    fn call_start(&mut self, node: NodeId, request: &[u8]) -> Result<CallTicket, FabricError> {
+        start_call(&self.conn, node, request)
+    }
+
+    fn call_finish(&mut self, ticket: CallTicket, reply: &mut Vec<u8>) -> Result<(), FabricError> {
+        counted_finish(&mut self.counters, ticket, reply)
     }
 
     fn counters(&self) -> Counters {
@@ -428,6 +510,14 @@ impl Endpoint for ShmEndpoint {
         reply: &mut Vec<u8>,
     ) -> Result<(), FabricError> {
         counted_call(&self.conn, &mut self.counters, node, request, reply)
+    }
+
+    fn call_start(&mut self, node: NodeId, request: &[u8]) -> Result<CallTicket, FabricError> {
+        start_call(&self.conn, node, request)
+    }
+
+    fn call_finish(&mut self, ticket: CallTicket, reply: &mut Vec<u8>) -> Result<(), FabricError> {
+        counted_finish(&mut self.counters, ticket, reply)
     }
 
     fn counters(&self) -> Counters {

@@ -258,3 +258,92 @@ fn garbage_frames_do_not_hurt_the_host() {
     assert!(host.stats().bad_frames >= 4);
     host.shutdown();
 }
+
+/// Holds deferred calls until `every` have arrived, then answers them
+/// newest first, all in one `coalesce_replies` scope (one write per
+/// connection): the shape of a group commit's replies.
+struct Batched {
+    held: std::sync::Mutex<Vec<(Vec<u8>, fabric::Responder)>>,
+    every: usize,
+}
+
+impl RpcHandler for Batched {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        reply.extend_from_slice(request);
+    }
+
+    fn handle_deferred(&self, request: &[u8], respond: fabric::Responder) {
+        let ready = {
+            let mut held = self.held.lock().unwrap();
+            held.push((request.to_vec(), respond));
+            if held.len() < self.every {
+                return;
+            }
+            std::mem::take(&mut *held)
+        };
+        fabric::host::coalesce_replies(|| {
+            for (req, respond) in ready.into_iter().rev() {
+                respond(req.iter().rev().copied().collect());
+            }
+        });
+    }
+}
+
+#[test]
+fn calls_in_flight_finish_out_of_order_and_count_once() {
+    let dir = temp_dir("inflight");
+    for workers in [0, 2] {
+        let host = Host::new(HostConfig {
+            shm_dir: Some(dir.clone()),
+            workers,
+            ..HostConfig::default()
+        })
+        .unwrap();
+        host.set_handler(Arc::new(Batched {
+            held: std::sync::Mutex::new(Vec::new()),
+            every: 16,
+        }));
+        let addr = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+        host.listen_unix(&dir.join("xstore.sock")).unwrap();
+        let tcp: Box<dyn Endpoint> = Box::new(TcpEndpoint::connect(addr, None).unwrap());
+        let shm: Box<dyn Endpoint> = Box::new(ShmEndpoint::connect(&dir, None).unwrap());
+        for mut ep in [tcp, shm] {
+            for round in 0..3u8 {
+                let before = ep.counters();
+                let tickets: Vec<_> = (0..16u8)
+                    .map(|i| ep.call_start(NodeId(0), &[round, i, 7]).unwrap())
+                    .collect();
+                let mut reply = Vec::new();
+                for (i, t) in tickets.into_iter().enumerate() {
+                    ep.call_finish(t, &mut reply).unwrap();
+                    assert_eq!(reply, [7, i as u8, round], "workers {workers}");
+                }
+                let after = ep.counters();
+                assert_eq!(after.rpcs - before.rpcs, 16, "each call counted once");
+                assert_eq!(after.round_trips - before.round_trips, 16);
+                assert_eq!(after.rpc_bytes_sent - before.rpc_bytes_sent, 48);
+            }
+            // A call to a node the endpoint does not reach fails at once.
+            assert!(ep.call_start(NodeId(3), &[1]).is_err());
+        }
+        host.shutdown();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_ticket_reports_readiness_without_blocking() {
+    let host = host(None, None);
+    let addr = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut ep = TcpEndpoint::connect(addr, None).unwrap();
+    let t = ep.call_start(NodeId(0), &[1, 2, 3]).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !t.is_ready() {
+        assert!(std::time::Instant::now() < deadline, "the reply never came");
+        std::thread::yield_now();
+    }
+    let mut reply = Vec::new();
+    ep.call_finish(t, &mut reply).unwrap();
+    assert_eq!(reply, [3, 2, 1]);
+    host.shutdown();
+}
