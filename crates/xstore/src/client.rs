@@ -257,6 +257,11 @@ impl<E: Endpoint> Client<E> {
         self.request.clear();
         req.encode(&mut self.request);
         self.ep.call(self.node, &self.request, &mut self.reply)?;
+        self.status()
+    }
+
+    /// The status of the reply in `self.reply`.
+    fn status(&self) -> Result<Status, ClientError> {
         let status = Status::from_u8(*self.reply.first().ok_or(ProtoError::Truncated("status"))?)?;
         if status == Status::BadRequest {
             return Err(ClientError::Server(status));
@@ -866,37 +871,91 @@ impl<E: Endpoint> Client<E> {
         Ok(())
     }
 
-    fn write_status(&mut self, req: &Request) -> Result<Status, ClientError> {
-        match self.rpc(req)? {
-            Status::Full => Err(ClientError::Full),
-            s => Ok(s),
+    /// Sends a write without waiting for its answer, so that one thread
+    /// can keep several writes in flight (the paper's clients run several
+    /// coroutines per thread for the same reason); collect the answer with
+    /// [`Client::finish_write`]. On the `tcp` and `shm` fabrics the reply
+    /// travels meanwhile; on others the write completes here.
+    ///
+    /// ```
+    /// # use fabric::LocalFabric;
+    /// # use xstore::{Client, ClientConfig, Server, ServerConfig, Write};
+    /// # let fabric = LocalFabric::new();
+    /// # let node = fabric.add_node();
+    /// # let pairs = [(1, 1), (2, 2), (3, 3)];
+    /// # let _server = Server::start_local(ServerConfig::default(), &pairs, &fabric, node).unwrap();
+    /// # let mut client = Client::connect(fabric.endpoint(), node, ClientConfig::default()).unwrap();
+    /// let a = client.start_write(Write::Update { key: 1, value: 10 })?;
+    /// let b = client.start_write(Write::Insert { key: 9, value: 90 })?;
+    /// assert!(client.finish_write(a)?);
+    /// assert!(client.finish_write(b)?);
+    /// # Ok::<(), xstore::ClientError>(())
+    /// ```
+    pub fn start_write(&mut self, write: Write) -> Result<PendingWrite, ClientError> {
+        let key = write.key();
+        if key > xtree::MAX_KEY {
+            return Err(ClientError::ReservedKey(key));
         }
+        let req = match write {
+            Write::Insert { key, value } => Request::Insert { key, value },
+            Write::Update { key, value } => Request::Update {
+                key,
+                value,
+                hints: self.hints(key),
+            },
+            Write::Upsert { key, value } => Request::Upsert { key, value },
+            Write::Delete { key } => Request::Delete { key },
+        };
+        self.request.clear();
+        req.encode(&mut self.request);
+        let ticket = self.ep.call_start(self.node, &self.request)?;
+        Ok(PendingWrite { ticket, write })
+    }
+
+    /// Waits for the answer to a write started with
+    /// [`Client::start_write`]: `true` if it took effect (`Insert`: the key
+    /// was new; `Update`, `Delete`: the key existed; `Upsert`: the key was
+    /// new), `false` if not (and nothing changed, except for `Upsert`).
+    pub fn finish_write(&mut self, pending: PendingWrite) -> Result<bool, ClientError> {
+        self.ep.call_finish(pending.ticket, &mut self.reply)?;
+        let status = self.status()?;
+        let write = pending.write;
+        match (write, status) {
+            (_, Status::Full) => Err(ClientError::Full),
+            (Write::Upsert { .. }, Status::Ok) => Ok(self.reply.get(1) == Some(&1)),
+            (_, Status::Ok) => Ok(true),
+            (Write::Insert { .. }, Status::Exists) => Ok(false),
+            (Write::Update { .. } | Write::Delete { .. }, Status::NotFound) => Ok(false),
+            (_, s) => Err(ClientError::Server(s)),
+        }
+    }
+
+    /// A write, waiting for its answer ([`Client::finish_write`] says what
+    /// the `bool` means).
+    pub fn write(&mut self, write: Write) -> Result<bool, ClientError> {
+        let pending = self.start_write(write)?;
+        self.finish_write(pending)
     }
 
     /// Adds a new key; `false` (and no change) if it exists.
     pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
-        if key > xtree::MAX_KEY {
-            return Err(ClientError::ReservedKey(key));
-        }
-        match self.write_status(&Request::Insert { key, value })? {
-            Status::Ok => Ok(true),
-            Status::Exists => Ok(false),
-            s => Err(ClientError::Server(s)),
-        }
+        self.write(Write::Insert { key, value })
     }
 
     /// Overwrites an existing key; `false` if absent. Ships the leaves the
     /// cache predicts as position hints (§5.3.1).
     pub fn update(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
-        if key > xtree::MAX_KEY {
-            return Err(ClientError::ReservedKey(key));
-        }
-        let hints = self.hints(key);
-        match self.write_status(&Request::Update { key, value, hints })? {
-            Status::Ok => Ok(true),
-            Status::NotFound => Ok(false),
-            s => Err(ClientError::Server(s)),
-        }
+        self.write(Write::Update { key, value })
+    }
+
+    /// Inserts or overwrites; `true` if the key was new.
+    pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
+        self.write(Write::Upsert { key, value })
+    }
+
+    /// Removes a key; `false` if absent.
+    pub fn delete(&mut self, key: u64) -> Result<bool, ClientError> {
+        self.write(Write::Delete { key })
     }
 
     /// The predicted leaves of `key` from the cached tables (none outside
@@ -921,29 +980,6 @@ impl<E: Endpoint> Client<E> {
             .collect()
     }
 
-    /// Inserts or overwrites; `true` if the key was new.
-    pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
-        if key > xtree::MAX_KEY {
-            return Err(ClientError::ReservedKey(key));
-        }
-        match self.write_status(&Request::Upsert { key, value })? {
-            Status::Ok => Ok(self.reply.get(1) == Some(&1)),
-            s => Err(ClientError::Server(s)),
-        }
-    }
-
-    /// Removes a key; `false` if absent.
-    pub fn delete(&mut self, key: u64) -> Result<bool, ClientError> {
-        if key > xtree::MAX_KEY {
-            return Err(ClientError::ReservedKey(key));
-        }
-        match self.write_status(&Request::Delete { key })? {
-            Status::Ok => Ok(true),
-            Status::NotFound => Ok(false),
-            s => Err(ClientError::Server(s)),
-        }
-    }
-
     /// The server's statistics.
     pub fn server_stats(&mut self) -> Result<crate::proto::ServerStats, ClientError> {
         self.rpc(&Request::Stats)?;
@@ -962,4 +998,69 @@ enum Found {
     Absent,
     Value(u64),
     Slot { aln: u32, slot: usize, seq: u64 },
+}
+
+/// A write request (see [`Client::start_write`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// Add a new key; no change if it exists.
+    Insert {
+        /// The key.
+        key: u64,
+        /// Its value.
+        value: u64,
+    },
+    /// Overwrite an existing key; no change if absent.
+    Update {
+        /// The key.
+        key: u64,
+        /// Its new value.
+        value: u64,
+    },
+    /// Insert or overwrite.
+    Upsert {
+        /// The key.
+        key: u64,
+        /// Its value.
+        value: u64,
+    },
+    /// Remove a key.
+    Delete {
+        /// The key.
+        key: u64,
+    },
+}
+
+impl Write {
+    /// The key written.
+    pub fn key(&self) -> u64 {
+        match *self {
+            Write::Insert { key, .. }
+            | Write::Update { key, .. }
+            | Write::Upsert { key, .. }
+            | Write::Delete { key } => key,
+        }
+    }
+}
+
+/// A write sent by [`Client::start_write`] whose answer
+/// [`Client::finish_write`] has not collected yet. Finish it on the client
+/// that started it.
+#[derive(Debug)]
+#[must_use = "a write's answer says whether it took effect; finish it"]
+pub struct PendingWrite {
+    ticket: fabric::CallTicket,
+    write: Write,
+}
+
+impl PendingWrite {
+    /// Whether the answer is here (finishing would not block).
+    pub fn is_ready(&self) -> bool {
+        self.ticket.is_ready()
+    }
+
+    /// The write.
+    pub fn write(&self) -> Write {
+        self.write
+    }
 }

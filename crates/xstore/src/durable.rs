@@ -6,10 +6,14 @@
 //!   `Delete`), so per-key record order is apply order and replay is
 //!   idempotent over any later snapshot.
 //! * In `sync` mode a write is acknowledged only once its record is
-//!   durable. Replies wait in an [`Acker`], not in RPC workers, so many
-//!   writes share one `fdatasync` (group commit). `async` acknowledges at
-//!   once and may lose the last `async_interval` (10 ms) of writes on a
-//!   crash; `none` never fsyncs.
+//!   durable. Replies wait in the log ([`wal::Wal::when_durable`]), not in
+//!   RPC workers, and the log writer sends them right after the
+//!   `fdatasync` that covers them — those of one group commit coalesced
+//!   into one write per connection — so many writes share one `fdatasync`
+//!   and no other thread is woken per write. While the log is busy, a
+//!   group commit gathers for up to [`DEFAULT_COMMIT_DELAY`]. `async`
+//!   acknowledges at once and may lose the last `async_interval` (10 ms)
+//!   of writes on a crash; `none` never fsyncs.
 //! * A checkpoint thread snapshots the tree without stopping writers: it
 //!   reads the last LSN L first, then walks the leaves (each read
 //!   consistently); a change with LSN <= L was applied under a leaf lock
@@ -20,16 +24,19 @@
 //!   key shard in parallel, and the server bulk-loads the result and trains
 //!   the model afresh. Reads never touch the log.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fabric::Responder;
 use wal::{Durability, Op, Wal, WalConfig, WalError};
 use xtree::XTree;
+
+/// Default [`DurabilityConfig::commit_delay`].
+pub const DEFAULT_COMMIT_DELAY: Duration = Duration::from_micros(500);
 
 /// Durability settings of a server.
 #[derive(Debug, Clone)]
@@ -40,18 +47,23 @@ pub struct DurabilityConfig {
     pub mode: Durability,
     /// Take a checkpoint after this many records.
     pub checkpoint_records: u64,
-    /// `sync` mode: how long records gather before a group commit.
+    /// `sync` mode: how long records gather before a group commit while
+    /// the log is busy ([`wal::WalConfig::commit_delay`]). Default 500 µs:
+    /// on this project's 2-core test box it lifts YCSB A throughput with
+    /// many writes in flight by ~20 % (fewer `fdatasync`s, each of which
+    /// costs ~50 µs of CPU in a VM).
     pub commit_delay: Duration,
 }
 
 impl DurabilityConfig {
-    /// `sync` durability in `dir`, checkpointing every million records.
+    /// `sync` durability in `dir`, checkpointing every million records,
+    /// gathering group commits for up to 500 µs while busy.
     pub fn new(dir: impl Into<PathBuf>) -> DurabilityConfig {
         DurabilityConfig {
             dir: dir.into(),
             mode: Durability::Sync,
             checkpoint_records: 1_000_000,
-            commit_delay: Duration::ZERO,
+            commit_delay: DEFAULT_COMMIT_DELAY,
         }
     }
 }
@@ -167,64 +179,6 @@ impl xtree::Journal for WalJournal {
     }
 }
 
-type Pending = (u64, Vec<u8>, Responder);
-
-/// Holds replies until their records are durable, then sends them: one
-/// wait (one group commit) answers every reply queued meanwhile.
-pub struct Acker {
-    queue: Mutex<VecDeque<Pending>>,
-    ready: Condvar,
-    stop: AtomicBool,
-}
-
-impl Acker {
-    fn push(&self, lsn: u64, reply: Vec<u8>, respond: Responder) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back((lsn, reply, respond));
-        self.ready.notify_one();
-    }
-
-    fn run(&self, wal: &Wal, failed_reply: &[u8]) {
-        loop {
-            let batch: Vec<Pending> = {
-                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                while q.is_empty() {
-                    if self.stop.load(Ordering::Acquire) {
-                        return;
-                    }
-                    q = self
-                        .ready
-                        .wait_timeout(q, Duration::from_millis(50))
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-                q.drain(..).collect()
-            };
-            let newest = batch.iter().map(|p| p.0).max().unwrap_or(0);
-            match wal.wait_durable(newest) {
-                Ok(()) => {
-                    for (_, reply, respond) in batch {
-                        respond(reply);
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "log write failed; refusing to acknowledge writes");
-                    for (lsn, reply, respond) in batch {
-                        // Some of the batch may still have made it.
-                        if lsn <= wal.durable_lsn() {
-                            respond(reply);
-                        } else {
-                            respond(failed_reply.to_vec());
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// The durability machinery of a running server.
 pub struct Durable {
     /// The log.
@@ -232,14 +186,15 @@ pub struct Durable {
     /// The journal handed to the tree.
     pub journal: WalJournal,
     mode: Durability,
-    acker: Arc<Acker>,
+    /// Sent instead of a write's reply if its record cannot be made
+    /// durable.
+    failed_reply: Arc<[u8]>,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Durable {
-    /// Opens the log after recovery and starts the acknowledging and
-    /// checkpointing threads; on a fresh directory, first checkpoints the
+    /// Opens the log after recovery and starts the checkpointing thread; on a fresh directory, first checkpoints the
     /// loaded tree so the initial load survives a crash too.
     pub fn start(
         config: &DurabilityConfig,
@@ -251,26 +206,16 @@ impl Durable {
         let mut wc = WalConfig::new(&config.dir);
         wc.durability = config.mode;
         wc.commit_delay = config.commit_delay;
+        // One write per connection for the replies of a group commit.
+        wc.completion_scope = Some(wal::CompletionScope(Arc::new(|run: &mut dyn FnMut()| {
+            fabric::host::coalesce_replies(run)
+        })));
         let wal = Arc::new(Wal::open(wc, next_lsn)?);
         if fresh {
             wal.checkpoint(next_lsn - 1, &mut TreePairs::new(&tree))?;
         }
-        let acker = Arc::new(Acker {
-            queue: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-            stop: AtomicBool::new(false),
-        });
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
-        {
-            let (acker, wal) = (acker.clone(), wal.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name("xstore-acker".into())
-                    .spawn(move || acker.run(&wal, &failed_reply))
-                    .expect("spawn the acker"),
-            );
-        }
         {
             let (wal, stop, every) = (wal.clone(), stop.clone(), config.checkpoint_records.max(1));
             threads.push(
@@ -284,7 +229,7 @@ impl Durable {
             journal: WalJournal(wal.clone()),
             wal,
             mode: config.mode,
-            acker,
+            failed_reply: failed_reply.into(),
             stop,
             threads: Mutex::new(threads),
         })
@@ -295,10 +240,25 @@ impl Durable {
         self.mode == Durability::Sync
     }
 
-    /// Sends `reply` once record `lsn` is durable (at once unless `sync`).
+    /// Sends `reply` once record `lsn` is durable (at once unless `sync`);
+    /// if the log fails first, sends the failure reply instead. The log
+    /// writer sends it right after the group commit, so no thread waits
+    /// per write and none stands between the fsync and the reply.
     pub fn acknowledge(&self, lsn: Option<u64>, reply: Vec<u8>, respond: Responder) {
         match lsn {
-            Some(lsn) if self.waits() => self.acker.push(lsn, reply, respond),
+            Some(lsn) if self.waits() => {
+                let failed = self.failed_reply.clone();
+                self.wal.when_durable(
+                    lsn,
+                    Box::new(move |r| match r {
+                        Ok(()) => respond(reply),
+                        Err(e) => {
+                            tracing::error!(error = %e, lsn, "write not acknowledged: its record is not durable");
+                            respond(failed.to_vec())
+                        }
+                    }),
+                );
+            }
             _ => respond(reply),
         }
     }
@@ -317,8 +277,6 @@ impl Durable {
     /// appended records are written; in `sync` mode also synced). Idempotent.
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::Release);
-        self.acker.stop.store(true, Ordering::Release);
-        self.acker.ready.notify_all();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
             let _ = t.join();
@@ -326,6 +284,15 @@ impl Durable {
         if let Err(e) = self.wal.shutdown() {
             tracing::warn!(error = %e, "closing the log");
         }
+        let st = self.wal.stats();
+        tracing::info!(
+            records = st.records,
+            batches = st.batches,
+            fsyncs = st.fsyncs,
+            records_per_batch = st.records as f64 / st.batches.max(1) as f64,
+            backpressure_waits = st.backpressure_waits,
+            "log closed"
+        );
     }
 }
 

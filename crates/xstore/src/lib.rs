@@ -17,7 +17,7 @@ pub mod published;
 pub mod server;
 pub mod train;
 
-pub use client::{CacheMode, Client, ClientConfig, ClientError, ClientStats};
+pub use client::{CacheMode, Client, ClientConfig, ClientError, ClientStats, PendingWrite, Write};
 pub use durable::{DurabilityConfig, RecoveryReport};
 pub use server::{LocalRegistrar, Registrar, Server, ServerConfig, ServerError};
 pub use train::{
