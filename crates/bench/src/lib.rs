@@ -14,7 +14,7 @@ pub mod system;
 pub mod values;
 
 pub use report::Report;
-pub use run::{run, Progress, RunConfig};
+pub use run::{run, Progress, RunConfig, MAX_PIPELINE};
 pub use suite::{
     run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions, SuiteRow,
     SuiteSummary, SystemFactory, SystemSpec,

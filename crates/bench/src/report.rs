@@ -87,6 +87,8 @@ pub struct Report {
     pub ops: u64,
     /// Client threads.
     pub threads: u32,
+    /// Writes each thread kept in flight (1: synchronous).
+    pub pipeline: u32,
     /// Measured seconds.
     pub seconds: f64,
     /// Operations per second.

@@ -1,16 +1,18 @@
 //! Running one benchmark: threads of clients replaying YCSB operation
 //! streams against a loaded system, every read checked.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use fabric::Counters;
 use hdrhistogram::Histogram;
+use xstore::Write;
 use ycsb::{Distribution, Op, OpStream, Workload};
 
 use crate::report::{Correctness, Latency, PerGet, PerOp, Report, ServerSplit};
-use crate::system::{DirectStats, KvClient, ServerTime, System};
+use crate::system::{DirectStats, InFlight, KvClient, ServerTime, System};
 use crate::values::{belongs, value_for};
 use crate::BenchError;
 
@@ -35,9 +37,20 @@ pub struct RunConfig {
     pub warmup_ops: u64,
     /// Client threads.
     pub threads: u32,
+    /// Writes (inserts and updates) each thread keeps in flight: 1 waits
+    /// for each answer; N > 1 lets a thread go on with its next operations
+    /// while up to N writes await their answers, the way the paper's client
+    /// threads run several coroutines. Reads stay synchronous. A pipelined
+    /// write's latency runs from its start until the thread sees its
+    /// answer, checked before every operation. An operation on a key
+    /// first waits for the thread's write to that key still in flight.
+    pub pipeline: u32,
     /// Seed of the operation streams.
     pub seed: u64,
 }
+
+/// Most writes a thread may keep in flight.
+pub const MAX_PIPELINE: u32 = 1024;
 
 /// Live progress of a run, for a progress bar.
 #[derive(Debug, Default)]
@@ -67,6 +80,11 @@ pub fn run(
 ) -> Result<Report, BenchError> {
     if config.threads == 0 {
         return Err(BenchError::Config("--threads must be at least 1".into()));
+    }
+    if config.pipeline == 0 || config.pipeline > MAX_PIPELINE {
+        return Err(BenchError::Config(format!(
+            "--pipeline must be 1..={MAX_PIPELINE}"
+        )));
     }
     if config.ops == 0 && config.seconds.is_none() {
         return Err(BenchError::Config("--ops must be at least 1".into()));
@@ -102,9 +120,14 @@ pub fn run(
                             return Err(e);
                         }
                     };
-                    let mut w = Worker::new(t);
-                    for _ in 0..config.warmup_ops {
-                        w.step(&mut *client, &mut stream, false)?;
+                    let mut w = Worker::new(t, config.pipeline);
+                    let warmed = (0..config.warmup_ops)
+                        .try_for_each(|_| w.step(&mut *client, &mut stream, false))
+                        .and_then(|()| w.drain(&mut *client));
+                    if let Err(e) = warmed {
+                        barrier.wait();
+                        barrier.wait();
+                        return Err(e);
                     }
                     barrier.wait();
                     // Measure from here.
@@ -135,6 +158,7 @@ pub fn run(
                             progress.done.fetch_add(1024, Ordering::Relaxed);
                         }
                     }
+                    w.drain(&mut *client)?;
                     Ok(w.finish(&*client))
                 })
             })
@@ -193,10 +217,23 @@ struct Worker {
     checked: u64,
     mismatches: u64,
     scan_buf: Vec<(u64, u64)>,
+    pipeline: usize,
+    in_flight: VecDeque<Flight>,
+}
+
+/// A write in flight (`--pipeline`).
+struct Flight {
+    start: Instant,
+    key: u64,
+    insert: bool,
+    measured: bool,
+    /// Fabric cost of starting it.
+    cost: Counters,
+    write: InFlight,
 }
 
 impl Worker {
-    fn new(thread: u32) -> Worker {
+    fn new(thread: u32, pipeline: u32) -> Worker {
         Worker {
             // Distinct versions per thread keep concurrent updates apart.
             version: (thread as u64) << 24,
@@ -210,7 +247,75 @@ impl Worker {
             checked: 0,
             mismatches: 0,
             scan_buf: Vec::new(),
+            pipeline: pipeline.max(1) as usize,
+            in_flight: VecDeque::new(),
         }
+    }
+
+    /// Finishes the writes in flight whose answers are here, or (`all`)
+    /// every one.
+    fn reap(&mut self, client: &mut dyn KvClient, all: bool) -> Result<(), BenchError> {
+        let mut i = 0;
+        while i < self.in_flight.len() {
+            if all || self.in_flight[i].write.is_ready() {
+                let f = self.in_flight.remove(i).expect("index checked");
+                self.complete(client, f)?;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for every write in flight.
+    fn drain(&mut self, client: &mut dyn KvClient) -> Result<(), BenchError> {
+        self.reap(client, true)
+    }
+
+    fn complete(&mut self, client: &mut dyn KvClient, f: Flight) -> Result<(), BenchError> {
+        let before = client.counters();
+        let took = client.finish_write(f.write)?;
+        if !took {
+            self.mismatches += 1;
+            if f.insert {
+                tracing::error!(key = f.key, "insert of a fresh key found it present");
+            } else {
+                tracing::error!(key = f.key, "update found no key");
+            }
+        }
+        if f.measured {
+            let nanos = f.start.elapsed().as_nanos() as u64;
+            self.hist.saturating_record(nanos.max(1));
+            self.all += f.cost;
+            self.all += client.counters() - before;
+            self.ops += 1;
+        }
+        Ok(())
+    }
+
+    /// Starts a write in flight, first making room if `pipeline` are.
+    fn start_write(
+        &mut self,
+        client: &mut dyn KvClient,
+        write: Write,
+        measured: bool,
+    ) -> Result<(), BenchError> {
+        while self.in_flight.len() >= self.pipeline {
+            let oldest = self.in_flight.pop_front().expect("not empty");
+            self.complete(client, oldest)?;
+        }
+        let start = Instant::now();
+        let before = client.counters();
+        let started = client.start_write(write)?;
+        self.in_flight.push_back(Flight {
+            start,
+            key: write.key(),
+            insert: matches!(write, Write::Insert { .. }),
+            measured,
+            cost: client.counters() - before,
+            write: started,
+        });
+        Ok(())
     }
 
     fn reset(&mut self, client: &dyn KvClient) {
@@ -240,6 +345,32 @@ impl Worker {
         measured: bool,
     ) -> Result<(), BenchError> {
         let op = stream.next();
+        if self.pipeline > 1 {
+            self.reap(client, false)?;
+            // Read your own writes: an operation on a key waits for this
+            // thread's write to it still in flight (the stream reads keys it
+            // has just inserted, as YCSB reads only acknowledged inserts).
+            let key = match op {
+                Op::Read(k) | Op::Update(k) | Op::Insert(k) | Op::ReadModifyWrite(k) => k,
+                Op::Scan { start, .. } => start,
+            };
+            while let Some(i) = self.in_flight.iter().position(|f| f.key == key) {
+                let f = self.in_flight.remove(i).expect("index found");
+                self.complete(client, f)?;
+            }
+            self.version += 1;
+            match op {
+                Op::Update(k) => {
+                    let value = value_for(k, self.version);
+                    return self.start_write(client, Write::Update { key: k, value }, measured);
+                }
+                Op::Insert(k) => {
+                    let value = value_for(k, self.version);
+                    return self.start_write(client, Write::Insert { key: k, value }, measured);
+                }
+                _ => self.version -= 1,
+            }
+        }
         let before = client.counters();
         let start = Instant::now();
         self.version += 1;
@@ -364,6 +495,7 @@ fn summarize(
         keys,
         ops,
         threads: config.threads,
+        pipeline: config.pipeline,
         seconds,
         throughput_ops_per_s: ops as f64 / seconds.max(1e-9),
         latency_us: Latency {

@@ -477,6 +477,7 @@ impl SuiteRow {
             keys: self.keys,
             ops: 0,
             threads: self.threads,
+            pipeline: 1,
             seconds: 0.0,
             throughput_ops_per_s: 0.0,
             latency_us: Latency::default(),
@@ -768,6 +769,7 @@ pub fn run_suites(
                             None => options.warmup_ops,
                         },
                         threads: options.threads,
+                        pipeline: 1,
                         seed: options.seed.wrapping_add(position as u64),
                     };
                     let result = run(tracker, loaded.clone(), &config, &Progress::default());

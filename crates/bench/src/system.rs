@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fabric::{Counters, LocalFabric, NodeId, RpcHandler};
-use xstore::{CacheMode, Client, ClientConfig, Server, ServerConfig};
+use xstore::{CacheMode, Client, ClientConfig, Server, ServerConfig, Write};
 
 use crate::report::ModelFigures;
 use crate::BenchError;
@@ -33,12 +33,55 @@ pub trait KvClient: Send {
     fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError>;
     /// Overwrites a key; false if absent.
     fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError>;
+    /// Starts an insert or update without waiting for its answer (for
+    /// `--pipeline`); designs that cannot keep writes in flight complete it
+    /// here. Only `Insert` and `Update` are used.
+    fn start_write(&mut self, write: Write) -> Result<InFlight, BenchError> {
+        Ok(InFlight::Done(match write {
+            Write::Insert { key, value } => self.insert(key, value)?,
+            Write::Update { key, value } => self.update(key, value)?,
+            other => {
+                return Err(BenchError::Client(format!(
+                    "the benchmark does not issue {other:?}"
+                )))
+            }
+        }))
+    }
+    /// The answer to a write from [`KvClient::start_write`] (as `insert` or
+    /// `update` would return it).
+    fn finish_write(&mut self, write: InFlight) -> Result<bool, BenchError> {
+        match write {
+            InFlight::Done(b) => Ok(b),
+            InFlight::XStore(_) => Err(BenchError::Client(
+                "a write finished on a client that did not start it".into(),
+            )),
+        }
+    }
     /// Fabric cost counters so far.
     fn counters(&self) -> Counters;
     /// Client-direct read statistics, for designs that have them.
     fn direct_stats(&self) -> Option<DirectStats>;
     /// Bytes the client caches, for designs that cache.
     fn cache_bytes(&self) -> Option<u64>;
+}
+
+/// A write started by [`KvClient::start_write`].
+#[derive(Debug)]
+pub enum InFlight {
+    /// Already answered.
+    Done(bool),
+    /// An XStore write in flight.
+    XStore(xstore::PendingWrite),
+}
+
+impl InFlight {
+    /// Whether finishing it would not block.
+    pub fn is_ready(&self) -> bool {
+        match self {
+            InFlight::Done(_) => true,
+            InFlight::XStore(p) => p.is_ready(),
+        }
+    }
 }
 
 /// A loaded design, ready to hand out clients.
@@ -226,6 +269,15 @@ impl<E: fabric::Endpoint> KvClient for XStoreClient<E> {
     }
     fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
         Ok(self.0.update(key, value)?)
+    }
+    fn start_write(&mut self, write: Write) -> Result<InFlight, BenchError> {
+        Ok(InFlight::XStore(self.0.start_write(write)?))
+    }
+    fn finish_write(&mut self, write: InFlight) -> Result<bool, BenchError> {
+        match write {
+            InFlight::Done(b) => Ok(b),
+            InFlight::XStore(p) => Ok(self.0.finish_write(p)?),
+        }
     }
     fn counters(&self) -> Counters {
         self.0.counters()

@@ -27,6 +27,17 @@ fn run(
     d: Distribution,
     ops: u64,
 ) -> bench::Report {
+    run_pipelined(system, keys, w, d, ops, 1)
+}
+
+fn run_pipelined(
+    system: &dyn bench::System,
+    keys: &Arc<[u64]>,
+    w: Workload,
+    d: Distribution,
+    ops: u64,
+    pipeline: u32,
+) -> bench::Report {
     let config = RunConfig {
         system: "t".into(),
         fabric: "local".into(),
@@ -37,6 +48,7 @@ fn run(
         seconds: None,
         warmup_ops: 50,
         threads: 2,
+        pipeline,
         seed: 7,
     };
     bench::run(system, keys.clone(), &config, &Progress::default()).unwrap()
@@ -74,6 +86,61 @@ fn every_system_is_correct_on_every_workload() {
             }
         }
     }
+}
+
+#[test]
+fn pipelined_writes_are_checked_and_counted() {
+    let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 20_000, 43)
+        .unwrap()
+        .into();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    for name in SYSTEMS {
+        let system = load_local(
+            name,
+            &pairs,
+            options(Some(5), 1),
+            BaselineOptions::default(),
+        )
+        .unwrap();
+        for w in [Workload::A, Workload::D, Workload::F] {
+            let r = run_pipelined(&*system, &keys, w, w.default_distribution(), 4000, 8);
+            assert_eq!(r.correctness.mismatches, 0, "{name} {w:?}");
+            // Every operation is measured once, finished or not when the
+            // thread's share ran out.
+            assert_eq!(r.ops, 4000, "{name} {w:?}");
+            assert_eq!(r.pipeline, 8);
+            if w != Workload::F {
+                // Writes cost their RPC whether started and finished apart
+                // or not (F's read-modify-writes stay synchronous).
+                let writes = r.per_op.rpcs * r.ops as f64;
+                assert!(writes >= 0.02 * r.ops as f64, "{name} {w:?}: {writes} RPCs");
+            }
+        }
+    }
+    // A bad pipeline depth is a configuration error, not a hang.
+    let system = load_local(
+        "xstore",
+        &pairs,
+        options(None, 1),
+        BaselineOptions::default(),
+    )
+    .unwrap();
+    let mut config = RunConfig {
+        system: "t".into(),
+        fabric: "local".into(),
+        dataset: "ycsb".into(),
+        workload: Workload::A,
+        dist: Distribution::Uniform,
+        ops: 10,
+        seconds: None,
+        warmup_ops: 0,
+        threads: 1,
+        pipeline: 0,
+        seed: 1,
+    };
+    assert!(bench::run(&*system, keys.clone(), &config, &Progress::default()).is_err());
+    config.pipeline = bench::MAX_PIPELINE + 1;
+    assert!(bench::run(&*system, keys.clone(), &config, &Progress::default()).is_err());
 }
 
 #[test]

@@ -65,6 +65,16 @@ pub struct BenchArgs {
     /// Client threads.
     #[arg(long, default_value_t = 2)]
     threads: u32,
+    /// Inserts and updates each thread keeps in flight (1: wait for each
+    /// answer; N: go on with the next operations meanwhile, like the
+    /// paper's coroutines; reads stay synchronous). Not with --suite.
+    #[arg(long, default_value_t = 1, conflicts_with = "suite")]
+    pipeline: u32,
+    /// Seed of the operation streams (default: --seed). Give each run
+    /// against one server its own, so that repeated insert runs (D, E)
+    /// draw fresh keys instead of the ones the last run inserted.
+    #[arg(long, conflicts_with = "suite")]
+    op_seed: Option<u64>,
     /// READs per GET: 1 (whole leaf) or 2 (keys, then value).
     #[arg(long, default_value_t = 1)]
     get_reads: u8,
@@ -271,7 +281,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         seconds: args.seconds,
         warmup_ops: args.warmup,
         threads: args.threads,
-        seed: args.keys.seed,
+        pipeline: args.pipeline,
+        seed: args.op_seed.unwrap_or(args.keys.seed),
     };
     let live = Progress::default();
     let total = args.ops;

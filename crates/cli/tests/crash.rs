@@ -154,6 +154,59 @@ fn acknowledged_writes_survive_kill_9() {
                 })
             })
             .collect();
+        // A fourth client keeps up to 8 writes in flight (distinct keys of
+        // its own, 1_000_000 + i): its answers come back coalesced and out
+        // of order, straight from the log writer.
+        let pipelined = {
+            let (url, stop, shared) = (url.clone(), stop.clone(), shared.clone());
+            let mut wrng = StdRng::seed_from_u64(seed ^ (point as u64) << 8 ^ 0xff);
+            let base = version + 3_000_000;
+            std::thread::spawn(move || {
+                let Ok(ep) = fabric::remote::connect(&url, None) else {
+                    return;
+                };
+                let Ok(mut c) =
+                    xstore::Client::connect(ep, fabric::NodeId(0), xstore::ClientConfig::default())
+                else {
+                    return;
+                };
+                let mut v = base;
+                let mut flying: std::collections::VecDeque<(
+                    u64,
+                    Option<u64>,
+                    xstore::PendingWrite,
+                )> = std::collections::VecDeque::new();
+                while !stop.load(Ordering::Relaxed) {
+                    if flying.len() == 8 {
+                        let (k, new, p) = flying.pop_front().unwrap();
+                        if c.finish_write(p).is_err() {
+                            return; // the server died: the rest stay in flight
+                        }
+                        *shared.lock().unwrap().get_mut(&k).unwrap() = KeyState {
+                            acked: new,
+                            in_flight: None,
+                        };
+                    }
+                    let k = loop {
+                        let k = 1_000_000 + wrng.random_range(0..2000u64);
+                        if flying.iter().all(|f| f.0 != k) {
+                            break k;
+                        }
+                    };
+                    v += 1;
+                    let new = wrng.random_bool(0.8).then(|| bench::value_for(k, v));
+                    shared.lock().unwrap().entry(k).or_default().in_flight = Some(new);
+                    let write = match new {
+                        Some(value) => xstore::Write::Upsert { key: k, value },
+                        None => xstore::Write::Delete { key: k },
+                    };
+                    match c.start_write(write) {
+                        Ok(p) => flying.push_back((k, new, p)),
+                        Err(_) => return,
+                    }
+                }
+            })
+        };
         std::thread::sleep(Duration::from_millis(rng.random_range(30..250)));
         server.kill().unwrap(); // SIGKILL
         let _ = server.wait();
@@ -161,6 +214,7 @@ fn acknowledged_writes_survive_kill_9() {
         for w in writers {
             w.join().unwrap();
         }
+        pipelined.join().unwrap();
         truth = Arc::try_unwrap(shared).unwrap().into_inner().unwrap();
         version += 10_000_000;
     }

@@ -215,11 +215,20 @@ fn bench_processes_check_every_read_over_tcp_and_shm() {
         "bench",
     );
     let shm = server.shm.clone().unwrap();
-    for (fabric, url, workload) in [
-        ("tcp", &server.tcp, "d"),
-        ("shm", &shm, "a"),
-        ("tcp", &server.tcp, "e"),
-    ] {
+    // The last two keep 8 writes in flight per thread: replies then
+    // arrive out of order and coalesced.
+    // Each run draws its own insert keys (--op-seed): a second D run with
+    // the first one's streams would insert the keys it already inserted.
+    for (run, (fabric, url, workload, pipeline)) in [
+        ("tcp", &server.tcp, "d", "1"),
+        ("shm", &shm, "a", "1"),
+        ("tcp", &server.tcp, "e", "1"),
+        ("tcp", &server.tcp, "a", "8"),
+        ("shm", &shm, "d", "8"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let out = Command::new(env!("CARGO_BIN_EXE_xstore"))
             .args([
                 "bench",
@@ -241,6 +250,10 @@ fn bench_processes_check_every_read_over_tcp_and_shm() {
                 "4000",
                 "--warmup",
                 "100",
+                "--pipeline",
+                pipeline,
+                "--op-seed",
+                &run.to_string(),
                 "--json",
                 "-",
             ])
@@ -248,13 +261,15 @@ fn bench_processes_check_every_read_over_tcp_and_shm() {
             .unwrap();
         assert!(
             out.status.success(),
-            "bench {fabric} {workload}: {}",
+            "bench {fabric} {workload} pipeline {pipeline}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["correctness"]["mismatches"], 0);
         assert!(v["correctness"]["checked_reads"].as_u64().unwrap() > 1000);
         assert_eq!(v["fabric"], fabric);
+        assert_eq!(v["ops"], 4000);
+        assert_eq!(v["pipeline"], pipeline.parse::<u64>().unwrap());
     }
     server.stop();
 }
