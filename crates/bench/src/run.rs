@@ -43,7 +43,7 @@ pub struct RunConfig {
     /// threads run several coroutines. Reads stay synchronous. A pipelined
     /// write's latency runs from its start until the thread sees its
     /// answer, checked before every operation. An operation on a key
-    /// first waits for the thread's write to that key still in flight.
+    /// first waits for the thread's insert of that key still in flight.
     pub pipeline: u32,
     /// Seed of the operation streams.
     pub seed: u64,
@@ -347,14 +347,17 @@ impl Worker {
         let op = stream.next();
         if self.pipeline > 1 {
             self.reap(client, false)?;
-            // Read your own writes: an operation on a key waits for this
-            // thread's write to it still in flight (the stream reads keys it
-            // has just inserted, as YCSB reads only acknowledged inserts).
+            // Inserts are read only once done: an operation on a key waits
+            // for this thread's insert of it still in flight (the stream
+            // reads and updates keys it has just inserted; YCSB likewise
+            // reads only acknowledged inserts). An update in flight holds
+            // nobody up: a read may see the old value or the new one, both
+            // values of that key.
             let key = match op {
                 Op::Read(k) | Op::Update(k) | Op::Insert(k) | Op::ReadModifyWrite(k) => k,
                 Op::Scan { start, .. } => start,
             };
-            while let Some(i) = self.in_flight.iter().position(|f| f.key == key) {
+            while let Some(i) = self.in_flight.iter().position(|f| f.key == key && f.insert) {
                 let f = self.in_flight.remove(i).expect("index found");
                 self.complete(client, f)?;
             }

@@ -17,6 +17,19 @@ struct ServerProcess {
     dir: Option<PathBuf>,
 }
 
+/// A test that fails before `stop` must not leave its server running.
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            if let Some(d) = &self.dir {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+    }
+}
+
 impl ServerProcess {
     fn start(extra: &[&str], shm: bool, name: &str) -> ServerProcess {
         let dir = shm.then(|| {
