@@ -63,7 +63,7 @@ fn callbacks_run_once_each_after_their_record_is_durable() {
         seen[lsn as usize] = true;
     }
     assert!(seen[1..].iter().all(|&s| s), "some callback never ran");
-    Arc::try_unwrap(wal).unwrap().close().unwrap();
+    wal.shutdown().unwrap();
     assert_eq!(recover(dir.path()).unwrap().records.len(), 2000);
 }
 
@@ -130,10 +130,9 @@ fn a_failed_batch_answers_errors_and_keeps_earlier_answers() {
     let (tx, rx) = mpsc::channel();
     wal.when_durable(4, Box::new(move |r| tx.send(r.is_err()).unwrap()));
     assert_eq!(rx.try_recv(), Ok(true));
-    assert!(matches!(
-        Arc::try_unwrap(wal).unwrap().close(),
-        Err(WalError::Failed { .. })
-    ));
+    // (Callbacks may still be dropping their clones of `wal`: close it
+    // shared.)
+    assert!(matches!(wal.shutdown(), Err(WalError::Failed { .. })));
 }
 
 #[test]
@@ -275,5 +274,5 @@ fn commit_delay_applies_only_to_a_busy_log() {
         s.records as f64 / s.batches as f64 >= GATHER_AFTER as f64,
         "a busy log's batches stayed small: {s:?}"
     );
-    Arc::try_unwrap(wal).unwrap().close().unwrap();
+    wal.shutdown().unwrap();
 }
