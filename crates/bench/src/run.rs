@@ -275,14 +275,7 @@ impl Worker {
     fn complete(&mut self, client: &mut dyn KvClient, f: Flight) -> Result<(), BenchError> {
         let before = client.counters();
         let took = client.finish_write(f.write)?;
-        if !took {
-            self.mismatches += 1;
-            if f.insert {
-                tracing::error!(key = f.key, "insert of a fresh key found it present");
-            } else {
-                tracing::error!(key = f.key, "update found no key");
-            }
-        }
+        self.check_write(f.key, f.insert, took);
         if f.measured {
             let nanos = f.start.elapsed().as_nanos() as u64;
             self.hist.saturating_record(nanos.max(1));
@@ -330,6 +323,19 @@ impl Worker {
         self.mismatches = 0;
     }
 
+    /// An insert must find its key fresh, an update must find it present.
+    fn check_write(&mut self, key: u64, insert: bool, took: bool) {
+        if took {
+            return;
+        }
+        self.mismatches += 1;
+        if insert {
+            tracing::error!(key, "insert of a fresh key found it present");
+        } else {
+            tracing::error!(key, "update found no key");
+        }
+    }
+
     fn check_read(&mut self, key: u64, got: Option<u64>) {
         self.checked += 1;
         if !got.is_some_and(|v| belongs(key, v)) {
@@ -361,7 +367,9 @@ impl Worker {
                 let f = self.in_flight.remove(i).expect("index found");
                 self.complete(client, f)?;
             }
-            self.version += 1;
+        }
+        self.version += 1;
+        if self.pipeline > 1 {
             match op {
                 Op::Update(k) => {
                     let value = value_for(k, self.version);
@@ -371,28 +379,23 @@ impl Worker {
                     let value = value_for(k, self.version);
                     return self.start_write(client, Write::Insert { key: k, value }, measured);
                 }
-                _ => self.version -= 1,
+                _ => {}
             }
         }
         let before = client.counters();
         let start = Instant::now();
-        self.version += 1;
         match op {
             Op::Read(k) => {
                 let got = client.get(k)?;
                 self.check_read(k, got);
             }
             Op::Update(k) => {
-                if !client.update(k, value_for(k, self.version))? {
-                    self.mismatches += 1;
-                    tracing::error!(key = k, "update found no key");
-                }
+                let took = client.update(k, value_for(k, self.version))?;
+                self.check_write(k, false, took);
             }
             Op::Insert(k) => {
-                if !client.insert(k, value_for(k, self.version))? {
-                    self.mismatches += 1;
-                    tracing::error!(key = k, "insert of a fresh key found it present");
-                }
+                let took = client.insert(k, value_for(k, self.version))?;
+                self.check_write(k, true, took);
             }
             Op::ReadModifyWrite(k) => {
                 let got = client.get(k)?;

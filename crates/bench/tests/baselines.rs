@@ -39,19 +39,27 @@ fn run_pipelined(
     pipeline: u32,
 ) -> bench::Report {
     let config = RunConfig {
+        ops,
+        pipeline,
+        ..config(w, d)
+    };
+    bench::run(system, keys.clone(), &config, &Progress::default()).unwrap()
+}
+
+fn config(w: Workload, d: Distribution) -> RunConfig {
+    RunConfig {
         system: "t".into(),
         fabric: "local".into(),
         dataset: "ycsb".into(),
         workload: w,
         dist: d,
-        ops,
+        ops: 1,
         seconds: None,
         warmup_ops: 50,
         threads: 2,
-        pipeline,
+        pipeline: 1,
         seed: 7,
-    };
-    bench::run(system, keys.clone(), &config, &Progress::default()).unwrap()
+    }
 }
 
 #[test]
@@ -126,17 +134,9 @@ fn pipelined_writes_are_checked_and_counted() {
     )
     .unwrap();
     let mut config = RunConfig {
-        system: "t".into(),
-        fabric: "local".into(),
-        dataset: "ycsb".into(),
-        workload: Workload::A,
-        dist: Distribution::Uniform,
         ops: 10,
-        seconds: None,
-        warmup_ops: 0,
-        threads: 1,
         pipeline: 0,
-        seed: 1,
+        ..config(Workload::A, Distribution::Uniform)
     };
     assert!(bench::run(&*system, keys.clone(), &config, &Progress::default()).is_err());
     config.pipeline = bench::MAX_PIPELINE + 1;

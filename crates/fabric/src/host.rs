@@ -350,26 +350,18 @@ impl Host {
         let listener = TcpListener::bind(addr)?;
         let bound = listener.local_addr()?;
         listener.set_nonblocking(true)?;
-        self.start_acceptor(format!("accept-{bound}"), move || match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)?;
-                s.set_nodelay(true)?;
-                s.set_write_timeout(Some(SEND_TIMEOUT))?;
-                let w = s.try_clone()?;
-                Ok(Some((s, w)))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
+        self.start_acceptor(format!("accept-{bound}"), move || {
+            listener.accept().map(|(s, _)| s)
         })?;
         Ok(bound)
     }
 
-    /// Runs `accept` (non-blocking: `Ok(None)` when nobody waits) on an
-    /// accepting thread the host joins at shutdown.
+    /// Runs `accept` (a non-blocking listener's) on an accepting thread
+    /// the host joins at shutdown.
     fn start_acceptor<S>(
         &self,
         name: String,
-        accept: impl FnMut() -> std::io::Result<Option<(S, S)>> + Send + 'static,
+        accept: impl FnMut() -> std::io::Result<S> + Send + 'static,
     ) -> Result<(), FabricError>
     where
         S: Stream,
@@ -390,15 +382,8 @@ impl Host {
         let listener = UnixListener::bind(path)?;
         listener.set_nonblocking(true)?;
         *self.inner.socket.lock().unwrap_or_else(|e| e.into_inner()) = Some(path.to_path_buf());
-        self.start_acceptor("accept-unix".into(), move || match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)?;
-                s.set_write_timeout(Some(SEND_TIMEOUT))?;
-                let w = s.try_clone()?;
-                Ok(Some((s, w)))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
+        self.start_acceptor("accept-unix".into(), move || {
+            listener.accept().map(|(s, _)| s)
         })?;
         Ok(())
     }
@@ -439,13 +424,13 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
     Ok(std::thread::Builder::new().name(name).spawn(f)?)
 }
 
-fn accept_loop<S>(inner: &Arc<Inner>, mut accept: impl FnMut() -> std::io::Result<Option<(S, S)>>)
+fn accept_loop<S>(inner: &Arc<Inner>, mut accept: impl FnMut() -> std::io::Result<S>)
 where
     S: Stream,
 {
     while !inner.stop.load(Ordering::Acquire) {
-        match accept() {
-            Ok(Some((read, write))) => {
+        match accept().and_then(Stream::split) {
+            Ok((read, write)) => {
                 if inner.open_connections.load(Ordering::Relaxed) as usize >= MAX_CONNECTIONS {
                     tracing::warn!("connection limit reached; refusing a connection");
                     continue;
@@ -463,7 +448,9 @@ where
                     tracing::error!(error = %e, "cannot spawn a connection thread");
                 }
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 std::thread::sleep(Duration::from_millis(20));
@@ -550,17 +537,16 @@ fn send_reply<S: Stream>(writer: &Arc<Mutex<S>>, id: u64, payload: &[u8]) {
         let Some(held) = h.as_mut() else {
             return false;
         };
-        let sink: Arc<dyn Sink> = writer.clone();
         // Few connections per group commit: a linear search is enough.
         match held
             .iter_mut()
-            .find(|(s, _)| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(&sink)))
+            .find(|(s, _)| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(writer)))
         {
             Some((_, bytes)) => frame(Kind::CallReply, id, payload, bytes),
             None => {
                 let mut bytes = Vec::new();
                 frame(Kind::CallReply, id, payload, &mut bytes);
-                held.push((sink, bytes));
+                held.push((writer.clone(), bytes));
             }
         }
         true
@@ -576,19 +562,35 @@ fn send_reply<S: Stream>(writer: &Arc<Mutex<S>>, id: u64, payload: &[u8]) {
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connected socket a host serves.
-pub trait Stream: Read + Write + Send + 'static {
+pub trait Stream: Read + Write + Send + Sized + 'static {
+    /// Makes an accepted socket blocking with [`SEND_TIMEOUT`] on writes,
+    /// and returns its read and write halves.
+    fn split(self) -> std::io::Result<(Self, Self)>;
     /// Shuts both directions down (the peer and this side's reader see the
     /// end at once).
     fn close(&self);
 }
 
 impl Stream for TcpStream {
+    fn split(self) -> std::io::Result<(Self, Self)> {
+        self.set_nonblocking(false)?;
+        self.set_nodelay(true)?;
+        self.set_write_timeout(Some(SEND_TIMEOUT))?;
+        let w = self.try_clone()?;
+        Ok((self, w))
+    }
     fn close(&self) {
         let _ = self.shutdown(std::net::Shutdown::Both);
     }
 }
 
 impl Stream for UnixStream {
+    fn split(self) -> std::io::Result<(Self, Self)> {
+        self.set_nonblocking(false)?;
+        self.set_write_timeout(Some(SEND_TIMEOUT))?;
+        let w = self.try_clone()?;
+        Ok((self, w))
+    }
     fn close(&self) {
         let _ = self.shutdown(std::net::Shutdown::Both);
     }
