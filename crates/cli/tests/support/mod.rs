@@ -1,0 +1,161 @@
+//! What the process tests share: an `xstore server` child process that
+//! tells its URLs, is killed if a test fails, and can be stopped gracefully
+//! or with SIGKILL; the server's resident memory; a scratch directory.
+//!
+//! Each test file that uses it says `mod support;` (not every file uses
+//! every item).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `xstore server` process.
+pub struct ServerProcess {
+    /// The child.
+    pub child: Child,
+    /// Its `tcp://` URL.
+    pub tcp: String,
+    /// Its `shm://` URL (with `--shm-dir`).
+    pub shm: Option<String>,
+    /// Lines of its stdout after "serving", as they come.
+    pub stdout: std::sync::mpsc::Receiver<String>,
+}
+
+/// A test that fails before `stop` must not leave its server running.
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl ServerProcess {
+    /// Starts `xstore server --listen 127.0.0.1:0 ARGS` and waits (at most
+    /// 120 s) until it serves. Panics with its output if it exits first.
+    pub fn start(args: &[&str]) -> ServerProcess {
+        Self::start_with(args, &[])
+    }
+
+    /// [`ServerProcess::start`] with environment variables.
+    pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> ServerProcess {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xstore"));
+        cmd.args(["server", "--listen", "127.0.0.1:0"]).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn server");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let (mut tcp, mut shm) = (None, None);
+        let mut served = false;
+        for line in lines.by_ref() {
+            let Ok(line) = line else { break };
+            if let Some(u) = line.strip_prefix("listening on ") {
+                if u.starts_with("tcp://") {
+                    tcp = Some(u.to_string());
+                } else {
+                    shm = Some(u.to_string());
+                }
+            }
+            if line.starts_with("serving") {
+                served = true;
+                break;
+            }
+        }
+        if !served {
+            let status = child.wait().expect("wait for the server");
+            panic!("the server exited before serving: {status}");
+        }
+        // Keep draining stdout so the server never blocks on a full pipe.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        ServerProcess {
+            child,
+            tcp: tcp.expect("server printed its tcp URL"),
+            shm,
+            stdout: rx,
+        }
+    }
+
+    /// The `host:port` of the tcp URL.
+    pub fn addr(&self) -> String {
+        self.tcp.trim_start_matches("tcp://").to_string()
+    }
+
+    /// Resident memory of the server process, in bytes (Linux `/proc`).
+    pub fn rss_bytes(&self) -> u64 {
+        rss_bytes(self.child.id())
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM (graceful shutdown); asserts a clean exit within 60 s.
+    pub fn stop(mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(status.success(), "server exited with {status}");
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server did not stop within 60 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Resident memory of process `pid`, in bytes (0 if unknown).
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// A fresh scratch directory removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    /// `$TMPDIR/xstore-test-<pid>-<name>`, emptied first.
+    pub fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("xstore-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        Scratch(d)
+    }
+
+    /// The path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
