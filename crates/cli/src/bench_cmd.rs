@@ -20,6 +20,7 @@ use ycsb::{Distribution, Workload};
 
 use crate::keys::KeyArgs;
 use crate::progress;
+use crate::token::TokenArgs;
 
 /// Arguments of `xstore bench`.
 #[derive(Args, Debug)]
@@ -38,9 +39,9 @@ pub struct BenchArgs {
     /// --keys and --seed, so every value read can be checked.
     #[arg(long, conflicts_with = "suite")]
     server: Option<String>,
-    /// Access token for --server (or XSTORE_TOKEN).
-    #[arg(long, env = "XSTORE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    /// Access token for --server.
+    #[command(flatten)]
+    token: TokenArgs,
     /// YCSB workload: a, b, c, d, e, f (a suite picks its own).
     #[arg(long, default_value = "c", conflicts_with = "suite")]
     workload: String,
@@ -250,7 +251,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let system: Box<dyn bench::System> = match remote {
         Some(url) => Box::new(XStoreRemote::new(
             url,
-            args.token.clone(),
+            args.token.resolve()?,
             cache,
             args.get_reads,
         )?),

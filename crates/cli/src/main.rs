@@ -14,6 +14,7 @@ mod progress;
 mod server_cmd;
 mod shell;
 mod stats_cmd;
+mod token;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

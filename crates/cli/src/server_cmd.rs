@@ -14,6 +14,7 @@ use fabric::{Host, HostConfig};
 use xstore::{Server, ServerConfig};
 
 use crate::keys::KeyArgs;
+use crate::token::TokenArgs;
 
 /// Arguments of `xstore server`.
 #[derive(Args, Debug)]
@@ -35,9 +36,9 @@ pub struct ServerArgs {
     /// connection's thread serves its own verbs, one hand-off fewer).
     #[arg(long, default_value_t = 0)]
     nic_threads: usize,
-    /// Access token clients must present (or XSTORE_TOKEN).
-    #[arg(long, env = "XSTORE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    /// Access token clients must present.
+    #[command(flatten)]
+    token: TokenArgs,
     /// Key set to load at start: a dataset name, with --keys > 0.
     #[arg(long, default_value = "ycsb")]
     dataset: String,
@@ -96,7 +97,7 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     drop(keys);
     let host = Host::new(HostConfig {
         shm_dir: args.shm_dir.clone(),
-        token: args.token.clone(),
+        token: args.token.resolve()?,
         nic_threads: args.nic_threads,
         workers: args.workers,
     })?;

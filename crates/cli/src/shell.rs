@@ -5,11 +5,15 @@
 //! prints exactly one line: `OK`, the value, `NOT_FOUND`, `ERR <reason>`,
 //! or for `scan` its pairs as `key=value` separated by spaces (an empty
 //! line when there are none). A `put` prints `OK` only once the server has
-//! acknowledged it. On a terminal the shell shows a prompt; from a pipe it
+//! acknowledged it. A line is parsed and checked in full before anything
+//! is sent, so `put K V extra` is refused (`ERR too many arguments`) and
+//! writes nothing; from a script, a blank line is answered too
+//! (`ERR empty command`), so output lines match input lines one to one. On a terminal the shell shows a prompt; from a pipe it
 //! reads one command per line, so scripts can drive it.
 
 use std::io::{BufRead, IsTerminal, Write};
 
+use crate::token::TokenArgs;
 use anyhow::{Context, Result};
 use clap::Args;
 use fabric::{Endpoint, Url};
@@ -20,9 +24,9 @@ use xstore::{Client, ClientConfig};
 pub struct ShellArgs {
     /// Server URL: tcp://host:port or shm:///path.
     url: String,
-    /// Access token (or XSTORE_TOKEN).
-    #[arg(long, env = "XSTORE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    /// Access token.
+    #[command(flatten)]
+    token: TokenArgs,
 }
 
 fn parse_u64(word: Option<&str>, what: &str) -> Result<u64, String> {
@@ -31,51 +35,80 @@ fn parse_u64(word: Option<&str>, what: &str) -> Result<u64, String> {
         .map_err(|_| format!("{what} '{w}' is not a decimal u64"))
 }
 
+/// A command line, parsed and checked in full before anything is sent:
+/// a line with a bad or extra argument changes nothing on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Command {
+    Get(u64),
+    Put(u64, u64),
+    Del(u64),
+    Scan(u64, u64),
+    Stats,
+    Help,
+}
+
+/// Parses one line; `Err` is the reason the line is refused.
+fn parse(line: &str) -> Result<Command, String> {
+    let mut words = line.split_whitespace();
+    let Some(cmd) = words.next() else {
+        return Err("empty command (try help)".into());
+    };
+    let command = match cmd {
+        "get" => Command::Get(parse_u64(words.next(), "key")?),
+        "put" => Command::Put(
+            parse_u64(words.next(), "key")?,
+            parse_u64(words.next(), "value")?,
+        ),
+        "del" => Command::Del(parse_u64(words.next(), "key")?),
+        "scan" => Command::Scan(
+            parse_u64(words.next(), "key")?,
+            parse_u64(words.next(), "count")?,
+        ),
+        "stats" => Command::Stats,
+        "help" => Command::Help,
+        other => return Err(format!("unknown command '{other}' (try help)")),
+    };
+    if words.next().is_some() {
+        return Err("too many arguments".into());
+    }
+    Ok(command)
+}
+
 /// One command's result line.
 fn execute<E: Endpoint>(
     client: &mut Client<E>,
     url: &Url,
     token: Option<&str>,
     line: &str,
-) -> Option<String> {
-    let mut words = line.split_whitespace();
-    let cmd = words.next()?;
-    let result: Result<String, String> = (|| {
-        let out = match cmd {
-            "get" => {
-                let k = parse_u64(words.next(), "key")?;
-                match client.get(k).map_err(|e| e.to_string())? {
-                    Some(v) => v.to_string(),
-                    None => "NOT_FOUND".into(),
-                }
-            }
-            "put" => {
-                let k = parse_u64(words.next(), "key")?;
-                let v = parse_u64(words.next(), "value")?;
+) -> String {
+    let result: Result<String, String> = parse(line).and_then(|command| {
+        Ok(match command {
+            Command::Get(k) => match client.get(k).map_err(|e| e.to_string())? {
+                Some(v) => v.to_string(),
+                None => "NOT_FOUND".into(),
+            },
+            Command::Put(k, v) => {
                 client.upsert(k, v).map_err(|e| e.to_string())?;
                 "OK".into()
             }
-            "del" => {
-                let k = parse_u64(words.next(), "key")?;
+            Command::Del(k) => {
                 if client.delete(k).map_err(|e| e.to_string())? {
                     "OK".into()
                 } else {
                     "NOT_FOUND".into()
                 }
             }
-            "scan" => {
-                let k = parse_u64(words.next(), "key")?;
-                let n = parse_u64(words.next(), "count")?;
+            Command::Scan(k, n) => {
                 let mut out = Vec::new();
                 client
-                    .scan(k, n as usize, &mut out)
+                    .scan(k, usize::try_from(n).unwrap_or(usize::MAX), &mut out)
                     .map_err(|e| e.to_string())?;
                 out.iter()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect::<Vec<_>>()
                     .join(" ")
             }
-            "stats" => {
+            Command::Stats => {
                 let s = client.server_stats().map_err(|e| e.to_string())?;
                 let h = fabric::remote::host_stats(url, token).map_err(|e| e.to_string())?;
                 format!(
@@ -85,21 +118,19 @@ fn execute<E: Endpoint>(
                     h.worker_requests, h.worker_busy_ns / 1000, h.bad_frames, h.connections
                 )
             }
-            "help" => "commands: get K | put K V | del K | scan K N | stats | help | quit".into(),
-            other => return Err(format!("unknown command '{other}' (try help)")),
-        };
-        if words.next().is_some() {
-            return Err("too many arguments".into());
-        }
-        Ok(out)
-    })();
-    Some(result.unwrap_or_else(|e| format!("ERR {e}")))
+            Command::Help => {
+                "commands: get K | put K V | del K | scan K N | stats | help | quit".into()
+            }
+        })
+    });
+    result.unwrap_or_else(|e| format!("ERR {e}"))
 }
 
 /// Runs `xstore shell`.
 pub fn run(args: &ShellArgs) -> Result<()> {
     let url: Url = args.url.parse()?;
-    let token = args.token.as_deref();
+    let token = args.token.resolve()?;
+    let token = token.as_deref();
     let ep = fabric::remote::connect(&url, token)
         .with_context(|| format!("connecting to {}", args.url))?;
     let mut client = Client::connect(ep, fabric::NodeId(0), ClientConfig::default())?;
@@ -118,10 +149,34 @@ pub fn run(args: &ShellArgs) -> Result<()> {
         if matches!(trimmed, "quit" | "exit") {
             break;
         }
-        if let Some(out) = execute(&mut client, &url, token, trimmed) {
-            writeln!(stdout, "{out}")?;
-            stdout.flush()?;
+        // At a prompt an empty line just prompts again; a script gets
+        // one result line for every line it sends, blank ones included.
+        if interactive && trimmed.is_empty() {
+            continue;
         }
+        let out = execute(&mut client, &url, token, trimmed);
+        writeln!(stdout, "{out}")?;
+        stdout.flush()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_checked_in_full_before_acting() {
+        assert_eq!(parse("put 1 2"), Ok(Command::Put(1, 2)));
+        assert_eq!(parse("  del   7 "), Ok(Command::Del(7)));
+        assert_eq!(parse("scan 3 10"), Ok(Command::Scan(3, 10)));
+        for bad in ["put 1 2 3", "del 1 x", "get 1 2", "stats now", "help me"] {
+            assert_eq!(parse(bad), Err("too many arguments".into()), "{bad}");
+        }
+        assert!(parse("").unwrap_err().starts_with("empty command"));
+        assert!(parse("   ").unwrap_err().starts_with("empty command"));
+        assert!(parse("put 1").unwrap_err().contains("missing value"));
+        assert!(parse("put x 1").unwrap_err().contains("not a decimal u64"));
+        assert!(parse("frob 1").unwrap_err().contains("unknown command"));
+    }
 }

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use crate::token::TokenArgs;
 use anyhow::{Context, Result};
 use clap::Args;
 use fabric::Url;
@@ -15,9 +16,9 @@ use xstore::{Client, ClientConfig};
 pub struct StatsArgs {
     /// Server URL: tcp://host:port or shm:///path.
     url: String,
-    /// Access token (or XSTORE_TOKEN).
-    #[arg(long, env = "XSTORE_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    /// Access token.
+    #[command(flatten)]
+    token: TokenArgs,
     /// Also write the statistics as JSON to PATH (`-` for stdout only).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -48,7 +49,8 @@ struct Stats {
 /// Runs `xstore stats`.
 pub fn run(args: &StatsArgs) -> Result<()> {
     let url: Url = args.url.parse()?;
-    let token = args.token.as_deref();
+    let token = args.token.resolve()?;
+    let token = token.as_deref();
     let ep = fabric::remote::connect(&url, token)
         .with_context(|| format!("connecting to {}", args.url))?;
     let mut client = Client::connect(ep, fabric::NodeId(0), ClientConfig::default())?;
