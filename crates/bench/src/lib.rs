@@ -6,6 +6,7 @@
 //! costs, latency and throughput in a [`Report`].
 
 pub mod baselines;
+pub mod ledger;
 pub mod plot;
 pub mod report;
 pub mod run;

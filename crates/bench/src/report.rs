@@ -60,12 +60,30 @@ pub struct ModelFigures {
 }
 
 /// Checked reads.
-#[derive(Debug, Clone, Copy, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default)]
 pub struct Correctness {
     /// Reads whose value was checked against its key.
     pub checked_reads: u64,
-    /// Reads that returned a missing or foreign value (must be 0).
+    /// Reads (and writes) whose answer no write explains: a foreign value,
+    /// a version never written, an insert of a fresh key that found it
+    /// present, an update that found no key (must be 0).
     pub mismatches: u64,
+    /// Reads that returned a value already replaced by a write answered
+    /// before the read began (must be 0; see `ledger`).
+    pub stale_reads: u64,
+    /// Reads that found nothing for a key present before they began, and
+    /// keys whose value at the end of the run is not their last write
+    /// (must be 0).
+    pub lost_writes: u64,
+    /// The first few wrong answers, described (key and versions).
+    pub examples: Vec<String>,
+}
+
+impl Correctness {
+    /// Wrong answers of every kind.
+    pub fn errors(&self) -> u64 {
+        self.mismatches + self.stale_reads + self.lost_writes
+    }
 }
 
 /// One run, as the contract specifies; fields a design lacks are `null`.
@@ -198,8 +216,11 @@ impl Report {
         rows.push((
             "checked reads",
             format!(
-                "{} ({} mismatches)",
-                self.correctness.checked_reads, self.correctness.mismatches
+                "{} ({} mismatches, {} stale, {} lost writes)",
+                self.correctness.checked_reads,
+                self.correctness.mismatches,
+                self.correctness.stale_reads,
+                self.correctness.lost_writes
             ),
         ));
         rows.iter()

@@ -1,5 +1,13 @@
 //! Running one benchmark: threads of clients replaying YCSB operation
 //! streams against a loaded system, every read checked.
+//!
+//! Every write is entered in the run's [`Ledger`] when it is sent and when
+//! its answer arrives, so every read is judged under real-time order: a
+//! foreign or never-written value is a mismatch, a value replaced by a
+//! write answered before the read began is a stale read, nothing for a key
+//! present before it began is a lost write. After the measured phase every
+//! written key is read once more (the audit, not measured): its value must
+//! be one of its last writes.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,9 +19,10 @@ use hdrhistogram::Histogram;
 use xstore::Write;
 use ycsb::{Distribution, Op, OpStream, Workload};
 
+use crate::ledger::{Ledger, Verdict};
 use crate::report::{Correctness, Latency, PerGet, PerOp, Report, ServerSplit};
 use crate::system::{DirectStats, InFlight, KvClient, ServerTime, System};
-use crate::values::{belongs, value_for};
+use crate::values::value_for;
 use crate::BenchError;
 
 /// What to run.
@@ -67,9 +76,11 @@ struct ThreadResult {
     direct: Option<DirectStats>,
     cache_bytes: Option<u64>,
     hist: Histogram<u64>,
-    checked: u64,
-    mismatches: u64,
+    correctness: Correctness,
 }
+
+/// Wrong answers described in a report, at most.
+const MAX_EXAMPLES: usize = 8;
 
 /// Runs `config` against `system` over `loaded` keys (sorted, as loaded).
 pub fn run(
@@ -90,6 +101,7 @@ pub fn run(
         return Err(BenchError::Config("--ops must be at least 1".into()));
     }
     let threads = config.threads;
+    let ledger = Ledger::new(threads as usize, loaded.clone());
     let barrier = Barrier::new(threads as usize + 1);
     let stop = AtomicBool::new(false);
     let per_thread = config.ops.div_ceil(threads as u64);
@@ -99,6 +111,7 @@ pub fn run(
                 let loaded = loaded.clone();
                 let barrier = &barrier;
                 let stop = &stop;
+                let ledger = &ledger;
                 scope.spawn(move || -> Result<ThreadResult, BenchError> {
                     let prepared = system.client().and_then(|client| {
                         let stream = OpStream::new(
@@ -117,14 +130,16 @@ pub fn run(
                             // Still meet the barriers so the others go on.
                             barrier.wait();
                             barrier.wait();
+                            barrier.wait();
                             return Err(e);
                         }
                     };
-                    let mut w = Worker::new(t, config.pipeline);
+                    let mut w = Worker::new(t, threads, config.pipeline, ledger);
                     let warmed = (0..config.warmup_ops)
                         .try_for_each(|_| w.step(&mut *client, &mut stream, false))
                         .and_then(|()| w.drain(&mut *client));
                     if let Err(e) = warmed {
+                        barrier.wait();
                         barrier.wait();
                         barrier.wait();
                         return Err(e);
@@ -137,29 +152,37 @@ pub fn run(
                         .seconds
                         .map(|s| Instant::now() + Duration::from_secs_f64(s));
                     let mut n = 0u64;
-                    loop {
-                        match deadline {
-                            Some(d) => {
-                                if n.is_multiple_of(64)
-                                    && (Instant::now() >= d || stop.load(Ordering::Relaxed))
-                                {
-                                    break;
+                    let measured = (|| -> Result<(), BenchError> {
+                        loop {
+                            match deadline {
+                                Some(d) => {
+                                    if n.is_multiple_of(64)
+                                        && (Instant::now() >= d || stop.load(Ordering::Relaxed))
+                                    {
+                                        break;
+                                    }
+                                }
+                                None => {
+                                    if n >= per_thread {
+                                        break;
+                                    }
                                 }
                             }
-                            None => {
-                                if n >= per_thread {
-                                    break;
-                                }
+                            w.step(&mut *client, &mut stream, true)?;
+                            n += 1;
+                            if n.is_multiple_of(1024) {
+                                progress.done.fetch_add(1024, Ordering::Relaxed);
                             }
                         }
-                        w.step(&mut *client, &mut stream, true)?;
-                        n += 1;
-                        if n.is_multiple_of(1024) {
-                            progress.done.fetch_add(1024, Ordering::Relaxed);
-                        }
-                    }
-                    w.drain(&mut *client)?;
-                    Ok(w.finish(&*client))
+                        w.drain(&mut *client)
+                    })();
+                    // Every thread's writes are answered past this barrier:
+                    // the audit sees the final state.
+                    barrier.wait();
+                    measured?;
+                    let direct = client.direct_stats();
+                    w.audit(&mut *client)?;
+                    Ok(w.finish(&*client, direct))
                 })
             })
             .collect();
@@ -168,6 +191,11 @@ pub fn run(
         let server_before = system.server_time();
         barrier.wait();
         let start = Instant::now();
+        barrier.wait();
+        // The measured phase ends when every thread is done; the audit
+        // that follows is not measured.
+        let seconds = start.elapsed().as_secs_f64();
+        let server_after = system.server_time();
         let mut results = Vec::new();
         let mut first_err = None;
         for h in handles {
@@ -182,8 +210,7 @@ pub fn run(
                 }
             }
         }
-        let seconds = start.elapsed().as_secs_f64();
-        let server = match (server_before, system.server_time()) {
+        let server = match (server_before, server_after) {
             (Some(a), Some(b)) => Some(ServerTime {
                 nic_ns: b.nic_ns.saturating_sub(a.nic_ns),
                 worker_ns: b.worker_ns.saturating_sub(a.worker_ns),
@@ -205,8 +232,14 @@ pub fn run(
     ))
 }
 
-struct Worker {
+struct Worker<'l> {
+    thread: u32,
+    threads: u32,
+    ledger: &'l Ledger,
+    /// The version of the last write; fresh ones come in blocks from the
+    /// process-wide counter, so no two writes share one.
     version: u64,
+    versions_left: u64,
     base: Counters,
     base_direct: Option<DirectStats>,
     all: Counters,
@@ -214,8 +247,7 @@ struct Worker {
     ops: u64,
     gets: u64,
     hist: Histogram<u64>,
-    checked: u64,
-    mismatches: u64,
+    correctness: Correctness,
     scan_buf: Vec<(u64, u64)>,
     pipeline: usize,
     in_flight: VecDeque<Flight>,
@@ -225,6 +257,7 @@ struct Worker {
 struct Flight {
     start: Instant,
     key: u64,
+    value: u64,
     insert: bool,
     measured: bool,
     /// Fabric cost of starting it.
@@ -232,11 +265,14 @@ struct Flight {
     write: InFlight,
 }
 
-impl Worker {
-    fn new(thread: u32, pipeline: u32) -> Worker {
+impl<'l> Worker<'l> {
+    fn new(thread: u32, threads: u32, pipeline: u32, ledger: &'l Ledger) -> Worker<'l> {
         Worker {
-            // Distinct versions per thread keep concurrent updates apart.
-            version: (thread as u64) << 24,
+            thread,
+            threads,
+            ledger,
+            version: 0,
+            versions_left: 0,
             base: Counters::default(),
             base_direct: None,
             all: Counters::default(),
@@ -244,8 +280,7 @@ impl Worker {
             ops: 0,
             gets: 0,
             hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static bounds"),
-            checked: 0,
-            mismatches: 0,
+            correctness: Correctness::default(),
             scan_buf: Vec::new(),
             pipeline: pipeline.max(1) as usize,
             in_flight: VecDeque::new(),
@@ -275,6 +310,7 @@ impl Worker {
     fn complete(&mut self, client: &mut dyn KvClient, f: Flight) -> Result<(), BenchError> {
         let before = client.counters();
         let took = client.finish_write(f.write)?;
+        self.ledger.end_write(f.key, f.value, took);
         self.check_write(f.key, f.insert, took);
         if f.measured {
             let nanos = f.start.elapsed().as_nanos() as u64;
@@ -297,12 +333,22 @@ impl Worker {
             let oldest = self.in_flight.pop_front().expect("not empty");
             self.complete(client, oldest)?;
         }
+        let (key, value) = match write {
+            Write::Insert { key, value } | Write::Update { key, value } => (key, value),
+            other => {
+                return Err(BenchError::Client(format!(
+                    "the benchmark does not issue {other:?}"
+                )))
+            }
+        };
         let start = Instant::now();
         let before = client.counters();
+        self.ledger.begin_write(key, value);
         let started = client.start_write(write)?;
         self.in_flight.push_back(Flight {
             start,
-            key: write.key(),
+            key,
+            value,
             insert: matches!(write, Write::Insert { .. }),
             measured,
             cost: client.counters() - before,
@@ -319,8 +365,82 @@ impl Worker {
         self.ops = 0;
         self.gets = 0;
         self.hist.reset();
-        self.checked = 0;
-        self.mismatches = 0;
+        self.correctness = Correctness::default();
+    }
+
+    fn note(&mut self, what: String) {
+        tracing::error!("{what}");
+        if self.correctness.examples.len() < MAX_EXAMPLES {
+            self.correctness.examples.push(what);
+        }
+    }
+
+    /// Counts a verdict; `audit` counts a stale final value as a lost
+    /// write (the last write is missing).
+    fn judge(&mut self, verdict: Verdict, audit: bool) {
+        match verdict {
+            Verdict::Ok => {}
+            Verdict::Mismatch(m) => {
+                self.correctness.mismatches += 1;
+                self.note(format!("mismatch: {m}"));
+            }
+            Verdict::Stale(m) if !audit => {
+                self.correctness.stale_reads += 1;
+                self.note(format!("stale read: {m}"));
+            }
+            Verdict::Stale(m) | Verdict::Lost(m) => {
+                self.correctness.lost_writes += 1;
+                self.note(format!("lost write: {m}"));
+            }
+        }
+    }
+
+    /// Reads every written key of this thread's share once more, after
+    /// all writes are answered: each must hold one of its last writes.
+    fn audit(&mut self, client: &mut dyn KvClient) -> Result<(), BenchError> {
+        let keys = self.ledger.audit_keys();
+        let share = keys
+            .iter()
+            .skip(self.thread as usize)
+            .step_by(self.threads as usize);
+        for &key in share {
+            let s = self.ledger.begin_read(self.thread as usize);
+            let got = client.get(key);
+            self.ledger.end_read(self.thread as usize);
+            let verdict = self.ledger.check(key, s, got?);
+            self.correctness.checked_reads += 1;
+            self.judge(verdict, true);
+        }
+        Ok(())
+    }
+
+    /// Writes, then judges, one synchronous write.
+    fn write_now(
+        &mut self,
+        client: &mut dyn KvClient,
+        key: u64,
+        insert: bool,
+    ) -> Result<(), BenchError> {
+        let value = value_for(key, self.version);
+        self.ledger.begin_write(key, value);
+        let took = if insert {
+            client.insert(key, value)
+        } else {
+            client.update(key, value)
+        };
+        let took = took?;
+        self.ledger.end_write(key, value, took);
+        self.check_write(key, insert, took);
+        Ok(())
+    }
+
+    /// Reads `key` and judges the answer.
+    fn read_now(&mut self, client: &mut dyn KvClient, key: u64) -> Result<(), BenchError> {
+        let s = self.ledger.begin_read(self.thread as usize);
+        let got = client.get(key);
+        self.ledger.end_read(self.thread as usize);
+        self.check_read(key, s, got?);
+        Ok(())
     }
 
     /// An insert must find its key fresh, an update must find it present.
@@ -328,19 +448,45 @@ impl Worker {
         if took {
             return;
         }
-        self.mismatches += 1;
+        self.correctness.mismatches += 1;
         if insert {
-            tracing::error!(key, "insert of a fresh key found it present");
+            self.note(format!(
+                "mismatch: insert of fresh key {key} found it present"
+            ));
         } else {
-            tracing::error!(key, "update found no key");
+            self.note(format!("mismatch: update of key {key} found no key"));
         }
     }
 
-    fn check_read(&mut self, key: u64, got: Option<u64>) {
-        self.checked += 1;
-        if !got.is_some_and(|v| belongs(key, v)) {
-            self.mismatches += 1;
-            tracing::error!(key, ?got, "read returned a missing or foreign value");
+    /// A read must find its key (streams read only acknowledged keys) with
+    /// a value the ledger accepts.
+    fn check_read(&mut self, key: u64, s: u64, got: Option<u64>) {
+        self.correctness.checked_reads += 1;
+        let verdict = match self.ledger.check(key, s, got) {
+            Verdict::Ok if got.is_none() => Verdict::Mismatch(format!(
+                "key {key}: read found nothing, and no insert of it was answered yet"
+            )),
+            v => v,
+        };
+        self.judge(verdict, false);
+    }
+
+    /// The next version this thread writes (never 0, the bulk load's).
+    fn next_version(&mut self) {
+        /// Versions a thread reserves at once: one shared atomic add per
+        /// this many writes.
+        const BLOCK: u64 = 4096;
+        loop {
+            if self.versions_left == 0 {
+                self.version = crate::ledger::next_versions(BLOCK);
+                self.versions_left = BLOCK;
+            } else {
+                self.version += 1;
+            }
+            self.versions_left -= 1;
+            if self.version & 0xFFFF_FFFF != 0 {
+                return;
+            }
         }
     }
 
@@ -368,7 +514,7 @@ impl Worker {
                 self.complete(client, f)?;
             }
         }
-        self.version += 1;
+        self.next_version();
         if self.pipeline > 1 {
             match op {
                 Op::Update(k) => {
@@ -385,37 +531,36 @@ impl Worker {
         let before = client.counters();
         let start = Instant::now();
         match op {
-            Op::Read(k) => {
-                let got = client.get(k)?;
-                self.check_read(k, got);
-            }
-            Op::Update(k) => {
-                let took = client.update(k, value_for(k, self.version))?;
-                self.check_write(k, false, took);
-            }
-            Op::Insert(k) => {
-                let took = client.insert(k, value_for(k, self.version))?;
-                self.check_write(k, true, took);
-            }
+            Op::Read(k) => self.read_now(client, k)?,
+            Op::Update(k) => self.write_now(client, k, false)?,
+            Op::Insert(k) => self.write_now(client, k, true)?,
             Op::ReadModifyWrite(k) => {
-                let got = client.get(k)?;
-                self.check_read(k, got);
-                if !client.update(k, value_for(k, self.version))? {
-                    self.mismatches += 1;
-                }
+                self.read_now(client, k)?;
+                self.write_now(client, k, false)?;
             }
             Op::Scan { start: from, len } => {
                 let mut buf = std::mem::take(&mut self.scan_buf);
                 buf.clear();
-                client.scan(from, len as usize, &mut buf)?;
-                self.checked += 1;
+                let s = self.ledger.begin_read(self.thread as usize);
+                let scanned = client.scan(from, len as usize, &mut buf);
+                self.ledger.end_read(self.thread as usize);
+                scanned?;
+                self.correctness.checked_reads += 1;
                 let sorted = buf.windows(2).all(|w| w[0].0 < w[1].0);
-                let valid = buf.iter().all(|&(k, v)| k >= from && belongs(k, v));
+                let bounded = buf.len() <= len as usize && buf.iter().all(|&(k, _)| k >= from);
                 // The start key exists (streams only pick existing keys).
                 let starts = buf.first().is_some_and(|p| p.0 == from);
-                if !(sorted && valid && starts) {
-                    self.mismatches += 1;
-                    tracing::error!(from, len, "scan returned a wrong result");
+                if !(sorted && bounded && starts) {
+                    self.correctness.mismatches += 1;
+                    self.note(format!(
+                        "mismatch: scan from {from} for {len} returned {} pairs, unsorted, out of range or not starting at its key",
+                        buf.len()
+                    ));
+                }
+                // Every pair is judged like a read that began with the scan.
+                for &(k, v) in &buf {
+                    let verdict = self.ledger.check(k, s, Some(v));
+                    self.judge(verdict, false);
                 }
                 self.scan_buf = buf;
             }
@@ -434,8 +579,9 @@ impl Worker {
         Ok(())
     }
 
-    fn finish(self, client: &dyn KvClient) -> ThreadResult {
-        let direct = match (client.direct_stats(), self.base_direct) {
+    /// The thread's figures; `direct` is taken before the audit.
+    fn finish(self, client: &dyn KvClient, direct: Option<DirectStats>) -> ThreadResult {
+        let direct = match (direct, self.base_direct) {
             (Some(now), Some(then)) => Some(DirectStats {
                 reads: now.reads - then.reads,
                 fallbacks: now.fallbacks - then.fallbacks,
@@ -452,8 +598,7 @@ impl Worker {
             direct,
             cache_bytes: client.cache_bytes(),
             hist: self.hist,
-            checked: self.checked,
-            mismatches: self.mismatches,
+            correctness: self.correctness,
         }
     }
 }
@@ -468,7 +613,8 @@ fn summarize(
 ) -> Report {
     let mut all = Counters::default();
     let mut get_costs = Counters::default();
-    let (mut ops, mut gets, mut checked, mut mismatches) = (0u64, 0u64, 0u64, 0u64);
+    let (mut ops, mut gets) = (0u64, 0u64);
+    let mut correctness = Correctness::default();
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("static bounds");
     let mut direct: Option<DirectStats> = None;
     let mut cache = Vec::new();
@@ -477,8 +623,16 @@ fn summarize(
         get_costs += r.get_costs;
         ops += r.ops;
         gets += r.gets;
-        checked += r.checked;
-        mismatches += r.mismatches;
+        let c = &r.correctness;
+        correctness.checked_reads += c.checked_reads;
+        correctness.mismatches += c.mismatches;
+        correctness.stale_reads += c.stale_reads;
+        correctness.lost_writes += c.lost_writes;
+        for e in &c.examples {
+            if correctness.examples.len() < MAX_EXAMPLES {
+                correctness.examples.push(e.clone());
+            }
+        }
         // Same bounds on every histogram: adding cannot fail.
         let _ = hist.add(&r.hist);
         if let Some(d) = r.direct {
@@ -532,9 +686,6 @@ fn summarize(
         model: system.model(),
         fallback_rate: direct.map(|d| per(d.fallbacks, d.reads)),
         invalidation_rate: direct.map(|d| per(d.invalidations, d.reads)),
-        correctness: Correctness {
-            checked_reads: checked,
-            mismatches,
-        },
+        correctness,
     }
 }

@@ -393,9 +393,10 @@ impl SuiteRow {
         s
     }
 
-    /// Reads that returned a wrong value (0 without a report).
+    /// Wrong answers of any kind: mismatches, stale reads, lost writes (0
+    /// without a report).
     pub fn mismatches(&self) -> u64 {
-        self.report.as_ref().map_or(0, |r| r.correctness.mismatches)
+        self.report.as_ref().map_or(0, |r| r.correctness.errors())
     }
 
     /// One line on how the run went: `1.234 Mops/s`, `unsupported: …`,
@@ -404,8 +405,12 @@ impl SuiteRow {
         match (&self.report, &self.error) {
             (Some(r), _) => {
                 let mut s = format!("{:.3} Mops/s", r.throughput_ops_per_s / 1e6);
-                if r.correctness.mismatches > 0 {
-                    s += &format!(" ({} MISMATCHES)", r.correctness.mismatches);
+                let c = &r.correctness;
+                if c.errors() > 0 {
+                    s += &format!(
+                        " ({} MISMATCHES, {} STALE, {} LOST)",
+                        c.mismatches, c.stale_reads, c.lost_writes
+                    );
                 }
                 s
             }
@@ -1099,12 +1104,12 @@ pub fn summary_markdown(
         if slices {
             md += " slice |";
         }
-        md += " Mops/s | RTT/op | RTT/GET | client cache B | fallback % | mismatches | error |\n";
+        md += " Mops/s | RTT/op | RTT/GET | client cache B | fallback % | mismatches | stale reads | lost writes | error |\n";
         md += "|---|---|---|---|";
         if slices {
             md += "---:|";
         }
-        md += "---:|---:|---:|---:|---:|---:|---|\n";
+        md += "---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
         for r in suite_rows {
             let opt =
                 |v: Option<f64>, p: usize| v.map_or("–".to_string(), |v| format!("{v:.p$}"));
@@ -1120,7 +1125,7 @@ pub fn summary_markdown(
                 md += &format!(" {} |", r.slice.unwrap_or(0));
             }
             md += &format!(
-                " {} | {} | {} | {} | {} | {} | {} |\n",
+                " {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 opt(rep.map(|r| r.throughput_ops_per_s / 1e6), 3),
                 opt(rep.map(|r| r.per_op.round_trips), 3),
                 opt(rep.and_then(|r| r.per_get.map(|g| g.round_trips)), 3),
@@ -1128,6 +1133,8 @@ pub fn summary_markdown(
                     .map_or("–".to_string(), |b| b.to_string()),
                 opt(rep.and_then(|r| r.fallback_rate.map(|f| f * 100.0)), 3),
                 rep.map_or("–".to_string(), |r| r.correctness.mismatches.to_string()),
+                rep.map_or("–".to_string(), |r| r.correctness.stale_reads.to_string()),
+                rep.map_or("–".to_string(), |r| r.correctness.lost_writes.to_string()),
                 r.error
                     .as_deref()
                     .map_or(String::new(), |e| e.replace('|', "\\|").replace('\n', " ")),

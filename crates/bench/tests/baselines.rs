@@ -87,7 +87,8 @@ fn every_system_is_correct_on_every_workload() {
             ] {
                 let r = run(&*system, &keys, w, w.default_distribution(), 3000);
                 assert_eq!(
-                    r.correctness.mismatches, 0,
+                    r.correctness.errors(),
+                    0,
                     "{name} {w:?} adversary {adversary:?}"
                 );
                 assert!(r.correctness.checked_reads > 0);
@@ -112,7 +113,7 @@ fn pipelined_writes_are_checked_and_counted() {
         .unwrap();
         for w in [Workload::A, Workload::D, Workload::F] {
             let r = run_pipelined(&*system, &keys, w, w.default_distribution(), 4000, 8);
-            assert_eq!(r.correctness.mismatches, 0, "{name} {w:?}");
+            assert_eq!(r.correctness.errors(), 0, "{name} {w:?}");
             // Every operation is measured once, finished or not when the
             // thread's share ran out.
             assert_eq!(r.ops, 4000, "{name} {w:?}");
@@ -152,7 +153,7 @@ fn round_trips_per_get_follow_the_designs() {
     let rt = |name: &str, b: BaselineOptions| {
         let system = load_local(name, &pairs, options(None, 2), b).unwrap();
         let r = run(&*system, &keys, Workload::C, Distribution::Uniform, 20_000);
-        assert_eq!(r.correctness.mismatches, 0);
+        assert_eq!(r.correctness.errors(), 0);
         r.per_get.unwrap().round_trips
     };
     let xstore = rt("xstore", BaselineOptions::default());

@@ -131,7 +131,9 @@ fn ycsb_suite_writes_every_row_summary_and_plots() {
         assert_eq!(row["suite"], "ycsb");
         if row["system"] == "xstore" {
             assert!(!is_error_row(row), "{row}");
-            assert_eq!(row["correctness"]["mismatches"], 0, "{row}");
+            for field in ["mismatches", "stale_reads", "lost_writes"] {
+                assert_eq!(row["correctness"][field], 0, "{row}");
+            }
             assert!(row["correctness"]["checked_reads"].as_u64().unwrap() > 0);
             assert!(row["throughput_ops_per_s"].as_f64().unwrap() > 0.0);
             for key in ["round_trips", "one_sided_verbs", "rpcs", "bytes_read"] {
@@ -237,7 +239,9 @@ fn memory_and_dynamic_suites_and_append() {
         assert_eq!(s["slice"], i as u64 + 1);
         assert_eq!(s["workload"], "D");
         assert_eq!(s["dist"], "latest");
-        assert_eq!(s["correctness"]["mismatches"], 0);
+        for field in ["mismatches", "stale_reads", "lost_writes"] {
+            assert_eq!(s["correctness"][field], 0);
+        }
         assert_eq!(s["ops"], 2_000);
         assert!(s["fallback_rate"].is_number());
     }

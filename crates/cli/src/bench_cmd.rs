@@ -323,10 +323,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 .with_context(|| format!("writing {}", path.display()))?;
         }
     }
-    if report.correctness.mismatches > 0 {
+    let c = &report.correctness;
+    if c.errors() > 0 {
         bail!(
-            "{} reads returned a wrong value",
-            report.correctness.mismatches
+            "wrong answers: {} mismatches, {} stale reads, {} lost writes; first: {}",
+            c.mismatches,
+            c.stale_reads,
+            c.lost_writes,
+            c.examples.join("; ")
         );
     }
     Ok(())

@@ -278,7 +278,9 @@ fn bench_processes_check_every_read_over_tcp_and_shm() {
             String::from_utf8_lossy(&out.stderr)
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(v["correctness"]["mismatches"], 0);
+        for field in ["mismatches", "stale_reads", "lost_writes"] {
+            assert_eq!(v["correctness"][field], 0, "{v}");
+        }
         assert!(v["correctness"]["checked_reads"].as_u64().unwrap() > 1000);
         assert_eq!(v["fabric"], fabric);
         assert_eq!(v["ops"], 4000);

@@ -1,0 +1,215 @@
+//! The harness proves its reads right: a client that serves one read from
+//! an older snapshot, or drops one write, makes the run report it (and
+//! `xstore bench` exit non-zero), naming the key and the versions.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bench::system::{DirectStats, KvClient, ServerTime};
+use bench::{load_local, BaselineOptions, BenchError, Progress, RunConfig, XStoreOptions};
+use fabric::Counters;
+use xstore::CacheMode;
+use ycsb::{Distribution, Workload};
+
+/// How the wrapped client lies, once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lie {
+    /// Once a key was updated, answer one read of it with the value seen
+    /// before the update.
+    StaleRead,
+    /// Acknowledge one update without sending it.
+    DropUpdate,
+    /// Acknowledge one insert without sending it.
+    DropInsert,
+}
+
+struct Liar {
+    inner: Box<dyn bench::System>,
+    lie: Lie,
+    told: Arc<AtomicBool>,
+}
+
+struct LiarClient {
+    inner: Box<dyn KvClient>,
+    lie: Lie,
+    told: Arc<AtomicBool>,
+    seen: HashMap<u64, u64>,
+    updated: Option<u64>,
+}
+
+impl bench::System for Liar {
+    fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
+        Ok(Box::new(LiarClient {
+            inner: self.inner.client()?,
+            lie: self.lie,
+            told: self.told.clone(),
+            seen: HashMap::new(),
+            updated: None,
+        }))
+    }
+    fn model(&self) -> Option<bench::report::ModelFigures> {
+        self.inner.model()
+    }
+    fn server_time(&self) -> Option<ServerTime> {
+        self.inner.server_time()
+    }
+}
+
+impl LiarClient {
+    /// Whether to lie now (only once per run).
+    fn lie_now(&self, lie: Lie) -> bool {
+        self.lie == lie && !self.told.swap(true, Ordering::SeqCst)
+    }
+}
+
+impl KvClient for LiarClient {
+    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+        if self.updated == Some(key) {
+            if let Some(&old) = self.seen.get(&key) {
+                if self.lie_now(Lie::StaleRead) {
+                    return Ok(Some(old));
+                }
+            }
+        }
+        let got = self.inner.get(key)?;
+        if let Some(v) = got {
+            self.seen.entry(key).or_insert(v);
+        }
+        Ok(got)
+    }
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError> {
+        self.inner.scan(start, n, out)
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        if self.lie_now(Lie::DropInsert) {
+            return Ok(true);
+        }
+        self.inner.insert(key, value)
+    }
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        if self.lie_now(Lie::DropUpdate) {
+            return Ok(true);
+        }
+        let took = self.inner.update(key, value)?;
+        if took && self.seen.contains_key(&key) && self.updated.is_none() {
+            self.updated = Some(key);
+        }
+        Ok(took)
+    }
+    fn counters(&self) -> Counters {
+        self.inner.counters()
+    }
+    fn direct_stats(&self) -> Option<DirectStats> {
+        self.inner.direct_stats()
+    }
+    fn cache_bytes(&self) -> Option<u64> {
+        self.inner.cache_bytes()
+    }
+}
+
+fn liar(keys: &[u64], lie: Lie) -> Liar {
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let options = XStoreOptions {
+        cache: CacheMode::Full,
+        get_reads: 2,
+        leaf_slots: 16,
+        submodel_keys: 100,
+        train_threads: 1,
+        adversary: None,
+        server_workers: None,
+    };
+    Liar {
+        inner: load_local("xstore", &pairs, options, BaselineOptions::default()).unwrap(),
+        lie,
+        told: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+fn run(system: &Liar, keys: &Arc<[u64]>, workload: Workload, dist: Distribution) -> bench::Report {
+    let config = RunConfig {
+        system: "liar".into(),
+        fabric: "local".into(),
+        dataset: "ycsb".into(),
+        workload,
+        dist,
+        ops: 3000,
+        seconds: None,
+        warmup_ops: 0,
+        threads: 1,
+        pipeline: 1,
+        seed: 11,
+    };
+    bench::run(system, keys.clone(), &config, &Progress::default()).unwrap()
+}
+
+fn keys(n: usize) -> Arc<[u64]> {
+    ycsb::generate(ycsb::Dataset::Ycsb, n, 42).unwrap().into()
+}
+
+#[test]
+fn an_honest_client_passes() {
+    let keys = keys(200);
+    for w in [Workload::A, Workload::D, Workload::F, Workload::E] {
+        let system = liar(&keys, Lie::StaleRead);
+        system.told.store(true, Ordering::SeqCst); // never lies
+        let r = run(&system, &keys, w, w.default_distribution());
+        assert_eq!(
+            r.correctness.errors(),
+            0,
+            "{w:?}: {:?}",
+            r.correctness.examples
+        );
+        assert!(r.correctness.checked_reads > 0);
+    }
+}
+
+#[test]
+fn one_read_from_an_older_snapshot_is_caught() {
+    let keys = keys(100);
+    let system = liar(&keys, Lie::StaleRead);
+    let r = run(&system, &keys, Workload::A, Distribution::Zipfian);
+    assert!(system.told.load(Ordering::SeqCst), "the liar never lied");
+    let c = &r.correctness;
+    assert_eq!(
+        (c.stale_reads, c.mismatches, c.lost_writes),
+        (1, 0, 0),
+        "{c:?}"
+    );
+    let m = &c.examples[0];
+    assert!(m.starts_with("stale read: key "), "{m}");
+    // Both versions are named: the one returned and the one replacing it.
+    assert_eq!(m.matches("version ").count(), 2, "{m}");
+}
+
+#[test]
+fn a_dropped_update_is_caught() {
+    // A dropped update that a later update overwrites before anyone reads
+    // the key is indistinguishable from one that took effect; over many
+    // keys, uniformly, the dropped one (the first) is not written again in
+    // this seed's stream, so its loss must show.
+    let keys = keys(20_000);
+    let system = liar(&keys, Lie::DropUpdate);
+    let r = run(&system, &keys, Workload::A, Distribution::Uniform);
+    assert!(system.told.load(Ordering::SeqCst), "the liar never lied");
+    let c = &r.correctness;
+    assert_eq!(c.mismatches, 0, "{c:?}");
+    // A later read of the key sees the replaced value, or the audit at the
+    // end finds the key without its last write.
+    assert!(c.stale_reads + c.lost_writes >= 1, "{c:?}");
+    assert!(c.examples.iter().all(|m| m.contains("key ")), "{c:?}");
+}
+
+#[test]
+fn a_dropped_insert_is_caught() {
+    let keys = keys(100);
+    let system = liar(&keys, Lie::DropInsert);
+    let r = run(&system, &keys, Workload::D, Distribution::Latest);
+    assert!(system.told.load(Ordering::SeqCst), "the liar never lied");
+    let c = &r.correctness;
+    assert!(c.lost_writes >= 1, "{c:?}");
+    assert!(
+        c.examples.iter().any(|m| m.starts_with("lost write: key ")),
+        "{c:?}"
+    );
+}
