@@ -172,8 +172,9 @@ impl Ledger {
         })
     }
 
-    /// A write of `value` to `key` is about to be sent.
-    pub fn begin_write(&self, key: u64, value: u64) {
+    /// A write of `value` to `key` is about to be sent; returns its
+    /// invocation time.
+    pub fn begin_write(&self, key: u64, value: u64) -> u64 {
         let mut map = self.shard(key);
         let inv = self.now();
         let log = self.log(&mut map, key);
@@ -183,12 +184,13 @@ impl Ledger {
             res: NEVER,
             superseded_at: NEVER,
         });
+        inv
     }
 
     /// The answer to the write of `value` to `key` arrived; `took` says
     /// whether it wrote (an insert of a present key, or an update of an
-    /// absent one, writes nothing).
-    pub fn end_write(&self, key: u64, value: u64, took: bool) {
+    /// absent one, writes nothing). Returns the response time.
+    pub fn end_write(&self, key: u64, value: u64, took: bool) -> u64 {
         let version = version_of(value);
         let mut map = self.shard(key);
         let now = self.now();
@@ -199,11 +201,11 @@ impl Ledger {
             .rposition(|w| w.version == version && w.res == NEVER)
         else {
             debug_assert!(false, "end_write without begin_write");
-            return;
+            return now;
         };
         if !took {
             log.writes.swap_remove(i);
-            return;
+            return now;
         }
         let inv = log.writes[i].inv;
         log.writes[i].res = now;
@@ -224,6 +226,7 @@ impl Ledger {
             log.writes.retain(|w| w.superseded_at >= watermark);
             log.pruned |= log.writes.len() < before;
         }
+        now
     }
 
     /// The earliest start of a read in flight ([`NEVER`] if none).
@@ -245,7 +248,9 @@ impl Ledger {
         s
     }
 
-    /// The read of thread `thread` that began at `s` is over.
+    /// The read of thread `thread` is over and judged: from now on the
+    /// writes it may have seen can be pruned. Judge ([`Ledger::check`])
+    /// before calling this.
     pub fn end_read(&self, thread: usize) {
         self.reading[thread].store(NEVER, Ordering::SeqCst);
     }

@@ -6,7 +6,9 @@
 //! costs, latency and throughput in a [`Report`].
 
 pub mod baselines;
+pub mod history;
 pub mod ledger;
+pub mod linearize;
 pub mod plot;
 pub mod report;
 pub mod run;
@@ -15,7 +17,7 @@ pub mod system;
 pub mod values;
 
 pub use report::Report;
-pub use run::{run, Progress, RunConfig, MAX_PIPELINE};
+pub use run::{run, run_recorded, Progress, RunConfig, MAX_PIPELINE};
 pub use suite::{
     run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions, SuiteRow,
     SuiteSummary, SystemFactory, SystemSpec,

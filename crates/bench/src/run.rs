@@ -19,6 +19,7 @@ use hdrhistogram::Histogram;
 use xstore::Write;
 use ycsb::{Distribution, Op, OpStream, Workload};
 
+use crate::history::{History, OpKind, Operation, Recorder};
 use crate::ledger::{Ledger, Verdict};
 use crate::report::{Correctness, Latency, PerGet, PerOp, Report, ServerSplit};
 use crate::system::{DirectStats, InFlight, KvClient, ServerTime, System};
@@ -77,6 +78,7 @@ struct ThreadResult {
     cache_bytes: Option<u64>,
     hist: Histogram<u64>,
     correctness: Correctness,
+    recorded: Vec<Operation>,
 }
 
 /// Wrong answers described in a report, at most.
@@ -89,6 +91,39 @@ pub fn run(
     config: &RunConfig,
     progress: &Progress,
 ) -> Result<Report, BenchError> {
+    run_inner(system, loaded, config, progress, false).map(|(r, _)| r)
+}
+
+/// Most operations [`run_recorded`] keeps: a history is for short runs.
+pub const MAX_HISTORY_OPS: u64 = 20_000_000;
+
+/// [`run`], also recording the history of every operation (warm-up and
+/// audit included) for the linearizability checker. The history's
+/// initial values assume `system` was freshly loaded with `loaded`, each
+/// key holding the value of version 0.
+pub fn run_recorded(
+    system: &dyn System,
+    loaded: Arc<[u64]>,
+    config: &RunConfig,
+    progress: &Progress,
+) -> Result<(Report, History), BenchError> {
+    if config.seconds.is_some()
+        || config.ops + config.warmup_ops * config.threads as u64 > MAX_HISTORY_OPS
+    {
+        return Err(BenchError::Config(format!(
+            "a recorded history needs --ops (not --seconds) and at most {MAX_HISTORY_OPS} operations"
+        )));
+    }
+    run_inner(system, loaded, config, progress, true)
+}
+
+fn run_inner(
+    system: &dyn System,
+    loaded: Arc<[u64]>,
+    config: &RunConfig,
+    progress: &Progress,
+    record: bool,
+) -> Result<(Report, History), BenchError> {
     if config.threads == 0 {
         return Err(BenchError::Config("--threads must be at least 1".into()));
     }
@@ -135,6 +170,7 @@ pub fn run(
                         }
                     };
                     let mut w = Worker::new(t, threads, config.pipeline, ledger);
+                    w.recorder = record.then(Recorder::default);
                     let warmed = (0..config.warmup_ops)
                         .try_for_each(|_| w.step(&mut *client, &mut stream, false))
                         .and_then(|()| w.drain(&mut *client));
@@ -222,14 +258,31 @@ pub fn run(
             None => Ok((results, seconds, server)),
         }
     })?;
-    Ok(summarize(
+    let mut history = History::default();
+    if record {
+        for r in &results {
+            history.ops.extend_from_slice(&r.recorded);
+        }
+        let mut keys: Vec<u64> = history.ops.iter().map(|o| o.key).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        history.init = keys
+            .into_iter()
+            .map(|k| {
+                let present = loaded.binary_search(&k).is_ok();
+                (k, present.then(|| value_for(k, 0)))
+            })
+            .collect();
+    }
+    let report = summarize(
         system,
         config,
         loaded.len() as u64,
         &results,
         seconds,
         server,
-    ))
+    );
+    Ok((report, history))
 }
 
 struct Worker<'l> {
@@ -249,6 +302,7 @@ struct Worker<'l> {
     hist: Histogram<u64>,
     correctness: Correctness,
     scan_buf: Vec<(u64, u64)>,
+    recorder: Option<Recorder>,
     pipeline: usize,
     in_flight: VecDeque<Flight>,
 }
@@ -256,6 +310,8 @@ struct Worker<'l> {
 /// A write in flight (`--pipeline`).
 struct Flight {
     start: Instant,
+    /// Ledger time of its invocation.
+    inv: u64,
     key: u64,
     value: u64,
     insert: bool,
@@ -282,6 +338,7 @@ impl<'l> Worker<'l> {
             hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static bounds"),
             correctness: Correctness::default(),
             scan_buf: Vec::new(),
+            recorder: None,
             pipeline: pipeline.max(1) as usize,
             in_flight: VecDeque::new(),
         }
@@ -310,7 +367,8 @@ impl<'l> Worker<'l> {
     fn complete(&mut self, client: &mut dyn KvClient, f: Flight) -> Result<(), BenchError> {
         let before = client.counters();
         let took = client.finish_write(f.write)?;
-        self.ledger.end_write(f.key, f.value, took);
+        let res = self.ledger.end_write(f.key, f.value, took);
+        self.record_write(f.key, f.value, f.insert, f.inv, res, took);
         self.check_write(f.key, f.insert, took);
         if f.measured {
             let nanos = f.start.elapsed().as_nanos() as u64;
@@ -343,10 +401,11 @@ impl<'l> Worker<'l> {
         };
         let start = Instant::now();
         let before = client.counters();
-        self.ledger.begin_write(key, value);
+        let inv = self.ledger.begin_write(key, value);
         let started = client.start_write(write)?;
         self.in_flight.push_back(Flight {
             start,
+            inv,
             key,
             value,
             insert: matches!(write, Write::Insert { .. }),
@@ -406,8 +465,13 @@ impl<'l> Worker<'l> {
         for &key in share {
             let s = self.ledger.begin_read(self.thread as usize);
             let got = client.get(key);
+            // Judged before the read ends: until then the ledger keeps
+            // every write this read may have seen.
+            let verdict = got.as_ref().ok().map(|&got| self.ledger.check(key, s, got));
             self.ledger.end_read(self.thread as usize);
-            let verdict = self.ledger.check(key, s, got?);
+            let got = got?;
+            self.record_read(key, s, got);
+            let verdict = verdict.expect("judged when the read succeeded");
             self.correctness.checked_reads += 1;
             self.judge(verdict, true);
         }
@@ -422,25 +486,66 @@ impl<'l> Worker<'l> {
         insert: bool,
     ) -> Result<(), BenchError> {
         let value = value_for(key, self.version);
-        self.ledger.begin_write(key, value);
+        let inv = self.ledger.begin_write(key, value);
         let took = if insert {
             client.insert(key, value)
         } else {
             client.update(key, value)
         };
         let took = took?;
-        self.ledger.end_write(key, value, took);
+        let res = self.ledger.end_write(key, value, took);
+        self.record_write(key, value, insert, inv, res, took);
         self.check_write(key, insert, took);
         Ok(())
+    }
+
+    fn record_write(&mut self, key: u64, value: u64, insert: bool, inv: u64, res: u64, took: bool) {
+        if let Some(r) = &mut self.recorder {
+            r.push(Operation {
+                thread: self.thread,
+                op: if insert {
+                    OpKind::Insert
+                } else {
+                    OpKind::Update
+                },
+                key,
+                inv,
+                res: Some(res),
+                value: Some(value),
+                result: None,
+                wrote: Some(took),
+            });
+        }
+    }
+
+    fn record_read(&mut self, key: u64, inv: u64, got: Option<u64>) {
+        if let Some(r) = &mut self.recorder {
+            let res = self.ledger.now();
+            r.push(Operation {
+                thread: self.thread,
+                op: OpKind::Get,
+                key,
+                inv,
+                res: Some(res),
+                value: None,
+                result: got,
+                wrote: None,
+            });
+        }
     }
 
     /// Reads `key` and judges the answer.
     fn read_now(&mut self, client: &mut dyn KvClient, key: u64) -> Result<(), BenchError> {
         let s = self.ledger.begin_read(self.thread as usize);
         let got = client.get(key);
+        // Judged before the read ends: until then the ledger keeps every
+        // write this read may have seen.
+        if let Ok(got) = got {
+            self.record_read(key, s, got);
+            self.check_read(key, s, got);
+        }
         self.ledger.end_read(self.thread as usize);
-        self.check_read(key, s, got?);
-        Ok(())
+        got.map(|_| ())
     }
 
     /// An insert must find its key fresh, an update must find it present.
@@ -543,8 +648,10 @@ impl<'l> Worker<'l> {
                 buf.clear();
                 let s = self.ledger.begin_read(self.thread as usize);
                 let scanned = client.scan(from, len as usize, &mut buf);
-                self.ledger.end_read(self.thread as usize);
-                scanned?;
+                if let Err(e) = scanned {
+                    self.ledger.end_read(self.thread as usize);
+                    return Err(e);
+                }
                 self.correctness.checked_reads += 1;
                 let sorted = buf.windows(2).all(|w| w[0].0 < w[1].0);
                 let bounded = buf.len() <= len as usize && buf.iter().all(|&(k, _)| k >= from);
@@ -559,9 +666,11 @@ impl<'l> Worker<'l> {
                 }
                 // Every pair is judged like a read that began with the scan.
                 for &(k, v) in &buf {
+                    self.record_read(k, s, Some(v));
                     let verdict = self.ledger.check(k, s, Some(v));
                     self.judge(verdict, false);
                 }
+                self.ledger.end_read(self.thread as usize);
                 self.scan_buf = buf;
             }
         }
@@ -599,6 +708,7 @@ impl<'l> Worker<'l> {
             cache_bytes: client.cache_bytes(),
             hist: self.hist,
             correctness: self.correctness,
+            recorded: self.recorder.map_or_else(Vec::new, |r| r.ops),
         }
     }
 }

@@ -213,3 +213,89 @@ fn a_dropped_insert_is_caught() {
         "{c:?}"
     );
 }
+
+/// Histories of every system, 8 threads of readers and writers over the
+/// adversarial fabric (torn reads) with splits and background retraining,
+/// are linearizable.
+#[test]
+fn every_system_records_a_linearizable_history() {
+    let keys = keys(2_000);
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    for name in bench::SYSTEMS {
+        for w in [Workload::A, Workload::D, Workload::F, Workload::E] {
+            // A fresh load per run: the history's initial values are the
+            // bulk load's.
+            let options = XStoreOptions {
+                cache: CacheMode::Full,
+                get_reads: 2,
+                leaf_slots: 8,
+                submodel_keys: 50,
+                train_threads: 1,
+                adversary: Some(3),
+                server_workers: None,
+            };
+            let system = load_local(name, &pairs, options, BaselineOptions::default()).unwrap();
+            let config = RunConfig {
+                system: name.to_string(),
+                fabric: "local".into(),
+                dataset: "ycsb".into(),
+                workload: w,
+                dist: w.default_distribution(),
+                ops: 10_000,
+                seconds: None,
+                warmup_ops: 100,
+                threads: 8,
+                pipeline: if w == Workload::A { 4 } else { 1 },
+                seed: 5,
+            };
+            let (report, history) =
+                bench::run_recorded(&*system, keys.clone(), &config, &Progress::default()).unwrap();
+            assert!(history.ops.len() >= 10_000, "{}", history.ops.len());
+            let start = std::time::Instant::now();
+            let outcome = bench::linearize::check(&history);
+            println!(
+                "{name} {w:?}: {} operations checked in {:.3} s: {outcome:?}",
+                history.ops.len(),
+                start.elapsed().as_secs_f64()
+            );
+            assert!(
+                matches!(outcome, bench::linearize::Outcome::Linearizable { .. }),
+                "{name} {w:?}: {outcome:?}"
+            );
+            assert_eq!(
+                report.correctness.errors(),
+                0,
+                "{name} {w:?}: {:?}",
+                report.correctness
+            );
+        }
+    }
+}
+
+/// A history with one read served from an older snapshot fails the check,
+/// and the violation names the stale read.
+#[test]
+fn the_checker_finds_the_stale_read_in_a_recorded_history() {
+    let keys = keys(100);
+    let system = liar(&keys, Lie::StaleRead);
+    let config = RunConfig {
+        system: "liar".into(),
+        fabric: "local".into(),
+        dataset: "ycsb".into(),
+        workload: Workload::A,
+        dist: Distribution::Zipfian,
+        ops: 3000,
+        seconds: None,
+        warmup_ops: 0,
+        threads: 1,
+        pipeline: 1,
+        seed: 11,
+    };
+    let (_, history) =
+        bench::run_recorded(&system, keys.clone(), &config, &Progress::default()).unwrap();
+    let bench::linearize::Outcome::Violation(v) = bench::linearize::check(&history) else {
+        panic!("the stale read passed the checker");
+    };
+    assert!(v.ops.len() >= 2 && v.ops.len() <= 4, "{v:?}");
+    assert!(v.ops.iter().any(|o| o.op == bench::history::OpKind::Update));
+}

@@ -115,6 +115,11 @@ pub struct BenchArgs {
     /// Also write the report as one JSON object to PATH (`-` for stdout).
     #[arg(long, conflicts_with = "suite")]
     json: Option<PathBuf>,
+    /// Record every operation (invocation and response times, results) to
+    /// FILE as JSON lines, for `xstore check FILE`. For short runs on a
+    /// freshly loaded system: the history starts from the bulk load.
+    #[arg(long, conflicts_with_all = ["suite", "seconds"], value_name = "FILE")]
+    history: Option<PathBuf>,
     /// Append to the --json file (one object per line, JSON lines) instead
     /// of overwriting it; with --suite, append to DIR/results.jsonl.
     #[arg(long)]
@@ -296,10 +301,24 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
-        let r = bench::run(&*system, loaded.clone(), &config, &live);
+        let r = match &args.history {
+            Some(_) => bench::run_recorded(&*system, loaded.clone(), &config, &live)
+                .map(|(r, h)| (r, Some(h))),
+            None => bench::run(&*system, loaded.clone(), &config, &live).map(|r| (r, None)),
+        };
         done.store(true, Ordering::Relaxed);
         r
     })?;
+    let (report, history) = report;
+    if let (Some(path), Some(history)) = (&args.history, history) {
+        history.write(path)?;
+        eprintln!(
+            "history of {} operations written to {} (check it with: xstore check {})",
+            history.ops.len(),
+            path.display(),
+            path.display()
+        );
+    }
     pb.finish_and_clear();
     let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     if json_to_stdout {

@@ -6,8 +6,10 @@
 //!   benchmark contract's figures.
 //! * `xstore server`, `xstore shell`, `xstore stats` — a server in its own
 //!   process, a shell to poke at it, and its statistics.
+//! * `xstore check` — check a recorded history for linearizability.
 
 mod bench_cmd;
+mod check_cmd;
 mod keys;
 mod model;
 mod progress;
@@ -32,13 +34,15 @@ enum Command {
     /// Bulk-load a tree, train the learned model and report its figures.
     Model(model::ModelArgs),
     /// Run a YCSB workload against a design and report its costs.
-    Bench(bench_cmd::BenchArgs),
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Serve an XStore over TCP and shared memory until SIGINT/SIGTERM.
     Server(server_cmd::ServerArgs),
     /// An interactive (or scripted) shell against a running server.
     Shell(shell::ShellArgs),
     /// A running server's statistics.
     Stats(stats_cmd::StatsArgs),
+    /// Check a history from `bench --history` for linearizability.
+    Check(check_cmd::CheckArgs),
 }
 
 fn main() -> Result<()> {
@@ -56,5 +60,12 @@ fn main() -> Result<()> {
         Command::Server(args) => server_cmd::run(&args),
         Command::Shell(args) => shell::run(&args),
         Command::Stats(args) => stats_cmd::run(&args),
+        Command::Check(args) => {
+            let code = check_cmd::run(&args)?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
     }
 }
