@@ -22,7 +22,7 @@ print("| workload | --get-reads | --cache | Mops/s | RTT/GET | leaves/GET | fall
 print("|---|---|---|---|---|---|---|---|---|---|")
 # The order bench/scripts (see bench/README.md) appends them in.
 setup = [("1", "full"), ("2", "full"), ("2", "full"), ("2", "full"), ("1", "model"), ("1", "top")]
-for (reads, cache), r in zip(setup, lines("issue3.jsonl")):
+for (reads, cache), r in zip(setup, lines("xstore-embedded-10m.jsonl")):
     g = r["per_get"]
     print(f"| {r['workload']} {r['dist']} | {reads} | {cache} | {mops(r)} | {g['round_trips']:.4f} | {g['leaves_read']:.3f} | {100*r['fallback_rate']:.3f} | {100*r['invalidation_rate']:.3f} | {r['client_cache_bytes']:,} | {r['correctness']['mismatches']} |")
 
@@ -30,7 +30,7 @@ print("\n### XStore in a server process (YCSB C uniform, 10 M keys, 2 client thr
 print("| fabric | Mops/s | p50 µs | RTT/GET | server µs/GET: soft NIC | workers | mismatches |")
 print("|---|---|---|---|---|---|---|")
 for f in ("shm", "tcp"):
-    p = os.path.join(R, f"issue4-{f}.json")
+    p = os.path.join(R, f"server-{f}-10m.json")
     if os.path.exists(p):
         r = json.load(open(p))
         s = r.get("server_cpu_split_us_per_op") or {"nic": 0, "worker": 0}
