@@ -387,21 +387,3 @@ proptest! {
         }
     }
 }
-
-/// Timing: `cargo test -p ycsb --release -- --ignored --nocapture`.
-#[test]
-#[ignore = "timing benchmark; run in release mode"]
-fn time_generate_10m() {
-    let n = 10_000_000;
-    for dataset in Dataset::ALL {
-        let start = Instant::now();
-        let keys = generate(dataset, n, 42).unwrap();
-        let elapsed = start.elapsed();
-        assert_valid_key_set(&keys, n, dataset.name());
-        println!(
-            "{:<14} {n} keys in {:>7.3} s",
-            dataset.name(),
-            elapsed.as_secs_f64()
-        );
-    }
-}

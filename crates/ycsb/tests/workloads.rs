@@ -2,7 +2,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -596,58 +595,6 @@ proptest! {
             prop_assert!(z.next(&mut r) < n + grow_by);
             prop_assert!(s.next(&mut r) < n + grow_by);
         }
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Performance (run with `cargo test --release -p ycsb --test workloads -- --ignored
-// --nocapture`)
-// ---------------------------------------------------------------------------------------
-
-#[test]
-#[ignore = "timing; run in release"]
-fn performance() {
-    const N: u64 = 10_000_000;
-    let start = Instant::now();
-    let z = Zipfian::new(N, DEFAULT_THETA).unwrap();
-    println!(
-        "Zipfian::new(10M): {:?} (zeta = {})",
-        start.elapsed(),
-        z.zetan()
-    );
-
-    let mut grow = Zipfian::new(N, DEFAULT_THETA).unwrap();
-    let start = Instant::now();
-    for n in N + 1..=N + 1_000_000 {
-        grow.grow(n);
-    }
-    println!("Zipfian::grow by one, 1M times: {:?}", start.elapsed());
-
-    let start = Instant::now();
-    let keys = loaded(Dataset::Ycsb, N as usize, 1);
-    println!("generate(ycsb, 10M): {:?}", start.elapsed());
-
-    for (w, dist) in [
-        (Workload::A, Distribution::Zipfian),
-        (Workload::A, Distribution::Uniform),
-        (Workload::C, Distribution::Zipfian),
-        (Workload::D, Distribution::Latest),
-        (Workload::E, Distribution::Zipfian),
-    ] {
-        let start = Instant::now();
-        let mut s = OpStream::new(w, dist, keys.clone(), 0, 8, 2).unwrap();
-        let setup = start.elapsed();
-        let start = Instant::now();
-        let mut checksum = 0u64;
-        for _ in 0..N {
-            checksum = checksum.wrapping_add(s.next().key());
-        }
-        let elapsed = start.elapsed();
-        println!(
-            "workload {w} {dist}: OpStream::new {setup:?}, 10M ops {elapsed:?} \
-             ({:.1} ns/op, checksum {checksum:x})",
-            elapsed.as_nanos() as f64 / N as f64
-        );
     }
 }
 
