@@ -109,6 +109,24 @@ impl FailingFiles {
         self.fail_sync.store(fail, Ordering::SeqCst);
     }
 
+    /// Takes `n` bytes from the budget, or fails with `StorageFull`
+    /// (taking nothing) if fewer are left. Used for checkpoint files
+    /// ([`crate::WalConfig::checkpoint_faults`]).
+    pub fn charge(&self, n: usize) -> io::Result<()> {
+        let n = n as u64;
+        self.budget
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(n)
+            })
+            .map(|_| ())
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    "injected: no space left on device",
+                )
+            })
+    }
+
     /// The factory to put in [`crate::WalConfig::file_factory`].
     pub fn factory(&self) -> FileFactory {
         let me = self.clone();

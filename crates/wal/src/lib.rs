@@ -79,6 +79,6 @@ pub use recover::{
     TornTail,
 };
 pub use wal::{
-    CheckpointInfo, Completion, CompletionScope, Durability, ParseDurabilityError, ScopeFn, Wal,
-    WalConfig, WalStats, GATHER_AFTER,
+    AppendError, CheckpointInfo, Completion, CompletionScope, Durability, ParseDurabilityError,
+    ScopeFn, Wal, WalConfig, WalStats, GATHER_AFTER,
 };

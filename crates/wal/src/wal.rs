@@ -135,6 +135,10 @@ pub struct WalConfig {
     /// and value. `true` widens them to 0750 and 0660 for a group that
     /// must read the data (backups, inspection).
     pub group_access: bool,
+    /// Test-only fault injection for checkpoint files: when set, every
+    /// write to a checkpoint file is charged to this byte budget and fails
+    /// with `StorageFull` (ENOSPC) once it is spent. `None` in production.
+    pub checkpoint_faults: Option<crate::FailingFiles>,
 }
 
 /// See [`WalConfig::completion_scope`].
@@ -165,6 +169,7 @@ impl WalConfig {
             file_factory: FileFactory::real(),
             completion_scope: None,
             group_access: false,
+            checkpoint_faults: None,
         }
     }
 }
@@ -287,6 +292,23 @@ struct Inner {
     completions: Vec<(u64, Completion)>,
 }
 
+/// A failed [`Wal::append_then`]: the error, and the completion it did not
+/// register.
+pub struct AppendError {
+    /// Why the append failed ([`WalError::Failed`] or [`WalError::Closed`]).
+    pub error: WalError,
+    /// The completion, not run.
+    pub done: Completion,
+}
+
+impl fmt::Debug for AppendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AppendError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What [`Wal::when_durable`] runs once its record is durable (`Ok`) or can
 /// no longer become durable (`Err`).
 pub type Completion = Box<dyn FnOnce(Result<(), WalError>) + Send>;
@@ -336,6 +358,7 @@ struct Shared {
     counters: Counters,
     /// Mode of segment and checkpoint files.
     file_mode: u32,
+    checkpoint_faults: Option<crate::FailingFiles>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -487,6 +510,7 @@ impl Wal {
                 completions: Vec::new(),
             }),
             file_mode: mode,
+            checkpoint_faults: config.checkpoint_faults.clone(),
             work: Condvar::new(),
             durable: Condvar::new(),
             space: Condvar::new(),
@@ -688,7 +712,9 @@ impl Wal {
     /// runs once the record is durable (`Ok`) or can no longer become
     /// durable (`Err`, after a write or sync failure or a close that could
     /// not flush it). Returns the LSN; if the append itself fails (failed
-    /// or closed log) `done` is dropped unrun and the error returned.
+    /// or closed log) `done` is handed back unrun with the error
+    /// ([`AppendError`]), so the caller can answer once it has released
+    /// whatever locks `done` takes.
     ///
     /// Ordering guarantee, which [`Wal::when_durable`] lacks: in `Sync`
     /// mode `done` always runs on the writer thread after the group commit
@@ -706,17 +732,28 @@ impl Wal {
         key: u64,
         value: u64,
         done: Completion,
-    ) -> Result<u64, WalError> {
+    ) -> Result<u64, AppendError> {
         let sh = &*self.shared;
         if sh.durability != Durability::Sync {
-            let lsn = self.append(op, key, value)?;
-            done(Ok(()));
-            return Ok(lsn);
+            return match self.append(op, key, value) {
+                Ok(lsn) => {
+                    done(Ok(()));
+                    Ok(lsn)
+                }
+                Err(error) => Err(AppendError { error, done }),
+            };
         }
-        let mut done = Some(done);
-        let lsn = self.append_inner(op, key, value, &mut done)?;
-        debug_assert!(done.is_none());
-        Ok(lsn)
+        let mut slot = Some(done);
+        match self.append_inner(op, key, value, &mut slot) {
+            Ok(lsn) => {
+                debug_assert!(slot.is_none());
+                Ok(lsn)
+            }
+            Err(error) => match slot {
+                Some(done) => Err(AppendError { error, done }),
+                None => unreachable!("a failed append registers nothing"),
+            },
+        }
     }
 
     /// Everything up to this LSN is durable (written and, except in `None`
@@ -816,7 +853,13 @@ impl Wal {
         }
         let path = dir.join(checkpoint_name(upto_lsn));
         let tmp = dir.join(format!("{}.tmp", checkpoint_name(upto_lsn)));
-        let (count, bytes) = match write_checkpoint_file(&tmp, upto_lsn, sh.file_mode, pairs) {
+        let (count, bytes) = match write_checkpoint_file(
+            &tmp,
+            upto_lsn,
+            sh.file_mode,
+            sh.checkpoint_faults.as_ref(),
+            pairs,
+        ) {
             Ok(r) => r,
             Err(e) => {
                 let _ = fs::remove_file(&tmp);
@@ -1042,9 +1085,14 @@ fn write_checkpoint_file(
     path: &Path,
     lsn: u64,
     mode: u32,
+    faults: Option<&crate::FailingFiles>,
     pairs: &mut dyn Iterator<Item = Result<(u64, u64), String>>,
 ) -> Result<(u64, u64), WalError> {
     let io_err = |e| WalError::io(path, e);
+    let charge = |n: usize| match faults {
+        Some(f) => f.charge(n).map_err(|e| WalError::io(path, e)),
+        None => Ok(()),
+    };
     let mut file = dir::create_private(path, mode).map_err(io_err)?;
     // The count is not known up front: write the header with count 0, CRC
     // the body as it streams, then patch the count in and combine the CRCs.
@@ -1056,6 +1104,7 @@ fn write_checkpoint_file(
     let mut buf = Vec::with_capacity(256 << 10);
     let mut flush = |buf: &mut Vec<u8>, body_crc: &mut u32| -> Result<(), WalError> {
         *body_crc = crc32c::crc32c_append(*body_crc, buf);
+        charge(buf.len())?;
         file.write_all(buf).map_err(io_err)?;
         buf.clear();
         Ok(())
