@@ -78,6 +78,10 @@ pub enum WalError {
         /// What went wrong.
         reason: String,
     },
+    /// [`crate::Wal::try_append_then`] found the log's buffer full
+    /// ([`crate::WalConfig::max_unflushed_bytes`]); nothing was appended.
+    #[error("the log's buffer is full; wait for space and retry")]
+    Backpressure,
     /// The log has been closed.
     #[error("the log is closed")]
     Closed,

@@ -555,7 +555,25 @@ impl Wal {
     /// Errors: [`WalError::Failed`] after a write error, [`WalError::Closed`]
     /// after [`Wal::close`].
     pub fn append(&self, op: Op, key: u64, value: u64) -> Result<u64, WalError> {
-        self.append_inner(op, key, value, &mut None)
+        self.append_inner(op, key, value, &mut None, true)
+    }
+
+    /// Blocks until an append would not wait for backpressure (or the log
+    /// failed or closed, which the next append reports). For callers of
+    /// [`Wal::try_append_then`] that released their locks first.
+    pub fn wait_for_space(&self) {
+        let sh = &*self.shared;
+        let mut g = lock(&sh.inner);
+        while matches!(g.state, State::Open) && g.unflushed + RECORD_BYTES > sh.max_unflushed_bytes
+        {
+            g.space_waiters += 1;
+            if g.writer_idle {
+                g.writer_idle = false;
+                sh.work.notify_one();
+            }
+            g = sh.space.wait(g).unwrap_or_else(PoisonError::into_inner);
+            g.space_waiters -= 1;
+        }
     }
 
     /// Appends; a `done` given is registered as a completion of the new
@@ -566,6 +584,7 @@ impl Wal {
         key: u64,
         value: u64,
         done: &mut Option<Completion>,
+        block: bool,
     ) -> Result<u64, WalError> {
         let sh = &*self.shared;
         let mut g = lock(&sh.inner);
@@ -578,6 +597,9 @@ impl Wal {
             }
             if g.unflushed + RECORD_BYTES <= sh.max_unflushed_bytes {
                 break;
+            }
+            if !block {
+                return Err(WalError::Backpressure);
             }
             if !waited {
                 waited = true;
@@ -721,11 +743,10 @@ impl Wal {
     /// (never on the caller's thread, even if that commit is fast), and
     /// the callbacks registered this way run in LSN order. A caller that
     /// applies each write in its callback therefore applies them in log
-    /// order, and may call this while holding a lock that its callbacks
-    /// also take (the writer frees log space before it runs callbacks, so
-    /// an appender blocked by backpressure under that lock is released
-    /// first). In `Async` and `None` modes `done(Ok(()))` runs on the
-    /// caller's thread before this returns.
+    /// order. Since `done` never runs inline, the caller may hold a lock
+    /// that `done` takes — but then it must not block on backpressure
+    /// under it: use [`Wal::try_append_then`]. In `Async` and `None` modes
+    /// `done(Ok(()))` runs on the caller's thread before this returns.
     pub fn append_then(
         &self,
         op: Op,
@@ -733,9 +754,36 @@ impl Wal {
         value: u64,
         done: Completion,
     ) -> Result<u64, AppendError> {
+        self.append_then_inner(op, key, value, done, true)
+    }
+
+    /// [`Wal::append_then`] that never blocks: when the log's buffer is
+    /// full it hands `done` back with [`WalError::Backpressure`] instead of
+    /// waiting. A caller holding a lock that its completions take must use
+    /// this (then release the lock, [`Wal::wait_for_space`], and retry):
+    /// blocked under that lock it could stall the writer, which runs the
+    /// completions, and with it the space it waits for.
+    pub fn try_append_then(
+        &self,
+        op: Op,
+        key: u64,
+        value: u64,
+        done: Completion,
+    ) -> Result<u64, AppendError> {
+        self.append_then_inner(op, key, value, done, false)
+    }
+
+    fn append_then_inner(
+        &self,
+        op: Op,
+        key: u64,
+        value: u64,
+        done: Completion,
+        block: bool,
+    ) -> Result<u64, AppendError> {
         let sh = &*self.shared;
         if sh.durability != Durability::Sync {
-            return match self.append(op, key, value) {
+            return match self.append_inner(op, key, value, &mut None, block) {
                 Ok(lsn) => {
                     done(Ok(()));
                     Ok(lsn)
@@ -744,7 +792,7 @@ impl Wal {
             };
         }
         let mut slot = Some(done);
-        match self.append_inner(op, key, value, &mut slot) {
+        match self.append_inner(op, key, value, &mut slot, block) {
             Ok(lsn) => {
                 debug_assert!(slot.is_none());
                 Ok(lsn)

@@ -213,3 +213,75 @@ fn append_then_callbacks_run_in_lsn_order_on_the_writer() {
         "callbacks ran out of LSN order"
     );
 }
+
+#[test]
+fn try_append_then_hands_the_completion_back_under_backpressure() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    use wal::{FileFactory, LogFile};
+
+    /// Record writes block while `hold` is set (the header write passes).
+    struct Held {
+        inner: fs::File,
+        hold: Arc<AtomicBool>,
+        writes: u64,
+    }
+    impl std::io::Write for Held {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.writes += 1;
+            while self.writes > 1 && self.hold.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(1));
+            }
+            self.inner.write(b)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl LogFile for Held {
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            self.inner.sync_data()
+        }
+    }
+    let dir = TempDir::new("try-append");
+    let hold = Arc::new(AtomicBool::new(true));
+    let mut c = config(dir.path());
+    c.max_batch_bytes = wal::format::RECORD_BYTES;
+    c.max_unflushed_bytes = wal::format::RECORD_BYTES;
+    let h = hold.clone();
+    c.file_factory = FileFactory::new(move |p| {
+        Ok(Box::new(Held {
+            inner: fs::File::create(p)?,
+            hold: h.clone(),
+            writes: 0,
+        }) as Box<dyn LogFile>)
+    });
+    let wal = Wal::open(c, 1).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let tx2 = tx.clone();
+    wal.try_append_then(
+        Op::Upsert,
+        1,
+        1,
+        Box::new(move |r| tx.send(r.is_ok()).unwrap()),
+    )
+    .unwrap();
+    // The first record is being written (held): the buffer is full.
+    let refused = wal
+        .try_append_then(
+            Op::Upsert,
+            2,
+            2,
+            Box::new(move |r| tx2.send(r.is_ok()).unwrap()),
+        )
+        .unwrap_err();
+    assert!(matches!(refused.error, WalError::Backpressure));
+    hold.store(false, Ordering::SeqCst);
+    wal.wait_for_space();
+    // The handed-back completion is still usable.
+    wal.append_then(Op::Upsert, 2, 2, refused.done).unwrap();
+    assert!(rx.recv().unwrap());
+    assert!(rx.recv().unwrap());
+    wal.close().unwrap();
+    assert_eq!(recover(dir.path()).unwrap().records.len(), 2);
+}

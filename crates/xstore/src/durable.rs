@@ -560,6 +560,7 @@ impl Durable {
                 sync: config.mode == Durability::Sync,
                 stats: stats.clone(),
                 every: config.checkpoint_records.max(1),
+                start_lsn: next_lsn - 1,
             };
             let stop = stop.clone();
             threads.push(
@@ -599,10 +600,28 @@ impl Durable {
     /// the disk; the reply comes from the log writer. Replies are encoded
     /// as the RPC protocol says: a status byte, plus the "new key" byte of
     /// a successful upsert.
-    pub fn write(&self, key: u64, op: WriteOp, respond: Responder) {
+    pub fn write(&self, key: u64, op: WriteOp, mut respond: Responder) {
+        // Bounded by the log: each retry follows a wait for buffer space,
+        // and a failed or closed log answers at once.
+        loop {
+            match self.try_write(key, op, respond) {
+                None => return,
+                Some(r) => {
+                    respond = r;
+                    self.wal.wait_for_space();
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`Durable::write`]; hands `respond` back if the log's
+    /// buffer was full (the caller waits for space without the shard lock
+    /// and decides again: the state may have changed meanwhile).
+    fn try_write(&self, key: u64, op: WriteOp, respond: Responder) -> Option<Responder> {
         let core = &*self.core;
         if key > xtree::MAX_KEY {
-            return respond(vec![Status::ReservedKey as u8]);
+            respond(vec![Status::ReservedKey as u8]);
+            return None;
         }
         let mut shard = lock(core.shard(key));
         let (current, pending) = match shard.get(&key) {
@@ -630,16 +649,18 @@ impl Durable {
                 if let Some(p) = shard.get_mut(&key) {
                     p.waiters.push((reply, respond));
                 }
-                return;
+                return None;
             }
             drop(shard);
-            return respond(reply);
+            respond(reply);
+            return None;
         };
         let new_key = current.is_none() && value.is_some();
         if new_key && !core.admits_new_key() {
             drop(shard);
             tracing::debug!(key, "insert refused: the leaf region is full");
-            return respond(vec![Status::Full as u8]);
+            respond(vec![Status::Full as u8]);
+            return None;
         }
         if new_key {
             core.pending_new.fetch_add(1, Ordering::AcqRel);
@@ -650,22 +671,27 @@ impl Durable {
         let lsn_cell = Arc::new(AtomicU64::new(0));
         let cell = lsn_cell.clone();
         let me = self.core.clone();
-        let logged = Logged {
+        // Shared with the completion so that a refused append can take the
+        // responder back.
+        let logged = Arc::new(Mutex::new(Some(Logged {
             key,
             value,
             new_key,
             reply,
             respond,
-        };
+        })));
+        let slot = logged.clone();
         let done: wal::Completion = Box::new(move |r| {
             let lsn = cell.load(Ordering::Acquire);
-            me.complete(logged, lsn, r)
+            if let Some(w) = lock(&slot).take() {
+                me.complete(w, lsn, r)
+            }
         });
         let (op, v) = match value {
             Some(v) => (Op::Upsert, v),
             None => (Op::Delete, 0),
         };
-        match self.wal.append_then(op, key, v, done) {
+        match self.wal.try_append_then(op, key, v, done) {
             Ok(lsn) => {
                 lsn_cell.store(lsn, Ordering::Release);
                 let waiters = shard.remove(&key).map_or_else(Vec::new, |p| p.waiters);
@@ -678,6 +704,18 @@ impl Durable {
                     },
                 );
             }
+            Err(wal::AppendError {
+                error: WalError::Backpressure,
+                done,
+            }) => {
+                drop(done);
+                if new_key {
+                    core.pending_new.fetch_sub(1, Ordering::AcqRel);
+                }
+                core.pending_writes.fetch_sub(1, Ordering::AcqRel);
+                let w = lock(&logged).take();
+                return w.map(|w| w.respond);
+            }
             Err(wal::AppendError { error, done }) => {
                 // The log failed or closed: nothing was logged. The
                 // completion takes this shard's lock, so release it first;
@@ -687,6 +725,7 @@ impl Durable {
                 done(Err(error));
             }
         }
+        None
     }
 
     /// Sends `reply` once record `lsn` is durable (`async`/`none`: at
@@ -759,6 +798,8 @@ struct CheckpointCtx {
     sync: bool,
     stats: Arc<StatCells>,
     every: u64,
+    /// The last LSN when the log was opened.
+    start_lsn: u64,
 }
 
 impl CheckpointCtx {
@@ -775,7 +816,9 @@ impl CheckpointCtx {
     /// back-off (1 s doubling to 60 s) while the server keeps serving from
     /// the log, which keeps growing until a checkpoint succeeds.
     fn run(&self, stop: &AtomicBool) {
-        let mut trigger = self.wal.last_lsn();
+        // Counted from the open, not from when this thread first runs: a
+        // late start must not swallow the records written meanwhile.
+        let mut trigger = self.start_lsn;
         let mut done_lsn = None::<u64>;
         let mut retry: Option<(Instant, Duration)> = None;
         while !stop.load(Ordering::Acquire) {
