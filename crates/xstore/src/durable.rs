@@ -128,6 +128,10 @@ pub struct DurabilityConfig {
     /// **Test only.** Fault injection for checkpoint files (see
     /// [`wal::WalConfig::checkpoint_faults`]). `None` in production.
     pub test_checkpoint_faults: Option<wal::FailingFiles>,
+    /// **Test only.** Fault injection for log segments (ENOSPC after a
+    /// budget, failing `fdatasync`): [`wal::FailingFiles::factory`] as the
+    /// log's file factory. `None` in production.
+    pub test_segment_faults: Option<wal::FailingFiles>,
 }
 
 impl DurabilityConfig {
@@ -149,6 +153,7 @@ impl DurabilityConfig {
             group_access: false,
             test_stall_writes,
             test_checkpoint_faults: None,
+            test_segment_faults: None,
         }
     }
 }
@@ -522,6 +527,9 @@ impl Durable {
         wc.commit_delay = config.commit_delay;
         wc.group_access = config.group_access;
         wc.checkpoint_faults = config.test_checkpoint_faults.clone();
+        if let Some(faults) = &config.test_segment_faults {
+            wc.file_factory = faults.factory();
+        }
         if let Some(stall) = config.test_stall_writes {
             tracing::warn!(
                 ms = stall.as_millis() as u64,

@@ -197,3 +197,36 @@ fn two_servers_cannot_share_a_data_directory() {
     drop(again);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_write_whose_record_cannot_be_synced_is_never_applied() {
+    let dir = scratch("sync-fails");
+    let mut d = DurabilityConfig::new(&dir);
+    let faults = wal::FailingFiles::new(u64::MAX);
+    d.test_segment_faults = Some(faults.clone());
+    let (fabric, node, server) = start(d, &[(10, 1), (20, 2)]).unwrap();
+    let mut c = client(&fabric, node);
+    assert!(c.insert(15, 5).unwrap());
+    // The disk starts failing fsyncs: the record of this write never
+    // becomes durable, so the write must not take effect anywhere.
+    faults.fail_sync(true);
+    assert!(
+        c.insert(16, 6).is_err(),
+        "acknowledged without a durable record"
+    );
+    assert_eq!(
+        server.tree().get(16),
+        None,
+        "applied without a durable record"
+    );
+    assert_eq!(c.get(16).unwrap(), None);
+    // The log is failed: later writes are refused, reads still served.
+    assert!(c.delete(10).is_err());
+    assert_eq!(c.get(10).unwrap(), Some(1));
+    drop(server);
+    let (fabric, node, _server) = start(DurabilityConfig::new(&dir), &[]).unwrap();
+    let mut c = client(&fabric, node);
+    assert_eq!(c.get(15).unwrap(), Some(5));
+    assert_eq!(c.get(10).unwrap(), Some(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
