@@ -375,13 +375,22 @@ impl SyncCore {
         &self.shards[wal::replay_shard(key, self.shards.len())]
     }
 
-    /// Whether an insert of a new key may be logged: the leaves must hold
+    /// Whether an insert of a new key may be logged (reserving a leaf): the leaves must hold
     /// a split for it and for every insert already pending, so that an
     /// apply after the group commit never finds the region full.
-    fn admits_new_key(&self) -> bool {
+    ///
+    /// Reserves first, then checks, so that writers on different shards
+    /// cannot both take the last leaf; a refused reservation is returned.
+    /// An apply grows `leaf_count` before it releases its reservation, so
+    /// the sum only ever overcounts.
+    fn reserve_new_key(&self) -> bool {
         let capacity = u64::from(self.tree.leaf_capacity());
-        let need = self.tree.leaf_count() + self.pending_new.load(Ordering::Acquire) + 1;
-        need <= capacity
+        let pending = self.pending_new.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.tree.leaf_count() + pending <= capacity {
+            return true;
+        }
+        self.pending_new.fetch_sub(1, Ordering::AcqRel);
+        false
     }
 
     /// The completion of record `lsn` (key `key`, new state `value`): runs
@@ -664,14 +673,11 @@ impl Durable {
             return None;
         };
         let new_key = current.is_none() && value.is_some();
-        if new_key && !core.admits_new_key() {
+        if new_key && !core.reserve_new_key() {
             drop(shard);
             tracing::debug!(key, "insert refused: the leaf region is full");
             respond(vec![Status::Full as u8]);
             return None;
-        }
-        if new_key {
-            core.pending_new.fetch_add(1, Ordering::AcqRel);
         }
         core.pending_writes.fetch_add(1, Ordering::AcqRel);
         // The completion runs on the log writer, which needs this shard's
