@@ -1,7 +1,8 @@
 //! File naming and directory listing.
 
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::WalError;
@@ -56,6 +57,85 @@ pub(crate) fn list(dir: &Path) -> Result<Listing, WalError> {
     l.segments.sort();
     l.checkpoints.sort();
     Ok(l)
+}
+
+/// Name of the lock file every opener of a log directory holds (`flock`).
+pub(crate) const LOCK_NAME: &str = "LOCK";
+
+/// Mode of the files the log creates: owner only, or owner and group.
+pub(crate) fn file_mode(group_access: bool) -> u32 {
+    if group_access {
+        0o660
+    } else {
+        0o600
+    }
+}
+
+/// Mode of the log directory.
+pub(crate) fn dir_mode(group_access: bool) -> u32 {
+    if group_access {
+        0o750
+    } else {
+        0o700
+    }
+}
+
+/// Sets `path`'s permission bits to exactly `mode`. The umask only ever
+/// narrows a mode given to `open`/`mkdir`, so a group mode is set after
+/// creation; files are created narrower than this first, never wider.
+pub(crate) fn set_mode(path: &Path, mode: u32) -> Result<(), WalError> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|e| WalError::io(path, e))
+}
+
+/// Opens (creating with `mode`) a file for writing, truncated.
+pub(crate) fn create_private(path: &Path, mode: u32) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)?;
+    if mode & 0o077 != 0 {
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+    }
+    Ok(f)
+}
+
+/// Creates the log directory (and missing parents) with [`dir_mode`],
+/// fsyncing the parent so the new entry is durable, and narrows an
+/// existing directory that is more open than the policy: it holds every
+/// key and value the server stores.
+pub(crate) fn prepare_dir(dir: &Path, group_access: bool) -> Result<(), WalError> {
+    let mode = dir_mode(group_access);
+    match fs::metadata(dir) {
+        Ok(m) => {
+            if !m.is_dir() {
+                return Err(WalError::invalid(format!(
+                    "{} is not a directory",
+                    dir.display()
+                )));
+            }
+            let have = m.permissions().mode() & 0o777;
+            if have != mode {
+                tracing::info!(dir = %dir.display(), from = format!("{have:o}"), to = format!("{mode:o}"), "setting the log directory's mode");
+                set_mode(dir, mode)?;
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(mode)
+                .create(dir)
+                .map_err(|e| WalError::io(dir, e))?;
+            set_mode(dir, mode)?;
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent)?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(WalError::io(dir, e)),
+    }
 }
 
 /// fsyncs a directory so that creations, renames and removals in it are

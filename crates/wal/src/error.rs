@@ -59,6 +59,29 @@ pub enum WalError {
         /// The earlier error.
         cause: String,
     },
+    /// Another process (or another open lock in this one) holds the
+    /// directory's lock: two servers must never share a log directory.
+    #[error(
+        "log directory {} is in use by another process (it holds {}/LOCK); \
+         two servers must not share a data directory", dir.display(), dir.display()
+    )]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The source of a checkpoint's pairs failed part way (for example a
+    /// walk of a changing tree that could not reach its end). No
+    /// checkpoint file was installed: a short snapshot would silently drop
+    /// keys.
+    #[error("checkpoint snapshot failed: {reason}")]
+    Snapshot {
+        /// What went wrong.
+        reason: String,
+    },
+    /// [`crate::Wal::try_append_then`] found the log's buffer full
+    /// ([`crate::WalConfig::max_unflushed_bytes`]); nothing was appended.
+    #[error("the log's buffer is full; wait for space and retry")]
+    Backpressure,
     /// The log has been closed.
     #[error("the log is closed")]
     Closed,

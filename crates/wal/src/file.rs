@@ -10,6 +10,7 @@
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,13 +35,17 @@ type FactoryFn = dyn Fn(&Path) -> io::Result<Box<dyn LogFile>> + Send + Sync;
 pub struct FileFactory(Arc<FactoryFn>);
 
 impl FileFactory {
-    /// The real file system: `open(path, O_WRONLY | O_CREAT | O_TRUNC)`.
+    /// The real file system: `open(path, O_WRONLY | O_CREAT | O_TRUNC,
+    /// 0600)`. The file is created owner-only so no other user can open it
+    /// (and keep the descriptor) before the log sets its final mode (0600,
+    /// or 0660 with [`crate::WalConfig::group_access`]).
     pub fn real() -> FileFactory {
         FileFactory::new(|path| {
             let f = OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(true)
+                .mode(0o600)
                 .open(path)?;
             Ok(Box::new(f) as Box<dyn LogFile>)
         })
@@ -104,6 +109,24 @@ impl FailingFiles {
         self.fail_sync.store(fail, Ordering::SeqCst);
     }
 
+    /// Takes `n` bytes from the budget, or fails with `StorageFull`
+    /// (taking nothing) if fewer are left. Used for checkpoint files
+    /// ([`crate::WalConfig::checkpoint_faults`]).
+    pub fn charge(&self, n: usize) -> io::Result<()> {
+        let n = n as u64;
+        self.budget
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(n)
+            })
+            .map(|_| ())
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    "injected: no space left on device",
+                )
+            })
+    }
+
     /// The factory to put in [`crate::WalConfig::file_factory`].
     pub fn factory(&self) -> FileFactory {
         let me = self.clone();
@@ -112,6 +135,7 @@ impl FailingFiles {
                 .write(true)
                 .create(true)
                 .truncate(true)
+                .mode(0o600)
                 .open(path)?;
             Ok(Box::new(FailingFile {
                 inner,

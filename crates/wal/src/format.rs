@@ -214,6 +214,11 @@ pub enum Defect {
         /// The LSN found.
         found: u64,
     },
+    /// The last frame of the last segment is complete but invalid (the
+    /// inner defect), and its bytes are not what a crash leaves (an
+    /// incomplete frame, or zeroes from a sector boundary on): damage to a
+    /// record that was written whole, and may have been acknowledged.
+    DamagedRecord(Box<Defect>),
     /// A segment starts at an LSN already covered by the previous segment.
     Overlap {
         /// The first LSN the segment should have.
@@ -246,6 +251,12 @@ impl fmt::Display for Defect {
             Defect::LsnOutOfSequence { expected, found } => {
                 write!(f, "record LSN {found} where {expected} was expected")
             }
+            Defect::DamagedRecord(inner) => write!(
+                f,
+                "the final record is complete but damaged ({inner}); a crash leaves an \
+                 incomplete or zeroed tail, not this, and the record may have been \
+                 acknowledged. To accept losing it, truncate the segment at this offset"
+            ),
             Defect::Overlap { expected, found } => write!(
                 f,
                 "segment starts at LSN {found}, but the previous segment ends at {}",
@@ -379,6 +390,12 @@ pub struct SegmentScan {
 /// Decodes a whole segment file image. Pure and total: never panics, for
 /// any input. Records must carry consecutive LSNs from the header's
 /// `first_lsn`.
+///
+/// An invalid frame with no valid frame after it ends the scan as
+/// [`ScanEnd::Torn`] only if its bytes are what a crash leaves (fewer
+/// bytes than a frame, or zeroes from a sector boundary inside the frame
+/// to the end of the file); a complete frame damaged otherwise is
+/// [`ScanEnd::Corrupt`] with [`Defect::DamagedRecord`].
 pub fn decode_segment(bytes: &[u8]) -> SegmentScan {
     let header = match decode_segment_header(bytes) {
         Ok(h) => h,
@@ -422,9 +439,14 @@ pub fn decode_segment(bytes: &[u8]) -> SegmentScan {
                         defect,
                         next_valid: Some(next as u64),
                     },
-                    None => ScanEnd::Torn {
+                    None if looks_torn(bytes, pos) => ScanEnd::Torn {
                         offset: pos as u64,
                         defect,
+                    },
+                    None => ScanEnd::Corrupt {
+                        offset: pos as u64,
+                        defect: Defect::DamagedRecord(Box::new(defect)),
+                        next_valid: None,
                     },
                 }
             }
@@ -436,6 +458,34 @@ pub fn decode_segment(bytes: &[u8]) -> SegmentScan {
         valid_len: pos as u64,
         end,
     }
+}
+
+/// The unit a disk persists atomically. A crash during an append leaves
+/// the file with a prefix of the write: an incomplete frame at the end of
+/// the file (a process crash, a short write), or — after an OS crash or
+/// power loss — whole sectors of the write missing, which read back as
+/// zeroes since the file was extended. Tearing therefore happens at a
+/// multiple of 512 bytes (4 KiB pages are multiples too).
+const SECTOR: usize = 512;
+
+/// Whether the invalid bytes from `pos` (holding no valid frame) are what
+/// a crash leaves: fewer bytes than a frame, or a frame whose non-zero
+/// bytes end at or before a sector boundary that falls inside it, with
+/// only zeroes after that boundary to the end of the file. A complete
+/// frame damaged elsewhere (a flipped bit, a garbled write) is not torn.
+fn looks_torn(bytes: &[u8], pos: usize) -> bool {
+    let tail = &bytes[pos..];
+    if tail.len() < RECORD_BYTES {
+        return true;
+    }
+    let Some(last_nonzero) = tail.iter().rposition(|&b| b != 0) else {
+        return true; // all zero
+    };
+    // The written prefix ends at most here; a torn write stops at a sector
+    // boundary, and that boundary must cut the first frame.
+    let written_end = pos + last_nonzero + 1;
+    let boundary = written_end.next_multiple_of(SECTOR);
+    boundary < pos + RECORD_BYTES
 }
 
 /// First byte offset `>= from` at which a complete valid frame starts.
@@ -638,11 +688,45 @@ mod tests {
             }
         );
 
-        // Flipped bit in the last record: indistinguishable from a torn tail.
+        // Flipped bit in the last record: a complete record damaged, which
+        // no crash leaves — reported, not dropped as a torn write.
         let mut c = seg.clone();
         let n = c.len();
-        c[n - 1] ^= 1;
-        assert!(matches!(decode_segment(&c).end, ScanEnd::Torn { .. }));
+        c[n - 20] ^= 1;
+        assert_eq!(
+            decode_segment(&c).end,
+            ScanEnd::Corrupt {
+                offset: (SEGMENT_HEADER_BYTES + 9 * RECORD_BYTES) as u64,
+                defect: Defect::DamagedRecord(Box::new(Defect::CrcMismatch)),
+                next_valid: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_frame_cut_at_a_sector_boundary_is_torn() {
+        // Frame 30 spans bytes 1010..1043: the 1024 boundary cuts it.
+        let seg = segment(1, 31);
+        let start = SEGMENT_HEADER_BYTES + 30 * RECORD_BYTES;
+        assert!(start < 1024 && 1024 < start + RECORD_BYTES);
+        // The sectors from 1024 on never reached the disk: zeroes.
+        let mut torn = seg.clone();
+        torn[1024..].fill(0);
+        assert!(matches!(
+            decode_segment(&torn).end,
+            ScanEnd::Torn { offset, .. } if offset as usize == start
+        ));
+        // Non-zero garbage after the boundary is no torn write.
+        let mut bad = torn.clone();
+        bad[1030] = 0x5a;
+        assert!(matches!(
+            decode_segment(&bad).end,
+            ScanEnd::Corrupt {
+                defect: Defect::DamagedRecord(_),
+                next_valid: None,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -37,6 +37,14 @@
 //! * `checkpoint-{lsn:020}.ckpt` — checkpoints (format in [`mod@format`]).
 //! * `*.tmp` — files being created; removed by [`recover`] and
 //!   [`Wal::open`].
+//! * `LOCK` — the directory lock ([`DirLock`], an exclusive `flock`):
+//!   held by [`recover`] while it runs and by a [`Wal`] until it is
+//!   closed, so two processes never share a directory.
+//!
+//! The directory is 0700 and every file 0600 (they hold every key and
+//! value); [`WalConfig::group_access`] widens them to 0750 / 0660. Every
+//! creation, rename and removal is followed by an fsync of the directory
+//! (in `None` mode too for checkpoints; segments then skip it).
 //!
 //! # Durability modes
 //!
@@ -46,9 +54,11 @@
 //!
 //! # Fault outcomes
 //!
-//! Documented on [`recover`] (torn tail → truncated; mid-log damage →
-//! [`WalError::Corrupt`]; gaps → [`WalError::MissingSegment`]; damaged
-//! checkpoint → older one or [`WalError::BadCheckpoint`]) and on [`Wal`]
+//! Documented on [`recover`] (torn tail → truncated; mid-log damage or a
+//! complete but damaged final record → [`WalError::Corrupt`]; gaps →
+//! [`WalError::MissingSegment`]; damaged checkpoint → older one, or
+//! [`WalError::BadCheckpoint`] when no valid one is left — never an empty
+//! state) and on [`Wal`]
 //! (write/fsync errors → [`WalError::Io`] to the waiters, then
 //! [`WalError::Failed`]).
 
@@ -56,16 +66,19 @@ mod dir;
 mod error;
 pub mod file;
 pub mod format;
+mod lock;
 mod recover;
 mod wal;
 
 pub use error::WalError;
 pub use file::{FailingFiles, FileFactory, LogFile};
 pub use format::{decode_segment, Defect, Op, Record, ScanEnd, SegmentScan};
+pub use lock::DirLock;
 pub use recover::{
-    apply_record, recover, replay_into, replay_parallel, replay_shard, Recovered, TornTail,
+    apply_record, recover, recover_locked, replay_into, replay_parallel, replay_shard, Recovered,
+    TornTail,
 };
 pub use wal::{
-    CheckpointInfo, Completion, CompletionScope, Durability, ParseDurabilityError, ScopeFn, Wal,
-    WalConfig, WalStats, GATHER_AFTER,
+    AppendError, CheckpointInfo, Completion, CompletionScope, Durability, ParseDurabilityError,
+    ScopeFn, Wal, WalConfig, WalStats, GATHER_AFTER,
 };

@@ -93,16 +93,39 @@ impl Recovered {
 ///   that decodes (magic, version, size, CRC, sorted keys, LSN matching its
 ///   name) is used. If it is damaged, the next older one is tried, provided
 ///   the segments it needs still exist ([`crate::WalConfig::keep_checkpoints`]
-///   keeps them by default); with no checkpoint at all the log must start at
-///   LSN 1. If no damaged checkpoint can be replaced:
-///   [`WalError::BadCheckpoint`] for the newest damaged one.
+///   keeps them by default). Starting from nothing (an empty state at LSN
+///   0) is allowed only when the directory holds no checkpoint file at all
+///   and the log starts at LSN 1: a checkpoint can hold state that is in no
+///   log record (a bulk load checkpointed at LSN 0), so when checkpoint
+///   files exist but none is valid, recovery fails with
+///   [`WalError::BadCheckpoint`] for the newest damaged one rather than
+///   silently drop what they held. A log that does not start at LSN 1 with
+///   no checkpoint before it is [`WalError::MissingSegment`].
+/// * **Damaged final record** — a complete record with a bad CRC (or a bad
+///   length or op) at the end of the last segment, whose bytes are not the
+///   zeroes a crash leaves after a sector boundary, is not a torn write
+///   (see [`crate::format::decode_segment`]): [`WalError::Corrupt`] with
+///   [`Defect::DamagedRecord`]. The server must not start, since that
+///   record may have been acknowledged (the same policy as corruption in
+///   the middle of the log).
 /// * Segments wholly covered by the chosen checkpoint are not read (they
 ///   are kept only for fallback and deleted by the next checkpoint).
 /// * Records with an LSN up to the checkpoint's are skipped.
+///
+/// Holds the directory's lock ([`crate::DirLock`]) while it runs:
+/// [`WalError::Locked`] if another process has the directory open. Use
+/// [`recover_locked`] to keep the lock for the [`crate::Wal`] that follows.
 pub fn recover(dir: &Path) -> Result<Recovered, WalError> {
     if !dir.exists() {
         return Ok(Recovered::empty());
     }
+    let lock = crate::DirLock::lock_existing(dir, false)?;
+    recover_locked(&lock)
+}
+
+/// [`recover`] of the directory `lock` holds.
+pub fn recover_locked(lock: &crate::DirLock) -> Result<Recovered, WalError> {
+    let dir = lock.dir();
     let listing = dir::list(dir)?;
     for t in &listing.temps {
         tracing::info!(file = %t.display(), "removing leftover temporary file");
@@ -118,6 +141,20 @@ pub fn recover(dir: &Path) -> Result<Recovered, WalError> {
         .chain(iter::once(None));
     for cand in candidates {
         let (lsn, pairs, ckpt_path) = match cand {
+            None if !rejected.is_empty() => {
+                // Checkpoint files exist but none is usable. An empty state
+                // would silently drop whatever they held that is in no log
+                // record (the bulk load lives only in checkpoint 0).
+                let (bad, reason) = &rejected[0];
+                return Err(WalError::BadCheckpoint {
+                    path: bad.clone(),
+                    reason: format!(
+                        "{reason}; no valid checkpoint is left ({} damaged), and starting from \
+                         an empty state would drop what they held; refusing to start",
+                        rejected.len()
+                    ),
+                });
+            }
             None => (0, Vec::new(), None),
             Some((lsn, path)) => {
                 let bytes = fs::read(path).map_err(|e| WalError::io(path, e))?;

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -124,11 +124,21 @@ pub struct WalConfig {
     pub keep_checkpoints: usize,
     /// How segment files are created; replace it to inject faults in tests.
     pub file_factory: FileFactory,
-    /// Wraps each run of a batch of [`Wal::when_durable`] callbacks on the
+    /// Wraps each run of a batch of [`Wal::when_durable`] (and
+    /// [`Wal::append_then`]) callbacks on the
     /// writer thread: it gets a closure that runs them and must call it
     /// once. A server uses it to send the replies of one group commit
     /// together (one write per connection). Default: none.
     pub completion_scope: Option<CompletionScope>,
+    /// File modes: `false` (default) creates the directory 0700 and every
+    /// segment, checkpoint and the lock file 0600 — they hold every key
+    /// and value. `true` widens them to 0750 and 0660 for a group that
+    /// must read the data (backups, inspection).
+    pub group_access: bool,
+    /// Test-only fault injection for checkpoint files: when set, every
+    /// write to a checkpoint file is charged to this byte budget and fails
+    /// with `StorageFull` (ENOSPC) once it is spent. `None` in production.
+    pub checkpoint_faults: Option<crate::FailingFiles>,
 }
 
 /// See [`WalConfig::completion_scope`].
@@ -158,6 +168,8 @@ impl WalConfig {
             keep_checkpoints: 2,
             file_factory: FileFactory::real(),
             completion_scope: None,
+            group_access: false,
+            checkpoint_faults: None,
         }
     }
 }
@@ -280,22 +292,41 @@ struct Inner {
     completions: Vec<(u64, Completion)>,
 }
 
+/// A failed [`Wal::append_then`]: the error, and the completion it did not
+/// register.
+pub struct AppendError {
+    /// Why the append failed ([`WalError::Failed`] or [`WalError::Closed`]).
+    pub error: WalError,
+    /// The completion, not run.
+    pub done: Completion,
+}
+
+impl fmt::Debug for AppendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AppendError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What [`Wal::when_durable`] runs once its record is durable (`Ok`) or can
 /// no longer become durable (`Err`).
 pub type Completion = Box<dyn FnOnce(Result<(), WalError>) + Send>;
 
-/// Takes the completions whose LSN is durable, leaving the rest.
+/// Takes the completions whose LSN is durable, leaving the rest, in LSN
+/// order; completions of one LSN keep their registration order (the sort
+/// is stable and the vector is kept in registration order). Callers of
+/// [`Wal::append_then`] rely on this: per key, apply order is LSN order.
 fn take_ready(completions: &mut Vec<(u64, Completion)>, durable: u64) -> Vec<Completion> {
-    let mut ready = Vec::new();
-    let mut i = 0;
-    while i < completions.len() {
-        if completions[i].0 <= durable {
-            ready.push(completions.swap_remove(i).1);
-        } else {
-            i += 1;
-        }
+    if completions.iter().all(|c| c.0 > durable) {
+        return Vec::new();
     }
-    ready
+    let (mut ready, rest): (Vec<_>, Vec<_>) = std::mem::take(completions)
+        .into_iter()
+        .partition(|c| c.0 <= durable);
+    *completions = rest;
+    ready.sort_by_key(|c| c.0);
+    ready.into_iter().map(|c| c.1).collect()
 }
 
 #[derive(Default)]
@@ -325,6 +356,9 @@ struct Shared {
     space: Condvar,
     durable_lsn: AtomicU64,
     counters: Counters,
+    /// Mode of segment and checkpoint files.
+    file_mode: u32,
+    checkpoint_faults: Option<crate::FailingFiles>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -363,6 +397,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///   [`WalError::Failed`]. Records already reported durable stay durable;
 ///   the unsynced tail is at worst a torn tail that recovery truncates.
 pub struct Wal {
+    /// Held while the log is open: no other opener can touch the
+    /// directory (see [`crate::DirLock`]). Released by `shutdown`, once
+    /// the writer has stopped writing.
+    lock: Mutex<Option<crate::DirLock>>,
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
     checkpoint_lock: Mutex<()>,
@@ -391,12 +429,35 @@ impl Wal {
     /// already in a segment or covered by a checkpoint, and with
     /// [`WalError::Corrupt`] if the last segment has an untruncated torn
     /// tail (recovery was not run). Leftover `*.tmp` files are removed.
+    ///
+    /// Takes the directory's lock first ([`crate::DirLock`]):
+    /// [`WalError::Locked`] if another process has the directory open.
     pub fn open(config: WalConfig, next_lsn: u64) -> Result<Wal, WalError> {
+        let lock = crate::DirLock::acquire(&config.dir, config.group_access)?;
+        Wal::open_locked(config, next_lsn, lock)
+    }
+
+    /// [`Wal::open`] with a lock the caller already holds (so that
+    /// [`crate::recover_locked`] and the open happen under one lock, with
+    /// no window for another process between them). The lock must be on
+    /// `config.dir`.
+    pub fn open_locked(
+        config: WalConfig,
+        next_lsn: u64,
+        lock: crate::DirLock,
+    ) -> Result<Wal, WalError> {
         if next_lsn == 0 {
             return Err(WalError::invalid("next_lsn must be at least 1"));
         }
         let dir = config.dir.clone();
-        fs::create_dir_all(&dir).map_err(|e| WalError::io(&dir, e))?;
+        if !lock.covers(&dir) {
+            return Err(WalError::invalid(format!(
+                "the lock is on {}, not on {}",
+                lock.dir().display(),
+                dir.display()
+            )));
+        }
+        dir::prepare_dir(&dir, config.group_access)?;
         let listing = dir::list(&dir)?;
         for t in &listing.temps {
             dir::remove(t)?;
@@ -421,8 +482,9 @@ impl Wal {
         }
         let counters = Counters::default();
         let sync = config.durability != Durability::None;
+        let mode = dir::file_mode(config.group_access);
         let (file, seg_path) =
-            create_segment(&dir, &config.file_factory, next_lsn, sync, &counters)?;
+            create_segment(&dir, &config.file_factory, next_lsn, sync, mode, &counters)?;
         counters
             .segments_live
             .store(segments_live + 1, Ordering::Relaxed);
@@ -447,6 +509,8 @@ impl Wal {
                 durable_waiters: 0,
                 completions: Vec::new(),
             }),
+            file_mode: mode,
+            checkpoint_faults: config.checkpoint_faults.clone(),
             work: Condvar::new(),
             durable: Condvar::new(),
             space: Condvar::new(),
@@ -469,6 +533,7 @@ impl Wal {
             .map_err(|e| WalError::io(&dir, e))?;
         tracing::debug!(dir = %dir.display(), next_lsn, durability = %config.durability, "wal opened");
         Ok(Wal {
+            lock: Mutex::new(Some(lock)),
             shared,
             writer: Mutex::new(Some(handle)),
             checkpoint_lock: Mutex::new(()),
@@ -490,6 +555,37 @@ impl Wal {
     /// Errors: [`WalError::Failed`] after a write error, [`WalError::Closed`]
     /// after [`Wal::close`].
     pub fn append(&self, op: Op, key: u64, value: u64) -> Result<u64, WalError> {
+        self.append_inner(op, key, value, &mut None, true)
+    }
+
+    /// Blocks until an append would not wait for backpressure (or the log
+    /// failed or closed, which the next append reports). For callers of
+    /// [`Wal::try_append_then`] that released their locks first.
+    pub fn wait_for_space(&self) {
+        let sh = &*self.shared;
+        let mut g = lock(&sh.inner);
+        while matches!(g.state, State::Open) && g.unflushed + RECORD_BYTES > sh.max_unflushed_bytes
+        {
+            g.space_waiters += 1;
+            if g.writer_idle {
+                g.writer_idle = false;
+                sh.work.notify_one();
+            }
+            g = sh.space.wait(g).unwrap_or_else(PoisonError::into_inner);
+            g.space_waiters -= 1;
+        }
+    }
+
+    /// Appends; a `done` given is registered as a completion of the new
+    /// LSN under the same lock (taken out of the option).
+    fn append_inner(
+        &self,
+        op: Op,
+        key: u64,
+        value: u64,
+        done: &mut Option<Completion>,
+        block: bool,
+    ) -> Result<u64, WalError> {
         let sh = &*self.shared;
         let mut g = lock(&sh.inner);
         let mut waited = false;
@@ -501,6 +597,9 @@ impl Wal {
             }
             if g.unflushed + RECORD_BYTES <= sh.max_unflushed_bytes {
                 break;
+            }
+            if !block {
+                return Err(WalError::Backpressure);
             }
             if !waited {
                 waited = true;
@@ -538,6 +637,10 @@ impl Wal {
             c.bytes.extend_from_slice(&frame);
         }
         g.unflushed += RECORD_BYTES;
+        if let Some(done) = done.take() {
+            // Under the append's lock: registration order is LSN order.
+            g.completions.push((lsn, done));
+        }
         // Wake the writer only when it sleeps and has a reason to act now:
         // in Sync mode any record; otherwise the first record of an idle
         // period (to start the flush timer) or a full buffer.
@@ -627,6 +730,80 @@ impl Wal {
         }
     }
 
+    /// Appends a record and registers `done` for it in one step: `done`
+    /// runs once the record is durable (`Ok`) or can no longer become
+    /// durable (`Err`, after a write or sync failure or a close that could
+    /// not flush it). Returns the LSN; if the append itself fails (failed
+    /// or closed log) `done` is handed back unrun with the error
+    /// ([`AppendError`]), so the caller can answer once it has released
+    /// whatever locks `done` takes.
+    ///
+    /// Ordering guarantee, which [`Wal::when_durable`] lacks: in `Sync`
+    /// mode `done` always runs on the writer thread after the group commit
+    /// (never on the caller's thread, even if that commit is fast), and
+    /// the callbacks registered this way run in LSN order. A caller that
+    /// applies each write in its callback therefore applies them in log
+    /// order. Since `done` never runs inline, the caller may hold a lock
+    /// that `done` takes — but then it must not block on backpressure
+    /// under it: use [`Wal::try_append_then`]. In `Async` and `None` modes
+    /// `done(Ok(()))` runs on the caller's thread before this returns.
+    pub fn append_then(
+        &self,
+        op: Op,
+        key: u64,
+        value: u64,
+        done: Completion,
+    ) -> Result<u64, AppendError> {
+        self.append_then_inner(op, key, value, done, true)
+    }
+
+    /// [`Wal::append_then`] that never blocks: when the log's buffer is
+    /// full it hands `done` back with [`WalError::Backpressure`] instead of
+    /// waiting. A caller holding a lock that its completions take must use
+    /// this (then release the lock, [`Wal::wait_for_space`], and retry):
+    /// blocked under that lock it could stall the writer, which runs the
+    /// completions, and with it the space it waits for.
+    pub fn try_append_then(
+        &self,
+        op: Op,
+        key: u64,
+        value: u64,
+        done: Completion,
+    ) -> Result<u64, AppendError> {
+        self.append_then_inner(op, key, value, done, false)
+    }
+
+    fn append_then_inner(
+        &self,
+        op: Op,
+        key: u64,
+        value: u64,
+        done: Completion,
+        block: bool,
+    ) -> Result<u64, AppendError> {
+        let sh = &*self.shared;
+        if sh.durability != Durability::Sync {
+            return match self.append_inner(op, key, value, &mut None, block) {
+                Ok(lsn) => {
+                    done(Ok(()));
+                    Ok(lsn)
+                }
+                Err(error) => Err(AppendError { error, done }),
+            };
+        }
+        let mut slot = Some(done);
+        match self.append_inner(op, key, value, &mut slot, block) {
+            Ok(lsn) => {
+                debug_assert!(slot.is_none());
+                Ok(lsn)
+            }
+            Err(error) => match slot {
+                Some(done) => Err(AppendError { error, done }),
+                None => unreachable!("a failed append registers nothing"),
+            },
+        }
+    }
+
     /// Everything up to this LSN is durable (written and, except in `None`
     /// mode, fsync'd). `next_lsn - 1` of `open` until something is written.
     pub fn durable_lsn(&self) -> u64 {
@@ -684,6 +861,19 @@ impl Wal {
         upto_lsn: u64,
         pairs: &mut dyn Iterator<Item = (u64, u64)>,
     ) -> Result<CheckpointInfo, WalError> {
+        self.checkpoint_from(upto_lsn, &mut pairs.map(Ok))
+    }
+
+    /// [`Wal::checkpoint`] from a source that can fail part way: an `Err`
+    /// item aborts the checkpoint with [`WalError::Snapshot`] and removes
+    /// the partial file — nothing is installed or deleted. A snapshot that
+    /// stops early must say so with an `Err`, never by ending: a short
+    /// checkpoint would drop keys on the next recovery.
+    pub fn checkpoint_from(
+        &self,
+        upto_lsn: u64,
+        pairs: &mut dyn Iterator<Item = Result<(u64, u64), String>>,
+    ) -> Result<CheckpointInfo, WalError> {
         let _one_at_a_time = lock(&self.checkpoint_lock);
         let sh = &*self.shared;
         {
@@ -711,7 +901,13 @@ impl Wal {
         }
         let path = dir.join(checkpoint_name(upto_lsn));
         let tmp = dir.join(format!("{}.tmp", checkpoint_name(upto_lsn)));
-        let (count, bytes) = match write_checkpoint_file(&tmp, upto_lsn, pairs) {
+        let (count, bytes) = match write_checkpoint_file(
+            &tmp,
+            upto_lsn,
+            sh.file_mode,
+            sh.checkpoint_faults.as_ref(),
+            pairs,
+        ) {
             Ok(r) => r,
             Err(e) => {
                 let _ = fs::remove_file(&tmp);
@@ -793,6 +989,8 @@ impl Wal {
         if let Some(h) = handle {
             let _ = h.join();
         }
+        // The writer is gone: nothing more reaches the directory.
+        drop(lock(&self.lock).take());
         let mut g = lock(&sh.inner);
         let res = match &g.state {
             State::Failed(f) => Err(f.failed()),
@@ -806,7 +1004,8 @@ impl Wal {
         // The writer drained every buffer before exiting, so what is left
         // is durable, or lost to a failure.
         let durable = sh.durable_lsn.load(Ordering::Acquire);
-        let left = std::mem::take(&mut g.completions);
+        let mut left = std::mem::take(&mut g.completions);
+        left.sort_by_key(|c| c.0);
         let failure = match &g.state {
             State::Failed(f) => Some(f.clone()),
             _ => None,
@@ -903,11 +1102,15 @@ fn create_segment(
     factory: &FileFactory,
     first_lsn: u64,
     sync: bool,
+    mode: u32,
     counters: &Counters,
 ) -> Result<(Box<dyn LogFile>, PathBuf), WalError> {
     let path = dir.join(segment_name(first_lsn));
     let tmp = dir.join(format!("{}.tmp", segment_name(first_lsn)));
     let mut file = factory.create(&tmp).map_err(|e| WalError::io(&tmp, e))?;
+    // The real factory creates it 0600; this sets the configured mode
+    // whatever the factory did.
+    dir::set_mode(&tmp, mode)?;
     file.write_all(&encode_segment_header(first_lsn))
         .map_err(|e| WalError::io(&tmp, e))?;
     counters
@@ -929,15 +1132,16 @@ fn create_segment(
 fn write_checkpoint_file(
     path: &Path,
     lsn: u64,
-    pairs: &mut dyn Iterator<Item = (u64, u64)>,
+    mode: u32,
+    faults: Option<&crate::FailingFiles>,
+    pairs: &mut dyn Iterator<Item = Result<(u64, u64), String>>,
 ) -> Result<(u64, u64), WalError> {
     let io_err = |e| WalError::io(path, e);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(io_err)?;
+    let charge = |n: usize| match faults {
+        Some(f) => f.charge(n).map_err(|e| WalError::io(path, e)),
+        None => Ok(()),
+    };
+    let mut file = dir::create_private(path, mode).map_err(io_err)?;
     // The count is not known up front: write the header with count 0, CRC
     // the body as it streams, then patch the count in and combine the CRCs.
     file.write_all(&encode_checkpoint_header(lsn, 0))
@@ -948,11 +1152,13 @@ fn write_checkpoint_file(
     let mut buf = Vec::with_capacity(256 << 10);
     let mut flush = |buf: &mut Vec<u8>, body_crc: &mut u32| -> Result<(), WalError> {
         *body_crc = crc32c::crc32c_append(*body_crc, buf);
+        charge(buf.len())?;
         file.write_all(buf).map_err(io_err)?;
         buf.clear();
         Ok(())
     };
-    for (k, v) in pairs {
+    for pair in pairs {
+        let (k, v) = pair.map_err(|reason| WalError::Snapshot { reason })?;
         if prev.is_some_and(|p| k <= p) {
             return Err(WalError::invalid(format!(
                 "checkpoint keys must be strictly increasing ({} then {k})",
@@ -1186,7 +1392,14 @@ impl Writer {
                 .map_err(|e| WalError::io(&self.seg_path, e))?;
             sh.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         }
-        let (file, path) = create_segment(&sh.dir, &self.factory, first_lsn, sync, &sh.counters)?;
+        let (file, path) = create_segment(
+            &sh.dir,
+            &self.factory,
+            first_lsn,
+            sync,
+            sh.file_mode,
+            &sh.counters,
+        )?;
         tracing::debug!(segment = %path.display(), "wal segment started");
         self.file = file;
         self.seg_path = path;

@@ -125,16 +125,30 @@ fn zeroed_tail_is_truncated() {
 }
 
 #[test]
-fn bit_flip_in_last_record_of_last_segment_reads_as_torn() {
-    // Documented: damage confined to the very end of the log cannot be told
-    // from a torn write, so it is truncated like one.
+fn bit_flip_in_last_record_of_last_segment_is_reported_not_dropped() {
+    // A complete final record with a bad CRC is no torn write (a crash
+    // leaves an incomplete frame or zeroes): recovery refuses, naming the
+    // segment and offset, and modifies nothing (issue 10, finding 14). The
+    // old code truncated it silently, dropping a possibly acknowledged
+    // record.
     let dir = TempDir::new("flip-last");
-    let all = write_log(dir.path(), 30, one_segment());
+    write_log(dir.path(), 30, one_segment());
     let seg = &segments(dir.path())[0];
     flip_bit(seg, HDR + 29 * REC + 20, 3);
-    let rec = recover(dir.path()).unwrap();
-    assert_eq!(rec.truncated.unwrap().defect, Defect::CrcMismatch);
-    assert_eq!(rec.records, all[..29]);
+    let before = len(seg);
+    match recover(dir.path()) {
+        Err(WalError::Corrupt {
+            segment,
+            offset,
+            reason: Defect::DamagedRecord(inner),
+        }) => {
+            assert_eq!(&segment, seg);
+            assert_eq!(offset, HDR + 29 * REC);
+            assert_eq!(*inner, Defect::CrcMismatch);
+        }
+        other => panic!("expected a damaged final record, got {other:?}"),
+    }
+    assert_eq!(len(seg), before, "the evidence was modified");
 }
 
 #[test]

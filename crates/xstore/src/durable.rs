@@ -1,42 +1,104 @@
 //! Durability (§5.4): the server's write-ahead log, checkpoints and
-//! recovery, built on the [`wal`] crate.
+//! recovery, built on the [`wal`] crate. The full design and the promises
+//! of each mode are in `docs/durability.md`.
 //!
-//! * Every write is recorded under its leaf's lock ([`xtree::Journal`]) as
-//!   a state-setting record (`Upsert` with the key's new value, or
-//!   `Delete`), so per-key record order is apply order and replay is
-//!   idempotent over any later snapshot.
-//! * In `sync` mode a write is acknowledged only once its record is
-//!   durable. Replies wait in the log ([`wal::Wal::when_durable`]), not in
-//!   RPC workers, and the log writer sends them right after the
-//!   `fdatasync` that covers them — those of one group commit coalesced
-//!   into one write per connection — so many writes share one `fdatasync`
-//!   and no other thread is woken per write. While the log is busy, a
-//!   group commit gathers for up to [`DEFAULT_COMMIT_DELAY`]. `async`
-//!   acknowledges at once and may lose the last `async_interval` (10 ms)
-//!   of writes on a crash; `none` never fsyncs.
-//! * A checkpoint thread snapshots the tree without stopping writers: it
-//!   reads the last LSN L first, then walks the leaves (each read
-//!   consistently); a change with LSN <= L was applied under a leaf lock
-//!   the walk waits for, so the snapshot holds every change up to L, plus
-//!   perhaps some later ones, which replaying the log after L sets again.
-//!   Old segments are then deleted: the log never grows without bound.
-//! * Recovery loads the newest valid checkpoint, replays later records by
-//!   key shard in parallel, and the server bulk-loads the result and trains
-//!   the model afresh. Reads never touch the log.
+//! # `sync`: nothing is visible before it is durable
+//!
+//! No client — by RPC or by a one-sided READ of a leaf — observes a write
+//! before the log record that makes it durable is on disk. The tree in
+//! registered memory therefore holds only durable state, and a write
+//! reaches it only after its group commit:
+//!
+//! 1. A write is decided against the tree **plus a pending overlay**: a
+//!    sharded map `key -> (newest unapplied value or deletion, its LSN,
+//!    replies waiting on it)`. Under the key's shard lock the server reads
+//!    the overlay (else the tree), decides the outcome, and appends the
+//!    state-setting record (`Upsert` with the new value, or `Delete`) with
+//!    [`wal::Wal::append_then`], which registers the completion under the
+//!    append's lock. It records the pending entry before releasing the
+//!    shard lock.
+//! 2. The log writer runs completions after the `fdatasync` that covers
+//!    them, in LSN order. The completion takes the shard lock, applies the
+//!    change to the tree (a plain upsert or delete; a split queues the
+//!    retraining like any split), advances the *applied* watermark, removes
+//!    the overlay entry if its LSN is still the newest, then sends the
+//!    reply.
+//! 3. A reply decided from a pending entry without a record of its own
+//!    (`Exists`, `NotFound`) is attached to that entry and sent when the
+//!    entry is applied — never before the state it reports is durable and
+//!    visible.
+//! 4. If the log fails, completions get an error: nothing is applied, the
+//!    entry is dropped, and the write and the replies waiting on it answer
+//!    `Unavailable`.
+//!
+//! Per key, records are appended in decision order (the shard lock) and
+//! applied in LSN order (the writer), so the tree, the overlay and the log
+//! agree. An insert of a new key is admitted only while the leaf region
+//! can take a split for every pending insert, so an apply never fails for
+//! want of a leaf.
+//!
+//! # `async` and `none`
+//!
+//! Writes are applied to the tree at once and journaled under the leaf
+//! lock ([`xtree::Journal`]); the reply is sent at once. **Acknowledged and
+//! visible before durable**: `async` may lose the last ~10 ms of writes on
+//! any crash; `none` loses whatever the OS had not written back on an OS
+//! crash or power loss, and up to ~10 ms on a process crash.
+//!
+//! # Checkpoints
+//!
+//! A checkpoint thread snapshots the tree without stopping writers. It
+//! picks the LSN L first, then walks the leaves (each read consistently):
+//! in `sync` mode L is the applied watermark — every record `<= L` has been
+//! applied to the tree before the walk starts (the completions run in LSN
+//! order and store the watermark after applying), so the walk sees each of
+//! them or a later change of the same key; records `> L`, applied or not,
+//! are all in the log (they are durable before they are applied) and replay
+//! sets them again (state-setting records are idempotent over a fuzzy
+//! snapshot). In `async`/`none` L is the last appended LSN: those changes
+//! were applied under a leaf lock before their append. A walk that cannot
+//! reach the last leaf fails the checkpoint ([`TreePairs`]); a failed
+//! checkpoint is retried with back-off (1 s doubling to 60 s) and counted
+//! in [`DurabilityStats`], while the server keeps serving from the log.
+//!
+//! # Recovery
+//!
+//! Recovery holds the directory lock (one server per directory), loads
+//! the newest valid checkpoint, replays later records by key shard in
+//! parallel, and the server bulk-loads the result. It refuses to start on
+//! mid-log corruption, a damaged final record, missing segments, or
+//! checkpoint files none of which is valid; and on a log with records but
+//! no checkpoint (a server writes the bulk load's checkpoint 0 before its
+//! first record, so that checkpoint was lost). Reads never touch the log.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fabric::Responder;
-use wal::{Durability, Op, Wal, WalConfig, WalError};
-use xtree::XTree;
+use wal::{DirLock, Durability, FileFactory, LogFile, Op, Wal, WalConfig, WalError};
+use xtree::{Insert, Split, XTree};
+
+use crate::proto::Status;
 
 /// Default [`DurabilityConfig::commit_delay`].
 pub const DEFAULT_COMMIT_DELAY: Duration = Duration::from_micros(500);
+
+/// Environment variable of the test-only write stall
+/// ([`DurabilityConfig::test_stall_writes`]).
+pub const STALL_ENV: &str = "XSTORE_TEST_STALL_WAL_WRITE_MS";
+
+/// First retry delay of a failed checkpoint; doubles per failure.
+const CHECKPOINT_RETRY_MIN: Duration = Duration::from_secs(1);
+/// Longest retry delay: a full disk is checked at least once a minute.
+const CHECKPOINT_RETRY_MAX: Duration = Duration::from_secs(60);
+/// Shards of the pending overlay: enough that writers of different keys
+/// rarely share a lock on a few cores, few enough to stay cache-friendly.
+const OVERLAY_SHARDS: usize = 64;
 
 /// Durability settings of a server.
 #[derive(Debug, Clone)]
@@ -53,17 +115,45 @@ pub struct DurabilityConfig {
     /// many writes in flight by ~20 % (fewer `fdatasync`s, each of which
     /// costs ~50 µs of CPU in a VM).
     pub commit_delay: Duration,
+    /// Widen the data directory to 0750 and its files to 0660 (default:
+    /// 0700 and 0600), for a group that must read them.
+    pub group_access: bool,
+    /// **Test only.** Every write of log records to a segment first sleeps
+    /// this long, so a test can hold writes unacknowledged (and not on
+    /// disk) while it looks and kills the server. Set from the environment
+    /// variable [`STALL_ENV`] (milliseconds) by [`DurabilityConfig::new`];
+    /// a server with it set logs a warning at start. Never set it in
+    /// production.
+    pub test_stall_writes: Option<Duration>,
+    /// **Test only.** Fault injection for checkpoint files (see
+    /// [`wal::WalConfig::checkpoint_faults`]). `None` in production.
+    pub test_checkpoint_faults: Option<wal::FailingFiles>,
+    /// **Test only.** Fault injection for log segments (ENOSPC after a
+    /// budget, failing `fdatasync`): [`wal::FailingFiles::factory`] as the
+    /// log's file factory. `None` in production.
+    pub test_segment_faults: Option<wal::FailingFiles>,
 }
 
 impl DurabilityConfig {
     /// `sync` durability in `dir`, checkpointing every million records,
-    /// gathering group commits for up to 500 µs while busy.
+    /// gathering group commits for up to 500 µs while busy, owner-only
+    /// files; the test-only stall from [`STALL_ENV`] if set.
     pub fn new(dir: impl Into<PathBuf>) -> DurabilityConfig {
+        let test_stall_writes = std::env::var(STALL_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&ms| ms > 0)
+            // Bounded so a typo cannot wedge a server for hours.
+            .map(|ms| Duration::from_millis(ms.min(60_000)));
         DurabilityConfig {
             dir: dir.into(),
             mode: Durability::Sync,
             checkpoint_records: 1_000_000,
             commit_delay: DEFAULT_COMMIT_DELAY,
+            group_access: false,
+            test_stall_writes,
+            test_checkpoint_faults: None,
+            test_segment_faults: None,
         }
     }
 }
@@ -77,10 +167,17 @@ pub struct RecoveryReport {
     pub checkpoint_lsn: u64,
     /// Pairs in that checkpoint.
     pub checkpoint_pairs: u64,
+    /// Newer checkpoints that were damaged and skipped (an older valid one
+    /// was used instead).
+    pub rejected_checkpoints: u64,
     /// Log records replayed after it.
     pub records: u64,
-    /// Bytes cut off a torn log tail.
+    /// Bytes cut off a torn log tail (what a crash leaves: an incomplete
+    /// frame or zeroes). A damaged complete final record is not cut: it
+    /// fails recovery.
     pub truncated_bytes: u64,
+    /// What was wrong with the first byte cut off, if anything was.
+    pub truncated_defect: Option<String>,
     /// Keys after recovery.
     pub keys: u64,
     /// Seconds spent reading and replaying.
@@ -92,15 +189,32 @@ pub struct RecoveryReport {
 pub type Recovery = (Vec<(u64, u64)>, u64, RecoveryReport);
 
 /// Reads the state in `dir`: the sorted pairs to load, the next LSN, and a
-/// report. Fails (the server must not start) on corruption in the middle
-/// of the log or a missing segment.
-pub fn recover(dir: &std::path::Path) -> Result<Recovery, WalError> {
+/// report. Takes the directory lock for the duration (see
+/// [`recover_locked`] to keep it). Fails (the server must not start) on
+/// corruption, a missing segment, checkpoint files none of which is valid,
+/// or records without a checkpoint.
+pub fn recover(dir: &Path) -> Result<Recovery, WalError> {
+    let lock = DirLock::acquire(dir, false)?;
+    recover_locked(&lock)
+}
+
+/// [`recover`] of the directory `lock` holds.
+pub fn recover_locked(lock: &DirLock) -> Result<Recovery, WalError> {
     let start = Instant::now();
-    std::fs::create_dir_all(dir).map_err(|e| WalError::Io {
-        path: dir.to_path_buf(),
-        source: e,
-    })?;
-    let rec = wal::recover(dir)?;
+    let rec = wal::recover_locked(lock)?;
+    if rec.checkpoint.is_none() && !rec.records.is_empty() {
+        // A server checkpoints its bulk load at LSN 0 before it appends
+        // anything: records without any checkpoint mean that checkpoint
+        // was lost, and with it the loaded keys.
+        return Err(WalError::BadCheckpoint {
+            path: lock.dir().to_path_buf(),
+            reason: format!(
+                "the log holds {} records but there is no checkpoint: the checkpoint of the \
+                 initial load (LSN 0) is missing; refusing to start without it",
+                rec.records.len()
+            ),
+        });
+    }
     let fresh = rec.checkpoint.is_none() && rec.records.is_empty();
     // Replay by key shard in parallel: per-key order is all that matters.
     let shards = std::thread::available_parallelism()
@@ -158,15 +272,17 @@ pub fn recover(dir: &std::path::Path) -> Result<Recovery, WalError> {
         fresh,
         checkpoint_lsn: rec.checkpoint_lsn,
         checkpoint_pairs: rec.pairs.len() as u64,
+        rejected_checkpoints: rec.rejected_checkpoints.len() as u64,
         records: rec.records.len() as u64,
         truncated_bytes: rec.truncated.as_ref().map_or(0, |t| t.dropped_bytes),
+        truncated_defect: rec.truncated.as_ref().map(|t| t.defect.to_string()),
         keys: pairs.len() as u64,
         seconds: start.elapsed().as_secs_f64(),
     };
     Ok((pairs, rec.next_lsn, report))
 }
 
-/// The journal a tree writes ahead into.
+/// The journal a tree writes ahead into (`async` and `none` modes).
 pub struct WalJournal(pub Arc<Wal>);
 
 impl xtree::Journal for WalJournal {
@@ -179,25 +295,237 @@ impl xtree::Journal for WalJournal {
     }
 }
 
+/// Counters of the durability machinery (in the server's stats).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DurabilityStats {
+    /// Checkpoints written since start (the initial one included).
+    pub checkpoints: u64,
+    /// Checkpoint attempts that failed (each is retried with back-off).
+    pub checkpoint_failures: u64,
+    /// The error of the last failed checkpoint, if the latest attempt
+    /// failed.
+    pub last_checkpoint_error: Option<String>,
+    /// `sync` mode: writes logged but not yet durable and applied.
+    pub pending_writes: u64,
+    /// Everything up to this LSN is applied to the tree.
+    pub applied_lsn: u64,
+}
+
+#[derive(Default)]
+struct StatCells {
+    checkpoints: AtomicU64,
+    checkpoint_failures: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+/// A write the server asks [`Durable::write`] to make (`sync` mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Add the key if absent (`Exists` otherwise).
+    Insert(u64),
+    /// Add or overwrite; the reply says whether the key was new.
+    Upsert(u64),
+    /// Overwrite if present (`NotFound` otherwise).
+    Update(u64),
+    /// Remove if present (`NotFound` otherwise).
+    Delete,
+}
+
+/// A reply that waits for a pending entry to be applied.
+type Waiter = (Vec<u8>, Responder);
+
+/// A logged, not yet applied state of one key.
+struct Pending {
+    lsn: u64,
+    value: Option<u64>,
+    /// Replies decided from this state without a record of their own.
+    waiters: Vec<Waiter>,
+}
+
+/// A logged write waiting for its group commit.
+struct Logged {
+    key: u64,
+    /// The key's new state.
+    value: Option<u64>,
+    /// Whether it adds a key (counted in `pending_new`).
+    new_key: bool,
+    reply: Vec<u8>,
+    respond: Responder,
+}
+
+/// The `sync`-mode write path: the overlay of pending states and what the
+/// completions need.
+struct SyncCore {
+    tree: Arc<XTree>,
+    shards: Box<[Mutex<HashMap<u64, Pending>>]>,
+    /// Inserts of new keys logged but not applied: each may need a leaf.
+    pending_new: AtomicU64,
+    pending_writes: AtomicU64,
+    applied_lsn: AtomicU64,
+    on_split: OnceLock<Box<dyn Fn(Split) + Send + Sync>>,
+    failed_reply: Arc<[u8]>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SyncCore {
+    fn shard(&self, key: u64) -> &Mutex<HashMap<u64, Pending>> {
+        &self.shards[wal::replay_shard(key, self.shards.len())]
+    }
+
+    /// Whether an insert of a new key may be logged (reserving a leaf): the leaves must hold
+    /// a split for it and for every insert already pending, so that an
+    /// apply after the group commit never finds the region full.
+    ///
+    /// Reserves first, then checks, so that writers on different shards
+    /// cannot both take the last leaf; a refused reservation is returned.
+    /// An apply grows `leaf_count` before it releases its reservation, so
+    /// the sum only ever overcounts.
+    fn reserve_new_key(&self) -> bool {
+        let capacity = u64::from(self.tree.leaf_capacity());
+        let pending = self.pending_new.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.tree.leaf_count() + pending <= capacity {
+            return true;
+        }
+        self.pending_new.fetch_sub(1, Ordering::AcqRel);
+        false
+    }
+
+    /// The completion of record `lsn` (key `key`, new state `value`): runs
+    /// on the log writer after its group commit, in LSN order.
+    fn complete(&self, w: Logged, lsn: u64, result: Result<(), WalError>) {
+        let Logged {
+            key,
+            value,
+            new_key,
+            reply,
+            respond,
+        } = w;
+        let mut split = None;
+        let mut applied = result.is_ok();
+        let waiters = {
+            let mut shard = lock(self.shard(key));
+            if let Err(e) = &result {
+                tracing::error!(error = %e, lsn, "write not acknowledged: its record is not durable");
+            } else {
+                match value {
+                    Some(v) => match self.tree.upsert_journaled(key, v, None) {
+                        Ok((Insert::Inserted { split: s }, _)) => split = s,
+                        Ok((Insert::Exists, _)) => {}
+                        Err(e) => {
+                            // Admission makes this unreachable; if it
+                            // happens the record is durable but not served:
+                            // say so loudly, and do not claim success.
+                            tracing::error!(error = %e, key, lsn, "a durable write could not be applied to the tree; it will reappear after a restart");
+                            applied = false;
+                        }
+                    },
+                    None => {
+                        if let Err(e) = self.tree.delete(key) {
+                            tracing::error!(error = %e, key, lsn, "a durable delete could not be applied");
+                            applied = false;
+                        }
+                    }
+                }
+                self.applied_lsn.store(lsn, Ordering::Release);
+            }
+            let newest = shard.get(&key).is_some_and(|p| p.lsn == lsn);
+            let waiters = if newest {
+                shard.remove(&key).map_or_else(Vec::new, |p| p.waiters)
+            } else {
+                Vec::new()
+            };
+            if new_key {
+                self.pending_new.fetch_sub(1, Ordering::AcqRel);
+            }
+            self.pending_writes.fetch_sub(1, Ordering::AcqRel);
+            waiters
+        };
+        if let (Some(s), Some(hook)) = (split, self.on_split.get()) {
+            hook(s);
+        }
+        let answer = |reply: Vec<u8>, respond: Responder| {
+            if applied {
+                respond(reply)
+            } else {
+                respond(self.failed_reply.to_vec())
+            }
+        };
+        answer(reply, respond);
+        for (r, w) in waiters {
+            answer(r, w);
+        }
+    }
+}
+
 /// The durability machinery of a running server.
 pub struct Durable {
     /// The log.
     pub wal: Arc<Wal>,
-    /// The journal handed to the tree.
+    /// The journal handed to the tree (`async` and `none` modes).
     pub journal: WalJournal,
     mode: Durability,
-    /// Sent instead of a write's reply if its record cannot be made
-    /// durable.
-    failed_reply: Arc<[u8]>,
+    core: Arc<SyncCore>,
+    stats: Arc<StatCells>,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
+/// Test-only: segment files whose record writes sleep first (the header,
+/// the first write, does not), so records stay in memory — unwritten and
+/// unacknowledged — for that long.
+fn stalling_factory(stall: Duration) -> FileFactory {
+    struct Stalling {
+        inner: Box<dyn LogFile>,
+        writes: u64,
+        stall: Duration,
+    }
+    impl Write for Stalling {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.writes += 1;
+            if self.writes > 1 {
+                std::thread::sleep(self.stall);
+            }
+            self.inner.write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.inner.flush()
+        }
+    }
+    impl LogFile for Stalling {
+        fn sync_data(&mut self) -> io::Result<()> {
+            self.inner.sync_data()
+        }
+    }
+    let real = FileFactory::real();
+    FileFactory::new(move |path| {
+        Ok(Box::new(Stalling {
+            inner: real.create(path)?,
+            writes: 0,
+            stall,
+        }) as Box<dyn LogFile>)
+    })
+}
+
 impl Durable {
-    /// Opens the log after recovery and starts the checkpointing thread; on a fresh directory, first checkpoints the
-    /// loaded tree so the initial load survives a crash too.
+    /// Recovers `config.dir` under its lock and returns the state, then
+    /// call [`Durable::start`] with the same lock once the tree is loaded.
+    pub fn recover(config: &DurabilityConfig) -> Result<(DirLock, Recovery), WalError> {
+        let lock = DirLock::acquire(&config.dir, config.group_access)?;
+        let rec = recover_locked(&lock)?;
+        Ok((lock, rec))
+    }
+
+    /// Opens the log after recovery (keeping the lock recovery held) and
+    /// starts the checkpointing thread. On a fresh directory it first
+    /// checkpoints the loaded tree at LSN 0 — written, fsynced and its
+    /// directory entry fsynced before this returns, so before the server
+    /// serves: the initial load lives only there and must survive a crash.
     pub fn start(
         config: &DurabilityConfig,
+        lock: DirLock,
         next_lsn: u64,
         tree: Arc<XTree>,
         fresh: bool,
@@ -206,48 +534,220 @@ impl Durable {
         let mut wc = WalConfig::new(&config.dir);
         wc.durability = config.mode;
         wc.commit_delay = config.commit_delay;
+        wc.group_access = config.group_access;
+        wc.checkpoint_faults = config.test_checkpoint_faults.clone();
+        if let Some(faults) = &config.test_segment_faults {
+            wc.file_factory = faults.factory();
+        }
+        if let Some(stall) = config.test_stall_writes {
+            tracing::warn!(
+                ms = stall.as_millis() as u64,
+                "TEST HOOK {STALL_ENV} is set: every log write is delayed; never use this in production"
+            );
+            wc.file_factory = stalling_factory(stall);
+        }
         // One write per connection for the replies of a group commit.
         wc.completion_scope = Some(wal::CompletionScope(Arc::new(|run: &mut dyn FnMut()| {
             fabric::host::coalesce_replies(run)
         })));
-        let wal = Arc::new(Wal::open(wc, next_lsn)?);
+        let wal = Arc::new(Wal::open_locked(wc, next_lsn, lock)?);
+        let stats = Arc::new(StatCells::default());
         if fresh {
-            wal.checkpoint(next_lsn - 1, &mut TreePairs::new(&tree))?;
+            wal.checkpoint_from(next_lsn - 1, &mut TreePairs::new(&tree))?;
+            stats.checkpoints.fetch_add(1, Ordering::Relaxed);
         }
+        let core = Arc::new(SyncCore {
+            tree: tree.clone(),
+            shards: (0..OVERLAY_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            pending_new: AtomicU64::new(0),
+            pending_writes: AtomicU64::new(0),
+            applied_lsn: AtomicU64::new(next_lsn - 1),
+            on_split: OnceLock::new(),
+            failed_reply: failed_reply.into(),
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         {
-            let (wal, stop, every) = (wal.clone(), stop.clone(), config.checkpoint_records.max(1));
+            let ctx = CheckpointCtx {
+                wal: wal.clone(),
+                tree,
+                core: core.clone(),
+                sync: config.mode == Durability::Sync,
+                stats: stats.clone(),
+                every: config.checkpoint_records.max(1),
+                start_lsn: next_lsn - 1,
+            };
+            let stop = stop.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name("xstore-checkpoint".into())
-                    .spawn(move || checkpoint_loop(&wal, &tree, &stop, every))
-                    .expect("spawn the checkpointer"),
+                    .spawn(move || ctx.run(&stop))
+                    .map_err(|e| WalError::Io {
+                        path: config.dir.clone(),
+                        source: e,
+                    })?,
             );
         }
         Ok(Durable {
             journal: WalJournal(wal.clone()),
             wal,
             mode: config.mode,
-            failed_reply: failed_reply.into(),
+            core,
+            stats,
             stop,
             threads: Mutex::new(threads),
         })
     }
 
-    /// Whether replies must wait for their record.
+    /// Sets what a split made by an apply after a group commit calls (the
+    /// server's retraining hook). Only the first call counts.
+    pub fn set_split_hook(&self, hook: Box<dyn Fn(Split) + Send + Sync>) {
+        let _ = self.core.on_split.set(hook);
+    }
+
+    /// Whether writes take the deferred path ([`Durable::write`]): `sync`.
     pub fn waits(&self) -> bool {
         self.mode == Durability::Sync
     }
 
-    /// Sends `reply` once record `lsn` is durable (at once unless `sync`);
-    /// if the log fails first, sends the failure reply instead. The log
-    /// writer sends it right after the group commit, so no thread waits
-    /// per write and none stands between the fsync and the reply.
+    /// `sync` mode: decides, logs and — after its group commit — applies a
+    /// write, then sends its reply (see the module docs). Never blocks on
+    /// the disk; the reply comes from the log writer. Replies are encoded
+    /// as the RPC protocol says: a status byte, plus the "new key" byte of
+    /// a successful upsert.
+    pub fn write(&self, key: u64, op: WriteOp, mut respond: Responder) {
+        // Bounded by the log: each retry follows a wait for buffer space,
+        // and a failed or closed log answers at once.
+        loop {
+            match self.try_write(key, op, respond) {
+                None => return,
+                Some(r) => {
+                    respond = r;
+                    self.wal.wait_for_space();
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`Durable::write`]; hands `respond` back if the log's
+    /// buffer was full (the caller waits for space without the shard lock
+    /// and decides again: the state may have changed meanwhile).
+    fn try_write(&self, key: u64, op: WriteOp, respond: Responder) -> Option<Responder> {
+        let core = &*self.core;
+        if key > xtree::MAX_KEY {
+            respond(vec![Status::ReservedKey as u8]);
+            return None;
+        }
+        let mut shard = lock(core.shard(key));
+        let (current, pending) = match shard.get(&key) {
+            Some(p) => (p.value, true),
+            None => (core.tree.get(key), false),
+        };
+        // What to log (None: nothing, the reply reports the current state).
+        let (record, reply): (Option<Option<u64>>, Vec<u8>) = match op {
+            WriteOp::Insert(_) if current.is_some() => (None, vec![Status::Exists as u8]),
+            WriteOp::Insert(v) => (Some(Some(v)), vec![Status::Ok as u8]),
+            WriteOp::Upsert(v) => (
+                Some(Some(v)),
+                vec![Status::Ok as u8, current.is_none() as u8],
+            ),
+            WriteOp::Update(_) | WriteOp::Delete if current.is_none() => {
+                (None, vec![Status::NotFound as u8])
+            }
+            WriteOp::Update(v) => (Some(Some(v)), vec![Status::Ok as u8]),
+            WriteOp::Delete => (Some(None), vec![Status::Ok as u8]),
+        };
+        let Some(value) = record else {
+            if pending {
+                // The state it reports is not durable yet: answer when it
+                // is, and is applied.
+                if let Some(p) = shard.get_mut(&key) {
+                    p.waiters.push((reply, respond));
+                }
+                return None;
+            }
+            drop(shard);
+            respond(reply);
+            return None;
+        };
+        let new_key = current.is_none() && value.is_some();
+        if new_key && !core.reserve_new_key() {
+            drop(shard);
+            tracing::debug!(key, "insert refused: the leaf region is full");
+            respond(vec![Status::Full as u8]);
+            return None;
+        }
+        core.pending_writes.fetch_add(1, Ordering::AcqRel);
+        // The completion runs on the log writer, which needs this shard's
+        // lock: it cannot get ahead of the pending entry recorded below.
+        let lsn_cell = Arc::new(AtomicU64::new(0));
+        let cell = lsn_cell.clone();
+        let me = self.core.clone();
+        // Shared with the completion so that a refused append can take the
+        // responder back.
+        let logged = Arc::new(Mutex::new(Some(Logged {
+            key,
+            value,
+            new_key,
+            reply,
+            respond,
+        })));
+        let slot = logged.clone();
+        let done: wal::Completion = Box::new(move |r| {
+            let lsn = cell.load(Ordering::Acquire);
+            if let Some(w) = lock(&slot).take() {
+                me.complete(w, lsn, r)
+            }
+        });
+        let (op, v) = match value {
+            Some(v) => (Op::Upsert, v),
+            None => (Op::Delete, 0),
+        };
+        match self.wal.try_append_then(op, key, v, done) {
+            Ok(lsn) => {
+                lsn_cell.store(lsn, Ordering::Release);
+                let waiters = shard.remove(&key).map_or_else(Vec::new, |p| p.waiters);
+                shard.insert(
+                    key,
+                    Pending {
+                        lsn,
+                        value,
+                        waiters,
+                    },
+                );
+            }
+            Err(wal::AppendError {
+                error: WalError::Backpressure,
+                done,
+            }) => {
+                drop(done);
+                if new_key {
+                    core.pending_new.fetch_sub(1, Ordering::AcqRel);
+                }
+                core.pending_writes.fetch_sub(1, Ordering::AcqRel);
+                let w = lock(&logged).take();
+                return w.map(|w| w.respond);
+            }
+            Err(wal::AppendError { error, done }) => {
+                // The log failed or closed: nothing was logged. The
+                // completion takes this shard's lock, so release it first;
+                // it undoes the counts and answers `Unavailable`.
+                drop(shard);
+                tracing::error!(error = %error, key, "the log refused a write");
+                done(Err(error));
+            }
+        }
+        None
+    }
+
+    /// Sends `reply` once record `lsn` is durable (`async`/`none`: at
+    /// once). The `sync` path is [`Durable::write`].
     pub fn acknowledge(&self, lsn: Option<u64>, reply: Vec<u8>, respond: Responder) {
         match lsn {
             Some(lsn) if self.waits() => {
-                let failed = self.failed_reply.clone();
+                let failed = self.core.failed_reply.clone();
                 self.wal.when_durable(
                     lsn,
                     Box::new(move |r| match r {
@@ -263,21 +763,23 @@ impl Durable {
         }
     }
 
-    /// Blocks until record `lsn` is durable (the synchronous path).
-    pub fn wait(&self, lsn: Option<u64>) -> Result<(), WalError> {
-        match lsn {
-            Some(lsn) if self.waits() => self.wal.wait_durable(lsn),
-            _ => Ok(()),
+    /// Counters of checkpoints and pending writes.
+    pub fn stats(&self) -> DurabilityStats {
+        DurabilityStats {
+            checkpoints: self.stats.checkpoints.load(Ordering::Relaxed),
+            checkpoint_failures: self.stats.checkpoint_failures.load(Ordering::Relaxed),
+            last_checkpoint_error: lock(&self.stats.last_error).clone(),
+            pending_writes: self.core.pending_writes.load(Ordering::Relaxed),
+            applied_lsn: self.core.applied_lsn.load(Ordering::Acquire),
         }
     }
-}
 
-impl Durable {
     /// Answers what is queued, stops the threads and closes the log (all
-    /// appended records are written; in `sync` mode also synced). Idempotent.
+    /// appended records are written; in `sync` mode also synced, and
+    /// applied by their completions). Idempotent.
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::Release);
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let threads = std::mem::take(&mut *lock(&self.threads));
         for t in threads {
             let _ = t.join();
         }
@@ -302,28 +804,85 @@ impl Drop for Durable {
     }
 }
 
-fn checkpoint_loop(wal: &Wal, tree: &XTree, stop: &AtomicBool, every: u64) {
-    let mut last = wal.last_lsn();
-    while !stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(100));
-        let now = wal.last_lsn();
-        if now.saturating_sub(last) < every {
-            continue;
+/// What the checkpoint thread works with.
+struct CheckpointCtx {
+    wal: Arc<Wal>,
+    tree: Arc<XTree>,
+    core: Arc<SyncCore>,
+    sync: bool,
+    stats: Arc<StatCells>,
+    every: u64,
+    /// The last LSN when the log was opened.
+    start_lsn: u64,
+}
+
+impl CheckpointCtx {
+    /// The LSN a snapshot taken now covers (see the module docs).
+    fn snapshot_lsn(&self) -> u64 {
+        if self.sync {
+            self.core.applied_lsn.load(Ordering::Acquire)
+        } else {
+            self.wal.last_lsn()
         }
-        let start = Instant::now();
-        match wal.checkpoint(now, &mut TreePairs::new(tree)) {
-            Ok(info) => {
-                tracing::info!(
-                    lsn = now,
-                    pairs = info.pairs,
-                    seconds = start.elapsed().as_secs_f64(),
-                    "checkpoint written"
-                );
-                last = now;
+    }
+
+    /// Checkpoints every `every` records; a failure is retried after a
+    /// back-off (1 s doubling to 60 s) while the server keeps serving from
+    /// the log, which keeps growing until a checkpoint succeeds.
+    fn run(&self, stop: &AtomicBool) {
+        // Counted from the open, not from when this thread first runs: a
+        // late start must not swallow the records written meanwhile.
+        let mut trigger = self.start_lsn;
+        let mut done_lsn = None::<u64>;
+        let mut retry: Option<(Instant, Duration)> = None;
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(100));
+            let last = self.wal.last_lsn();
+            match retry {
+                Some((at, _)) if Instant::now() < at => continue,
+                None if last.saturating_sub(trigger) < self.every => continue,
+                _ => {}
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "checkpoint failed");
-                return;
+            let upto = self.snapshot_lsn();
+            if done_lsn == Some(upto) && retry.is_none() {
+                continue; // nothing applied since the last one
+            }
+            let start = Instant::now();
+            match self
+                .wal
+                .checkpoint_from(upto, &mut TreePairs::new(&self.tree))
+            {
+                Ok(info) => {
+                    self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                    *lock(&self.stats.last_error) = None;
+                    tracing::info!(
+                        lsn = upto,
+                        pairs = info.pairs,
+                        seconds = start.elapsed().as_secs_f64(),
+                        "checkpoint written"
+                    );
+                    trigger = last;
+                    done_lsn = Some(upto);
+                    retry = None;
+                }
+                Err(e) => {
+                    let failures = self
+                        .stats
+                        .checkpoint_failures
+                        .fetch_add(1, Ordering::Relaxed)
+                        + 1;
+                    *lock(&self.stats.last_error) = Some(e.to_string());
+                    let delay = retry.map_or(CHECKPOINT_RETRY_MIN, |(_, d)| {
+                        (d * 2).min(CHECKPOINT_RETRY_MAX)
+                    });
+                    tracing::warn!(
+                        error = %e,
+                        failures,
+                        retry_in_s = delay.as_secs(),
+                        "checkpoint failed; serving from the log and retrying"
+                    );
+                    retry = Some((Instant::now() + delay, delay));
+                }
             }
         }
     }
@@ -331,12 +890,22 @@ fn checkpoint_loop(wal: &Wal, tree: &XTree, stop: &AtomicBool, every: u64) {
 
 /// The tree's pairs in key order, read leaf by leaf without latches (each
 /// leaf consistent), for a checkpoint.
+///
+/// The walk follows right links until the last leaf (`next == NO_LEAF`)
+/// and never ends anywhere else: a link to a leaf that does not exist, or
+/// more hops than there are leaves (a cycle), is an `Err` item, which
+/// fails the checkpoint. Concurrent splits only add leaves, and a walk in
+/// key order visits each leaf at most once, so its hops never exceed the
+/// leaves allocated by then — the bound is re-read at each hop, not taken
+/// at the start (a budget taken at the start was cut short by splits and
+/// would have written a truncated checkpoint).
 pub struct TreePairs<'a> {
     tree: &'a XTree,
     next: u32,
     buffer: Vec<(u64, u64)>,
     at: usize,
-    budget: u64,
+    hops: u64,
+    failed: bool,
 }
 
 impl<'a> TreePairs<'a> {
@@ -347,19 +916,31 @@ impl<'a> TreePairs<'a> {
             next: tree.first_leaf(),
             buffer: Vec::new(),
             at: 0,
-            budget: tree.leaf_count() * 2 + 16,
+            hops: 0,
+            failed: false,
         }
     }
 }
 
 impl Iterator for TreePairs<'_> {
-    type Item = (u64, u64);
-    fn next(&mut self) -> Option<(u64, u64)> {
+    type Item = Result<(u64, u64), String>;
+    fn next(&mut self) -> Option<Self::Item> {
         while self.at == self.buffer.len() {
-            if self.next == xtree::NO_LEAF || self.budget == 0 {
+            if self.failed || self.next == xtree::NO_LEAF {
                 return None;
             }
-            self.budget -= 1;
+            let leaves = self.tree.leaf_count();
+            if u64::from(self.next) >= leaves || self.hops >= leaves {
+                self.failed = true;
+                let reason = format!(
+                    "leaf walk broken at leaf {} after {} hops ({} leaves): the checkpoint \
+                     would be short",
+                    self.next, self.hops, leaves
+                );
+                tracing::error!(%reason, "checkpoint walk failed");
+                return Some(Err(reason));
+            }
+            self.hops += 1;
             let leaf = self.tree.leaf(self.next, true);
             self.buffer.clear();
             self.buffer
@@ -369,6 +950,6 @@ impl Iterator for TreePairs<'_> {
             self.next = leaf.next;
         }
         self.at += 1;
-        Some(self.buffer[self.at - 1])
+        Some(Ok(self.buffer[self.at - 1]))
     }
 }

@@ -591,6 +591,11 @@ pub struct ServerStats {
     pub rpcs: u64,
     /// Requests rejected as malformed.
     pub bad_requests: u64,
+    /// Checkpoints written since start (0 without a log).
+    pub checkpoints: u64,
+    /// Checkpoint attempts that failed since start (each is retried with
+    /// back-off; the log keeps growing until one succeeds).
+    pub checkpoint_failures: u64,
 }
 
 impl ServerStats {
@@ -608,6 +613,8 @@ impl ServerStats {
             self.hinted_updates,
             self.rpcs,
             self.bad_requests,
+            self.checkpoints,
+            self.checkpoint_failures,
         ] {
             put_u64(out, v);
         }
@@ -627,6 +634,8 @@ impl ServerStats {
             hinted_updates: r.u64("hinted updates")?,
             rpcs: r.u64("rpcs")?,
             bad_requests: r.u64("bad requests")?,
+            checkpoints: r.u64("checkpoints")?,
+            checkpoint_failures: r.u64("checkpoint failures")?,
         })
     }
 }

@@ -213,9 +213,12 @@ impl Server {
             ..XTreeConfig::default()
         };
         // With a log, the state on disk wins over the initial key set.
-        let (recovered, next_lsn, recovery) = match &config.durability {
+        // Recovery holds the directory lock, which the log then keeps: no
+        // other server can start on this directory meanwhile.
+        let (recovered, next_lsn, recovery, dir_lock) = match &config.durability {
             Some(d) => {
-                let (pairs_on_disk, next_lsn, report) = crate::durable::recover(&d.dir)?;
+                let (lock, (pairs_on_disk, next_lsn, report)) =
+                    crate::durable::Durable::recover(d)?;
                 if !report.fresh && !pairs.is_empty() {
                     tracing::warn!(
                         "the data directory holds state; the initial key set is ignored"
@@ -223,9 +226,9 @@ impl Server {
                 }
                 tracing::info!(?report, "recovered");
                 let recovered = (!report.fresh).then_some(pairs_on_disk);
-                (recovered, next_lsn, Some(report))
+                (recovered, next_lsn, Some(report), Some(lock))
             }
-            None => (None, 1, None),
+            None => (None, 1, None, None),
         };
         let pairs: &[(u64, u64)] = recovered.as_deref().unwrap_or(pairs);
         let alloc = |id, bytes, rights| registrar.alloc(id, bytes, rights);
@@ -240,9 +243,10 @@ impl Server {
         if let Some(mirror) = tree.mirror_region() {
             registrar.register(mirror)?;
         }
-        let durable = match (&config.durability, &recovery) {
-            (Some(d), Some(r)) => Some(crate::durable::Durable::start(
+        let durable = match (&config.durability, &recovery, dir_lock) {
+            (Some(d), Some(r), Some(lock)) => Some(crate::durable::Durable::start(
                 d,
+                lock,
                 next_lsn,
                 tree.clone(),
                 r.fresh,
@@ -276,6 +280,17 @@ impl Server {
             recovery,
             config,
         });
+        if let Some(d) = &shared.durable {
+            // Splits made when a `sync` write is applied after its group
+            // commit retrain like any other. Weak: the hook lives in
+            // `shared` itself.
+            let weak = Arc::downgrade(&shared);
+            d.set_split_hook(Box::new(move |split| {
+                if let Some(s) = weak.upgrade() {
+                    s.on_split(split);
+                }
+            }));
+        }
         let trainers = (0..shared.config.train_threads)
             .map(|t| {
                 let shared = shared.clone();
@@ -334,6 +349,11 @@ impl Server {
     /// Statistics.
     pub fn stats(&self) -> ServerStats {
         self.shared.stats()
+    }
+
+    /// Checkpoint and pending-write counters (`None` without durability).
+    pub fn durability_stats(&self) -> Option<crate::durable::DurabilityStats> {
+        self.shared.durable.as_ref().map(|d| d.stats())
     }
 
     /// Sub-models queued for retraining.
@@ -409,6 +429,11 @@ impl Shared {
             hinted_updates: c.hinted_updates.load(Ordering::Relaxed),
             rpcs: c.rpcs.load(Ordering::Relaxed),
             bad_requests: c.bad_requests.load(Ordering::Relaxed),
+            checkpoints: self.durable.as_ref().map_or(0, |d| d.stats().checkpoints),
+            checkpoint_failures: self
+                .durable
+                .as_ref()
+                .map_or(0, |d| d.stats().checkpoint_failures),
         }
     }
 
@@ -748,37 +773,71 @@ impl Shared {
 
 struct Handler(Arc<Shared>);
 
+/// The `sync` write a request asks for, if it is one.
+fn sync_write(req: &Request) -> Option<(u64, crate::durable::WriteOp)> {
+    use crate::durable::WriteOp;
+    match *req {
+        Request::Insert { key, value } => Some((key, WriteOp::Insert(value))),
+        Request::Upsert { key, value } => Some((key, WriteOp::Upsert(value))),
+        // Position hints only save a traversal; the sync path decides
+        // against the overlay and the tree by key.
+        Request::Update { key, value, .. } => Some((key, WriteOp::Update(value))),
+        Request::Delete { key } => Some((key, WriteOp::Delete)),
+        _ => None,
+    }
+}
+
 impl Handler {
-    /// Decodes and serves; returns the log record to wait for.
-    fn serve(&self, request: &[u8], reply: &mut Vec<u8>) -> Option<u64> {
+    /// Counts and decodes a request; a malformed one is answered here.
+    fn decode(&self, request: &[u8]) -> Result<Request, Vec<u8>> {
         self.0.counters.rpcs.fetch_add(1, Ordering::Relaxed);
-        match Request::decode(request) {
-            Ok(req) => self.0.serve(req, reply),
-            Err(e) => {
-                self.0.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(error = %e, "malformed request");
-                reply.clear();
-                reply.push(Status::BadRequest as u8);
-                None
-            }
-        }
+        Request::decode(request).map_err(|e| {
+            self.0.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(error = %e, "malformed request");
+            vec![Status::BadRequest as u8]
+        })
     }
 }
 
 impl RpcHandler for Handler {
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
-        let lsn = self.serve(request, reply);
-        if let Some(d) = &self.0.durable {
-            if d.wait(lsn).is_err() {
-                reply.clear();
-                reply.push(Status::Unavailable as u8);
+        if self.0.durable.as_ref().is_some_and(|d| d.waits()) {
+            // A `sync` write is answered by the log writer: wait for it.
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            self.handle_deferred(
+                request,
+                Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            );
+            match rx.recv() {
+                Ok(r) => reply.extend_from_slice(&r),
+                Err(_) => reply.push(Status::Unavailable as u8),
             }
+            return;
+        }
+        match self.decode(request) {
+            // async / none / no log: applied and answered at once.
+            Ok(req) => {
+                self.0.serve(req, reply);
+            }
+            Err(r) => *reply = r,
         }
     }
 
     fn handle_deferred(&self, request: &[u8], respond: fabric::Responder) {
+        let req = match self.decode(request) {
+            Ok(req) => req,
+            Err(r) => return respond(r),
+        };
+        if let Some(d) = self.0.durable.as_ref().filter(|d| d.waits()) {
+            if let Some((key, op)) = sync_write(&req) {
+                // Visible only once durable: see `durable` module docs.
+                return d.write(key, op, respond);
+            }
+        }
         let mut reply = Vec::new();
-        let lsn = self.serve(request, &mut reply);
+        let lsn = self.0.serve(req, &mut reply);
         match &self.0.durable {
             Some(d) => d.acknowledge(lsn, reply, respond),
             None => respond(reply),
