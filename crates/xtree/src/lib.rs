@@ -22,6 +22,7 @@
 //! assert_eq!(out, vec![(33, 11), (36, 12)]);
 //! ```
 
+pub mod chunks;
 pub mod error;
 pub mod inner;
 pub mod layout;
@@ -30,7 +31,10 @@ pub mod mirror;
 pub mod remote;
 pub mod tree;
 
+pub use chunks::ChunkMap;
 pub use error::{LeafError, XTreeError};
 pub use layout::{Header, LeafLayout, LeafView, DEFAULT_LEAF_SLOTS, MAX_LEAF_SLOTS, NO_LEAF};
-pub use leaf::{LeafSnapshot, LeafSummary};
-pub use tree::{Insert, Journal, Split, XTree, XTreeConfig, MAX_KEY, MAX_LEAVES, MAX_SCAN};
+pub use leaf::{HeapSink, LeafSink, LeafSnapshot, LeafSummary};
+pub use tree::{
+    Insert, Journal, LeafWalk, Split, XTree, XTreeConfig, MAX_KEY, MAX_LEAVES, MAX_SCAN,
+};
