@@ -310,8 +310,15 @@ impl<E: Endpoint> BaselineClient<E> {
         Ok(Some(id))
     }
 
-    fn leaf_offset(&self, aln: u32) -> u64 {
-        aln as u64 * self.meta.block_bytes
+    /// Region id and byte offset of leaf `aln`, by the chunk rule META
+    /// gave (leaves live in chunk regions that grow with the tree).
+    fn leaf_address(&self, aln: u32) -> (u32, u64) {
+        let (region, offset) = self.meta.chunk_map().address(
+            RegionId(self.meta.leaf_region),
+            self.meta.block_bytes,
+            aln,
+        );
+        (region.0, offset)
     }
 
     fn read_leaf(&mut self, aln: u32, key: u64) -> Result<Leaf, BenchError> {
@@ -323,9 +330,8 @@ impl<E: Endpoint> BaselineClient<E> {
         };
         for _ in 0..MAX_ATTEMPTS {
             self.stats.get_leaves += 1;
-            let Some(bytes) =
-                self.read(self.meta.leaf_region, self.leaf_offset(aln), len as u64)?
-            else {
+            let (region, offset) = self.leaf_address(aln);
+            let Some(bytes) = self.read(region, offset, len as u64)? else {
                 return Ok(Leaf::Missed);
             };
             let view = match LeafView::decode(self.layout, &bytes) {
@@ -344,8 +350,8 @@ impl<E: Endpoint> BaselineClient<E> {
             }
             let seq = view.seq();
             let part = self.read(
-                self.meta.leaf_region,
-                self.leaf_offset(aln) + self.layout.value_part_offset() as u64,
+                region,
+                offset + self.layout.value_part_offset() as u64,
                 self.layout.value_part_bytes() as u64,
             )?;
             if let Some(part) = part {
@@ -412,11 +418,8 @@ impl<E: Endpoint> KvClient for BaselineClient<E> {
                 let mut expect_low = None;
                 // Leaf by leaf along the right links, each one READ.
                 for _ in 0..4096 {
-                    let Some(bytes) = self.read(
-                        self.meta.leaf_region,
-                        self.leaf_offset(aln),
-                        self.layout.leaf_bytes() as u64,
-                    )?
+                    let (region, offset) = self.leaf_address(aln);
+                    let Some(bytes) = self.read(region, offset, self.layout.leaf_bytes() as u64)?
                     else {
                         break 'attempt;
                     };
