@@ -495,3 +495,58 @@ impl<E: Endpoint> KvClient for BaselineClient<E> {
         (self.kind != Baseline::ServerCentric).then(|| self.cache.bytes())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabric::LocalFabric;
+    use xstore::{Server, ServerConfig};
+
+    /// Tree-traversing clients read leaves wherever the chunk rule puts
+    /// them: a tree spread over dozens of small chunk regions, half loaded
+    /// and half inserted (so later chunks appear after the clients connect).
+    #[test]
+    fn baselines_read_leaves_across_chunks() {
+        let fabric = LocalFabric::new();
+        let node = fabric.add_node();
+        let pairs: Vec<(u64, u64)> = (0..10_000u64).map(|k| (k * 2, k)).collect();
+        let server = Server::start_local(
+            ServerConfig {
+                chunk_leaves: (16, 64),
+                max_leaves: Some(100_000),
+                mirror_inner: true,
+                ..ServerConfig::default()
+            },
+            &pairs,
+            &fabric,
+            node,
+        )
+        .unwrap();
+        let kinds = [
+            Baseline::WholeTreeCache,
+            Baseline::TreeCache {
+                cache_bytes: 1 << 20,
+                top_levels: None,
+            },
+        ];
+        let mut clients: Vec<_> = kinds
+            .iter()
+            .map(|&k| BaselineClient::connect(fabric.endpoint(), node, k, 1).unwrap())
+            .collect();
+        for k in 0..10_000u64 {
+            assert!(clients[0].insert(k * 2 + 1, k).unwrap());
+        }
+        assert!(server.tree().leaf_regions().len() > 10);
+        for c in &mut clients {
+            for k in (0..20_000u64).step_by(7) {
+                assert_eq!(c.get(k).unwrap(), Some(k / 2), "key {k}");
+            }
+            let mut out = Vec::new();
+            c.scan(100, 50, &mut out).unwrap();
+            let want: Vec<(u64, u64)> = (100..150u64).map(|k| (k, k / 2)).collect();
+            assert_eq!(out, want);
+            let s = c.direct_stats().unwrap();
+            assert!(s.fallbacks * 2 < s.reads, "{s:?}");
+        }
+    }
+}

@@ -108,7 +108,8 @@ pub enum ClientError {
     /// `u64::MAX` is reserved.
     #[error("key {0} is reserved")]
     ReservedKey(u64),
-    /// The server's leaf region is full; the write was not applied.
+    /// The server's leaf store reached its memory limit; the write was not
+    /// applied.
     #[error("server full: write not applied")]
     Full,
     /// The transport failed.

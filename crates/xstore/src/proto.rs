@@ -365,7 +365,8 @@ pub enum Status {
     BadRequest = 4,
     /// The client's model version is gone; fetch the top model again.
     VersionChanged = 5,
-    /// The server's leaf region is full; the write was not applied.
+    /// The server's leaf store reached its memory limit (or the machine
+    /// refused it a new chunk); the write was not applied.
     Full = 6,
     /// The write could not be made durable (log failure); it may or may not
     /// survive a crash, and the server refuses further writes.

@@ -42,7 +42,7 @@ pub enum XTreeError {
     /// The configured leaf limit is reached; the insert was not applied.
     #[error("leaf limit reached ({capacity} leaves); insert not applied")]
     OutOfLeaves {
-        /// Leaves the region holds.
+        /// The leaf limit.
         capacity: u32,
     },
     /// A new leaf chunk could not be made or published; the insert was

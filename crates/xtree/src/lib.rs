@@ -1,7 +1,9 @@
 //! XTree: the XStore server's B+tree (XStore §5.1, Fig. 5).
 //!
-//! Leaves are allocated from a registered region by a slab allocator and
-//! laid out for one-sided remote reads ([`layout`]): keys and values apart,
+//! Leaves live in registered regions, chunks that the tree adds as it grows
+//! ([`chunks`]: a fixed rule maps a leaf number to its chunk and offset on
+//! the server and on every client), and are laid out for one-sided remote
+//! reads ([`layout`]): keys and values apart,
 //! keys unsorted within a leaf, an incarnation that tells clients a leaf's
 //! key range shrank, fence keys that tell them which keys a leaf may hold,
 //! and checksums that detect torn reads. Internal levels live in ordinary

@@ -136,15 +136,20 @@ fn walks_during_splits_reach_the_last_leaf() {
         let (tree, stop) = (tree.clone(), stop.clone());
         std::thread::spawn(move || {
             let mut k = 0u64;
-            // Bounded: at most 2 M inserts even if the walks are slow.
-            while !stop.load(Ordering::Relaxed) && k < 2_000_000 {
+            // Bounded: at most 200 k inserts (~100 k leaves) even if the
+            // walks are slow.
+            while !stop.load(Ordering::Relaxed) && k < 200_000 {
                 tree.insert(k, k).unwrap();
                 k += 1;
             }
         })
     };
+    // A chain long enough that splits land while a walk is under way.
+    while tree.leaf_count() < 5_000 {
+        std::thread::yield_now();
+    }
     let mut walks = 0;
-    while walks < 300 {
+    while walks < 60 {
         let all: Vec<_> = tree.summaries(tree.first_leaf()).collect();
         let last = all.last().expect("at least one leaf");
         assert_eq!(
@@ -153,8 +158,10 @@ fn walks_during_splits_reach_the_last_leaf() {
             "walk {walks} stopped after {} leaves at a bounded leaf",
             all.len()
         );
-        tree.walk_leaves(tree.first_leaf(), false, |_| true)
-            .unwrap();
+        if walks % 6 == 0 {
+            tree.walk_leaves(tree.first_leaf(), false, |_| true)
+                .unwrap();
+        }
         walks += 1;
     }
     stop.store(true, Ordering::Relaxed);
