@@ -310,8 +310,15 @@ impl<E: Endpoint> BaselineClient<E> {
         Ok(Some(id))
     }
 
-    fn leaf_offset(&self, aln: u32) -> u64 {
-        aln as u64 * self.meta.block_bytes
+    /// Region id and byte offset of leaf `aln`, by the chunk rule META
+    /// gave (leaves live in chunk regions that grow with the tree).
+    fn leaf_address(&self, aln: u32) -> (u32, u64) {
+        let (region, offset) = self.meta.chunk_map().address(
+            RegionId(self.meta.leaf_region),
+            self.meta.block_bytes,
+            aln,
+        );
+        (region.0, offset)
     }
 
     fn read_leaf(&mut self, aln: u32, key: u64) -> Result<Leaf, BenchError> {
@@ -323,9 +330,8 @@ impl<E: Endpoint> BaselineClient<E> {
         };
         for _ in 0..MAX_ATTEMPTS {
             self.stats.get_leaves += 1;
-            let Some(bytes) =
-                self.read(self.meta.leaf_region, self.leaf_offset(aln), len as u64)?
-            else {
+            let (region, offset) = self.leaf_address(aln);
+            let Some(bytes) = self.read(region, offset, len as u64)? else {
                 return Ok(Leaf::Missed);
             };
             let view = match LeafView::decode(self.layout, &bytes) {
@@ -344,8 +350,8 @@ impl<E: Endpoint> BaselineClient<E> {
             }
             let seq = view.seq();
             let part = self.read(
-                self.meta.leaf_region,
-                self.leaf_offset(aln) + self.layout.value_part_offset() as u64,
+                region,
+                offset + self.layout.value_part_offset() as u64,
                 self.layout.value_part_bytes() as u64,
             )?;
             if let Some(part) = part {
@@ -412,11 +418,8 @@ impl<E: Endpoint> KvClient for BaselineClient<E> {
                 let mut expect_low = None;
                 // Leaf by leaf along the right links, each one READ.
                 for _ in 0..4096 {
-                    let Some(bytes) = self.read(
-                        self.meta.leaf_region,
-                        self.leaf_offset(aln),
-                        self.layout.leaf_bytes() as u64,
-                    )?
+                    let (region, offset) = self.leaf_address(aln);
+                    let Some(bytes) = self.read(region, offset, self.layout.leaf_bytes() as u64)?
                     else {
                         break 'attempt;
                     };
@@ -490,5 +493,60 @@ impl<E: Endpoint> KvClient for BaselineClient<E> {
 
     fn cache_bytes(&self) -> Option<u64> {
         (self.kind != Baseline::ServerCentric).then(|| self.cache.bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabric::LocalFabric;
+    use xstore::{Server, ServerConfig};
+
+    /// Tree-traversing clients read leaves wherever the chunk rule puts
+    /// them: a tree spread over dozens of small chunk regions, half loaded
+    /// and half inserted (so later chunks appear after the clients connect).
+    #[test]
+    fn baselines_read_leaves_across_chunks() {
+        let fabric = LocalFabric::new();
+        let node = fabric.add_node();
+        let pairs: Vec<(u64, u64)> = (0..10_000u64).map(|k| (k * 2, k)).collect();
+        let server = Server::start_local(
+            ServerConfig {
+                chunk_leaves: (16, 64),
+                max_leaves: Some(100_000),
+                mirror_inner: true,
+                ..ServerConfig::default()
+            },
+            &pairs,
+            &fabric,
+            node,
+        )
+        .unwrap();
+        let kinds = [
+            Baseline::WholeTreeCache,
+            Baseline::TreeCache {
+                cache_bytes: 1 << 20,
+                top_levels: None,
+            },
+        ];
+        let mut clients: Vec<_> = kinds
+            .iter()
+            .map(|&k| BaselineClient::connect(fabric.endpoint(), node, k, 1).unwrap())
+            .collect();
+        for k in 0..10_000u64 {
+            assert!(clients[0].insert(k * 2 + 1, k).unwrap());
+        }
+        assert!(server.tree().leaf_regions().len() > 10);
+        for c in &mut clients {
+            for k in (0..20_000u64).step_by(7) {
+                assert_eq!(c.get(k).unwrap(), Some(k / 2), "key {k}");
+            }
+            let mut out = Vec::new();
+            c.scan(100, 50, &mut out).unwrap();
+            let want: Vec<(u64, u64)> = (100..150u64).map(|k| (k, k / 2)).collect();
+            assert_eq!(out, want);
+            let s = c.direct_stats().unwrap();
+            assert!(s.fallbacks * 2 < s.reads, "{s:?}");
+        }
     }
 }

@@ -52,6 +52,10 @@ pub enum ModelError {
     /// Bad training parameters.
     #[error("bad parameters: {0}")]
     Params(String),
+    /// The leaves to train on could not be read (a broken walk of the
+    /// tree's leaf chain).
+    #[error("cannot read the leaves: {0}")]
+    Walk(String),
     /// Encoded model bytes that do not decode.
     #[error("corrupt model encoding: {0}")]
     Decode(&'static str),

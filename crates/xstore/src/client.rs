@@ -47,7 +47,8 @@ use xtree::layout::value_from_part;
 use xtree::{LeafError, LeafLayout, LeafView};
 
 use crate::proto::{
-    Meta, ProtoError, Reader, Request, Status, SubPayload, TopPayload, MAX_SCAN, MAX_SUBS_PER_FETCH,
+    Meta, ProtoError, Reader, Request, Status, SubPayload, TopPayload, MAX_GET_LEAVES, MAX_SCAN,
+    MAX_SUBS_PER_FETCH,
 };
 use crate::published::{decode_slot, SUB_SLOT_BYTES};
 
@@ -107,7 +108,8 @@ pub enum ClientError {
     /// `u64::MAX` is reserved.
     #[error("key {0} is reserved")]
     ReservedKey(u64),
-    /// The server's leaf region is full; the write was not applied.
+    /// The server's leaf store reached its memory limit; the write was not
+    /// applied.
     #[error("server full: write not applied")]
     Full,
     /// The transport failed.
@@ -165,7 +167,9 @@ struct CachedSub {
 /// Most attempts of a client-direct read before it falls back.
 const MAX_ATTEMPTS: u32 = 16;
 
-/// Most leaves one SCAN reads per round trip.
+/// Most leaves one SCAN reads per round trip: half the fabric's 1024-verb
+/// batch limit, ~160 KiB of 16-slot leaves (a scan that needs more follows
+/// right links for up to 8 more reads, then falls back).
 const MAX_SCAN_LEAVES: usize = 512;
 
 /// A client of one XStore server over any fabric endpoint.
@@ -174,6 +178,8 @@ pub struct Client<E: Endpoint> {
     node: NodeId,
     config: ClientConfig,
     meta: Meta,
+    /// Where leaves live (from `meta`).
+    chunks: xtree::ChunkMap,
     layout: LeafLayout,
     version: u64,
     submodels: u32,
@@ -208,6 +214,7 @@ impl<E: Endpoint> Client<E> {
             node,
             config,
             meta: Meta::placeholder(),
+            chunks: Meta::placeholder().chunk_map(),
             layout: LeafLayout::new(1).expect("1 slot is valid"),
             version: 0,
             submodels: 1,
@@ -283,6 +290,7 @@ impl<E: Endpoint> Client<E> {
         r.finish()?;
         self.layout =
             LeafLayout::new(meta.leaf_slots as usize).ok_or(ProtoError::Bad("leaf slots"))?;
+        self.chunks = meta.chunk_map();
         self.meta = meta;
         self.version = top.version;
         self.submodels = top.submodels;
@@ -464,8 +472,10 @@ impl<E: Endpoint> Client<E> {
         }
     }
 
-    fn leaf_offset(&self, aln: u32) -> u64 {
-        aln as u64 * self.meta.block_bytes
+    /// Region and byte offset of leaf `aln`, by the chunk rule META gave.
+    fn leaf_address(&self, aln: u32) -> (RegionId, u64) {
+        self.chunks
+            .address(RegionId(self.meta.leaf_region), self.meta.block_bytes, aln)
     }
 
     /// The value of `key`, or `None` if absent.
@@ -497,6 +507,11 @@ impl<E: Endpoint> Client<E> {
         let Some((first, last)) = cached.model.leaves(frac, self.layout.slots()) else {
             return Ok(Attempt::Fallback);
         };
+        if last - first >= MAX_GET_LEAVES {
+            // A stale model's range outgrew one GET: the server answers and
+            // its reply brings a fresh sub-model.
+            return Ok(Attempt::Fallback);
+        }
         if !self.targets(sub, cached, first, last, targets)? {
             return Ok(Attempt::Fallback);
         }
@@ -509,11 +524,10 @@ impl<E: Endpoint> Client<E> {
         } else {
             self.layout.key_part_bytes()
         } as u64;
-        let region = RegionId(self.meta.leaf_region);
         self.batch.clear();
         for t in targets.iter() {
-            self.batch
-                .read(region, self.leaf_offset(t.entry.aln()), len);
+            let (region, offset) = self.leaf_address(t.entry.aln());
+            self.batch.read(region, offset, len);
         }
         self.ep.post(self.node, &mut self.batch)?;
         self.stats.get_leaves += targets.len() as u64;
@@ -583,9 +597,8 @@ impl<E: Endpoint> Client<E> {
         len: u64,
     ) -> Result<Attempt<Option<u64>>, ClientError> {
         self.batch.clear();
-        let h = self
-            .batch
-            .read(RegionId(self.meta.leaf_region), self.leaf_offset(next), len);
+        let (region, offset) = self.leaf_address(next);
+        let h = self.batch.read(region, offset, len);
         self.ep.post(self.node, &mut self.batch)?;
         self.stats.get_leaves += 1;
         let Ok(bytes) = self.batch.read_bytes(h) else {
@@ -618,9 +631,10 @@ impl<E: Endpoint> Client<E> {
             Found::Value(v) => Ok(Attempt::Done(Some(v))),
             Found::Slot { aln, slot, seq } => {
                 self.batch.clear();
+                let (region, offset) = self.leaf_address(aln);
                 let h = self.batch.read(
-                    RegionId(self.meta.leaf_region),
-                    self.leaf_offset(aln) + self.layout.value_part_offset() as u64,
+                    region,
+                    offset + self.layout.value_part_offset() as u64,
                     self.layout.value_part_bytes() as u64,
                 );
                 self.ep.post(self.node, &mut self.batch)?;
@@ -698,12 +712,20 @@ impl<E: Endpoint> Client<E> {
         let Some((first, last)) = cached.model.leaves(frac, self.layout.slots()) else {
             return Ok(None);
         };
+        if last - first >= MAX_GET_LEAVES {
+            // The start key's range alone outgrew one read: fall back.
+            return Ok(None);
+        }
         let mut plan = Vec::new();
         if self.config.cache != CacheMode::Full {
             // Without cached tables: the predicted leaves plus an estimate
-            // of how many more at half-full, by one READ of the table.
+            // of how many more at half-full, by one READ of the table,
+            // bounded like the cached-table plan.
             let extra = (n / (self.layout.slots() / 2).max(1)) as u32 + 1;
-            let end = last.saturating_add(extra).min(cached.model.tt_len - 1);
+            let end = last
+                .saturating_add(extra)
+                .min(cached.model.tt_len - 1)
+                .min(first + MAX_SCAN_LEAVES as u32 - 1);
             if !self.targets(sub, cached, first, end, &mut plan)? {
                 return Ok(None);
             }
@@ -760,12 +782,11 @@ impl<E: Endpoint> Client<E> {
         if plan.is_empty() {
             return Ok(Attempt::Fallback);
         }
-        let region = RegionId(self.meta.leaf_region);
         let leaf_len = self.layout.leaf_bytes() as u64;
         self.batch.clear();
         for t in &plan {
-            self.batch
-                .read(region, self.leaf_offset(t.entry.aln()), leaf_len);
+            let (region, offset) = self.leaf_address(t.entry.aln());
+            self.batch.read(region, offset, leaf_len);
         }
         self.ep.post(self.node, &mut self.batch)?;
         // Verified copies of every leaf read, by ALN.
@@ -833,7 +854,8 @@ impl<E: Endpoint> Client<E> {
                     }
                     extra_reads += 1;
                     self.batch.clear();
-                    let h = self.batch.read(region, self.leaf_offset(next), leaf_len);
+                    let (region, offset) = self.leaf_address(next);
+                    let h = self.batch.read(region, offset, leaf_len);
                     self.ep.post(self.node, &mut self.batch)?;
                     let Ok(bytes) = self.batch.read_bytes(h) else {
                         return Ok(Attempt::Fallback);

@@ -41,6 +41,16 @@ pub const MAX_SCAN: u32 = 1 << 16;
 /// Most sub-models one FETCH_SUBS reply carries.
 pub const MAX_SUBS_PER_FETCH: u32 = 4096;
 
+/// Most leaves one client-direct GET reads (one doorbell batch). A fresh
+/// sub-model's range is 1-3 leaves; 16 whole 16-slot leaves are ~5 KiB,
+/// past which one RPC (one round trip, a tree walk on the server, and a
+/// fresh sub-model in the reply) costs less than the READs, and a range
+/// that wide means the model is due for retraining anyway (the server
+/// retrains toward ranges of at most half this). Far below the fabric's
+/// 1024-verb batch limit, so a stale model can never make a GET's batch
+/// too large.
+pub const MAX_GET_LEAVES: u32 = 16;
+
 /// Why bytes did not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {
@@ -355,7 +365,8 @@ pub enum Status {
     BadRequest = 4,
     /// The client's model version is gone; fetch the top model again.
     VersionChanged = 5,
-    /// The server's leaf region is full; the write was not applied.
+    /// The server's leaf store reached its memory limit (or the machine
+    /// refused it a new chunk); the write was not applied.
     Full = 6,
     /// The write could not be made durable (log failure); it may or may not
     /// survive a crash, and the server refuses further writes.
@@ -387,10 +398,15 @@ impl Status {
 /// What a client needs to know to read the server's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
-    /// Region of the leaves.
+    /// Region of the first leaf chunk (later chunks by the rule of
+    /// [`xtree::chunks`]).
     pub leaf_region: u32,
-    /// Bytes per leaf block.
+    /// Bytes per leaf block (the stride inside a chunk).
     pub block_bytes: u64,
+    /// Leaves in the first chunk.
+    pub chunk_first: u32,
+    /// Most leaves in a later chunk.
+    pub chunk_cap: u32,
     /// Slots per leaf.
     pub leaf_slots: u16,
     /// Current model version.
@@ -414,6 +430,8 @@ impl Meta {
         Meta {
             leaf_region: 0,
             block_bytes: 0,
+            chunk_first: 1,
+            chunk_cap: 1,
             leaf_slots: 1,
             version: 0,
             submodels: 1,
@@ -435,6 +453,15 @@ impl Meta {
         put_u32(out, self.sub_region);
         put_u32(out, self.inner_region);
         out.extend_from_slice(&self.inner_fanout.to_le_bytes());
+        put_u32(out, self.chunk_first);
+        put_u32(out, self.chunk_cap);
+    }
+
+    /// The leaf chunk rule the server published.
+    pub fn chunk_map(&self) -> xtree::ChunkMap {
+        // Decoding checked both are non-zero; the placeholder has 1 and 1.
+        xtree::ChunkMap::new(self.chunk_first.max(1), self.chunk_cap.max(1))
+            .expect("non-zero chunk sizes")
     }
 
     /// Decodes from `r`.
@@ -449,7 +476,12 @@ impl Meta {
             sub_region: r.u32("sub region")?,
             inner_region: r.u32("inner region")?,
             inner_fanout: r.u16("inner fanout")?,
+            chunk_first: r.u32("first chunk leaves")?,
+            chunk_cap: r.u32("chunk leaves")?,
         };
+        if m.chunk_first == 0 || m.chunk_cap == 0 {
+            return Err(ProtoError::Bad("leaf chunk sizes must be non-zero"));
+        }
         if m.inner_region != 0 && !(3..=xtree::inner::MAX_FANOUT as u16).contains(&m.inner_fanout) {
             return Err(ProtoError::Bad("inner fanout out of range"));
         }

@@ -107,9 +107,15 @@ pub struct Published {
 }
 
 impl Published {
-    /// Region ids of a version: two per version, after the leaf region.
+    /// Region ids of a version: two per version, in
+    /// `16..LEAF_CHUNK_REGION_BASE` so they never meet the leaf chunks'
+    /// ids. They wrap after ~10^9 versions, when the ids of a version long
+    /// retired (only the current and the previous one stay registered)
+    /// come round again.
     pub fn region_ids(version: u64) -> (RegionId, RegionId) {
-        let base = 16 + 2 * (version as u32);
+        const FIRST: u64 = 16;
+        let pairs = (xtree::chunks::LEAF_CHUNK_REGION_BASE as u64 - FIRST) / 2;
+        let base = (FIRST + 2 * (version % pairs)) as u32;
         (RegionId(base), RegionId(base + 1))
     }
 

@@ -13,21 +13,48 @@
 //! of it (mass deletes), one thread trains a whole new model with
 //! `keys / submodel_keys` sub-models beside the live one and publishes it
 //! with one pointer swap: the model version changes and clients refetch the
-//! top model on their next fallback (§5.3.2, Fig. 14c).
+//! top model on their next fallback (§5.3.2, Fig. 14c). A sub-model whose
+//! retrained lookup range grows past half of [`MAX_GET_LEAVES`] (or whose
+//! table grows far past the average) also asks for a whole new model: a
+//! run of inserts past the largest trained key (a sequential load) lands in
+//! the last sub-model, whose range the top model cannot spread; only a new
+//! top model can.
+//!
+//! # Growth
+//!
+//! Leaves live in chunk regions ([`xtree::chunks`]) that the tree adds as it
+//! grows; each is allocated and registered through the [`Registrar`] before
+//! any leaf in it is linked, so clients (which compute a leaf's chunk by the
+//! rule META publishes) can always read the leaves they are pointed at.
+//! Inserts fail with [`Status::Full`] only at [`ServerConfig::max_leaf_bytes`]
+//! (or when the machine refuses a new chunk), logged once per
+//! [`FULL_LOG_INTERVAL`] with the count of refusals.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fabric::{FabricError, Region, RegionId, RpcHandler};
 use learned::{TrainParams, XModel};
 use xtree::{Insert, XTree, XTreeConfig, XTreeError};
 
-use crate::proto::{Meta, Request, ServerStats, Status, SubPayload, MAX_SCAN, MAX_SUBS_PER_FETCH};
+use crate::proto::{
+    Meta, Request, ServerStats, Status, SubPayload, MAX_GET_LEAVES, MAX_SCAN, MAX_SUBS_PER_FETCH,
+};
 use crate::published::Published;
-use crate::train::{collect_leaves, leaf_info};
+use crate::train::{collect_leaves, try_retrain_submodel};
+
+/// Refused writes (`Full`) are logged at most once per this interval, with
+/// their count: a full server must not flood its log (one line per refused
+/// request made ~20 k lines in the run).
+pub const FULL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often a busy training thread still looks at the model's size: the
+/// queue is rarely empty under sustained inserts, so waiting for an empty
+/// queue would postpone expansion indefinitely.
+const RESIZE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Region id of the copy of the internal levels (leaves are region 1, model
 /// versions take 16 and up).
@@ -49,6 +76,28 @@ pub trait Registrar: Send + Sync {
     fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
     /// Withdraws a region (later verbs to it fail alone).
     fn deregister(&self, id: RegionId);
+}
+
+/// Makes the tree's leaf chunks through a [`Registrar`] and registers
+/// each as it is made.
+struct RegistrarSink(Arc<dyn Registrar>);
+
+impl xtree::LeafSink for RegistrarSink {
+    fn alloc(&self, id: RegionId, bytes: u64) -> Result<Arc<Region>, FabricError> {
+        self.0.alloc(id, bytes, fabric::Rights::READ)
+    }
+
+    fn publish(&self, region: &Arc<Region>) -> Result<(), FabricError> {
+        // The internal-level copy is allocated here too but registered by
+        // the server; only leaf chunks come through `publish`.
+        self.0.register(region.clone())?;
+        tracing::info!(
+            region = region.id().0,
+            bytes = region.len_bytes(),
+            "registered a leaf chunk"
+        );
+        Ok(())
+    }
 }
 
 /// Registers on one node of a [`fabric::LocalFabric`].
@@ -91,8 +140,18 @@ impl Registrar for LocalRegistrar {
 pub struct ServerConfig {
     /// Slots per leaf.
     pub leaf_slots: usize,
-    /// Leaves the region reserves (`None`: sized from the load).
+    /// Most leaves the tree may have (`None`: no limit but the 31-bit leaf
+    /// numbers and [`ServerConfig::max_leaf_bytes`]).
     pub max_leaves: Option<u32>,
+    /// Most bytes of leaves (the store's memory limit): inserts that need a
+    /// leaf past it fail with `Full`. `None` (the default): no configured
+    /// limit — the store grows until the machine refuses a new chunk
+    /// region (or 2^31 leaves); an operator sharing the machine, or serving
+    /// from a size-limited `/dev/shm`, should set one.
+    pub max_leaf_bytes: Option<u64>,
+    /// Leaves in the first leaf chunk, and most in any later one (see
+    /// [`xtree::chunks`]; tests make them small to cross chunks early).
+    pub chunk_leaves: (u32, u32),
     /// Fill factor of the bulk load.
     pub fill: f64,
     /// Sub-models of the first model (`None`: keys / `submodel_keys`).
@@ -119,6 +178,8 @@ impl Default for ServerConfig {
         ServerConfig {
             leaf_slots: xtree::DEFAULT_LEAF_SLOTS,
             max_leaves: None,
+            max_leaf_bytes: None,
+            chunk_leaves: XTreeConfig::default().chunk_leaves,
             fill: 1.0,
             submodels: None,
             submodel_keys: 200,
@@ -159,6 +220,27 @@ struct Counters {
     hinted_updates: AtomicU64,
     rpcs: AtomicU64,
     bad_requests: AtomicU64,
+    /// Writes refused as `Full` since the last log line about them.
+    full_unlogged: AtomicU64,
+}
+
+/// When the last `Full` line was logged.
+#[derive(Default)]
+struct FullLog {
+    last: Option<Instant>,
+}
+
+/// What the training threads know of whole-model trainings.
+struct Resize {
+    /// A retrained sub-model's range or table grew too wide.
+    wide: AtomicBool,
+    /// When the last whole-model training ended and how long it took: wide
+    /// sub-models retrigger one only after four times that (at least a
+    /// second), so a sequential load spends at most ~20 % of one training
+    /// thread on retraining the whole model.
+    last: Mutex<(Instant, Duration)>,
+    /// When the training thread last looked at the model's size.
+    checked: Mutex<Instant>,
 }
 
 struct Shared {
@@ -172,6 +254,8 @@ struct Shared {
     wake: Condvar,
     stop: AtomicBool,
     resizing: AtomicBool,
+    resize: Resize,
+    full_log: Mutex<FullLog>,
     registrar: Arc<dyn Registrar>,
     counters: Counters,
     durable: Option<crate::durable::Durable>,
@@ -205,9 +289,26 @@ impl Server {
                 "submodel_keys must be at least 1".into(),
             ));
         }
+        let layout = xtree::LeafLayout::new(config.leaf_slots).ok_or_else(|| {
+            ServerError::Config(format!("leaf slots out of range: {}", config.leaf_slots))
+        })?;
+        let by_bytes = config.max_leaf_bytes.map(|b| {
+            let leaves = b / xtree::leaf::Leaves::block_bytes_of(layout);
+            leaves.min(xtree::MAX_LEAVES as u64) as u32
+        });
+        let max_leaves = match (config.max_leaves, by_bytes) {
+            (_, Some(0)) => {
+                return Err(ServerError::Config(
+                    "max_leaf_bytes is smaller than one leaf".into(),
+                ))
+            }
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let tree_config = XTreeConfig {
             leaf_slots: config.leaf_slots,
-            max_leaves: config.max_leaves,
+            max_leaves,
+            chunk_leaves: config.chunk_leaves,
             inner_fanout: config.inner_fanout,
             mirror_inner: config.mirror_inner.then_some(INNER_REGION),
             ..XTreeConfig::default()
@@ -232,14 +333,13 @@ impl Server {
         };
         let pairs: &[(u64, u64)] = recovered.as_deref().unwrap_or(pairs);
         let alloc = |id, bytes, rights| registrar.alloc(id, bytes, rights);
-        let tree = Arc::new(XTree::bulk_load_in(
+        let tree = Arc::new(XTree::bulk_load_with(
             &tree_config,
             pairs,
             config.fill,
             &mut |_| {},
-            &alloc,
+            Arc::new(RegistrarSink(registrar.clone())),
         )?);
-        registrar.register(tree.region().clone())?;
         if let Some(mirror) = tree.mirror_region() {
             registrar.register(mirror)?;
         }
@@ -259,7 +359,7 @@ impl Server {
                 as u32
         });
         let model = XModel::train(
-            &collect_leaves(&tree),
+            &collect_leaves(&tree)?,
             tree.layout().slots(),
             TrainParams::new(m),
         )?;
@@ -274,6 +374,12 @@ impl Server {
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             resizing: AtomicBool::new(false),
+            resize: Resize {
+                wide: AtomicBool::new(false),
+                last: Mutex::new((Instant::now(), Duration::ZERO)),
+                checked: Mutex::new(Instant::now()),
+            },
+            full_log: Mutex::new(FullLog::default()),
             registrar,
             counters: Counters::default(),
             durable,
@@ -479,16 +585,44 @@ impl Shared {
         p.pending[sub as usize].store(false, Ordering::Release);
         let state = p.sub(sub);
         let start = state.tt.first().map_or(self.tree.first_leaf(), |e| e.aln());
-        let (model, tt) = p
-            .base
-            .retrain_sub(sub, self.tree.summaries(start).map(|s| leaf_info(&s)));
+        let (model, tt) = match try_retrain_submodel(&self.tree, &p.base, sub, start) {
+            Ok(fitted) => fitted,
+            Err(e) => {
+                // The old sub-model stays: stale is slow, a table cut short
+                // could be too.
+                tracing::error!(sub, error = %e, "retrain failed: walk of the leaf chain broke off");
+                return;
+            }
+        };
+        if self.too_wide(&model, tt.len(), p.submodels()) {
+            self.resize.wide.store(true, Ordering::Release);
+        }
         p.install(sub, model, tt);
         self.counters.retrains.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether a sub-model needs a new top model: its lookup range is past
+    /// half of what a client reads one-sidedly, or its table holds far
+    /// more leaves than the average sub-model (retraining it costs a walk
+    /// of all of them, on every split inside it).
+    fn too_wide(&self, model: &learned::SubModel, tt_len: usize, m: u32) -> bool {
+        let n = self.tree.layout().slots() as f64;
+        let range = (model.err_lo.bound() + model.err_hi.bound()) / n + 2.0;
+        let mean = self.tree.leaf_count() / m.max(1) as u64;
+        range > (MAX_GET_LEAVES / 2) as f64 || tt_len as u64 > 8 * mean.max(32)
+    }
+
     fn full_train(&self, submodels: u32) -> Result<u64, ServerError> {
+        let started = Instant::now();
+        let result = self.full_train_now(submodels);
+        *self.resize.last.lock().unwrap_or_else(|e| e.into_inner()) =
+            (Instant::now(), started.elapsed());
+        result
+    }
+
+    fn full_train_now(&self, submodels: u32) -> Result<u64, ServerError> {
         let model = XModel::train(
-            &collect_leaves(&self.tree),
+            &collect_leaves(&self.tree)?,
             self.tree.layout().slots(),
             TrainParams::new(submodels),
         )?;
@@ -513,8 +647,14 @@ impl Shared {
     }
 
     /// Expands or shrinks the model when the keys per sub-model left the
-    /// band around the target.
+    /// band around the target, and trains a new one (at least as large)
+    /// when a sub-model grew too wide (see [`Shared::too_wide`]).
     fn maybe_resize(&self) {
+        *self
+            .resize
+            .checked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Instant::now();
         if !self.config.resize_model {
             return;
         }
@@ -523,8 +663,21 @@ impl Shared {
         let target = self.config.submodel_keys;
         let want = (keys / target).clamp(1, learned::MAX_SUBMODELS as u64);
         let outside = keys > 2 * target * m || (m > 1 && keys * 4 < target * m);
-        if outside && want != m && !self.resizing.swap(true, Ordering::AcqRel) {
-            if let Err(e) = self.full_train(want as u32) {
+        let wide = self.resize.wide.load(Ordering::Acquire) && {
+            let (ended, took) = *self.resize.last.lock().unwrap_or_else(|e| e.into_inner());
+            ended.elapsed() >= (took * 4).max(Duration::from_secs(1))
+        };
+        let submodels = if outside && want != m {
+            want
+        } else if wide {
+            want.max(m)
+        } else {
+            return;
+        };
+        if !self.resizing.swap(true, Ordering::AcqRel) {
+            // Cleared first: a sub-model retrained meanwhile may set it again.
+            self.resize.wide.store(false, Ordering::Release);
+            if let Err(e) = self.full_train(submodels as u32) {
                 tracing::warn!(error = %e, "model resize failed; keeping the current model");
             }
             self.resizing.store(false, Ordering::Release);
@@ -533,6 +686,16 @@ impl Shared {
 
     fn train_loop(&self) {
         while !self.stop.load(Ordering::Acquire) {
+            let due = self
+                .resize
+                .checked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .elapsed()
+                >= RESIZE_CHECK_INTERVAL;
+            if due {
+                self.maybe_resize();
+            }
             let job = {
                 let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 if q.is_empty() {
@@ -575,9 +738,12 @@ impl Shared {
             Request::Meta => {
                 let p = self.published();
                 out.push(Status::Ok as u8);
+                let chunks = tree.chunk_map();
                 Meta {
-                    leaf_region: tree.region().id().0,
-                    block_bytes: tree.leaf_offset(1),
+                    leaf_region: tree.leaf_address(0).0 .0,
+                    block_bytes: tree.block_bytes(),
+                    chunk_first: chunks.first(),
+                    chunk_cap: chunks.cap(),
                     leaf_slots: tree.layout().slots() as u16,
                     version: p.version,
                     submodels: p.submodels(),
@@ -755,8 +921,8 @@ impl Shared {
     fn write_error(&self, e: XTreeError) -> Status {
         match e {
             XTreeError::ReservedKey(_) => Status::ReservedKey,
-            XTreeError::OutOfLeaves { .. } => {
-                tracing::warn!(error = %e, "write refused");
+            XTreeError::OutOfLeaves { .. } | XTreeError::Chunk { .. } => {
+                self.log_full(&e);
                 Status::Full
             }
             XTreeError::Journal(reason) => {
@@ -768,6 +934,30 @@ impl Shared {
                 Status::BadRequest
             }
         }
+    }
+}
+
+impl Shared {
+    /// Counts a write refused as `Full` and logs the refusals at most once
+    /// per [`FULL_LOG_INTERVAL`].
+    fn log_full(&self, e: &XTreeError) {
+        self.counters.full_unlogged.fetch_add(1, Ordering::Relaxed);
+        // A writer that finds the lock taken leaves the line to its holder.
+        let Ok(mut log) = self.full_log.try_lock() else {
+            return;
+        };
+        if log.last.is_some_and(|t| t.elapsed() < FULL_LOG_INTERVAL) {
+            return;
+        }
+        let refused = self.counters.full_unlogged.swap(0, Ordering::Relaxed);
+        log.last = Some(Instant::now());
+        tracing::warn!(
+            error = %e,
+            refused,
+            leaves = self.tree.leaf_count(),
+            interval_s = FULL_LOG_INTERVAL.as_secs(),
+            "writes refused: the leaf store is full (one line per interval)"
+        );
     }
 }
 

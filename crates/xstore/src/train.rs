@@ -7,7 +7,7 @@
 //! clients detect by incarnation, never wrong.
 
 use learned::{LeafInfo, ModelError, SubModel, TrainParams, TtEntry, XModel};
-use xtree::{LeafSummary, XTree};
+use xtree::{LeafSummary, XTree, XTreeError};
 
 /// The training view of a leaf summary.
 pub fn leaf_info(s: &LeafSummary) -> LeafInfo {
@@ -20,25 +20,56 @@ pub fn leaf_info(s: &LeafSummary) -> LeafInfo {
     }
 }
 
-/// Header and fences of every leaf, in key order.
-pub fn collect_leaves(tree: &XTree) -> Vec<LeafInfo> {
-    let mut out = Vec::with_capacity(tree.leaf_count() as usize);
-    out.extend(tree.summaries(tree.first_leaf()).map(|s| leaf_info(&s)));
-    out
+/// Header and fences of every leaf, in key order, from the first leaf to
+/// the unbounded last one; a walk that does not get there is an error
+/// (logged here too: it means the tree's memory is not what it wrote).
+pub fn collect_leaves(tree: &XTree) -> Result<Vec<LeafInfo>, XTreeError> {
+    match tree.chain() {
+        Ok(chain) => Ok(chain.iter().map(leaf_info).collect()),
+        Err(e) => {
+            tracing::error!(error = %e, "walk of the leaf chain failed");
+            Err(e)
+        }
+    }
 }
 
 /// Trains a whole model over the tree's current leaves.
 pub fn train_model(tree: &XTree, params: TrainParams) -> Result<XModel, ModelError> {
-    XModel::train(&collect_leaves(tree), tree.layout().slots(), params)
+    let leaves = collect_leaves(tree).map_err(|e| ModelError::Walk(e.to_string()))?;
+    XModel::train(&leaves, tree.layout().slots(), params)
 }
 
 /// Retrains sub-model `sub` of `model` from the tree as it is now, walking
 /// from the sub-model's old first leaf (leaves never merge, and a split only
 /// adds leaves to the right, so the sub-model's first leaf is that one or
 /// to its right).
+///
+/// A walk that breaks off is logged as an error and the sub-model is fitted
+/// to the leaves walked (its lookups may then miss and fall back, never
+/// answer wrong); [`try_retrain_submodel`] returns the error instead.
 pub fn retrain_submodel(tree: &XTree, model: &XModel, sub: u32) -> (SubModel, Box<[TtEntry]>) {
     let start = model.tt(sub).first().map_or(tree.first_leaf(), |e| e.aln());
-    model.retrain_sub(sub, tree.summaries(start).map(|s| leaf_info(&s)))
+    let mut walk = tree.summaries(start);
+    let fitted = model.retrain_sub(sub, walk.by_ref().map(|s| leaf_info(&s)));
+    if let Some(e) = walk.error() {
+        tracing::error!(sub, error = %e, "walk of the leaf chain failed while retraining");
+    }
+    fitted
+}
+
+/// [`retrain_submodel`], failing when the walk of the leaf chain breaks off.
+pub fn try_retrain_submodel(
+    tree: &XTree,
+    model: &XModel,
+    sub: u32,
+    start: u32,
+) -> Result<(SubModel, Box<[TtEntry]>), XTreeError> {
+    let mut walk = tree.summaries(start);
+    let fitted = model.retrain_sub(sub, walk.by_ref().map(|s| leaf_info(&s)));
+    match walk.take_error() {
+        Some(e) => Err(e),
+        None => Ok(fitted),
+    }
 }
 
 /// Sub-models whose translation tables may hold a leaf with fences
@@ -79,7 +110,7 @@ pub fn accuracy(tree: &XTree, model: &XModel, progress: &mut dyn FnMut(u64)) -> 
     };
     let (mut sum_err, mut sum_leaves) = (0.0f64, 0u64);
     let mut sorted = Vec::new();
-    tree.walk_leaves(tree.first_leaf(), false, |leaf| {
+    let walked = tree.walk_leaves(tree.first_leaf(), false, |leaf| {
         sorted.clear();
         sorted.extend_from_slice(&leaf.keys);
         sorted.sort_unstable();
@@ -104,6 +135,9 @@ pub fn accuracy(tree: &XTree, model: &XModel, progress: &mut dyn FnMut(u64)) -> 
         }
         true
     });
+    if let Err(e) = walked {
+        tracing::error!(error = %e, "walk of the leaf chain failed; accuracy covers the leaves walked");
+    }
     let div = acc.keys.max(1) as f64;
     acc.mean_abs_error = sum_err / div;
     acc.mean_leaves = sum_leaves as f64 / div;

@@ -130,7 +130,7 @@ proptest! {
         let tree = build(&keys, slots, 0.7);
         let m = (keys.len() as u32 / per_sub).max(1);
         let mut model = train_model(&tree, TrainParams::new(m)).unwrap();
-        let fences: Vec<(u64, u32)> = xstore::collect_leaves(&tree).iter().map(|l| (l.low, l.aln)).collect();
+        let fences: Vec<(u64, u32)> = xstore::collect_leaves(&tree).unwrap().iter().map(|l| (l.low, l.aln)).collect();
         let mut set: BTreeMap<u64, u64> = keys.iter().map(|&k| (k, !k)).collect();
         let mut split_leaves = std::collections::HashSet::new();
         let mut stale_subs = std::collections::BTreeSet::new();

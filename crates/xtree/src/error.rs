@@ -39,11 +39,31 @@ pub enum XTreeError {
     /// Bad configuration.
     #[error("bad configuration: {0}")]
     Config(String),
-    /// The leaf region is full; the insert was not applied.
-    #[error("leaf region full ({capacity} leaves); insert not applied")]
+    /// The configured leaf limit is reached; the insert was not applied.
+    #[error("leaf limit reached ({capacity} leaves); insert not applied")]
     OutOfLeaves {
-        /// Leaves the region holds.
+        /// The leaf limit.
         capacity: u32,
+    },
+    /// A new leaf chunk could not be made or published; the insert was
+    /// not applied (it is retried by the next insert that needs a leaf).
+    #[error("cannot add leaf chunk {chunk}: {source}")]
+    Chunk {
+        /// The chunk.
+        chunk: u32,
+        /// Why.
+        source: fabric::FabricError,
+    },
+    /// A walk of the leaf chain did not end at the last leaf: a cycle or
+    /// a break in the chain (memory this tree did not write).
+    #[error("leaf chain broken at leaf {aln} after {hops} leaves: {reason}")]
+    BrokenChain {
+        /// The leaf where the walk stopped.
+        aln: u32,
+        /// Leaves walked.
+        hops: u64,
+        /// What was wrong.
+        reason: &'static str,
     },
     /// The journal refused to record a change; the change was not applied.
     #[error("journal refused the change: {0}")]

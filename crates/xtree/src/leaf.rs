@@ -17,21 +17,80 @@
 
 #[cfg(loom)]
 use loom::sync::atomic::{fence, Ordering};
+use std::sync::atomic::AtomicU32;
 #[cfg(not(loom))]
 use std::sync::atomic::{fence, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use fabric::{Region, Slab};
+use fabric::{FabricError, Region, RegionId, Rights};
+
+use crate::chunks::{ChunkMap, MAX_LEAF_CHUNKS};
 
 use crate::layout::{
     key_sum, value_sum, Header, LeafLayout, HEADER_WORD, HIGH_WORD, LOW_WORD, SEQ_WORD,
 };
 
-/// The arena of leaves: a slab of blocks in one region plus their layout.
+/// Where a tree gets the regions of new leaf chunks and makes them
+/// reachable to clients (the server's registrar; the heap and nothing for
+/// a tree no client reads remotely).
+pub trait LeafSink: Send + Sync {
+    /// Memory for chunk region `id` of `bytes` (remote rights: READ).
+    fn alloc(&self, id: RegionId, bytes: u64) -> Result<Arc<Region>, FabricError> {
+        fabric::heap_region(id, bytes, Rights::READ)
+    }
+    /// Makes a fresh chunk reachable; called before any leaf in it is
+    /// linked into the tree, so a client never meets a leaf it cannot read.
+    fn publish(&self, region: &Arc<Region>) -> Result<(), FabricError> {
+        let _ = region;
+        Ok(())
+    }
+}
+
+/// Heap chunks, published nowhere: a tree only its owner reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeapSink;
+
+impl LeafSink for HeapSink {}
+
+/// Why a leaf could not be allocated.
 #[derive(Debug)]
+pub enum AllocError {
+    /// The configured limit of leaves is reached.
+    Limit(u32),
+    /// A new chunk could not be made or published.
+    Chunk(u32, FabricError),
+}
+
+/// The arena of leaves: blocks in a growing sequence of chunk regions
+/// ([`crate::chunks`]) plus their layout.
+///
+/// Chunks are created under `grow` (by the one thread that allocates a
+/// leaf past the last chunk) and then never change, so readers find a
+/// leaf's chunk with one lock-free `OnceLock` load.
 pub struct Leaves {
-    slab: Slab,
     layout: LeafLayout,
+    block_bytes: u64,
+    map: ChunkMap,
+    first_region: RegionId,
+    chunks: Box<[OnceLock<Arc<Region>>]>,
+    /// Most leaves ever (the memory limit).
+    limit: u32,
+    /// The next never-used ALN.
+    next: AtomicU32,
+    free: Mutex<Vec<u32>>,
+    grow: Mutex<()>,
+    sink: Arc<dyn LeafSink>,
+}
+
+impl std::fmt::Debug for Leaves {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leaves")
+            .field("layout", &self.layout)
+            .field("map", &self.map)
+            .field("limit", &self.limit)
+            .field("next", &self.next)
+            .finish()
+    }
 }
 
 /// Header and fences of one leaf, read consistently.
@@ -90,10 +149,62 @@ fn spin_wait_std(round: &mut u32) {
 }
 
 impl Leaves {
-    /// Leaves of `layout` carved out of `region`.
-    pub fn new(region: Arc<Region>, layout: LeafLayout) -> Result<Leaves, fabric::FabricError> {
-        let slab = Slab::new(region, layout.leaf_bytes() as u64)?;
-        Ok(Leaves { slab, layout })
+    /// Block bytes of `layout`: a whole number of cache lines, so no two
+    /// leaves share a line.
+    pub fn block_bytes_of(layout: LeafLayout) -> u64 {
+        (layout.leaf_bytes() as u64).div_ceil(64) * 64
+    }
+
+    /// Leaves of `layout` in exactly one region (chunk 0, no growth): the
+    /// limit is what `region` holds.
+    pub fn new(region: Arc<Region>, layout: LeafLayout) -> Result<Leaves, FabricError> {
+        let block = Self::block_bytes_of(layout);
+        let capacity = (region.len_bytes() / block).min(crate::MAX_LEAVES as u64) as u32;
+        let map = ChunkMap::new(capacity.max(1), capacity.max(1)).expect("non-zero");
+        if capacity == 0 {
+            return Err(FabricError::BadRegion {
+                bytes: region.len_bytes(),
+                reason: "region smaller than one leaf",
+            });
+        }
+        let leaves = Leaves::empty(layout, map, region.id(), capacity, Arc::new(HeapSink));
+        let _ = leaves.chunks[0].set(region);
+        Ok(leaves)
+    }
+
+    /// Leaves that grow chunk by chunk through `sink`, up to `limit` leaves
+    /// (`limit` must need at most [`crate::chunks::MAX_LEAF_CHUNKS`] chunks;
+    /// the caller checks). No chunk exists until the first allocation.
+    pub fn growing(
+        layout: LeafLayout,
+        map: ChunkMap,
+        first_region: RegionId,
+        limit: u32,
+        sink: Arc<dyn LeafSink>,
+    ) -> Leaves {
+        Leaves::empty(layout, map, first_region, limit, sink)
+    }
+
+    fn empty(
+        layout: LeafLayout,
+        map: ChunkMap,
+        first_region: RegionId,
+        limit: u32,
+        sink: Arc<dyn LeafSink>,
+    ) -> Leaves {
+        let chunks = map.chunks_for(limit as u64).min(MAX_LEAF_CHUNKS as u64) as usize;
+        Leaves {
+            layout,
+            block_bytes: Self::block_bytes_of(layout),
+            map,
+            first_region,
+            chunks: (0..chunks.max(1)).map(|_| OnceLock::new()).collect(),
+            limit,
+            next: AtomicU32::new(0),
+            free: Mutex::new(Vec::new()),
+            grow: Mutex::new(()),
+            sink,
+        }
     }
 
     /// The layout.
@@ -101,29 +212,128 @@ impl Leaves {
         self.layout
     }
 
-    /// The slab (block size, capacity, region).
-    pub fn slab(&self) -> &Slab {
-        &self.slab
+    /// Bytes per leaf block (a multiple of 64).
+    pub fn block_bytes(&self) -> u64 {
+        self.block_bytes
     }
 
-    fn region(&self) -> &Region {
-        self.slab.region()
+    /// The ALN -> chunk rule.
+    pub fn chunk_map(&self) -> ChunkMap {
+        self.map
     }
 
-    fn word(&self, aln: u32, i: usize) -> usize {
-        self.slab.first_word(aln) + i
+    /// Region id of chunk 0.
+    pub fn first_region(&self) -> RegionId {
+        self.first_region
+    }
+
+    /// Most leaves this arena may hold.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Leaves handed out at some point (the high-water ALN + 1).
+    pub fn high_water(&self) -> u32 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// The chunk regions created so far, in chunk order.
+    pub fn regions(&self) -> Vec<Arc<Region>> {
+        self.chunks.iter().map_while(|c| c.get().cloned()).collect()
+    }
+
+    /// Region and byte offset of leaf `aln` (by the chunk rule).
+    pub fn address(&self, aln: u32) -> (RegionId, u64) {
+        self.map.address(self.first_region, self.block_bytes, aln)
+    }
+
+    /// A leaf: a freed one, else the next ALN, creating and publishing its
+    /// chunk first when it is the chunk's first leaf.
+    pub fn alloc(&self) -> Result<u32, AllocError> {
+        if let Some(b) = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(b);
+        }
+        let _grow = self.grow.lock().unwrap_or_else(|e| e.into_inner());
+        let aln = self.next.load(Ordering::Acquire);
+        if aln >= self.limit {
+            return Err(AllocError::Limit(self.limit));
+        }
+        let (k, _) = self.map.locate(aln);
+        let slot = self.chunks.get(k as usize).ok_or(AllocError::Chunk(
+            k,
+            FabricError::BadRegion {
+                bytes: 0,
+                reason: "beyond the chunk table",
+            },
+        ))?;
+        if slot.get().is_none() {
+            let id = ChunkMap::region_id(self.first_region, k);
+            let region = self
+                .sink
+                .alloc(id, self.map.len(k) * self.block_bytes)
+                .map_err(|e| AllocError::Chunk(k, e))?;
+            if region.len_bytes() < self.map.len(k) * self.block_bytes {
+                return Err(AllocError::Chunk(
+                    k,
+                    FabricError::BadRegion {
+                        bytes: region.len_bytes(),
+                        reason: "chunk region smaller than asked",
+                    },
+                ));
+            }
+            self.sink
+                .publish(&region)
+                .map_err(|e| AllocError::Chunk(k, e))?;
+            let _ = slot.set(region);
+        }
+        self.next.store(aln + 1, Ordering::Release);
+        Ok(aln)
+    }
+
+    /// Returns leaf `b` (never linked) for reuse.
+    ///
+    /// # Panics
+    /// If `b` was never handed out (a bug in the caller, not input).
+    pub fn free(&self, b: u32) {
+        let _grow = self.grow.lock().unwrap_or_else(|e| e.into_inner());
+        let next = self.next.load(Ordering::Acquire);
+        assert!(b < next, "freeing leaf {b} that was never allocated");
+        if b + 1 == next {
+            // The last one handed out: take the bump back, so the leaf count
+            // says what the tree uses.
+            self.next.store(b, Ordering::Release);
+        } else {
+            self.free.lock().unwrap_or_else(|e| e.into_inner()).push(b);
+        }
+    }
+
+    /// The region of `aln` and the index of its first word there.
+    ///
+    /// # Panics
+    /// If `aln`'s chunk does not exist: callers only pass allocated leaves
+    /// (trusted code; remote input is checked against the leaf count first).
+    #[inline]
+    fn at(&self, aln: u32) -> (&Region, usize) {
+        let (k, i) = self.map.locate(aln);
+        let region = self.chunks[k as usize]
+            .get()
+            .unwrap_or_else(|| panic!("leaf {aln} is in chunk {k}, which does not exist"));
+        (region, (i * self.block_bytes / 8) as usize)
     }
 
     /// Locks leaf `aln` for writing.
     pub fn lock(&self, aln: u32) -> LeafGuard<'_> {
-        let seq_index = self.word(aln, SEQ_WORD);
+        let (region, base) = self.at(aln);
+        let seq_index = base + SEQ_WORD;
         let mut round = 0;
         loop {
-            let seq = self.region().load_relaxed(seq_index);
-            if seq & 1 == 0 && self.region().compare_exchange(seq_index, seq, seq + 1) == seq {
+            let seq = region.load_relaxed(seq_index);
+            if seq & 1 == 0 && region.compare_exchange(seq_index, seq, seq + 1) == seq {
                 fence(Ordering::Release);
                 return LeafGuard {
                     leaves: self,
+                    region,
+                    base,
                     aln,
                     seq,
                     changed: false,
@@ -135,8 +345,7 @@ impl Leaves {
 
     /// A consistent copy of leaf `aln`; values too when `with_values`.
     pub fn snapshot(&self, aln: u32, with_values: bool, out: &mut LeafSnapshot) {
-        let region = self.region();
-        let base = self.slab.first_word(aln);
+        let (region, base) = self.at(aln);
         let mut round = 0;
         loop {
             let s1 = region.load(base + SEQ_WORD);
@@ -177,8 +386,7 @@ impl Leaves {
     /// Header and fences of leaf `aln`, consistent with each other (seqlock
     /// read of four words; keys are not copied).
     pub fn summary(&self, aln: u32) -> LeafSummary {
-        let region = self.region();
-        let base = self.slab.first_word(aln);
+        let (region, base) = self.at(aln);
         let mut round = 0;
         loop {
             let s1 = region.load(base + SEQ_WORD);
@@ -202,8 +410,7 @@ impl Leaves {
 
     /// Value of `key` in leaf `aln`, read with the seqlock protocol.
     pub fn lookup(&self, aln: u32, key: u64) -> Option<u64> {
-        let region = self.region();
-        let base = self.slab.first_word(aln);
+        let (region, base) = self.at(aln);
         let mut round = 0;
         loop {
             let s1 = region.load(base + SEQ_WORD);
@@ -230,6 +437,9 @@ impl Leaves {
 /// Exclusive access to one leaf; publishing happens on drop.
 pub struct LeafGuard<'a> {
     leaves: &'a Leaves,
+    region: &'a Region,
+    /// Index of the leaf's first word in `region`.
+    base: usize,
     aln: u32,
     /// The even seq before locking.
     seq: u64,
@@ -238,16 +448,12 @@ pub struct LeafGuard<'a> {
 
 impl LeafGuard<'_> {
     fn load(&self, i: usize) -> u64 {
-        self.leaves
-            .region()
-            .load_relaxed(self.leaves.word(self.aln, i))
+        self.region.load_relaxed(self.base + i)
     }
 
     fn store(&mut self, i: usize, v: u64) {
         self.changed = true;
-        self.leaves
-            .region()
-            .store_relaxed(self.leaves.word(self.aln, i), v);
+        self.region.store_relaxed(self.base + i, v);
     }
 
     /// The leaf's ALN.
@@ -324,15 +530,15 @@ impl LeafGuard<'_> {
 
 impl Drop for LeafGuard<'_> {
     fn drop(&mut self) {
-        let region = self.leaves.region();
-        let seq_index = self.leaves.word(self.aln, SEQ_WORD);
+        let region = self.region;
+        let seq_index = self.base + SEQ_WORD;
         if !self.changed {
             region.store(seq_index, self.seq);
             return;
         }
         let layout = self.leaves.layout;
         let next_seq = self.seq + 2;
-        let base = self.leaves.word(self.aln, 0);
+        let base = self.base;
         let ksum = key_sum((0..layout.key_sum_word()).map(|i| {
             if i == SEQ_WORD {
                 next_seq

@@ -1,7 +1,9 @@
 //! XTree: the XStore server's B+tree (XStore §5.1, Fig. 5).
 //!
-//! Leaves are allocated from a registered region by a slab allocator and
-//! laid out for one-sided remote reads ([`layout`]): keys and values apart,
+//! Leaves live in registered regions, chunks that the tree adds as it grows
+//! ([`chunks`]: a fixed rule maps a leaf number to its chunk and offset on
+//! the server and on every client), and are laid out for one-sided remote
+//! reads ([`layout`]): keys and values apart,
 //! keys unsorted within a leaf, an incarnation that tells clients a leaf's
 //! key range shrank, fence keys that tell them which keys a leaf may hold,
 //! and checksums that detect torn reads. Internal levels live in ordinary
@@ -22,6 +24,7 @@
 //! assert_eq!(out, vec![(33, 11), (36, 12)]);
 //! ```
 
+pub mod chunks;
 pub mod error;
 pub mod inner;
 pub mod layout;
@@ -30,7 +33,10 @@ pub mod mirror;
 pub mod remote;
 pub mod tree;
 
+pub use chunks::ChunkMap;
 pub use error::{LeafError, XTreeError};
 pub use layout::{Header, LeafLayout, LeafView, DEFAULT_LEAF_SLOTS, MAX_LEAF_SLOTS, NO_LEAF};
-pub use leaf::{LeafSnapshot, LeafSummary};
-pub use tree::{Insert, Journal, Split, XTree, XTreeConfig, MAX_KEY, MAX_LEAVES, MAX_SCAN};
+pub use leaf::{HeapSink, LeafSink, LeafSnapshot, LeafSummary};
+pub use tree::{
+    Insert, Journal, LeafWalk, Split, XTree, XTreeConfig, MAX_KEY, MAX_LEAVES, MAX_SCAN,
+};

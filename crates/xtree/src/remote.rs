@@ -2,6 +2,7 @@
 
 use fabric::{Batch, Endpoint, NodeId, RegionId};
 
+use crate::chunks::ChunkMap;
 use crate::error::{LeafError, XTreeError};
 use crate::layout::{LeafLayout, LeafView};
 
@@ -10,9 +11,11 @@ use crate::layout::{LeafLayout, LeafView};
 pub struct LeafRegion {
     /// The server.
     pub node: NodeId,
-    /// The leaf region.
+    /// The region of the first leaf chunk.
     pub region: RegionId,
-    /// Bytes per leaf block (slab stride).
+    /// How leaf numbers map to chunks.
+    pub chunks: ChunkMap,
+    /// Bytes per leaf block (the stride inside a chunk).
     pub block_bytes: u64,
     /// Leaf layout.
     pub layout: LeafLayout,
@@ -24,9 +27,9 @@ pub struct LeafRegion {
 pub const MAX_TORN_RETRIES: u32 = 100_000;
 
 impl LeafRegion {
-    /// Byte offset of leaf `aln`.
-    pub fn offset(&self, aln: u32) -> u64 {
-        aln as u64 * self.block_bytes
+    /// Region and byte offset of leaf `aln`.
+    pub fn address(&self, aln: u32) -> (RegionId, u64) {
+        self.chunks.address(self.region, self.block_bytes, aln)
     }
 
     /// Reads leaf `aln` (whole, or only the key part) until it verifies, and
@@ -46,7 +49,8 @@ impl LeafRegion {
         };
         for _ in 0..MAX_TORN_RETRIES {
             batch.clear();
-            let h = batch.read(self.region, self.offset(aln), len as u64);
+            let (region, offset) = self.address(aln);
+            let h = batch.read(region, offset, len as u64);
             ep.post(self.node, batch)
                 .map_err(|e| fabric::VerbError::Transport(e.to_string()))?;
             let bytes = batch.read_bytes(h)?;

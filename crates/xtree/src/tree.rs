@@ -24,12 +24,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use fabric::{Region, RegionAlloc, RegionId, Rights};
+use fabric::{Region, RegionId};
 
+use crate::chunks::{ChunkMap, MAX_LEAF_CHUNKS};
 use crate::error::XTreeError;
 use crate::inner::InnerIndex;
 use crate::layout::{Header, LeafLayout, DEFAULT_LEAF_SLOTS, INCA_MASK, NO_LEAF};
-use crate::leaf::{LeafSnapshot, LeafSummary, Leaves};
+use crate::leaf::{AllocError, HeapSink, LeafSink, LeafSnapshot, LeafSummary, Leaves};
 
 /// The largest key a client may store; `u64::MAX` is reserved.
 pub const MAX_KEY: u64 = u64::MAX - 1;
@@ -69,11 +70,16 @@ fn log(
 pub struct XTreeConfig {
     /// Slots per leaf (N), 1..=128.
     pub leaf_slots: usize,
-    /// Leaves the region reserves; `None` sizes it from the load (four
-    /// times the bulk-loaded leaves, at least 65,536). Untouched capacity
-    /// costs address space only.
+    /// Most leaves the tree may ever have (the memory limit: inserts that
+    /// need a leaf past it fail with [`XTreeError::OutOfLeaves`]); `None`:
+    /// [`MAX_LEAVES`]. The leaf store grows chunk by chunk up to it.
     pub max_leaves: Option<u32>,
-    /// Id under which the leaf region is registered.
+    /// Leaves in the first chunk, and most leaves in any chunk (see
+    /// [`crate::chunks`]); together they must not need more than
+    /// [`MAX_LEAF_CHUNKS`] chunks for `max_leaves`.
+    pub chunk_leaves: (u32, u32),
+    /// Id under which the first leaf chunk is registered (later chunks:
+    /// [`crate::chunks::LEAF_CHUNK_REGION_BASE`]` + k`).
     pub region_id: RegionId,
     /// Most children per internal node.
     pub inner_fanout: usize,
@@ -87,6 +93,10 @@ impl Default for XTreeConfig {
         XTreeConfig {
             leaf_slots: DEFAULT_LEAF_SLOTS,
             max_leaves: None,
+            chunk_leaves: (
+                crate::chunks::DEFAULT_FIRST_CHUNK_LEAVES,
+                crate::chunks::DEFAULT_MAX_CHUNK_LEAVES,
+            ),
             region_id: RegionId(1),
             inner_fanout: crate::inner::FANOUT,
             mirror_inner: None,
@@ -126,7 +136,6 @@ pub struct XTree {
     mirror: Option<std::sync::Mutex<crate::mirror::InnerMirror>>,
     first_leaf: u32,
     keys: AtomicU64,
-    leaf_count: AtomicU64,
     splits: AtomicU64,
 }
 
@@ -148,10 +157,10 @@ fn check_key(key: u64) -> Result<(), XTreeError> {
 }
 
 impl XTree {
-    fn with_capacity(
+    fn with_sink(
         config: &XTreeConfig,
         min_leaves: u64,
-        alloc: RegionAlloc<'_>,
+        sink: Arc<dyn LeafSink>,
     ) -> Result<XTree, XTreeError> {
         let layout = LeafLayout::new(config.leaf_slots).ok_or_else(|| {
             XTreeError::Config(format!(
@@ -160,52 +169,67 @@ impl XTree {
                 config.leaf_slots
             ))
         })?;
-        let capacity = match config.max_leaves {
+        let limit = match config.max_leaves {
             Some(0) => return Err(XTreeError::Config("max_leaves must be at least 1".into())),
-            Some(c) => c as u64,
-            None => (min_leaves * 4).max(65_536),
+            Some(c) => c.min(MAX_LEAVES),
+            None => MAX_LEAVES,
         };
-        if capacity < min_leaves {
+        if (limit as u64) < min_leaves {
             return Err(XTreeError::Config(format!(
-                "max_leaves {capacity} is below the {min_leaves} leaves the load needs"
+                "max_leaves {limit} is below the {min_leaves} leaves the load needs"
             )));
         }
-        if capacity > MAX_LEAVES as u64 {
+        let (first, cap) = config.chunk_leaves;
+        let map = ChunkMap::new(first, cap)
+            .ok_or_else(|| XTreeError::Config("chunk sizes must be at least 1 leaf".into()))?;
+        let block = Leaves::block_bytes_of(layout);
+        if first.max(cap) as u64 * block > fabric::region::MAX_REGION_BYTES {
             return Err(XTreeError::Config(format!(
-                "{capacity} leaves exceed the limit of {MAX_LEAVES}"
+                "a chunk of {} leaves of {block} bytes exceeds the region size limit",
+                first.max(cap)
             )));
         }
-        let block = (layout.leaf_bytes() as u64).div_ceil(64) * 64;
-        let region = alloc(config.region_id, capacity * block, Rights::READ)?;
-        let leaves = Leaves::new(region, layout)?;
+        if map.chunks_for(limit as u64) > MAX_LEAF_CHUNKS as u64 {
+            return Err(XTreeError::Config(format!(
+                "{limit} leaves in chunks of {first}..{cap} need more than {MAX_LEAF_CHUNKS} chunks"
+            )));
+        }
         let fanout = config.inner_fanout.clamp(3, crate::inner::MAX_FANOUT);
         let mirror = match config.mirror_inner {
             Some(id) => {
-                // Room for the nodes of a tree four times the capacity's
-                // minimum fill: leaves / (fanout/2) per level, doubled.
+                // Sized at start for a tree four times the load (at least
+                // 65,536 leaves): leaves / (fanout/2) nodes per level,
+                // doubled. A tree that outgrows it takes the copy out of
+                // service (clients then fall back to RPC), see `mirror`.
+                let capacity = (min_leaves * 4).max(65_536).min(limit as u64);
                 let nodes = (capacity / (fanout as u64 / 2).max(1)) * 2 + 64;
                 let bytes = nodes * crate::mirror::slot_bytes(fanout) as u64;
-                let r = alloc(id, bytes, Rights::READ)?;
+                let r = sink.alloc(id, bytes)?;
                 Some(std::sync::Mutex::new(crate::mirror::InnerMirror::new(
                     r, fanout,
                 )))
             }
             None => None,
         };
+        let leaves = Leaves::growing(layout, map, config.region_id, limit, sink);
         Ok(XTree {
             leaves,
             index: RwLock::new(InnerIndex::single(0, fanout)),
             mirror,
             first_leaf: 0,
             keys: AtomicU64::new(0),
-            leaf_count: AtomicU64::new(0),
             splits: AtomicU64::new(0),
         })
     }
 
     /// An empty tree: one leaf covering every key.
     pub fn new(config: &XTreeConfig) -> Result<XTree, XTreeError> {
-        let tree = XTree::with_capacity(config, 1, &fabric::heap_region)?;
+        XTree::new_in(config, Arc::new(HeapSink))
+    }
+
+    /// [`XTree::new`] with leaf chunks made and published by `sink`.
+    pub fn new_in(config: &XTreeConfig, sink: Arc<dyn LeafSink>) -> Result<XTree, XTreeError> {
+        let tree = XTree::with_sink(config, 1, sink)?;
         let first = tree.alloc_leaf()?;
         debug_assert_eq!(first, 0);
         let mut g = tree.leaves.lock(first);
@@ -229,17 +253,17 @@ impl XTree {
         fill: f64,
         progress: &mut dyn FnMut(u64),
     ) -> Result<XTree, XTreeError> {
-        XTree::bulk_load_in(config, pairs, fill, progress, &fabric::heap_region)
+        XTree::bulk_load_with(config, pairs, fill, progress, Arc::new(HeapSink))
     }
 
-    /// [`XTree::bulk_load`] with the leaf region taken from `alloc` (a file
-    /// for the shared-memory backend).
-    pub fn bulk_load_in(
+    /// [`XTree::bulk_load`] with leaf chunks (and the internal-level copy)
+    /// made by `sink`, which also publishes each chunk as it is created.
+    pub fn bulk_load_with(
         config: &XTreeConfig,
         pairs: &[(u64, u64)],
         fill: f64,
         progress: &mut dyn FnMut(u64),
-        alloc: RegionAlloc<'_>,
+        sink: Arc<dyn LeafSink>,
     ) -> Result<XTree, XTreeError> {
         if !(fill > 0.0 && fill <= 1.0) {
             return Err(XTreeError::Config(format!(
@@ -263,7 +287,7 @@ impl XTree {
         let slots = config.leaf_slots.max(1);
         let per_leaf = ((slots as f64 * fill).floor() as usize).clamp(1, slots);
         let leaf_total = pairs.len().div_ceil(per_leaf).max(1) as u64;
-        let tree = XTree::with_capacity(config, leaf_total, alloc)?;
+        let tree = XTree::with_sink(config, leaf_total, sink)?;
         let chunks: Vec<&[(u64, u64)]> = if pairs.is_empty() {
             vec![&[]]
         } else {
@@ -307,11 +331,10 @@ impl XTree {
     }
 
     fn alloc_leaf(&self) -> Result<u32, XTreeError> {
-        let aln = self.leaves.slab().alloc().ok_or(XTreeError::OutOfLeaves {
-            capacity: self.leaves.slab().capacity(),
-        })?;
-        self.leaf_count.fetch_add(1, Ordering::Relaxed);
-        Ok(aln)
+        self.leaves.alloc().map_err(|e| match e {
+            AllocError::Limit(capacity) => XTreeError::OutOfLeaves { capacity },
+            AllocError::Chunk(chunk, source) => XTreeError::Chunk { chunk, source },
+        })
     }
 
     fn read_index(&self) -> RwLockReadGuard<'_, InnerIndex> {
@@ -345,24 +368,48 @@ impl XTree {
         self.leaves.layout()
     }
 
-    /// The registered region holding the leaves.
-    pub fn region(&self) -> &Arc<Region> {
-        self.leaves.slab().region()
+    /// The first leaf chunk's region (every chunk: [`XTree::leaf_regions`]).
+    pub fn region(&self) -> Arc<Region> {
+        self.leaves
+            .regions()
+            .into_iter()
+            .next()
+            .expect("a tree has at least one leaf, so chunk 0 exists")
     }
 
-    /// Byte offset of leaf `aln` in the region.
+    /// The leaf chunk regions made so far, in chunk order.
+    pub fn leaf_regions(&self) -> Vec<Arc<Region>> {
+        self.leaves.regions()
+    }
+
+    /// The ALN -> chunk rule of this tree's leaf store.
+    pub fn chunk_map(&self) -> ChunkMap {
+        self.leaves.chunk_map()
+    }
+
+    /// Bytes per leaf block (the stride inside a chunk).
+    pub fn block_bytes(&self) -> u64 {
+        self.leaves.block_bytes()
+    }
+
+    /// Region and byte offset of leaf `aln`.
+    pub fn leaf_address(&self, aln: u32) -> (RegionId, u64) {
+        self.leaves.address(aln)
+    }
+
+    /// Byte offset of leaf `aln` inside its chunk region.
     pub fn leaf_offset(&self, aln: u32) -> u64 {
-        self.leaves.slab().offset(aln)
+        self.leaves.address(aln).1
     }
 
     /// Leaves allocated so far (the high-water ALN + 1).
     pub fn leaf_count(&self) -> u64 {
-        self.leaf_count.load(Ordering::Relaxed)
+        self.leaves.high_water() as u64
     }
 
-    /// Leaves the region can hold.
+    /// Most leaves the tree may have (its memory limit).
     pub fn leaf_capacity(&self) -> u32 {
-        self.leaves.slab().capacity()
+        self.leaves.limit()
     }
 
     /// Keys stored.
@@ -446,8 +493,7 @@ impl XTree {
             Ok(lsn) => lsn,
             Err(e) => {
                 // Nothing links to the fresh leaf yet: give it back.
-                self.leaves.slab().free(right);
-                self.leaf_count.fetch_sub(1, Ordering::Relaxed);
+                self.leaves.free(right);
                 return Err(e);
             }
         };
@@ -684,43 +730,169 @@ impl XTree {
     }
 
     /// Iterates header and fences of the leaves in key order from `start`,
-    /// by right links, without latches (see [`XTree::walk_leaves`]). Bounded
-    /// by the number of leaves, so a corrupt link cannot make it loop.
-    pub fn summaries(&self, start: u32) -> impl Iterator<Item = LeafSummary> + '_ {
-        let mut aln = start;
-        let mut budget = self.leaf_count() + 1;
-        std::iter::from_fn(move || {
-            if aln == NO_LEAF || budget == 0 {
-                return None;
-            }
-            budget -= 1;
-            let s = self.leaf_summary(aln)?;
-            aln = s.header.next;
-            Some(s)
-        })
+    /// by right links, without latches. Concurrent splits do not cut it
+    /// short: its bound is the leaf count *now*, at every step (a walk
+    /// moves strictly right, so it visits each leaf at most once). A link
+    /// to an unallocated leaf, fences that do not continue, or more hops
+    /// than leaves stop it with [`LeafWalk::error`] set; check it.
+    pub fn summaries(&self, start: u32) -> LeafWalk<'_> {
+        LeafWalk {
+            tree: self,
+            aln: start,
+            hops: 0,
+            prev_high: None,
+            error: None,
+        }
+    }
+
+    /// Header and fences of every leaf in key order, from the first leaf to
+    /// the unbounded last one, or the typed error of a walk that did not
+    /// get there.
+    pub fn chain(&self) -> Result<Vec<LeafSummary>, XTreeError> {
+        let mut out = Vec::with_capacity(self.leaf_count() as usize);
+        let mut walk = self.summaries(self.first_leaf());
+        out.extend(walk.by_ref());
+        if let Some(e) = walk.error.take() {
+            return Err(e);
+        }
+        match out.last() {
+            Some(last) if last.high == u64::MAX => Ok(out),
+            Some(last) => Err(XTreeError::BrokenChain {
+                aln: last.aln,
+                hops: out.len() as u64,
+                reason: "the chain ends before the unbounded last leaf",
+            }),
+            None => Err(XTreeError::BrokenChain {
+                aln: self.first_leaf(),
+                hops: 0,
+                reason: "no leaves",
+            }),
+        }
     }
 
     /// Walks the leaves in key order from `start` by right links, calling
     /// `f` with a consistent copy of each until it returns `false`. Takes no
     /// latch: concurrent splits make the walk see some leaves before and
     /// some after a split, each leaf consistent, the walk still in key order.
+    /// Bounded like [`XTree::summaries`]; a walk that `f` did not stop and
+    /// that did not end at the unbounded last leaf is an error.
     pub fn walk_leaves(
         &self,
         start: u32,
         with_values: bool,
         mut f: impl FnMut(&LeafSnapshot) -> bool,
-    ) {
+    ) -> Result<(), XTreeError> {
         let mut snap = LeafSnapshot::default();
         let mut aln = start;
-        // Bound the walk by the leaves that exist, against a cycle.
-        let mut budget = self.leaf_count() + 1;
-        while aln != NO_LEAF && (aln as u64) < self.leaf_count() && budget > 0 {
+        let mut hops = 0u64;
+        let mut prev_high: Option<u64> = None;
+        while aln != NO_LEAF {
+            check_step(aln, hops, self.leaf_count())?;
             self.leaves.snapshot(aln, with_values, &mut snap);
-            if !f(&snap) {
-                return;
+            if prev_high.is_some_and(|h| h != snap.low) {
+                return Err(XTreeError::BrokenChain {
+                    aln,
+                    hops,
+                    reason: "a leaf's low fence differs from its left sibling's high fence",
+                });
             }
+            if !f(&snap) {
+                return Ok(());
+            }
+            prev_high = Some(snap.high);
             aln = snap.next;
-            budget -= 1;
+            hops += 1;
         }
+        match prev_high {
+            Some(h) if h != u64::MAX => Err(XTreeError::BrokenChain {
+                aln,
+                hops,
+                reason: "the chain ends before the unbounded last leaf",
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The checks of one step of a leaf walk at `aln` after `hops` leaves,
+/// with `count` leaves allocated now.
+fn check_step(aln: u32, hops: u64, count: u64) -> Result<(), XTreeError> {
+    if aln as u64 >= count {
+        return Err(XTreeError::BrokenChain {
+            aln,
+            hops,
+            reason: "a right link points to an unallocated leaf",
+        });
+    }
+    if hops >= count {
+        return Err(XTreeError::BrokenChain {
+            aln,
+            hops,
+            reason: "more hops than leaves (a cycle)",
+        });
+    }
+    Ok(())
+}
+
+/// A walk of leaf summaries; see [`XTree::summaries`].
+#[derive(Debug)]
+pub struct LeafWalk<'a> {
+    tree: &'a XTree,
+    aln: u32,
+    hops: u64,
+    prev_high: Option<u64>,
+    error: Option<XTreeError>,
+}
+
+impl LeafWalk<'_> {
+    /// Why the walk stopped before the last leaf, if it did (`None` for a
+    /// walk that ended at the last leaf or was not driven to its end).
+    pub fn error(&self) -> Option<&XTreeError> {
+        self.error.as_ref()
+    }
+
+    /// Takes the error out (see [`LeafWalk::error`]).
+    pub fn take_error(&mut self) -> Option<XTreeError> {
+        self.error.take()
+    }
+
+    /// Leaves walked so far.
+    pub fn hops(&self) -> u64 {
+        self.hops
+    }
+}
+
+impl Iterator for LeafWalk<'_> {
+    type Item = LeafSummary;
+
+    fn next(&mut self) -> Option<LeafSummary> {
+        if self.aln == NO_LEAF || self.error.is_some() {
+            return None;
+        }
+        if let Err(e) = check_step(self.aln, self.hops, self.tree.leaf_count()) {
+            self.error = Some(e);
+            return None;
+        }
+        let s = self.tree.leaves.summary(self.aln);
+        if self.prev_high.is_some_and(|h| h != s.low) {
+            self.error = Some(XTreeError::BrokenChain {
+                aln: self.aln,
+                hops: self.hops,
+                reason: "a leaf's low fence differs from its left sibling's high fence",
+            });
+            return None;
+        }
+        if s.header.next == NO_LEAF && s.high != u64::MAX {
+            self.error = Some(XTreeError::BrokenChain {
+                aln: self.aln,
+                hops: self.hops,
+                reason: "the chain ends before the unbounded last leaf",
+            });
+            return None;
+        }
+        self.prev_high = Some(s.high);
+        self.hops += 1;
+        self.aln = s.header.next;
+        Some(s)
     }
 }

@@ -57,6 +57,29 @@ fn writer(tree: &XTree, t: u64, seed: u64, ops: usize, domain: u64) -> BTreeMap<
     model
 }
 
+/// Registers every leaf chunk on a node of a local fabric as it is made.
+struct FabricSink {
+    fabric: LocalFabric,
+    node: NodeId,
+}
+
+impl xtree::LeafSink for FabricSink {
+    fn publish(&self, region: &Arc<fabric::Region>) -> Result<(), fabric::FabricError> {
+        self.fabric.register(self.node, region.clone())
+    }
+}
+
+/// How a client finds `tree`'s leaves on `node`.
+fn remote_leaves(tree: &XTree, node: NodeId) -> LeafRegion {
+    LeafRegion {
+        node,
+        region: tree.region().id(),
+        chunks: tree.chunk_map(),
+        block_bytes: tree.block_bytes(),
+        layout: tree.layout(),
+    }
+}
+
 fn stable_keys() -> Vec<(u64, u64)> {
     (0..20u64).map(|i| (i * 1000, value(i * 1000, 0))).collect()
 }
@@ -127,19 +150,25 @@ fn adversarial_remote_reads_never_return_a_torn_leaf() {
         leaf_slots: 8,
         ..XTreeConfig::default()
     };
-    let tree = Arc::new(XTree::bulk_load(&config, &stable_keys(), 1.0, &mut |_| {}).unwrap());
     let fabric = LocalFabric::with_adversary(Adversary {
         seed,
         ..Adversary::default()
     });
     let node: NodeId = fabric.add_node();
-    fabric.register(node, tree.region().clone()).unwrap();
-    let leaves = LeafRegion {
-        node,
-        region: tree.region().id(),
-        block_bytes: tree.leaf_offset(1),
-        layout: tree.layout(),
+    // Small chunks: the writers' splits keep adding chunk regions while the
+    // readers read leaves in them.
+    let config = XTreeConfig {
+        chunk_leaves: (8, 32),
+        max_leaves: Some(100_000),
+        ..config
     };
+    let sink = Arc::new(FabricSink {
+        fabric: fabric.clone(),
+        node,
+    });
+    let tree =
+        Arc::new(XTree::bulk_load_with(&config, &stable_keys(), 1.0, &mut |_| {}, sink).unwrap());
+    let leaves = remote_leaves(&tree, node);
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..2)
         .map(|t| {
@@ -164,7 +193,8 @@ fn adversarial_remote_reads_never_return_a_torn_leaf() {
                         leaves.layout.key_part_bytes()
                     };
                     batch.clear();
-                    let h = batch.read(leaves.region, leaves.offset(aln), len as u64);
+                    let (region, offset) = leaves.address(aln);
+                    let h = batch.read(region, offset, len as u64);
                     fabric::Endpoint::post(&mut ep, leaves.node, &mut batch).unwrap();
                     let view = match LeafView::decode(leaves.layout, batch.read_bytes(h).unwrap()) {
                         Ok(view) => view,
@@ -228,12 +258,7 @@ fn mixed_images_fail_verification() {
     let fabric = LocalFabric::new();
     let node = fabric.add_node();
     fabric.register(node, tree.region().clone()).unwrap();
-    let leaves = LeafRegion {
-        node,
-        region: tree.region().id(),
-        block_bytes: tree.leaf_offset(1),
-        layout: tree.layout(),
-    };
+    let leaves = remote_leaves(&tree, node);
     let mut ep = fabric.endpoint();
     let (mut batch, mut a, mut b) = (Batch::new(), Vec::new(), Vec::new());
     leaves

@@ -14,7 +14,7 @@ fn leaf() -> (Arc<Region>, Arc<Leaves>) {
     let layout = LeafLayout::new(1).unwrap();
     let region = Arc::new(Region::new(RegionId(1), 64 * 8, Rights::READ).unwrap());
     let leaves = Arc::new(Leaves::new(region.clone(), layout).unwrap());
-    let aln = leaves.slab().alloc().unwrap();
+    let aln = leaves.alloc().unwrap();
     let mut g = leaves.lock(aln);
     g.set_header(Header {
         inca: 0,

@@ -60,16 +60,34 @@ fn check_structure(tree: &XTree, model: &BTreeMap<u64, u64>) {
         seen.extend(pairs);
         expect_low = leaf.high;
         true
-    });
+    })
+    .unwrap();
+    let chain = tree.chain().unwrap();
+    assert_eq!(chain.last().unwrap().high, u64::MAX);
+    // Every leaf of the chain sits where the chunk rule says, inside a
+    // chunk region that exists and is large enough.
+    let regions = tree.leaf_regions();
+    let map = tree.chunk_map();
+    for s in &chain {
+        let (k, i) = map.locate(s.aln);
+        let r = &regions[k as usize];
+        assert_eq!(tree.leaf_address(s.aln), (r.id(), i * tree.block_bytes()));
+        assert!((i + 1) * tree.block_bytes() <= r.len_bytes());
+    }
     assert_eq!(expect_low, u64::MAX, "last leaf must be unbounded");
     let want: Vec<(u64, u64)> = model.iter().map(|(&k, &v)| (k, v)).collect();
     assert_eq!(seen, want);
     assert_eq!(tree.len(), model.len() as u64);
 }
 
-fn run(ops: &[Op], slots: usize, bulk: &[(u64, u64)]) {
+/// Runs `ops` against a tree whose leaf store starts with `chunks.0`
+/// leaves and grows by chunks of at most `chunks.1`, so most runs cross
+/// many chunk boundaries.
+fn run(ops: &[Op], slots: usize, bulk: &[(u64, u64)], chunks: (u32, u32)) {
     let config = XTreeConfig {
         leaf_slots: slots,
+        chunk_leaves: chunks,
+        max_leaves: Some(4096),
         ..XTreeConfig::default()
     };
     let tree = if bulk.is_empty() {
@@ -145,7 +163,17 @@ proptest! {
 
     #[test]
     fn matches_btreemap(ops in prop::collection::vec(op(), 1..400), slots in 1usize..9) {
-        run(&ops, slots, &[]);
+        run(&ops, slots, &[], (65_536, 1 << 22));
+    }
+
+    #[test]
+    fn matches_btreemap_across_many_chunks(
+        ops in prop::collection::vec(op(), 1..400),
+        slots in 1usize..5,
+        first in 1u32..5,
+        cap in 1u32..9,
+    ) {
+        run(&ops, slots, &[], (first, cap));
     }
 
     #[test]
@@ -153,9 +181,11 @@ proptest! {
         keys in prop::collection::btree_set(0u64..400, 0..200),
         ops in prop::collection::vec(op(), 1..300),
         slots in 2usize..17,
+        first in 1u32..6,
+        cap in 1u32..12,
     ) {
         let bulk: Vec<(u64, u64)> = keys.into_iter().map(|k| (k, k * 7)).collect();
-        run(&ops, slots, &bulk);
+        run(&ops, slots, &bulk, (first, cap));
     }
 }
 
