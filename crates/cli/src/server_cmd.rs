@@ -51,6 +51,17 @@ pub struct ServerArgs {
     /// Load keys from a SOSD file instead.
     #[arg(long)]
     keys_file: Option<PathBuf>,
+    /// Refuse inserts (`Full`) once the leaves would take more than this
+    /// many bytes of registered memory (default: no limit; the leaf store
+    /// grows by adding regions until the machine refuses one). Set it on a
+    /// shared machine or a small /dev/shm.
+    #[arg(long, value_name = "BYTES")]
+    max_leaf_bytes: Option<u64>,
+    /// Make data, region and lock files readable and writable by the
+    /// owner's group too (0660 files, 0750 directories; default: owner
+    /// only, 0600 and 0700).
+    #[arg(long)]
+    group_access: bool,
     /// Slots per leaf.
     #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS)]
     leaf_slots: usize,
@@ -115,11 +126,13 @@ pub fn run(args: &ServerArgs) -> Result<()> {
                 })?;
             }
             d.checkpoint_records = args.checkpoint_records;
+            d.group_access = args.group_access;
             d.commit_delay = Duration::from_micros(args.commit_delay_us);
             Some(d)
         }
     };
     let config = ServerConfig {
+        max_leaf_bytes: args.max_leaf_bytes,
         leaf_slots: args.leaf_slots,
         submodel_keys: args.submodel_keys,
         train_threads: args.train_threads,

@@ -112,9 +112,9 @@ fn execute<E: Endpoint>(
                 let s = client.server_stats().map_err(|e| e.to_string())?;
                 let h = fabric::remote::host_stats(url, token).map_err(|e| e.to_string())?;
                 format!(
-                    "keys={} leaves={} splits={} model_version={} submodels={} retrains={} full_trains={} fallbacks={} hinted_updates={} rpcs={} bad_requests={} nic_requests={} nic_verbs={} nic_busy_us={} worker_requests={} worker_busy_us={} bad_frames={} connections={}",
+                    "keys={} leaves={} splits={} model_version={} submodels={} retrains={} full_trains={} fallbacks={} hinted_updates={} rpcs={} bad_requests={} checkpoints={} checkpoint_failures={} nic_requests={} nic_verbs={} nic_busy_us={} worker_requests={} worker_busy_us={} bad_frames={} connections={}",
                     s.keys, s.leaves, s.splits, s.version, s.submodels, s.retrains, s.full_trains, s.fallbacks,
-                    s.hinted_updates, s.rpcs, s.bad_requests, h.nic_requests, h.nic_verbs, h.nic_busy_ns / 1000,
+                    s.hinted_updates, s.rpcs, s.bad_requests, s.checkpoints, s.checkpoint_failures, h.nic_requests, h.nic_verbs, h.nic_busy_ns / 1000,
                     h.worker_requests, h.worker_busy_ns / 1000, h.bad_frames, h.connections
                 )
             }

@@ -940,7 +940,7 @@ impl Shared {
 impl Shared {
     /// Counts a write refused as `Full` and logs the refusals at most once
     /// per [`FULL_LOG_INTERVAL`].
-    fn log_full(&self, e: &XTreeError) {
+    fn log_full(&self, e: &dyn std::fmt::Display) {
         self.counters.full_unlogged.fetch_add(1, Ordering::Relaxed);
         // A writer that finds the lock taken leaves the line to its holder.
         let Ok(mut log) = self.full_log.try_lock() else {
@@ -1022,6 +1022,15 @@ impl RpcHandler for Handler {
         };
         if let Some(d) = self.0.durable.as_ref().filter(|d| d.waits()) {
             if let Some((key, op)) = sync_write(&req) {
+                // Refusals at the memory limit are logged like the others:
+                // once per interval.
+                let shared = self.0.clone();
+                let respond: fabric::Responder = Box::new(move |reply: Vec<u8>| {
+                    if reply.first() == Some(&(Status::Full as u8)) {
+                        shared.log_full(&"no leaf left for a logged insert");
+                    }
+                    respond(reply)
+                });
                 // Visible only once durable: see `durable` module docs.
                 return d.write(key, op, respond);
             }
