@@ -25,16 +25,18 @@
 //!
 //! # Bounds (what one peer, or many, can make the host hold)
 //!
-//! * **Connections.** Unauthenticated connections are counted apart from
-//!   authenticated ones and capped low ([`HostConfig::max_preauth`]); the
-//!   acceptor closes one over that cap at once, before any thread is
-//!   spawned for it, so a flood of idle sockets costs no threads and never
-//!   takes an authenticated slot ([`HostConfig::max_connections`]). HELLO
-//!   must arrive whole within [`HostConfig::handshake_timeout`]; an
-//!   authenticated connection that sends nothing for
-//!   [`HostConfig::idle_timeout`] is closed.
-//! * **Before authentication** only a HELLO of at most
-//!   [`MAX_TOKEN`] bytes is read, into a buffer on the stack: a header that
+//! * **Connections.** A connection has no thread until it has
+//!   authenticated: the acceptor runs every handshake itself, polling. At
+//!   most [`HostConfig::max_preauth`] connections wait for their HELLO; a
+//!   new one over that cap closes the oldest waiting one at once. So a
+//!   flood of idle sockets costs no threads, never takes an authenticated
+//!   slot ([`HostConfig::max_connections`], counted apart), and cannot keep
+//!   a real client (whose HELLO follows its connect at once) from being
+//!   heard. HELLO must arrive whole within
+//!   [`HostConfig::handshake_timeout`]; an authenticated connection that
+//!   sends nothing for [`HostConfig::idle_timeout`] is closed.
+//! * **Before authentication** only a HELLO of at most [`MAX_TOKEN`] bytes
+//!   is read, into a fixed buffer, and nothing past it: a header that
 //!   announces more, or another kind, closes the connection unread.
 //! * **Memory is charged before it is taken.** Each frame is charged to its
 //!   connection's budget ([`HostConfig::conn_budget`]) and the host's
@@ -108,8 +110,8 @@ pub struct HostConfig {
     pub idle_timeout: Duration,
     /// Most authenticated connections served at once.
     pub max_connections: usize,
-    /// Most connections waiting for their HELLO at once; more are closed
-    /// as soon as they are accepted.
+    /// Most connections waiting for their HELLO at once, per listener; a
+    /// new connection over the cap closes the oldest waiting one.
     pub max_preauth: usize,
     /// Bytes one connection may have in flight: frames being read, queued
     /// and served, and replies waiting for the peer. At least
@@ -508,24 +510,26 @@ impl Host {
         let listener = TcpListener::bind(addr)?;
         let bound = listener.local_addr()?;
         listener.set_nonblocking(true)?;
-        self.start_acceptor(format!("accept-{bound}"), move || {
+        self.start_acceptor(format!("accept-{bound}"), listener.as_raw_fd(), move || {
             listener.accept().map(|(s, _)| s)
         })?;
         Ok(bound)
     }
 
-    /// Runs `accept` (a non-blocking listener's) on an accepting thread
-    /// the host joins at shutdown.
+    /// Runs `accept` (that of the non-blocking listener `listen_fd`, which
+    /// the closure keeps open) on an accepting thread the host joins at
+    /// shutdown.
     fn start_acceptor<S>(
         &self,
         name: String,
+        listen_fd: RawFd,
         accept: impl FnMut() -> std::io::Result<S> + Send + 'static,
     ) -> Result<(), FabricError>
     where
         S: Stream,
     {
         let inner = self.inner.clone();
-        let t = spawn(name, move || accept_loop(&inner, accept))?;
+        let t = spawn(name, move || accept_loop(&inner, listen_fd, accept))?;
         self.inner
             .threads
             .lock()
@@ -568,7 +572,7 @@ impl Host {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
         listener.set_nonblocking(true)?;
         *self.inner.socket.lock().unwrap_or_else(|e| e.into_inner()) = Some(path.to_path_buf());
-        self.start_acceptor("accept-unix".into(), move || {
+        self.start_acceptor("accept-unix".into(), listener.as_raw_fd(), move || {
             listener.accept().map(|(s, _)| s)
         })?;
         Ok(())
@@ -654,54 +658,295 @@ impl Drop for Slot<'_> {
     }
 }
 
-fn accept_loop<S>(inner: &Arc<Inner>, mut accept: impl FnMut() -> std::io::Result<S>)
-where
-    S: Stream,
-{
-    while !inner.stop.load(Ordering::Acquire) {
-        match accept() {
-            Ok(stream) => {
-                // Only this thread adds pre-auth connections, so the check
-                // and the increment cannot race past the cap. An over-cap
-                // connection is closed here, before it costs a thread.
-                if inner.preauth.load(Ordering::Relaxed) >= inner.config.max_preauth {
-                    if let Some(n) = inner.refused_log.check() {
-                        tracing::warn!(
-                            cap = inner.config.max_preauth,
-                            also_refused_since_last_line = n,
-                            "too many connections waiting for their HELLO; closing a new one"
-                        );
-                    }
-                    stream.close();
-                    continue;
-                }
-                let (read, write) = match stream.split() {
-                    Ok(halves) => halves,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot set up an accepted socket");
-                        continue;
-                    }
-                };
-                inner.connections.fetch_add(1, Ordering::Relaxed);
-                inner.preauth.fetch_add(1, Ordering::Relaxed);
-                let conn = Conn::new(write, inner);
-                let inner2 = inner.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("conn".into())
-                    .spawn(move || serve_connection(&inner2, read, conn));
-                if let Err(e) = spawned {
-                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
-                    tracing::error!(error = %e, "cannot spawn a connection thread");
-                }
+/// A connection waiting for its HELLO. It has no thread: the acceptor
+/// polls it, reads exactly the HELLO's bytes (nothing a client pipelines
+/// after it) into this fixed buffer, and hands it on once authenticated.
+struct Pending<S> {
+    stream: S,
+    deadline: Instant,
+    buf: [u8; HEADER_BYTES + MAX_TOKEN],
+    got: usize,
+    need: usize,
+    header: Option<Header>,
+}
+
+/// Where a pending handshake stands after reading what arrived.
+enum Handshake {
+    /// More bytes are due.
+    Wait,
+    /// A whole HELLO (header and token) is in the buffer.
+    Hello(Header),
+    /// Closed, refused or failed: drop the connection.
+    Close,
+}
+
+impl<S: Stream> Pending<S> {
+    fn new(stream: S, timeout: Duration) -> Pending<S> {
+        Pending {
+            stream,
+            deadline: Instant::now() + timeout,
+            buf: [0; HEADER_BYTES + MAX_TOKEN],
+            got: 0,
+            need: HEADER_BYTES,
+            header: None,
+        }
+    }
+
+    /// Best effort (the socket is non-blocking): an ERROR frame before the
+    /// close, so a client learns why.
+    fn send_error(&self, id: u64, code: ErrorCode, msg: &str) {
+        let mut p = Vec::new();
+        wire::encode_error(code, msg, &mut p);
+        let mut bytes = Vec::new();
+        frame(Kind::Error, id, &p, &mut bytes);
+        let _ = send_raw(self.stream.as_raw_fd(), &bytes, false);
+    }
+
+    fn read(&mut self, inner: &Inner) -> Handshake {
+        loop {
+            match self.stream.read(&mut self.buf[self.got..self.need]) {
+                Ok(0) => return Handshake::Close,
+                Ok(n) => self.got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Handshake::Wait,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return Handshake::Close,
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20))
+            if self.got < self.need {
+                continue;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                std::thread::sleep(Duration::from_millis(20));
+            if let Some(h) = self.header {
+                return Handshake::Hello(h);
+            }
+            let head: &[u8; HEADER_BYTES] = self.buf[..HEADER_BYTES].try_into().expect("header");
+            let header = match Header::decode(head) {
+                Ok(h) => h,
+                Err(e) => {
+                    inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "bad frame header; closing the connection");
+                    self.send_error(0, ErrorCode::Malformed, &e.to_string());
+                    return Handshake::Close;
+                }
+            };
+            if header.kind != Kind::Hello || header.len as usize > MAX_TOKEN {
+                // None of the payload is read: before authentication a
+                // peer gets no more than the 1 KiB a HELLO needs.
+                self.refuse(inner, header.id, "first frame not a HELLO of at most 1 KiB");
+                return Handshake::Close;
+            }
+            self.header = Some(header);
+            self.need = HEADER_BYTES + header.len as usize;
+            if header.len == 0 {
+                return Handshake::Hello(header);
             }
         }
+    }
+
+    fn refuse(&self, inner: &Inner, id: u64, why: &str) {
+        inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+        if let Some(n) = inner.refused_log.check() {
+            tracing::warn!(
+                also_refused_since_last_line = n,
+                "{why}; closing the connection"
+            );
+        }
+        self.send_error(
+            id,
+            ErrorCode::Unauthorized,
+            "a HELLO with a valid access token is required",
+        );
+    }
+}
+
+/// Most connections one round of the acceptor takes from the listener
+/// before it serves the pending handshakes again.
+const ACCEPTS_PER_ROUND: usize = 256;
+
+/// The acceptor: accepts connections and runs their handshakes itself,
+/// polling the listener and the pending connections; an authenticated
+/// connection gets its own thread. At most `max_preauth` connections wait
+/// for their HELLO: a new one over the cap closes the oldest waiting one
+/// (no thread exists for either), so a flood of idle sockets costs no
+/// threads and cannot keep a real client, whose HELLO follows its connect
+/// at once, from being heard.
+fn accept_loop<S>(
+    inner: &Arc<Inner>,
+    listen_fd: RawFd,
+    mut accept: impl FnMut() -> std::io::Result<S>,
+) where
+    S: Stream,
+{
+    let mut pending: VecDeque<Pending<S>> = VecDeque::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let cap = inner.config.max_preauth.max(1);
+    while !inner.stop.load(Ordering::Acquire) {
+        fds.clear();
+        fds.push(libc::pollfd {
+            fd: listen_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        for p in &pending {
+            fds.push(libc::pollfd {
+                fd: p.stream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // Wake for the next deadline, and at least every 50 ms to notice
+        // a shutdown.
+        let now = Instant::now();
+        let wait = pending
+            .iter()
+            .map(|p| p.deadline.saturating_duration_since(now))
+            .min()
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_millis(50));
+        // SAFETY: `fds` is a live, writable array of `fds.len()` pollfds,
+        // each naming a descriptor this thread keeps open during the call.
+        let r = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                wait.as_millis() as libc::c_int,
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                tracing::warn!(error = %e, "poll failed");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            continue;
+        }
+        // Handshakes first (their indexes in `fds` are those of
+        // `pending`, shifted by the listener's), then new connections.
+        let ready: Vec<bool> = fds[1..].iter().map(|f| f.revents != 0).collect();
+        let listener_ready = fds[0].revents != 0;
+        let now = Instant::now();
+        let mut kept = VecDeque::with_capacity(pending.len());
+        for (mut p, ready) in pending.drain(..).zip(ready) {
+            let state = if ready {
+                p.read(inner)
+            } else {
+                Handshake::Wait
+            };
+            match state {
+                Handshake::Wait if now < p.deadline => kept.push_back(p),
+                Handshake::Wait => {
+                    tracing::debug!(
+                        "no HELLO within the handshake timeout; closing the connection"
+                    );
+                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                    p.stream.close();
+                }
+                Handshake::Close => {
+                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                    p.stream.close();
+                }
+                Handshake::Hello(h) => {
+                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                    admit(inner, p, h);
+                }
+            }
+        }
+        pending = kept;
+        if !listener_ready {
+            continue;
+        }
+        for _ in 0..ACCEPTS_PER_ROUND {
+            match accept() {
+                Ok(stream) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    inner.connections.fetch_add(1, Ordering::Relaxed);
+                    if pending.len() >= cap {
+                        if let Some(old) = pending.pop_front() {
+                            if let Some(n) = inner.refused_log.check() {
+                                tracing::warn!(
+                                    cap,
+                                    also_closed_since_last_line = n,
+                                    "too many connections waiting for their HELLO; closed the oldest"
+                                );
+                            }
+                            inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                            old.stream.close();
+                        }
+                    }
+                    inner.preauth.fetch_add(1, Ordering::Relaxed);
+                    pending.push_back(Pending::new(stream, inner.config.handshake_timeout));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // E.g. out of descriptors: let the pending ones finish.
+                    tracing::warn!(error = %e, "accept failed");
+                    std::thread::sleep(Duration::from_millis(20));
+                    break;
+                }
+            }
+        }
+    }
+    for p in pending {
+        inner.preauth.fetch_sub(1, Ordering::Relaxed);
+        p.stream.close();
+    }
+}
+
+/// A whole HELLO arrived: checks the token (in constant time), takes an
+/// authenticated slot, and starts the connection's thread.
+fn admit<S: Stream>(inner: &Arc<Inner>, p: Pending<S>, header: Header) {
+    let token = &p.buf[HEADER_BYTES..HEADER_BYTES + header.len as usize];
+    let ok = match &inner.config.token {
+        Some(t) => constant_time_eq(t.as_bytes(), token),
+        None => true,
+    };
+    if !ok {
+        p.refuse(inner, header.id, "connection without a valid token");
+        p.stream.close();
+        return;
+    }
+    let cap = inner.config.max_connections;
+    if inner
+        .open_connections
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < cap).then_some(n + 1)
+        })
+        .is_err()
+    {
+        if let Some(n) = inner.refused_log.check() {
+            tracing::warn!(
+                cap,
+                also_refused_since_last_line = n,
+                "connection limit reached; refusing a connection"
+            );
+        }
+        p.send_error(header.id, ErrorCode::Busy, "too many connections");
+        p.stream.close();
+        return;
+    }
+    let slot_taken = || inner.open_connections.fetch_sub(1, Ordering::Relaxed);
+    let (read, write) = match p.stream.split() {
+        Ok(halves) => halves,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot set up an accepted socket");
+            slot_taken();
+            return;
+        }
+    };
+    let conn = Conn::new(write, inner);
+    send(&conn, Kind::HelloOk, header.id, &[]);
+    let inner2 = inner.clone();
+    let spawned = std::thread::Builder::new()
+        .name("conn".into())
+        .spawn(move || {
+            let _slot = Slot(&inner2.open_connections);
+            serve_frames(&inner2, read, &conn);
+            // A backlog (if any) stays with its flusher; reading is over.
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot spawn a connection thread");
+        slot_taken();
     }
 }
 
@@ -1179,6 +1424,8 @@ pub trait Stream: Read + Write + AsRawFd + Send + Sync + Sized + 'static {
     fn close(&self);
     /// Sets how long a read may wait (`None`: forever).
     fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+    /// Makes reads and writes return `WouldBlock` instead of waiting.
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()>;
 }
 
 impl Stream for TcpStream {
@@ -1195,6 +1442,9 @@ impl Stream for TcpStream {
     fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
         TcpStream::set_read_timeout(self, t)
     }
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        TcpStream::set_nonblocking(self, on)
+    }
 }
 
 impl Stream for UnixStream {
@@ -1209,6 +1459,9 @@ impl Stream for UnixStream {
     }
     fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
         UnixStream::set_read_timeout(self, t)
+    }
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        UnixStream::set_nonblocking(self, on)
     }
 }
 
@@ -1245,121 +1498,10 @@ fn serve_post<S: Stream>(inner: &Inner, conn: &Conn<S>, id: u64, payload: &[u8])
     }
 }
 
-/// Reads exactly `buf.len()` bytes by `deadline` (the handshake's reads).
-fn read_by<S: Stream>(read: &mut S, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(std::io::ErrorKind::TimedOut.into());
-        }
-        read.set_read_timeout(Some(left))?;
-        match read.read(&mut buf[got..]) {
-            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// The handshake: a whole HELLO of at most [`MAX_TOKEN`] bytes, read into
-/// a stack buffer by the handshake deadline, with a valid token; then an
-/// authenticated slot. Returns the slot, or `None` (the caller closes).
-fn handshake<'a, S: Stream>(inner: &'a Inner, read: &mut S, conn: &Conn<S>) -> Option<Slot<'a>> {
-    let deadline = Instant::now() + inner.config.handshake_timeout;
-    let mut head = [0u8; HEADER_BYTES];
-    if let Err(e) = read_by(read, &mut head, deadline) {
-        tracing::debug!(error = %e, "no HELLO header in time; closing the connection");
-        return None;
-    }
-    let header = match Header::decode(&head) {
-        Ok(h) => h,
-        Err(e) => {
-            inner.bad_frames.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(error = %e, "bad frame header; closing the connection");
-            send_error(conn, 0, ErrorCode::Malformed, &e.to_string());
-            return None;
-        }
-    };
-    let refuse = |why: &str| {
-        inner.bad_frames.fetch_add(1, Ordering::Relaxed);
-        if let Some(n) = inner.refused_log.check() {
-            tracing::warn!(
-                also_refused_since_last_line = n,
-                "{why}; closing the connection"
-            );
-        }
-        send_error(
-            conn,
-            header.id,
-            ErrorCode::Unauthorized,
-            "a HELLO with a valid access token is required",
-        );
-    };
-    if header.kind != Kind::Hello || header.len as usize > MAX_TOKEN {
-        // Nothing of the payload is read: before authentication a peer
-        // gets no more than the 1 KiB a HELLO needs.
-        refuse("first frame not a HELLO of at most 1 KiB");
-        return None;
-    }
-    let mut token = [0u8; MAX_TOKEN];
-    let token = &mut token[..header.len as usize];
-    if let Err(e) = read_by(read, token, deadline) {
-        tracing::debug!(error = %e, "HELLO not complete in time; closing the connection");
-        return None;
-    }
-    let ok = match &inner.config.token {
-        Some(t) => constant_time_eq(t.as_bytes(), token),
-        None => true,
-    };
-    if !ok {
-        refuse("connection without a valid token");
-        return None;
-    }
-    let cap = inner.config.max_connections;
-    if inner
-        .open_connections
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < cap).then_some(n + 1)
-        })
-        .is_err()
-    {
-        if let Some(n) = inner.refused_log.check() {
-            tracing::warn!(
-                cap,
-                also_refused_since_last_line = n,
-                "connection limit reached; refusing a connection"
-            );
-        }
-        send_error(conn, header.id, ErrorCode::Busy, "too many connections");
-        return None;
-    }
-    send(conn, Kind::HelloOk, header.id, &[]);
-    Some(Slot(&inner.open_connections))
-}
-
 /// Reads and discards `n` bytes (the rest of a refused payload), keeping
 /// the stream in step without buffering them.
 fn skip(read: &mut impl Read, n: u64) -> bool {
     std::io::copy(&mut read.take(n), &mut std::io::sink()).is_ok_and(|got| got == n)
-}
-
-fn serve_connection<S>(inner: &Arc<Inner>, mut read: S, conn: Arc<Conn<S>>)
-where
-    S: Stream,
-{
-    let slot = {
-        let _preauth = Slot(&inner.preauth);
-        handshake(inner, &mut read, &conn)
-    };
-    let Some(_slot) = slot else {
-        conn.close();
-        return;
-    };
-    serve_frames(inner, read, &conn);
-    // The backlog (if any) stays with its flusher; reading is over.
 }
 
 fn serve_frames<S>(inner: &Arc<Inner>, read: S, conn: &Arc<Conn<S>>)
