@@ -480,44 +480,45 @@ fn mode(p: &std::path::Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
 }
 
-/// Findings 8 and 9: a second server on the same `--shm-dir` truncated the
-/// first one's live region files and took its socket; region files were
-/// world-readable. Now the directory is locked (the second server exits
-/// with a clear error and the first keeps serving), private (0700, files
-/// 0600), and a dead server's leftovers are replaced.
-#[test]
-fn one_server_per_shm_dir_and_private_files() {
-    let dir = Scratch::new("net-shm");
-    let shm = dir.path().join("shm");
-    let first = ServerProcess::start(&["--keys", "1000", "--shm-dir", shm.to_str().unwrap()]);
-    let url: fabric::Url = first.shm.clone().expect("shm url").parse().unwrap();
-    let mut c = Client::connect(
+fn shm_client(server: &ServerProcess) -> Client<Box<dyn fabric::Endpoint>> {
+    let url: fabric::Url = server.shm.clone().expect("shm url").parse().unwrap();
+    Client::connect(
         fabric::remote::connect(&url, None).unwrap(),
         NodeId(0),
         ClientConfig::default(),
     )
-    .unwrap();
-    let mut pairs = Vec::new();
-    c.scan(0, 100, &mut pairs).unwrap();
-    assert_eq!(pairs.len(), 100);
+    .unwrap()
+}
 
-    assert_eq!(mode(&shm), 0o700, "the shm directory is private");
-    let regions: Vec<_> = std::fs::read_dir(&shm)
+fn region_files(shm: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(shm)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "mem"))
-        .collect();
+        .collect()
+}
+
+/// Finding 8: a second server on the same `--shm-dir` truncated the first
+/// one's live region files and took its socket. Now the directory is
+/// locked: the second server exits with a clear error and the first keeps
+/// serving; a server killed with SIGKILL leaves nothing that stops the
+/// next one.
+#[test]
+fn a_second_server_on_one_shm_dir_is_refused() {
+    let dir = Scratch::new("net-shm-lock");
+    let shm = dir.path().join("shm");
+    let first = ServerProcess::start(&["--keys", "1000", "--shm-dir", shm.to_str().unwrap()]);
+    let mut c = shm_client(&first);
+    let mut pairs = Vec::new();
+    c.scan(0, 100, &mut pairs).unwrap();
+    assert_eq!(pairs.len(), 100);
+    let regions = region_files(&shm);
     assert!(!regions.is_empty());
-    for r in &regions {
-        assert_eq!(mode(r), 0o600, "{} is private", r.display());
-    }
-    assert_eq!(mode(&shm.join(fabric::remote::SOCKET_NAME)), 0o600);
     let sizes: Vec<u64> = regions
         .iter()
         .map(|r| std::fs::metadata(r).unwrap().len())
         .collect();
 
-    // A second server on the same directory refuses to start.
     let second = std::process::Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args([
             "server",
@@ -528,10 +529,26 @@ fn one_server_per_shm_dir_and_private_files() {
             "--shm-dir",
         ])
         .arg(&shm)
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run a second server");
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert!(!second.status.success(), "the second server must not start");
+    // A second server that (wrongly) starts serving is stopped after 5 s.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut second = second;
+    while second.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let still_running = second.try_wait().unwrap().is_none();
+    if still_running {
+        let _ = second.kill();
+    }
+    let out = second.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !still_running && !out.status.success(),
+        "the second server must not start: {stderr}"
+    );
     assert!(
         stderr.contains("another server is using the shm directory"),
         "clear error: {stderr}"
@@ -540,26 +557,45 @@ fn one_server_per_shm_dir_and_private_files() {
     for (r, size) in regions.iter().zip(&sizes) {
         assert_eq!(std::fs::metadata(r).unwrap().len(), *size);
     }
+    assert!(fabric::host::socket_exists(
+        &shm.join(fabric::remote::SOCKET_NAME)
+    ));
     for &(k, v) in &pairs {
         assert_eq!(c.get(k).unwrap(), Some(v), "key {k} still served over shm");
     }
     drop(c);
 
-    // A server killed with SIGKILL leaves its socket and region files; the
-    // next one replaces them (the lock died with the process).
     first.kill9();
     assert!(shm.join(fabric::remote::SOCKET_NAME).exists());
     let third = ServerProcess::start(&["--keys", "1000", "--shm-dir", shm.to_str().unwrap()]);
-    let url: fabric::Url = third.shm.clone().unwrap().parse().unwrap();
-    let mut c = Client::connect(
-        fabric::remote::connect(&url, None).unwrap(),
-        NodeId(0),
-        ClientConfig::default(),
-    )
-    .unwrap();
+    let mut c = shm_client(&third);
     for &(k, v) in &pairs {
         assert_eq!(c.get(k).unwrap(), Some(v));
     }
     drop(c);
     third.stop();
+}
+
+/// Finding 9 (shared memory): region files were 0644 in a 0755 directory,
+/// so any user could read keys and values. Now the directory is 0700 and
+/// region files and the socket 0600.
+#[test]
+fn shm_dir_and_region_files_are_private() {
+    let dir = Scratch::new("net-shm-mode");
+    let shm = dir.path().join("shm");
+    let server = ServerProcess::start(&["--keys", "1000", "--shm-dir", shm.to_str().unwrap()]);
+    assert_eq!(mode(&shm), 0o700, "the shm directory is private");
+    let regions = region_files(&shm);
+    assert!(!regions.is_empty());
+    for r in &regions {
+        assert_eq!(mode(r), 0o600, "{} is private", r.display());
+    }
+    assert_eq!(mode(&shm.join(fabric::remote::SOCKET_NAME)), 0o600);
+    // The owner's clients still map them.
+    let mut c = shm_client(&server);
+    let mut pairs = Vec::new();
+    c.scan(0, 10, &mut pairs).unwrap();
+    assert_eq!(pairs.len(), 10);
+    drop(c);
+    server.stop();
 }
