@@ -282,22 +282,38 @@ fn prepare_shm_dir(dir: &Path, group_access: bool) -> Result<std::fs::File, Fabr
         );
     }
     let path = dir.join(LOCK_FILE);
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(file_mode)
-        .open(&path)?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(FabricError::Refused(format!(
-            "another server is using the shm directory {} (it holds {})",
-            dir.display(),
-            path.display()
-        ))),
-        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+    // A host removes the lock file at shutdown, while it still holds the
+    // lock: a lock won on a file that is no longer at `path` is worth
+    // nothing, so check the file is still the one there and retry if not.
+    for _ in 0..8 {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(file_mode)
+            .open(&path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(FabricError::Refused(format!(
+                    "another server is using the shm directory {} (it holds {})",
+                    dir.display(),
+                    path.display()
+                )))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+        }
+        let held = file.metadata()?;
+        match std::fs::metadata(&path) {
+            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => return Ok(file),
+            _ => continue,
+        }
     }
+    Err(FabricError::Refused(format!(
+        "cannot lock the shm directory {}: its lock file keeps changing",
+        dir.display()
+    )))
 }
 
 impl Host {
@@ -608,13 +624,21 @@ impl Host {
             let _ = std::fs::remove_file(p);
         }
         // Last: until the files are gone, no other host may start here.
-        drop(
-            self.inner
-                .dir_lock
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
+        // The lock file goes too (removed while locked; see
+        // `prepare_shm_dir` for why a successor checks it won the file
+        // that is there).
+        if let Some(lock) = self
+            .inner
+            .dir_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            if let Some(dir) = &self.inner.config.shm_dir {
+                let _ = std::fs::remove_file(dir.join(LOCK_FILE));
+            }
+            drop(lock);
+        }
     }
 }
 
@@ -1088,13 +1112,15 @@ impl Pool {
         }
     }
 
-    /// Runs `job` on this thread, counted as the pool's work.
+    /// Runs `job` on this thread, counted as the pool's work. The request
+    /// is counted before it runs: its reply may reach the client (who may
+    /// then read the counters) before `job` returns.
     fn run_here(&self, job: Job) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
         job();
         self.busy_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.requests.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -1626,14 +1652,14 @@ fn dispatch<S>(
         Kind::Post => {
             if inner.config.nic_threads == 0 {
                 // No pool: this connection's thread is its soft NIC.
+                inner.nic.requests.fetch_add(1, Ordering::Relaxed);
                 let start = Instant::now();
                 serve_post(inner, conn, header.id, &payload);
-                drop(charge);
                 inner
                     .nic
                     .busy_ns
                     .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                inner.nic.requests.fetch_add(1, Ordering::Relaxed);
+                drop(charge);
             } else {
                 let inner2 = inner.clone();
                 let conn = conn.clone();
@@ -1662,18 +1688,26 @@ fn dispatch<S>(
                 return;
             };
             let conn = conn.clone();
-            let job: Job = Box::new(move || {
-                let id = header.id;
+            let id = header.id;
+            let call = move || {
                 handler.handle_deferred(
                     &payload,
                     Box::new(move |reply: Vec<u8>| send_reply(&conn, id, &reply)),
                 );
-                drop(charge);
-            });
+            };
             if inner.config.workers == 0 {
-                inner.workers.run_here(job);
+                // The charge goes after the call is counted, as a reply
+                // can reach the client before run_here returns.
+                inner.workers.run_here(Box::new(call));
+                drop(charge);
             } else {
-                inner.workers.submit(job, &inner.stop);
+                inner.workers.submit(
+                    Box::new(move || {
+                        call();
+                        drop(charge);
+                    }),
+                    &inner.stop,
+                );
             }
         }
         Kind::RegionInfo => {
