@@ -51,10 +51,15 @@
 //!   an RPC worker, or the log writer answering a group commit): a reply is
 //!   written with one non-blocking `send`; what the socket does not take
 //!   goes, in order, to the connection's backlog, which a flusher thread
-//!   (started on demand, gone once the backlog is empty) writes out. The
-//!   backlog is charged to both budgets; a backlog over the connection's
-//!   budget, one that would take the host past twice its budget, or a peer
-//!   that takes no byte for [`SEND_TIMEOUT`] closes the connection.
+//!   (started on demand, gone once the backlog is empty) writes out. A
+//!   backlog counts against its connection's budget (so a peer that does
+//!   not read stops being read) and against a host-wide bound of its own,
+//!   the size of the global budget: readers never wait on other peers'
+//!   backlogs, so slow peers cannot stall everyone's requests. A backlog
+//!   over the connection's budget, one that would pass the host-wide
+//!   bound, or a peer that takes no byte for [`SEND_TIMEOUT`] closes the
+//!   connection. The host thus holds at most twice the global budget for
+//!   its peers, whatever they send or fail to read.
 //!
 //! # Shared-memory directory
 //!
@@ -117,9 +122,9 @@ pub struct HostConfig {
     /// and served, and replies waiting for the peer. At least
     /// [`MAX_PAYLOAD`].
     pub conn_budget: u64,
-    /// Bytes all connections together may have in flight (frames; replies
-    /// waiting for slow peers may take up to as much again). At least
-    /// `conn_budget`.
+    /// Bytes of frames all connections together may have in flight (being
+    /// read, queued and served); replies waiting for slow peers have a
+    /// bound of the same size of their own. At least `conn_budget`.
     pub global_budget: u64,
     /// Make the shm directory 0750 and region files 0660 (the owner's group
     /// may map them) instead of 0700 and 0600.
@@ -194,8 +199,10 @@ struct Inner {
     open_connections: AtomicUsize,
     /// Connections accepted that have not finished their HELLO.
     preauth: AtomicUsize,
-    /// Bytes in flight on all connections.
+    /// Bytes of frames in flight on all connections.
     global: Arc<Budget>,
+    /// Bytes of replies waiting for slow peers, on all connections.
+    backlogs: Arc<Budget>,
     /// Rate limit of the log lines about refused connections.
     refused_log: RateLimit,
     stop: AtomicBool,
@@ -355,6 +362,7 @@ impl Host {
             open_connections: AtomicUsize::new(0),
             preauth: AtomicUsize::new(0),
             global: Arc::new(Budget::new(config.global_budget)),
+            backlogs: Arc::new(Budget::new(config.global_budget)),
             refused_log: RateLimit::default(),
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
@@ -509,10 +517,10 @@ impl Host {
         )
     }
 
-    /// Bytes charged to the host-wide budget now (frames in flight and
-    /// replies waiting for peers).
+    /// Bytes held for peers now: frames in flight and replies waiting
+    /// for slow peers.
     pub fn inflight_bytes(&self) -> u64 {
-        self.inner.global.used()
+        self.inner.global.used() + self.inner.backlogs.used()
     }
 
     /// Listens on a TCP address; returns the bound address (port 0 picks
@@ -1013,11 +1021,10 @@ impl Budget {
         true
     }
 
-    /// Takes `n` bytes without waiting if the total stays within `cap`
-    /// (which may exceed the limit: readers then wait).
-    fn force(&self, n: u64, cap: u64) -> bool {
+    /// Takes `n` bytes if they fit under the limit now; never waits.
+    fn try_take(&self, n: u64) -> bool {
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        if *used + n > cap {
+        if *used + n > self.limit {
             return false;
         }
         *used += n;
@@ -1180,6 +1187,7 @@ struct Conn<S: Stream> {
     closed: AtomicBool,
     budget: Arc<Budget>,
     global: Arc<Budget>,
+    backlogs: Arc<Budget>,
 }
 
 impl<S: Stream> Conn<S> {
@@ -1191,6 +1199,7 @@ impl<S: Stream> Conn<S> {
             closed: AtomicBool::new(false),
             budget: Arc::new(Budget::new(inner.config.conn_budget)),
             global: inner.global.clone(),
+            backlogs: inner.backlogs.clone(),
         })
     }
 
@@ -1209,7 +1218,7 @@ impl<S: Stream> Conn<S> {
         drop(out);
         if n > 0 {
             self.budget.release(n);
-            self.global.release(n);
+            self.backlogs.release(n);
         }
         self.stream.close();
     }
@@ -1275,7 +1284,7 @@ impl<S: Stream> Conn<S> {
             out.bytes -= chunk.len() as u64;
             drop(out);
             self.budget.release(chunk.len() as u64);
-            self.global.release(chunk.len() as u64);
+            self.backlogs.release(chunk.len() as u64);
         }
     }
 }
@@ -1321,11 +1330,10 @@ impl<S: Stream> Sink for Conn<S> {
         }
         let rest = &bytes[sent..];
         let n = rest.len() as u64;
-        // The backlog is bounded by the connection's budget; all backlogs
-        // and frames together by twice the host's budget. Past either,
-        // this peer is the one not reading: close it.
-        let fits =
-            out.bytes + n <= self.budget.limit && self.global.force(n, 2 * self.global.limit);
+        // The backlog is bounded by the connection's budget, all backlogs
+        // by a host-wide bound. Past either, this peer is the one not
+        // reading: close it.
+        let fits = out.bytes + n <= self.budget.limit && self.backlogs.try_take(n);
         if !fits {
             drop(out);
             tracing::info!(

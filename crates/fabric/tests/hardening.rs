@@ -512,3 +512,50 @@ fn bad_bounds_are_refused() {
         assert!(matches!(Host::new(config), Err(FabricError::Refused(_))));
     }
 }
+
+/// Replies waiting for a slow peer have their own host-wide bound: they
+/// never make other clients' requests wait for budget.
+#[test]
+fn a_slow_peers_backlog_does_not_hold_up_other_clients() {
+    let held = Arc::new(Held::default());
+    let budget = 32 << 20;
+    let host = Host::new(HostConfig {
+        conn_budget: budget,
+        global_budget: budget,
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let r = host
+        .alloc_region(RegionId(1), 4 << 20, Rights::READ)
+        .unwrap();
+    host.register(r).unwrap();
+    host.set_handler(held.clone());
+    let addr = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut slow = raw_authed(addr);
+    for i in 0..30u64 {
+        slow.write_all(&frame(Kind::Call, i, &[1])).unwrap();
+    }
+    fabric::host::coalesce_replies(|| {
+        for (_, respond) in held.take(30) {
+            respond(vec![7; 1 << 20]);
+        }
+    });
+    let backlog = host.inflight_bytes();
+    // The socket buffers take a few MiB; the rest waits in the backlog.
+    assert!(backlog > 25 << 20, "a backlog of {backlog} bytes");
+    // A batch that costs 8 MiB to serve: more than the global budget has
+    // left beside that backlog, were backlogs charged to it.
+    let mut ep = TcpEndpoint::connect(addr, None).unwrap();
+    let mut b = fabric::Batch::new();
+    for _ in 0..4 {
+        b.read(RegionId(1), 0, 1 << 20);
+    }
+    let t = Instant::now();
+    ep.post(NodeId(0), &mut b).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    drop(slow);
+    wait_for("the backlog to go", Duration::from_secs(15), || {
+        host.inflight_bytes() == 0
+    });
+    host.shutdown();
+}
