@@ -982,10 +982,14 @@ fn admit<S: Stream>(inner: &Arc<Inner>, p: Pending<S>, header: Header) {
     }
 }
 
-/// A byte budget that readers wait on.
+/// A byte budget that readers wait on. Taking and releasing are one
+/// atomic operation each when nobody waits (every frame does both, on the
+/// host-wide budget too); the lock and condition variable serve waiters.
 struct Budget {
     limit: u64,
-    used: Mutex<u64>,
+    used: AtomicU64,
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
     room: Condvar,
 }
 
@@ -993,56 +997,69 @@ impl Budget {
     fn new(limit: u64) -> Budget {
         Budget {
             limit,
-            used: Mutex::new(0),
+            used: AtomicU64::new(0),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
             room: Condvar::new(),
         }
     }
 
     fn used(&self) -> u64 {
-        *self.used.lock().unwrap_or_else(|e| e.into_inner())
+        self.used.load(Ordering::SeqCst)
+    }
+
+    /// Takes `n` bytes if they fit under the limit now; never waits.
+    fn try_take(&self, n: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                (u + n <= self.limit).then_some(u + n)
+            })
+            .is_ok()
     }
 
     /// Waits until `n` more bytes fit under the limit and takes them;
     /// false if `give_up` said so first (checked every 50 ms).
     fn acquire(&self, n: u64, give_up: &dyn Fn() -> bool) -> bool {
         debug_assert!(n <= self.limit, "a charge larger than its budget");
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        while *used + n > self.limit {
-            if give_up() {
-                return false;
+        if self.try_take(n) {
+            return true;
+        }
+        // Registered before the retry under the lock: a release after the
+        // retry sees the waiter and notifies under the same lock, so the
+        // wake-up is not lost (and the timeout bounds any delay anyway).
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let took = loop {
+            if self.try_take(n) {
+                break true;
             }
-            used = self
+            if give_up() {
+                break false;
+            }
+            guard = self
                 .room
-                .wait_timeout(used, Duration::from_millis(50))
+                .wait_timeout(guard, Duration::from_millis(50))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
-        }
-        *used += n;
-        true
-    }
-
-    /// Takes `n` bytes if they fit under the limit now; never waits.
-    fn try_take(&self, n: u64) -> bool {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        if *used + n > self.limit {
-            return false;
-        }
-        *used += n;
-        true
+        };
+        drop(guard);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        took
     }
 
     /// Takes `n` bytes without waiting, past the limit if need be (the
     /// caller bounds them).
     fn add(&self, n: u64) {
-        *self.used.lock().unwrap_or_else(|e| e.into_inner()) += n;
+        self.used.fetch_add(n, Ordering::SeqCst);
     }
 
     fn release(&self, n: u64) {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(*used >= n, "released more than was charged");
-        *used -= n;
-        drop(used);
-        self.room.notify_all();
+        let before = self.used.fetch_sub(n, Ordering::SeqCst);
+        assert!(before >= n, "released more than was charged");
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.room.notify_all();
+        }
     }
 }
 
