@@ -1569,6 +1569,10 @@ where
     // Requests a client pipelines arrive together: one read for them all.
     let mut read = std::io::BufReader::with_capacity(64 << 10, read);
     let mut head = [0u8; HEADER_BYTES];
+    // A POST's cost is read off its descriptors before its payload is: at
+    // most 8 + 40 * 1024 bytes held here, whatever it asks for, in a
+    // buffer the connection reuses.
+    let mut prefix = Vec::new();
     loop {
         if let Err(e) = read.read_exact(&mut head) {
             if matches!(
@@ -1593,9 +1597,7 @@ where
             }
         };
         let len = header.len as usize;
-        // A POST's cost is read off its descriptors before its payload is:
-        // at most 8 + 40 * 1024 bytes held here, whatever it asks for.
-        let mut prefix = Vec::new();
+        prefix.clear();
         let cost = if header.kind == Kind::Post {
             let first = len.min(POST_PREFIX_BYTES);
             prefix.resize(first, 0);
@@ -1654,7 +1656,6 @@ where
         let have = prefix.len();
         let mut payload = Vec::with_capacity(len);
         payload.extend_from_slice(&prefix);
-        drop(prefix);
         payload.resize(len, 0);
         if read.read_exact(&mut payload[have..]).is_err() {
             return;
