@@ -21,6 +21,14 @@ use xstore::{Client, ClientConfig};
 
 const MIB: u64 = 1 << 20;
 
+/// The tests of this file run one at a time: each floods a server, and
+/// the headline's latency bound should measure the server, not the other
+/// tests' floods on the same two cores.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn addr(server: &ServerProcess) -> SocketAddr {
     server.addr().parse().expect("server address")
 }
@@ -215,6 +223,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// server stays under 300 MiB resident.
 #[test]
 fn correct_client_is_served_under_idle_flood_half_hellos_and_a_non_reader() {
+    let _serial = serial();
     let dir = Scratch::new("net-headline");
     let data = dir.path().join("data");
     let server = ServerProcess::start(&[
@@ -303,6 +312,7 @@ fn correct_client_is_served_under_idle_flood_half_hellos_and_a_non_reader() {
 /// server's peak memory does not move.
 #[test]
 fn small_post_asking_for_a_gigabyte_is_refused_before_allocation() {
+    let _serial = serial();
     let server = ServerProcess::start(&["--keys", "1000"]);
     let addr = addr(&server);
     let payload = reads_payload(1, 1024, MIB as u32);
@@ -360,6 +370,7 @@ fn small_post_asking_for_a_gigabyte_is_refused_before_allocation() {
 /// closed after the handshake timeout.
 #[test]
 fn idle_connections_neither_lock_clients_out_nor_cost_threads() {
+    let _serial = serial();
     let server = ServerProcess::start(&["--keys", "1000"]);
     let addr = addr(&server);
     let idle = idle_connections(addr, 1100);
@@ -403,6 +414,7 @@ fn idle_connections_neither_lock_clients_out_nor_cost_threads() {
 /// token is refused unread and its connection closed at once.
 #[test]
 fn oversized_hello_is_refused_unread() {
+    let _serial = serial();
     let server = ServerProcess::start(&["--keys", "1000"]);
     let addr = addr(&server);
     let base = server.rss_bytes();
@@ -440,6 +452,7 @@ fn oversized_hello_is_refused_unread() {
 /// blocks the thread that sends it.
 #[test]
 fn a_client_that_never_reads_does_not_stall_durable_writes() {
+    let _serial = serial();
     let dir = Scratch::new("net-nonreader");
     let data = dir.path().join("data");
     let server = ServerProcess::start(&[
@@ -505,6 +518,7 @@ fn region_files(shm: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// next one.
 #[test]
 fn a_second_server_on_one_shm_dir_is_refused() {
+    let _serial = serial();
     let dir = Scratch::new("net-shm-lock");
     let shm = dir.path().join("shm");
     let first = ServerProcess::start(&["--keys", "1000", "--shm-dir", shm.to_str().unwrap()]);
@@ -581,6 +595,7 @@ fn a_second_server_on_one_shm_dir_is_refused() {
 /// region files and the socket 0600.
 #[test]
 fn shm_dir_and_region_files_are_private() {
+    let _serial = serial();
     let dir = Scratch::new("net-shm-mode");
     let shm = dir.path().join("shm");
     let server = ServerProcess::start(&["--keys", "1000", "--shm-dir", shm.to_str().unwrap()]);
