@@ -533,6 +533,7 @@ impl Host {
         }
         let listener = TcpListener::bind(addr)?;
         let bound = listener.local_addr()?;
+        raise_backlog(listener.as_raw_fd());
         listener.set_nonblocking(true)?;
         self.start_acceptor(format!("accept-{bound}"), listener.as_raw_fd(), move || {
             listener.accept().map(|(s, _)| s)
@@ -588,6 +589,7 @@ impl Host {
             Err(e) => return Err(e.into()),
         }
         let listener = UnixListener::bind(path)?;
+        raise_backlog(listener.as_raw_fd());
         let mode = if self.inner.config.group_access {
             0o660
         } else {
@@ -647,6 +649,25 @@ impl Host {
             }
             drop(lock);
         }
+    }
+}
+
+/// Connections the kernel queues for the acceptor (capped by the system's
+/// `somaxconn`). The standard library listens with 128: a burst of
+/// connects (a flood, or many honest clients at once) overflows that, and
+/// a client whose SYN is dropped waits a second for its retry.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// Raises a bound listener's queue to [`LISTEN_BACKLOG`] (Linux takes a
+/// second `listen` on a listening socket as a new backlog).
+fn raise_backlog(fd: RawFd) {
+    // SAFETY: `fd` is a bound, listening socket the caller owns; listen(2)
+    // reads no memory of ours.
+    if unsafe { libc::listen(fd, LISTEN_BACKLOG) } != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "cannot raise the listen backlog"
+        );
     }
 }
 
@@ -789,10 +810,6 @@ impl<S: Stream> Pending<S> {
     }
 }
 
-/// Most connections one round of the acceptor takes from the listener
-/// before it serves the pending handshakes again.
-const ACCEPTS_PER_ROUND: usize = 256;
-
 /// The acceptor: accepts connections and runs their handshakes itself,
 /// polling the listener and the pending connections; an authenticated
 /// connection gets its own thread. At most `max_preauth` connections wait
@@ -885,7 +902,10 @@ fn accept_loop<S>(
         if !listener_ready {
             continue;
         }
-        for _ in 0..ACCEPTS_PER_ROUND {
+        // At most `cap` new connections a round: a connection accepted in
+        // this round is evicted, if at all, only in a later one, after its
+        // HELLO (sent right after its connect) had a round to be read.
+        for _ in 0..cap {
             match accept() {
                 Ok(stream) => {
                     if stream.set_nonblocking(true).is_err() {

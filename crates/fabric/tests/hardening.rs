@@ -559,3 +559,53 @@ fn a_slow_peers_backlog_does_not_hold_up_other_clients() {
     });
     host.shutdown();
 }
+
+/// Finding 2 under a flood that goes on: connections that never say HELLO
+/// keep arriving, and real clients still get in (the oldest silent one
+/// makes room, not the newest).
+#[test]
+fn real_clients_get_in_while_a_flood_of_silent_connections_goes_on() {
+    let (host, addr) = host(HostConfig::default());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let flood = {
+        let (stop, count) = (stop.clone(), count.clone());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && held.len() < 3000 {
+                if let Ok(s) = TcpStream::connect(addr) {
+                    held.push(s);
+                    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            held.len()
+        })
+    };
+    let t = Instant::now();
+    wait_for("the flood to start", Duration::from_secs(10), || {
+        count.load(std::sync::atomic::Ordering::Relaxed) >= 300
+    });
+    println!("300 silent connections in {:?}", t.elapsed());
+    let mut worst = Duration::ZERO;
+    for i in 0..20u8 {
+        let t = Instant::now();
+        let mut ep = loop {
+            match TcpEndpoint::connect(addr, None) {
+                Ok(ep) => break ep,
+                Err(e) => assert!(
+                    t.elapsed() < Duration::from_secs(2),
+                    "client {i} kept out: {e}"
+                ),
+            }
+        };
+        worst = worst.max(t.elapsed());
+        let mut reply = Vec::new();
+        ep.call(NodeId(0), &[i], &mut reply).unwrap();
+        assert_eq!(reply, [i]);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flooded = flood.join().unwrap();
+    println!("{flooded} silent connections; slowest client connect {worst:?}");
+    assert!(host.open_connections().1 <= fabric::host::MAX_PREAUTH);
+    host.shutdown();
+}
