@@ -4,7 +4,7 @@
 //!
 //! # Threads and accounting
 //!
-//! Each connection has a reader thread that decodes frames. Doorbell
+//! Each authenticated connection has a reader thread that decodes frames. Doorbell
 //! batches are executed by the soft NIC — by default the connection's own
 //! thread, or a shared pool of `nic_threads` — against registered memory,
 //! never calling index code; calls go to the worker pool, which runs the
@@ -59,7 +59,10 @@
 //!   over the connection's budget, one that would pass the host-wide
 //!   bound, or a peer that takes no byte for [`SEND_TIMEOUT`] closes the
 //!   connection. The host thus holds at most twice the global budget for
-//!   its peers, whatever they send or fail to read.
+//!   its peers, whatever they send or fail to read, plus fixed buffers per
+//!   connection (a 64 KiB read buffer, the 41 KiB a POST's descriptors
+//!   may take, 1 KiB per pending HELLO) and what a handler builds while it
+//!   runs.
 //!
 //! # Shared-memory directory
 //!
