@@ -111,6 +111,7 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         token: args.token.resolve()?,
         nic_threads: args.nic_threads,
         workers: args.workers,
+        ..HostConfig::default()
     })?;
     let durability = match (&args.data_dir, &args.durability) {
         (None, Some(_)) => {

@@ -94,6 +94,14 @@ impl Batch {
         self.status.clear();
     }
 
+    /// Reserves room for `ops` more verbs and `bytes` more bytes of READ
+    /// and WRITE data (a decoder that has checked the totals first).
+    pub fn reserve(&mut self, ops: usize, bytes: usize) {
+        self.ops.reserve(ops);
+        self.status.reserve(ops);
+        self.buf.reserve(bytes);
+    }
+
     /// Number of verbs.
     pub fn len(&self) -> usize {
         self.ops.len()

@@ -4,7 +4,7 @@
 //!
 //! # Threads and accounting
 //!
-//! Each connection has a reader thread that decodes frames. Doorbell
+//! Each authenticated connection has a reader thread that decodes frames. Doorbell
 //! batches are executed by the soft NIC — by default the connection's own
 //! thread, or a shared pool of `nic_threads` — against registered memory,
 //! never calling index code; calls go to the worker pool, which runs the
@@ -22,26 +22,80 @@
 //! host refuses to listen on a non-loopback address. Every frame is bounds
 //! checked ([`crate::wire`]); a malformed payload gets an ERROR reply, a
 //! malformed header closes the connection; the host keeps serving others.
+//!
+//! # Bounds (what one peer, or many, can make the host hold)
+//!
+//! * **Connections.** A connection has no thread until it has
+//!   authenticated: the acceptor runs every handshake itself, polling. At
+//!   most [`HostConfig::max_preauth`] connections wait for their HELLO; a
+//!   new one over that cap closes the oldest waiting one at once. So a
+//!   flood of idle sockets costs no threads, never takes an authenticated
+//!   slot ([`HostConfig::max_connections`], counted apart), and cannot keep
+//!   a real client (whose HELLO follows its connect at once) from being
+//!   heard. HELLO must arrive whole within
+//!   [`HostConfig::handshake_timeout`]; an authenticated connection that
+//!   sends nothing for [`HostConfig::idle_timeout`] is closed.
+//! * **Before authentication** only a HELLO of at most [`MAX_TOKEN`] bytes
+//!   is read, into a fixed buffer, and nothing past it: a header that
+//!   announces more, or another kind, closes the connection unread.
+//! * **Memory is charged before it is taken.** Each frame is charged to its
+//!   connection's budget ([`HostConfig::conn_budget`]) and the host's
+//!   ([`HostConfig::global_budget`]) before its payload is read: its length,
+//!   and for a POST what serving it will hold (the batch buffer and the
+//!   reply, totalled from its verb descriptors by [`wire::post_cost`]). The
+//!   reader waits until the charge fits; a frame whose charge alone exceeds
+//!   the connection's budget closes the connection. The charge lasts while
+//!   the frame is queued for a pool and served, so queued jobs are bounded
+//!   in bytes, not just in number.
+//! * **Replies never block the thread that sends them** (a soft-NIC thread,
+//!   an RPC worker, or the log writer answering a group commit): a reply is
+//!   written with one non-blocking `send`; what the socket does not take
+//!   goes, in order, to the connection's backlog, which a flusher thread
+//!   (started on demand, gone once the backlog is empty) writes out. A
+//!   backlog counts against its connection's budget (so a peer that does
+//!   not read stops being read) and against a host-wide bound of its own,
+//!   the size of the global budget: readers never wait on other peers'
+//!   backlogs, so slow peers cannot stall everyone's requests. A backlog
+//!   over the connection's budget, one that would pass the host-wide
+//!   bound, or a peer that takes no byte for [`SEND_TIMEOUT`] closes the
+//!   connection. The host thus holds at most twice the global budget for
+//!   its peers, whatever they send or fail to read, plus fixed buffers per
+//!   connection (a 64 KiB read buffer, the 41 KiB a POST's descriptors
+//!   may take, 1 KiB per pending HELLO) and what a handler builds while it
+//!   runs.
+//!
+//! # Shared-memory directory
+//!
+//! With [`HostConfig::shm_dir`], the host holds an exclusive `flock` on
+//! `DIR/.lock` for its life: a second host on the same directory fails to
+//! start rather than overwrite the first one's region files. The directory
+//! is 0700 and region files 0600 (0750 and 0660 with
+//! [`HostConfig::group_access`]); an existing directory with wider
+//! permissions is tightened if this user owns it, refused otherwise.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::batch::{Batch, InOrder};
+use crate::batch::{Batch, InOrder, MAX_BATCH_OPS};
 use crate::endpoint::RpcHandler;
 use crate::error::FabricError;
 use crate::region::{Region, RegionId, RegionTable, Rights};
-use crate::wire::{self, ErrorCode, Header, HostStats, Kind, RegionInfo, HEADER_BYTES, MAX_TOKEN};
+use crate::wire::{
+    self, ErrorCode, Header, HostStats, Kind, RegionInfo, HEADER_BYTES, MAX_PAYLOAD, MAX_TOKEN,
+    POST_PREFIX_BYTES, POST_VERB_BYTES,
+};
 
 /// Settings of a serving node. The default serves from each connection's
-/// own thread (no pools), heap regions, no token.
-#[derive(Debug, Clone, Default)]
+/// own thread (no pools), heap regions, no token, and the bounds below.
+#[derive(Debug, Clone)]
 pub struct HostConfig {
     /// Back regions by files in this directory (the `shm` backend) instead
     /// of heap memory.
@@ -56,95 +110,83 @@ pub struct HostConfig {
     /// polls its own receive queue; calls on one connection then run one at
     /// a time).
     pub workers: usize,
+    /// How long a new connection has to deliver its whole HELLO; must be
+    /// positive.
+    pub handshake_timeout: Duration,
+    /// An authenticated connection that sends nothing for this long is
+    /// closed; zero: never.
+    pub idle_timeout: Duration,
+    /// Most authenticated connections served at once.
+    pub max_connections: usize,
+    /// Most connections waiting for their HELLO at once, per listener; a
+    /// new connection over the cap closes the oldest waiting one.
+    pub max_preauth: usize,
+    /// Bytes one connection may have in flight: frames being read, queued
+    /// and served, and replies waiting for the peer. At least
+    /// [`MAX_PAYLOAD`].
+    pub conn_budget: u64,
+    /// Bytes of frames all connections together may have in flight (being
+    /// read, queued and served); replies waiting for slow peers have a
+    /// bound of the same size of their own. At least `conn_budget`.
+    pub global_budget: u64,
+    /// Make the shm directory 0750 and region files 0660 (the owner's group
+    /// may map them) instead of 0700 and 0600.
+    pub group_access: bool,
 }
 
-/// Most connections served at once.
+impl Default for HostConfig {
+    fn default() -> HostConfig {
+        HostConfig {
+            shm_dir: None,
+            token: None,
+            nic_threads: 0,
+            workers: 0,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+            max_preauth: MAX_PREAUTH,
+            conn_budget: CONN_BUDGET,
+            global_budget: GLOBAL_BUDGET,
+            group_access: false,
+        }
+    }
+}
+
+/// Default cap on authenticated connections served at once (each has a
+/// reader thread).
 pub const MAX_CONNECTIONS: usize = 1024;
 
-/// Most queued requests per pool before readers wait (backpressure).
+/// Default cap on connections that have not said HELLO yet: a handshake
+/// takes one round trip, so a few dozen slots serve a burst of honest
+/// clients, while idle sockets can hold no more than this many threads.
+pub const MAX_PREAUTH: usize = 64;
+
+/// Default time a new connection has to deliver its HELLO: ample for a
+/// client on a loaded machine, short enough that idle sockets free their
+/// pre-auth slot soon.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default idle time after which an authenticated connection is closed:
+/// generous, a shell left open over lunch keeps its connection.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Default per-connection budget: the largest POST holds its payload, its
+/// batch buffer (READ and WRITE data) and its reply at once, at most four
+/// frames' worth; a connection must be able to send any valid frame.
+pub const CONN_BUDGET: u64 = 4 * MAX_PAYLOAD as u64;
+
+/// Default host-wide budget: two of the largest POSTs served at once, or
+/// thousands of ordinary ones; the server's memory beyond its regions stays
+/// within a few hundred MiB whatever the clients send.
+pub const GLOBAL_BUDGET: u64 = 2 * CONN_BUDGET;
+
+/// Most queued requests per pool before readers wait (backpressure); the
+/// bytes they hold are bounded by the global budget.
 const MAX_QUEUED: usize = 1 << 16;
 
-type Job = Box<dyn FnOnce() + Send>;
-
-struct Pool {
-    queue: Mutex<VecDeque<Job>>,
-    ready: Condvar,
-    room: Condvar,
-    requests: AtomicU64,
-    busy_ns: AtomicU64,
-}
-
-impl Pool {
-    fn new() -> Pool {
-        Pool {
-            queue: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-            room: Condvar::new(),
-            requests: AtomicU64::new(0),
-            busy_ns: AtomicU64::new(0),
-        }
-    }
-
-    fn submit(&self, job: Job, stop: &AtomicBool) {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        while q.len() >= MAX_QUEUED && !stop.load(Ordering::Relaxed) {
-            q = self
-                .room
-                .wait_timeout(q, Duration::from_millis(50))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        q.push_back(job);
-        self.ready.notify_one();
-    }
-
-    fn run(&self, stop: &AtomicBool) {
-        loop {
-            let job = {
-                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                loop {
-                    if let Some(j) = q.pop_front() {
-                        self.room.notify_one();
-                        break Some(j);
-                    }
-                    if stop.load(Ordering::Relaxed) {
-                        break None;
-                    }
-                    q = self
-                        .ready
-                        .wait_timeout(q, Duration::from_millis(100))
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-            };
-            let Some(job) = job else { return };
-            self.run_here(job);
-        }
-    }
-
-    /// Runs `job` on this thread, counted as the pool's work.
-    fn run_here(&self, job: Job) {
-        let start = Instant::now();
-        job();
-        self.busy_ns
-            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.requests.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-struct Entry {
-    region: Arc<Region>,
-    path: Option<PathBuf>,
-}
-
-#[derive(Default)]
-struct Table(HashMap<RegionId, Entry>);
-
-impl RegionTable for Table {
-    fn region(&self, id: RegionId) -> Option<&Region> {
-        self.0.get(&id).map(|e| &*e.region)
-    }
-}
+/// Backlog chunks are merged up to this size, so a backlog of many small
+/// replies costs few allocations.
+const BACKLOG_CHUNK: usize = 256 << 10;
 
 struct Inner {
     config: HostConfig,
@@ -156,10 +198,21 @@ struct Inner {
     nic_verbs: AtomicU64,
     bad_frames: AtomicU64,
     connections: AtomicU64,
-    open_connections: AtomicU64,
+    /// Authenticated connections open.
+    open_connections: AtomicUsize,
+    /// Connections accepted that have not finished their HELLO.
+    preauth: AtomicUsize,
+    /// Bytes of frames in flight on all connections.
+    global: Arc<Budget>,
+    /// Bytes of replies waiting for slow peers, on all connections.
+    backlogs: Arc<Budget>,
+    /// Rate limit of the log lines about refused connections.
+    refused_log: RateLimit,
     stop: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
     socket: Mutex<Option<PathBuf>>,
+    /// The shm directory's lock file, held (flock) for the host's life.
+    dir_lock: Mutex<Option<std::fs::File>>,
 }
 
 /// A serving node; cheap to clone.
@@ -186,8 +239,96 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// Name of the lock file in the shm directory.
+pub const LOCK_FILE: &str = ".lock";
+
+/// Creates the shm directory (0700, or 0750 with group access), tightens
+/// an existing one this user owns, refuses one it cannot tighten, and takes
+/// the directory's exclusive lock.
+fn prepare_shm_dir(dir: &Path, group_access: bool) -> Result<std::fs::File, FabricError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    let (dir_mode, file_mode) = if group_access {
+        (0o750, 0o660)
+    } else {
+        (0o700, 0o600)
+    };
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(dir_mode)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) => {
+            return Err(FabricError::Refused(format!(
+                "cannot create the shm directory {}: {e}",
+                dir.display()
+            )))
+        }
+    }
+    let meta = std::fs::metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(FabricError::Refused(format!(
+            "the shm directory {} is not a directory",
+            dir.display()
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o777 & !dir_mode != 0 {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        // Only a directory of our own that is not a shared one (sticky,
+        // like /tmp) is ours to narrow; anything else is refused rather
+        // than changed under other users.
+        if meta.uid() != me || mode & 0o1000 != 0 {
+            return Err(FabricError::Refused(format!(
+                "the shm directory {} has mode {mode:o}, wider than {dir_mode:o}, and is not this user's to narrow: use a private directory",
+                dir.display()
+            )));
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(dir_mode))?;
+        tracing::warn!(
+            dir = %dir.display(),
+            "narrowed the shm directory's permissions from {mode:o} to {dir_mode:o}"
+        );
+    }
+    let path = dir.join(LOCK_FILE);
+    // A host removes the lock file at shutdown, while it still holds the
+    // lock: a lock won on a file that is no longer at `path` is worth
+    // nothing, so check the file is still the one there and retry if not.
+    for _ in 0..8 {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(file_mode)
+            .open(&path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(FabricError::Refused(format!(
+                    "another server is using the shm directory {} (it holds {})",
+                    dir.display(),
+                    path.display()
+                )))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+        }
+        let held = file.metadata()?;
+        match std::fs::metadata(&path) {
+            Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => return Ok(file),
+            _ => continue,
+        }
+    }
+    Err(FabricError::Refused(format!(
+        "cannot lock the shm directory {}: its lock file keeps changing",
+        dir.display()
+    )))
+}
+
 impl Host {
-    /// Starts the thread pools; listen with [`Host::listen_tcp`] and
+    /// Checks the settings, prepares and locks the shm directory, and
+    /// starts the thread pools; listen with [`Host::listen_tcp`] and
     /// [`Host::listen_unix`].
     pub fn new(config: HostConfig) -> Result<Host, FabricError> {
         if let Some(t) = &config.token {
@@ -197,9 +338,21 @@ impl Host {
                 )));
             }
         }
-        if let Some(dir) = &config.shm_dir {
-            std::fs::create_dir_all(dir)?;
+        if config.conn_budget < MAX_PAYLOAD as u64 || config.global_budget < config.conn_budget {
+            return Err(FabricError::Refused(format!(
+                "budgets must satisfy {MAX_PAYLOAD} <= per connection ({}) <= global ({})",
+                config.conn_budget, config.global_budget
+            )));
         }
+        if config.handshake_timeout.is_zero() || config.max_connections == 0 {
+            return Err(FabricError::Refused(
+                "the handshake timeout and the connection cap must be positive".into(),
+            ));
+        }
+        let dir_lock = match &config.shm_dir {
+            Some(dir) => Some(prepare_shm_dir(dir, config.group_access)?),
+            None => None,
+        };
         let inner = Arc::new(Inner {
             regions: RwLock::new(Arc::new(Table::default())),
             files: Mutex::new(HashMap::new()),
@@ -209,10 +362,15 @@ impl Host {
             nic_verbs: AtomicU64::new(0),
             bad_frames: AtomicU64::new(0),
             connections: AtomicU64::new(0),
-            open_connections: AtomicU64::new(0),
+            open_connections: AtomicUsize::new(0),
+            preauth: AtomicUsize::new(0),
+            global: Arc::new(Budget::new(config.global_budget)),
+            backlogs: Arc::new(Budget::new(config.global_budget)),
+            refused_log: RateLimit::default(),
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             socket: Mutex::new(None),
+            dir_lock: Mutex::new(dir_lock),
             config,
         });
         let mut threads = Vec::new();
@@ -230,8 +388,10 @@ impl Host {
         Ok(Host { inner })
     }
 
-    /// Allocates a region for registration: a file in the shm directory,
-    /// or zeroed heap memory.
+    /// Allocates a region for registration: a new file in the shm
+    /// directory (0600, or 0660 with group access), or zeroed heap memory.
+    /// A file left by a server that died is replaced (the directory lock
+    /// says no live server uses it).
     pub fn alloc_region(
         &self,
         id: RegionId,
@@ -240,13 +400,26 @@ impl Host {
     ) -> Result<Arc<Region>, FabricError> {
         match &self.inner.config.shm_dir {
             Some(dir) => {
+                let mut files = self.inner.files.lock().unwrap_or_else(|e| e.into_inner());
+                if files.contains_key(&id) {
+                    return Err(FabricError::DuplicateRegion(id));
+                }
                 let path = dir.join(format!("region-{}.mem", id.0));
-                let region = Region::create_file(id, &path, bytes, rights)?;
-                self.inner
-                    .files
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, path);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => tracing::warn!(
+                        path = %path.display(),
+                        "replaced a region file left by a previous server"
+                    ),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let mode = if self.inner.config.group_access {
+                    0o660
+                } else {
+                    0o600
+                };
+                let region = Region::create_file_mode(id, &path, bytes, rights, mode)?;
+                files.insert(id, path);
                 Ok(Arc::new(region))
             }
             None => Ok(Arc::new(Region::new(id, bytes, rights)?)),
@@ -339,6 +512,20 @@ impl Host {
         }
     }
 
+    /// Connections open now: (authenticated, waiting for their HELLO).
+    pub fn open_connections(&self) -> (usize, usize) {
+        (
+            self.inner.open_connections.load(Ordering::Relaxed),
+            self.inner.preauth.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Bytes held for peers now: frames in flight and replies waiting
+    /// for slow peers.
+    pub fn inflight_bytes(&self) -> u64 {
+        self.inner.global.used() + self.inner.backlogs.used()
+    }
+
     /// Listens on a TCP address; returns the bound address (port 0 picks
     /// one). Refuses a non-loopback address without a token.
     pub fn listen_tcp(&self, addr: SocketAddr) -> Result<SocketAddr, FabricError> {
@@ -349,25 +536,28 @@ impl Host {
         }
         let listener = TcpListener::bind(addr)?;
         let bound = listener.local_addr()?;
+        raise_backlog(listener.as_raw_fd());
         listener.set_nonblocking(true)?;
-        self.start_acceptor(format!("accept-{bound}"), move || {
+        self.start_acceptor(format!("accept-{bound}"), listener.as_raw_fd(), move || {
             listener.accept().map(|(s, _)| s)
         })?;
         Ok(bound)
     }
 
-    /// Runs `accept` (a non-blocking listener's) on an accepting thread
-    /// the host joins at shutdown.
+    /// Runs `accept` (that of the non-blocking listener `listen_fd`, which
+    /// the closure keeps open) on an accepting thread the host joins at
+    /// shutdown.
     fn start_acceptor<S>(
         &self,
         name: String,
+        listen_fd: RawFd,
         accept: impl FnMut() -> std::io::Result<S> + Send + 'static,
     ) -> Result<(), FabricError>
     where
         S: Stream,
     {
         let inner = self.inner.clone();
-        let t = spawn(name, move || accept_loop(&inner, accept))?;
+        let t = spawn(name, move || accept_loop(&inner, listen_fd, accept))?;
         self.inner
             .threads
             .lock()
@@ -376,20 +566,49 @@ impl Host {
         Ok(())
     }
 
-    /// Listens on a Unix socket at `path` (replacing a stale socket file).
+    /// Listens on a Unix socket at `path`. A stale socket file (no server
+    /// answers on it) is replaced; a live one, or a file that is not a
+    /// socket, is left alone and refused.
     pub fn listen_unix(&self, path: &Path) -> Result<(), FabricError> {
-        let _ = std::fs::remove_file(path);
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) => {
+                if !meta.file_type().is_socket() {
+                    return Err(FabricError::Refused(format!(
+                        "{} exists and is not a socket; not replacing it",
+                        path.display()
+                    )));
+                }
+                if UnixStream::connect(path).is_ok() {
+                    return Err(FabricError::Refused(format!(
+                        "another server is listening on {}",
+                        path.display()
+                    )));
+                }
+                tracing::info!(path = %path.display(), "replacing a stale socket file");
+                std::fs::remove_file(path)?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
         let listener = UnixListener::bind(path)?;
+        raise_backlog(listener.as_raw_fd());
+        let mode = if self.inner.config.group_access {
+            0o660
+        } else {
+            0o600
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
         listener.set_nonblocking(true)?;
         *self.inner.socket.lock().unwrap_or_else(|e| e.into_inner()) = Some(path.to_path_buf());
-        self.start_acceptor("accept-unix".into(), move || {
+        self.start_acceptor("accept-unix".into(), listener.as_raw_fd(), move || {
             listener.accept().map(|(s, _)| s)
         })?;
         Ok(())
     }
 
     /// Stops listening and serving, joins the threads, removes the socket
-    /// and region files. Idempotent.
+    /// and region files, and releases the shm directory's lock. Idempotent.
     pub fn shutdown(&self) {
         self.inner.stop.store(true, Ordering::Release);
         self.inner.nic.ready.notify_all();
@@ -417,6 +636,41 @@ impl Host {
         {
             let _ = std::fs::remove_file(p);
         }
+        // Last: until the files are gone, no other host may start here.
+        // The lock file goes too (removed while locked; see
+        // `prepare_shm_dir` for why a successor checks it won the file
+        // that is there).
+        if let Some(lock) = self
+            .inner
+            .dir_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            if let Some(dir) = &self.inner.config.shm_dir {
+                let _ = std::fs::remove_file(dir.join(LOCK_FILE));
+            }
+            drop(lock);
+        }
+    }
+}
+
+/// Connections the kernel queues for the acceptor (capped by the system's
+/// `somaxconn`). The standard library listens with 128: a burst of
+/// connects (a flood, or many honest clients at once) overflows that, and
+/// a client whose SYN is dropped waits a second for its retry.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// Raises a bound listener's queue to [`LISTEN_BACKLOG`] (Linux takes a
+/// second `listen` on a listening socket as a new backlog).
+fn raise_backlog(fd: RawFd) {
+    // SAFETY: `fd` is a bound, listening socket the caller owns; listen(2)
+    // reads no memory of ours.
+    if unsafe { libc::listen(fd, LISTEN_BACKLOG) } != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "cannot raise the listen backlog"
+        );
     }
 }
 
@@ -424,36 +678,731 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
     Ok(std::thread::Builder::new().name(name).spawn(f)?)
 }
 
-fn accept_loop<S>(inner: &Arc<Inner>, mut accept: impl FnMut() -> std::io::Result<S>)
-where
+/// At most one log line per second for an event that an attacker can
+/// repeat at will (a flood of connections must not flood the log).
+#[derive(Default)]
+struct RateLimit {
+    last_s: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl RateLimit {
+    /// Whether to log now; if so, how many events went unlogged before.
+    fn check(&self) -> Option<u64> {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let now = START.get_or_init(Instant::now).elapsed().as_secs() + 1;
+        let last = self.last_s.load(Ordering::Relaxed);
+        if now > last
+            && self
+                .last_s
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
+/// Counts a connection in a slot class until dropped.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection waiting for its HELLO. It has no thread: the acceptor
+/// polls it, reads exactly the HELLO's bytes (nothing a client pipelines
+/// after it) into this fixed buffer, and hands it on once authenticated.
+struct Pending<S> {
+    stream: S,
+    deadline: Instant,
+    buf: [u8; HEADER_BYTES + MAX_TOKEN],
+    got: usize,
+    need: usize,
+    header: Option<Header>,
+}
+
+/// Where a pending handshake stands after reading what arrived.
+enum Handshake {
+    /// More bytes are due.
+    Wait,
+    /// A whole HELLO (header and token) is in the buffer.
+    Hello(Header),
+    /// Closed, refused or failed: drop the connection.
+    Close,
+}
+
+impl<S: Stream> Pending<S> {
+    fn new(stream: S, timeout: Duration) -> Pending<S> {
+        Pending {
+            stream,
+            deadline: Instant::now() + timeout,
+            buf: [0; HEADER_BYTES + MAX_TOKEN],
+            got: 0,
+            need: HEADER_BYTES,
+            header: None,
+        }
+    }
+
+    /// Best effort (the socket is non-blocking): an ERROR frame before the
+    /// close, so a client learns why.
+    fn send_error(&self, id: u64, code: ErrorCode, msg: &str) {
+        let mut p = Vec::new();
+        wire::encode_error(code, msg, &mut p);
+        let mut bytes = Vec::new();
+        frame(Kind::Error, id, &p, &mut bytes);
+        let _ = send_raw(self.stream.as_raw_fd(), &bytes, false);
+    }
+
+    fn read(&mut self, inner: &Inner) -> Handshake {
+        loop {
+            match self.stream.read(&mut self.buf[self.got..self.need]) {
+                Ok(0) => return Handshake::Close,
+                Ok(n) => self.got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Handshake::Wait,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return Handshake::Close,
+            }
+            if self.got < self.need {
+                continue;
+            }
+            if let Some(h) = self.header {
+                return Handshake::Hello(h);
+            }
+            let head: &[u8; HEADER_BYTES] = self.buf[..HEADER_BYTES].try_into().expect("header");
+            let header = match Header::decode(head) {
+                Ok(h) => h,
+                Err(e) => {
+                    inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "bad frame header; closing the connection");
+                    self.send_error(0, ErrorCode::Malformed, &e.to_string());
+                    return Handshake::Close;
+                }
+            };
+            if header.kind != Kind::Hello || header.len as usize > MAX_TOKEN {
+                // None of the payload is read: before authentication a
+                // peer gets no more than the 1 KiB a HELLO needs.
+                self.refuse(inner, header.id, "first frame not a HELLO of at most 1 KiB");
+                return Handshake::Close;
+            }
+            self.header = Some(header);
+            self.need = HEADER_BYTES + header.len as usize;
+            if header.len == 0 {
+                return Handshake::Hello(header);
+            }
+        }
+    }
+
+    fn refuse(&self, inner: &Inner, id: u64, why: &str) {
+        inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+        if let Some(n) = inner.refused_log.check() {
+            tracing::warn!(
+                also_refused_since_last_line = n,
+                "{why}; closing the connection"
+            );
+        }
+        self.send_error(
+            id,
+            ErrorCode::Unauthorized,
+            "a HELLO with a valid access token is required",
+        );
+    }
+}
+
+/// The acceptor: accepts connections and runs their handshakes itself,
+/// polling the listener and the pending connections; an authenticated
+/// connection gets its own thread. At most `max_preauth` connections wait
+/// for their HELLO: a new one over the cap closes the oldest waiting one
+/// (no thread exists for either), so a flood of idle sockets costs no
+/// threads and cannot keep a real client, whose HELLO follows its connect
+/// at once, from being heard.
+fn accept_loop<S>(
+    inner: &Arc<Inner>,
+    listen_fd: RawFd,
+    mut accept: impl FnMut() -> std::io::Result<S>,
+) where
     S: Stream,
 {
+    let mut pending: VecDeque<Pending<S>> = VecDeque::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let cap = inner.config.max_preauth.max(1);
     while !inner.stop.load(Ordering::Acquire) {
-        match accept().and_then(Stream::split) {
-            Ok((read, write)) => {
-                if inner.open_connections.load(Ordering::Relaxed) as usize >= MAX_CONNECTIONS {
-                    tracing::warn!("connection limit reached; refusing a connection");
-                    continue;
-                }
-                inner.connections.fetch_add(1, Ordering::Relaxed);
-                inner.open_connections.fetch_add(1, Ordering::Relaxed);
-                let inner = inner.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("conn".into())
-                    .spawn(move || {
-                        serve_connection(&inner, read, Arc::new(Mutex::new(write)));
-                        inner.open_connections.fetch_sub(1, Ordering::Relaxed);
-                    });
-                if let Err(e) = spawned {
-                    tracing::error!(error = %e, "cannot spawn a connection thread");
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+        fds.clear();
+        fds.push(libc::pollfd {
+            fd: listen_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        for p in &pending {
+            fds.push(libc::pollfd {
+                fd: p.stream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // Wake for the next deadline, and at least every 50 ms to notice
+        // a shutdown.
+        let now = Instant::now();
+        let wait = pending
+            .iter()
+            .map(|p| p.deadline.saturating_duration_since(now))
+            .min()
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_millis(50));
+        // SAFETY: `fds` is a live, writable array of `fds.len()` pollfds,
+        // each naming a descriptor this thread keeps open during the call.
+        let r = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                wait.as_millis() as libc::c_int,
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                tracing::warn!(error = %e, "poll failed");
                 std::thread::sleep(Duration::from_millis(20));
+            }
+            continue;
+        }
+        // Handshakes first (their indexes in `fds` are those of
+        // `pending`, shifted by the listener's), then new connections.
+        let ready: Vec<bool> = fds[1..].iter().map(|f| f.revents != 0).collect();
+        let listener_ready = fds[0].revents != 0;
+        let now = Instant::now();
+        let mut kept = VecDeque::with_capacity(pending.len());
+        for (mut p, ready) in pending.drain(..).zip(ready) {
+            let state = if ready {
+                p.read(inner)
+            } else {
+                Handshake::Wait
+            };
+            match state {
+                Handshake::Wait if now < p.deadline => kept.push_back(p),
+                Handshake::Wait => {
+                    tracing::debug!(
+                        "no HELLO within the handshake timeout; closing the connection"
+                    );
+                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                    p.stream.close();
+                }
+                Handshake::Close => {
+                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                    p.stream.close();
+                }
+                Handshake::Hello(h) => {
+                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                    admit(inner, p, h);
+                }
+            }
+        }
+        pending = kept;
+        if !listener_ready {
+            continue;
+        }
+        // At most `cap` new connections a round: a connection accepted in
+        // this round is evicted, if at all, only in a later one, after its
+        // HELLO (sent right after its connect) had a round to be read.
+        for _ in 0..cap {
+            match accept() {
+                Ok(stream) => {
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    inner.connections.fetch_add(1, Ordering::Relaxed);
+                    if pending.len() >= cap {
+                        if let Some(old) = pending.pop_front() {
+                            if let Some(n) = inner.refused_log.check() {
+                                tracing::warn!(
+                                    cap,
+                                    also_closed_since_last_line = n,
+                                    "too many connections waiting for their HELLO; closed the oldest"
+                                );
+                            }
+                            inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                            old.stream.close();
+                        }
+                    }
+                    inner.preauth.fetch_add(1, Ordering::Relaxed);
+                    pending.push_back(Pending::new(stream, inner.config.handshake_timeout));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // E.g. out of descriptors: let the pending ones finish.
+                    tracing::warn!(error = %e, "accept failed");
+                    std::thread::sleep(Duration::from_millis(20));
+                    break;
+                }
+            }
+        }
+    }
+    for p in pending {
+        inner.preauth.fetch_sub(1, Ordering::Relaxed);
+        p.stream.close();
+    }
+}
+
+/// A whole HELLO arrived: checks the token (in constant time), takes an
+/// authenticated slot, and starts the connection's thread.
+fn admit<S: Stream>(inner: &Arc<Inner>, p: Pending<S>, header: Header) {
+    let token = &p.buf[HEADER_BYTES..HEADER_BYTES + header.len as usize];
+    let ok = match &inner.config.token {
+        Some(t) => constant_time_eq(t.as_bytes(), token),
+        None => true,
+    };
+    if !ok {
+        p.refuse(inner, header.id, "connection without a valid token");
+        p.stream.close();
+        return;
+    }
+    let cap = inner.config.max_connections;
+    if inner
+        .open_connections
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < cap).then_some(n + 1)
+        })
+        .is_err()
+    {
+        if let Some(n) = inner.refused_log.check() {
+            tracing::warn!(
+                cap,
+                also_refused_since_last_line = n,
+                "connection limit reached; refusing a connection"
+            );
+        }
+        p.send_error(header.id, ErrorCode::Busy, "too many connections");
+        p.stream.close();
+        return;
+    }
+    let slot_taken = || inner.open_connections.fetch_sub(1, Ordering::Relaxed);
+    let (read, write) = match p.stream.split() {
+        Ok(halves) => halves,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot set up an accepted socket");
+            slot_taken();
+            return;
+        }
+    };
+    let conn = Conn::new(write, inner);
+    send(&conn, Kind::HelloOk, header.id, &[]);
+    let inner2 = inner.clone();
+    let spawned = std::thread::Builder::new()
+        .name("conn".into())
+        .spawn(move || {
+            let _slot = Slot(&inner2.open_connections);
+            serve_frames(&inner2, read, &conn);
+            // A backlog (if any) stays with its flusher; reading is over.
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot spawn a connection thread");
+        slot_taken();
+    }
+}
+
+/// A byte budget that readers wait on. Taking and releasing are one
+/// atomic operation each when nobody waits (every frame does both, on the
+/// host-wide budget too); the lock and condition variable serve waiters.
+struct Budget {
+    limit: u64,
+    used: AtomicU64,
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
+    room: Condvar,
+}
+
+impl Budget {
+    fn new(limit: u64) -> Budget {
+        Budget {
+            limit,
+            used: AtomicU64::new(0),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            room: Condvar::new(),
+        }
+    }
+
+    fn used(&self) -> u64 {
+        self.used.load(Ordering::SeqCst)
+    }
+
+    /// Takes `n` bytes if they fit under the limit now; never waits.
+    fn try_take(&self, n: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                (u + n <= self.limit).then_some(u + n)
+            })
+            .is_ok()
+    }
+
+    /// Waits until `n` more bytes fit under the limit and takes them;
+    /// false if `give_up` said so first (checked every 50 ms).
+    fn acquire(&self, n: u64, give_up: &dyn Fn() -> bool) -> bool {
+        debug_assert!(n <= self.limit, "a charge larger than its budget");
+        if self.try_take(n) {
+            return true;
+        }
+        // Registered before the retry under the lock: a release after the
+        // retry sees the waiter and notifies under the same lock, so the
+        // wake-up is not lost (and the timeout bounds any delay anyway).
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let took = loop {
+            if self.try_take(n) {
+                break true;
+            }
+            if give_up() {
+                break false;
+            }
+            guard = self
+                .room
+                .wait_timeout(guard, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        drop(guard);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        took
+    }
+
+    /// Takes `n` bytes without waiting, past the limit if need be (the
+    /// caller bounds them).
+    fn add(&self, n: u64) {
+        self.used.fetch_add(n, Ordering::SeqCst);
+    }
+
+    fn release(&self, n: u64) {
+        let before = self.used.fetch_sub(n, Ordering::SeqCst);
+        assert!(before >= n, "released more than was charged");
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.room.notify_all();
+        }
+    }
+}
+
+/// Bytes of one frame charged to its connection's and the host's budgets,
+/// released when the frame has been served (dropped).
+struct Charge {
+    conn: Arc<Budget>,
+    global: Arc<Budget>,
+    n: u64,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.conn.release(self.n);
+        self.global.release(self.n);
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+struct Pool {
+    queue: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    room: Condvar,
+    requests: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+impl Pool {
+    fn new() -> Pool {
+        Pool {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            room: Condvar::new(),
+            requests: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn submit(&self, job: Job, stop: &AtomicBool) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        while q.len() >= MAX_QUEUED && !stop.load(Ordering::Relaxed) {
+            q = self
+                .room
+                .wait_timeout(q, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        q.push_back(job);
+        self.ready.notify_one();
+    }
+
+    fn run(&self, stop: &AtomicBool) {
+        loop {
+            let job = {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if let Some(j) = q.pop_front() {
+                        self.room.notify_one();
+                        break Some(j);
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break None;
+                    }
+                    q = self
+                        .ready
+                        .wait_timeout(q, Duration::from_millis(100))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            };
+            let Some(job) = job else { return };
+            self.run_here(job);
+        }
+    }
+
+    /// Runs `job` on this thread, counted as the pool's work. The request
+    /// is counted before it runs: its reply may reach the client (who may
+    /// then read the counters) before `job` returns.
+    fn run_here(&self, job: Job) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        job();
+        self.busy_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+struct Entry {
+    region: Arc<Region>,
+    path: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct Table(HashMap<RegionId, Entry>);
+
+impl RegionTable for Table {
+    fn region(&self, id: RegionId) -> Option<&Region> {
+        self.0.get(&id).map(|e| &*e.region)
+    }
+}
+
+/// How long a reply may wait for room in a peer's socket, with no byte
+/// taken, before the peer counts as gone. Only the connection's flusher
+/// waits this long; no thread that answers others ever does.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `send(2)` on a connected socket, without SIGPIPE; `wait: false` never
+/// blocks (`WouldBlock` when the socket has no room), `wait: true` blocks
+/// up to the socket's send timeout.
+fn send_raw(fd: RawFd, bytes: &[u8], wait: bool) -> std::io::Result<usize> {
+    let flags = libc::MSG_NOSIGNAL | if wait { 0 } else { libc::MSG_DONTWAIT };
+    // SAFETY: `bytes` is a live, readable buffer of `bytes.len()` bytes for
+    // the whole call, and the kernel only reads from it. `fd` is the write
+    // half of a connection, kept open by the `Conn` that calls this.
+    let n = unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), flags) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// What waits to be sent on one connection.
+#[derive(Default)]
+struct Outbound {
+    /// Bytes the socket did not take yet, in order.
+    queue: VecDeque<Vec<u8>>,
+    /// Bytes in `queue` plus the chunk the flusher is writing (charged to
+    /// the budgets).
+    bytes: u64,
+    /// A flusher thread owns the socket's sending side: replies queue
+    /// behind it, so their order holds.
+    flushing: bool,
+}
+
+/// A connection's sending side and its budget.
+struct Conn<S: Stream> {
+    me: Weak<Conn<S>>,
+    stream: S,
+    out: Mutex<Outbound>,
+    closed: AtomicBool,
+    budget: Arc<Budget>,
+    global: Arc<Budget>,
+    backlogs: Arc<Budget>,
+}
+
+impl<S: Stream> Conn<S> {
+    fn new(stream: S, inner: &Inner) -> Arc<Conn<S>> {
+        Arc::new_cyclic(|me| Conn {
+            me: me.clone(),
+            stream,
+            out: Mutex::new(Outbound::default()),
+            closed: AtomicBool::new(false),
+            budget: Arc::new(Budget::new(inner.config.conn_budget)),
+            global: inner.global.clone(),
+            backlogs: inner.backlogs.clone(),
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection: drops the backlog (and its charge) and shuts
+    /// the socket down, so the peer and this side's reader see the end.
+    /// Idempotent.
+    fn close(&self) {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        self.closed.store(true, Ordering::Release);
+        out.queue.clear();
+        let n = std::mem::take(&mut out.bytes);
+        drop(out);
+        if n > 0 {
+            self.budget.release(n);
+            self.backlogs.release(n);
+        }
+        self.stream.close();
+    }
+
+    /// Charges `n` bytes of a frame to both budgets, waiting for room;
+    /// `None` if the connection closed or the host stopped meanwhile.
+    fn charge(&self, n: u64, stop: &AtomicBool) -> Option<Charge> {
+        let give_up = || self.is_closed() || stop.load(Ordering::Relaxed);
+        if !self.budget.acquire(n, &give_up) {
+            return None;
+        }
+        if !self.global.acquire(n, &give_up) {
+            self.budget.release(n);
+            return None;
+        }
+        Some(Charge {
+            conn: self.budget.clone(),
+            global: self.global.clone(),
+            n,
+        })
+    }
+
+    /// The flusher: writes the backlog out in order, waiting on the peer
+    /// (at most [`SEND_TIMEOUT`] per write that makes no progress), and
+    /// ends when the backlog is empty.
+    fn flush(&self) {
+        let fd = self.stream.as_raw_fd();
+        loop {
+            let chunk = {
+                let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+                if self.is_closed() {
+                    return;
+                }
+                match out.queue.pop_front() {
+                    Some(c) => c,
+                    None => {
+                        out.flushing = false;
+                        return;
+                    }
+                }
+            };
+            let mut sent = 0;
+            while sent < chunk.len() {
+                match send_raw(fd, &chunk[sent..], true) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::info!(
+                            error = %e,
+                            backlog = chunk.len() - sent,
+                            "a peer took no reply bytes for the send timeout, or went away; closing its connection"
+                        );
+                        self.close();
+                        return;
+                    }
+                }
+            }
+            let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+            if self.is_closed() {
+                // close() released the whole backlog, this chunk included.
+                return;
+            }
+            out.bytes -= chunk.len() as u64;
+            drop(out);
+            self.budget.release(chunk.len() as u64);
+            self.backlogs.release(chunk.len() as u64);
+        }
+    }
+}
+
+/// A connection's sending side, whatever its socket type.
+trait Sink: Send + Sync {
+    /// Sends whole frames without blocking: what the socket does not take
+    /// now is queued for the connection's flusher, in order. A backlog past
+    /// its bounds closes the connection.
+    fn write_frames(&self, bytes: &[u8]);
+}
+
+impl<S: Stream> Sink for Conn<S> {
+    fn write_frames(&self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_closed() {
+            return;
+        }
+        let mut sent = 0;
+        if !out.flushing {
+            // The fast path: nothing queued, the socket takes it all in
+            // one system call.
+            debug_assert!(out.queue.is_empty());
+            while sent < bytes.len() {
+                match send_raw(self.stream.as_raw_fd(), &bytes[sent..], false) {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        drop(out);
+                        tracing::debug!(error = %e, "reply not sent; closing the connection");
+                        self.close();
+                        return;
+                    }
+                }
+            }
+            if sent == bytes.len() {
+                return;
+            }
+        }
+        let rest = &bytes[sent..];
+        let n = rest.len() as u64;
+        // The backlog is bounded by the connection's budget, all backlogs
+        // by a host-wide bound. Past either, this peer is the one not
+        // reading: close it.
+        let fits = out.bytes + n <= self.budget.limit && self.backlogs.try_take(n);
+        if !fits {
+            drop(out);
+            tracing::info!(
+                backlog = n,
+                "a peer's reply backlog is over its bounds; closing its connection"
+            );
+            self.close();
+            return;
+        }
+        // Bounded by the check above; past the limit, this connection's
+        // reader waits until the peer reads.
+        self.budget.add(n);
+        out.bytes += n;
+        match out.queue.back_mut() {
+            Some(last) if last.len() + rest.len() <= BACKLOG_CHUNK => last.extend_from_slice(rest),
+            _ => out.queue.push_back(rest.to_vec()),
+        }
+        if !out.flushing {
+            out.flushing = true;
+            let me = self.me.upgrade();
+            drop(out);
+            let spawned = me.map(|me| {
+                std::thread::Builder::new()
+                    .name("conn-flush".into())
+                    .spawn(move || me.flush())
+            });
+            if !matches!(spawned, Some(Ok(_))) {
+                tracing::warn!("cannot start a flusher; closing the connection");
+                self.close();
             }
         }
     }
@@ -471,31 +1420,10 @@ fn frame(kind: Kind, id: u64, payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(payload);
 }
 
-fn send<W: Stream>(writer: &Mutex<W>, kind: Kind, id: u64, payload: &[u8]) {
+fn send<S: Stream>(conn: &Conn<S>, kind: Kind, id: u64, payload: &[u8]) {
     let mut bytes = Vec::new();
     frame(kind, id, payload, &mut bytes);
-    writer.write_frames(&bytes);
-}
-
-/// A connection's write half, whatever its socket type.
-trait Sink: Send + Sync {
-    /// Writes whole frames at once; on failure closes the connection.
-    fn write_frames(&self, bytes: &[u8]);
-}
-
-impl<S: Stream> Sink for Mutex<S> {
-    fn write_frames(&self, bytes: &[u8]) {
-        let mut w = self.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = w.write_all(bytes).and_then(|_| w.flush()) {
-            // A peer that went away, or one that stopped reading for
-            // SEND_TIMEOUT: close the connection, so that neither this
-            // thread (maybe the log writer answering a batch of writes) nor
-            // later senders wait on it again; its reader then ends the
-            // connection.
-            tracing::debug!(error = %e, "reply not sent; closing the connection");
-            w.close();
-        }
-    }
+    conn.write_frames(&bytes);
 }
 
 /// Replies held back on this thread by [`coalesce_replies`], per
@@ -510,8 +1438,12 @@ thread_local! {
 /// are held back and then sent with one write per connection, in order.
 /// The log writer answers a whole group commit inside it: a client with
 /// many writes in flight gets their replies in one segment, and its reader
-/// wakes once for them, instead of once per reply. Nested calls just run
-/// `f`. Replies are sent even if `f` panics.
+/// wakes once for them, instead of once per reply. Sending never blocks
+/// (a slow peer's replies wait in its backlog), so a client that does not
+/// read cannot stall the log writer. Nested calls just run `f`. Replies
+/// are sent even if `f` panics.
+///
+/// [`Responder`]: crate::Responder
 pub fn coalesce_replies(f: impl FnOnce()) {
     if HELD.with(|h| h.borrow().is_some()) {
         return f();
@@ -531,7 +1463,7 @@ pub fn coalesce_replies(f: impl FnOnce()) {
 }
 
 /// Sends an RPC reply, or holds it back inside [`coalesce_replies`].
-fn send_reply<S: Stream>(writer: &Arc<Mutex<S>>, id: u64, payload: &[u8]) {
+fn send_reply<S: Stream>(conn: &Arc<Conn<S>>, id: u64, payload: &[u8]) {
     let held = HELD.with(|h| {
         let mut h = h.borrow_mut();
         let Some(held) = h.as_mut() else {
@@ -540,35 +1472,34 @@ fn send_reply<S: Stream>(writer: &Arc<Mutex<S>>, id: u64, payload: &[u8]) {
         // Few connections per group commit: a linear search is enough.
         match held
             .iter_mut()
-            .find(|(s, _)| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(writer)))
+            .find(|(s, _)| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(conn)))
         {
             Some((_, bytes)) => frame(Kind::CallReply, id, payload, bytes),
             None => {
                 let mut bytes = Vec::new();
                 frame(Kind::CallReply, id, payload, &mut bytes);
-                held.push((writer.clone(), bytes));
+                held.push((conn.clone(), bytes));
             }
         }
         true
     });
     if !held {
-        send(writer, Kind::CallReply, id, payload);
+        send(conn, Kind::CallReply, id, payload);
     }
 }
 
-/// How long a reply may wait for room in a peer's socket before the peer
-/// counts as gone: a client that stops reading must not stall the threads
-/// that answer everyone else.
-pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A connected socket a host serves.
-pub trait Stream: Read + Write + Send + Sized + 'static {
+pub trait Stream: Read + Write + AsRawFd + Send + Sync + Sized + 'static {
     /// Makes an accepted socket blocking with [`SEND_TIMEOUT`] on writes,
     /// and returns its read and write halves.
     fn split(self) -> std::io::Result<(Self, Self)>;
     /// Shuts both directions down (the peer and this side's reader see the
     /// end at once).
     fn close(&self);
+    /// Sets how long a read may wait (`None`: forever).
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+    /// Makes reads and writes return `WouldBlock` instead of waiting.
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()>;
 }
 
 impl Stream for TcpStream {
@@ -582,6 +1513,12 @@ impl Stream for TcpStream {
     fn close(&self) {
         let _ = self.shutdown(std::net::Shutdown::Both);
     }
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        TcpStream::set_read_timeout(self, t)
+    }
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        TcpStream::set_nonblocking(self, on)
+    }
 }
 
 impl Stream for UnixStream {
@@ -594,17 +1531,24 @@ impl Stream for UnixStream {
     fn close(&self) {
         let _ = self.shutdown(std::net::Shutdown::Both);
     }
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        UnixStream::set_read_timeout(self, t)
+    }
+    fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        UnixStream::set_nonblocking(self, on)
+    }
 }
 
-fn send_error<W: Stream>(writer: &Mutex<W>, id: u64, code: ErrorCode, msg: &str) {
+fn send_error<S: Stream>(conn: &Conn<S>, id: u64, code: ErrorCode, msg: &str) {
     let mut p = Vec::new();
     wire::encode_error(code, msg, &mut p);
-    send(writer, Kind::Error, id, &p);
+    send(conn, Kind::Error, id, &p);
 }
 
 /// Executes a POST against registered memory and replies: the soft NIC.
-/// Never calls index code.
-fn serve_post<W: Stream>(inner: &Inner, writer: &Mutex<W>, id: u64, payload: &[u8]) {
+/// Never calls index code. The frame's charge covers the payload, the
+/// batch and the reply built here.
+fn serve_post<S: Stream>(inner: &Inner, conn: &Conn<S>, id: u64, payload: &[u8]) {
     let mut batch = Batch::new();
     let mut out = Vec::new();
     match wire::decode_post(payload, &mut batch) {
@@ -619,25 +1563,51 @@ fn serve_post<W: Stream>(inner: &Inner, writer: &Mutex<W>, id: u64, payload: &[u
                 .nic_verbs
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
             wire::encode_post_reply(&batch, &mut out);
-            send(writer, Kind::PostReply, id, &out);
+            send(conn, Kind::PostReply, id, &out);
         }
         Err(e) => {
             inner.bad_frames.fetch_add(1, Ordering::Relaxed);
-            send_error(writer, id, ErrorCode::Malformed, &e.to_string());
+            send_error(conn, id, ErrorCode::Malformed, &e.to_string());
         }
     }
 }
 
-fn serve_connection<S>(inner: &Arc<Inner>, read: S, writer: Arc<Mutex<S>>)
+/// Reads and discards `n` bytes (the rest of a refused payload), keeping
+/// the stream in step without buffering them.
+fn skip(read: &mut impl Read, n: u64) -> bool {
+    std::io::copy(&mut read.take(n), &mut std::io::sink()).is_ok_and(|got| got == n)
+}
+
+fn serve_frames<S>(inner: &Arc<Inner>, read: S, conn: &Arc<Conn<S>>)
 where
     S: Stream,
 {
+    let idle = inner.config.idle_timeout;
+    if read
+        .set_read_timeout((!idle.is_zero()).then_some(idle))
+        .is_err()
+    {
+        return;
+    }
     // Requests a client pipelines arrive together: one read for them all.
     let mut read = std::io::BufReader::with_capacity(64 << 10, read);
-    let mut authed = false;
     let mut head = [0u8; HEADER_BYTES];
+    // A POST's cost is read off its descriptors before its payload is: at
+    // most 8 + 40 * 1024 bytes held here, whatever it asks for, in a
+    // buffer the connection reuses.
+    let mut prefix = Vec::new();
     loop {
-        if read.read_exact(&mut head).is_err() || inner.stop.load(Ordering::Relaxed) {
+        if let Err(e) = read.read_exact(&mut head) {
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) {
+                tracing::debug!("connection idle for the idle timeout; closing it");
+                conn.close();
+            }
+            return;
+        }
+        if inner.stop.load(Ordering::Relaxed) {
             return;
         }
         let header = match Header::decode(&head) {
@@ -645,125 +1615,190 @@ where
             Err(e) => {
                 inner.bad_frames.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, "bad frame header; closing the connection");
-                send_error(&writer, 0, ErrorCode::Malformed, &e.to_string());
+                send_error(conn, 0, ErrorCode::Malformed, &e.to_string());
                 return;
             }
         };
-        let mut payload = vec![0u8; header.len as usize];
-        if read.read_exact(&mut payload).is_err() {
-            return;
-        }
-        if !authed {
-            let ok = header.kind == Kind::Hello
-                && match &inner.config.token {
-                    Some(t) => constant_time_eq(t.as_bytes(), &payload),
-                    None => true,
-                };
-            if !ok {
-                inner.bad_frames.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("connection without a valid token; closing it");
-                send_error(
-                    &writer,
-                    header.id,
-                    ErrorCode::Unauthorized,
-                    "a valid access token is required",
-                );
+        let len = header.len as usize;
+        prefix.clear();
+        let cost = if header.kind == Kind::Post {
+            let first = len.min(POST_PREFIX_BYTES);
+            prefix.resize(first, 0);
+            if read.read_exact(&mut prefix).is_err() {
                 return;
             }
-            authed = true;
-            send(&writer, Kind::HelloOk, header.id, &[]);
-            continue;
-        }
-        match header.kind {
-            Kind::Post => {
-                if inner.config.nic_threads == 0 {
-                    // No pool: this connection's thread is its soft NIC.
-                    let start = Instant::now();
-                    serve_post(inner, &writer, header.id, &payload);
-                    inner
-                        .nic
-                        .busy_ns
-                        .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    inner.nic.requests.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    let inner2 = inner.clone();
-                    let writer = writer.clone();
-                    inner.nic.submit(
-                        Box::new(move || serve_post(&inner2, &writer, header.id, &payload)),
-                        &inner.stop,
-                    );
+            if first == POST_PREFIX_BYTES {
+                let n = u16::from_le_bytes([prefix[0], prefix[1]]) as usize;
+                let want = len.min(POST_PREFIX_BYTES + n.min(MAX_BATCH_OPS) * POST_VERB_BYTES);
+                prefix.resize(want, 0);
+                if read.read_exact(&mut prefix[first..]).is_err() {
+                    return;
                 }
             }
-            Kind::Call => {
-                let handler = inner
-                    .handler
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
-                let Some(handler) = handler else {
-                    send_error(
-                        &writer,
-                        header.id,
-                        ErrorCode::NoHandler,
-                        "this node serves no RPC",
-                    );
+            match wire::post_cost(&prefix).and_then(|c| {
+                if c.payload_len == len as u64 {
+                    Ok(c)
+                } else {
+                    Err(wire::WireError::Bad(
+                        "payload length differs from what the verbs carry",
+                    ))
+                }
+            }) {
+                Ok(c) => c.serving_bytes(),
+                Err(e) => {
+                    inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    if !skip(&mut read, (len - prefix.len()) as u64) {
+                        return;
+                    }
+                    send_error(conn, header.id, ErrorCode::Malformed, &e.to_string());
                     continue;
-                };
-                let writer = writer.clone();
-                let job: Job = Box::new(move || {
-                    let id = header.id;
-                    handler.handle_deferred(
-                        &payload,
-                        Box::new(move |reply: Vec<u8>| send_reply(&writer, id, &reply)),
-                    );
-                });
-                if inner.config.workers == 0 {
-                    inner.workers.run_here(job);
-                } else {
-                    inner.workers.submit(job, &inner.stop);
                 }
             }
-            Kind::RegionInfo => {
-                let info = payload
-                    .get(0..4)
-                    .filter(|_| payload.len() == 4)
-                    .map(|b| RegionId(u32::from_le_bytes(b.try_into().expect("4 bytes"))))
-                    .and_then(|id| {
-                        let table = inner
-                            .regions
-                            .read()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .clone();
-                        table.0.get(&id).and_then(|e| {
-                            e.path.as_ref().map(|p| RegionInfo {
-                                rights: e.region.rights(),
-                                len: e.region.len_bytes(),
-                                path: p.to_string_lossy().into_owned(),
-                            })
-                        })
-                    });
-                let mut out = Vec::new();
-                wire::encode_region_info(info.as_ref(), &mut out);
-                send(&writer, Kind::RegionInfoReply, header.id, &out);
-            }
-            Kind::Stats => {
-                let mut out = Vec::new();
-                Host {
-                    inner: inner.clone(),
-                }
-                .stats()
-                .encode(&mut out);
-                send(&writer, Kind::StatsReply, header.id, &out);
-            }
-            other => {
-                inner.bad_frames.fetch_add(1, Ordering::Relaxed);
-                send_error(
-                    &writer,
-                    header.id,
-                    ErrorCode::Malformed,
-                    &format!("unexpected {other:?} frame"),
+        } else {
+            len as u64
+        };
+        if cost > conn.budget.limit {
+            inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                cost,
+                budget = conn.budget.limit,
+                "a frame costs more than a connection's budget; closing the connection"
+            );
+            send_error(
+                conn,
+                header.id,
+                ErrorCode::Busy,
+                "the frame exceeds the connection's budget",
+            );
+            conn.close();
+            return;
+        }
+        let Some(charge) = conn.charge(cost, &inner.stop) else {
+            return;
+        };
+        let have = prefix.len();
+        let mut payload = Vec::with_capacity(len);
+        payload.extend_from_slice(&prefix);
+        payload.resize(len, 0);
+        if read.read_exact(&mut payload[have..]).is_err() {
+            return;
+        }
+        dispatch(inner, conn, header, payload, charge);
+    }
+}
+
+/// Serves one authenticated frame; `charge` is held until it is served.
+fn dispatch<S>(
+    inner: &Arc<Inner>,
+    conn: &Arc<Conn<S>>,
+    header: Header,
+    payload: Vec<u8>,
+    charge: Charge,
+) where
+    S: Stream,
+{
+    match header.kind {
+        Kind::Post => {
+            if inner.config.nic_threads == 0 {
+                // No pool: this connection's thread is its soft NIC.
+                inner.nic.requests.fetch_add(1, Ordering::Relaxed);
+                let start = Instant::now();
+                serve_post(inner, conn, header.id, &payload);
+                inner
+                    .nic
+                    .busy_ns
+                    .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                drop(charge);
+            } else {
+                let inner2 = inner.clone();
+                let conn = conn.clone();
+                inner.nic.submit(
+                    Box::new(move || {
+                        serve_post(&inner2, &conn, header.id, &payload);
+                        drop(charge);
+                    }),
+                    &inner.stop,
                 );
             }
+        }
+        Kind::Call => {
+            let handler = inner
+                .handler
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let Some(handler) = handler else {
+                send_error(
+                    conn,
+                    header.id,
+                    ErrorCode::NoHandler,
+                    "this node serves no RPC",
+                );
+                return;
+            };
+            let conn = conn.clone();
+            let id = header.id;
+            let call = move || {
+                handler.handle_deferred(
+                    &payload,
+                    Box::new(move |reply: Vec<u8>| send_reply(&conn, id, &reply)),
+                );
+            };
+            if inner.config.workers == 0 {
+                // The charge goes after the call is counted, as a reply
+                // can reach the client before run_here returns.
+                inner.workers.run_here(Box::new(call));
+                drop(charge);
+            } else {
+                inner.workers.submit(
+                    Box::new(move || {
+                        call();
+                        drop(charge);
+                    }),
+                    &inner.stop,
+                );
+            }
+        }
+        Kind::RegionInfo => {
+            let info = payload
+                .get(0..4)
+                .filter(|_| payload.len() == 4)
+                .map(|b| RegionId(u32::from_le_bytes(b.try_into().expect("4 bytes"))))
+                .and_then(|id| {
+                    let table = inner
+                        .regions
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone();
+                    table.0.get(&id).and_then(|e| {
+                        e.path.as_ref().map(|p| RegionInfo {
+                            rights: e.region.rights(),
+                            len: e.region.len_bytes(),
+                            path: p.to_string_lossy().into_owned(),
+                        })
+                    })
+                });
+            let mut out = Vec::new();
+            wire::encode_region_info(info.as_ref(), &mut out);
+            send(conn, Kind::RegionInfoReply, header.id, &out);
+        }
+        Kind::Stats => {
+            let mut out = Vec::new();
+            Host {
+                inner: inner.clone(),
+            }
+            .stats()
+            .encode(&mut out);
+            send(conn, Kind::StatsReply, header.id, &out);
+        }
+        other => {
+            inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+            send_error(
+                conn,
+                header.id,
+                ErrorCode::Malformed,
+                &format!("unexpected {other:?} frame"),
+            );
         }
     }
 }

@@ -269,16 +269,32 @@ impl Region {
         })
     }
 
-    /// Creates a region backed by a new file at `path` (truncated to
-    /// `bytes`, rounded up to a cache line, zero-filled), mapped shared and
-    /// writable: the serving side of the `shm` backend. Other processes map
-    /// the same file with [`Region::open_file`].
+    /// Creates a region backed by a new file at `path` (`bytes` rounded
+    /// up to a cache line, zero-filled), mapped shared and writable: the
+    /// serving side of the `shm` backend. Other processes map the same file
+    /// with [`Region::open_file`]. The file is created exclusively (an
+    /// existing file, maybe another server's live region, is never
+    /// truncated: that is an error) and readable by its owner only (0600).
     pub fn create_file(
         id: RegionId,
         path: &std::path::Path,
         bytes: u64,
         rights: Rights,
     ) -> Result<Region, FabricError> {
+        Self::create_file_mode(id, path, bytes, rights, 0o600)
+    }
+
+    /// [`Region::create_file`] with the file's permission bits (`mode`,
+    /// set exactly, not narrowed by the umask), e.g. 0660 to share a region with
+    /// the owner's group.
+    pub fn create_file_mode(
+        id: RegionId,
+        path: &std::path::Path,
+        bytes: u64,
+        rights: Rights,
+        mode: u32,
+    ) -> Result<Region, FabricError> {
+        use std::os::unix::fs::OpenOptionsExt;
         if bytes == 0 || bytes > MAX_REGION_BYTES {
             return Err(FabricError::BadRegion {
                 bytes,
@@ -289,9 +305,11 @@ impl Region {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .mode(mode)
             .open(path)?;
+        // Exactly `mode`, whatever the umask (0660 must reach the group).
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
         file.set_len(rounded)?;
         let map = memmap2::MmapOptions::new()
             .len(rounded as usize)

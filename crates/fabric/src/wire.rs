@@ -124,6 +124,8 @@ pub enum ErrorCode {
     NoHandler = 3,
     /// The node is shutting down.
     ShuttingDown = 4,
+    /// The node is at a limit (connections, or a frame over a budget).
+    Busy = 5,
 }
 
 /// Why bytes did not decode.
@@ -256,19 +258,106 @@ pub fn encode_post(batch: &Batch, out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
-/// Decodes a POST payload into `batch` (cleared first), ready to execute.
-pub fn decode_post(payload: &[u8], batch: &mut Batch) -> Result<(), WireError> {
-    batch.clear();
-    let n = u16_at(payload, 0, "verb count")? as usize;
+/// Bytes of a POST payload before its verb descriptors (count, reserved).
+pub const POST_PREFIX_BYTES: usize = 8;
+
+/// Bytes of one verb descriptor in a POST payload.
+pub const POST_VERB_BYTES: usize = VERB_BYTES;
+
+/// What a POST will cost its server, read from its descriptors alone
+/// (see [`post_cost`]): enough to charge a budget before the payload is
+/// read and before anything is allocated for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostCost {
+    /// Verbs in the batch.
+    pub verbs: usize,
+    /// Bytes the READs return (the batch buffer and the reply hold them).
+    pub reads: u64,
+    /// Bytes of WRITE data the payload carries.
+    pub writes: u64,
+    /// The payload length the descriptors imply: prefix, descriptors and
+    /// WRITE data.
+    pub payload_len: u64,
+    /// The POST_REPLY payload length when every verb succeeds.
+    pub reply_len: u64,
+}
+
+impl PostCost {
+    /// Bytes a server holds at most while serving this POST: the payload,
+    /// the batch buffer (READ and WRITE data) and the reply.
+    pub fn serving_bytes(&self) -> u64 {
+        self.payload_len + self.reads + self.writes + self.reply_len
+    }
+}
+
+/// Validates the verb count and descriptors at the start of a POST payload
+/// (`prefix` holds at least [`POST_PREFIX_BYTES`] + 40 bytes per verb; it
+/// may hold the whole payload) and totals what the batch will cost, before
+/// anything is allocated for it. This is where a small frame that asks for
+/// a lot (1024 READs of 1 MiB in 41 KB) is refused: the totals are checked
+/// here, not after buffers were sized verb by verb.
+pub fn post_cost(prefix: &[u8]) -> Result<PostCost, WireError> {
+    let n = u16_at(prefix, 0, "verb count")? as usize;
     if n > MAX_BATCH_OPS {
         return Err(WireError::Bad("more verbs than a batch may carry"));
     }
-    let mut data = 8 + n * VERB_BYTES;
-    if payload.len() < data {
+    let descriptors = POST_PREFIX_BYTES + n * VERB_BYTES;
+    if prefix.len() < descriptors {
         return Err(WireError::Truncated("verbs"));
     }
+    let (mut reads, mut writes) = (0u64, 0u64);
     for i in 0..n {
-        let o = 8 + i * VERB_BYTES;
+        let o = POST_PREFIX_BYTES + i * VERB_BYTES;
+        let len = u32_at(prefix, o + 16, "len")? as u64;
+        match prefix[o] {
+            1 => {
+                if len > MAX_VERB_BYTES {
+                    return Err(WireError::Bad("READ longer than a verb may be"));
+                }
+                reads += len;
+            }
+            2 => writes += len,
+            3 | 4 => {}
+            _ => return Err(WireError::Bad("unknown verb kind")),
+        }
+    }
+    // n <= 1024 verbs of <= 4 GiB each: these sums cannot overflow a u64.
+    let payload_len = descriptors as u64 + writes;
+    if payload_len > MAX_PAYLOAD as u64 {
+        return Err(WireError::Bad("WRITE data would exceed a frame"));
+    }
+    let reply_len = (POST_PREFIX_BYTES + n * RESULT_BYTES) as u64 + reads;
+    if reply_len > MAX_PAYLOAD as u64 {
+        return Err(WireError::Bad("READ data would exceed a frame"));
+    }
+    Ok(PostCost {
+        verbs: n,
+        reads,
+        writes,
+        payload_len,
+        reply_len,
+    })
+}
+
+/// Decodes a POST payload into `batch` (cleared first), ready to execute.
+/// The totals (READ bytes, WRITE bytes against the payload received, verb
+/// count) are checked by [`post_cost`] before the batch allocates anything.
+pub fn decode_post(payload: &[u8], batch: &mut Batch) -> Result<(), WireError> {
+    batch.clear();
+    let cost = post_cost(payload)?;
+    if cost.payload_len != payload.len() as u64 {
+        return Err(if cost.payload_len > payload.len() as u64 {
+            WireError::Truncated("write data")
+        } else {
+            WireError::Bad("trailing bytes after the write data")
+        });
+    }
+    let n = cost.verbs;
+    // Both bounded by MAX_PAYLOAD (checked above).
+    batch.reserve(n, (cost.reads + cost.writes) as usize);
+    let mut data = POST_PREFIX_BYTES + n * VERB_BYTES;
+    for i in 0..n {
+        let o = POST_PREFIX_BYTES + i * VERB_BYTES;
         let kind = payload[o];
         let region = RegionId(u32_at(payload, o + 4, "region")?);
         let offset = u64_at(payload, o + 8, "offset")?;
@@ -277,16 +366,12 @@ pub fn decode_post(payload: &[u8], batch: &mut Batch) -> Result<(), WireError> {
         let arg1 = u64_at(payload, o + 32, "arg1")?;
         match kind {
             1 => {
-                // Bound what the reply will hold before reserving it.
-                if len > MAX_VERB_BYTES {
-                    return Err(WireError::Bad("READ longer than a verb may be"));
-                }
                 batch.read(region, offset, len);
             }
             2 => {
-                let end = data
-                    .checked_add(len as usize)
-                    .ok_or(WireError::Truncated("write data"))?;
+                // In bounds: the WRITE lengths add up to the payload's
+                // length (checked above).
+                let end = data + len as usize;
                 let bytes = payload
                     .get(data..end)
                     .ok_or(WireError::Truncated("write data"))?;
@@ -302,18 +387,7 @@ pub fn decode_post(payload: &[u8], batch: &mut Batch) -> Result<(), WireError> {
             _ => return Err(WireError::Bad("unknown verb kind")),
         }
     }
-    if data != payload.len() {
-        return Err(WireError::Bad("trailing bytes after the write data"));
-    }
-    let reads: u64 = batch
-        .ops()
-        .iter()
-        .filter(|o| o.kind == OpKind::Read)
-        .map(|o| o.len)
-        .sum();
-    if reads + 8 + (n * RESULT_BYTES) as u64 > MAX_PAYLOAD as u64 {
-        return Err(WireError::Bad("READ data would exceed a frame"));
-    }
+    debug_assert_eq!(data, payload.len());
     Ok(())
 }
 

@@ -98,6 +98,16 @@ impl ServerProcess {
         rss_bytes(self.child.id())
     }
 
+    /// Peak resident memory of the server process (VmHWM), in bytes.
+    pub fn peak_rss_bytes(&self) -> u64 {
+        peak_rss_bytes(self.child.id())
+    }
+
+    /// Threads of the server process.
+    pub fn threads(&self) -> u64 {
+        thread_count(self.child.id())
+    }
+
     /// SIGKILL, then reap.
     pub fn kill9(mut self) {
         let _ = self.child.kill();
@@ -127,14 +137,29 @@ impl ServerProcess {
 
 /// Resident memory of process `pid`, in bytes (0 if unknown).
 pub fn rss_bytes(pid: u32) -> u64 {
+    status_field(pid, "VmRSS:").map_or(0, |kb| kb * 1024)
+}
+
+/// Peak resident memory of process `pid` since it started (VmHWM), in
+/// bytes (0 if unknown): catches a spike that sampling RSS can miss.
+pub fn peak_rss_bytes(pid: u32) -> u64 {
+    status_field(pid, "VmHWM:").map_or(0, |kb| kb * 1024)
+}
+
+/// Threads of process `pid` (0 if unknown).
+pub fn thread_count(pid: u32) -> u64 {
+    status_field(pid, "Threads:").unwrap_or(0)
+}
+
+/// The first number of a `/proc/PID/status` line.
+fn status_field(pid: u32, name: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(name))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
         })
-        .map_or(0, |kb| kb * 1024)
 }
 
 /// A fresh scratch directory removed on drop.
