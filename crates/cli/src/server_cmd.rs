@@ -62,6 +62,28 @@ pub struct ServerArgs {
     /// only, 0600 and 0700).
     #[arg(long)]
     group_access: bool,
+    /// Milliseconds a new connection has to send its whole HELLO.
+    #[arg(long, default_value_t = 5000)]
+    handshake_timeout_ms: u64,
+    /// Close an authenticated connection that sends nothing for this many
+    /// seconds (0: never).
+    #[arg(long, default_value_t = 600)]
+    idle_timeout_s: u64,
+    /// Most authenticated connections served at once.
+    #[arg(long, default_value_t = fabric::host::MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Most connections waiting for their HELLO at once, per listener (a
+    /// new one over the cap closes the oldest waiting one).
+    #[arg(long, default_value_t = fabric::host::MAX_PREAUTH)]
+    max_preauth: usize,
+    /// MiB one connection may have in flight (frames read, queued, served,
+    /// and replies its peer has not taken); at least one frame (~16 MiB).
+    /// Default: 4 frames.
+    #[arg(long, value_name = "MIB")]
+    conn_budget_mib: Option<u64>,
+    /// MiB all connections together may have in flight (default 128).
+    #[arg(long, value_name = "MIB")]
+    global_budget_mib: Option<u64>,
     /// Slots per leaf.
     #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS)]
     leaf_slots: usize,
@@ -106,12 +128,23 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     // Values encode their key, so benchmark clients can check every read.
     let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
     drop(keys);
+    let defaults = HostConfig::default();
     let host = Host::new(HostConfig {
         shm_dir: args.shm_dir.clone(),
         token: args.token.resolve()?,
         nic_threads: args.nic_threads,
         workers: args.workers,
-        ..HostConfig::default()
+        handshake_timeout: Duration::from_millis(args.handshake_timeout_ms),
+        idle_timeout: Duration::from_secs(args.idle_timeout_s),
+        max_connections: args.max_connections,
+        max_preauth: args.max_preauth,
+        conn_budget: args
+            .conn_budget_mib
+            .map_or(defaults.conn_budget, |m| m << 20),
+        global_budget: args
+            .global_budget_mib
+            .map_or(defaults.global_budget, |m| m << 20),
+        group_access: args.group_access,
     })?;
     let durability = match (&args.data_dir, &args.durability) {
         (None, Some(_)) => {
