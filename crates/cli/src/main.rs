@@ -36,7 +36,7 @@ enum Command {
     /// Run a YCSB workload against a design and report its costs.
     Bench(Box<bench_cmd::BenchArgs>),
     /// Serve an XStore over TCP and shared memory until SIGINT/SIGTERM.
-    Server(server_cmd::ServerArgs),
+    Server(Box<server_cmd::ServerArgs>),
     /// An interactive (or scripted) shell against a running server.
     Shell(shell::ShellArgs),
     /// A running server's statistics.
