@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use fabric::{Batch, Counters, Endpoint, NodeId, RegionId};
-use xstore::proto::{Meta, ProtoError, Reader, Request, Status};
+use xstore::proto::{Meta, ProtoError, Reply, Request, Status};
 use xtree::layout::value_from_part;
 use xtree::mirror::{decode_meta, decode_node, slot_bytes, NodeImage, OUT_OF_SERVICE};
 use xtree::{LeafError, LeafLayout, LeafView};
@@ -165,8 +165,9 @@ impl<E: Endpoint> BaselineClient<E> {
             request: Vec::new(),
             reply: Vec::new(),
         };
-        c.rpc(&Request::Meta)?;
-        let meta = Meta::decode(&mut Reader::new(&c.reply[1..])).map_err(proto)?;
+        let Reply::Meta(meta) = c.rpc(&Request::Meta)? else {
+            return Err(BenchError::Client("META answered without metadata".into()));
+        };
         c.layout = LeafLayout::new(meta.leaf_slots as usize)
             .ok_or_else(|| BenchError::Client("bad leaf slots".into()))?;
         c.fanout = (meta.inner_fanout as usize).max(3);
@@ -188,24 +189,19 @@ impl<E: Endpoint> BaselineClient<E> {
         Ok(c)
     }
 
-    fn rpc(&mut self, req: &Request) -> Result<Status, BenchError> {
+    /// One RPC, its reply decoded against the request (the same checks
+    /// the XStore client makes); refusals are errors.
+    fn rpc(&mut self, req: &Request) -> Result<Reply, BenchError> {
         self.request.clear();
         req.encode(&mut self.request);
         self.ep
             .call(self.node, &self.request, &mut self.reply)
             .map_err(|e| BenchError::Client(e.to_string()))?;
-        let status = Status::from_u8(
-            *self
-                .reply
-                .first()
-                .ok_or_else(|| BenchError::Client("empty reply".into()))?,
-        )
-        .map_err(proto)?;
-        match status {
-            Status::BadRequest | Status::ReservedKey | Status::Full | Status::Unavailable => {
-                Err(BenchError::Client(format!("server answered {status:?}")))
-            }
-            s => Ok(s),
+        match Reply::decode(req, &self.reply).map_err(proto)? {
+            Reply::Status(
+                s @ (Status::BadRequest | Status::ReservedKey | Status::Full | Status::Unavailable),
+            ) => Err(BenchError::Client(format!("server answered {s:?}"))),
+            reply => Ok(reply),
         }
     }
 
@@ -364,10 +360,10 @@ impl<E: Endpoint> BaselineClient<E> {
     }
 
     fn rpc_get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
-        let status = self.rpc(&Request::GetValue { key })?;
-        let mut r = Reader::new(&self.reply[1..]);
-        let v = r.u64("value").map_err(proto)?;
-        Ok((status == Status::Ok).then_some(v))
+        match self.rpc(&Request::GetValue { key })? {
+            Reply::Value(v) => Ok(v),
+            other => Err(unexpected(other)),
+        }
     }
 
     fn invalidate(&mut self, path: &[u32]) {
@@ -377,6 +373,11 @@ impl<E: Endpoint> BaselineClient<E> {
         }
         self.root = None;
     }
+}
+
+/// A well-formed reply that does not answer what was asked.
+fn unexpected(reply: Reply) -> BenchError {
+    BenchError::Client(format!("unexpected reply {:?}", reply.status()))
 }
 
 fn proto(e: ProtoError) -> BenchError {
@@ -459,28 +460,31 @@ impl<E: Endpoint> KvClient for BaselineClient<E> {
             out.truncate(mark);
             self.stats.fallbacks += 1;
         }
-        self.rpc(&Request::Scan {
+        match self.rpc(&Request::Scan {
             start,
             n: n.min(xstore::proto::MAX_SCAN as usize) as u32,
-        })?;
-        let mut r = Reader::new(&self.reply[1..]);
-        let count = r.u32("count").map_err(proto)? as usize;
-        for _ in 0..count.min(n) {
-            out.push((r.u64("key").map_err(proto)?, r.u64("value").map_err(proto)?));
+        })? {
+            Reply::Scan(pairs) => {
+                out.extend_from_slice(&pairs);
+                Ok(())
+            }
+            other => Err(unexpected(other)),
         }
-        Ok(())
     }
 
     fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
-        Ok(self.rpc(&Request::Insert { key, value })? == Status::Ok)
+        Ok(self.rpc(&Request::Insert { key, value })?.status() == Status::Ok)
     }
 
     fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
-        Ok(self.rpc(&Request::Update {
-            key,
-            value,
-            hints: Vec::new(),
-        })? == Status::Ok)
+        Ok(self
+            .rpc(&Request::Update {
+                key,
+                value,
+                hints: Vec::new(),
+            })?
+            .status()
+            == Status::Ok)
     }
 
     fn counters(&self) -> Counters {

@@ -47,7 +47,7 @@ use xtree::layout::value_from_part;
 use xtree::{LeafError, LeafLayout, LeafView};
 
 use crate::proto::{
-    Meta, ProtoError, Reader, Request, Status, SubPayload, TopPayload, MAX_GET_LEAVES, MAX_SCAN,
+    Meta, ProtoError, Reply, Request, Status, SubPayload, MAX_GET_LEAVES, MAX_SCAN,
     MAX_SUBS_PER_FETCH,
 };
 use crate::published::{decode_slot, SUB_SLOT_BYTES};
@@ -260,34 +260,32 @@ impl<E: Endpoint> Client<E> {
         bytes
     }
 
-    fn rpc(&mut self, req: &Request) -> Result<Status, ClientError> {
+    fn rpc(&mut self, req: &Request) -> Result<Reply, ClientError> {
         self.request.clear();
         req.encode(&mut self.request);
         self.ep.call(self.node, &self.request, &mut self.reply)?;
-        self.status()
+        self.decode(req)
     }
 
-    /// The status of the reply in `self.reply`.
-    fn status(&self) -> Result<Status, ClientError> {
-        let status = Status::from_u8(*self.reply.first().ok_or(ProtoError::Truncated("status"))?)?;
-        if status == Status::BadRequest {
-            return Err(ClientError::Server(status));
+    /// The reply in `self.reply` to `req`; refusals no caller can act on
+    /// become errors.
+    fn decode(&self, req: &Request) -> Result<Reply, ClientError> {
+        match Reply::decode(req, &self.reply)? {
+            Reply::Status(Status::BadRequest) => Err(ClientError::Server(Status::BadRequest)),
+            Reply::Status(Status::ReservedKey) => Err(ClientError::ReservedKey(u64::MAX)),
+            reply => Ok(reply),
         }
-        if status == Status::ReservedKey {
-            return Err(ClientError::ReservedKey(u64::MAX));
-        }
-        Ok(status)
     }
 
     /// Fetches metadata and the top model again, dropping cached
     /// sub-models (a new model version, or at connect).
     fn refresh_model(&mut self) -> Result<(), ClientError> {
-        self.rpc(&Request::Meta)?;
-        let meta = Meta::decode(&mut Reader::new(&self.reply[1..]))?;
-        self.rpc(&Request::FetchTop)?;
-        let mut r = Reader::new(&self.reply[1..]);
-        let top = TopPayload::decode(&mut r)?;
-        r.finish()?;
+        let Reply::Meta(meta) = self.rpc(&Request::Meta)? else {
+            return Err(ProtoError::Bad("META answered without metadata").into());
+        };
+        let Reply::Top(top) = self.rpc(&Request::FetchTop)? else {
+            return Err(ProtoError::Bad("FETCH_TOP answered without a model").into());
+        };
         self.layout =
             LeafLayout::new(meta.leaf_slots as usize).ok_or(ProtoError::Bad("leaf slots"))?;
         self.chunks = meta.chunk_map();
@@ -319,24 +317,22 @@ impl<E: Endpoint> Client<E> {
     /// Fetches sub-models `[first, first + count)`; false if the server's
     /// model version moved on (the caller refreshes).
     fn fetch_subs(&mut self, first: u32, count: u32) -> Result<u32, ClientError> {
-        let status = self.rpc(&Request::FetchSubs {
+        let subs = match self.rpc(&Request::FetchSubs {
             version: self.version,
             first,
             count,
-        })?;
-        if status == Status::VersionChanged {
-            self.refresh_model()?;
-            return Ok(0);
-        }
-        let reply = std::mem::take(&mut self.reply);
-        let mut r = Reader::new(&reply[1..]);
-        let n = r.u32("count")?;
-        for _ in 0..n {
-            let p = SubPayload::decode(&mut r)?;
+        })? {
+            Reply::Subs(subs) => subs,
+            Reply::Status(Status::VersionChanged) => {
+                self.refresh_model()?;
+                return Ok(0);
+            }
+            other => return Err(ClientError::Server(other.status())),
+        };
+        let n = subs.len() as u32;
+        for p in subs {
             self.install(p);
         }
-        r.finish()?;
-        self.reply = reply;
         self.stats.sub_fetches += 1;
         Ok(n)
     }
@@ -652,24 +648,20 @@ impl<E: Endpoint> Client<E> {
 
     fn fallback_get(&mut self, key: u64) -> Result<Option<u64>, ClientError> {
         self.stats.fallbacks += 1;
-        let status = self.rpc(&Request::Get { key })?;
-        let reply = std::mem::take(&mut self.reply);
-        let mut r = Reader::new(&reply[1..]);
-        let value = r.u64("value")?;
-        let version = r.u64("version")?;
-        let payload = SubPayload::decode(&mut r)?;
-        r.finish()?;
-        self.reply = reply;
+        let (value, version, sub) = match self.rpc(&Request::Get { key })? {
+            Reply::Get {
+                value,
+                version,
+                sub,
+            } => (value, version, sub),
+            other => return Err(ClientError::Server(other.status())),
+        };
         if version != self.version {
             self.refresh_model()?;
         } else if self.config.cache != CacheMode::Top {
-            self.install(payload);
+            self.install(sub);
         }
-        match status {
-            Status::Ok => Ok(Some(value)),
-            Status::NotFound => Ok(None),
-            other => Err(ClientError::Server(other)),
-        }
+        Ok(value)
     }
 
     /// Appends to `out` the first `n` pairs with key >= `start`, in key
@@ -880,17 +872,13 @@ impl<E: Endpoint> Client<E> {
         out: &mut Vec<(u64, u64)>,
     ) -> Result<(), ClientError> {
         self.stats.fallbacks += 1;
-        self.rpc(&Request::Scan { start, n: n as u32 })?;
-        let mut r = Reader::new(&self.reply[1..]);
-        let count = r.u32("count")? as usize;
-        if count > n || count > r.remaining() / 16 {
-            return Err(ProtoError::Bad("scan count").into());
+        match self.rpc(&Request::Scan { start, n: n as u32 })? {
+            Reply::Scan(pairs) => {
+                out.extend_from_slice(&pairs);
+                Ok(())
+            }
+            other => Err(ClientError::Server(other.status())),
         }
-        for _ in 0..count {
-            out.push((r.u64("key")?, r.u64("value")?));
-        }
-        r.finish()?;
-        Ok(())
     }
 
     /// Sends a write without waiting for its answer, so that one thread
@@ -918,16 +906,11 @@ impl<E: Endpoint> Client<E> {
         if key > xtree::MAX_KEY {
             return Err(ClientError::ReservedKey(key));
         }
-        let req = match write {
-            Write::Insert { key, value } => Request::Insert { key, value },
-            Write::Update { key, value } => Request::Update {
-                key,
-                value,
-                hints: self.hints(key),
-            },
-            Write::Upsert { key, value } => Request::Upsert { key, value },
-            Write::Delete { key } => Request::Delete { key },
+        let hints = match write {
+            Write::Update { key, .. } => self.hints(key),
+            _ => Vec::new(),
         };
+        let req = write.request(hints);
         self.request.clear();
         req.encode(&mut self.request);
         let ticket = self.ep.call_start(self.node, &self.request)?;
@@ -940,15 +923,17 @@ impl<E: Endpoint> Client<E> {
     /// new), `false` if not (and nothing changed, except for `Upsert`).
     pub fn finish_write(&mut self, pending: PendingWrite) -> Result<bool, ClientError> {
         self.ep.call_finish(pending.ticket, &mut self.reply)?;
-        let status = self.status()?;
-        let write = pending.write;
-        match (write, status) {
-            (_, Status::Full) => Err(ClientError::Full),
-            (Write::Upsert { .. }, Status::Ok) => Ok(self.reply.get(1) == Some(&1)),
-            (_, Status::Ok) => Ok(true),
-            (Write::Insert { .. }, Status::Exists) => Ok(false),
-            (Write::Update { .. } | Write::Delete { .. }, Status::NotFound) => Ok(false),
-            (_, s) => Err(ClientError::Server(s)),
+        // Hints do not shape the reply: decode against the bare request.
+        let reply = self.decode(&pending.write.request(Vec::new()))?;
+        match (pending.write, reply) {
+            (_, Reply::Status(Status::Full)) => Err(ClientError::Full),
+            (Write::Upsert { .. }, Reply::Upserted { new }) => Ok(new),
+            (_, Reply::Status(Status::Ok)) => Ok(true),
+            (Write::Insert { .. }, Reply::Status(Status::Exists)) => Ok(false),
+            (Write::Update { .. } | Write::Delete { .. }, Reply::Status(Status::NotFound)) => {
+                Ok(false)
+            }
+            (_, other) => Err(ClientError::Server(other.status())),
         }
     }
 
@@ -1004,9 +989,10 @@ impl<E: Endpoint> Client<E> {
 
     /// The server's statistics.
     pub fn server_stats(&mut self) -> Result<crate::proto::ServerStats, ClientError> {
-        self.rpc(&Request::Stats)?;
-        let mut r = Reader::new(&self.reply[1..]);
-        Ok(crate::proto::ServerStats::decode(&mut r)?)
+        match self.rpc(&Request::Stats)? {
+            Reply::Stats(stats) => Ok(stats),
+            other => Err(ClientError::Server(other.status())),
+        }
     }
 }
 
@@ -1054,6 +1040,16 @@ pub enum Write {
 }
 
 impl Write {
+    /// The request that carries this write, with `hints` for an update.
+    fn request(self, hints: Vec<(u32, u32)>) -> Request {
+        match self {
+            Write::Insert { key, value } => Request::Insert { key, value },
+            Write::Update { key, value } => Request::Update { key, value, hints },
+            Write::Upsert { key, value } => Request::Upsert { key, value },
+            Write::Delete { key } => Request::Delete { key },
+        }
+    }
+
     /// The key written.
     pub fn key(&self) -> u64 {
         match *self {

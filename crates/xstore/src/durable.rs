@@ -83,7 +83,7 @@ use fabric::Responder;
 use wal::{DirLock, Durability, FileFactory, LogFile, Op, Wal, WalConfig, WalError};
 use xtree::{Insert, Split, XTree};
 
-use crate::proto::Status;
+use crate::proto::{Reply, Status};
 
 /// Default [`DurabilityConfig::commit_delay`].
 pub const DEFAULT_COMMIT_DELAY: Duration = Duration::from_micros(500);
@@ -637,7 +637,7 @@ impl Durable {
     fn try_write(&self, key: u64, op: WriteOp, respond: Responder) -> Option<Responder> {
         let core = &*self.core;
         if key > xtree::MAX_KEY {
-            respond(vec![Status::ReservedKey as u8]);
+            respond(Reply::Status(Status::ReservedKey).to_vec());
             return None;
         }
         let mut shard = lock(core.shard(key));
@@ -647,17 +647,22 @@ impl Durable {
         };
         // What to log (None: nothing, the reply reports the current state).
         let (record, reply): (Option<Option<u64>>, Vec<u8>) = match op {
-            WriteOp::Insert(_) if current.is_some() => (None, vec![Status::Exists as u8]),
-            WriteOp::Insert(v) => (Some(Some(v)), vec![Status::Ok as u8]),
+            WriteOp::Insert(_) if current.is_some() => {
+                (None, Reply::Status(Status::Exists).to_vec())
+            }
+            WriteOp::Insert(v) => (Some(Some(v)), Reply::Status(Status::Ok).to_vec()),
             WriteOp::Upsert(v) => (
                 Some(Some(v)),
-                vec![Status::Ok as u8, current.is_none() as u8],
+                Reply::Upserted {
+                    new: current.is_none(),
+                }
+                .to_vec(),
             ),
             WriteOp::Update(_) | WriteOp::Delete if current.is_none() => {
-                (None, vec![Status::NotFound as u8])
+                (None, Reply::Status(Status::NotFound).to_vec())
             }
-            WriteOp::Update(v) => (Some(Some(v)), vec![Status::Ok as u8]),
-            WriteOp::Delete => (Some(None), vec![Status::Ok as u8]),
+            WriteOp::Update(v) => (Some(Some(v)), Reply::Status(Status::Ok).to_vec()),
+            WriteOp::Delete => (Some(None), Reply::Status(Status::Ok).to_vec()),
         };
         let Some(value) = record else {
             if pending {
@@ -676,7 +681,7 @@ impl Durable {
         if new_key && !core.reserve_new_key() {
             drop(shard);
             tracing::debug!(key, "insert refused: the leaf region is full");
-            respond(vec![Status::Full as u8]);
+            respond(Reply::Status(Status::Full).to_vec());
             return None;
         }
         core.pending_writes.fetch_add(1, Ordering::AcqRel);

@@ -659,7 +659,8 @@ impl ServerStats {
             leaves: r.u64("leaves")?,
             splits: r.u64("splits")?,
             version: r.u64("version")?,
-            submodels: r.u64("submodels")? as u32,
+            submodels: u32::try_from(r.u64("submodels")?)
+                .map_err(|_| ProtoError::Bad("submodels"))?,
             retrains: r.u64("retrains")?,
             full_trains: r.u64("full trains")?,
             fallbacks: r.u64("fallbacks")?,
@@ -669,6 +670,174 @@ impl ServerStats {
             checkpoints: r.u64("checkpoints")?,
             checkpoint_failures: r.u64("checkpoint failures")?,
         })
+    }
+}
+
+/// Smallest encoding of one [`SubPayload`] (no TT entries): what a count
+/// of them in a reply must leave room for.
+const MIN_SUB_PAYLOAD_BYTES: usize = 4 + SUBMODEL_BYTES + 8 + 4;
+
+/// A reply, typed. Replies do not name their opcode on the wire: a client
+/// decodes one against the request it sent ([`Reply::decode`]), which also
+/// bounds every count in it by what was asked.
+///
+/// ```text
+/// byte 0      status (see Status)
+/// bytes 1..   with status Ok, and with NotFound for GET and GET_VALUE:
+///   META        Meta (see Meta::encode)
+///   FETCH_TOP   TopPayload
+///   FETCH_SUBS  count u32 (<= asked, <= MAX_SUBS_PER_FETCH), count × SubPayload
+///   GET         value u64 (0 when absent), version u64, SubPayload
+///   GET_VALUE   value u64 (0 when absent)
+///   SCAN        count u32 (<= n), count × (key u64, value u64)
+///   UPSERT      new u8 (0: overwrote, 1: inserted)
+///   STATS       ServerStats
+///   INSERT, UPDATE, DELETE: nothing
+///             with any other status: nothing
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A status with no payload: every refusal, and the Ok of INSERT,
+    /// UPDATE and DELETE.
+    Status(Status),
+    /// META.
+    Meta(Meta),
+    /// FETCH_TOP.
+    Top(TopPayload),
+    /// FETCH_SUBS: a run of sub-models (maybe fewer than asked; the client
+    /// asks again for the rest).
+    Subs(Vec<SubPayload>),
+    /// A fallback GET: the value, and the fresh sub-model of the key in
+    /// model `version`.
+    Get {
+        /// The value, if the key is present.
+        value: Option<u64>,
+        /// Model version the sub-model belongs to.
+        version: u64,
+        /// The key's sub-model with its translation table.
+        sub: SubPayload,
+    },
+    /// GET_VALUE.
+    Value(Option<u64>),
+    /// SCAN: pairs in key order.
+    Scan(Vec<(u64, u64)>),
+    /// UPSERT applied; `new` if it inserted.
+    Upserted {
+        /// Whether the key was new.
+        new: bool,
+    },
+    /// STATS.
+    Stats(ServerStats),
+}
+
+impl Reply {
+    /// The status byte this reply carries.
+    pub fn status(&self) -> Status {
+        match self {
+            Reply::Status(s) => *s,
+            Reply::Get { value: None, .. } | Reply::Value(None) => Status::NotFound,
+            _ => Status::Ok,
+        }
+    }
+
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.status() as u8);
+        match self {
+            Reply::Status(_) => {}
+            Reply::Meta(m) => m.encode(out),
+            Reply::Top(t) => t.encode(out),
+            Reply::Subs(subs) => {
+                put_u32(out, subs.len() as u32);
+                for s in subs {
+                    s.encode(out);
+                }
+            }
+            Reply::Get {
+                value,
+                version,
+                sub,
+            } => {
+                put_u64(out, value.unwrap_or(0));
+                put_u64(out, *version);
+                sub.encode(out);
+            }
+            Reply::Value(value) => put_u64(out, value.unwrap_or(0)),
+            Reply::Scan(pairs) => {
+                put_u32(out, pairs.len() as u32);
+                for &(k, v) in pairs {
+                    put_u64(out, k);
+                    put_u64(out, v);
+                }
+            }
+            Reply::Upserted { new } => out.push(*new as u8),
+            Reply::Stats(s) => s.encode(out),
+        }
+    }
+
+    /// The encoding as a fresh buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+
+    /// Decodes the whole reply to `request`.
+    pub fn decode(request: &Request, bytes: &[u8]) -> Result<Reply, ProtoError> {
+        let mut r = Reader::new(bytes);
+        let status = Status::from_u8(r.u8("status")?)?;
+        let lookup = matches!(request, Request::Get { .. } | Request::GetValue { .. });
+        let has_payload = status == Status::Ok || (lookup && status == Status::NotFound);
+        let found = |value: u64| (status == Status::Ok).then_some(value);
+        let reply = if !has_payload {
+            Reply::Status(status)
+        } else {
+            match *request {
+                Request::Meta => Reply::Meta(Meta::decode(&mut r)?),
+                Request::FetchTop => Reply::Top(TopPayload::decode(&mut r)?),
+                Request::FetchSubs { count, .. } => {
+                    let n = r.u32("sub-model count")? as usize;
+                    if n > count.min(MAX_SUBS_PER_FETCH) as usize
+                        || n > r.remaining() / MIN_SUB_PAYLOAD_BYTES
+                    {
+                        return Err(ProtoError::Bad("sub-model count"));
+                    }
+                    let mut subs = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        subs.push(SubPayload::decode(&mut r)?);
+                    }
+                    Reply::Subs(subs)
+                }
+                Request::Get { .. } => Reply::Get {
+                    value: found(r.u64("value")?),
+                    version: r.u64("version")?,
+                    sub: SubPayload::decode(&mut r)?,
+                },
+                Request::GetValue { .. } => Reply::Value(found(r.u64("value")?)),
+                Request::Scan { n, .. } => {
+                    let count = r.u32("scan count")? as usize;
+                    if count > n as usize || count > r.remaining() / 16 {
+                        return Err(ProtoError::Bad("scan count"));
+                    }
+                    let mut pairs = Vec::with_capacity(count);
+                    for _ in 0..count {
+                        pairs.push((r.u64("key")?, r.u64("value")?));
+                    }
+                    Reply::Scan(pairs)
+                }
+                Request::Upsert { .. } => match r.u8("upsert flag")? {
+                    0 => Reply::Upserted { new: false },
+                    1 => Reply::Upserted { new: true },
+                    _ => return Err(ProtoError::Bad("upsert flag")),
+                },
+                Request::Stats => Reply::Stats(ServerStats::decode(&mut r)?),
+                Request::Insert { .. } | Request::Update { .. } | Request::Delete { .. } => {
+                    Reply::Status(Status::Ok)
+                }
+            }
+        };
+        r.finish()?;
+        Ok(reply)
     }
 }
 
@@ -711,5 +880,146 @@ mod tests {
         }
         assert!(Request::decode(&[200]).is_err());
         assert!(Request::decode(&[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_err());
+    }
+
+    fn sample_sub(tt_len: u32) -> SubPayload {
+        let model = SubModel {
+            tt_len,
+            ..SubModel::empty()
+        };
+        SubPayload {
+            sub: 3,
+            model,
+            tt_offset: 77,
+            tt: (0..tt_len).map(|i| TtEntry::new(i, 1, 16)).collect(),
+        }
+    }
+
+    fn replies() -> Vec<(Request, Reply)> {
+        let top = TopPayload {
+            version: 2,
+            submodels: 4,
+            top: Spline::from_knots(vec![Knot { x: 0, y: 0.0 }, Knot { x: 100, y: 4.0 }]).unwrap(),
+        };
+        let meta = Meta {
+            leaf_region: 1,
+            block_bytes: 4096,
+            chunk_first: 10,
+            chunk_cap: 20,
+            leaf_slots: 16,
+            version: 2,
+            submodels: 4,
+            tt_region: 16,
+            sub_region: 17,
+            inner_region: 0,
+            inner_fanout: 0,
+        };
+        let subs = Request::FetchSubs {
+            version: 2,
+            first: 0,
+            count: 2,
+        };
+        vec![
+            (Request::Meta, Reply::Meta(meta)),
+            (Request::FetchTop, Reply::Top(top)),
+            (
+                subs.clone(),
+                Reply::Subs(vec![sample_sub(2), sample_sub(0)]),
+            ),
+            (subs, Reply::Status(Status::VersionChanged)),
+            (
+                Request::Get { key: 5 },
+                Reply::Get {
+                    value: Some(9),
+                    version: 2,
+                    sub: sample_sub(3),
+                },
+            ),
+            (
+                Request::Get { key: 5 },
+                Reply::Get {
+                    value: None,
+                    version: 2,
+                    sub: sample_sub(1),
+                },
+            ),
+            (Request::GetValue { key: 5 }, Reply::Value(Some(1))),
+            (Request::GetValue { key: 5 }, Reply::Value(None)),
+            (
+                Request::Scan { start: 0, n: 3 },
+                Reply::Scan(vec![(1, 10), (2, 20)]),
+            ),
+            (
+                Request::Upsert { key: 1, value: 2 },
+                Reply::Upserted { new: true },
+            ),
+            (
+                Request::Insert { key: 1, value: 2 },
+                Reply::Status(Status::Exists),
+            ),
+            (Request::Delete { key: 1 }, Reply::Status(Status::Ok)),
+            (
+                Request::Insert { key: 1, value: 2 },
+                Reply::Status(Status::Full),
+            ),
+            (
+                Request::Stats,
+                Reply::Stats(ServerStats {
+                    keys: 5,
+                    submodels: 4,
+                    ..ServerStats::default()
+                }),
+            ),
+        ]
+    }
+
+    #[test]
+    fn replies_round_trip_and_reject_every_truncation() {
+        for (req, reply) in replies() {
+            let b = reply.to_vec();
+            assert_eq!(Reply::decode(&req, &b).unwrap(), reply, "{req:?}");
+            for cut in 0..b.len() {
+                assert!(
+                    Reply::decode(&req, &b[..cut]).is_err(),
+                    "{reply:?} cut at {cut}"
+                );
+            }
+            let mut long = b.clone();
+            long.push(0);
+            assert!(Reply::decode(&req, &long).is_err(), "trailing byte");
+        }
+    }
+
+    #[test]
+    fn reply_counts_are_bounded_by_the_request() {
+        let scan = Reply::Scan(vec![(1, 1), (2, 2), (3, 3)]).to_vec();
+        assert!(Reply::decode(&Request::Scan { start: 0, n: 3 }, &scan).is_ok());
+        assert_eq!(
+            Reply::decode(&Request::Scan { start: 0, n: 2 }, &scan),
+            Err(ProtoError::Bad("scan count"))
+        );
+        let subs = Reply::Subs(vec![sample_sub(0), sample_sub(0)]).to_vec();
+        let ask = |count| Request::FetchSubs {
+            version: 1,
+            first: 0,
+            count,
+        };
+        assert!(Reply::decode(&ask(2), &subs).is_ok());
+        assert!(Reply::decode(&ask(1), &subs).is_err());
+        // A count announcing more than the bytes hold is refused before
+        // anything is allocated for it.
+        let mut huge = vec![Status::Ok as u8];
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Reply::decode(
+            &Request::Scan {
+                start: 0,
+                n: MAX_SCAN
+            },
+            &huge
+        )
+        .is_err());
+        assert!(Reply::decode(&ask(u32::MAX), &huge).is_err());
+        assert!(Reply::decode(&Request::Upsert { key: 1, value: 1 }, &[0, 2]).is_err());
+        assert!(Reply::decode(&Request::Meta, &[99]).is_err());
     }
 }

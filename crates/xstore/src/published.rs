@@ -91,8 +91,8 @@ pub struct Published {
     /// retrains. Its sub-models are those of the training, superseded by
     /// `slots`.
     pub base: XModel,
-    /// Encoded top model (the FETCH_TOP payload).
-    pub top_bytes: Vec<u8>,
+    /// The top model as FETCH_TOP sends it.
+    pub top: crate::proto::TopPayload,
     /// Current sub-models.
     pub slots: Box<[Mutex<Arc<SubState>>]>,
     /// Whether a sub-model is queued for retraining.
@@ -133,13 +133,11 @@ impl Published {
         let (tt_id, sub_id) = Published::region_ids(version);
         let tt_region = alloc(tt_id, tt_capacity * 8, Rights::READ)?;
         let sub_region = alloc(sub_id, m as u64 * SUB_SLOT_BYTES, Rights::READ)?;
-        let mut top_bytes = Vec::new();
-        crate::proto::TopPayload {
+        let top = crate::proto::TopPayload {
             version,
             submodels: m,
             top: model.top().clone(),
-        }
-        .encode(&mut top_bytes);
+        };
         let slots = (0..m)
             .map(|_| {
                 Mutex::new(Arc::new(SubState {
@@ -153,7 +151,7 @@ impl Published {
         let p = Published {
             version,
             base: model,
-            top_bytes,
+            top,
             slots,
             pending,
             tt_region,

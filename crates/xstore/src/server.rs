@@ -41,7 +41,8 @@ use learned::{TrainParams, XModel};
 use xtree::{Insert, XTree, XTreeConfig, XTreeError};
 
 use crate::proto::{
-    Meta, Request, ServerStats, Status, SubPayload, MAX_GET_LEAVES, MAX_SCAN, MAX_SUBS_PER_FETCH,
+    Meta, Reply, Request, ServerStats, Status, SubPayload, MAX_GET_LEAVES, MAX_SCAN,
+    MAX_SUBS_PER_FETCH,
 };
 use crate::published::Published;
 use crate::train::{collect_leaves, try_retrain_submodel};
@@ -350,7 +351,7 @@ impl Server {
                 next_lsn,
                 tree.clone(),
                 r.fresh,
-                vec![Status::Unavailable as u8],
+                Reply::Status(Status::Unavailable).to_vec(),
             )?),
             _ => None,
         };
@@ -724,198 +725,171 @@ impl Shared {
         }
     }
 
-    /// Serves one request into `out`; returns the log record a write made,
-    /// whose durability the reply must wait for.
-    fn serve(&self, req: Request, out: &mut Vec<u8>) -> Option<u64> {
-        let tree = &self.tree;
-        let journal: Option<&dyn xtree::Journal> = self
-            .durable
-            .as_ref()
-            .map(|d| &d.journal as &dyn xtree::Journal);
-        let mut lsn = None;
+    /// Serves one request; returns the reply and the log record a write
+    /// made, whose durability the reply must wait for.
+    fn serve(&self, req: Request) -> (Reply, Option<u64>) {
         let reserved = |key: u64| key > xtree::MAX_KEY;
         match req {
-            Request::Meta => {
-                let p = self.published();
-                out.push(Status::Ok as u8);
-                let chunks = tree.chunk_map();
-                Meta {
-                    leaf_region: tree.leaf_address(0).0 .0,
-                    block_bytes: tree.block_bytes(),
-                    chunk_first: chunks.first(),
-                    chunk_cap: chunks.cap(),
-                    leaf_slots: tree.layout().slots() as u16,
-                    version: p.version,
-                    submodels: p.submodels(),
-                    tt_region: p.tt_region.id().0,
-                    sub_region: p.sub_region.id().0,
-                    inner_region: tree.mirror_region().map_or(0, |r| r.id().0),
-                    inner_fanout: tree.inner_fanout() as u16,
-                }
-                .encode(out);
-            }
-            Request::FetchTop => {
-                out.push(Status::Ok as u8);
-                out.extend_from_slice(&self.published().top_bytes);
-            }
+            Request::Meta => (Reply::Meta(self.meta()), None),
+            Request::FetchTop => (Reply::Top(self.published().top.clone()), None),
             Request::FetchSubs {
                 version,
                 first,
                 count,
-            } => {
-                let p = self.published();
-                if version != p.version {
-                    out.push(Status::VersionChanged as u8);
-                    return None;
-                }
-                let m = p.submodels();
-                if first >= m {
-                    out.push(Status::BadRequest as u8);
-                    return None;
-                }
-                let end = first.saturating_add(count.min(MAX_SUBS_PER_FETCH)).min(m);
-                out.push(Status::Ok as u8);
-                let count_at = out.len();
-                out.extend_from_slice(&0u32.to_le_bytes());
-                let mut sent = 0u32;
-                for sub in first..end {
-                    self.sub_payload(&p, sub).encode(out);
-                    sent += 1;
-                    // Bound the reply: a client asks again for the rest.
-                    if out.len() > 1 << 20 {
-                        break;
-                    }
-                }
-                out[count_at..count_at + 4].copy_from_slice(&sent.to_le_bytes());
+            } => (self.fetch_subs(version, first, count), None),
+            Request::Get { key } | Request::GetValue { key } | Request::Delete { key }
+                if reserved(key) =>
+            {
+                (Reply::Status(Status::ReservedKey), None)
             }
-            Request::Get { key } => {
-                if reserved(key) {
-                    out.push(Status::ReservedKey as u8);
-                    return None;
-                }
-                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-                let value = tree.get(key);
-                let p = self.published();
-                let (sub, _) = p.base.locate(key);
-                // If our own table is stale for this key's leaf, the client
-                // would fall back again: retrain it.
-                let owner = tree.find_leaf(key);
-                let fresh = tree.leaf_summary(owner).is_some_and(|s| {
-                    p.sub(sub)
-                        .tt
-                        .iter()
-                        .any(|e| e.aln() == owner && e.inca() == s.header.inca)
-                });
-                if !fresh {
-                    self.enqueue(&p, sub);
-                }
-                out.push(if value.is_some() {
-                    Status::Ok
-                } else {
-                    Status::NotFound
-                } as u8);
-                out.extend_from_slice(&value.unwrap_or(0).to_le_bytes());
-                out.extend_from_slice(&p.version.to_le_bytes());
-                self.sub_payload(&p, sub).encode(out);
+            Request::Update { key, .. } | Request::Scan { start: key, .. } if reserved(key) => {
+                (Reply::Status(Status::ReservedKey), None)
             }
-            Request::GetValue { key } => {
-                if reserved(key) {
-                    out.push(Status::ReservedKey as u8);
-                    return None;
-                }
-                let value = tree.get(key);
-                out.push(if value.is_some() {
-                    Status::Ok
-                } else {
-                    Status::NotFound
-                } as u8);
-                out.extend_from_slice(&value.unwrap_or(0).to_le_bytes());
+            Request::Get { key } => (self.fallback_get(key), None),
+            Request::GetValue { key } => (Reply::Value(self.tree.get(key)), None),
+            Request::Scan { n, .. } if n > MAX_SCAN => (Reply::Status(Status::BadRequest), None),
+            Request::Scan { start, n } => (self.scan(start, n), None),
+            Request::Insert { key, value } => self.insert(key, value),
+            Request::Upsert { key, value } => self.upsert(key, value),
+            Request::Update { key, value, hints } => self.update(key, value, &hints),
+            Request::Delete { key } => {
+                let done = self.tree.delete_journaled(key, self.journal());
+                self.found_or_not(done)
             }
-            Request::Scan { start, n } => {
-                if reserved(start) || n > MAX_SCAN {
-                    out.push(if reserved(start) {
-                        Status::ReservedKey
-                    } else {
-                        Status::BadRequest
-                    } as u8);
-                    return None;
-                }
-                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-                let mut pairs = Vec::with_capacity(n as usize);
-                tree.scan(start, n as usize, &mut pairs);
-                out.push(Status::Ok as u8);
-                out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
-                for (k, v) in pairs {
-                    out.extend_from_slice(&k.to_le_bytes());
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-            }
-            Request::Insert { key, value } => {
-                out.push(match tree.insert_journaled(key, value, journal) {
-                    Ok((Insert::Inserted { split }, l)) => {
-                        lsn = l;
-                        if let Some(s) = split {
-                            self.on_split(s);
-                        }
-                        Status::Ok
-                    }
-                    Ok((Insert::Exists, _)) => Status::Exists,
-                    Err(e) => self.write_error(e),
-                } as u8)
-            }
-            Request::Upsert { key, value } => {
-                let (status, new) = match tree.upsert_journaled(key, value, journal) {
-                    Ok((insert, l)) => {
-                        lsn = l;
-                        if let Insert::Inserted { split: Some(s) } = insert {
-                            self.on_split(s);
-                        }
-                        (Status::Ok, matches!(insert, Insert::Inserted { .. }))
-                    }
-                    Err(e) => (self.write_error(e), false),
-                };
-                out.push(status as u8);
-                if status == Status::Ok {
-                    out.push(new as u8);
-                }
-            }
-            Request::Update { key, value, hints } => {
-                if reserved(key) {
-                    out.push(Status::ReservedKey as u8);
-                    return None;
-                }
-                for (aln, inca) in hints {
-                    if let Ok((Some(found), l)) =
-                        tree.update_hinted_journaled(aln, inca, key, value, journal)
-                    {
-                        self.counters.hinted_updates.fetch_add(1, Ordering::Relaxed);
-                        out.push(if found { Status::Ok } else { Status::NotFound } as u8);
-                        return l;
-                    }
-                }
-                out.push(match tree.update_journaled(key, value, journal) {
-                    Ok((true, l)) => {
-                        lsn = l;
-                        Status::Ok
-                    }
-                    Ok((false, _)) => Status::NotFound,
-                    Err(e) => self.write_error(e),
-                } as u8);
-            }
-            Request::Delete { key } => out.push(match tree.delete_journaled(key, journal) {
-                Ok((true, l)) => {
-                    lsn = l;
-                    Status::Ok
-                }
-                Ok((false, _)) => Status::NotFound,
-                Err(e) => self.write_error(e),
-            } as u8),
-            Request::Stats => {
-                out.push(Status::Ok as u8);
-                self.stats().encode(out);
+            Request::Stats => (Reply::Stats(self.stats()), None),
+        }
+    }
+
+    /// The log writes are recorded in, if any.
+    fn journal(&self) -> Option<&dyn xtree::Journal> {
+        self.durable
+            .as_ref()
+            .map(|d| &d.journal as &dyn xtree::Journal)
+    }
+
+    fn meta(&self) -> Meta {
+        let tree = &self.tree;
+        let p = self.published();
+        let chunks = tree.chunk_map();
+        Meta {
+            leaf_region: tree.leaf_address(0).0 .0,
+            block_bytes: tree.block_bytes(),
+            chunk_first: chunks.first(),
+            chunk_cap: chunks.cap(),
+            leaf_slots: tree.layout().slots() as u16,
+            version: p.version,
+            submodels: p.submodels(),
+            tt_region: p.tt_region.id().0,
+            sub_region: p.sub_region.id().0,
+            inner_region: tree.mirror_region().map_or(0, |r| r.id().0),
+            inner_fanout: tree.inner_fanout() as u16,
+        }
+    }
+
+    fn fetch_subs(&self, version: u64, first: u32, count: u32) -> Reply {
+        let p = self.published();
+        if version != p.version {
+            return Reply::Status(Status::VersionChanged);
+        }
+        let m = p.submodels();
+        if first >= m {
+            return Reply::Status(Status::BadRequest);
+        }
+        let end = first.saturating_add(count.min(MAX_SUBS_PER_FETCH)).min(m);
+        let mut subs = Vec::new();
+        let mut bytes = 0;
+        for sub in first..end {
+            let s = self.sub_payload(&p, sub);
+            bytes += s.tt.len() * 8;
+            subs.push(s);
+            // Bound the reply: a client asks again for the rest.
+            if bytes > 1 << 20 {
+                break;
             }
         }
-        lsn
+        Reply::Subs(subs)
+    }
+
+    fn fallback_get(&self, key: u64) -> Reply {
+        let tree = &self.tree;
+        self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+        let value = tree.get(key);
+        let p = self.published();
+        let (sub, _) = p.base.locate(key);
+        // If our own table is stale for this key's leaf, the client would
+        // fall back again: retrain it.
+        let owner = tree.find_leaf(key);
+        let fresh = tree.leaf_summary(owner).is_some_and(|s| {
+            p.sub(sub)
+                .tt
+                .iter()
+                .any(|e| e.aln() == owner && e.inca() == s.header.inca)
+        });
+        if !fresh {
+            self.enqueue(&p, sub);
+        }
+        Reply::Get {
+            value,
+            version: p.version,
+            sub: self.sub_payload(&p, sub),
+        }
+    }
+
+    fn scan(&self, start: u64, n: u32) -> Reply {
+        self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+        let mut pairs = Vec::with_capacity(n as usize);
+        self.tree.scan(start, n as usize, &mut pairs);
+        Reply::Scan(pairs)
+    }
+
+    fn insert(&self, key: u64, value: u64) -> (Reply, Option<u64>) {
+        match self.tree.insert_journaled(key, value, self.journal()) {
+            Ok((Insert::Inserted { split }, lsn)) => {
+                if let Some(s) = split {
+                    self.on_split(s);
+                }
+                (Reply::Status(Status::Ok), lsn)
+            }
+            Ok((Insert::Exists, _)) => (Reply::Status(Status::Exists), None),
+            Err(e) => (Reply::Status(self.write_error(e)), None),
+        }
+    }
+
+    fn upsert(&self, key: u64, value: u64) -> (Reply, Option<u64>) {
+        match self.tree.upsert_journaled(key, value, self.journal()) {
+            Ok((insert, lsn)) => {
+                if let Insert::Inserted { split: Some(s) } = insert {
+                    self.on_split(s);
+                }
+                let new = matches!(insert, Insert::Inserted { .. });
+                (Reply::Upserted { new }, lsn)
+            }
+            Err(e) => (Reply::Status(self.write_error(e)), None),
+        }
+    }
+
+    fn update(&self, key: u64, value: u64, hints: &[(u32, u32)]) -> (Reply, Option<u64>) {
+        let journal = self.journal();
+        for &(aln, inca) in hints {
+            if let Ok((Some(found), lsn)) = self
+                .tree
+                .update_hinted_journaled(aln, inca, key, value, journal)
+            {
+                self.counters.hinted_updates.fetch_add(1, Ordering::Relaxed);
+                return self.found_or_not(Ok((found, lsn)));
+            }
+        }
+        let done = self.tree.update_journaled(key, value, journal);
+        self.found_or_not(done)
+    }
+
+    /// The reply to an UPDATE or DELETE the tree answered.
+    fn found_or_not(&self, done: Result<(bool, Option<u64>), XTreeError>) -> (Reply, Option<u64>) {
+        match done {
+            Ok((true, lsn)) => (Reply::Status(Status::Ok), lsn),
+            Ok((false, _)) => (Reply::Status(Status::NotFound), None),
+            Err(e) => (Reply::Status(self.write_error(e)), None),
+        }
     }
 
     fn write_error(&self, e: XTreeError) -> Status {
@@ -984,7 +958,7 @@ impl Handler {
         Request::decode(request).map_err(|e| {
             self.0.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(error = %e, "malformed request");
-            vec![Status::BadRequest as u8]
+            Reply::Status(Status::BadRequest).to_vec()
         })
     }
 }
@@ -1002,15 +976,13 @@ impl RpcHandler for Handler {
             );
             match rx.recv() {
                 Ok(r) => reply.extend_from_slice(&r),
-                Err(_) => reply.push(Status::Unavailable as u8),
+                Err(_) => Reply::Status(Status::Unavailable).encode(reply),
             }
             return;
         }
         match self.decode(request) {
             // async / none / no log: applied and answered at once.
-            Ok(req) => {
-                self.0.serve(req, reply);
-            }
+            Ok(req) => self.0.serve(req).0.encode(reply),
             Err(r) => *reply = r,
         }
     }
@@ -1035,8 +1007,8 @@ impl RpcHandler for Handler {
                 return d.write(key, op, respond);
             }
         }
-        let mut reply = Vec::new();
-        let lsn = self.0.serve(req, &mut reply);
+        let (reply, lsn) = self.0.serve(req);
+        let reply = reply.to_vec();
         match &self.0.durable {
             Some(d) => d.acknowledge(lsn, reply, respond),
             None => respond(reply),
