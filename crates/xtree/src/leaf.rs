@@ -435,6 +435,18 @@ impl Leaves {
 }
 
 /// Exclusive access to one leaf; publishing happens on drop.
+///
+/// # A panic while the guard is held
+///
+/// A guard dropped while its thread unwinds never publishes: checksums
+/// computed over a half-done change would make readers verify a leaf that
+/// no complete write produced. An unchanged leaf is simply unlocked (its
+/// words are the old, verified ones). A changed leaf cannot be rolled back
+/// (no undo copy is kept: that would cost every write a leaf copy), and
+/// leaving it locked would hang every later writer and reader of it, so the
+/// process aborts: the log, not memory, is what a restart trusts. Release
+/// builds abort on any panic anyway (`panic = "abort"` in the workspace's
+/// release profile); this guard makes the promise hold in every profile.
 pub struct LeafGuard<'a> {
     leaves: &'a Leaves,
     region: &'a Region,
@@ -535,6 +547,15 @@ impl Drop for LeafGuard<'_> {
         if !self.changed {
             region.store(seq_index, self.seq);
             return;
+        }
+        if std::thread::panicking() {
+            // See the type's docs: never publish a half-written leaf.
+            eprintln!(
+                "xtree: a panic interrupted a write to leaf {}; aborting rather than \
+                 publishing a half-written leaf",
+                self.aln
+            );
+            std::process::abort();
         }
         let layout = self.leaves.layout;
         let next_seq = self.seq + 2;
