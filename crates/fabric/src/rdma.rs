@@ -145,17 +145,13 @@ impl From<WireError> for FabricError {
     }
 }
 
-/// Little-endian field reader over an exactly-sized encoding.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
+/// Reads the fields of an encoding whose exact length [`exact`] checked,
+/// so no read can come up short.
+struct Reader<'a>(le::Reader<'a>);
 
 impl Reader<'_> {
     fn take<const N: usize>(&mut self) -> [u8; N] {
-        let mut out = [0u8; N];
-        out.copy_from_slice(&self.bytes[..N]);
-        self.bytes = &self.bytes[N..];
-        out
+        self.0.array("field").expect("exact length checked")
     }
     fn u16(&mut self) -> u16 {
         u16::from_le_bytes(self.take())
@@ -180,7 +176,7 @@ fn exact<'a>(
             got: bytes.len(),
         });
     }
-    Ok(Reader { bytes })
+    Ok(Reader(le::Reader::new(bytes)))
 }
 
 /// What a peer needs to address a registered region: its id, base

@@ -193,21 +193,15 @@ impl Header {
 }
 
 fn u16_at(b: &[u8], o: usize, what: &'static str) -> Result<u16, WireError> {
-    b.get(o..o + 2)
-        .map(|s| u16::from_le_bytes(s.try_into().expect("2 bytes")))
-        .ok_or(WireError::Truncated(what))
+    le::u16_at(b, o).ok_or(WireError::Truncated(what))
 }
 
 fn u32_at(b: &[u8], o: usize, what: &'static str) -> Result<u32, WireError> {
-    b.get(o..o + 4)
-        .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")))
-        .ok_or(WireError::Truncated(what))
+    le::u32_at(b, o).ok_or(WireError::Truncated(what))
 }
 
 fn u64_at(b: &[u8], o: usize, what: &'static str) -> Result<u64, WireError> {
-    b.get(o..o + 8)
-        .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-        .ok_or(WireError::Truncated(what))
+    le::u64_at(b, o).ok_or(WireError::Truncated(what))
 }
 
 fn kind_code(k: OpKind) -> u8 {

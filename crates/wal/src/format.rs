@@ -156,22 +156,19 @@ fn frame_crc(frame: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&frame[0..4]), &frame[8..RECORD_BYTES])
 }
 
+// Fields of frames, headers and checkpoints whose lengths the decoders
+// check before reading any field; `le` does the reading.
+
 fn le_u16(b: &[u8]) -> u16 {
-    let mut a = [0u8; 2];
-    a.copy_from_slice(&b[..2]);
-    u16::from_le_bytes(a)
+    le::u16_at(b, 0).expect("length checked before the field is read")
 }
 
 fn le_u32(b: &[u8]) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[..4]);
-    u32::from_le_bytes(a)
+    le::u32_at(b, 0).expect("length checked before the field is read")
 }
 
 fn le_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
+    le::u64_at(b, 0).expect("length checked before the field is read")
 }
 
 /// Why a record, a segment header or a segment as a whole is invalid.

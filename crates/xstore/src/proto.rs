@@ -73,65 +73,15 @@ pub enum ProtoError {
     Trailing(usize),
 }
 
-/// Reads little-endian fields with bounds checks.
-pub struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
+/// Reads little-endian fields with bounds checks (the workspace's one
+/// field reader; its errors become [`ProtoError`]s).
+pub use le::Reader;
 
-impl<'a> Reader<'a> {
-    /// A reader over `bytes`.
-    pub fn new(bytes: &'a [u8]) -> Reader<'a> {
-        Reader { bytes, at: 0 }
-    }
-
-    /// The next `n` bytes.
-    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], ProtoError> {
-        let end = self.at.checked_add(n).ok_or(ProtoError::Truncated(what))?;
-        let s = self
-            .bytes
-            .get(self.at..end)
-            .ok_or(ProtoError::Truncated(what))?;
-        self.at = end;
-        Ok(s)
-    }
-
-    /// A byte.
-    pub fn u8(&mut self, what: &'static str) -> Result<u8, ProtoError> {
-        Ok(self.take(1, what)?[0])
-    }
-
-    /// A u16.
-    pub fn u16(&mut self, what: &'static str) -> Result<u16, ProtoError> {
-        Ok(u16::from_le_bytes(
-            self.take(2, what)?.try_into().expect("2 bytes"),
-        ))
-    }
-
-    /// A u32.
-    pub fn u32(&mut self, what: &'static str) -> Result<u32, ProtoError> {
-        Ok(u32::from_le_bytes(
-            self.take(4, what)?.try_into().expect("4 bytes"),
-        ))
-    }
-
-    /// A u64.
-    pub fn u64(&mut self, what: &'static str) -> Result<u64, ProtoError> {
-        Ok(u64::from_le_bytes(
-            self.take(8, what)?.try_into().expect("8 bytes"),
-        ))
-    }
-
-    /// Bytes not read yet.
-    pub fn remaining(&self) -> usize {
-        self.bytes.len() - self.at
-    }
-
-    /// Errors unless everything was read.
-    pub fn finish(&self) -> Result<(), ProtoError> {
-        match self.remaining() {
-            0 => Ok(()),
-            n => Err(ProtoError::Trailing(n)),
+impl From<le::LeError> for ProtoError {
+    fn from(e: le::LeError) -> ProtoError {
+        match e {
+            le::LeError::Truncated(what) => ProtoError::Truncated(what),
+            le::LeError::Trailing(n) => ProtoError::Trailing(n),
         }
     }
 }
@@ -534,8 +484,7 @@ impl TopPayload {
         let mut knots = Vec::with_capacity(n);
         for _ in 0..n {
             let x = r.u64("knot key")?;
-            let y =
-                f32::from_le_bytes(r.take(4, "knot value")?.try_into().expect("4 bytes")) as f64;
+            let y = r.f32("knot value")? as f64;
             knots.push(Knot { x, y });
         }
         let top = Spline::from_knots(knots).ok_or(ProtoError::Bad("top model not monotone"))?;
@@ -575,11 +524,8 @@ impl SubPayload {
     /// Decodes from `r`.
     pub fn decode(r: &mut Reader<'_>) -> Result<SubPayload, ProtoError> {
         let sub = r.u32("sub")?;
-        let raw: &[u8; SUBMODEL_BYTES] = r
-            .take(SUBMODEL_BYTES, "sub-model")?
-            .try_into()
-            .expect("14 bytes");
-        let model = SubModel::decode(raw).ok_or(ProtoError::Bad("sub-model parameters"))?;
+        let raw: [u8; SUBMODEL_BYTES] = r.array("sub-model")?;
+        let model = SubModel::decode(&raw).ok_or(ProtoError::Bad("sub-model parameters"))?;
         let tt_offset = r.u64("tt offset")?;
         let n = r.u32("tt length")? as usize;
         if n != model.tt_len as usize || n > r.remaining() / 8 {

@@ -195,10 +195,12 @@ pub fn word_hash(i: usize, w: u64) -> u64 {
 
 /// Reads a little-endian word out of a byte slice at word index `i`.
 #[inline]
+///
+/// # Panics
+/// If `bytes` holds fewer than `i + 1` words: callers check an image's
+/// length against its layout before reading words of it.
 pub fn le_word(bytes: &[u8], i: usize) -> u64 {
-    let mut raw = [0u8; 8];
-    raw.copy_from_slice(&bytes[i * 8..i * 8 + 8]);
-    u64::from_le_bytes(raw)
+    le::u64_at(bytes, i * 8).expect("image length checked against the layout")
 }
 
 /// Checksum of the key part given the words in leaf order.
