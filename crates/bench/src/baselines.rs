@@ -15,10 +15,11 @@
 //! its fences say whether it owns the key, so a stale cached node costs a
 //! retry, never a wrong answer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use fabric::{Batch, Counters, Endpoint, NodeId, RegionId};
+use lru::LruCache;
 use xstore::proto::{Meta, ProtoError, Reply, Request, Status};
 use xtree::layout::value_from_part;
 use xtree::mirror::{decode_meta, decode_node, slot_bytes, NodeImage, OUT_OF_SERVICE};
@@ -46,67 +47,43 @@ pub enum Baseline {
 /// Most attempts of a one-sided read before falling back to RPC.
 const MAX_ATTEMPTS: u32 = 8;
 
-struct Cached {
-    node: Arc<NodeImage>,
-    stamp: u64,
-}
-
-/// LRU cache of internal nodes under a byte budget.
+/// Cache of internal nodes under a byte budget: least recently used
+/// first out (`lru`: O(1) per hit, so the cache's own cost charged to the
+/// baseline's throughput stays small); with an unlimited budget (the
+/// whole-tree cache) nothing is evicted.
 struct NodeCache {
-    budget: u64,
     node_bytes: u64,
-    map: HashMap<u32, Cached>,
-    order: BTreeMap<u64, u32>,
-    clock: u64,
+    map: LruCache<u32, Arc<NodeImage>>,
 }
 
 impl NodeCache {
-    fn get(&mut self, id: u32) -> Option<Arc<NodeImage>> {
-        if self.budget == u64::MAX {
-            // Nothing is ever evicted: no recency to keep.
-            return self.map.get(&id).map(|c| c.node.clone());
+    fn new(budget: u64, node_bytes: u64) -> NodeCache {
+        let map = match budget {
+            u64::MAX => LruCache::unbounded(),
+            // A budget below one node caches nothing (`insert` checks).
+            _ => LruCache::new(
+                NonZeroUsize::new(usize::try_from(budget / node_bytes).unwrap_or(usize::MAX))
+                    .unwrap_or(NonZeroUsize::MIN),
+            ),
+        };
+        NodeCache {
+            node_bytes: if budget < node_bytes { 0 } else { node_bytes },
+            map,
         }
-        self.clock += 1;
-        let c = self.map.get_mut(&id)?;
-        self.order.remove(&c.stamp);
-        c.stamp = self.clock;
-        self.order.insert(self.clock, id);
-        Some(c.node.clone())
+    }
+
+    fn get(&mut self, id: u32) -> Option<Arc<NodeImage>> {
+        self.map.get(&id).cloned()
     }
 
     fn insert(&mut self, id: u32, node: Arc<NodeImage>) {
-        if self.node_bytes > self.budget {
-            return;
+        if self.node_bytes > 0 {
+            self.map.put(id, node);
         }
-        if self.budget == u64::MAX {
-            self.map.insert(id, Cached { node, stamp: 0 });
-            return;
-        }
-        while (self.map.len() as u64 + 1) * self.node_bytes > self.budget {
-            let Some((_, victim)) = self.order.pop_first() else {
-                break;
-            };
-            self.map.remove(&victim);
-        }
-        self.clock += 1;
-        if let Some(old) = self.map.insert(
-            id,
-            Cached {
-                node,
-                stamp: self.clock,
-            },
-        ) {
-            self.order.remove(&old.stamp);
-        }
-        self.order.insert(self.clock, id);
     }
 
     fn remove(&mut self, id: u32) {
-        if let Some(c) = self.map.remove(&id) {
-            if self.budget != u64::MAX {
-                self.order.remove(&c.stamp);
-            }
-        }
+        self.map.pop(&id);
     }
 
     fn bytes(&self) -> u64 {
@@ -153,13 +130,7 @@ impl<E: Endpoint> BaselineClient<E> {
             layout: LeafLayout::new(1).expect("1 slot is valid"),
             fanout: 3,
             root: None,
-            cache: NodeCache {
-                budget: 0,
-                node_bytes: 1,
-                map: HashMap::new(),
-                order: BTreeMap::new(),
-                clock: 0,
-            },
+            cache: NodeCache::new(0, 1),
             stats: DirectStats::default(),
             batch: Batch::new(),
             request: Vec::new(),
@@ -172,12 +143,12 @@ impl<E: Endpoint> BaselineClient<E> {
             .ok_or_else(|| BenchError::Client("bad leaf slots".into()))?;
         c.fanout = (meta.inner_fanout as usize).max(3);
         c.meta = meta;
-        c.cache.node_bytes = slot_bytes(c.fanout) as u64;
-        c.cache.budget = match kind {
+        let budget = match kind {
             Baseline::ServerCentric => 0,
             Baseline::TreeCache { cache_bytes, .. } => cache_bytes,
             Baseline::WholeTreeCache => u64::MAX,
         };
+        c.cache = NodeCache::new(budget, slot_bytes(c.fanout) as u64);
         if kind != Baseline::ServerCentric && meta.inner_region == 0 {
             return Err(BenchError::Config(
                 "the server keeps no copy of its internal levels".into(),

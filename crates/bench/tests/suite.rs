@@ -54,10 +54,12 @@ fn factory(spec: &SystemSpec, pairs: &[(u64, u64)]) -> Result<Box<dyn System>, B
     }
 }
 
-fn out_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("xstore-suite-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// An output directory (not created) in a fresh temporary directory that
+/// lives as long as the returned guard.
+fn out_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join(name);
+    (tmp, dir)
 }
 
 fn options(keys: usize, ops: u64) -> SuiteOptions {
@@ -94,7 +96,7 @@ fn is_error_row(v: &Value) -> bool {
 
 #[test]
 fn ycsb_suite_writes_every_row_summary_and_plots() {
-    let dir = out_dir("ycsb");
+    let (_tmp, dir) = out_dir("ycsb");
     let mut events = Vec::new();
     let mut loads = Vec::new();
     let summary = run_suite(
@@ -193,7 +195,7 @@ fn ycsb_suite_writes_every_row_summary_and_plots() {
 
 #[test]
 fn memory_and_dynamic_suites_and_append() {
-    let dir = out_dir("memdyn");
+    let (_tmp, dir) = out_dir("memdyn");
     let mut o = options(10_000, 6_000);
     o.systems = vec!["xstore".into(), "tree-cache".into()];
     o.slices = 3;
@@ -272,7 +274,7 @@ fn memory_and_dynamic_suites_and_append() {
 
 #[test]
 fn bad_options_are_errors() {
-    let dir = out_dir("bad");
+    let (_tmp, dir) = out_dir("bad");
     let mut o = options(1_000, 100);
     o.threads = 0;
     let e = run_suite(SuiteName::Ycsb, &o, &factory, &dir, &mut |_| {}).unwrap_err();

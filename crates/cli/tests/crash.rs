@@ -69,8 +69,8 @@ fn acknowledged_writes_survive_kill_9() {
         .unwrap_or(20);
     eprintln!("seed = {seed} (replay with XSTORE_SEED={seed}), {points} crash points");
     let mut rng = StdRng::seed_from_u64(seed);
-    let dir = std::env::temp_dir().join(format!("xstore-crash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("data");
     let initial = ycsb::generate(ycsb::Dataset::Ycsb, 2000, 42).unwrap();
     let mut truth: HashMap<u64, KeyState> = initial
         .iter()
@@ -232,13 +232,12 @@ fn acknowledged_writes_survive_kill_9() {
     }
     server.kill().unwrap();
     let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn corruption_in_the_middle_of_the_log_refuses_to_start() {
-    let dir = std::env::temp_dir().join(format!("xstore-corrupt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("data");
     let (mut server, url) = start(&dir, 100);
     let ep = fabric::remote::connect(&url, None).unwrap();
     let mut c =
@@ -269,5 +268,4 @@ fn corruption_in_the_middle_of_the_log_refuses_to_start() {
     assert!(!out.status.success(), "the server started on a corrupt log");
     assert!(stderr.contains("corrupt"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

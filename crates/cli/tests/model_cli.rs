@@ -22,10 +22,12 @@ fn fails_with(args: &[&str], needle: &str) {
     );
 }
 
-fn temp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("xstore-cli-{}-{name}", std::process::id()));
+/// A file holding `bytes`, removed with the returned guard.
+fn temp(name: &str, bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
     std::fs::write(&path, bytes).unwrap();
-    path
+    (dir, path)
 }
 
 #[test]
@@ -79,7 +81,7 @@ fn sosd_key_file_round_trip() {
     for k in keys.iter().rev() {
         bytes.extend_from_slice(&k.to_le_bytes());
     }
-    let path = temp("ok.sosd", &bytes);
+    let (_tmp, path) = temp("ok.sosd", &bytes);
     let out = xstore(&[
         "model",
         "--keys-file",
@@ -119,7 +121,7 @@ fn bad_input_is_a_clear_error() {
 
     let mut short = 5u64.to_le_bytes().to_vec();
     short.extend_from_slice(&1u64.to_le_bytes());
-    let path = temp("short.sosd", &short);
+    let (_tmp, path) = temp("short.sosd", &short);
     fails_with(
         &["model", "--keys-file", path.to_str().unwrap()],
         "expected",
@@ -130,11 +132,11 @@ fn bad_input_is_a_clear_error() {
     for k in [7u64, 9, 7] {
         dup.extend_from_slice(&k.to_le_bytes());
     }
-    let path = temp("dup.sosd", &dup);
+    let (_tmp, path) = temp("dup.sosd", &dup);
     fails_with(&["model", "--keys-file", path.to_str().unwrap()], "7");
     std::fs::remove_file(&path).ok();
 
-    let path = temp("empty.sosd", &0u64.to_le_bytes());
+    let (_tmp, path) = temp("empty.sosd", &0u64.to_le_bytes());
     fails_with(
         &["model", "--keys-file", path.to_str().unwrap()],
         "zero keys",

@@ -14,7 +14,9 @@ struct ServerProcess {
     child: Child,
     tcp: String,
     shm: Option<String>,
-    dir: Option<PathBuf>,
+    /// The shm directory (not created: the server makes it) and the
+    /// temporary directory holding it.
+    dir: Option<(PathBuf, tempfile::TempDir)>,
 }
 
 /// A test that fails before `stop` must not leave its server running.
@@ -23,9 +25,6 @@ impl Drop for ServerProcess {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();
-            if let Some(d) = &self.dir {
-                let _ = std::fs::remove_dir_all(d);
-            }
         }
     }
 }
@@ -33,13 +32,12 @@ impl Drop for ServerProcess {
 impl ServerProcess {
     fn start(extra: &[&str], shm: bool, name: &str) -> ServerProcess {
         let dir = shm.then(|| {
-            let d = std::env::temp_dir().join(format!("xstore-srv-{}-{name}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            d
+            let tmp = tempfile::tempdir().expect("temp dir");
+            (tmp.path().join(name), tmp)
         });
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xstore"));
         cmd.args(["server", "--listen", "127.0.0.1:0"]).args(extra);
-        if let Some(d) = &dir {
+        if let Some((d, _)) = &dir {
             cmd.arg("--shm-dir").arg(d);
         }
         let mut child = cmd
@@ -80,12 +78,11 @@ impl ServerProcess {
             .status();
         let status = self.child.wait().unwrap();
         assert!(status.success(), "server exited with {status}");
-        if let Some(d) = &self.dir {
+        if let Some((d, _)) = &self.dir {
             let left: Vec<_> = std::fs::read_dir(d)
                 .map(|r| r.flatten().collect())
                 .unwrap_or_default();
             assert!(left.is_empty(), "shutdown left files behind: {left:?}");
-            let _ = std::fs::remove_dir_all(d);
         }
     }
 }

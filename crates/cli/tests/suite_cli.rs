@@ -10,11 +10,12 @@ fn xstore(args: &[&str]) -> Output {
         .expect("run xstore")
 }
 
-fn temp(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("xstore-suite-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&path);
-    let _ = std::fs::remove_file(&path);
-    path
+/// A path (not created) in a fresh temporary directory that lives as long
+/// as the returned guard.
+fn temp(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
+    (dir, path)
 }
 
 fn json_lines(path: &Path) -> Vec<serde_json::Value> {
@@ -27,7 +28,7 @@ fn json_lines(path: &Path) -> Vec<serde_json::Value> {
 
 #[test]
 fn ycsb_suite_end_to_end() {
-    let out = temp("ycsb");
+    let (_tmp, out) = temp("ycsb");
     let run = xstore(&[
         "bench",
         "--suite",
@@ -86,7 +87,7 @@ fn ycsb_suite_end_to_end() {
 
 #[test]
 fn json_append_writes_one_line_per_run() {
-    let path = temp("append.jsonl");
+    let (_tmp, path) = temp("append.jsonl");
     let args = |workload: &'static str| {
         vec![
             "bench",
@@ -125,7 +126,7 @@ fn json_append_writes_one_line_per_run() {
 
 #[test]
 fn suite_flags_are_checked() {
-    let out = temp("bad");
+    let (_tmp, out) = temp("bad");
     let dir = out.to_str().unwrap();
     for (args, needle) in [
         (

@@ -81,6 +81,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
+
+use crossbeam_channel::{Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -229,16 +231,6 @@ impl std::fmt::Debug for Host {
     }
 }
 
-/// Compares two byte strings in time that depends only on their lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    // Keep the compiler from short-circuiting the fold.
-    std::hint::black_box(diff) == 0
-}
-
 /// Name of the lock file in the shm directory.
 pub const LOCK_FILE: &str = ".lock";
 
@@ -376,13 +368,11 @@ impl Host {
         let mut threads = Vec::new();
         for t in 0..inner.config.nic_threads {
             let i = inner.clone();
-            threads.push(spawn(format!("soft-nic-{t}"), move || i.nic.run(&i.stop))?);
+            threads.push(spawn(format!("soft-nic-{t}"), move || i.nic.run())?);
         }
         for t in 0..inner.config.workers {
             let i = inner.clone();
-            threads.push(spawn(format!("rpc-worker-{t}"), move || {
-                i.workers.run(&i.stop)
-            })?);
+            threads.push(spawn(format!("rpc-worker-{t}"), move || i.workers.run())?);
         }
         *inner.threads.lock().unwrap_or_else(|e| e.into_inner()) = threads;
         Ok(Host { inner })
@@ -611,8 +601,8 @@ impl Host {
     /// and region files, and releases the shm directory's lock. Idempotent.
     pub fn shutdown(&self) {
         self.inner.stop.store(true, Ordering::Release);
-        self.inner.nic.ready.notify_all();
-        self.inner.workers.ready.notify_all();
+        self.inner.nic.close();
+        self.inner.workers.close();
         let threads =
             std::mem::take(&mut *self.inner.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
@@ -953,7 +943,7 @@ fn accept_loop<S>(
 fn admit<S: Stream>(inner: &Arc<Inner>, p: Pending<S>, header: Header) {
     let token = &p.buf[HEADER_BYTES..HEADER_BYTES + header.len as usize];
     let ok = match &inner.config.token {
-        Some(t) => constant_time_eq(t.as_bytes(), token),
+        Some(t) => bool::from(subtle::ConstantTimeEq::ct_eq(t.as_bytes(), token)),
         None => true,
     };
     if !ok {
@@ -1103,58 +1093,59 @@ impl Drop for Charge {
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// Threads serving queued jobs. The queue is a bounded channel: a reader
+/// submitting past [`MAX_QUEUED`] jobs blocks (backpressure) until a thread
+/// takes one. Shutdown drops the only sender of `closed`, which wakes every
+/// waiting thread at once, with no polling.
 struct Pool {
-    queue: Mutex<VecDeque<Job>>,
-    ready: Condvar,
-    room: Condvar,
+    jobs: Sender<Job>,
+    queue: Receiver<Job>,
+    close: Mutex<Option<Sender<()>>>,
+    closed: Receiver<()>,
     requests: AtomicU64,
     busy_ns: AtomicU64,
 }
 
 impl Pool {
     fn new() -> Pool {
+        let (jobs, queue) = crossbeam_channel::bounded(MAX_QUEUED);
+        let (close, closed) = crossbeam_channel::bounded(0);
         Pool {
-            queue: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-            room: Condvar::new(),
+            jobs,
+            queue,
+            close: Mutex::new(Some(close)),
+            closed,
             requests: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
         }
     }
 
-    fn submit(&self, job: Job, stop: &AtomicBool) {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        while q.len() >= MAX_QUEUED && !stop.load(Ordering::Relaxed) {
-            q = self
-                .room
-                .wait_timeout(q, Duration::from_millis(50))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+    /// Queues `job`, waiting while the queue is full; after shutdown the
+    /// job is dropped unrun.
+    fn submit(&self, job: Job) {
+        crossbeam_channel::select! {
+            send(self.jobs, job) -> _ => {}
+            recv(self.closed) -> _ => {}
         }
-        q.push_back(job);
-        self.ready.notify_one();
     }
 
-    fn run(&self, stop: &AtomicBool) {
+    /// Wakes the pool's threads for good; they finish what is queued.
+    fn close(&self) {
+        self.close.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    fn run(&self) {
         loop {
-            let job = {
-                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                loop {
-                    if let Some(j) = q.pop_front() {
-                        self.room.notify_one();
-                        break Some(j);
-                    }
-                    if stop.load(Ordering::Relaxed) {
-                        break None;
-                    }
-                    q = self
-                        .ready
-                        .wait_timeout(q, Duration::from_millis(100))
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-            };
-            let Some(job) = job else { return };
+            crossbeam_channel::select! {
+                recv(self.queue) -> job => match job {
+                    Ok(job) => self.run_here(job),
+                    // The pool owns a sender: the queue never disconnects.
+                    Err(_) => return,
+                },
+                recv(self.closed) -> _ => break,
+            }
+        }
+        while let Ok(job) = self.queue.try_recv() {
             self.run_here(job);
         }
     }
@@ -1712,13 +1703,10 @@ fn dispatch<S>(
             } else {
                 let inner2 = inner.clone();
                 let conn = conn.clone();
-                inner.nic.submit(
-                    Box::new(move || {
-                        serve_post(&inner2, &conn, header.id, &payload);
-                        drop(charge);
-                    }),
-                    &inner.stop,
-                );
+                inner.nic.submit(Box::new(move || {
+                    serve_post(&inner2, &conn, header.id, &payload);
+                    drop(charge);
+                }));
             }
         }
         Kind::Call => {
@@ -1750,13 +1738,10 @@ fn dispatch<S>(
                 inner.workers.run_here(Box::new(call));
                 drop(charge);
             } else {
-                inner.workers.submit(
-                    Box::new(move || {
-                        call();
-                        drop(charge);
-                    }),
-                    &inner.stop,
-                );
+                inner.workers.submit(Box::new(move || {
+                    call();
+                    drop(charge);
+                }));
             }
         }
         Kind::RegionInfo => {

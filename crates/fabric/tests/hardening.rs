@@ -16,12 +16,6 @@ use fabric::{
     TcpEndpoint,
 };
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("xstore-hardening-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 struct Echo;
 impl RpcHandler for Echo {
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
@@ -408,7 +402,8 @@ fn mode(p: &std::path::Path) -> u32 {
 /// file is never truncated under a live region.
 #[test]
 fn one_host_per_shm_dir_and_its_socket() {
-    let dir = temp_dir("lock");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("lock");
     let a = Host::new(HostConfig {
         shm_dir: Some(dir.clone()),
         ..HostConfig::default()
@@ -455,7 +450,6 @@ fn one_host_per_shm_dir_and_its_socket() {
     })
     .unwrap();
     c.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Finding 9 (fabric part): the shm directory 0700 and region files 0600
@@ -464,7 +458,8 @@ fn one_host_per_shm_dir_and_its_socket() {
 #[test]
 fn shm_dir_and_region_files_are_private_unless_shared_with_the_group() {
     for (group, dir_mode, file_mode) in [(false, 0o700, 0o600), (true, 0o750, 0o660)] {
-        let dir = temp_dir(&format!("mode-{group}"));
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().join(format!("mode-{group}"));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         let host = Host::new(HostConfig {
@@ -479,10 +474,10 @@ fn shm_dir_and_region_files_are_private_unless_shared_with_the_group() {
         host.listen_unix(&dir.join("x.sock")).unwrap();
         assert_eq!(mode(&dir.join("x.sock")), file_mode);
         host.shutdown();
-        let _ = std::fs::remove_dir_all(&dir);
     }
     // A fresh directory, nested: created private.
-    let dir = temp_dir("fresh").join("a/b");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("fresh").join("a/b");
     let host = Host::new(HostConfig {
         shm_dir: Some(dir.clone()),
         ..HostConfig::default()
@@ -490,7 +485,6 @@ fn shm_dir_and_region_files_are_private_unless_shared_with_the_group() {
     .unwrap();
     assert_eq!(mode(&dir), 0o700);
     host.shutdown();
-    let _ = std::fs::remove_dir_all(dir.parent().unwrap().parent().unwrap());
 }
 
 #[test]

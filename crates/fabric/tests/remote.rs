@@ -18,12 +18,6 @@ impl RpcHandler for Echo {
     }
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("xstore-fabric-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 fn host(shm: Option<&std::path::Path>, token: Option<&str>) -> Host {
     let host = Host::new(HostConfig {
         shm_dir: shm.map(|p| p.to_path_buf()),
@@ -106,7 +100,8 @@ fn tcp_verbs_rights_and_rpc() {
 
 #[test]
 fn shm_verbs_are_one_sided() {
-    let dir = temp_dir("shm");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("shm");
     let host = host(Some(&dir), None);
     host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))
         .unwrap();
@@ -123,7 +118,6 @@ fn shm_verbs_are_one_sided() {
         !dir.join("region-1.mem").exists(),
         "shutdown removes region files"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -291,7 +285,8 @@ impl RpcHandler for Batched {
 
 #[test]
 fn calls_in_flight_finish_out_of_order_and_count_once() {
-    let dir = temp_dir("inflight");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("inflight");
     for workers in [0, 2] {
         let host = Host::new(HostConfig {
             shm_dir: Some(dir.clone()),
@@ -328,7 +323,6 @@ fn calls_in_flight_finish_out_of_order_and_count_once() {
         }
         host.shutdown();
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

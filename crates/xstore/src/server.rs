@@ -30,9 +30,10 @@
 //! (or when the machine refuses a new chunk), logged once per
 //! [`FULL_LOG_INTERVAL`] with the count of refusals.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crossbeam_channel::{Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -251,8 +252,13 @@ struct Shared {
     /// The version before the current one: its regions stay registered so
     /// clients caught mid-switch still read something.
     previous: Mutex<Option<Arc<Published>>>,
-    queue: Mutex<VecDeque<(u64, u32)>>,
-    wake: Condvar,
+    /// Sub-models to retrain, as (model version, sub-model). Unbounded,
+    /// yet bounded by the `pending` flags: one entry per sub-model.
+    jobs: Sender<(u64, u32)>,
+    queue: Receiver<(u64, u32)>,
+    /// Dropped at shutdown: wakes every training thread at once.
+    close: Mutex<Option<Sender<()>>>,
+    closed: Receiver<()>,
     stop: AtomicBool,
     resizing: AtomicBool,
     resize: Resize,
@@ -367,12 +373,16 @@ impl Server {
         let published = Arc::new(Published::new(1, model, &alloc)?);
         registrar.register(published.tt_region.clone())?;
         registrar.register(published.sub_region.clone())?;
+        let (jobs, queue) = crossbeam_channel::unbounded();
+        let (close, closed) = crossbeam_channel::bounded(0);
         let shared = Arc::new(Shared {
             tree,
             current: RwLock::new(published),
             previous: Mutex::new(None),
-            queue: Mutex::new(VecDeque::new()),
-            wake: Condvar::new(),
+            jobs,
+            queue,
+            close: Mutex::new(Some(close)),
+            closed,
             stop: AtomicBool::new(false),
             resizing: AtomicBool::new(false),
             resize: Resize {
@@ -465,11 +475,7 @@ impl Server {
 
     /// Sub-models queued for retraining.
     pub fn pending_retrains(&self) -> usize {
-        self.shared
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.shared.queue.len()
     }
 
     /// Runs every queued retrain in the calling thread (for servers with
@@ -502,7 +508,11 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        self.shared.wake.notify_all();
+        self.shared
+            .close
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         for t in self.trainers.drain(..) {
             let _ = t.join();
         }
@@ -546,19 +556,13 @@ impl Shared {
 
     fn enqueue(&self, p: &Published, sub: u32) {
         if !p.pending[sub as usize].swap(true, Ordering::AcqRel) {
-            self.queue
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back((p.version, sub));
-            self.wake.notify_one();
+            // The receiver lives as long as `self`: the send cannot fail.
+            let _ = self.jobs.send((p.version, sub));
         }
     }
 
     fn pop_job(&self) -> Option<(u64, u32)> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+        self.queue.try_recv().ok()
     }
 
     /// Queues the sub-models whose tables held the leaf that split.
@@ -697,16 +701,11 @@ impl Shared {
             if due {
                 self.maybe_resize();
             }
-            let job = {
-                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                if q.is_empty() {
-                    q = self
-                        .wake
-                        .wait_timeout(q, Duration::from_millis(20))
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-                q.pop_front()
+            // Idle, a thread looks at the model's size every 20 ms.
+            let job = crossbeam_channel::select! {
+                recv(self.queue) -> job => job.ok(),
+                recv(self.closed) -> _ => return,
+                default(Duration::from_millis(20)) => None,
             };
             match job {
                 Some(job) => self.retrain(job),

@@ -11,12 +11,6 @@ use fabric::{LocalFabric, NodeId};
 use xstore::durable::TreePairs;
 use xstore::{Client, ClientConfig, DurabilityConfig, Server, ServerConfig};
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("xstore-durability-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 fn start(
     d: DurabilityConfig,
     pairs: &[(u64, u64)],
@@ -38,7 +32,8 @@ fn client(fabric: &LocalFabric, node: NodeId) -> Client<fabric::LocalEndpoint> {
 
 #[test]
 fn a_sync_write_is_invisible_until_its_record_is_durable() {
-    let dir = scratch("invisible");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("invisible");
     let mut d = DurabilityConfig::new(&dir);
     // Every log write waits 300 ms: the insert below stays unacknowledged
     // (and off disk) that long.
@@ -94,12 +89,12 @@ fn a_sync_write_is_invisible_until_its_record_is_durable() {
     let mut c = client(&fabric, node);
     assert_eq!(c.get(key).unwrap(), Some(10));
     assert_eq!(c.get(990).unwrap(), Some(99));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn checkpoints_are_retried_after_a_failure() {
-    let dir = scratch("ckpt-retry");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("ckpt-retry");
     let mut d = DurabilityConfig::new(&dir);
     d.checkpoint_records = 50;
     d.mode = wal::Durability::Async; // fast writes; checkpoints are the subject
@@ -143,7 +138,6 @@ fn checkpoints_are_retried_after_a_failure() {
     let (fabric, node, server) = start(DurabilityConfig::new(&dir), &[]).unwrap();
     assert_eq!(server.tree().len(), 1200);
     assert_eq!(client(&fabric, node).get(399).unwrap(), Some(199));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -180,7 +174,8 @@ fn a_checkpoint_walk_is_not_cut_short_by_concurrent_splits() {
 
 #[test]
 fn two_servers_cannot_share_a_data_directory() {
-    let dir = scratch("shared-dir");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("shared-dir");
     let (_f, _n, first) = start(DurabilityConfig::new(&dir), &[(1, 1)]).unwrap();
     match start(DurabilityConfig::new(&dir), &[]) {
         Err(e) => {
@@ -195,12 +190,12 @@ fn two_servers_cannot_share_a_data_directory() {
     let (_f, _n, again) = start(DurabilityConfig::new(&dir), &[]).unwrap();
     assert_eq!(again.tree().len(), 1);
     drop(again);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_write_whose_record_cannot_be_synced_is_never_applied() {
-    let dir = scratch("sync-fails");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("sync-fails");
     let mut d = DurabilityConfig::new(&dir);
     let faults = wal::FailingFiles::new(u64::MAX);
     d.test_segment_faults = Some(faults.clone());
@@ -228,12 +223,12 @@ fn a_write_whose_record_cannot_be_synced_is_never_applied() {
     let mut c = client(&fabric, node);
     assert_eq!(c.get(15).unwrap(), Some(5));
     assert_eq!(c.get(10).unwrap(), Some(1));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_full_region_refuses_sync_inserts_before_logging_them() {
-    let dir = scratch("full");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("full");
     let fabric = LocalFabric::new();
     let node = fabric.add_node();
     let config = ServerConfig {
@@ -277,5 +272,4 @@ fn a_full_region_refuses_sync_inserts_before_logging_them() {
     drop(server);
     let (_f, _n, again) = start(DurabilityConfig::new(&dir), &[]).unwrap();
     assert_eq!(again.tree().len(), acked.len() as u64);
-    let _ = std::fs::remove_dir_all(&dir);
 }

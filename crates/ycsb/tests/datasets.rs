@@ -1,7 +1,6 @@
 //! Integration tests for key-set generation, the SOSD format and key validation.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use proptest::prelude::*;
@@ -10,33 +9,22 @@ use ycsb::{
     MAX_KEYS, RESERVED_KEY,
 };
 
-/// A unique temporary file path, removed when dropped.
-struct TempFile(PathBuf);
+/// A path in a fresh temporary directory, removed (with the file) when dropped.
+struct TempFile(PathBuf, #[allow(dead_code)] tempfile::TempDir);
 
 impl TempFile {
     fn new(tag: &str) -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        TempFile(std::env::temp_dir().join(format!(
-            "ycsb-test-{}-{nanos}-{unique}-{tag}.sosd",
-            std::process::id()
-        )))
+        let dir = tempfile::Builder::new()
+            .prefix("ycsb-test-")
+            .tempdir()
+            .expect("temp dir");
+        TempFile(dir.path().join(format!("{tag}.sosd")), dir)
     }
 
     fn write(tag: &str, bytes: &[u8]) -> Self {
         let file = TempFile::new(tag);
         std::fs::write(&file.0, bytes).unwrap();
         file
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 

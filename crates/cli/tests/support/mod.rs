@@ -162,25 +162,23 @@ fn status_field(pid: u32, name: &str) -> Option<u64> {
         })
 }
 
-/// A fresh scratch directory removed on drop.
-pub struct Scratch(pub PathBuf);
+/// A path for a directory that does not exist yet (servers create their
+/// own, with their own permissions), inside a fresh temporary directory
+/// removed on drop.
+pub struct Scratch(PathBuf, tempfile::TempDir);
 
 impl Scratch {
-    /// `$TMPDIR/xstore-test-<pid>-<name>`, emptied first.
+    /// `<fresh temp dir>/<name>`, not created.
     pub fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("xstore-test-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        Scratch(d)
+        let parent = tempfile::Builder::new()
+            .prefix("xstore-test-")
+            .tempdir()
+            .expect("temp dir");
+        Scratch(parent.path().join(name), parent)
     }
 
     /// The path.
     pub fn path(&self) -> &Path {
         &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
