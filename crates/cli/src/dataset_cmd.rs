@@ -89,6 +89,17 @@ struct RealSet {
 /// Every set `fetch` knows, smallest download first.
 const SETS: &[RealSet] = &[
     RealSet {
+        name: "words-en",
+        description: "first 8 bytes (big-endian) of the English words of npm's word-list (small: CI fetches it)",
+        client: Client::Npm,
+        package: "word-list",
+        version: "4.1.0",
+        file: "word-list-4.1.0.tgz",
+        archive: Archive::TarGz,
+        member: "package/words.txt",
+        convert: |bytes, _| real::word_list_keys(bytes),
+    },
+    RealSet {
         name: "geoip-ipv4",
         description: "IPv4 range starts of geoip-lite's city table (strictly increasing)",
         client: Client::Npm,

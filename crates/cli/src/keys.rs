@@ -16,7 +16,7 @@ pub const DATASETS_DIR_ENV: &str = "XSTORE_DATASETS";
 #[derive(Args, Debug, Clone)]
 pub struct KeyArgs {
     /// Key distribution: ycsb, linear, noised-linear, lognormal, normal, osm-like; or an
-    /// installed real key set (geoip-ipv4, geoip-zorder, wordfreq-en, geolite2-cells),
+    /// installed real key set (`xstore dataset list`),
     /// read from $XSTORE_DATASETS/NAME.sosd (default data/) whole, ignoring --keys.
     #[arg(long, default_value = "ycsb")]
     pub dataset: String,

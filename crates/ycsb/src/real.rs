@@ -1058,6 +1058,32 @@ pub fn wordfreq_keys(gz: &[u8]) -> Result<Vec<u64>, RealError> {
     finish_keys(WORDFREQ, keys)
 }
 
+/// Name of plain word lists in error messages.
+const WORD_LIST: &str = "word list";
+
+/// Keys of a plain word list (one word per line, UTF-8, as npm's `word-list` ships
+/// `words.txt`): the [`word_key`] of every non-empty line (a trailing `\r` dropped);
+/// words sharing their first 8 bytes share a key, which is kept once.
+pub fn word_list_keys(text: &[u8]) -> Result<Vec<u64>, RealError> {
+    let mut keys = Vec::new();
+    let mut offset = 0usize;
+    for line in text.split(|&b| b == b'\n') {
+        let word = line.strip_suffix(b"\r").unwrap_or(line);
+        if std::str::from_utf8(word).is_err() || word.contains(&0) {
+            return Err(RealError::BadRecord {
+                what: WORD_LIST,
+                offset: offset as u64,
+                detail: "line is not NUL-free UTF-8 text".into(),
+            });
+        }
+        if !word.is_empty() {
+            keys.push(word_key(word));
+        }
+        offset += line.len() + 1;
+    }
+    finish_keys(WORD_LIST, keys)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1193,6 +1219,25 @@ mod tests {
         assert!(word_key(b"ab") < word_key(b"abc"));
         assert!(word_key(b"abc") < word_key(b"abd"));
         assert_eq!(word_key(b"abcdefgh"), word_key(b"abcdefghij"));
+    }
+
+    #[test]
+    fn word_list_good_and_bad() {
+        let keys = word_list_keys(b"aa\r\naah\n\nunderstanding\nunderstandable\n").unwrap();
+        assert_eq!(keys.len(), 3);
+        assert_eq!(keys[0], word_key(b"aa"));
+        assert!(matches!(
+            word_list_keys(b"ok\n\xff\xfe\n"),
+            Err(RealError::BadRecord { offset: 3, .. })
+        ));
+        assert!(matches!(
+            word_list_keys(b"a\0b\n"),
+            Err(RealError::BadRecord { .. })
+        ));
+        assert!(matches!(
+            word_list_keys(b"\n\r\n"),
+            Err(RealError::NoKeys { .. })
+        ));
     }
 
     #[test]
