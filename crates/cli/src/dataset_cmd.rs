@@ -64,12 +64,8 @@ enum Archive {
 /// Converts a data file's bytes into keys, reporting progress as `(done, total)`.
 type Convert = fn(&[u8], &mut dyn FnMut(u64, u64)) -> Result<Vec<u64>, RealError>;
 
-/// One installable real key set.
-struct RealSet {
-    /// Name on the command line and of the key file.
-    name: &'static str,
-    /// One line on what the keys are.
-    description: &'static str,
+/// Where a set's data comes from: a file inside a pinned package version.
+struct Source {
     /// The registry client.
     client: Client,
     /// Package name.
@@ -82,6 +78,56 @@ struct RealSet {
     archive: Archive,
     /// Path of the data file inside the package.
     member: &'static str,
+}
+
+/// npm `word-list`: one English word per line.
+const WORD_LIST: Source = Source {
+    client: Client::Npm,
+    package: "word-list",
+    version: "4.1.0",
+    file: "word-list-4.1.0.tgz",
+    archive: Archive::TarGz,
+    member: "package/words.txt",
+};
+
+/// npm `geoip-lite`: its IPv4 city table of 24-byte records.
+const GEOIP_LITE_CITY: Source = Source {
+    client: Client::Npm,
+    package: "geoip-lite",
+    version: "1.4.10",
+    file: "geoip-lite-1.4.10.tgz",
+    archive: Archive::TarGz,
+    member: "package/data/geoip-city.dat",
+};
+
+/// PyPI `wordfreq`: its large English frequency list.
+const WORDFREQ_EN: Source = Source {
+    client: Client::Pip,
+    package: "wordfreq",
+    version: "3.1.1",
+    file: "wordfreq-3.1.1-py3-none-any.whl",
+    archive: Archive::Zip,
+    member: "wordfreq/data/large_en.msgpack.gz",
+};
+
+/// PyPI `maxminddb-geolite2`: GeoLite2 City as a MaxMind DB.
+const GEOLITE2_CITY: Source = Source {
+    client: Client::Pip,
+    package: "maxminddb-geolite2",
+    version: "2018.703",
+    file: "maxminddb-geolite2-2018.703.tar.gz",
+    archive: Archive::TarGz,
+    member: "maxminddb-geolite2-2018.703/_maxminddb_geolite2/GeoLite2-City.mmdb",
+};
+
+/// One installable real key set.
+struct RealSet {
+    /// Name on the command line and of the key file.
+    name: &'static str,
+    /// One line on what the keys are.
+    description: &'static str,
+    /// The data file.
+    source: Source,
     /// The conversion.
     convert: Convert,
 }
@@ -90,58 +136,32 @@ struct RealSet {
 const SETS: &[RealSet] = &[
     RealSet {
         name: "words-en",
-        description: "first 8 bytes (big-endian) of the English words of npm's word-list (small: CI fetches it)",
-        client: Client::Npm,
-        package: "word-list",
-        version: "4.1.0",
-        file: "word-list-4.1.0.tgz",
-        archive: Archive::TarGz,
-        member: "package/words.txt",
+        description: "first 8 bytes (big-endian) of npm word-list's English words (small: for CI)",
+        source: WORD_LIST,
         convert: |bytes, _| real::word_list_keys(bytes),
     },
     RealSet {
         name: "geoip-ipv4",
         description: "IPv4 range starts of geoip-lite's city table (strictly increasing)",
-        client: Client::Npm,
-        package: "geoip-lite",
-        version: "1.4.10",
-        file: "geoip-lite-1.4.10.tgz",
-        archive: Archive::TarGz,
-        member: "package/data/geoip-city.dat",
+        source: GEOIP_LITE_CITY,
         convert: |bytes, _| real::geoip_ipv4_keys(bytes),
     },
     RealSet {
         name: "geoip-zorder",
-        description:
-            "z-order (Morton) keys of the distinct lat/lon points of geoip-lite's city table",
-        client: Client::Npm,
-        package: "geoip-lite",
-        version: "1.4.10",
-        file: "geoip-lite-1.4.10.tgz",
-        archive: Archive::TarGz,
-        member: "package/data/geoip-city.dat",
+        description: "z-order (Morton) keys of the distinct lat/lon points of geoip-lite's city table",
+        source: GEOIP_LITE_CITY,
         convert: |bytes, _| real::geoip_zorder_keys(bytes),
     },
     RealSet {
         name: "wordfreq-en",
         description: "first 8 bytes (big-endian) of the words of wordfreq's large English list",
-        client: Client::Pip,
-        package: "wordfreq",
-        version: "3.1.1",
-        file: "wordfreq-3.1.1-py3-none-any.whl",
-        archive: Archive::Zip,
-        member: "wordfreq/data/large_en.msgpack.gz",
+        source: WORDFREQ_EN,
         convert: |bytes, _| real::wordfreq_keys(bytes),
     },
     RealSet {
         name: "geolite2-cells",
-        description: "z-order cell (16-bit lat/lon grid) << 32 | first address, of every located IPv4 network of GeoLite2 City",
-        client: Client::Pip,
-        package: "maxminddb-geolite2",
-        version: "2018.703",
-        file: "maxminddb-geolite2-2018.703.tar.gz",
-        archive: Archive::TarGz,
-        member: "maxminddb-geolite2-2018.703/_maxminddb_geolite2/GeoLite2-City.mmdb",
+        description: "z-order cell (16-bit lat/lon grid) << 32 | first address, per located IPv4 network of GeoLite2 City",
+        source: GEOLITE2_CITY,
         convert: real::geolite2_cell_keys,
     },
 ];
@@ -153,7 +173,12 @@ pub fn run(args: &DatasetArgs) -> Result<()> {
             for set in SETS {
                 println!(
                     "{:<16} {}@{} {}\n{:<16} {}",
-                    set.name, set.package, set.version, set.member, "", set.description
+                    set.name,
+                    set.source.package,
+                    set.source.version,
+                    set.source.member,
+                    "",
+                    set.description
                 );
             }
             Ok(())
@@ -213,15 +238,15 @@ pub fn key_file(dir: &Path, name: &str) -> Option<PathBuf> {
 /// Downloads (unless cached), converts and writes one set.
 fn install(set: &RealSet, dir: &Path, cache: &Path) -> Result<()> {
     let started = Instant::now();
-    let archive = download(set, cache)?;
+    let archive = download(&set.source, cache)?;
     let fetched = started.elapsed();
 
     let started = Instant::now();
     let bytes =
         std::fs::read(&archive).with_context(|| format!("reading {}", archive.display()))?;
-    let data = match set.archive {
-        Archive::TarGz => real::tar_gz_member(set.name, &bytes, set.member)?,
-        Archive::Zip => real::zip_member(set.name, &bytes, set.member)?,
+    let data = match set.source.archive {
+        Archive::TarGz => real::tar_gz_member(set.name, &bytes, set.source.member)?,
+        Archive::Zip => real::zip_member(set.name, &bytes, set.source.member)?,
     };
     drop(bytes);
     let pb = progress::bar(0, "convert");
@@ -241,9 +266,9 @@ fn install(set: &RealSet, dir: &Path, cache: &Path) -> Result<()> {
         keys.len(),
         keys[0],
         keys[keys.len() - 1],
-        set.package,
-        set.version,
-        set.member,
+        set.source.package,
+        set.source.version,
+        set.source.member,
         fetched.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         out.display()
@@ -252,17 +277,17 @@ fn install(set: &RealSet, dir: &Path, cache: &Path) -> Result<()> {
 }
 
 /// The package file in `cache`, downloaded with the registry's client if absent.
-fn download(set: &RealSet, cache: &Path) -> Result<PathBuf> {
-    let path = cache.join(set.file);
+fn download(source: &Source, cache: &Path) -> Result<PathBuf> {
+    let path = cache.join(source.file);
     if path.is_file() {
         return Ok(path);
     }
-    let mut cmd = match set.client {
+    let mut cmd = match source.client {
         Client::Npm => {
             let mut cmd = Command::new("npm");
             cmd.args(["pack", "--silent", "--pack-destination"])
                 .arg(cache)
-                .arg(format!("{}@{}", set.package, set.version))
+                .arg(format!("{}@{}", source.package, source.version))
                 // npm prints the file name; the summary line says it all.
                 .stdout(std::process::Stdio::null());
             cmd
@@ -271,22 +296,22 @@ fn download(set: &RealSet, cache: &Path) -> Result<PathBuf> {
             let mut cmd = Command::new("python3");
             cmd.args(["-m", "pip", "download", "--no-deps", "--quiet", "--dest"])
                 .arg(cache)
-                .arg(format!("{}=={}", set.package, set.version));
-            if matches!(set.archive, Archive::Zip) {
+                .arg(format!("{}=={}", source.package, source.version));
+            if matches!(source.archive, Archive::Zip) {
                 cmd.arg("--only-binary=:all:");
             }
             cmd
         }
     };
-    eprintln!("downloading {}@{} ...", set.package, set.version);
+    eprintln!("downloading {}@{} ...", source.package, source.version);
     let status = cmd
         .status()
-        .with_context(|| format!("running the registry client for {}", set.package))?;
+        .with_context(|| format!("running the registry client for {}", source.package))?;
     if !status.success() {
         bail!(
             "downloading {}@{} failed ({status}); is the registry reachable?",
-            set.package,
-            set.version
+            source.package,
+            source.version
         );
     }
     if !path.is_file() {
