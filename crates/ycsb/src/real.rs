@@ -820,7 +820,10 @@ impl<'a> Mmdb<'a> {
         let mut seen = 0u64;
         while let Some((value, depth, start)) = stack.pop() {
             if value > self.node_count {
-                let offset = (value - self.node_count) as usize - 16;
+                // Values node_count + 1 ..= node_count + 15 would point into the separator.
+                let offset = (value - self.node_count)
+                    .checked_sub(16)
+                    .map_or(usize::MAX, |o| o as usize);
                 if offset >= self.data.bytes.len() {
                     return Err(self.data.bad(
                         offset,
@@ -841,6 +844,15 @@ impl<'a> Mmdb<'a> {
                 });
             }
             seen += 1;
+            // In a tree each node has one parent; a file whose records point back up
+            // would otherwise make this walk exponential.
+            if seen > total {
+                return Err(RealError::BadRecord {
+                    what: MMDB,
+                    offset: u64::from(value),
+                    detail: "search tree visits more nodes than it has: records form a cycle or share nodes".into(),
+                });
+            }
             if seen.is_multiple_of(1 << 16) {
                 progress(seen.min(total), total);
             }
@@ -1388,6 +1400,20 @@ mod tests {
             geolite2_cell_keys(&wild, none),
             Err(RealError::BadRecord { .. })
         ));
+        // A data pointer into the 16-byte separator.
+        let mut separator_ptr = good.clone();
+        separator_ptr[3..6].copy_from_slice(&[0, 0, 3]);
+        assert!(matches!(
+            geolite2_cell_keys(&separator_ptr, none),
+            Err(RealError::BadRecord { .. })
+        ));
+        // Node 1 points back to node 1: more visits than nodes.
+        let mut cycle = good.clone();
+        cycle[9..12].copy_from_slice(&[0, 0, 1]);
+        assert!(matches!(
+            geolite2_cell_keys(&cycle, none),
+            Err(RealError::BadRecord { .. })
+        ));
         // A string whose length runs past the data section.
         let mut long = good.clone();
         long[28] = (2 << 5) | 28;
@@ -1411,6 +1437,52 @@ mod tests {
             geolite2_cell_keys(&empty, none),
             Err(RealError::NoKeys { .. })
         ));
+    }
+
+    /// Runs every converter on `bytes`; any outcome but a panic is fine.
+    fn convert_all(bytes: &[u8]) {
+        let _ = geoip_ipv4_keys(bytes);
+        let _ = geoip_zorder_keys(bytes);
+        let _ = geolite2_cell_keys(bytes, &mut |_, _| {});
+        let _ = wordfreq_words(bytes);
+        let _ = wordfreq_keys(bytes);
+        let _ = word_list_keys(bytes);
+        let _ = tar_gz_member("t", bytes, "package/a");
+        let _ = zip_member("t", bytes, "w/a.txt");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            convert_all(&bytes);
+        }
+
+        /// Damaged copies of valid files reach deeper than random bytes do.
+        #[test]
+        fn damaged_files_never_panic(
+            which in 0usize..4,
+            edits in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 1..6),
+            cut in proptest::prelude::any::<usize>(),
+        ) {
+            let mut bytes = match which {
+                0 => mmdb(10.0, 24),
+                1 => wordlist("cB", &[&["the", "of"], &["understanding"]]),
+                2 => zip(&[("w/a.txt", b"hi there")]),
+                _ => tar(&[("package/a", b"hello")]),
+            };
+            for (at, value) in edits {
+                let len = bytes.len();
+                bytes[at % len] = value;
+            }
+            let keep = bytes.len() - cut % (bytes.len() / 4 + 1);
+            bytes.truncate(keep);
+            convert_all(&bytes);
+            if which == 3 {
+                let _ = tar_gz_member("t", &gzip(&bytes), "package/a");
+            }
+        }
     }
 
     #[test]
