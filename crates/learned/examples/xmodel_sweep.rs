@@ -91,6 +91,31 @@ fn main() {
             .collect();
         println!("{k:?}");
     }
+    if std::env::var("HIST").is_ok() {
+        // Extra leaves read, by sub-model, biggest first.
+        let mut extra = vec![0u64; m as usize];
+        for &k in &keys {
+            let p = model.predict(k).unwrap();
+            extra[p.sub as usize] += (p.last - p.first) as u64;
+        }
+        let total: u64 = extra.iter().sum();
+        let mut order: Vec<usize> = (0..m as usize).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(extra[i]));
+        let mut acc = 0;
+        for (r, &i) in order.iter().enumerate() {
+            acc += extra[i];
+            if [0, 9, 99, 499, 999, 2499].contains(&r) {
+                println!(
+                    "top {} subs: {:.1}% of extra reads (sub {i}: tt {} err {} {})",
+                    r + 1,
+                    100.0 * acc as f64 / total as f64,
+                    model.tt(i as u32).len(),
+                    model.sub(i as u32).err_lo.bound(),
+                    model.sub(i as u32).err_hi.bound()
+                );
+            }
+        }
+    }
     let t = std::time::Instant::now();
     let reps = m.min(2000);
     for r in 0..reps {

@@ -86,10 +86,10 @@ pub struct TrainParams {
     /// How far, in sub-models, the top spline may stray from a leaf's ideal
     /// routing. Smaller balances sub-models better at the cost of knots.
     pub top_error: f64,
-    /// Most bytes the top model may take per sub-model: when the spline
-    /// needs more knots than that, its error bound is doubled until it fits,
-    /// so the whole model stays within about 14 + this many bytes per
-    /// sub-model on any distribution.
+    /// Most bytes the top model and the header may take per sub-model:
+    /// when the spline needs more knots than that, its error bound is
+    /// widened until it fits, so the whole model stays within 14 + this
+    /// many bytes per sub-model on any distribution.
     pub top_bytes_per_submodel: f64,
 }
 
@@ -99,7 +99,7 @@ impl TrainParams {
         TrainParams {
             submodels,
             top_error: 0.25,
-            top_bytes_per_submodel: 1.9,
+            top_bytes_per_submodel: 2.0,
         }
     }
 }
@@ -205,11 +205,11 @@ fn equal_count_spline(leaves: &[LeafInfo], m: u32, params: &TrainParams) -> Spli
         .expect("corridor knots increase")
 }
 
-/// Knots the top model may have: `top_bytes_per_submodel` per sub-model,
-/// and at most one segment per sub-model.
+/// Knots the top model may have: `top_bytes_per_submodel` per sub-model
+/// less the header, and at most one segment per sub-model.
 fn knot_budget(m: u32, params: &TrainParams) -> usize {
-    ((m as f64 * params.top_bytes_per_submodel) as usize / Spline::KNOT_BYTES)
-        .clamp(2, m as usize + 1)
+    let bytes = (m as f64 * params.top_bytes_per_submodel) as usize;
+    (bytes.saturating_sub(HEADER_BYTES) / Spline::KNOT_BYTES).clamp(2, m as usize + 1)
 }
 
 /// The top model: where its knots go and how many sub-models each of its
@@ -253,7 +253,9 @@ fn top_spline(leaves: &[LeafInfo], m: u32, params: &TrainParams) -> Spline {
         .collect();
     let (segments, xs) = segments_of(&points, &idx, leaves.len());
     let counts = allocate(&points, &segments, &xs, m, per_sub);
-    let (idx, counts) = merge_knots(&points, &idx, segments, xs, counts, budget, per_sub);
+    let (idx, mut counts) = merge_knots(&points, &idx, segments, xs, counts, budget, per_sub);
+    let (segments, xs) = segments_of(&points, &idx, leaves.len());
+    rebalance(&points, &segments, &xs, &mut counts, per_sub);
     let mut y = 0u64;
     let mut out = Vec::with_capacity(idx.len());
     for (s, &i) in idx.iter().enumerate() {
@@ -382,6 +384,52 @@ fn merge_knots(
     (out, kept)
 }
 
+/// Moves sub-models one at a time from the segment that loses least by
+/// giving one up to the one that gains most by taking it, while that
+/// lowers the total cost. Merging knots sums the two segments' counts,
+/// which need not suit the merged segment; a fresh greedy allocation
+/// would not do either, as a segment's cost can stay flat for several
+/// more sub-models and then drop (a narrow cluster inside a wide range).
+fn rebalance(
+    points: &[Knot],
+    segments: &[Range<usize>],
+    xs: &[(u64, u64)],
+    counts: &mut [usize],
+    per_sub: f64,
+) {
+    let n = segments.len();
+    let cost = |s: usize, c: usize| segment_cost(points, &segments[s], xs[s], c, per_sub);
+    // Per segment: (gain of one more, loss of one fewer).
+    let margins = |s: usize, c: usize| {
+        let now = cost(s, c);
+        let loss = if c > 1 {
+            cost(s, c - 1) - now
+        } else {
+            f64::INFINITY
+        };
+        (now - cost(s, c + 1), loss)
+    };
+    let mut m: Vec<(f64, f64)> = (0..n).map(|s| margins(s, counts[s])).collect();
+    for _ in 0..2 * n {
+        let (mut give, mut take) = (usize::MAX, usize::MAX);
+        for s in 0..n {
+            if give == usize::MAX || m[s].1 < m[give].1 {
+                give = s;
+            }
+            if take == usize::MAX || m[s].0 > m[take].0 {
+                take = s;
+            }
+        }
+        if give == take || m[take].0 <= m[give].1 + 1e-9 {
+            break;
+        }
+        counts[give] -= 1;
+        counts[take] += 1;
+        m[give] = margins(give, counts[give]);
+        m[take] = margins(take, counts[take]);
+    }
+}
+
 /// Knots of the narrowest greedy corridor (error at least `floor`) that
 /// needs at most `budget` knots.
 fn corridor_knots(points: &[Knot], floor: f64, budget: usize) -> Vec<Knot> {
@@ -438,46 +486,43 @@ fn segment_cost(
         let p = (t as usize).min(c - 1);
         (p, t - p as f64)
     };
-    // Sums n, u, y, uu, uy per part, y relative to the segment's first leaf.
-    let base = seg.start as f64;
-    let mut sums = vec![[0.0f64; 5]; c];
-    for p in &points[seg.clone()] {
-        let (i, u) = part(p.x);
-        let y = p.y - base;
-        let s = &mut sums[i];
-        s[0] += 1.0;
-        s[1] += u;
-        s[2] += y;
-        s[3] += u * u;
-        s[4] += u * y;
+    // Parts grow with x, so each part's points are one run: cost run by
+    // run, with no state per part (c may be far beyond the points).
+    let pts = &points[seg.clone()];
+    let mut total = 0.0;
+    let mut start = 0;
+    while start < pts.len() {
+        let first = part(pts[start].x).0;
+        let end = start + pts[start..].partition_point(|p| part(p.x).0 == first);
+        let run = &pts[start..end];
+        let base = run[0].y;
+        // Least squares of y over the in-part fraction u.
+        let (mut su, mut sy, mut suu, mut suy) = (0.0, 0.0, 0.0, 0.0);
+        for p in run {
+            let (u, y) = (part(p.x).1, p.y - base);
+            su += u;
+            sy += y;
+            suu += u * u;
+            suy += u * y;
+        }
+        let n = run.len() as f64;
+        let den = n * suu - su * su;
+        let b = if den > 1e-12 * n * n {
+            (n * suy - su * sy) / den
+        } else {
+            0.0
+        };
+        let a = (sy - b * su) / n;
+        let (mut lo, mut hi) = (f64::MAX, f64::MIN);
+        for p in run {
+            let r = p.y - base - (a + b * part(p.x).1);
+            lo = lo.min(r);
+            hi = hi.max(r);
+        }
+        total += n * (hi - lo) + BALANCE * n * n / per_sub;
+        start = end;
     }
-    let lines: Vec<(f64, f64)> = sums
-        .iter()
-        .map(|s| {
-            let (n, su, sy, suu, suy) = (s[0], s[1], s[2], s[3], s[4]);
-            let den = n * suu - su * su;
-            let b = if den > 1e-12 * n * n {
-                (n * suy - su * sy) / den
-            } else {
-                0.0
-            };
-            let a = if n > 0.0 { (sy - b * su) / n } else { 0.0 };
-            (a, b)
-        })
-        .collect();
-    let mut spread = vec![(f64::MAX, f64::MIN); c];
-    for p in &points[seg.clone()] {
-        let (i, u) = part(p.x);
-        let (a, b) = lines[i];
-        let r = p.y - base - (a + b * u);
-        let s = &mut spread[i];
-        *s = (s.0.min(r), s.1.max(r));
-    }
-    sums.iter()
-        .zip(&spread)
-        .filter(|(s, _)| s[0] > 0.0)
-        .map(|(s, &(lo, hi))| s[0] * (hi - lo) + BALANCE * s[0] * s[0] / per_sub)
-        .sum()
+    total
 }
 
 /// A candidate of [`allocate`]: give segment `seg` `step` more sub-models,
@@ -812,18 +857,26 @@ impl XModel {
         // stand for fences in a neighbouring sub-model, whose true position
         // on this line is outside [0, 1], so fitting them would bend the
         // line. They still bound the error below.
+        // The first leaf's low fence and the last leaf's high fence bound
+        // nothing (see `leaf_errors`) and may lie across a wide gap, so they
+        // stay out of the regression too.
         let mut points = Vec::new();
         let mut anchors = Vec::new();
+        let mut last_high = None;
         for (l, Fences { leaf, low, high }) in leaves.enumerate() {
             let p = l as f64 * n;
             let xa = if low.0 == i {
-                points.push((low.1, p));
+                if l > 0 {
+                    points.push((low.1, p));
+                }
                 low.1
             } else {
                 anchors.push((0.0, p));
                 0.0
             };
+            last_high = None;
             let xb = if high.0 == i {
+                last_high = Some(points.len());
                 points.push((high.1, p + n));
                 high.1
             } else {
@@ -835,6 +888,9 @@ impl XModel {
         }
         if tt.is_empty() {
             return (SubModel::empty(), Box::new([]));
+        }
+        if let Some(at) = last_high {
+            points.remove(at);
         }
         if points.len() < 2 || points.iter().all(|p| p.0 == points[0].0) {
             points.extend_from_slice(&anchors);
@@ -1016,3 +1072,64 @@ impl XModel {
 const MAGIC: &[u8; 4] = b"XMDL";
 const FORMAT_VERSION: u16 = 1;
 const HEADER_BYTES: usize = 24;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Leaves of `slots` keys each over sorted `keys`, fenced at their
+    /// first keys as a bulk load lays them out.
+    fn leaves_of(keys: &[u64], slots: usize) -> Vec<LeafInfo> {
+        keys.chunks(slots)
+            .enumerate()
+            .map(|(j, c)| LeafInfo {
+                aln: j as u32,
+                inca: 0,
+                count: c.len() as u8,
+                low: if j == 0 { 0 } else { c[0] },
+                high: keys.get((j + 1) * slots).copied().unwrap_or(u64::MAX),
+            })
+            .collect()
+    }
+
+    /// Every key's predicted range holds its leaf; returns the widest range.
+    fn check(model: &XModel, keys: &[u64], slots: usize) -> u32 {
+        let mut widest = 0;
+        for (i, &k) in keys.iter().enumerate() {
+            let p = model.predict(k).unwrap();
+            let leaf = (i / slots) as u32;
+            assert!(
+                (p.first..=p.last).any(|l| model.tt(p.sub)[l as usize].aln() == leaf),
+                "key {k} misses leaf {leaf}"
+            );
+            widest = widest.max(p.last - p.first + 1);
+        }
+        widest
+    }
+
+    /// Dense keys at the bottom of the key space under one sub-model: the
+    /// last leaf reaches to the end of the key space, so its high fence
+    /// routes to the far end of the sub-model. That fence must not widen
+    /// the lookups of the rest (it did, to every leaf of the table).
+    #[test]
+    fn a_leaf_across_a_gap_does_not_widen_lookups() {
+        let keys: Vec<u64> = (0..16_000).map(|k| k * 7).collect();
+        let leaves = leaves_of(&keys, 16);
+        let model = XModel::train(&leaves, 16, TrainParams::new(1)).unwrap();
+        let widest = check(&model, &keys, 16);
+        assert!(widest <= 2, "a lookup reads {widest} leaves");
+    }
+
+    /// Far more sub-models than leaves: the top model's costing must not
+    /// scale with the sub-model count per segment.
+    #[test]
+    fn many_more_submodels_than_leaves() {
+        let keys: Vec<u64> = (0..40).map(|k| k * 1_000_003).collect();
+        let leaves = leaves_of(&keys, 16);
+        let model = XModel::train(&leaves, 16, TrainParams::new(1 << 20)).unwrap();
+        check(&model, &keys, 16);
+        for k in [0, 1, 7 * 1_000_003 + 5, u64::MAX - 1, u64::MAX] {
+            assert!(model.predict(k).is_some(), "key {k}");
+        }
+    }
+}
