@@ -28,17 +28,7 @@ fn main() {
         keys.truncate(n);
     }
     let slots = 16;
-    let leaves: Vec<LeafInfo> = keys
-        .chunks(slots)
-        .enumerate()
-        .map(|(j, c)| LeafInfo {
-            aln: j as u32,
-            inca: 0,
-            count: c.len() as u8,
-            low: if j == 0 { 0 } else { c[0] },
-            high: keys.get((j + 1) * slots).copied().unwrap_or(u64::MAX),
-        })
-        .collect();
+    let leaves = LeafInfo::packed(&keys, slots);
     if std::env::var("KNOTS").is_ok() {
         knots_vs_error(&leaves);
     }

@@ -9,6 +9,19 @@
 //! bounds widen that to a range of logical leaves, and the translation table
 //! (TT) turns each into an actual leaf number and expected incarnation.
 //!
+//! # Where the sub-models go
+//!
+//! Between two knots the spline is linear, so the sub-models of a segment
+//! split its key range into equal widths, and a sub-model is one line over
+//! its share: on skewed keys (clusters, gaps, steps) accuracy is decided by
+//! where the knots sit and how many sub-models each segment gets, and the
+//! knots are few (at most 2 B of them per sub-model). Training builds two
+//! tops and keeps the model that reads fewer leaves: one routing by equal
+//! counts (best when the CDF is smooth at a sub-model's scale), and one
+//! whose knots and sub-model counts are chosen by what they save
+//! (`top_spline`: a fine corridor, its cheapest knots merged away, and
+//! sub-models moved to where they narrow lookups most).
+//!
 //! # Why lookups of absent keys are bounded (boundary augmentation)
 //!
 //! Training uses each leaf's fences, not its keys: leaf `l` of sub-model `i`
@@ -78,13 +91,34 @@ pub struct LeafInfo {
     pub high: u64,
 }
 
+impl LeafInfo {
+    /// The leaves a bulk load of sorted, distinct `keys` into full leaves of
+    /// `slots` keys lays out: leaf `j` (actual number `j`, incarnation 0)
+    /// holds keys `j·slots ..`, fenced from its first key (0 for the first
+    /// leaf) to the next leaf's first key (unbounded for the last). For
+    /// tests and experiments that train without building a tree.
+    pub fn packed(keys: &[u64], slots: usize) -> Vec<LeafInfo> {
+        keys.chunks(slots.max(1))
+            .enumerate()
+            .map(|(j, c)| LeafInfo {
+                aln: j as u32,
+                inca: 0,
+                count: c.len().min(u8::MAX as usize) as u8,
+                low: if j == 0 { 0 } else { c[0] },
+                high: keys.get((j + 1) * slots).copied().unwrap_or(u64::MAX),
+            })
+            .collect()
+    }
+}
+
 /// Training parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct TrainParams {
     /// Number of sub-models (M).
     pub submodels: u32,
     /// How far, in sub-models, the top spline may stray from a leaf's ideal
-    /// routing. Smaller balances sub-models better at the cost of knots.
+    /// routing (the floor of its corridor; the knot budget may widen it).
+    /// Smaller balances sub-models better at the cost of knots.
     pub top_error: f64,
     /// Most bytes the top model and the header may take per sub-model:
     /// when the spline needs more knots than that, its error bound is
@@ -1077,21 +1111,6 @@ const HEADER_BYTES: usize = 24;
 mod tests {
     use super::*;
 
-    /// Leaves of `slots` keys each over sorted `keys`, fenced at their
-    /// first keys as a bulk load lays them out.
-    fn leaves_of(keys: &[u64], slots: usize) -> Vec<LeafInfo> {
-        keys.chunks(slots)
-            .enumerate()
-            .map(|(j, c)| LeafInfo {
-                aln: j as u32,
-                inca: 0,
-                count: c.len() as u8,
-                low: if j == 0 { 0 } else { c[0] },
-                high: keys.get((j + 1) * slots).copied().unwrap_or(u64::MAX),
-            })
-            .collect()
-    }
-
     /// Every key's predicted range holds its leaf; returns the widest range.
     fn check(model: &XModel, keys: &[u64], slots: usize) -> u32 {
         let mut widest = 0;
@@ -1114,7 +1133,7 @@ mod tests {
     #[test]
     fn a_leaf_across_a_gap_does_not_widen_lookups() {
         let keys: Vec<u64> = (0..16_000).map(|k| k * 7).collect();
-        let leaves = leaves_of(&keys, 16);
+        let leaves = LeafInfo::packed(&keys, 16);
         let model = XModel::train(&leaves, 16, TrainParams::new(1)).unwrap();
         let widest = check(&model, &keys, 16);
         assert!(widest <= 2, "a lookup reads {widest} leaves");
@@ -1125,7 +1144,7 @@ mod tests {
     #[test]
     fn many_more_submodels_than_leaves() {
         let keys: Vec<u64> = (0..40).map(|k| k * 1_000_003).collect();
-        let leaves = leaves_of(&keys, 16);
+        let leaves = LeafInfo::packed(&keys, 16);
         let model = XModel::train(&leaves, 16, TrainParams::new(1 << 20)).unwrap();
         check(&model, &keys, 16);
         for k in [0, 1, 7 * 1_000_003 + 5, u64::MAX - 1, u64::MAX] {

@@ -27,17 +27,7 @@ fn seed() -> u64 {
 /// leaves a lookup reads, after checking that every key's range holds its
 /// leaf.
 fn mean_leaves(name: &str, keys: &[u64], per_sub: usize) -> f64 {
-    let leaves: Vec<LeafInfo> = keys
-        .chunks(SLOTS)
-        .enumerate()
-        .map(|(j, c)| LeafInfo {
-            aln: j as u32,
-            inca: 0,
-            count: c.len() as u8,
-            low: if j == 0 { 0 } else { c[0] },
-            high: keys.get((j + 1) * SLOTS).copied().unwrap_or(u64::MAX),
-        })
-        .collect();
+    let leaves = LeafInfo::packed(keys, SLOTS);
     let m = (keys.len() / per_sub).max(1) as u32;
     let model = XModel::train(&leaves, SLOTS, TrainParams::new(m)).expect("training");
     assert!(
