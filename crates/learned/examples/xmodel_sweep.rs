@@ -82,6 +82,8 @@ fn main() {
         println!("{k:?}");
     }
     if std::env::var("HIST").is_ok() {
+        let small = (0..m).filter(|&i| model.tt(i).len() <= 2).count();
+        println!("{small} of {m} sub-models hold at most 2 leaves");
         // Extra leaves read, by sub-model, biggest first.
         let mut extra = vec![0u64; m as usize];
         for &k in &keys {

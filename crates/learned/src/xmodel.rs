@@ -30,7 +30,9 @@
 //! previous / next sub-model (the augmentation of §5.2.3, Fig. 8, done for
 //! every boundary at once). The error bounds are *leaf-granular*: they only
 //! require that the predicted range reach leaf `l` from both of its fence
-//! points. Since every key the leaf owns lies between its two fences and all
+//! points (bar the first leaf's low fence and the last leaf's high fence:
+//! [`SubModel::leaves`] clamps the range to the table, which reaches those
+//! whatever the line predicts). Since every key the leaf owns lies between its two fences and all
 //! models are monotone, the range of any key — present, absent, or inserted
 //! after training — includes the leaf that owns it. So a lookup never misses
 //! a key because of the model, only because a leaf split (which the
@@ -148,30 +150,23 @@ impl TrainParams {
 /// best slope; the intercept then splits the width evenly between the two
 /// error bounds.
 fn narrowest_line(xs: &[(f64, f64)], n: f64, slack: f64, hint: f64) -> Linear {
-    // U(s) and V(s) in one pass over the leaves.
-    // Lookups clamp to the table, so the first leaf needs no reach from
+    // U(s) and V(s) in one pass over the leaves. Lookups clamp to the table, so the first leaf needs no reach from
     // below and the last none from above (see `leaf_errors`).
     let last = xs.len().saturating_sub(1);
     let uv = |s: f64| {
-        let (mut u, mut v) = (0.0f64, 0.0f64);
-        let (mut any_u, mut any_v) = (false, false);
+        let (mut u, mut v) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
         for (l, &(xa, xb)) in xs.iter().enumerate() {
             let start = l as f64 * n;
             if l > 0 {
-                u = if any_u {
-                    u.max(start - s * xa)
-                } else {
-                    start - s * xa
-                };
-                any_u = true;
+                u = u.max(start - s * xa);
             }
             if l < last {
-                let e = s * xb - (start + n - slack);
-                v = if any_v { v.max(e) } else { e };
-                any_v = true;
+                v = v.max(s * xb - (start + n - slack));
             }
         }
-        (u, v)
+        // A one-leaf table has no bound either way.
+        let bounded = |e: f64| if e == f64::NEG_INFINITY { 0.0 } else { e };
+        (bounded(u), bounded(v))
     };
     let width = |s: f64| {
         let (u, v) = uv(s);
@@ -218,7 +213,15 @@ fn narrowest_line(xs: &[(f64, f64)], n: f64, slack: f64, hint: f64) -> Linear {
 /// until its knots fit the byte budget, so every sub-model gets about its
 /// share of leaves.
 fn equal_count_spline(leaves: &[LeafInfo], m: u32, params: &TrainParams) -> Spline {
-    let scale = m as f64 / leaves.len() as f64;
+    let points = fence_points(leaves, m as f64 / leaves.len() as f64);
+    let budget = knot_budget(m, params);
+    Spline::from_knots(corridor_knots(&points, params.top_error, budget))
+        .expect("corridor knots increase")
+}
+
+/// The points `(low fence of leaf j, j·scale)`, and the end of the key
+/// space at `L·scale` unless the last leaf starts there.
+fn fence_points(leaves: &[LeafInfo], scale: f64) -> Vec<Knot> {
     let mut points: Vec<Knot> = leaves
         .iter()
         .enumerate()
@@ -231,12 +234,10 @@ fn equal_count_spline(leaves: &[LeafInfo], m: u32, params: &TrainParams) -> Spli
     if points[points.len() - 1].x < end {
         points.push(Knot {
             x: end,
-            y: m as f64,
+            y: leaves.len() as f64 * scale,
         });
     }
-    let budget = knot_budget(m, params);
-    Spline::from_knots(corridor_knots(&points, params.top_error, budget))
-        .expect("corridor knots increase")
+    points
 }
 
 /// Knots the top model may have: `top_bytes_per_submodel` per sub-model
@@ -249,9 +250,10 @@ fn knot_budget(m: u32, params: &TrainParams) -> usize {
 /// The top model: where its knots go and how many sub-models each of its
 /// segments gets.
 ///
-/// Knots come from the greedy corridor over the leaves' low fences (in
-/// leaf units), with the narrowest corridor whose knots fit the byte
-/// budget, so they sit where the CDF bends most. Between two knots the
+/// Candidate knots come from a fine greedy corridor over the leaves' low
+/// fences (in leaf units), about one per two sub-models, so they sit
+/// wherever the CDF bends; [`merge_knots`] keeps those that matter most
+/// within the byte budget. Between two knots the
 /// spline is linear, so the segment's sub-models split its key range into
 /// equal widths; how many a segment gets is what decides accuracy on skewed
 /// keys. Routing by equal counts (y = leaf index) would give a segment that
@@ -260,21 +262,7 @@ fn knot_budget(m: u32, params: &TrainParams) -> usize {
 /// sub-models are handed out greedily by how much each one more narrows
 /// the lookups of the segment's keys ([`segment_cost`]).
 fn top_spline(leaves: &[LeafInfo], m: u32, params: &TrainParams) -> Spline {
-    let mut points: Vec<Knot> = leaves
-        .iter()
-        .enumerate()
-        .map(|(j, l)| Knot {
-            x: l.low,
-            y: j as f64,
-        })
-        .collect();
-    let end = u64::MAX - 1;
-    if points[points.len() - 1].x < end {
-        points.push(Knot {
-            x: end,
-            y: leaves.len() as f64,
-        });
-    }
+    let points = fence_points(leaves, 1.0);
     let budget = knot_budget(m, params);
     let per_sub = leaves.len() as f64 / m as f64;
     // Start from a fine corridor (about two sub-models per segment), then
@@ -366,11 +354,10 @@ fn merge_knots(
     let mut heap = std::collections::BinaryHeap::new();
     for s in 0..n - 1 {
         let p = price(s, &segs, &xs, &counts, &cost, s + 1);
-        heap.push(Offer {
-            gain: -p,
+        heap.push(MergeOffer {
+            price: p,
             seg: s,
-            step: 0,
-            cost: p,
+            stamp: stamp(0, 0),
         });
     }
     let mut alive = n;
@@ -378,14 +365,14 @@ fn merge_knots(
         let Some(o) = heap.pop() else { break };
         let s = o.seg;
         let t = next[s];
-        if t >= n || o.step != stamp(version[s], version[t]) {
+        if t >= n || o.stamp != stamp(version[s], version[t]) {
             continue;
         }
         // Merge t into s.
         segs[s] = segs[s].start..segs[t].end;
         xs[s] = (xs[s].0, xs[t].1);
         counts[s] += counts[t];
-        cost[s] += cost[t] + o.cost;
+        cost[s] += cost[t] + o.price;
         version[s] += 1;
         version[t] += 1;
         next[s] = next[t];
@@ -397,11 +384,10 @@ fn merge_knots(
             if a < n && next[a] < n {
                 let b = next[a];
                 let p = price(a, &segs, &xs, &counts, &cost, b);
-                heap.push(Offer {
-                    gain: -p,
+                heap.push(MergeOffer {
+                    price: p,
                     seg: a,
-                    step: stamp(version[a], version[b]),
-                    cost: p,
+                    stamp: stamp(version[a], version[b]),
                 });
             }
         }
@@ -416,6 +402,33 @@ fn merge_knots(
     }
     out.push(idx[n]);
     (out, kept)
+}
+
+/// A candidate of [`merge_knots`]: merge segment `seg` with the next one,
+/// which costs `price` more, while both are at the versions in `stamp`.
+#[derive(Debug, PartialEq)]
+struct MergeOffer {
+    price: f64,
+    seg: usize,
+    stamp: usize,
+}
+
+impl Eq for MergeOffer {}
+
+impl PartialOrd for MergeOffer {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for MergeOffer {
+    /// The cheapest merge ranks highest (the heap pops it first).
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other
+            .price
+            .total_cmp(&self.price)
+            .then(other.seg.cmp(&self.seg))
+    }
 }
 
 /// Moves sub-models one at a time from the segment that loses least by
