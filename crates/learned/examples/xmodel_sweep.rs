@@ -1,8 +1,15 @@
 //! Experiment harness: mean leaves per lookup of the XModel over synthetic
-//! or SOSD key sets, without the CLI's tree checks.
+//! or SOSD key sets, without the CLI's tree (leaves as a full bulk load
+//! lays them out, see `LeafInfo::packed`).
 //!
 //! `cargo run --release -p learned --example xmodel_sweep -- DATASET N KEYS_PER_SUB [SEED]`
-//! (DATASET may be a path to a `.sosd` file; N 0 means all its keys).
+//!
+//! DATASET is a `ycsb::Dataset` name, `zorder` (the clustered Morton set of
+//! the size-sweep test) or a path to a `.sosd` file (N 0 means all its
+//! keys). Environment: `TOPB=B` top-model bytes per sub-model; `KNOTS=1`
+//! knots of the plain corridor at several errors; `HIST=1` where the extra
+//! leaf reads come from; `WORST=1` each new widest lookup; `DUMP=I` the
+//! leaves of sub-model I.
 
 use learned::{LeafInfo, TrainParams, XModel};
 
