@@ -1,8 +1,8 @@
 //! Learned models for the learned cache (XStore §4-§5.1, Fig. 5-8).
 //!
 //! * [`linear`] — monotone least-squares lines, the sub-models.
-//! * [`spline`] — the monotone error-bounded spline that routes keys to
-//!   sub-models so every sub-model gets its share of leaves.
+//! * [`spline`] — the monotone spline that routes keys to sub-models; its
+//!   knots and the sub-models between them are chosen in [`xmodel`].
 //! * [`submodel`] — the 14-byte compact sub-model with leaf-granular errors.
 //! * [`tt`] — 8-byte translation-table entries.
 //! * [`xmodel`] — the two-level XModel: training over leaf fences, partial
