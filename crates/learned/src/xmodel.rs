@@ -1043,22 +1043,19 @@ impl XModel {
     /// ```
     pub fn decode(bytes: &[u8]) -> Result<XModel, ModelError> {
         let d = |r: &'static str| ModelError::Decode(r);
-        if bytes.len() < HEADER_BYTES {
-            return Err(d("shorter than the header"));
-        }
-        if &bytes[0..4] != MAGIC {
+        let mut r = le::Reader::new(bytes);
+        let short = |_| d("shorter than its counts");
+        let magic: [u8; 4] = r.array("magic").map_err(|_| d("shorter than the header"))?;
+        if &magic != MAGIC {
             return Err(d("bad magic"));
         }
-        let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
-        let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
-        let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
-        if u16_at(4) != FORMAT_VERSION {
+        if r.u16("version").map_err(short)? != FORMAT_VERSION {
             return Err(d("unknown format version"));
         }
-        let slots = u16_at(6) as usize;
-        let m = u32_at(8);
-        let k = u32_at(12) as u64;
-        let t = u64_at(16);
+        let slots = r.u16("slots").map_err(short)? as usize;
+        let m = r.u32("sub-models").map_err(short)?;
+        let k = r.u32("knots").map_err(short)? as u64;
+        let t = r.u64("tt entries").map_err(short)?;
         if slots == 0 || slots > 255 {
             return Err(d("leaf slots out of range"));
         }
@@ -1073,37 +1070,31 @@ impl XModel {
         if expected != bytes.len() as u64 {
             return Err(d("length disagrees with the counts"));
         }
-        let mut off = HEADER_BYTES;
+        // From here on the length is checked: no read below can run short.
         let mut knots = Vec::with_capacity(k as usize);
         for _ in 0..k {
             knots.push(Knot {
-                x: u64_at(off),
-                y: f32::from_le_bytes(bytes[off + 8..off + 12].try_into().expect("4 bytes")) as f64,
+                x: r.u64("knot key").map_err(short)?,
+                y: r.f32("knot value").map_err(short)? as f64,
             });
-            off += 12;
         }
         let top = Spline::from_knots(knots).ok_or(d("top model knots not monotone"))?;
         let mut subs = Vec::with_capacity(m as usize);
         let mut total = 0u64;
         for _ in 0..m {
-            let raw: &[u8; SUBMODEL_BYTES] = bytes[off..off + SUBMODEL_BYTES]
-                .try_into()
-                .expect("14 bytes");
-            let s = SubModel::decode(raw).ok_or(d("sub-model parameters not finite"))?;
+            let raw: [u8; SUBMODEL_BYTES] = r.array("sub-model").map_err(short)?;
+            let s = SubModel::decode(&raw).ok_or(d("sub-model parameters not finite"))?;
             total += s.tt_len as u64;
             subs.push(s);
-            off += SUBMODEL_BYTES;
         }
         if total != t {
             return Err(d("translation-table lengths disagree with the total"));
         }
         let mut tts = Vec::with_capacity(m as usize);
         for s in &subs {
-            let len = s.tt_len as usize;
-            let tt: Box<[TtEntry]> = (0..len)
-                .map(|j| TtEntry::from_bits(u64_at(off + j * 8)))
-                .collect();
-            off += len * 8;
+            let tt = (0..s.tt_len)
+                .map(|_| r.u64("tt entry").map(TtEntry::from_bits).map_err(short))
+                .collect::<Result<Box<[TtEntry]>, ModelError>>()?;
             tts.push(tt);
         }
         Ok(XModel {
