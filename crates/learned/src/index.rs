@@ -206,6 +206,16 @@ impl Default for BudgetParams {
     }
 }
 
+/// A model and the time its training took.
+#[derive(Debug)]
+pub struct Trained {
+    /// The model.
+    pub model: Box<dyn KeyIndex>,
+    /// Seconds to train this model once (not the search for its
+    /// parameter).
+    pub train_seconds: f64,
+}
+
 /// Trains a `kind` model of `keys` within about `budget` bytes: the model
 /// parameter each design has (sub-models, or ε / threshold) is chosen as
 /// the finest whose model fits in `budget`. A model that cannot get that
@@ -215,41 +225,50 @@ pub fn train_to_budget(
     keys: &[u64],
     budget: usize,
     params: BudgetParams,
-) -> Result<Box<dyn KeyIndex>, IndexError> {
+) -> Result<Trained, IndexError> {
     check_keys(keys)?;
     let slots = params.leaf_slots;
     match kind {
-        ModelKind::XModel => boxed(crate::xindex::XIndex::train_to_budget(keys, slots, budget)),
-        ModelKind::Rmi => boxed(crate::rmi::Rmi::train(
-            keys,
-            crate::rmi::Rmi::models_for_budget(budget),
-        )),
+        ModelKind::XModel => {
+            let chosen = crate::xindex::XIndex::train_to_budget(keys, slots, budget)?;
+            let m = chosen.pieces() as u32;
+            timed(|| crate::xindex::XIndex::train(keys, slots, m))
+        }
+        ModelKind::Rmi => {
+            timed(|| crate::rmi::Rmi::train(keys, crate::rmi::Rmi::models_for_budget(budget)))
+        }
         ModelKind::Plr => finest_fit(keys.len(), budget, |eps| {
-            boxed(crate::plr::Plr::train(
-                keys,
-                crate::plr::PlrParams {
-                    epsilon: eps,
-                    delta: params.plr_delta,
-                },
-            ))
+            timed(|| {
+                crate::plr::Plr::train(
+                    keys,
+                    crate::plr::PlrParams {
+                        epsilon: eps,
+                        delta: params.plr_delta,
+                    },
+                )
+            })
         }),
         ModelKind::Lpa => finest_fit(keys.len(), budget, |t| {
-            boxed(crate::lpa::Lpa::train(
-                keys,
-                crate::lpa::LpaParams::with_threshold(t),
-            ))
+            timed(|| crate::lpa::Lpa::train(keys, crate::lpa::LpaParams::with_threshold(t)))
         }),
         ModelKind::Pgm => finest_fit(keys.len(), budget, |eps| {
-            boxed(crate::pgm::Pgm::train(keys, eps, false))
+            timed(|| crate::pgm::Pgm::train(keys, eps, false))
         }),
         ModelKind::PgmStatic => finest_fit(keys.len(), budget, |eps| {
-            boxed(crate::pgm::Pgm::train(keys, eps, true))
+            timed(|| crate::pgm::Pgm::train(keys, eps, true))
         }),
     }
 }
 
-fn boxed<M: KeyIndex + 'static>(r: Result<M, IndexError>) -> Result<Box<dyn KeyIndex>, IndexError> {
-    r.map(|m| Box::new(m) as Box<dyn KeyIndex>)
+fn timed<M: KeyIndex + 'static>(
+    train: impl FnOnce() -> Result<M, IndexError>,
+) -> Result<Trained, IndexError> {
+    let start = Instant::now();
+    let model = train()?;
+    Ok(Trained {
+        train_seconds: start.elapsed().as_secs_f64(),
+        model: Box::new(model),
+    })
 }
 
 /// The model of the smallest error bound in `1..=n` whose bytes fit in
@@ -258,28 +277,28 @@ fn boxed<M: KeyIndex + 'static>(r: Result<M, IndexError>) -> Result<Box<dyn KeyI
 fn finest_fit(
     n: usize,
     budget: usize,
-    train: impl Fn(u64) -> Result<Box<dyn KeyIndex>, IndexError>,
-) -> Result<Box<dyn KeyIndex>, IndexError> {
+    train: impl Fn(u64) -> Result<Trained, IndexError>,
+) -> Result<Trained, IndexError> {
     let top = (n as u64).max(1);
     let mut below = 0u64; // largest bound known not to fit
     let mut e = 1u64;
     let (mut hi, mut best) = loop {
-        let m = train(e)?;
-        if m.bytes() <= budget {
-            break (e, m);
+        let t = train(e)?;
+        if t.model.bytes() <= budget {
+            break (e, t);
         }
         below = e;
         if e >= top {
-            return Ok(m);
+            return Ok(t);
         }
         e = (e * 2).min(top);
     };
     while hi - below > 1 {
         let mid = below + (hi - below) / 2;
-        let m = train(mid)?;
-        if m.bytes() <= budget {
+        let t = train(mid)?;
+        if t.model.bytes() <= budget {
             hi = mid;
-            best = m;
+            best = t;
         } else {
             below = mid;
         }

@@ -139,7 +139,7 @@ proptest! {
         let keys = keys(shape, n, seed);
         let budget = (keys.len() as f64 * bytes_per_key) as usize;
         for kind in ModelKind::ALL {
-            let m = train_to_budget(kind, &keys, budget, BudgetParams::default()).unwrap();
+            let m = train_to_budget(kind, &keys, budget, BudgetParams::default()).unwrap().model;
             prop_assert_eq!(m.name(), kind.name());
             holds_every_key(m.as_ref(), &keys)?;
         }
