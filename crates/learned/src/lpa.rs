@@ -6,18 +6,22 @@
 //!
 //! From the first key not yet covered, the probe takes `learning_step`
 //! keys, fits a least-squares line and measures its largest error; while
-//! the error is below the threshold it takes `learning_step` more; while
-//! it is above, it gives back `learning_step · learning_rate^n` keys from
-//! the end (n = 1, 2, …, at least one key), refitting each time. The keys
-//! left form one model. Every model's error is at most the threshold, so a
-//! lookup reads `[round(f(key)) − threshold, round(f(key)) + threshold]`.
-//! Errors are measured on the rounded prediction a lookup uses, so the bound
-//! is exact.
+//! the error is below the threshold it takes more; while it is above, it
+//! gives back `step · learning_rate^n` keys from the end (n = 1, 2, …, at
+//! least one key), refitting each time. The keys left form one model.
+//! Every model's error is at most the threshold, so a lookup reads
+//! `[round(f(key)) − threshold, round(f(key)) + threshold]`. Errors are
+//! measured on the rounded prediction a lookup uses, so the bound is exact.
 //!
-//! The paper gives no values for `learning_step` and `learning_rate`; we
-//! use 0.5 and a step of `max(1024, 32 · threshold)`: each forward step
-//! refits the whole probe, so a small step makes a long linear run
-//! quadratic (the O(N²) worst case the paper states).
+//! One deviation, for training time: Algorithm 1 walks forward by a fixed
+//! `learning_step`, and every step refits and re-measures the whole probe,
+//! so a model of L keys costs L²/step: a long linear run is quadratic (the
+//! O(N²) worst case the paper states; 1 M keys took minutes), and a large
+//! step makes every short model cost the whole step. Here the forward step
+//! starts at `learning_step` and doubles each time, so a model of L keys
+//! costs O(L log L); the backward steps are fractions of the last forward
+//! step, as the paper's are of its step. The paper gives no values for
+//! the step and the rate; we use `max(8, 2 · threshold)` and 0.5.
 //!
 //! # The B-tree
 //!
@@ -48,7 +52,7 @@ const HEADER_BYTES: usize = 16;
 pub struct LpaParams {
     /// Largest error a model may have, in positions.
     pub threshold: u64,
-    /// Keys the probe takes per forward step.
+    /// Keys the probe takes first (each later forward step doubles).
     pub learning_step: usize,
     /// Ratio of each backward step to the one before (in (0, 1)).
     pub learning_rate: f64,
@@ -62,7 +66,7 @@ impl LpaParams {
     pub fn with_threshold(threshold: u64) -> LpaParams {
         LpaParams {
             threshold,
-            learning_step: (threshold.saturating_mul(32)).clamp(1024, 1 << 24) as usize,
+            learning_step: threshold.saturating_mul(2).clamp(8, 1 << 20) as usize,
             learning_rate: 0.5,
         }
     }
@@ -97,14 +101,16 @@ fn probe(keys: &[u64], first: usize, origin: u64, p: &LpaParams) -> Vec<Model> {
             (line, line.max_error(&keys[s..e], first + s))
         };
         let mut e = (s + step).min(n);
+        let mut last = step;
         let (mut line, mut err) = fit(e);
         while err < p.threshold && e < n {
-            e = (e + step).min(n);
+            last = last.saturating_mul(2);
+            e = e.saturating_add(last).min(n);
             (line, err) = fit(e);
         }
         let mut shrink = 1;
         while err > p.threshold {
-            let back = ((step as f64) * p.learning_rate.powi(shrink)) as usize;
+            let back = ((last as f64) * p.learning_rate.powi(shrink)) as usize;
             e = e.saturating_sub(back.max(1)).max(s + 1);
             (line, err) = fit(e);
             shrink += 1;

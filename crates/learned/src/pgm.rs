@@ -152,7 +152,7 @@ impl KeyIndex for Pgm {
         self.crate_misses
     }
     fn pieces(&self) -> usize {
-        0
+        self.segments()
     }
     fn retrain_piece(&self, _keys: &[u64], _i: usize) -> Option<bool> {
         None
