@@ -176,11 +176,22 @@ pub fn run(args: &ModelArgs) -> Result<()> {
         retrain_us_per_submodel: retrain_us,
         cache_fill_seconds,
     };
-    // The table goes to stdout unless stdout carries the JSON.
-    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    print_table(&report, json_to_stdout);
+    emit(args, &report, table(&report))
+}
+
+/// Prints `rows` as the table and writes `report` as the `--json` object;
+/// the table goes to stdout unless stdout carries the JSON.
+fn emit(args: &ModelArgs, report: &impl Serialize, rows: Vec<(&str, String)>) -> Result<()> {
+    let to_stderr = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    for (k, v) in rows {
+        if to_stderr {
+            eprintln!("{k:>24}  {v}");
+        } else {
+            println!("{k:>24}  {v}");
+        }
+    }
     if let Some(path) = &args.json {
-        let json = serde_json::to_string(&report)?;
+        let json = serde_json::to_string(report)?;
         if path.as_os_str() == "-" {
             println!("{json}");
         } else {
@@ -191,8 +202,8 @@ pub fn run(args: &ModelArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_table(r: &Report, to_stderr: bool) {
-    let rows: Vec<(&str, String)> = vec![
+fn table(r: &Report) -> Vec<(&'static str, String)> {
+    vec![
         ("dataset", r.dataset.clone()),
         ("keys", r.keys.to_string()),
         ("leaves", r.leaves.to_string()),
@@ -221,14 +232,7 @@ fn print_table(r: &Report, to_stderr: bool) {
             format!("{:.3}", r.retrain_us_per_submodel),
         ),
         ("cache_fill_seconds", format!("{:.4}", r.cache_fill_seconds)),
-    ];
-    for (k, v) in rows {
-        if to_stderr {
-            eprintln!("{k:>24}  {v}");
-        } else {
-            println!("{k:>24}  {v}");
-        }
-    }
+    ]
 }
 
 /// `xstore model --model M`: any model of `learned::index` over the keys.
@@ -258,23 +262,12 @@ fn run_index(args: &ModelArgs, kind: ModelKind) -> Result<()> {
             row.misses
         );
     }
-    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    print_row(&row, json_to_stdout);
-    if let Some(path) = &args.json {
-        let json = serde_json::to_string(&row)?;
-        if path.as_os_str() == "-" {
-            println!("{json}");
-        } else {
-            std::fs::write(path, json + "\n")
-                .with_context(|| format!("writing {}", path.display()))?;
-        }
-    }
-    Ok(())
+    emit(args, &row, row_table(&row))
 }
 
-fn print_row(r: &ModelRow, to_stderr: bool) {
+fn row_table(r: &ModelRow) -> Vec<(&'static str, String)> {
     let opt = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
-    let rows: Vec<(&str, String)> = vec![
+    vec![
         ("model", r.model.clone()),
         ("dataset", r.dataset.clone()),
         ("keys", r.keys.to_string()),
@@ -300,12 +293,5 @@ fn print_row(r: &ModelRow, to_stderr: bool) {
         ("crate_misses", r.crate_misses.to_string()),
         ("train_seconds", format!("{:.4}", r.train_seconds)),
         ("retrain_us_per_segment", opt(r.retrain_us_per_segment)),
-    ];
-    for (k, v) in rows {
-        if to_stderr {
-            eprintln!("{k:>24}  {v}");
-        } else {
-            println!("{k:>24}  {v}");
-        }
-    }
+    ]
 }
