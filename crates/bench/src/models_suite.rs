@@ -253,7 +253,8 @@ fn slug(name: &str) -> String {
 }
 
 /// Leaves per lookup against model bytes for `dataset`, a curve per model,
-/// each labelled at its last point.
+/// each labelled at its last point; points far above the others are
+/// clipped (see inside) and labelled with their value.
 pub fn figure(rows: &[ModelRow], dataset: &str) -> LineChart {
     let mut series: Vec<Series> = Vec::new();
     for r in rows.iter().filter(|r| r.dataset == dataset) {
@@ -270,10 +271,31 @@ pub fn figure(rows: &[ModelRow], dataset: &str) -> LineChart {
             }),
         }
     }
+    // A model far off the others (the equal-range RMI on skewed keys,
+    // pgm-static widened past its misses) would flatten every other curve
+    // on a linear axis: points above 1.5 times the median of the series'
+    // largest values are drawn at that cap, labelled with their value.
+    let mut tops: Vec<f64> = series
+        .iter()
+        .map(|s| s.points.iter().fold(0.0f64, |m, p| m.max(p.y)))
+        .collect();
+    tops.sort_by(f64::total_cmp);
+    let cap = tops
+        .get(tops.len() / 2)
+        .map_or(f64::MAX, |m| (m * 1.5).max(2.0));
     for s in &mut series {
         s.points.sort_by(|a, b| a.x.total_cmp(&b.x));
+        for p in &mut s.points {
+            if p.y > cap {
+                p.label = Some(format!("{:.0}", p.y));
+                p.y = cap;
+            }
+        }
         if let Some(p) = s.points.last_mut() {
-            p.label = Some(s.name.clone());
+            p.label = Some(match p.label.take() {
+                Some(v) => format!("{} ({v})", s.name),
+                None => s.name.clone(),
+            });
         }
     }
     let keys = rows
@@ -396,5 +418,37 @@ mod tests {
             assert!(dir.join(f).exists(), "{f}");
         }
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn far_off_points_are_clipped_and_labelled() {
+        let row = |model: &str, bytes: u64, y: f64| ModelRow {
+            model: model.into(),
+            dataset: "d".into(),
+            keys: 1000,
+            budget_bytes: Some(bytes),
+            model_bytes: bytes,
+            bytes_per_key: bytes as f64 / 1000.0,
+            pieces: 1,
+            mean_abs_error: 0.0,
+            max_error: 0.0,
+            mean_leaves_per_lookup: y,
+            leaf_slots: 16,
+            misses: 0,
+            crate_misses: 0,
+            train_seconds: 0.0,
+            retrain_us_per_segment: None,
+        };
+        let rows = vec![
+            row("a", 10, 4.0),
+            row("a", 100, 2.0),
+            row("b", 10, 5.0),
+            row("c", 10, 9000.0),
+        ];
+        let chart = figure(&rows, "d");
+        let c = &chart.panels[0].series[2];
+        assert_eq!(c.points[0].y, 7.5);
+        assert_eq!(c.points[0].label.as_deref(), Some("c (9000)"));
+        assert_eq!(chart.panels[0].series[0].points[0].y, 4.0);
     }
 }
