@@ -254,7 +254,7 @@ fn slug(name: &str) -> String {
 
 /// Leaves per lookup against model bytes for `dataset`, a curve per model,
 /// each labelled at its last point; points far above the others are
-/// clipped (see inside) and labelled with their value.
+/// clipped (see inside) and the label says so.
 pub fn figure(rows: &[ModelRow], dataset: &str) -> LineChart {
     let mut series: Vec<Series> = Vec::new();
     for r in rows.iter().filter(|r| r.dataset == dataset) {
@@ -274,7 +274,8 @@ pub fn figure(rows: &[ModelRow], dataset: &str) -> LineChart {
     // A model far off the others (the equal-range RMI on skewed keys,
     // pgm-static widened past its misses) would flatten every other curve
     // on a linear axis: points above 1.5 times the median of the series'
-    // largest values are drawn at that cap, labelled with their value.
+    // largest values are drawn at that cap, and the series' label gives
+    // the range of the values clipped.
     let mut tops: Vec<f64> = series
         .iter()
         .map(|s| s.points.iter().fold(0.0f64, |m, p| m.max(p.y)))
@@ -285,16 +286,18 @@ pub fn figure(rows: &[ModelRow], dataset: &str) -> LineChart {
         .map_or(f64::MAX, |m| (m * 1.5).max(2.0));
     for s in &mut series {
         s.points.sort_by(|a, b| a.x.total_cmp(&b.x));
+        let (mut lo, mut hi) = (f64::MAX, 0.0f64);
         for p in &mut s.points {
             if p.y > cap {
-                p.label = Some(format!("{:.0}", p.y));
+                (lo, hi) = (lo.min(p.y), hi.max(p.y));
                 p.y = cap;
             }
         }
         if let Some(p) = s.points.last_mut() {
-            p.label = Some(match p.label.take() {
-                Some(v) => format!("{} ({v})", s.name),
-                None => s.name.clone(),
+            p.label = Some(if hi > 0.0 {
+                format!("{} (clipped: {lo:.0} to {hi:.0})", s.name)
+            } else {
+                s.name.clone()
             });
         }
     }
@@ -448,7 +451,10 @@ mod tests {
         let chart = figure(&rows, "d");
         let c = &chart.panels[0].series[2];
         assert_eq!(c.points[0].y, 7.5);
-        assert_eq!(c.points[0].label.as_deref(), Some("c (9000)"));
+        assert_eq!(
+            c.points[0].label.as_deref(),
+            Some("c (clipped: 9000 to 9000)")
+        );
         assert_eq!(chart.panels[0].series[0].points[0].y, 4.0);
     }
 }
