@@ -418,7 +418,13 @@ impl System for BaselineLocal {
 }
 
 /// The systems a local run can load, by name.
-pub const SYSTEMS: [&str; 4] = ["xstore", "server-centric", "tree-cache", "whole-tree-cache"];
+pub const SYSTEMS: [&str; 5] = [
+    "xstore",
+    "server-centric",
+    "tree-cache",
+    "whole-tree-cache",
+    "rolex",
+];
 
 /// Options of [`load_local`] beyond the XStore ones.
 #[derive(Debug, Clone, Copy)]
@@ -452,6 +458,7 @@ pub fn load_local(
     use crate::baselines::Baseline;
     let kind = match name {
         "xstore" => return Ok(Box::new(XStoreLocal::load(pairs, o)?)),
+        "rolex" => return Ok(Box::new(crate::rolex_system::RolexLocal::load(pairs, o)?)),
         "server-centric" => Baseline::ServerCentric,
         "tree-cache" => Baseline::TreeCache {
             cache_bytes: b.cache_bytes,

@@ -25,8 +25,8 @@ use crate::token::TokenArgs;
 /// Arguments of `xstore bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Design under test [default: xstore], or a baseline: server-centric,
-    /// tree-cache, whole-tree-cache. With --suite: a comma-separated list of
+    /// Design under test [default: xstore], rolex, or a baseline:
+    /// server-centric, tree-cache, whole-tree-cache. With --suite: a comma-separated list of
     /// the designs to run (default: all).
     #[arg(long)]
     system: Option<String>,

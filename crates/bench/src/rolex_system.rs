@@ -1,0 +1,120 @@
+//! ROLEX over the local fabric: a memory node holding the leaf and table
+//! regions, and one compute node whose threads are the benchmark's
+//! clients (they share its cached tables and its chain locks).
+
+use std::sync::Arc;
+
+use fabric::{Counters, LocalEndpoint, LocalFabric};
+use learned::index::KeyIndex;
+use rolex::{Client, ComputeNode, MemoryNode, RolexConfig, RolexError};
+
+use crate::report::ModelFigures;
+use crate::system::{DirectStats, KvClient, ServerTime, System, XStoreOptions};
+use crate::BenchError;
+
+fn client_error(e: RolexError) -> BenchError {
+    BenchError::Client(e.to_string())
+}
+
+/// ROLEX on a local fabric (adversarial with a seed).
+pub struct RolexLocal {
+    fabric: LocalFabric,
+    compute: Arc<ComputeNode>,
+    model: Option<ModelFigures>,
+    _memory: MemoryNode,
+}
+
+impl RolexLocal {
+    /// Loads `pairs` into a memory node with `o.leaf_slots` slots per leaf
+    /// (filled to three quarters) and connects one compute node.
+    pub fn load(pairs: &[(u64, u64)], o: XStoreOptions) -> Result<RolexLocal, BenchError> {
+        let fabric = match o.adversary {
+            Some(seed) => LocalFabric::with_adversary(fabric::Adversary {
+                seed,
+                ..fabric::Adversary::default()
+            }),
+            None => LocalFabric::new(),
+        };
+        let node = fabric.add_node();
+        let slots = o.leaf_slots;
+        let trained = pairs.len().div_ceil((slots * 3 / 4).max(1)) as u64;
+        let config = RolexConfig {
+            slots,
+            fill: (slots * 3 / 4).max(1),
+            spare_leaves: trained.max(1 << 16),
+            ..RolexConfig::default()
+        };
+        let load = |e: RolexError| BenchError::Load(e.to_string());
+        let memory = MemoryNode::load(pairs, config, |r| fabric.register(node, r)).map_err(load)?;
+        let boot = memory.bootstrap();
+        let model = boot.plr.as_ref().map(|p| {
+            let errors = pairs
+                .iter()
+                .enumerate()
+                .map(|(i, &(k, _))| (p.estimate(k) - i as f64).abs());
+            let (sum, max) = errors.fold((0.0, 0.0f64), |(s, m), e| (s + e, m.max(e)));
+            ModelFigures {
+                submodels: u32::try_from(p.pieces()).unwrap_or(u32::MAX),
+                mean_abs_error: sum / pairs.len() as f64,
+                max_error: max,
+            }
+        });
+        let mut ep = fabric.endpoint();
+        let compute = ComputeNode::connect(&mut ep, node, boot).map_err(load)?;
+        Ok(RolexLocal {
+            fabric,
+            compute,
+            model,
+            _memory: memory,
+        })
+    }
+}
+
+impl System for RolexLocal {
+    fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
+        Ok(Box::new(RolexClient(
+            self.compute.client(self.fabric.endpoint()),
+        )))
+    }
+
+    fn model(&self) -> Option<ModelFigures> {
+        self.model
+    }
+
+    fn server_time(&self) -> Option<ServerTime> {
+        // The memory node runs no code for requests.
+        Some(ServerTime::default())
+    }
+}
+
+struct RolexClient(Client<LocalEndpoint>);
+
+impl KvClient for RolexClient {
+    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+        self.0.get(key).map_err(client_error)
+    }
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError> {
+        self.0.scan(start, n, out).map_err(client_error)
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        self.0.insert(key, value).map_err(client_error)
+    }
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        self.0.update(key, value).map_err(client_error)
+    }
+    fn counters(&self) -> Counters {
+        self.0.counters()
+    }
+    fn direct_stats(&self) -> Option<DirectStats> {
+        let s = self.0.stats();
+        Some(DirectStats {
+            reads: s.reads,
+            fallbacks: 0,
+            invalidations: s.refreshes,
+            get_leaves: s.get_leaves,
+        })
+    }
+    fn cache_bytes(&self) -> Option<u64> {
+        Some(self.0.compute_node().cache_bytes())
+    }
+}
