@@ -1,12 +1,12 @@
 //! ROLEX over the local fabric: a memory node holding the leaf and table
 //! regions, and one compute node whose threads are the benchmark's
-//! clients (they share its cached tables and its chain locks).
+//! clients (they share its cached tables and its chain locks); the
+//! memory node's retrainer thread runs throughout.
 
 use std::sync::Arc;
 
 use fabric::{Counters, LocalEndpoint, LocalFabric};
-use learned::index::KeyIndex;
-use rolex::{Client, ComputeNode, MemoryNode, RolexConfig, RolexError};
+use rolex::{Client, ComputeNode, MemoryNode, Retrainer, RolexConfig, RolexError};
 
 use crate::report::ModelFigures;
 use crate::system::{DirectStats, KvClient, ServerTime, System, XStoreOptions};
@@ -21,6 +21,8 @@ pub struct RolexLocal {
     fabric: LocalFabric,
     compute: Arc<ComputeNode>,
     model: Option<ModelFigures>,
+    // Dropped before the memory node: stops the thread first.
+    _retrainer: Retrainer,
     _memory: MemoryNode,
 }
 
@@ -46,25 +48,24 @@ impl RolexLocal {
         };
         let load = |e: RolexError| BenchError::Load(e.to_string());
         let memory = MemoryNode::load(pairs, config, |r| fabric.register(node, r)).map_err(load)?;
-        let boot = memory.bootstrap();
-        let model = boot.plr.as_ref().map(|p| {
-            let errors = pairs
-                .iter()
-                .enumerate()
-                .map(|(i, &(k, _))| (p.estimate(k) - i as f64).abs());
-            let (sum, max) = errors.fold((0.0, 0.0f64), |(s, m), e| (s + e, m.max(e)));
-            ModelFigures {
-                submodels: u32::try_from(p.pieces()).unwrap_or(u32::MAX),
-                mean_abs_error: sum / pairs.len() as f64,
-                max_error: max,
-            }
-        });
+        let retrainer = memory.start_retrainer();
         let mut ep = fabric.endpoint();
-        let compute = ComputeNode::connect(&mut ep, node, boot).map_err(load)?;
+        let compute = ComputeNode::connect(&mut ep, node).map_err(load)?;
+        let (models, max, mean) = compute.model_errors();
+        // Errors in positions, as the other designs report them (a leaf
+        // holds `fill` keys at load); the mean is that of the models'
+        // error bounds, since only the bounds are stored.
+        let fill = config.fill as f64;
+        let model = Some(ModelFigures {
+            submodels: u32::try_from(models).unwrap_or(u32::MAX),
+            mean_abs_error: mean * fill,
+            max_error: max as f64 * fill,
+        });
         Ok(RolexLocal {
             fabric,
             compute,
             model,
+            _retrainer: retrainer,
             _memory: memory,
         })
     }

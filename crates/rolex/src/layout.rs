@@ -49,26 +49,41 @@
 //! deletes) keeps that leaf's `ver`: one leaf changes atomically, so every
 //! mix of chain images a reader can see is a state the chain was in.
 //!
-//! # Table region
+//! # Table region (M models, N CirQ slots)
 //!
 //! ```text
-//! byte                 field
-//! [0, 8)               magic (TABLE_MAGIC)
-//! [8, 16)              trained leaves
-//! [16, 24)             models
-//! [24, 32)             G: trained leaves per model
-//! [32, 40)             S: slots per leaf
-//! [40, 48)             leaf region id
-//! [48, 56)             leaf capacity
-//! [56, 64)             reserved (0)
-//! [64 + m*M, ..)       model m, M = (4 + G + SLT_SLOTS) * 8 bytes:
-//!   word 0             smallest key covered (the low fence of its first leaf)
-//!   word 1             first trained leaf index (m * G)
-//!   word 2             LT entries in use (<= G; the last model may be short)
-//!   word 3             reserved (0)
-//!   words 4..4+G       leaf table (LT), one entry per trained leaf
-//!   word 4+G           SLT slot 0: slot_use (slots taken, FAA by 1 takes one)
-//!   words 5+G..4+G+256 SLT slots 1..=255: synonym leaf entries
+//! byte                      field
+//! [0, 8)                    magic (TABLE_MAGIC)
+//! [8, 16)                   M: models
+//! [16, 24)                  S: slots per leaf
+//! [24, 32)                  leaf region id
+//! [32, 40)                  leaf capacity
+//! [40, 48)                  N: CirQ slots
+//! [48, 56)                  retrain trigger: slot_use that queues a model
+//! [56, 64)                  block bump pointer (memory node only)
+//! [64, 64+8M)               directory: word m = byte offset of model m's
+//!                           current block (changes only when retrained)
+//! [64+8M, 72+8M)            CirQ head (memory node only)
+//! [72+8M, 80+8M)            CirQ tail (FAA by 1 reserves a slot)
+//! [80+8M, 80+8M+8N)         CirQ slots: 0 empty, else (m+1) << 40 | block
+//! [80+8M+8N, ..)            model blocks, bump-allocated, never reused
+//! ```
+//!
+//! A model block (n = LT entries, B = (8 + n + 256) * 8 bytes):
+//!
+//! ```text
+//! word          field
+//! 0             smallest key of the model (inclusive; fixed for its life)
+//! 1             largest key of the model (inclusive; fixed)
+//! 2             n: LT entries
+//! 3             err: largest |predicted - actual| trained leaf, in leaves
+//! 4             line origin (key)
+//! 5             line slope (f64 bits): trained leaves per key
+//! 6             line intercept (f64 bits): trained leaf at the origin
+//! 7             reserved (0)
+//! 8..8+n        leaf table (LT), trained leaf i of the model at entry i
+//! 8+n           SLT slot 0: slot_use (slots taken, FAA by 1 takes one)
+//! 9+n..8+n+256  SLT slots 1..=255: synonym leaf entries
 //! ```
 //!
 //! # LT / SLT entry
@@ -82,8 +97,8 @@
 
 use xtree::layout::{le_word, word_hash};
 
-/// Magic word at the start of the table region ("ROLEXTB1").
-pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXTB1");
+/// Magic word at the start of the table region ("ROLEXTB2").
+pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXTB2");
 
 /// Bytes before the first leaf of the leaf region.
 pub const LEAF_REGION_HEADER: u64 = 64;
@@ -92,12 +107,14 @@ pub const ALLOC_NUM_WORD: usize = 0;
 /// Word of the capacity in the leaf region.
 pub const CAPACITY_WORD: usize = 1;
 
-/// Bytes before the first model of the table region.
+/// Bytes of the table region header.
 pub const TABLE_HEADER: u64 = 64;
 /// Slots of a synonym leaf table, slot 0 (`slot_use`) included.
 pub const SLT_SLOTS: usize = 256;
 /// Words of a model block before its leaf table.
-pub const MODEL_HEAD_WORDS: usize = 4;
+pub const BLOCK_HEAD_WORDS: usize = 8;
+/// Header word of the block bump pointer.
+pub const BUMP_WORD: usize = 7;
 
 /// "No next synonym leaf" in a leaf's meta word.
 pub const NO_LEAF: u64 = (1 << 48) - 1;
@@ -109,7 +126,8 @@ pub const LOCK_BIT: u64 = 1 << 63;
 const LEAF_MASK: u64 = (1 << 48) - 1;
 
 const _: () = assert!(LeafLayout::new_const(16).leaf_bytes() == 296);
-const _: () = assert!(TableLayout::new_const(64).model_bytes() == (4 + 64 + 256) * 8);
+const _: () = assert!(TableLayout::new(3, 16).block_bytes(64) == (8 + 64 + 256) * 8);
+const _: () = assert!(TableLayout::new(3, 16).blocks_start() == 64 + 24 + 16 + 128);
 const _: () = assert!(NO_LEAF == LEAF_MASK);
 
 /// An LT or SLT entry, unpacked.
@@ -199,56 +217,135 @@ impl LeafLayout {
     }
 }
 
-/// Word positions of the table region with `G` trained leaves per model.
+/// Byte positions of the table region with M models and N CirQ slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableLayout {
-    group: usize,
+    models: usize,
+    cirq: usize,
 }
 
 impl TableLayout {
-    /// Layout with `group` trained leaves per model; `None` for 0 or more
-    /// than 4096.
-    pub fn new(group: usize) -> Option<TableLayout> {
-        (1..=4096).contains(&group).then_some(TableLayout { group })
+    /// Layout for `models` models and `cirq` CirQ slots.
+    pub const fn new(models: usize, cirq: usize) -> TableLayout {
+        TableLayout { models, cirq }
     }
 
-    const fn new_const(group: usize) -> TableLayout {
-        TableLayout { group }
+    /// Models (M).
+    pub const fn models(&self) -> usize {
+        self.models
     }
 
-    /// Trained leaves per model (G).
-    pub const fn group(&self) -> usize {
-        self.group
+    /// CirQ slots (N).
+    pub const fn cirq_slots(&self) -> usize {
+        self.cirq
     }
 
-    /// Bytes of one model block.
-    pub const fn model_bytes(&self) -> u64 {
-        ((MODEL_HEAD_WORDS + self.group + SLT_SLOTS) * 8) as u64
+    /// Byte offset of model `m`'s directory word.
+    pub const fn dir_offset(&self, m: usize) -> u64 {
+        TABLE_HEADER + 8 * m as u64
     }
 
-    /// Byte offset of model `m`.
-    pub const fn model_offset(&self, m: usize) -> u64 {
-        TABLE_HEADER + m as u64 * self.model_bytes()
+    /// Byte offset of the CirQ head word (the tail follows it).
+    pub const fn cirq_head_offset(&self) -> u64 {
+        self.dir_offset(self.models)
     }
 
-    /// Byte offset of LT entry `i` of model `m`.
-    pub const fn lt_offset(&self, m: usize, i: usize) -> u64 {
-        self.model_offset(m) + ((MODEL_HEAD_WORDS + i) * 8) as u64
+    /// Byte offset of the CirQ tail word.
+    pub const fn cirq_tail_offset(&self) -> u64 {
+        self.cirq_head_offset() + 8
     }
 
-    /// Byte offset of SLT slot `s` of model `m` (slot 0 is `slot_use`).
-    pub const fn slt_offset(&self, m: usize, s: usize) -> u64 {
-        self.model_offset(m) + ((MODEL_HEAD_WORDS + self.group + s) * 8) as u64
+    /// Byte offset of CirQ slot `i`.
+    pub const fn cirq_slot_offset(&self, i: usize) -> u64 {
+        self.cirq_head_offset() + 16 + 8 * i as u64
     }
 
-    /// Bytes of the LT and SLT of a model (what a cache refresh reads).
-    pub const fn tables_bytes(&self) -> u64 {
-        ((self.group + SLT_SLOTS) * 8) as u64
+    /// Byte offset of the first model block.
+    pub const fn blocks_start(&self) -> u64 {
+        self.cirq_slot_offset(self.cirq)
     }
 
-    /// Bytes of a table region of `models` models.
-    pub const fn region_bytes(&self, models: usize) -> u64 {
-        self.model_offset(models)
+    /// Bytes of a block with `n` LT entries.
+    pub const fn block_bytes(&self, n: usize) -> u64 {
+        ((BLOCK_HEAD_WORDS + n + SLT_SLOTS) * 8) as u64
+    }
+
+    /// Byte offset of LT entry `i` in the block at `block`.
+    pub const fn lt_offset(block: u64, i: usize) -> u64 {
+        block + ((BLOCK_HEAD_WORDS + i) * 8) as u64
+    }
+
+    /// Byte offset of SLT slot `s` in the block at `block` with `n` LT
+    /// entries (slot 0 is `slot_use`).
+    pub const fn slt_offset(block: u64, n: usize, s: usize) -> u64 {
+        block + ((BLOCK_HEAD_WORDS + n + s) * 8) as u64
+    }
+}
+
+/// The head of a model block, decoded (untrusted until checked).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockHead {
+    /// Smallest key of the model.
+    pub smallest: u64,
+    /// Largest key of the model.
+    pub largest: u64,
+    /// LT entries.
+    pub n: usize,
+    /// Prediction error bound, in trained leaves.
+    pub err: u64,
+    /// Key → trained leaf line.
+    pub line: learned::keyline::KeyLine,
+}
+
+impl BlockHead {
+    /// The eight head words.
+    pub fn encode(&self) -> [u64; BLOCK_HEAD_WORDS] {
+        [
+            self.smallest,
+            self.largest,
+            self.n as u64,
+            self.err,
+            self.line.origin,
+            self.line.slope.to_bits(),
+            self.line.intercept.to_bits(),
+            0,
+        ]
+    }
+
+    /// Decodes head words fetched from a block; `None` when the LT size is
+    /// beyond `max_n` or the range is inverted.
+    pub fn decode(bytes: &[u8], max_n: u64) -> Option<BlockHead> {
+        if bytes.len() < BLOCK_HEAD_WORDS * 8 {
+            return None;
+        }
+        let w = |i| le_word(bytes, i);
+        let n = w(2);
+        if n == 0 || n > max_n || w(0) > w(1) {
+            return None;
+        }
+        Some(BlockHead {
+            smallest: w(0),
+            largest: w(1),
+            n: n as usize,
+            err: w(3).min(max_n),
+            line: learned::keyline::KeyLine {
+                origin: w(4),
+                slope: f64::from_bits(w(5)),
+                intercept: f64::from_bits(w(6)),
+            },
+        })
+    }
+
+    /// The trained leaves (inclusive) that may hold `key`: the line's
+    /// leaf ± err, one more below because an untrained key sits between
+    /// two trained lows.
+    pub fn predict(&self, key: u64) -> (usize, usize) {
+        let last = self.n as i64 - 1;
+        let c = self.line.rounded(key);
+        let e = self.err as i64;
+        let lo = c.saturating_sub(e + 1).clamp(0, last);
+        let hi = c.saturating_add(e).clamp(lo, last);
+        (lo as usize, hi as usize)
     }
 }
 

@@ -3,22 +3,25 @@
 //! write the memory pool with one-sided verbs only.
 //!
 //! * [`layout`] — the memory pool, byte by byte: leaf region, fixed-size
-//!   checksummed leaves, per-model leaf table (LT) and synonym leaf table
-//!   (SLT).
-//! * [`memory`] — the memory node: lays the pool out from loaded pairs,
-//!   trains the OptimalPLR index and registers the regions.
+//!   checksummed leaves, table region with the model directory, the CirQ
+//!   and model blocks (line, leaf table LT, synonym leaf table SLT).
+//! * [`memory`] — the memory node: lays the pool out from loaded pairs
+//!   (models start at OptimalPLR segments) and registers the regions.
 //! * [`client`] — the compute node: GET, SCAN, INSERT, UPDATE, DELETE
 //!   over [`fabric`] verbs, synonym leaves, lock sharing between threads.
+//! * [`retrain`] — the memory node's one retrainer thread: CirQ, in-place
+//!   retraining, shadow redirection.
 //!
-//! Not built yet: retraining on the memory node (§3.5, CirQ and shadow
-//! redirection), lock leases, and the model region a compute node on
-//! another machine would READ (models are handed over in process).
+//! Not built yet: lock leases (a crashed lock holder blocks its chain),
+//! more than one leaf region, and memory nodes over `shm`/`tcp`.
 
 pub mod client;
 pub mod error;
 pub mod layout;
 pub mod memory;
+pub mod retrain;
 
 pub use client::{Client, ClientStats, ComputeNode};
 pub use error::RolexError;
-pub use memory::{Bootstrap, MemoryNode, RolexConfig, LEAF_REGION, TABLE_REGION};
+pub use memory::{MemoryNode, RolexConfig, LEAF_REGION, TABLE_REGION};
+pub use retrain::{RetrainStats, Retrainer};

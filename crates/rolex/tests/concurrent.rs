@@ -4,7 +4,8 @@
 //! congruent to its index and checks them exactly against its `BTreeMap`;
 //! reads of other writers' keys are judged against the owner's published
 //! per-key state; a stable key set is never written and must always read
-//! back. Each run prints its seed; set XSTORE_SEED to replay one.
+//! back. The memory node's retrainer rebuilds models throughout. Each run
+//! prints its seed; set XSTORE_SEED to replay one.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,7 +107,11 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
         fill: 3,
         epsilon: 4,
         group: 8,
-        spare_leaves: 20_000,
+        spare_leaves: 40_000,
+        // Retrain early and often, so that compute nodes keep working on
+        // old models while the retrainer swaps them.
+        retrain_at: 3,
+        retrain_bytes: 64 << 20,
     };
     let mut rng = StdRng::seed_from_u64(seed);
     let loaded: Vec<(u64, u64)> = (0..DOMAIN)
@@ -114,6 +119,7 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
         .map(|k| (k, value(k, 0)))
         .collect();
     let mem = MemoryNode::load(&loaded, config, |r| fabric.register(node, r)).unwrap();
+    let retrainer = mem.start_retrainer();
     let states = Arc::new(States(
         (0..DOMAIN)
             .map(|k| {
@@ -127,7 +133,7 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
     let mut handles = Vec::new();
     for n in 0..NODES {
         let mut ep = fabric.endpoint();
-        let cn = ComputeNode::connect(&mut ep, node, mem.bootstrap()).unwrap();
+        let cn = ComputeNode::connect(&mut ep, node).unwrap();
         for t in 0..THREADS_PER_NODE {
             let w = (n * THREADS_PER_NODE + t) as u64;
             let mut client = cn.client(fabric.endpoint());
@@ -143,7 +149,7 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
                     .collect();
                 barrier.wait();
                 let mut out = Vec::new();
-                for ver in 1..=2_500u64 {
+                for ver in 1..=4_000u64 {
                     // Half the ops hit a few hot chains, so writers of
                     // different compute nodes meet on the same leaves.
                     let span = if rng.random_bool(0.5) { HOT } else { DOMAIN };
@@ -160,7 +166,7 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
                     // Grow in the first half, shrink in the second, so
                     // that synonym leaves are both made and emptied.
                     let mut op = rng.random_range(0..10);
-                    if ver > 1_250 && op <= 2 {
+                    if ver > 2_000 && op <= 2 {
                         op = 6;
                     }
                     match op {
@@ -255,14 +261,24 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
         unlinks += stats.unlinks;
         all.extend(model);
     }
-    eprintln!("splits {splits}, unlinks {unlinks}, shared locks {shared}");
+    let retrained = retrainer.stats().retrained.load(Ordering::Relaxed);
+    let abandoned = retrainer.stats().abandoned.load(Ordering::Relaxed);
+    eprintln!(
+        "splits {splits}, unlinks {unlinks}, shared locks {shared}, \
+         retrained {retrained}, abandoned {abandoned}"
+    );
+    assert!(
+        retrained > 0,
+        "the run must retrain models under the clients"
+    );
+    assert_eq!(abandoned, 0);
     assert!(
         splits > 0 && unlinks > 0,
         "the run must exercise synonym leaves"
     );
     // A fresh compute node sees exactly the final state.
     let mut ep = fabric.endpoint();
-    let cn = ComputeNode::connect(&mut ep, node, mem.bootstrap()).unwrap();
+    let cn = ComputeNode::connect(&mut ep, node).unwrap();
     let mut c = cn.client(ep);
     for k in 0..DOMAIN {
         assert_eq!(c.get(k).unwrap(), all.get(&k).copied(), "final {k}");

@@ -12,7 +12,7 @@ fn setup(n: u64, config: RolexConfig) -> (LocalFabric, MemoryNode, Client<Ep>) {
     let pairs: Vec<(u64, u64)> = (0..n).map(|i| (i * 10, i)).collect();
     let mem = MemoryNode::load(&pairs, config, |r| fabric.register(node, r)).unwrap();
     let mut ep = fabric.endpoint();
-    let cn = ComputeNode::connect(&mut ep, node, mem.bootstrap()).unwrap();
+    let cn = ComputeNode::connect(&mut ep, node).unwrap();
     let c = cn.client(fabric.endpoint());
     (fabric, mem, c)
 }
@@ -127,4 +127,51 @@ fn emptied_synonym_leaves_are_unlinked_and_chains_stay_sorted() {
     // The relinked chain takes inserts again.
     assert!(c.insert(85, 1).unwrap());
     assert_eq!(c.get(85).unwrap(), Some(1));
+}
+
+#[test]
+fn retraining_gives_a_model_room_beyond_one_slt_and_loses_nothing() {
+    let fabric = LocalFabric::new();
+    let node = fabric.add_node();
+    let config = RolexConfig {
+        slots: 4,
+        fill: 4,
+        group: 4,
+        retrain_at: 8,
+        ..RolexConfig::default()
+    };
+    let pairs: Vec<(u64, u64)> = (0..40u64).map(|i| (i * 100, i)).collect();
+    let mem = MemoryNode::load(&pairs, config, |r| fabric.register(node, r)).unwrap();
+    let retrainer = mem.start_retrainer();
+    let mut ep = fabric.endpoint();
+    let cn = ComputeNode::connect(&mut ep, node).unwrap();
+    let mut c = cn.client(fabric.endpoint());
+    // Model 0 covers keys below 1600; 900 inserts there need ~450 synonym
+    // leaves, far past the 255 slots of one SLT.
+    let new: Vec<u64> = (1..1600u64).filter(|k| k % 100 != 0).take(900).collect();
+    for &k in &new {
+        assert!(c.insert(k, k).unwrap(), "insert {k}");
+    }
+    let retrained = retrainer
+        .stats()
+        .retrained
+        .load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("retrained {retrained}, client {:?}", c.stats());
+    assert!(retrained >= 2, "retrained {retrained}");
+    assert!(c.stats().splits > 255);
+    // The client that wrote (its cache refreshed along the way) and a new
+    // compute node both see every key.
+    let mut ep = fabric.endpoint();
+    let fresh = ComputeNode::connect(&mut ep, node).unwrap();
+    let mut d = fresh.client(ep);
+    for &k in &new {
+        assert_eq!(c.get(k).unwrap(), Some(k));
+        assert_eq!(d.get(k).unwrap(), Some(k));
+    }
+    let mut out = Vec::new();
+    d.scan(0, 5000, &mut out).unwrap();
+    let mut want: Vec<(u64, u64)> = pairs.clone();
+    want.extend(new.iter().map(|&k| (k, k)));
+    want.sort_unstable();
+    assert_eq!(out, want);
 }
