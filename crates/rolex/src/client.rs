@@ -861,7 +861,6 @@ impl<E: Endpoint> Client<E> {
         let layout = self.cn.leaf;
         let found = c.find(key);
         self.batch.clear();
-        let mut e = Entry::decode(entry);
         let unchanged = Written {
             done: false,
             entry,
@@ -891,21 +890,8 @@ impl<E: Endpoint> Client<E> {
                 // link, in the SLT and in the leaves; the trained leaf,
                 // written last, carries the new chain version.
                 let next_slot = c.links.get(k + 1).map_or(0, |l| l.slot);
-                let ver = c.images[0].ver + 1;
-                let p = k - 1;
-                c.images[p].next = c.images[k].next;
-                c.images[p].ver = ver;
-                c.images[0].ver = ver;
-                if p == 0 {
-                    e.ptr = next_slot;
-                } else {
-                    let pe = Entry::new(c.links[p].leaf, next_slot).encode();
-                    self.push_slt(m, off, n, c.links[p].slot, pe);
-                    self.push_leaf(&c, p);
-                }
-                self.push_leaf(&c, 0);
-                let new = e.encode();
-                self.cache_lt(m, off, i, new);
+                let next_leaf = c.images[k].next;
+                let new = self.relink(&mut c, entry, k - 1, next_leaf, next_slot);
                 Ok(Written {
                     entry: new,
                     unlinks: 1,
@@ -950,19 +936,7 @@ impl<E: Endpoint> Client<E> {
                     .write(LEAF_REGION, layout.leaf_offset(leaf), &self.buf);
                 self.writes.push(h);
                 self.push_slt(m, off, n, slot, Entry::new(leaf, succ_slot).encode());
-                c.images[k].next = leaf;
-                c.images[k].ver = ver;
-                c.images[0].ver = ver;
-                if k == 0 {
-                    e.ptr = slot;
-                } else {
-                    let ie = Entry::new(c.links[k].leaf, slot).encode();
-                    self.push_slt(m, off, n, c.links[k].slot, ie);
-                    self.push_leaf(&c, k);
-                }
-                self.push_leaf(&c, 0);
-                let new = e.encode();
-                self.cache_lt(m, off, i, new);
+                let new = self.relink(&mut c, entry, k, leaf, slot);
                 Ok(Written {
                     entry: new,
                     splits: 1,
@@ -970,6 +944,37 @@ impl<E: Endpoint> Client<E> {
                 })
             }
         }
+    }
+
+    /// Points chain leaf `p` (and its LT or SLT entry) at `next_leaf` /
+    /// `next_slot`, and queues its WRITE and the trained leaf's with the
+    /// next chain version, the trained leaf last; the new LT entry
+    /// (unlocked form), already cached.
+    fn relink(
+        &mut self,
+        c: &mut Chain,
+        entry: u64,
+        p: usize,
+        next_leaf: u64,
+        next_slot: u8,
+    ) -> u64 {
+        let n = self.cn.model(c.m).lt.len();
+        let ver = c.images[0].ver + 1;
+        c.images[p].next = next_leaf;
+        c.images[p].ver = ver;
+        c.images[0].ver = ver;
+        let mut e = Entry::decode(entry);
+        if p == 0 {
+            e.ptr = next_slot;
+        } else {
+            let pe = Entry::new(c.links[p].leaf, next_slot).encode();
+            self.push_slt(c.m, c.off, n, c.links[p].slot, pe);
+            self.push_leaf(c, p);
+        }
+        self.push_leaf(c, 0);
+        let new = e.encode();
+        self.cache_lt(c.m, c.off, c.i, new);
+        new
     }
 
     /// FAAs `alloc_num` and the block's `slot_use` in one doorbell: a new

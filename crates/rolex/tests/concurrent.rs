@@ -170,24 +170,20 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
                         op = 6;
                     }
                     match op {
-                        0..=3 => {
+                        0..=5 => {
+                            // An insert writes only an absent key, an
+                            // update only a present one.
+                            let insert = op <= 3;
                             states.set(k, before | 1);
                             let v = value(k, ver);
-                            let fresh = client.insert(k, v).unwrap();
-                            assert_eq!(fresh, !model.contains_key(&k), "insert {k}");
-                            if fresh {
-                                model.insert(k, v);
-                                states.set(k, ver << 2 | 2);
+                            let wrote = if insert {
+                                client.insert(k, v).unwrap()
                             } else {
-                                states.set(k, before);
-                            }
-                        }
-                        4..=5 => {
-                            states.set(k, before | 1);
-                            let v = value(k, ver);
-                            let hit = client.update(k, v).unwrap();
-                            assert_eq!(hit, model.contains_key(&k), "update {k}");
-                            if hit {
+                                client.update(k, v).unwrap()
+                            };
+                            let present = model.contains_key(&k);
+                            assert_eq!(wrote, insert != present, "insert {insert}, key {k}");
+                            if wrote {
                                 model.insert(k, v);
                                 states.set(k, ver << 2 | 2);
                             } else {
