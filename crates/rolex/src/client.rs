@@ -180,7 +180,11 @@ impl ComputeNode {
         let mut b = Batch::new();
         let h = b.read(TABLE_REGION, 0, 64);
         ep.post(node, &mut b)?;
-        let w = |i| le_word(b.read_bytes(h).unwrap_or(&[0; 64]), i);
+        let header: [u64; 8] = {
+            let bytes = b.read_bytes(h)?;
+            std::array::from_fn(|i| le_word(bytes, i))
+        };
+        let w = |i: usize| header[i];
         if w(0) != TABLE_MAGIC {
             return Err(bad("bad magic".into()));
         }

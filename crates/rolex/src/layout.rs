@@ -453,6 +453,33 @@ mod tests {
     }
 
     #[test]
+    fn a_block_head_round_trips_and_bad_heads_are_refused() {
+        let head = BlockHead {
+            smallest: 100,
+            largest: 999,
+            n: 9,
+            err: 1,
+            line: learned::keyline::KeyLine {
+                origin: 100,
+                slope: 0.01,
+                intercept: 0.0,
+            },
+        };
+        let bytes: Vec<u8> = head.encode().iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(BlockHead::decode(&bytes, 64), Some(head));
+        assert_eq!(
+            BlockHead::decode(&bytes, 8),
+            None,
+            "more entries than allowed"
+        );
+        assert_eq!(BlockHead::decode(&bytes[..56], 64), None, "short");
+        // 640 lies at 5.4 on the line: leaves 5 ± err, one more below.
+        assert_eq!(head.predict(640), (3, 6));
+        assert_eq!(head.predict(0), (0, 1));
+        assert_eq!(head.predict(u64::MAX), (8, 8));
+    }
+
+    #[test]
     fn a_leaf_round_trips_and_any_changed_word_is_torn() {
         let l = LeafLayout::new(4).unwrap();
         let img = LeafImage {
