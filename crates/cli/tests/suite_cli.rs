@@ -45,10 +45,7 @@ fn ycsb_suite_end_to_end() {
     assert!(run.status.success(), "{stderr}");
     // A progress line per run.
     assert!(stderr.contains("[1/60] xstore A uniform ... "), "{stderr}");
-    assert!(
-        stderr.contains("[60/60] rolex E zipfian ... "),
-        "{stderr}"
-    );
+    assert!(stderr.contains("[60/60] rolex E zipfian ... "), "{stderr}");
     assert!(
         !stderr.contains("... unsupported"),
         "every design runs every workload: {stderr}"
