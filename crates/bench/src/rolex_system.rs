@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use fabric::{Counters, LocalEndpoint, LocalFabric};
-use rolex::{Client, ComputeNode, MemoryNode, Retrainer, RolexConfig, RolexError};
+use fabric::{Counters, Endpoint, LocalFabric, NodeId};
+use rolex::{Client, ComputeNode, LocalHost, MemoryNode, Retrainer, RolexConfig, RolexError};
 
 use crate::report::ModelFigures;
 use crate::system::{DirectStats, KvClient, ServerTime, System, XStoreOptions};
@@ -47,7 +47,15 @@ impl RolexLocal {
             ..RolexConfig::default()
         };
         let load = |e: RolexError| BenchError::Load(e.to_string());
-        let memory = MemoryNode::load(pairs, config, |r| fabric.register(node, r)).map_err(load)?;
+        let memory = MemoryNode::load(
+            pairs,
+            config,
+            &LocalHost {
+                fabric: fabric.clone(),
+                node,
+            },
+        )
+        .map_err(load)?;
         let retrainer = memory.start_retrainer();
         let mut ep = fabric.endpoint();
         let compute = ComputeNode::connect(&mut ep, node).map_err(load)?;
@@ -88,9 +96,53 @@ impl System for RolexLocal {
     }
 }
 
-struct RolexClient(Client<LocalEndpoint>);
+/// ROLEX whose memory node is another process (`xstore server --system
+/// rolex`), over the `tcp` or `shm` fabric: one compute node, its tables
+/// read over a connection of its own.
+pub struct RolexRemote {
+    url: fabric::Url,
+    token: Option<String>,
+    compute: Arc<ComputeNode>,
+}
 
-impl KvClient for RolexClient {
+impl RolexRemote {
+    /// Joins the memory node at `url` (reads its directory and models).
+    pub fn new(url: fabric::Url, token: Option<String>) -> Result<RolexRemote, BenchError> {
+        let mut ep = fabric::remote::connect(&url, token.as_deref())
+            .map_err(|e| BenchError::Load(e.to_string()))?;
+        let compute = ComputeNode::connect(&mut ep, NodeId(0))
+            .map_err(|e| BenchError::Load(e.to_string()))?;
+        Ok(RolexRemote {
+            url,
+            token,
+            compute,
+        })
+    }
+}
+
+impl System for RolexRemote {
+    fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
+        let ep = fabric::remote::connect(&self.url, self.token.as_deref())
+            .map_err(|e| BenchError::Client(e.to_string()))?;
+        Ok(Box::new(RolexClient(self.compute.client(ep))))
+    }
+
+    fn model(&self) -> Option<ModelFigures> {
+        None
+    }
+
+    fn server_time(&self) -> Option<ServerTime> {
+        let s = fabric::remote::host_stats(&self.url, self.token.as_deref()).ok()?;
+        Some(ServerTime {
+            nic_ns: s.nic_busy_ns,
+            worker_ns: s.worker_busy_ns,
+        })
+    }
+}
+
+struct RolexClient<E: Endpoint>(Client<E>);
+
+impl<E: Endpoint + 'static> KvClient for RolexClient<E> {
     fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
         self.0.get(key).map_err(client_error)
     }

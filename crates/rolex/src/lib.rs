@@ -12,8 +12,8 @@
 //! * [`retrain`] — the memory node's one retrainer thread: CirQ, in-place
 //!   retraining, shadow redirection.
 //!
-//! Not built yet: lock leases (a crashed lock holder blocks its chain),
-//! more than one leaf region, and memory nodes over `shm`/`tcp`.
+//! Not built yet: lock leases (a crashed lock holder blocks its chain) and
+//! more than one leaf region.
 
 pub mod client;
 pub mod error;
@@ -23,5 +23,5 @@ pub mod retrain;
 
 pub use client::{Client, ClientStats, ComputeNode};
 pub use error::RolexError;
-pub use memory::{MemoryNode, RolexConfig, LEAF_REGION, TABLE_REGION};
+pub use memory::{LocalHost, MemoryNode, RegionHost, RolexConfig, LEAF_REGION, TABLE_REGION};
 pub use retrain::{RetrainStats, Retrainer};

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use fabric::{FabricError, Region, RegionId, Rights};
+use fabric::{FabricError, LocalFabric, NodeId, Region, RegionId, Rights};
 use learned::keyline::KeyLine;
 use learned::plr::{Plr, PlrParams};
 
@@ -56,6 +56,40 @@ impl Default for RolexConfig {
             retrain_at: (SLT_SLOTS / 2) as u64,
             retrain_bytes: 16 << 20,
         }
+    }
+}
+
+/// Where a memory node's regions come from and how verbs reach them.
+pub trait RegionHost {
+    /// Memory for region `id` (heap by default; file-backed for `shm`).
+    fn alloc(&self, id: RegionId, bytes: u64, rights: Rights) -> Result<Arc<Region>, FabricError> {
+        fabric::heap_region(id, bytes, rights)
+    }
+    /// Makes `region` reachable by verbs.
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
+}
+
+/// A node of a [`LocalFabric`].
+#[derive(Clone)]
+pub struct LocalHost {
+    /// The fabric.
+    pub fabric: LocalFabric,
+    /// The memory node's node.
+    pub node: NodeId,
+}
+
+impl RegionHost for LocalHost {
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
+        self.fabric.register(self.node, region)
+    }
+}
+
+impl RegionHost for fabric::Host {
+    fn alloc(&self, id: RegionId, bytes: u64, rights: Rights) -> Result<Arc<Region>, FabricError> {
+        self.alloc_region(id, bytes, rights)
+    }
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
+        fabric::Host::register(self, region)
     }
 }
 
@@ -141,12 +175,12 @@ pub(crate) fn fit_leaves(smallest: u64, lows: &[u64]) -> (KeyLine, u64) {
 }
 
 impl MemoryNode {
-    /// Lays out `pairs` (sorted by key, distinct) and registers the regions
-    /// with `register` (e.g. `LocalFabric::register` for a node).
+    /// Lays out `pairs` (sorted by key, distinct) in regions of `host`
+    /// and registers them there.
     pub fn load(
         pairs: &[(u64, u64)],
         config: RolexConfig,
-        register: impl Fn(Arc<Region>) -> Result<(), FabricError>,
+        host: &dyn RegionHost,
     ) -> Result<MemoryNode, RolexError> {
         let layout = LeafLayout::new(config.slots)
             .ok_or_else(|| RolexError::Config(format!("slots {} not in 2..=255", config.slots)))?;
@@ -189,16 +223,8 @@ impl MemoryNode {
             .sum();
         let table_bytes = tl.blocks_start() + initial + config.retrain_bytes;
 
-        let leaves = Arc::new(Region::new(
-            LEAF_REGION,
-            layout.region_bytes(capacity),
-            Rights::ALL,
-        )?);
-        let tables = Arc::new(Region::new(
-            TABLE_REGION,
-            table_bytes.next_multiple_of(64),
-            Rights::ALL,
-        )?);
+        let leaves = host.alloc(LEAF_REGION, layout.region_bytes(capacity), Rights::ALL)?;
+        let tables = host.alloc(TABLE_REGION, table_bytes.next_multiple_of(64), Rights::ALL)?;
 
         let mut buf = Vec::new();
         for j in 0..trained {
@@ -255,8 +281,8 @@ impl MemoryNode {
             tables.store(i, w);
         }
         debug_assert_eq!(header.len(), BUMP_WORD + 1);
-        register(leaves.clone())?;
-        register(tables.clone())?;
+        host.register(leaves.clone())?;
+        host.register(tables.clone())?;
         Ok(MemoryNode {
             config,
             leaves,

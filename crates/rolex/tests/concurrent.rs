@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier};
 use fabric::{Adversary, LocalFabric};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rolex::{ComputeNode, MemoryNode, RolexConfig};
+use rolex::{ComputeNode, LocalHost, MemoryNode, RolexConfig};
 
 fn seed() -> u64 {
     let seed = std::env::var("XSTORE_SEED")
@@ -118,7 +118,15 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
         .filter(|k| k.is_multiple_of(STABLE) || rng.random_range(0..3) == 0)
         .map(|k| (k, value(k, 0)))
         .collect();
-    let mem = MemoryNode::load(&loaded, config, |r| fabric.register(node, r)).unwrap();
+    let mem = MemoryNode::load(
+        &loaded,
+        config,
+        &LocalHost {
+            fabric: fabric.clone(),
+            node,
+        },
+    )
+    .unwrap();
     let retrainer = mem.start_retrainer();
     let states = Arc::new(States(
         (0..DOMAIN)

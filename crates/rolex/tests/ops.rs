@@ -2,7 +2,7 @@
 //! and verbs, with the models and leaf tables cached.
 
 use fabric::{Counters, LocalFabric};
-use rolex::{Client, ComputeNode, MemoryNode, RolexConfig};
+use rolex::{Client, ComputeNode, LocalHost, MemoryNode, RolexConfig};
 
 type Ep = fabric::LocalEndpoint;
 
@@ -10,7 +10,15 @@ fn setup(n: u64, config: RolexConfig) -> (LocalFabric, MemoryNode, Client<Ep>) {
     let fabric = LocalFabric::new();
     let node = fabric.add_node();
     let pairs: Vec<(u64, u64)> = (0..n).map(|i| (i * 10, i)).collect();
-    let mem = MemoryNode::load(&pairs, config, |r| fabric.register(node, r)).unwrap();
+    let mem = MemoryNode::load(
+        &pairs,
+        config,
+        &LocalHost {
+            fabric: fabric.clone(),
+            node,
+        },
+    )
+    .unwrap();
     let mut ep = fabric.endpoint();
     let cn = ComputeNode::connect(&mut ep, node).unwrap();
     let c = cn.client(fabric.endpoint());
@@ -141,7 +149,15 @@ fn retraining_gives_a_model_room_beyond_one_slt_and_loses_nothing() {
         ..RolexConfig::default()
     };
     let pairs: Vec<(u64, u64)> = (0..40u64).map(|i| (i * 100, i)).collect();
-    let mem = MemoryNode::load(&pairs, config, |r| fabric.register(node, r)).unwrap();
+    let mem = MemoryNode::load(
+        &pairs,
+        config,
+        &LocalHost {
+            fabric: fabric.clone(),
+            node,
+        },
+    )
+    .unwrap();
     let retrainer = mem.start_retrainer();
     let mut ep = fabric.endpoint();
     let cn = ComputeNode::connect(&mut ep, node).unwrap();
