@@ -429,13 +429,16 @@ impl<E: Endpoint> Client<E> {
         let first = self.locate(start, false)?;
         push_chain(&first, start, out);
         let (mut m, mut i) = (first.m, first.i + 1);
+        // The block the chain numbers `i` refer to: another thread may
+        // swap the cached block of the model for a retrained one, which
+        // numbers the leaves anew.
+        let mut block = Some(first.off);
+        // Where the next chain must start: a chain read through a stale
+        // block can be a leaf the retrainer gave narrower fences, and the
+        // stale block's next chain would then skip the leaves between.
+        let mut next_low = first.images[0].high.checked_add(1);
         let mut attempts = 0;
-        while out.len() < n && m < self.cn.models.len() {
-            let len = self.cn.model(m).lt.len();
-            if i >= len {
-                (m, i) = (m + 1, 0);
-                continue;
-            }
+        while out.len() < n && m < self.cn.models.len() && next_low.is_some() {
             attempts += 1;
             if attempts > MAX_ATTEMPTS {
                 return Err(RolexError::Exhausted {
@@ -445,36 +448,61 @@ impl<E: Endpoint> Client<E> {
                 });
             }
             self.backoff(attempts);
-            let want = (n - out.len()).div_ceil(self.cn.leaf.slots()).max(1);
-            let last = (i + want).min(len - 1).min(i + 64);
-            let fetched = self.fetch(m, i, last)?;
-            for f in fetched {
-                match self.check(f) {
-                    Ok(c) => {
-                        push_chain(&c, start, out);
-                        i += 1;
-                    }
-                    Err((Bad::Stale, _)) => {
-                        // A retrained block renumbers the model's leaves:
-                        // find the chain of the next key not yet taken.
-                        let Some(resume) = out.last().map_or(Some(start), |p| p.0.checked_add(1))
-                        else {
-                            // The largest key is taken: nothing follows.
-                            m = self.cn.models.len();
-                            break;
-                        };
-                        self.refresh(m)?;
-                        let c = self.locate(resume, false)?;
-                        push_chain(&c, resume, out);
-                        (m, i) = (c.m, c.i + 1);
+            let (len, cached) = {
+                let c = self.cn.model(m);
+                (c.lt.len(), c.off)
+            };
+            let mut stale = block.is_some_and(|b| b != cached);
+            if !stale && i >= len {
+                (m, i, block) = (m + 1, 0, None);
+                continue;
+            }
+            if !stale {
+                let want = (n - out.len()).div_ceil(self.cn.leaf.slots()).max(1);
+                let last = (i + want).min(len - 1).min(i + 64);
+                for f in self.fetch(m, i, last)? {
+                    if block.is_some_and(|b| b != f.off) {
+                        stale = true;
                         break;
                     }
-                    Err((Bad::Corrupt, ii)) => return Err(corrupt_leaf(m, ii)),
-                    Err((Bad::Torn, _)) => break,
+                    match self.check(f) {
+                        Ok(c) if Some(c.images[0].low) == next_low => {
+                            push_chain(&c, start, out);
+                            next_low = c.images[0].high.checked_add(1);
+                            block = Some(c.off);
+                            i += 1;
+                        }
+                        Ok(_) | Err((Bad::Stale, _)) => {
+                            self.refresh(m)?;
+                            stale = true;
+                            break;
+                        }
+                        Err((Bad::Corrupt, ii)) => return Err(corrupt_leaf(m, ii)),
+                        Err((Bad::Torn, _)) => {
+                            // A chain that stays torn may be a stale
+                            // block's view of retrained leaves.
+                            if attempts % 8 == 0 {
+                                self.refresh(m)?;
+                                stale = true;
+                            }
+                            break;
+                        }
+                    }
+                    if out.len() >= n {
+                        break;
+                    }
                 }
-                if out.len() >= n {
+            }
+            if stale && out.len() < n {
+                // The block changed under the scan: find the chain of the
+                // first key not yet covered.
+                let Some(resume) = next_low else {
                     break;
-                }
+                };
+                let c = self.locate(resume, false)?;
+                push_chain(&c, resume, out);
+                next_low = c.images[0].high.checked_add(1);
+                (m, i, block) = (c.m, c.i + 1, Some(c.off));
             }
         }
         out.truncate(n);
