@@ -132,11 +132,7 @@ impl System for RolexRemote {
     }
 
     fn server_time(&self) -> Option<ServerTime> {
-        let s = fabric::remote::host_stats(&self.url, self.token.as_deref()).ok()?;
-        Some(ServerTime {
-            nic_ns: s.nic_busy_ns,
-            worker_ns: s.worker_busy_ns,
-        })
+        crate::system::remote_server_time(&self.url, self.token.as_deref())
     }
 }
 

@@ -339,12 +339,17 @@ impl System for XStoreRemote {
     }
 
     fn server_time(&self) -> Option<ServerTime> {
-        let s = fabric::remote::host_stats(&self.url, self.token.as_deref()).ok()?;
-        Some(ServerTime {
-            nic_ns: s.nic_busy_ns,
-            worker_ns: s.worker_busy_ns,
-        })
+        remote_server_time(&self.url, self.token.as_deref())
     }
+}
+
+/// A server process's busy time, from its host counters.
+pub(crate) fn remote_server_time(url: &fabric::Url, token: Option<&str>) -> Option<ServerTime> {
+    let s = fabric::remote::host_stats(url, token).ok()?;
+    Some(ServerTime {
+        nic_ns: s.nic_busy_ns,
+        worker_ns: s.worker_busy_ns,
+    })
 }
 
 /// A baseline design over the local fabric.

@@ -7,18 +7,19 @@ use rolex::{Client, ComputeNode, LocalHost, MemoryNode, RolexConfig};
 type Ep = fabric::LocalEndpoint;
 
 fn setup(n: u64, config: RolexConfig) -> (LocalFabric, MemoryNode, Client<Ep>) {
+    let pairs: Vec<(u64, u64)> = (0..n).map(|i| (i * 10, i)).collect();
+    load(&pairs, config)
+}
+
+/// A memory node holding `pairs` and one client of a compute node.
+fn load(pairs: &[(u64, u64)], config: RolexConfig) -> (LocalFabric, MemoryNode, Client<Ep>) {
     let fabric = LocalFabric::new();
     let node = fabric.add_node();
-    let pairs: Vec<(u64, u64)> = (0..n).map(|i| (i * 10, i)).collect();
-    let mem = MemoryNode::load(
-        &pairs,
-        config,
-        &LocalHost {
-            fabric: fabric.clone(),
-            node,
-        },
-    )
-    .unwrap();
+    let host = LocalHost {
+        fabric: fabric.clone(),
+        node,
+    };
+    let mem = MemoryNode::load(pairs, config, &host).unwrap();
     let mut ep = fabric.endpoint();
     let cn = ComputeNode::connect(&mut ep, node).unwrap();
     let c = cn.client(fabric.endpoint());
@@ -139,8 +140,6 @@ fn emptied_synonym_leaves_are_unlinked_and_chains_stay_sorted() {
 
 #[test]
 fn retraining_gives_a_model_room_beyond_one_slt_and_loses_nothing() {
-    let fabric = LocalFabric::new();
-    let node = fabric.add_node();
     let config = RolexConfig {
         slots: 4,
         fill: 4,
@@ -149,19 +148,8 @@ fn retraining_gives_a_model_room_beyond_one_slt_and_loses_nothing() {
         ..RolexConfig::default()
     };
     let pairs: Vec<(u64, u64)> = (0..40u64).map(|i| (i * 100, i)).collect();
-    let mem = MemoryNode::load(
-        &pairs,
-        config,
-        &LocalHost {
-            fabric: fabric.clone(),
-            node,
-        },
-    )
-    .unwrap();
+    let (fabric, mem, mut c) = load(&pairs, config);
     let retrainer = mem.start_retrainer();
-    let mut ep = fabric.endpoint();
-    let cn = ComputeNode::connect(&mut ep, node).unwrap();
-    let mut c = cn.client(fabric.endpoint());
     // Model 0 covers keys below 1600; 900 inserts there need ~450 synonym
     // leaves, far past the 255 slots of one SLT.
     let new: Vec<u64> = (1..1600u64).filter(|k| k % 100 != 0).take(900).collect();
@@ -178,7 +166,7 @@ fn retraining_gives_a_model_room_beyond_one_slt_and_loses_nothing() {
     // The client that wrote (its cache refreshed along the way) and a new
     // compute node both see every key.
     let mut ep = fabric.endpoint();
-    let fresh = ComputeNode::connect(&mut ep, node).unwrap();
+    let fresh = ComputeNode::connect(&mut ep, fabric::NodeId(0)).unwrap();
     let mut d = fresh.client(ep);
     for &k in &new {
         assert_eq!(c.get(k).unwrap(), Some(k));
