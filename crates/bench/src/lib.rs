@@ -12,6 +12,7 @@ pub mod linearize;
 pub mod models_suite;
 pub mod plot;
 pub mod report;
+pub mod rolex_system;
 pub mod run;
 pub mod suite;
 pub mod system;

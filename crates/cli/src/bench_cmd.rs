@@ -25,8 +25,8 @@ use crate::token::TokenArgs;
 /// Arguments of `xstore bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Design under test [default: xstore], or a baseline: server-centric,
-    /// tree-cache, whole-tree-cache. With --suite: a comma-separated list of
+    /// Design under test [default: xstore], rolex, or a baseline:
+    /// server-centric, tree-cache, whole-tree-cache. With --suite: a comma-separated list of
     /// the designs to run (default: all).
     #[arg(long)]
     system: Option<String>,
@@ -267,11 +267,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if !(1..=2).contains(&args.get_reads) {
         bail!("--get-reads must be 1 or 2, got {}", args.get_reads);
     }
-    if remote.is_some() && system_name != "xstore" {
-        bail!("--fabric {} runs xstore only", args.fabric);
+    if remote.is_some() && !matches!(system_name, "xstore" | "rolex") {
+        bail!("--fabric {} runs xstore or rolex only", args.fabric);
     }
     let keys = args.keys.load()?;
     let system: Box<dyn bench::System> = match remote {
+        Some(url) if system_name == "rolex" => Box::new(bench::rolex_system::RolexRemote::new(
+            url,
+            args.token.resolve()?,
+        )?),
         Some(url) => Box::new(XStoreRemote::new(
             url,
             args.token.resolve()?,
