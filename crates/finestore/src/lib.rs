@@ -34,6 +34,33 @@ mod sync;
 #[cfg(not(loom))]
 pub use store::{FineStore, Shape, Stats};
 
+/// Finds `key` in sorted `keys` from a model's predicted positions
+/// `[lo, hi]`: `Ok(position)` if present, else `Err(p)` with `p` the
+/// number of keys below it. The prediction is exact for trained keys; for
+/// others the window is widened by doubling until it brackets `key`, so
+/// any prediction gives the right answer, a good one in O(log error).
+pub fn search(keys: &[u64], lo: usize, hi: usize, key: u64) -> Result<usize, usize> {
+    let n = keys.len();
+    let (mut lo, mut hi) = (lo.min(n), hi.saturating_add(1).min(n));
+    let mut step = 1usize;
+    while lo > 0 && keys[lo - 1] >= key {
+        lo = lo.saturating_sub(step);
+        step = step.saturating_mul(2);
+    }
+    step = 1;
+    while hi < n && keys[hi] < key {
+        hi = hi.saturating_add(step).min(n);
+        step = step.saturating_mul(2);
+    }
+    let lo = lo.min(hi);
+    let p = lo + keys[lo..hi].partition_point(|&k| k < key);
+    if p < n && keys[p] == key {
+        Ok(p)
+    } else {
+        Err(p)
+    }
+}
+
 /// Why a FineStore operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FineError {
@@ -97,5 +124,30 @@ impl Config {
             return Err(FineError::Config("max_depth must be at least 1".into()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn search_is_right_from_any_window() {
+        let keys: Vec<u64> = (0..300u64).map(|i| i * 3 + 1).collect();
+        for key in 0..=905u64 {
+            let want = keys.binary_search(&key);
+            for (lo, hi) in [
+                (0, 0),
+                (299, 299),
+                (150, 10),
+                (40, 60),
+                (0, 299),
+                (500, 900),
+            ] {
+                assert_eq!(
+                    super::search(&keys, lo, hi, key),
+                    want,
+                    "key {key} window {lo}..={hi}"
+                );
+            }
+        }
     }
 }

@@ -71,26 +71,8 @@ impl Model {
     /// that would hold it. The model's range is exact for trained keys;
     /// for others it is widened by doubling until it brackets the key.
     pub fn locate(&self, key: u64) -> Result<usize, usize> {
-        let keys = &self.keys;
-        let n = keys.len();
         let r = self.lpa.predict(key);
-        let (mut lo, mut hi) = (r.lo, (r.hi + 1).min(n));
-        let mut step = 1;
-        while lo > 0 && keys[lo - 1] >= key {
-            lo = lo.saturating_sub(step);
-            step *= 2;
-        }
-        step = 1;
-        while hi < n && keys[hi] < key {
-            hi = (hi + step).min(n);
-            step *= 2;
-        }
-        let p = lo + keys[lo..hi].partition_point(|&k| k < key);
-        if p < n && keys[p] == key {
-            Ok(p)
-        } else {
-            Err(p)
-        }
+        crate::search(&self.keys, r.lo, r.hi, key)
     }
 
     /// Bytes of the trained array, models, records and slots (not what

@@ -127,7 +127,7 @@ impl<T> Slot<T> {
             if s & LOCKED == 0
                 && self
                     .state
-                    .compare_exchange_weak(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
                 return s;

@@ -68,7 +68,7 @@ impl Record {
             if s & LOCKED == 0
                 && self
                     .seq
-                    .compare_exchange_weak(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
                 fence(Ordering::Release);
