@@ -608,7 +608,11 @@ fn run_local_index(args: &BenchArgs, list: &str) -> Result<()> {
             out += &serde_json::to_string(r)?;
             out.push('\n');
         }
-        std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
+        if path.as_os_str() == "-" {
+            print!("{out}");
+        } else {
+            std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
+        }
     }
     Ok(())
 }

@@ -20,7 +20,7 @@
 
 use std::sync::OnceLock;
 
-use crate::sync::{fence, spin_wait, AtomicU64, AtomicU8, Ordering};
+use crate::sync::{fence, seq_lock, spin_wait, AtomicU64, AtomicU8, Ordering};
 
 const LOCKED: u64 = 1;
 const RETIRED: u64 = 2;
@@ -209,24 +209,12 @@ impl LevelBin {
     /// Locks the bin for writing (held for at most one insert's moves, or
     /// a level-bin retraining of `m·n` keys).
     pub fn lock(&self) -> BinGuard<'_> {
-        let mut round = 0;
-        loop {
-            let s = self.seq.load(Ordering::Relaxed);
-            if s & LOCKED == 0
-                && self
-                    .seq
-                    .compare_exchange(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                fence(Ordering::Release);
-                return BinGuard {
-                    bin: self,
-                    seq: s,
-                    retire: false,
-                    changed: false,
-                };
-            }
-            spin_wait(&mut round);
+        let s = seq_lock(&self.seq);
+        BinGuard {
+            bin: self,
+            seq: s,
+            retire: false,
+            changed: false,
         }
     }
 }

@@ -90,6 +90,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn byte_counts_match_the_docs() {
+        // docs/finestore.md: 16 + 16 bytes a trained key besides the key.
+        assert_eq!(std::mem::size_of::<Record>(), 16);
+        assert_eq!(std::mem::size_of::<Slot<Under>>(), 16);
+        assert_eq!(LevelBin::new(8, 16, 1, 1).bytes(), 416);
+    }
+
+    #[test]
     fn locate_finds_keys_and_the_slots_between() {
         let keys: Vec<u64> = (0..5000u64).map(|i| 2 * i * i + 10).collect();
         let n = keys.len();

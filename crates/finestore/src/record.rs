@@ -8,7 +8,7 @@
 //! readers load (Acquire), read the value (Relaxed), fence (Acquire) and
 //! check the word did not move, as in `xtree::leaf`.
 
-use crate::sync::{fence, spin_wait, AtomicU64, Ordering};
+use crate::sync::{fence, seq_lock, spin_wait, AtomicU64, Ordering};
 
 const LOCKED: u64 = 1;
 const DELETED: u64 = 2;
@@ -62,24 +62,12 @@ impl Record {
 
     /// Locks the record for writing.
     pub fn lock(&self) -> RecordGuard<'_> {
-        let mut round = 0;
-        loop {
-            let s = self.seq.load(Ordering::Relaxed);
-            if s & LOCKED == 0
-                && self
-                    .seq
-                    .compare_exchange(s, s | LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                fence(Ordering::Release);
-                return RecordGuard {
-                    record: self,
-                    seq: s,
-                    flags: s & (DELETED | MOVED),
-                    changed: false,
-                };
-            }
-            spin_wait(&mut round);
+        let s = seq_lock(&self.seq);
+        RecordGuard {
+            record: self,
+            seq: s,
+            flags: s & (DELETED | MOVED),
+            changed: false,
         }
     }
 }

@@ -24,3 +24,23 @@ pub(crate) fn spin_wait(round: &mut u32) {
         }
     }
 }
+
+/// Takes the seqlock `word` (bit 0 = locked) for writing: CAS from even to
+/// odd, then a Release fence so no later data store is seen before the
+/// odd word. Returns the word as it was. Waits only while another writer
+/// holds it, for that writer's few stores.
+pub(crate) fn seq_lock(word: &AtomicU64) -> u64 {
+    let mut round = 0;
+    loop {
+        let s = word.load(Ordering::Relaxed);
+        if s & 1 == 0
+            && word
+                .compare_exchange(s, s | 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            fence(Ordering::Release);
+            return s;
+        }
+        spin_wait(&mut round);
+    }
+}
