@@ -204,6 +204,21 @@ pub fn run_local(
     options: &LocalOptions,
     on_row: &mut dyn FnMut(&LocalRow),
 ) -> Result<Vec<LocalRow>, BenchError> {
+    if options.indexes.is_empty() || options.threads.is_empty() {
+        return Err(BenchError::Config(
+            "no index or no thread count to run".into(),
+        ));
+    }
+    if let Some(bad) = options
+        .indexes
+        .iter()
+        .find(|n| !LOCAL_INDEXES.contains(&n.as_str()))
+    {
+        return Err(BenchError::Config(format!(
+            "unknown local index '{bad}' (available: {})",
+            LOCAL_INDEXES.join(", ")
+        )));
+    }
     if keys.len() < 22 {
         return Err(BenchError::Config(
             "the comparison needs at least 22 keys".into(),

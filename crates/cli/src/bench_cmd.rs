@@ -592,15 +592,24 @@ fn run_local_index(args: &BenchArgs, list: &str) -> Result<()> {
         seed: args.keys.seed,
     };
     let keys = args.keys.load()?;
-    println!(
+    // With --json -, stdout carries the JSON lines only.
+    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let say = |line: String| {
+        if json_to_stdout {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    say(format!(
         "{:<12} {:>7} {:<7} {:>6} {:>10} {:>8} {:>8}",
         "index", "threads", "phase", "factor", "ops", "seconds", "Mops/s"
-    );
+    ));
     let rows = run_local(&args.keys.name(), &keys, &options, &mut |r| {
-        println!(
+        say(format!(
             "{:<12} {:>7} {:<7} {:>5}x {:>10} {:>8.3} {:>8.3}",
             r.index, r.threads, r.phase, r.insert_factor, r.ops, r.seconds, r.mops
-        )
+        ))
     })?;
     if let Some(path) = &args.json {
         let mut out = String::new();
