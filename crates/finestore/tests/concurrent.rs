@@ -160,13 +160,24 @@ fn reader(sh: &Shared, r: u64, seed: u64) -> u64 {
 
 #[test]
 fn writers_readers_and_retraining_agree() {
+    run(3);
+}
+
+/// With `max_depth` 1, writers merge small models themselves as well as
+/// the background thread: model retrainings race each other's requests.
+#[test]
+fn writers_that_merge_themselves_agree() {
+    run(1);
+}
+
+fn run(max_depth: u32) {
     let seed = seed();
     let trained: Vec<(u64, u64)> = (0..DOMAIN).step_by(50).map(|k| (k, value(k, 0))).collect();
     let config = Config {
         root_slots: 2,
         child_slots: 4,
         threshold: 8,
-        max_depth: 3,
+        max_depth,
         background: true,
     };
     let sh = Arc::new(Shared {
@@ -190,7 +201,7 @@ fn writers_readers_and_retraining_agree() {
                 .copied()
                 .filter(|&(k, _)| k % WRITERS == t && !stable(k))
                 .collect();
-            std::thread::spawn(move || writer(&sh, t, seed, 25_000, mine))
+            std::thread::spawn(move || writer(&sh, t, seed, 60_000, mine))
         })
         .collect();
     let mut model: BTreeMap<u64, u64> = trained
