@@ -9,6 +9,7 @@ pub mod baselines;
 pub mod history;
 pub mod ledger;
 pub mod linearize;
+pub mod local_index;
 pub mod models_suite;
 pub mod plot;
 pub mod report;

@@ -154,6 +154,12 @@ pub struct BenchArgs {
     /// Slices of the dynamic suite's timeline.
     #[arg(long, default_value_t = 10)]
     slices: u32,
+    /// Instead of a design: compare concurrent indexes on this machine
+    /// (comma-separated: finestore, xindex-like, btree): insert 1x then
+    /// 10x the trained keys (every 11th key of the set), searching after
+    /// each, with 1 and --threads threads; --ops searches a phase.
+    #[arg(long, conflicts_with_all = ["suite", "system"])]
+    local_index: Option<String>,
 }
 
 /// Builds a design on the local fabric: the factory of single runs and
@@ -223,6 +229,9 @@ fn parse_byte_list(s: &str) -> Result<Vec<u64>> {
 pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(suite) = &args.suite {
         return run_suite(args, suite);
+    }
+    if let Some(list) = &args.local_index {
+        return run_local_index(args, list);
     }
     if args.append && args.json.is_none() {
         bail!("--append goes with --json PATH (or --suite)");
@@ -565,6 +574,58 @@ fn run_models_suite(args: &BenchArgs, out: &std::path::Path) -> Result<()> {
     );
     if misses > 0 {
         bail!("{misses} keys fell outside their predicted ranges");
+    }
+    Ok(())
+}
+
+/// `xstore bench --local-index LIST`: a table, and JSON lines with --json.
+fn run_local_index(args: &BenchArgs, list: &str) -> Result<()> {
+    use bench::local_index::{run_local, LocalOptions};
+    let mut threads = vec![1];
+    if args.threads > 1 {
+        threads.push(args.threads as usize);
+    }
+    let options = LocalOptions {
+        indexes: list
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        threads,
+        search_ops: args.ops,
+        seed: args.keys.seed,
+    };
+    let keys = args.keys.load()?;
+    // With --json -, stdout carries the JSON lines only.
+    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let say = |line: String| {
+        if json_to_stdout {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    say(format!(
+        "{:<12} {:>7} {:<7} {:>6} {:>10} {:>8} {:>8}",
+        "index", "threads", "phase", "factor", "ops", "seconds", "Mops/s"
+    ));
+    let rows = run_local(&args.keys.name(), &keys, &options, &mut |r| {
+        say(format!(
+            "{:<12} {:>7} {:<7} {:>5}x {:>10} {:>8.3} {:>8.3}",
+            r.index, r.threads, r.phase, r.insert_factor, r.ops, r.seconds, r.mops
+        ))
+    })?;
+    if let Some(path) = &args.json {
+        let mut out = String::new();
+        for r in &rows {
+            out += &serde_json::to_string(r)?;
+            out.push('\n');
+        }
+        if path.as_os_str() == "-" {
+            print!("{out}");
+        } else {
+            std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
+        }
     }
     Ok(())
 }

@@ -1,0 +1,702 @@
+//! The store: operations over the published models, level-bin retraining
+//! by writers, and model retraining by a background thread.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use learned::lpa::{Lpa, LpaParams};
+
+use crate::bin::LevelBin;
+use crate::model::{Model, Under};
+use crate::rcu::ArcCell;
+use crate::{Config, FineError};
+
+/// How long an operation may keep retrying from the root. A retry waits
+/// for a model retraining that froze what the operation reached to
+/// publish; a freeze lasts one copy of the merged arrays, so this bound
+/// is only ever reached by a bug.
+const RETRY_BOUND: Duration = Duration::from_secs(60);
+
+/// Reloads of one slot before retrying from the root: a retired bin's
+/// slot already holds its small model, so one reload is enough.
+const SLOT_RELOADS: usize = 4;
+
+enum Step<T> {
+    Done(T),
+    Retry,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Insert,
+    Update,
+    Upsert,
+}
+
+/// Counters of the retrainings done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Full bins retrained into small models.
+    pub bin_retrains: u64,
+    /// Small models merged into their parent (model retrainings).
+    pub model_retrains: u64,
+    /// Of those, merges of everything into the top model.
+    pub root_merges: u64,
+    /// Operations that retried from the root (met a frozen version).
+    pub retries: u64,
+}
+
+/// What [`FineStore::shape`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// Trained arrays: the top model and the small models.
+    pub models: usize,
+    /// Keys in trained arrays (tombstones included).
+    pub trained_keys: usize,
+    /// Level bins.
+    pub bins: usize,
+    /// Depth of the deepest small model (0: none).
+    pub depth: u32,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Keys inside depth-1 models that have grown deeper models.
+    depth1: BTreeSet<u64>,
+    root: bool,
+    stop: bool,
+}
+
+struct Inner {
+    root: ArcCell<Model>,
+    config: Config,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    /// Serializes model retrainings (the background thread and writers
+    /// past `max_depth`).
+    merging: Mutex<()>,
+    /// Keys moved from root bins into small models since the last merge
+    /// into the top model.
+    retrained_keys: AtomicU64,
+    bin_retrains: AtomicU64,
+    model_retrains: AtomicU64,
+    root_merges: AtomicU64,
+    retries: AtomicU64,
+    stopped: AtomicBool,
+}
+
+/// FineStore's concurrent learned index. Every method takes `&self`; share
+/// it between threads with `Arc`.
+pub struct FineStore {
+    inner: Arc<Inner>,
+    merger: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for FineStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FineStore")
+            .field("config", &self.inner.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// The merged content of a model and every small model under it.
+#[derive(Default)]
+struct Flat {
+    keys: Vec<u64>,
+    vals: Vec<Option<u64>>,
+    slots: Vec<Option<Arc<Under>>>,
+    nested: bool,
+}
+
+/// Appends `m`'s keys and slots to `out` in key order, a small model in
+/// a slot standing in for that slot. With `freeze`, every slot and record
+/// is marked moved first (values are read then); without, only keys and
+/// slot contents are read, for training ahead of the freeze.
+fn collect(m: &Model, freeze: bool, out: &mut Flat) {
+    let n = m.keys.len();
+    for i in 0..=n {
+        let content = if freeze {
+            m.slots[i].seal()
+        } else {
+            m.slots[i].load().clone()
+        };
+        match content.as_deref() {
+            Some(Under::Model(sub)) => {
+                out.nested = true;
+                collect(sub, freeze, out);
+            }
+            _ => out.slots.push(content),
+        }
+        if i < n {
+            out.keys.push(m.keys[i]);
+            if freeze {
+                let mut g = m.recs[i].lock();
+                g.mark_moved();
+                out.vals.push(g.value());
+            }
+        }
+    }
+}
+
+impl FineStore {
+    /// Trains a store over `pairs` (sorted by key, keys distinct, at least
+    /// one).
+    pub fn bulk_load(pairs: &[(u64, u64)], config: Config) -> Result<FineStore, FineError> {
+        config.check()?;
+        let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+        learned::check_keys(&keys)?;
+        let n = keys.len();
+        let root = Model::build(
+            0,
+            keys,
+            pairs.iter().map(|p| Some(p.1)).collect(),
+            (0..=n).map(|_| None).collect(),
+            config.threshold,
+            None,
+        )?;
+        let inner = Arc::new(Inner {
+            root: ArcCell::new(Some(Arc::new(root))),
+            config,
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            merging: Mutex::new(()),
+            retrained_keys: AtomicU64::new(0),
+            bin_retrains: AtomicU64::new(0),
+            model_retrains: AtomicU64::new(0),
+            root_merges: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+        });
+        let merger = config.background.then(|| {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("finestore-retrain".into())
+                .spawn(move || inner.merge_loop())
+                .expect("spawning the retraining thread")
+        });
+        Ok(FineStore { inner, merger })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> Config {
+        self.inner.config
+    }
+
+    /// Retraining counters.
+    pub fn stats(&self) -> Stats {
+        let i = &self.inner;
+        Stats {
+            bin_retrains: i.bin_retrains.load(Ordering::Relaxed),
+            model_retrains: i.model_retrains.load(Ordering::Relaxed),
+            root_merges: i.root_merges.load(Ordering::Relaxed),
+            retries: i.retries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Models in the published top model's LPA (what a client of §4 would
+    /// cache), and its trained keys.
+    pub fn root_models(&self) -> (usize, usize) {
+        let root = self.inner.root();
+        (learned::KeyIndex::pieces(&root.lpa), root.keys.len())
+    }
+
+    /// The published structure's shape (a walk over everything).
+    pub fn shape(&self) -> Shape {
+        fn walk(m: &Model, out: &mut Shape) {
+            out.models += 1;
+            out.trained_keys += m.keys.len();
+            out.depth = out.depth.max(m.depth);
+            for s in m.slots.iter() {
+                match s.load().as_deref() {
+                    None => {}
+                    Some(Under::Bin(_)) => out.bins += 1,
+                    Some(Under::Model(sub)) => walk(sub, out),
+                }
+            }
+        }
+        let mut out = Shape::default();
+        walk(&self.inner.root(), &mut out);
+        out
+    }
+
+    /// Bytes of the published structure: trained arrays, models, records,
+    /// slots and bins (a walk over everything: for reports, not hot paths).
+    pub fn memory_bytes(&self) -> usize {
+        fn walk(m: &Model) -> usize {
+            m.own_bytes()
+                + m.slots
+                    .iter()
+                    .map(|s| match s.load().as_deref() {
+                        None => 0,
+                        Some(Under::Bin(b)) => b.bytes(),
+                        Some(Under::Model(sub)) => walk(sub),
+                    })
+                    .sum::<usize>()
+        }
+        walk(&self.inner.root())
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: u64) -> Result<Option<u64>, FineError> {
+        self.inner.retrying(key, |root| get_in(root, key))
+    }
+
+    /// Inserts `key` if absent; false (and no change) if present.
+    pub fn insert(&self, key: u64, value: u64) -> Result<bool, FineError> {
+        Ok(!self.inner.write(key, value, Mode::Insert)?)
+    }
+
+    /// Overwrites the value of a present `key`; false if absent.
+    pub fn update(&self, key: u64, value: u64) -> Result<bool, FineError> {
+        self.inner.write(key, value, Mode::Update)
+    }
+
+    /// Inserts or overwrites; true if `key` was absent.
+    pub fn upsert(&self, key: u64, value: u64) -> Result<bool, FineError> {
+        let existed = self.inner.write(key, value, Mode::Upsert)?;
+        Ok(!existed)
+    }
+
+    /// Removes `key`; false if absent. A trained key becomes a tombstone
+    /// (its record stays, marked deleted, until a model retraining); a
+    /// key in a bin is removed from it.
+    pub fn delete(&self, key: u64) -> Result<bool, FineError> {
+        self.inner.retrying(key, |root| delete_in(root, key))
+    }
+
+    /// The entries with keys in `[lo, hi]`, in key order.
+    pub fn range(&self, lo: u64, hi: u64) -> Result<Vec<(u64, u64)>, FineError> {
+        if lo > hi {
+            return Ok(Vec::new());
+        }
+        self.inner.retrying(lo, |root| {
+            let mut out = Vec::new();
+            match range_in(root, lo, hi, &mut out) {
+                Step::Done(_) => Step::Done(out),
+                Step::Retry => Step::Retry,
+            }
+        })
+    }
+
+    /// Runs the pending model retrainings now, in this thread (tests, and
+    /// stores without a background thread).
+    pub fn retrain_now(&self) -> Result<(), FineError> {
+        self.inner.drain()
+    }
+
+    /// Merges everything into one top model now.
+    pub fn merge_all(&self) -> Result<(), FineError> {
+        self.inner.merge_root()
+    }
+}
+
+impl Drop for FineStore {
+    fn drop(&mut self) {
+        self.inner.stopped.store(true, Ordering::Relaxed);
+        {
+            let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.stop = true;
+        }
+        self.inner.wake.notify_all();
+        if let Some(h) = self.merger.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn get_in(m: &Model, key: u64) -> Step<Option<u64>> {
+    let s = match m.locate(key) {
+        Ok(p) => return Step::Done(m.recs[p].read().value),
+        Err(s) => s,
+    };
+    for _ in 0..SLOT_RELOADS {
+        let content = m.slots[s].load();
+        match content.as_deref() {
+            None => return Step::Done(None),
+            Some(Under::Bin(b)) => match b.get(key) {
+                Ok(v) => return Step::Done(v),
+                Err(_) => continue,
+            },
+            Some(Under::Model(sub)) => return get_in(sub, key),
+        }
+    }
+    Step::Retry
+}
+
+fn delete_in(m: &Model, key: u64) -> Step<bool> {
+    let s = match m.locate(key) {
+        Ok(p) => {
+            let mut g = m.recs[p].lock();
+            if g.moved() {
+                return Step::Retry;
+            }
+            let present = g.value().is_some();
+            if present {
+                g.delete();
+            }
+            return Step::Done(present);
+        }
+        Err(s) => s,
+    };
+    for _ in 0..SLOT_RELOADS {
+        let content = m.slots[s].load();
+        match content.as_deref() {
+            None => return Step::Done(false),
+            Some(Under::Bin(b)) => {
+                let mut g = b.lock();
+                if g.retired() {
+                    continue;
+                }
+                return Step::Done(g.remove(key));
+            }
+            Some(Under::Model(sub)) => return delete_in(sub, key),
+        }
+    }
+    Step::Retry
+}
+
+/// Appends `m`'s entries in `[lo, hi]`; `Done(true)` once past `hi`.
+fn range_in(m: &Model, lo: u64, hi: u64, out: &mut Vec<(u64, u64)>) -> Step<bool> {
+    let n = m.keys.len();
+    let start = match m.locate(lo) {
+        Ok(p) | Err(p) => p,
+    };
+    for i in start..=n {
+        let mut reloads = 0;
+        loop {
+            let content = m.slots[i].load();
+            match content.as_deref() {
+                None => break,
+                Some(Under::Bin(b)) => match b.range(lo, hi, out) {
+                    Ok(true) => return Step::Done(true),
+                    Ok(false) => break,
+                    Err(_) => {}
+                },
+                Some(Under::Model(sub)) => match range_in(sub, lo, hi, out) {
+                    Step::Done(true) => return Step::Done(true),
+                    Step::Done(false) => break,
+                    Step::Retry => return Step::Retry,
+                },
+            }
+            reloads += 1;
+            if reloads == SLOT_RELOADS {
+                return Step::Retry;
+            }
+        }
+        if i < n {
+            if m.keys[i] > hi {
+                return Step::Done(true);
+            }
+            if let Some(v) = m.recs[i].read().value {
+                out.push((m.keys[i], v));
+            }
+        }
+    }
+    Step::Done(false)
+}
+
+impl Inner {
+    fn root(&self) -> Arc<Model> {
+        self.root
+            .load()
+            .clone()
+            .expect("the top model is always published")
+    }
+
+    /// Runs `op` from the published top model until it is not told to
+    /// retry, within [`RETRY_BOUND`].
+    fn retrying<T>(&self, key: u64, mut op: impl FnMut(&Model) -> Step<T>) -> Result<T, FineError> {
+        let mut start: Option<Instant> = None;
+        let mut round = 0u32;
+        loop {
+            let root = self.root.load();
+            let root = root.as_deref().expect("the top model is always published");
+            if let Step::Done(r) = op(root) {
+                return Ok(r);
+            }
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            let t0 = *start.get_or_insert_with(Instant::now);
+            if t0.elapsed() > RETRY_BOUND {
+                return Err(FineError::Busy(key));
+            }
+            round = round.saturating_add(1);
+            if round < 16 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Insert / update / upsert; returns whether the key was present.
+    fn write(&self, key: u64, value: u64, mode: Mode) -> Result<bool, FineError> {
+        let mut failed = None;
+        let mut help = None;
+        let existed = self.retrying(key, |root| {
+            match self.write_in(root, key, value, mode, key) {
+                Ok(WriteStep::Done(e)) => Step::Done(e),
+                Ok(WriteStep::DoneTooDeep(e)) => {
+                    help = Some(());
+                    Step::Done(e)
+                }
+                Ok(WriteStep::Retry) => Step::Retry,
+                Err(e) => {
+                    failed = Some(e);
+                    Step::Done(false)
+                }
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if help.is_some() {
+            // Past max_depth: merge now rather than let depth grow while
+            // the background thread is busy.
+            self.merge_depth1(key)?;
+        }
+        Ok(existed)
+    }
+
+    /// One pass of a write from model `m`; `Done(true)` if the key was
+    /// present (written unless `Insert`), `Done(false)` if absent
+    /// (inserted unless `Update`).
+    fn write_in(
+        &self,
+        m: &Model,
+        key: u64,
+        value: u64,
+        mode: Mode,
+        path_key: u64,
+    ) -> Result<WriteStep, FineError> {
+        let s = match m.locate(key) {
+            Ok(p) => {
+                let mut g = m.recs[p].lock();
+                if g.moved() {
+                    return Ok(WriteStep::Retry);
+                }
+                let present = g.value().is_some();
+                let write = match mode {
+                    Mode::Insert => !present,
+                    Mode::Update => present,
+                    Mode::Upsert => true,
+                };
+                if write {
+                    g.set(value);
+                }
+                return Ok(WriteStep::Done(present));
+            }
+            Err(s) => s,
+        };
+        let slot = &m.slots[s];
+        for _ in 0..SLOT_RELOADS {
+            let content = slot.load();
+            match content.as_deref() {
+                None => {
+                    if mode == Mode::Update {
+                        return Ok(WriteStep::Done(false));
+                    }
+                    let c = &self.config;
+                    let made = slot.update(|cur| {
+                        if cur.is_some() {
+                            return (None, false);
+                        }
+                        let bin = LevelBin::new(c.root_slots, c.child_slots, key, value);
+                        (Some(Some(Arc::new(Under::Bin(bin)))), true)
+                    });
+                    match made {
+                        Err(_) => return Ok(WriteStep::Retry),
+                        Ok(true) => return Ok(WriteStep::Done(false)),
+                        Ok(false) => continue,
+                    }
+                }
+                Some(Under::Bin(b)) => {
+                    let mut g = b.lock();
+                    if g.retired() {
+                        continue;
+                    }
+                    if g.find(key).is_some() {
+                        if mode != Mode::Insert {
+                            g.set(key, value);
+                        }
+                        return Ok(WriteStep::Done(true));
+                    }
+                    if mode == Mode::Update {
+                        return Ok(WriteStep::Done(false));
+                    }
+                    if g.insert(key, value).is_ok() {
+                        return Ok(WriteStep::Done(false));
+                    }
+                    // Level-bin retraining (§3.3.1): the full bin and
+                    // `key` become a small model, published in the slot
+                    // while the bin is still locked, so every writer
+                    // waiting on it finds it retired and reloads the slot.
+                    let mut entries = g.entries();
+                    let at = entries.partition_point(|e| e.0 < key);
+                    entries.insert(at, (key, value));
+                    let n = entries.len();
+                    let sub = Model::build(
+                        m.depth + 1,
+                        entries.iter().map(|e| e.0).collect(),
+                        entries.iter().map(|e| Some(e.1)).collect(),
+                        (0..=n).map(|_| None).collect(),
+                        self.config.threshold,
+                        None,
+                    )?;
+                    let sub = Arc::new(Under::Model(sub));
+                    if slot.update(|_| (Some(Some(sub)), ())).is_err() {
+                        // Frozen by a model retraining: the bin (shared
+                        // with the new version) is unchanged; go again.
+                        return Ok(WriteStep::Retry);
+                    }
+                    g.retire();
+                    drop(g);
+                    self.bin_retrains.fetch_add(1, Ordering::Relaxed);
+                    let depth = m.depth + 1;
+                    if depth == 1 {
+                        let total =
+                            self.retrained_keys.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+                        if total > self.root().keys.len() as u64 / 2 {
+                            self.request(None);
+                        }
+                    } else {
+                        self.request(Some(path_key));
+                    }
+                    return Ok(if depth > self.config.max_depth {
+                        WriteStep::DoneTooDeep(false)
+                    } else {
+                        WriteStep::Done(false)
+                    });
+                }
+                Some(Under::Model(sub)) => return self.write_in(sub, key, value, mode, path_key),
+            }
+        }
+        Ok(WriteStep::Retry)
+    }
+
+    /// Asks for a model retraining: of the depth-1 model holding `key`,
+    /// or (None) of everything into the top model.
+    fn request(&self, key: Option<u64>) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        match key {
+            Some(k) => {
+                q.depth1.insert(k);
+            }
+            None => q.root = true,
+        }
+        drop(q);
+        self.wake.notify_one();
+    }
+
+    fn merge_loop(&self) {
+        loop {
+            {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                while !q.stop && !q.root && q.depth1.is_empty() {
+                    q = self.wake.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+                if q.stop {
+                    return;
+                }
+            }
+            // A failed retraining leaves the structure as it was (nothing
+            // is published); the next request tries again.
+            let _ = self.drain();
+        }
+    }
+
+    /// Runs every pending model retraining.
+    fn drain(&self) -> Result<(), FineError> {
+        let (keys, root) = {
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                std::mem::take(&mut q.depth1),
+                std::mem::replace(&mut q.root, false),
+            )
+        };
+        if root {
+            return self.merge_root();
+        }
+        for k in keys {
+            if self.stopped.load(Ordering::Relaxed) {
+                break;
+            }
+            self.merge_depth1(k)?;
+        }
+        Ok(())
+    }
+
+    /// Merges `m` and the small models under it into one model of the
+    /// same depth: trains on the keys first, then freezes and copies, and
+    /// retrains only if a level-bin retraining changed the keys between.
+    fn flatten(&self, m: &Model) -> Result<Option<Model>, FineError> {
+        let mut ahead = Flat::default();
+        collect(m, false, &mut ahead);
+        if !ahead.nested {
+            return Ok(None);
+        }
+        let params = LpaParams::with_threshold(self.config.threshold);
+        let lpa = Lpa::train(&ahead.keys, params)?;
+        let mut flat = Flat::default();
+        collect(m, true, &mut flat);
+        let lpa = (flat.keys == ahead.keys).then_some(lpa);
+        let merged = Model::build(
+            m.depth,
+            flat.keys,
+            flat.vals,
+            flat.slots,
+            self.config.threshold,
+            lpa,
+        )?;
+        self.model_retrains.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(merged))
+    }
+
+    /// Model retraining of the depth-1 model holding `key` (§3.3.2),
+    /// published in its slot of the top model.
+    fn merge_depth1(&self, key: u64) -> Result<(), FineError> {
+        let _one = self.merging.lock().unwrap_or_else(|e| e.into_inner());
+        let root = self.root();
+        let Err(s) = root.locate(key) else {
+            return Ok(());
+        };
+        let slot = &root.slots[s];
+        let content = slot.load().clone();
+        let Some(Under::Model(sub)) = content.as_deref() else {
+            return Ok(());
+        };
+        let Some(merged) = self.flatten(sub)? else {
+            return Ok(());
+        };
+        let merged = Arc::new(Under::Model(merged));
+        // Top-model slots are frozen only by a merge into the top model,
+        // which holds `merging` as this one does.
+        slot.update(|_| (Some(Some(merged)), ()))
+            .expect("a top-model slot is never frozen outside a merge");
+        Ok(())
+    }
+
+    /// Model retraining of everything into the top model.
+    fn merge_root(&self) -> Result<(), FineError> {
+        let _one = self.merging.lock().unwrap_or_else(|e| e.into_inner());
+        let root = self.root();
+        let Some(merged) = self.flatten(&root)? else {
+            return Ok(());
+        };
+        self.retrained_keys.store(0, Ordering::Relaxed);
+        self.root.store(Some(Arc::new(merged)));
+        self.root_merges.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+enum WriteStep {
+    Done(bool),
+    /// Done, and the write made a small model deeper than `max_depth`.
+    DoneTooDeep(bool),
+    Retry,
+}
