@@ -62,7 +62,11 @@ fn fenced_requests_are_served_only_for_owned_keys_at_the_same_revision() {
         Err(ClientError::WrongOwner { revision: 8 })
     ));
     c.set_fence(None);
-    assert_eq!(c.get(10).unwrap(), Some(1), "the refused update wrote nothing");
+    assert_eq!(
+        c.get(10).unwrap(),
+        Some(1),
+        "the refused update wrote nothing"
+    );
     assert_eq!(c.get(1010).unwrap(), Some(101));
     assert_eq!(c.get(1015).unwrap(), None);
 
