@@ -225,6 +225,11 @@ impl Router {
                     self.refresh()?;
                     continue;
                 }
+                // Connecting failed: handled below like a broken connection.
+                Err(RouterError::Server {
+                    source: e @ ClientError::Fabric(_),
+                    ..
+                }) => e,
                 Err(e) => return Err(e),
             };
             if attempt >= MAX_ROUTE_ATTEMPTS {
