@@ -13,33 +13,7 @@
 # Fast when everything is present: only packages that are missing are
 # installed, and apt's lists are refreshed only then.
 set -euo pipefail
-export DEBIAN_FRONTEND=noninteractive
 
 packages=(etcd-server protobuf-compiler libprotobuf-dev)
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
-    missing+=("$p")
-  fi
-done
-
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "etcd-deps: all present (${packages[*]})"
-  exit 0
-fi
-
-sudo=()
-if [[ $(id -u) -ne 0 ]]; then
-  sudo=(sudo -n)
-fi
-
-echo "etcd-deps: installing ${missing[*]}"
-"${sudo[@]}" apt-get update -qq </dev/null
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
-# Debian's package starts an etcd service on the default ports; the tests
-# start their own on free ports and need none.
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
-  "${sudo[@]}" systemctl stop etcd || true
-fi
-echo "etcd-deps: done"
+bash "$(dirname "$0")/apt-missing.sh" etcd-deps "${packages[@]}"

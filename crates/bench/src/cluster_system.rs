@@ -120,13 +120,7 @@ impl KvClient for ClusterClient {
         self.router.counters()
     }
     fn direct_stats(&self) -> Option<DirectStats> {
-        let s = self.router.client_stats();
-        Some(DirectStats {
-            reads: s.gets + s.scans,
-            fallbacks: s.fallbacks,
-            invalidations: s.invalidations,
-            get_leaves: s.get_leaves,
-        })
+        Some(self.router.client_stats().into())
     }
     fn cache_bytes(&self) -> Option<u64> {
         Some(self.router.cache_bytes())
