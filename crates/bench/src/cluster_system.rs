@@ -16,6 +16,7 @@ use crate::BenchError;
 /// A cluster reached through its etcd.
 pub struct ClusterSystem {
     url: String,
+    etcd: cluster::Etcd,
     token: Option<String>,
     config: ClientConfig,
     /// Requests answered by each server, added by each client as it ends.
@@ -35,6 +36,7 @@ impl ClusterSystem {
         etcd.require_map()
             .map_err(|e| BenchError::Load(e.to_string()))?;
         Ok(ClusterSystem {
+            etcd,
             url: url.to_string(),
             token,
             config: ClientConfig {
@@ -80,8 +82,18 @@ impl System for ClusterSystem {
         None
     }
 
+    /// Summed over the registered servers; `None` if any cannot be asked
+    /// (a partial sum would understate the cost per operation).
     fn server_time(&self) -> Option<ServerTime> {
-        None
+        let members = self.etcd.members().ok()?;
+        let mut t = ServerTime::default();
+        for m in members.values() {
+            let url: fabric::Url = m.url.parse().ok()?;
+            let s = fabric::remote::host_stats(&url, self.token.as_deref()).ok()?;
+            t.nic_ns += s.nic_busy_ns;
+            t.worker_ns += s.worker_busy_ns;
+        }
+        Some(t)
     }
 }
 
