@@ -291,6 +291,10 @@ impl Etcd {
                 tracing::error!(id = id_owned, "could not start renewing the lease");
                 return;
             };
+            // Retries stop once a whole TTL passed without a renewal: the
+            // lease is gone then, and renewing it cannot succeed.
+            let ttl = Duration::from_secs(ttl_s as u64);
+            let mut renewed_at = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     _ = &mut stop_rx => break,
@@ -302,9 +306,16 @@ impl Etcd {
                 })
                 .await;
                 match renewed {
-                    Ok(Ok(Some(r))) if r.ttl() > 0 => {}
+                    Ok(Ok(Some(r))) if r.ttl() > 0 => renewed_at = tokio::time::Instant::now(),
                     Ok(Ok(Some(_))) => {
                         tracing::error!(id = id_owned, "lease expired: no longer registered");
+                        return;
+                    }
+                    _ if renewed_at.elapsed() >= ttl => {
+                        tracing::error!(
+                            id = id_owned,
+                            "no lease renewal for a whole TTL: no longer registered"
+                        );
                         return;
                     }
                     other => {
