@@ -55,3 +55,23 @@ for w in "ABCD":
         closed = f"{s1['throughput_ops_per_s']/n1['throughput_ops_per_s']:.3f}" if n1 and s1 else "-"
         mism = sum(r["correctness"]["mismatches"] for r in rows if r["workload"] == w)
         print(f"| {w} | {mops(n)} ({shape(n)}) | {mops(s)} ({shape(s)}) | {s['throughput_ops_per_s']/n['throughput_ops_per_s']:.3f} | {closed} | {mism} |")
+
+print("\n### XModel at 200 keys per sub-model, every size (`model-sweep.jsonl`)\n")
+sweep = lines("model-sweep.jsonl")
+synth = [r for r in sweep if r["keys"] and r["dataset"] in ("linear", "ycsb", "lognormal", "normal", "osm-like")]
+sizes = sorted({r["keys"] for r in synth})
+print("| dataset | " + " | ".join(f"{n:,} keys" for n in sizes) + " | B/sub-model (max) |")
+print("|---|" + "---|" * (len(sizes) + 1))
+for d in ("linear", "ycsb", "lognormal", "normal", "osm-like"):
+    rs = {r["keys"]: r for r in synth if r["dataset"] == d}
+    cells = [f"{rs[n]['mean_leaves_per_lookup']:.3f}" if n in rs else "-" for n in sizes]
+    bpm = max(r["model_bytes"] / r["submodels"] for r in rs.values())
+    print(f"| {d} | " + " | ".join(cells) + f" | {bpm:.2f} |")
+
+print("\n### XModel on the real sets (`model-sweep.jsonl`), leaves per lookup\n")
+print("| set | keys | 200 keys/sub-model | 100 | 50 |")
+print("|---|---|---|---|---|")
+real = [r for r in sweep if r not in synth]
+for d in dict.fromkeys(r["dataset"] for r in real):
+    rs = sorted((r for r in real if r["dataset"] == d), key=lambda r: r["submodels"])
+    print(f"| {d} | {rs[0]['keys']:,} | " + " | ".join(f"{r['mean_leaves_per_lookup']:.3f}" for r in rs) + " |")

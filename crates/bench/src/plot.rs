@@ -325,7 +325,18 @@ fn color_for(name: &str) -> RGBColor {
         RGBColor(127, 127, 127),
     ];
     let base = name.split('/').next().unwrap_or(name);
-    let index = match system_names().iter().position(|s| *s == base) {
+    // Designs and learned models never share a figure, so each list
+    // starts the palette afresh.
+    let model = || {
+        learned::ModelKind::ALL
+            .iter()
+            .position(|m| m.name() == base)
+    };
+    let index = match system_names()
+        .iter()
+        .position(|s| *s == base)
+        .or_else(model)
+    {
         Some(i) => i,
         None => name
             .bytes()

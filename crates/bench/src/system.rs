@@ -344,12 +344,17 @@ impl System for XStoreRemote {
     }
 
     fn server_time(&self) -> Option<ServerTime> {
-        let s = fabric::remote::host_stats(&self.url, self.token.as_deref()).ok()?;
-        Some(ServerTime {
-            nic_ns: s.nic_busy_ns,
-            worker_ns: s.worker_busy_ns,
-        })
+        remote_server_time(&self.url, self.token.as_deref())
     }
+}
+
+/// A server process's busy time, from its host counters.
+pub(crate) fn remote_server_time(url: &fabric::Url, token: Option<&str>) -> Option<ServerTime> {
+    let s = fabric::remote::host_stats(url, token).ok()?;
+    Some(ServerTime {
+        nic_ns: s.nic_busy_ns,
+        worker_ns: s.worker_busy_ns,
+    })
 }
 
 /// A baseline design over the local fabric.
@@ -423,7 +428,13 @@ impl System for BaselineLocal {
 }
 
 /// The systems a local run can load, by name.
-pub const SYSTEMS: [&str; 4] = ["xstore", "server-centric", "tree-cache", "whole-tree-cache"];
+pub const SYSTEMS: [&str; 5] = [
+    "xstore",
+    "server-centric",
+    "tree-cache",
+    "whole-tree-cache",
+    "rolex",
+];
 
 /// Options of [`load_local`] beyond the XStore ones.
 #[derive(Debug, Clone, Copy)]
@@ -457,6 +468,7 @@ pub fn load_local(
     use crate::baselines::Baseline;
     let kind = match name {
         "xstore" => return Ok(Box::new(XStoreLocal::load(pairs, o)?)),
+        "rolex" => return Ok(Box::new(crate::rolex_system::RolexLocal::load(pairs, o)?)),
         "server-centric" => Baseline::ServerCentric,
         "tree-cache" => Baseline::TreeCache {
             cache_bytes: b.cache_bytes,

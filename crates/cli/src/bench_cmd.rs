@@ -25,8 +25,8 @@ use crate::token::TokenArgs;
 /// Arguments of `xstore bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Design under test [default: xstore], or a baseline: server-centric,
-    /// tree-cache, whole-tree-cache. With --suite: a comma-separated list of
+    /// Design under test [default: xstore], rolex, or a baseline:
+    /// server-centric, tree-cache, whole-tree-cache. With --suite: a comma-separated list of
     /// the designs to run (default: all).
     #[arg(long)]
     system: Option<String>,
@@ -133,12 +133,30 @@ pub struct BenchArgs {
     /// Run a named matrix instead of one run: ycsb (every design x YCSB A-F
     /// x uniform, zipfian), memory (throughput vs client cache bytes),
     /// dynamic (a YCSB D timeline); comma-separated, or all. Writes
-    /// results.jsonl, summary.md and plots (PNG, SVG) to --out.
+    /// results.jsonl, summary.md and plots (PNG, SVG) to --out. `models`
+    /// alone runs no design: every learned model x key set x byte budget
+    /// (leaves per lookup vs model bytes; see --models, --budgets,
+    /// --key-files).
     #[arg(long, requires = "out")]
     suite: Option<String>,
     /// Output directory of --suite (created if needed).
     #[arg(long, requires = "suite")]
     out: Option<PathBuf>,
+    /// Models of --suite models (comma-separated; default: all of xmodel,
+    /// rmi, plr, lpa, pgm, pgm-static).
+    #[arg(long, requires = "suite")]
+    models: Option<String>,
+    /// Model byte budgets of --suite models, in bytes per key
+    /// (comma-separated; default 0.01 to 1).
+    #[arg(long, requires = "suite")]
+    budgets: Option<String>,
+    /// SOSD key files --suite models runs on besides the --dataset list
+    /// (comma-separated).
+    #[arg(long, requires = "suite", value_delimiter = ',')]
+    key_files: Vec<PathBuf>,
+    /// ROLEX's bias δ of --suite models' plr, in keys.
+    #[arg(long, default_value_t = 0, requires = "suite")]
+    plr_delta: u64,
     /// Slices of the dynamic suite's timeline.
     #[arg(long, default_value_t = 10)]
     slices: u32,
@@ -177,7 +195,7 @@ fn local_system(
 }
 
 /// A byte count: digits with an optional k, m or g suffix (KiB, MiB, GiB).
-fn parse_bytes(s: &str) -> Result<u64> {
+pub(crate) fn parse_bytes(s: &str) -> Result<u64> {
     let t = s.trim().to_ascii_lowercase();
     let t = t
         .strip_suffix("ib")
@@ -256,8 +274,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if !(1..=2).contains(&args.get_reads) {
         bail!("--get-reads must be 1 or 2, got {}", args.get_reads);
     }
-    if remote.is_some() && system_name != "xstore" {
-        bail!("--fabric {} runs xstore only", args.fabric);
+    if remote.is_some() && !matches!(system_name, "xstore" | "rolex") {
+        bail!("--fabric {} runs xstore or rolex only", args.fabric);
     }
     if args.cluster.is_some() && (system_name != "xstore" || args.fabric == "shm") {
         bail!("--cluster runs xstore over tcp only");
@@ -274,6 +292,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let shares = cluster.as_ref().map(|c| c.shares());
     let system: Box<dyn bench::System> = match remote {
         _ if cluster.is_some() => Box::new(cluster.expect("checked")),
+        Some(url) if system_name == "rolex" => Box::new(bench::rolex_system::RolexRemote::new(
+            url,
+            args.token.resolve()?,
+        )?),
         Some(url) => Box::new(XStoreRemote::new(
             url,
             args.token.resolve()?,
@@ -390,8 +412,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 /// `xstore bench --suite NAMES --out DIR`.
 fn run_suite(args: &BenchArgs, suites: &str) -> Result<()> {
-    let names = SuiteName::parse_list(suites)?;
     let out = args.out.as_ref().context("--suite needs --out DIR")?;
+    if suites.trim() == "models" {
+        return run_models_suite(args, out);
+    }
+    let names = SuiteName::parse_list(suites)?;
     let systems: Vec<String> = match &args.system {
         None => bench::system_names()
             .iter()
@@ -423,27 +448,7 @@ fn run_suite(args: &BenchArgs, suites: &str) -> Result<()> {
         .as_deref()
         .map(parse_byte_list)
         .transpose()?;
-    let mut datasets = Vec::new();
-    if args.keys.keys_file.is_some() {
-        datasets.push(KeySet {
-            name: args.keys.name(),
-            keys: args.keys.load()?.into(),
-        });
-    } else {
-        for name in args.keys.dataset.split(',').map(str::trim) {
-            if name.is_empty() {
-                continue;
-            }
-            let key_args = KeyArgs {
-                dataset: name.to_string(),
-                ..args.keys.clone()
-            };
-            datasets.push(KeySet {
-                name: key_args.name(),
-                keys: key_args.load()?.into(),
-            });
-        }
-    }
+    let datasets = suite_datasets(args)?;
     let options = SuiteOptions {
         datasets,
         systems,
@@ -502,6 +507,97 @@ fn run_suite(args: &BenchArgs, suites: &str) -> Result<()> {
             .map(|r| format!("{}: {}", r.label(), r.outcome()))
             .unwrap_or_default();
         bail!("{} runs failed, first {first}", summary.failed());
+    }
+    Ok(())
+}
+
+/// The key sets of a suite: the --keys-file, or each of the --dataset list.
+fn suite_datasets(args: &BenchArgs) -> Result<Vec<KeySet>> {
+    let mut datasets = Vec::new();
+    if args.keys.keys_file.is_some() {
+        datasets.push(KeySet {
+            name: args.keys.name(),
+            keys: args.keys.load()?.into(),
+        });
+    } else {
+        for name in args.keys.dataset.split(',').map(str::trim) {
+            if name.is_empty() {
+                continue;
+            }
+            let key_args = KeyArgs {
+                dataset: name.to_string(),
+                ..args.keys.clone()
+            };
+            datasets.push(KeySet {
+                name: key_args.name(),
+                keys: key_args.load()?.into(),
+            });
+        }
+    }
+    Ok(datasets)
+}
+
+/// `xstore bench --suite models --out DIR`.
+fn run_models_suite(args: &BenchArgs, out: &std::path::Path) -> Result<()> {
+    use bench::models_suite::{self, MeasureOptions, ModelsSuiteOptions};
+    let models = match &args.models {
+        None => learned::ModelKind::ALL.to_vec(),
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::parse)
+            .collect::<Result<Vec<learned::ModelKind>, _>>()?,
+    };
+    let budgets_per_key = match &args.budgets {
+        None => models_suite::DEFAULT_BUDGETS_PER_KEY.to_vec(),
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(|b| match b.parse::<f64>() {
+                Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+                _ => bail!("bad --budgets entry '{b}' (bytes per key, e.g. 0.01,0.1,1)"),
+            })
+            .collect::<Result<Vec<f64>>>()?,
+    };
+    let mut datasets = suite_datasets(args)?;
+    for path in &args.key_files {
+        let keys = ycsb::read_sosd(path)
+            .with_context(|| format!("reading key file {}", path.display()))?;
+        datasets.push(KeySet::new(&path.display().to_string(), keys)?);
+    }
+    let options = ModelsSuiteOptions {
+        datasets,
+        models,
+        budgets_per_key,
+        measure: MeasureOptions {
+            leaf_slots: args.leaf_slots,
+            plr_delta: args.plr_delta,
+            ..MeasureOptions::default()
+        },
+    };
+    let rows = models_suite::run_models_suite(&options, out, &mut |r| {
+        eprintln!(
+            "{:<10} {:<12} {:>10} B ({:.4} B/key): {:.3} leaves/lookup, misses {}, crate misses {}, train {:.3} s",
+            r.model,
+            r.dataset,
+            r.model_bytes,
+            r.bytes_per_key,
+            r.mean_leaves_per_lookup,
+            r.misses,
+            r.crate_misses,
+            r.train_seconds
+        )
+    })?;
+    let misses: u64 = rows.iter().map(|r| r.misses).sum();
+    eprintln!(
+        "{} rows written to {} (results.jsonl, summary.md, models-*.png/svg)",
+        rows.len(),
+        out.display()
+    );
+    if misses > 0 {
+        bail!("{misses} keys fell outside their predicted ranges");
     }
     Ok(())
 }

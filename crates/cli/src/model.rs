@@ -1,11 +1,15 @@
-//! `xstore model`: bulk-load an XTree, train the XModel, report figures.
+//! `xstore model`: bulk-load an XTree, train the XModel, report figures;
+//! with `--model rmi|plr|lpa|pgm|pgm-static` (or `--budget-bytes`), train
+//! that model of `learned::index` over the sorted keys instead and report
+//! the fields every model shares (`bench::models_suite::ModelRow`).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
+use bench::models_suite::{measure, MeasureOptions, ModelRow, Training};
 use clap::Args;
-use learned::{TrainParams, XModel};
+use learned::{ModelKind, TrainParams, XModel};
 use serde::Serialize;
 use xtree::{XTree, XTreeConfig};
 
@@ -17,6 +21,24 @@ use crate::progress;
 pub struct ModelArgs {
     #[command(flatten)]
     keys: KeyArgs,
+    /// Model: xmodel (over a bulk-loaded XTree), rmi, plr (ROLEX), lpa
+    /// (FineStore), pgm, pgm-static (the pgm-extra crate).
+    #[arg(long, default_value = "xmodel")]
+    model: String,
+    /// Train the model to this many bytes of parameters (k, m, g suffixes)
+    /// instead of its paper's settings; with xmodel, this reports the
+    /// shared fields of every model.
+    #[arg(long)]
+    budget_bytes: Option<String>,
+    /// ε of plr and pgm (without --budget-bytes).
+    #[arg(long, default_value_t = 16)]
+    epsilon: u64,
+    /// ROLEX's bias δ of plr, in keys.
+    #[arg(long, default_value_t = 0)]
+    delta: u64,
+    /// LPA's error threshold (without --budget-bytes).
+    #[arg(long, default_value_t = learned::lpa::LpaParams::PAPER_THRESHOLD)]
+    threshold: u64,
     /// Number of sub-models (default: one per 200 keys, as in the paper).
     #[arg(long)]
     submodels: Option<u32>,
@@ -56,6 +78,10 @@ struct Report {
 
 /// Runs `xstore model`.
 pub fn run(args: &ModelArgs) -> Result<()> {
+    let kind: ModelKind = args.model.parse()?;
+    if kind != ModelKind::XModel || args.budget_bytes.is_some() {
+        return run_index(args, kind);
+    }
     let keys = args.keys.load()?;
     let n = keys.len() as u64;
     let submodels = args
@@ -150,11 +176,22 @@ pub fn run(args: &ModelArgs) -> Result<()> {
         retrain_us_per_submodel: retrain_us,
         cache_fill_seconds,
     };
-    // The table goes to stdout unless stdout carries the JSON.
-    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    print_table(&report, json_to_stdout);
+    emit(args, &report, table(&report))
+}
+
+/// Prints `rows` as the table and writes `report` as the `--json` object;
+/// the table goes to stdout unless stdout carries the JSON.
+fn emit(args: &ModelArgs, report: &impl Serialize, rows: Vec<(&str, String)>) -> Result<()> {
+    let to_stderr = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    for (k, v) in rows {
+        if to_stderr {
+            eprintln!("{k:>24}  {v}");
+        } else {
+            println!("{k:>24}  {v}");
+        }
+    }
     if let Some(path) = &args.json {
-        let json = serde_json::to_string(&report)?;
+        let json = serde_json::to_string(report)?;
         if path.as_os_str() == "-" {
             println!("{json}");
         } else {
@@ -165,8 +202,8 @@ pub fn run(args: &ModelArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_table(r: &Report, to_stderr: bool) {
-    let rows: Vec<(&str, String)> = vec![
+fn table(r: &Report) -> Vec<(&'static str, String)> {
+    vec![
         ("dataset", r.dataset.clone()),
         ("keys", r.keys.to_string()),
         ("leaves", r.leaves.to_string()),
@@ -195,12 +232,66 @@ fn print_table(r: &Report, to_stderr: bool) {
             format!("{:.3}", r.retrain_us_per_submodel),
         ),
         ("cache_fill_seconds", format!("{:.4}", r.cache_fill_seconds)),
-    ];
-    for (k, v) in rows {
-        if to_stderr {
-            eprintln!("{k:>24}  {v}");
-        } else {
-            println!("{k:>24}  {v}");
-        }
+    ]
+}
+
+/// `xstore model --model M`: any model of `learned::index` over the keys.
+fn run_index(args: &ModelArgs, kind: ModelKind) -> Result<()> {
+    if args.fill != 1.0 {
+        bail!("--fill goes with the xmodel over a tree; other models see leaves at fill 1.0");
     }
+    let keys = args.keys.load()?;
+    let training = match &args.budget_bytes {
+        Some(b) => Training::Budget(
+            usize::try_from(crate::bench_cmd::parse_bytes(b)?).context("--budget-bytes")?,
+        ),
+        None => Training::Params {
+            epsilon: args.epsilon,
+            threshold: args.threshold,
+        },
+    };
+    let options = MeasureOptions {
+        leaf_slots: args.leaf_slots,
+        plr_delta: args.delta,
+        retrain_samples: args.retrain_samples as usize,
+    };
+    let row = measure(kind, &args.keys.name(), &keys, training, &options)?;
+    if row.misses > 0 {
+        bail!(
+            "model check failed: the predicted ranges of {} keys miss them",
+            row.misses
+        );
+    }
+    emit(args, &row, row_table(&row))
+}
+
+fn row_table(r: &ModelRow) -> Vec<(&'static str, String)> {
+    let opt = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+    vec![
+        ("model", r.model.clone()),
+        ("dataset", r.dataset.clone()),
+        ("keys", r.keys.to_string()),
+        (
+            "budget_bytes",
+            r.budget_bytes.map_or("n/a".into(), |b| b.to_string()),
+        ),
+        (
+            "model_bytes",
+            format!("{} ({:.4} B/key)", r.model_bytes, r.bytes_per_key),
+        ),
+        ("pieces", r.pieces.to_string()),
+        ("mean_abs_error", format!("{:.3} keys", r.mean_abs_error)),
+        ("max_error", format!("{:.0} keys", r.max_error)),
+        (
+            "mean_leaves_per_lookup",
+            format!(
+                "{:.4} ({}-key leaves)",
+                r.mean_leaves_per_lookup, r.leaf_slots
+            ),
+        ),
+        ("misses", r.misses.to_string()),
+        ("crate_misses", r.crate_misses.to_string()),
+        ("train_seconds", format!("{:.4}", r.train_seconds)),
+        ("retrain_us_per_segment", opt(r.retrain_us_per_segment)),
+    ]
 }

@@ -23,6 +23,11 @@ pub struct ServerArgs {
     /// needs a token).
     #[arg(long, default_value = "127.0.0.1:7411")]
     listen: SocketAddr,
+    /// Design to serve: xstore, or rolex (a ROLEX memory node: registered
+    /// leaf and table regions and the retrainer thread; compute nodes
+    /// (`xstore bench --system rolex --fabric tcp|shm`) use verbs only).
+    #[arg(long, default_value = "xstore")]
+    system: String,
     /// Also serve shared-memory clients: regions become files in DIR and
     /// RPCs go over DIR/xstore.sock (clients connect to shm://DIR).
     #[arg(long)]
@@ -178,6 +183,14 @@ pub fn run(args: &ServerArgs) -> Result<()> {
             .map_or(defaults.global_budget, |m| m << 20),
         group_access: args.group_access,
     })?;
+    match args.system.as_str() {
+        "xstore" => {}
+        "rolex" => return serve_rolex(args, &host, &pairs),
+        other => {
+            host.shutdown();
+            anyhow::bail!("unknown --system '{other}' (available: xstore, rolex)")
+        }
+    }
     let durability = match (&args.data_dir, &args.durability) {
         (None, Some(_)) => {
             host.shutdown();
@@ -273,4 +286,47 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     host.shutdown();
     drop(server);
     Ok(())
+}
+
+/// Serves a ROLEX memory node until SIGINT or SIGTERM.
+fn serve_rolex(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<()> {
+    let result = (|| {
+        if args.data_dir.is_some() || args.durability.is_some() {
+            anyhow::bail!("--system rolex keeps no log: --data-dir and --durability do not apply");
+        }
+        let slots = args.leaf_slots;
+        let config = rolex::RolexConfig {
+            slots,
+            fill: (slots * 3 / 4).max(1),
+            spare_leaves: (pairs.len() as u64).max(1 << 16),
+            ..rolex::RolexConfig::default()
+        };
+        let memory = rolex::MemoryNode::load(pairs, config, host).context("loading rolex")?;
+        let retrainer = memory.start_retrainer();
+        let stop = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(signal, stop.clone())
+                .context("installing signal handlers")?;
+        }
+        let bound = host.listen_tcp(args.listen).context("listening")?;
+        println!("listening on tcp://{bound}");
+        if let Some(dir) = &args.shm_dir {
+            host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
+            println!("listening on shm://{}", dir.canonicalize()?.display());
+        }
+        println!(
+            "serving {} keys (rolex: {} models, {} trained leaves)",
+            pairs.len(),
+            memory.models(),
+            memory.trained_leaves()
+        );
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("shutting down");
+        drop(retrainer);
+        Ok(())
+    })();
+    host.shutdown();
+    result
 }

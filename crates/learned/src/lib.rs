@@ -1,15 +1,23 @@
 //! Learned models for the learned cache (XStore §4-§5.1, Fig. 5-8).
 //!
 //! * [`linear`] — monotone least-squares lines, the sub-models.
-//! * [`spline`] — the monotone error-bounded spline that routes keys to
-//!   sub-models so every sub-model gets its share of leaves.
+//! * [`spline`] — the monotone spline that routes keys to sub-models; its
+//!   knots and the sub-models between them are chosen in [`xmodel`].
 //! * [`submodel`] — the 14-byte compact sub-model with leaf-granular errors.
 //! * [`tt`] — 8-byte translation-table entries.
 //! * [`xmodel`] — the two-level XModel: training over leaf fences, partial
 //!   retraining, prediction and the compact client encoding.
 //!
-//! Other designs' models (ROLEX's OptimalPLR, FineStore's LPA) implement
-//! [`Regression`] or sit beside [`XModel`] in later modules.
+//!
+//! Every model of a sorted key array, behind one trait ([`index::KeyIndex`])
+//! for comparing them at equal bytes:
+//!
+//! * [`xindex`] — the XModel over leaves of 16 keys.
+//! * [`rmi`] — the XStore paper's RMI (linear top model, equal key ranges).
+//! * [`plr`] — ROLEX's OptimalPLR with ε and δ, and its levels.
+//! * [`lpa`] — FineStore's greedy LPA and its B-tree of models.
+//! * [`pgm`] — the PGM-index of the `pgm-extra` crate, as an external peer.
+//! * [`keyline`] — the per-segment lines RMI, PLR and LPA share.
 //!
 //! ```
 //! use learned::{LeafInfo, TrainParams, XModel};
@@ -30,12 +38,23 @@
 //! assert!(alns.contains(&6), "key 1000 lives in leaf 6");
 //! ```
 
+pub mod index;
+pub mod keyline;
 pub mod linear;
+pub mod lpa;
+pub mod pgm;
+pub mod plr;
+pub mod rmi;
 pub mod spline;
 pub mod submodel;
 pub mod tt;
+pub mod xindex;
 pub mod xmodel;
 
+pub use index::{
+    check_keys, evaluate, train_to_budget, BudgetParams, Evaluation, IndexError, KeyIndex,
+    ModelKind, PosRange,
+};
 pub use linear::Linear;
 pub use spline::{Knot, Spline};
 pub use submodel::{ErrorCode, SubModel, SUBMODEL_BYTES};

@@ -3,13 +3,13 @@
 //! XStore's top model is one linear regression that picks a sub-model as
 //! `top(k) × M` (Fig. 6). On skewed keys a single line sends most keys to a
 //! few sub-models (the paper needed 20 M sub-models for OSM). We route with
-//! a spline instead: knots are chosen greedily so that the interpolated
-//! value stays within `max_error` (in sub-model units) of every training
-//! point — the "greedy spline corridor" idea — so every sub-model gets its
-//! share of leaves whatever the distribution, while the model stays
-//! monotone: knots increase in both coordinates and each segment is clamped
-//! to its end values, so floating-point rounding cannot break monotonicity
-//! at a knot.
+//! a spline instead. [`Spline::fit`] chooses knots greedily so that the
+//! interpolated value stays within `max_error` of every training point —
+//! the "greedy spline corridor" idea; `crate::xmodel` uses it to find
+//! where the CDF bends, then decides which knots to keep and how many
+//! sub-models each segment gets. The model stays monotone: knots increase
+//! in both coordinates and each segment is clamped to its end values, so
+//! floating-point rounding cannot break monotonicity at a knot.
 
 /// A knot of the spline.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -114,14 +114,15 @@ impl SubModel {
     /// Decodes 14 bytes; `None` for a non-finite or negative slope or a
     /// non-finite intercept.
     pub fn decode(b: &[u8; SUBMODEL_BYTES]) -> Option<SubModel> {
-        let f = |i: usize| f32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]) as f64;
-        let (slope, intercept) = (f(0), f(4));
+        let mut r = le::Reader::new(b);
+        let mut f = || r.f32("line").map(f64::from).expect("14 bytes hold it");
+        let (slope, intercept) = (f(), f());
         if !slope.is_finite() || slope < 0.0 || !intercept.is_finite() {
             return None;
         }
         Some(SubModel {
             line: Linear { slope, intercept },
-            tt_len: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+            tt_len: le::u32_at(b, 8).expect("14 bytes hold it"),
             err_lo: ErrorCode(b[12]),
             err_hi: ErrorCode(b[13]),
         })

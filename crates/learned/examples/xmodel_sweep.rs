@@ -1,0 +1,151 @@
+//! Experiment harness: mean leaves per lookup of the XModel over synthetic
+//! or SOSD key sets, without the CLI's tree (leaves as a full bulk load
+//! lays them out, see `LeafInfo::packed`).
+//!
+//! `cargo run --release -p learned --example xmodel_sweep -- DATASET N KEYS_PER_SUB [SEED]`
+//!
+//! DATASET is a `ycsb::Dataset` name, `zorder` (the clustered Morton set of
+//! the size-sweep test) or a path to a `.sosd` file (N 0 means all its
+//! keys). Environment: `TOPB=B` top-model bytes per sub-model; `KNOTS=1`
+//! knots of the plain corridor at several errors; `HIST=1` where the extra
+//! leaf reads come from; `WORST=1` each new widest lookup; `DUMP=I` the
+//! leaves of sub-model I.
+
+use learned::{LeafInfo, TrainParams, XModel};
+
+#[path = "../tests/common/zorder.rs"]
+mod zorder;
+use zorder::zorder_keys;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let name = &args[1];
+    let n: usize = args[2].parse().unwrap();
+    let per_sub: usize = args[3].parse().unwrap();
+    let seed: u64 = args.get(4).map_or(42, |s| s.parse().unwrap());
+    let mut keys = if name == "zorder" {
+        zorder_keys(n, seed)
+    } else if name.ends_with(".sosd") {
+        ycsb::read_sosd(std::path::Path::new(name)).unwrap()
+    } else {
+        ycsb::generate(name.parse().unwrap(), n, seed).unwrap()
+    };
+    keys = ycsb::prepare_keys(keys).unwrap();
+    if n > 0 && keys.len() > n {
+        keys.truncate(n);
+    }
+    let slots = 16;
+    let leaves = LeafInfo::packed(&keys, slots);
+    if std::env::var("KNOTS").is_ok() {
+        knots_vs_error(&leaves);
+    }
+    let m = (keys.len() / per_sub).max(1) as u32;
+    let t = std::time::Instant::now();
+    let model = XModel::train(&leaves, slots, {
+        let mut p = TrainParams::new(m);
+        if let Ok(b) = std::env::var("TOPB") {
+            p.top_bytes_per_submodel = b.parse().unwrap();
+        }
+        p
+    })
+    .unwrap();
+    let train = t.elapsed().as_secs_f64();
+    let (mut sum, mut max, mut missed) = (0u64, 0u32, 0u64);
+    for (i, &k) in keys.iter().enumerate() {
+        let p = model.predict(k).unwrap();
+        let w = p.last - p.first + 1;
+        sum += w as u64;
+        if w > max && std::env::var("WORST").is_ok() {
+            let sm = model.sub(p.sub);
+            println!(
+                "key {k} sub {} frac {:.4} tt_len {} err {} {} slope {} icpt {}",
+                p.sub,
+                p.frac,
+                sm.tt_len,
+                sm.err_lo.bound(),
+                sm.err_hi.bound(),
+                sm.line.slope,
+                sm.line.intercept
+            );
+        }
+        max = max.max(w);
+        let leaf = (i / slots) as u32;
+        if !(p.first..=p.last).any(|l| model.tt(p.sub)[l as usize].aln() == leaf) {
+            missed += 1;
+        }
+    }
+    if let Ok(d) = std::env::var("DUMP") {
+        let i: u32 = d.parse().unwrap();
+        let start = model.tt(i).first().map_or(0, |e| e.aln()) as usize;
+        for l in &leaves[start..start + model.tt(i).len()] {
+            println!("leaf {} low {} -> {:?}", l.aln, l.low, model.locate(l.low));
+        }
+        let k: Vec<_> = model
+            .top()
+            .knots()
+            .iter()
+            .filter(|k| k.y >= i as f64 - 3.0 && k.y <= i as f64 + 3.0)
+            .collect();
+        println!("{k:?}");
+    }
+    if std::env::var("HIST").is_ok() {
+        let small = (0..m).filter(|&i| model.tt(i).len() <= 2).count();
+        println!("{small} of {m} sub-models hold at most 2 leaves");
+        // Extra leaves read, by sub-model, biggest first.
+        let mut extra = vec![0u64; m as usize];
+        for &k in &keys {
+            let p = model.predict(k).unwrap();
+            extra[p.sub as usize] += (p.last - p.first) as u64;
+        }
+        let total: u64 = extra.iter().sum();
+        let mut order: Vec<usize> = (0..m as usize).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(extra[i]));
+        let mut acc = 0;
+        for (r, &i) in order.iter().enumerate() {
+            acc += extra[i];
+            if [0, 9, 99, 499, 999, 2499].contains(&r) {
+                println!(
+                    "top {} subs: {:.1}% of extra reads (sub {i}: tt {} err {} {})",
+                    r + 1,
+                    100.0 * acc as f64 / total as f64,
+                    model.tt(i as u32).len(),
+                    model.sub(i as u32).err_lo.bound(),
+                    model.sub(i as u32).err_hi.bound()
+                );
+            }
+        }
+    }
+    let t = std::time::Instant::now();
+    let reps = m.min(2000);
+    for r in 0..reps {
+        let i = (r as u64 * m as u64 / reps as u64) as u32;
+        let start = model.tt(i).first().map_or(0, |e| e.aln()) as usize;
+        let _ = model.retrain_sub(i, leaves[start..].iter().copied());
+    }
+    let retrain_us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+    println!(
+        "{name} n={} m={m} knots={} bytes/sub={:.2} leaves={:.3} maxw={max} missed={missed} train={train:.2}s retrain={retrain_us:.2}us",
+        keys.len(),
+        model.top().knots().len(),
+        model.model_bytes() as f64 / m as f64,
+        sum as f64 / keys.len() as f64,
+    );
+}
+
+/// Prints the corridor's knot count at several error bounds.
+pub fn knots_vs_error(leaves: &[LeafInfo]) {
+    let pts: Vec<learned::Knot> = leaves
+        .iter()
+        .enumerate()
+        .map(|(j, l)| learned::Knot {
+            x: l.low,
+            y: j as f64,
+        })
+        .collect();
+    for e in [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0] {
+        println!(
+            "E={e} leaves: knots={}",
+            learned::Spline::fit(&pts, e).knots().len()
+        );
+    }
+}

@@ -1,0 +1,1114 @@
+//! The compute node (ROLEX §3.4): cached models and leaf tables shared by
+//! the node's threads, and per-thread clients that serve GET, SCAN,
+//! INSERT, UPDATE and DELETE with one-sided verbs only.
+//!
+//! # Operations and their round trips (tables cached, prediction right)
+//!
+//! * GET: one doorbell READ of the predicted trained leaves and their
+//!   cached synonym leaves (1 round trip). A chain whose links disagree
+//!   with the cache costs one READ of its model's directory word, LT and
+//!   SLT (two more when the model was retrained: the new block's head,
+//!   then its tables) and a retry.
+//! * SCAN: the GET round trip, then the following chains in one doorbell.
+//! * INSERT / UPDATE / DELETE: fetch like GET (1), CAS-lock the LT entry
+//!   with the re-read of the chain in the same doorbell (1), write the
+//!   changed leaves and unlock in one doorbell (1): 3 round trips, no RPC.
+//!   A write of an absent key (update, delete) or a present one (insert)
+//!   ends after the fetch. A full leaf adds one doorbell of two FAAs
+//!   (`alloc_num`, `slot_use`): 4 round trips; the split that takes the
+//!   model's `retrain_at`-th SLT slot also queues the model in the CirQ
+//!   (an FAA of the tail, then a WRITE of the slot: 2 more).
+//!
+//! # Retrained models
+//!
+//! The retrainer ([`crate::retrain`]) locks every LT entry of the old
+//! block for good, rewrites the leaves' fences and links, and only then
+//! points the model's directory word at the new block. A reader with the
+//! old block sees chains that no longer match its cache and refreshes; a
+//! writer's lock CAS reads the directory word in the same doorbell, so a
+//! writer spinning on a retired block notices the swap and starts over.
+//!
+//! Verbs of one batch are executed in posting order on every backend of
+//! the fabric (as on an RDMA RC queue pair); the chain versions of
+//! [`crate::layout`] rely on it.
+//!
+//! # Lock sharing
+//!
+//! Threads of one compute node writing the same chain queue on a local
+//! lock; a thread that finishes with another one waiting leaves the remote
+//! lock set and hands it over, so the waiter skips its CAS and the
+//! releasing WRITE (§3.4, "other threads of C_node can leverage the
+//! acquired lock").
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use fabric::{Batch, Counters, Endpoint, NodeId, OpHandle, MAX_BATCH_OPS, MAX_VERB_BYTES};
+use xtree::layout::le_word;
+
+use crate::error::RolexError;
+use crate::layout::{
+    BlockHead, Entry, LeafImage, LeafLayout, LeafReject, TableLayout, ALLOC_NUM_WORD,
+    BLOCK_HEAD_WORDS, LOCK_BIT, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+};
+use crate::memory::{LEAF_REGION, TABLE_REGION};
+
+/// Attempts of one fetch (torn reads, stale tables, a missed prediction,
+/// a model being retrained) before it gives up; past the first few, each
+/// yields the thread, so the bound is seconds of a retrainer that does
+/// not finish.
+const MAX_ATTEMPTS: u32 = 1 << 16;
+/// CAS attempts on a locked LT entry before giving up: with a yield
+/// between them, seconds of a lock held by a live writer.
+const MAX_LOCK_ATTEMPTS: u32 = 2_000_000;
+/// Restarts of a write (its model retrained under it, or its SLT full
+/// until the retrainer catches up).
+const MAX_RESTARTS: u32 = 100_000;
+/// Most LT entries a block may claim (bounds what a corrupt head makes a
+/// client read).
+const MAX_LT: u64 = 1 << 20;
+
+/// The cached block of one model.
+#[derive(Debug, Clone)]
+struct ModelCache {
+    /// Byte offset of the block in the table region.
+    off: u64,
+    head: BlockHead,
+    /// LT entries, lock bit cleared.
+    lt: Vec<u64>,
+    /// SLT slots; slot 0 is `slot_use`.
+    slt: Vec<u64>,
+}
+
+/// The local half of a chain lock, shared by the node's threads.
+#[derive(Debug, Default)]
+struct LocalLock {
+    /// The LT entry (unlocked form) while this node holds the remote lock.
+    held: Mutex<Option<u64>>,
+    waiters: AtomicUsize,
+}
+
+/// A compute node: what its threads share.
+#[derive(Debug)]
+pub struct ComputeNode {
+    node: NodeId,
+    leaf: LeafLayout,
+    tl: TableLayout,
+    capacity: u64,
+    retrain_at: u64,
+    /// Smallest key of each model (fixed for the store's life): the top
+    /// level of the index, searched by bisection.
+    smallest: Vec<u64>,
+    models: Vec<RwLock<ModelCache>>,
+    /// Chain locks by (block, LT entry).
+    locks: Mutex<HashMap<(u64, usize), Arc<LocalLock>>>,
+}
+
+/// One leaf of a chain: its number and the SLT slot naming it (0 for the
+/// trained leaf, named by the LT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Link {
+    leaf: u64,
+    slot: u8,
+}
+
+/// A chain read and checked: trained leaf `i` of model `m`'s block `off`.
+#[derive(Debug, Clone)]
+struct Chain {
+    m: usize,
+    i: usize,
+    off: u64,
+    links: Vec<Link>,
+    images: Vec<LeafImage>,
+}
+
+impl Chain {
+    fn find(&self, key: u64) -> Option<(usize, usize)> {
+        self.images.iter().enumerate().find_map(|(i, img)| {
+            img.pairs
+                .binary_search_by_key(&key, |p| p.0)
+                .ok()
+                .map(|s| (i, s))
+        })
+    }
+}
+
+/// Why a fetched chain cannot be used as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bad {
+    Torn,
+    Stale,
+    Corrupt,
+}
+
+fn decode_tables(bytes: &[u8], n: usize) -> (Vec<u64>, Vec<u64>) {
+    let lt = (0..n).map(|i| le_word(bytes, i) & !LOCK_BIT).collect();
+    let slt = (0..SLT_SLOTS).map(|s| le_word(bytes, n + s)).collect();
+    (lt, slt)
+}
+
+fn corrupt(what: &'static str, detail: String) -> RolexError {
+    RolexError::Corrupt { what, detail }
+}
+
+/// Reads the head and then the tables of the block at `off`.
+fn load_block<E: Endpoint>(
+    ep: &mut E,
+    node: NodeId,
+    b: &mut Batch,
+    off: u64,
+) -> Result<ModelCache, RolexError> {
+    b.clear();
+    let h = b.read(TABLE_REGION, off, (BLOCK_HEAD_WORDS * 8) as u64);
+    ep.post(node, b)?;
+    let head = BlockHead::decode(b.read_bytes(h)?, MAX_LT)
+        .ok_or_else(|| corrupt("model block", format!("head at {off}")))?;
+    b.clear();
+    let len = ((head.n + SLT_SLOTS) * 8) as u64;
+    let h = b.read(TABLE_REGION, TableLayout::lt_offset(off, 0), len);
+    ep.post(node, b)?;
+    let (lt, slt) = decode_tables(b.read_bytes(h)?, head.n);
+    Ok(ModelCache { off, head, lt, slt })
+}
+
+impl ComputeNode {
+    /// Joins the memory pool at `node`: reads the table region header, the
+    /// directory and every model's block with one-sided READs.
+    pub fn connect<E: Endpoint>(ep: &mut E, node: NodeId) -> Result<Arc<ComputeNode>, RolexError> {
+        let bad = |d: String| corrupt("table header", d);
+        let mut b = Batch::new();
+        let h = b.read(TABLE_REGION, 0, 64);
+        ep.post(node, &mut b)?;
+        let header: [u64; 8] = {
+            let bytes = b.read_bytes(h)?;
+            std::array::from_fn(|i| le_word(bytes, i))
+        };
+        let w = |i: usize| header[i];
+        if w(0) != TABLE_MAGIC {
+            return Err(bad("bad magic".into()));
+        }
+        let (models, slots, region, capacity, cirq, retrain_at) =
+            (w(1), w(2), w(3), w(4), w(5), w(6));
+        if region != LEAF_REGION.0 as u64 {
+            return Err(bad(format!("leaf region {region}")));
+        }
+        let leaf = LeafLayout::new(slots as usize).ok_or_else(|| bad(format!("slots {slots}")))?;
+        if models == 0 || models > MAX_LT || cirq == 0 || cirq > MAX_LT || capacity >= NO_LEAF {
+            return Err(bad(format!(
+                "models {models}, cirq {cirq}, capacity {capacity}"
+            )));
+        }
+        let tl = TableLayout::new(models as usize, cirq as usize);
+        // The directory, in READs of at most MAX_VERB_BYTES.
+        let mut dir = Vec::with_capacity(models as usize);
+        let per = (MAX_VERB_BYTES / 8) as usize;
+        let mut m = 0;
+        while m < models as usize {
+            b.clear();
+            let mut hs = Vec::new();
+            while m < models as usize && hs.len() < MAX_BATCH_OPS {
+                let n = per.min(models as usize - m);
+                hs.push((n, b.read(TABLE_REGION, tl.dir_offset(m), 8 * n as u64)));
+                m += n;
+            }
+            ep.post(node, &mut b)?;
+            for (n, h) in hs {
+                let bytes = b.read_bytes(h)?;
+                dir.extend((0..n).map(|i| le_word(bytes, i)));
+            }
+        }
+        let mut caches = Vec::with_capacity(dir.len());
+        let mut smallest = Vec::with_capacity(dir.len());
+        for (m, &off) in dir.iter().enumerate() {
+            let c = load_block(ep, node, &mut b, off)?;
+            if smallest.last().is_some_and(|&s| s >= c.head.smallest)
+                || (m == 0 && c.head.smallest != 0)
+            {
+                return Err(corrupt("model block", format!("model {m} out of order")));
+            }
+            smallest.push(c.head.smallest);
+            caches.push(RwLock::new(c));
+        }
+        Ok(Arc::new(ComputeNode {
+            node,
+            leaf,
+            tl,
+            capacity,
+            retrain_at,
+            smallest,
+            models: caches,
+            locks: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// A client for one thread over `ep`.
+    pub fn client<E: Endpoint>(self: &Arc<Self>, ep: E) -> Client<E> {
+        Client {
+            cn: self.clone(),
+            ep,
+            batch: Batch::new(),
+            buf: Vec::new(),
+            writes: Vec::new(),
+            stats: ClientStats::default(),
+        }
+    }
+
+    /// Bytes of the cached models and leaf tables.
+    pub fn cache_bytes(&self) -> u64 {
+        self.models
+            .iter()
+            .map(|m| {
+                let c = m.read().unwrap_or_else(|e| e.into_inner());
+                (BLOCK_HEAD_WORDS + c.lt.len() + SLT_SLOTS) as u64 * 8
+            })
+            .sum()
+    }
+
+    /// Models, and the largest and mean prediction error (in trained
+    /// leaves) of the cached blocks.
+    pub fn model_errors(&self) -> (usize, u64, f64) {
+        let errs: Vec<u64> = self
+            .models
+            .iter()
+            .map(|m| m.read().unwrap_or_else(|e| e.into_inner()).head.err)
+            .collect();
+        let max = errs.iter().copied().max().unwrap_or(0);
+        let mean = errs.iter().sum::<u64>() as f64 / errs.len().max(1) as f64;
+        (errs.len(), max, mean)
+    }
+
+    /// The model covering `key`: the last whose smallest key is ≤ `key`.
+    fn model_of_key(&self, key: u64) -> usize {
+        self.smallest
+            .partition_point(|&s| s <= key)
+            .saturating_sub(1)
+    }
+
+    fn model(&self, m: usize) -> std::sync::RwLockReadGuard<'_, ModelCache> {
+        self.models[m].read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn model_mut(&self, m: usize) -> std::sync::RwLockWriteGuard<'_, ModelCache> {
+        self.models[m].write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Trained leaf `i`'s chain per the cache: its block and links (bounded
+    /// by the SLT); `None` if the cached block has no entry `i`.
+    fn cached_chain(&self, m: usize, i: usize) -> Option<(u64, Vec<Link>)> {
+        let c = self.model(m);
+        let e = Entry::decode(*c.lt.get(i)?);
+        let mut links = vec![Link {
+            leaf: e.leaf,
+            slot: 0,
+        }];
+        let mut ptr = e.ptr;
+        while ptr != 0 && links.len() < SLT_SLOTS {
+            let s = Entry::decode(c.slt[ptr as usize]);
+            links.push(Link {
+                leaf: s.leaf,
+                slot: ptr,
+            });
+            ptr = s.ptr;
+        }
+        Some((c.off, links))
+    }
+
+    fn local_lock(&self, off: u64, i: usize) -> Arc<LocalLock> {
+        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry((off, i)).or_default().clone()
+    }
+}
+
+/// What a client has done, beyond the fabric counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// GETs and SCANs.
+    pub reads: u64,
+    /// Leaves read by GETs (trained and synonym).
+    pub get_leaves: u64,
+    /// LT/SLT refreshes after a chain disagreed with the cache.
+    pub refreshes: u64,
+    /// Retrained blocks this client loaded.
+    pub new_blocks: u64,
+    /// Fetches retried (torn, stale, missed prediction).
+    pub retries: u64,
+    /// Writes that found the remote lock already held by a sibling thread.
+    pub shared_locks: u64,
+    /// Writes started over (model retrained under them, SLT full).
+    pub restarts: u64,
+    /// Synonym leaves allocated.
+    pub splits: u64,
+    /// Emptied synonym leaves unlinked.
+    pub unlinks: u64,
+    /// Models this client queued for retraining.
+    pub queued: u64,
+}
+
+/// A write.
+#[derive(Debug, Clone, Copy)]
+enum WriteOp {
+    Insert(u64),
+    Update(u64),
+    Delete,
+}
+
+/// The outcome of a write under its lock.
+#[derive(Debug, Clone, Copy)]
+struct Written {
+    /// The answer to the caller.
+    done: bool,
+    /// The LT entry to store when unlocking (unlocked form).
+    entry: u64,
+    splits: u64,
+    unlinks: u64,
+}
+
+/// How a lock attempt ended.
+enum Locked {
+    /// Held: the entry's value and the chain's READs from the same doorbell.
+    Yes(u64, Fetched),
+    /// The model was retrained: its block is retired.
+    Moved,
+}
+
+/// One thread's client of a [`ComputeNode`].
+pub struct Client<E: Endpoint> {
+    cn: Arc<ComputeNode>,
+    ep: E,
+    batch: Batch,
+    buf: Vec<u8>,
+    /// WRITEs of the batch being built, checked after it is posted.
+    writes: Vec<OpHandle>,
+    stats: ClientStats,
+}
+
+impl<E: Endpoint> std::fmt::Debug for Client<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl<E: Endpoint> Client<E> {
+    /// Fabric counters of this client's endpoint.
+    pub fn counters(&self) -> Counters {
+        self.ep.counters()
+    }
+
+    /// Operation statistics.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    /// The compute node this client belongs to.
+    pub fn compute_node(&self) -> &Arc<ComputeNode> {
+        &self.cn
+    }
+
+    /// Value of `key`.
+    pub fn get(&mut self, key: u64) -> Result<Option<u64>, RolexError> {
+        self.stats.reads += 1;
+        let chain = self.locate(key, true)?;
+        Ok(chain.find(key).map(|(i, s)| chain.images[i].pairs[s].1))
+    }
+
+    /// The first `n` pairs with keys ≥ `start`, in key order, into `out`.
+    pub fn scan(
+        &mut self,
+        start: u64,
+        n: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), RolexError> {
+        self.stats.reads += 1;
+        out.clear();
+        if n == 0 {
+            return Ok(());
+        }
+        let first = self.locate(start, false)?;
+        push_chain(&first, start, out);
+        let (mut m, mut i) = (first.m, first.i + 1);
+        // The block the chain numbers `i` refer to: another thread may
+        // swap the cached block of the model for a retrained one, which
+        // numbers the leaves anew.
+        let mut block = Some(first.off);
+        // Where the next chain must start: a chain read through a stale
+        // block can be a leaf the retrainer gave narrower fences, and the
+        // stale block's next chain would then skip the leaves between.
+        let mut next_low = first.images[0].high.checked_add(1);
+        let mut attempts = 0;
+        while out.len() < n && m < self.cn.models.len() && next_low.is_some() {
+            attempts += 1;
+            if attempts > MAX_ATTEMPTS {
+                return Err(RolexError::Exhausted {
+                    op: "scan",
+                    attempts,
+                    why: "torn or stale chains",
+                });
+            }
+            self.backoff(attempts);
+            let (len, cached) = {
+                let c = self.cn.model(m);
+                (c.lt.len(), c.off)
+            };
+            let mut stale = block.is_some_and(|b| b != cached);
+            if !stale && i >= len {
+                (m, i, block) = (m + 1, 0, None);
+                continue;
+            }
+            if !stale {
+                let want = (n - out.len()).div_ceil(self.cn.leaf.slots()).max(1);
+                let last = (i + want).min(len - 1).min(i + 64);
+                for f in self.fetch(m, i, last)? {
+                    if block.is_some_and(|b| b != f.off) {
+                        stale = true;
+                        break;
+                    }
+                    match self.check(f) {
+                        Ok(c) if Some(c.images[0].low) == next_low => {
+                            push_chain(&c, start, out);
+                            next_low = c.images[0].high.checked_add(1);
+                            block = Some(c.off);
+                            i += 1;
+                        }
+                        Ok(_) | Err((Bad::Stale, _)) => {
+                            self.refresh(m)?;
+                            stale = true;
+                            break;
+                        }
+                        Err((Bad::Corrupt, ii)) => return Err(corrupt_leaf(m, ii)),
+                        Err((Bad::Torn, _)) => {
+                            // A chain that stays torn may be a stale
+                            // block's view of retrained leaves.
+                            if attempts % 8 == 0 {
+                                self.refresh(m)?;
+                                stale = true;
+                            }
+                            break;
+                        }
+                    }
+                    if out.len() >= n {
+                        break;
+                    }
+                }
+            }
+            if stale && out.len() < n {
+                // The block changed under the scan: find the chain of the
+                // first key not yet covered.
+                let Some(resume) = next_low else {
+                    break;
+                };
+                let c = self.locate(resume, false)?;
+                push_chain(&c, resume, out);
+                next_low = c.images[0].high.checked_add(1);
+                (m, i, block) = (c.m, c.i + 1, Some(c.off));
+            }
+        }
+        out.truncate(n);
+        Ok(())
+    }
+
+    /// Adds `key`; `false` (and nothing written) if it was present.
+    pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, RolexError> {
+        self.write(key, WriteOp::Insert(value))
+    }
+
+    /// Overwrites `key`; `false` if absent.
+    pub fn update(&mut self, key: u64, value: u64) -> Result<bool, RolexError> {
+        self.write(key, WriteOp::Update(value))
+    }
+
+    /// Removes `key`; `false` if absent.
+    pub fn delete(&mut self, key: u64) -> Result<bool, RolexError> {
+        self.write(key, WriteOp::Delete)
+    }
+
+    /// Past the first attempts, gives the core to the writer or retrainer
+    /// being waited for.
+    fn backoff(&self, attempt: u32) {
+        if attempt > 8 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Reads the chains of trained leaves `a..=b` of model `m` in one
+    /// doorbell: each trained leaf first, then its cached synonyms.
+    fn fetch(&mut self, m: usize, a: usize, b: usize) -> Result<Vec<Fetched>, RolexError> {
+        self.batch.clear();
+        let out = self.fetch_into(m, a, b);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        Ok(out)
+    }
+
+    /// Appends the READs of [`Client::fetch`] to the batch, unposted.
+    fn fetch_into(&mut self, m: usize, a: usize, b: usize) -> Vec<Fetched> {
+        let mut out = Vec::with_capacity(b + 1 - a);
+        let lb = self.cn.leaf.leaf_bytes() as u64;
+        for i in a..=b {
+            let Some((off, links)) = self.cn.cached_chain(m, i) else {
+                break;
+            };
+            if self.batch.len() + links.len() > MAX_BATCH_OPS {
+                break;
+            }
+            let handles = links
+                .iter()
+                .map(|l| {
+                    self.batch
+                        .read(LEAF_REGION, self.cn.leaf.leaf_offset(l.leaf), lb)
+                })
+                .collect();
+            out.push(Fetched {
+                m,
+                i,
+                off,
+                links,
+                handles,
+            });
+        }
+        out
+    }
+
+    /// Decodes and checks a fetched chain.
+    fn check(&self, f: Fetched) -> Result<Chain, (Bad, usize)> {
+        let i = f.i;
+        let mut images = Vec::with_capacity(f.links.len());
+        for h in &f.handles {
+            let bytes = self.batch.read_bytes(*h).map_err(|_| (Bad::Corrupt, i))?;
+            match LeafImage::decode(self.cn.leaf, bytes) {
+                Ok(img) => images.push(img),
+                Err(LeafReject::Torn) => return Err((Bad::Torn, i)),
+                Err(LeafReject::Corrupt) => return Err((Bad::Corrupt, i)),
+            }
+        }
+        let head = &images[0];
+        for (k, img) in images.iter().enumerate() {
+            let next = f.links.get(k + 1).map_or(NO_LEAF, |l| l.leaf);
+            if img.next != next || img.low != head.low || img.high != head.high {
+                return Err((Bad::Stale, i));
+            }
+            if img.ver > head.ver {
+                return Err((Bad::Torn, i));
+            }
+        }
+        Ok(Chain {
+            m: f.m,
+            i,
+            off: f.off,
+            links: f.links,
+            images,
+        })
+    }
+
+    /// Re-reads model `m`'s directory word with its cached block's LT and
+    /// SLT (one doorbell), and the new block if the model was retrained.
+    fn refresh(&mut self, m: usize) -> Result<(), RolexError> {
+        self.stats.refreshes += 1;
+        let (off, n) = {
+            let c = self.cn.model(m);
+            (c.off, c.lt.len())
+        };
+        self.batch.clear();
+        let d = self.batch.read(TABLE_REGION, self.cn.tl.dir_offset(m), 8);
+        let t = self.batch.read(
+            TABLE_REGION,
+            TableLayout::lt_offset(off, 0),
+            ((n + SLT_SLOTS) * 8) as u64,
+        );
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        let now = le_word(self.batch.read_bytes(d)?, 0);
+        if now == off {
+            let (lt, slt) = decode_tables(self.batch.read_bytes(t)?, n);
+            let mut c = self.cn.model_mut(m);
+            if c.off == off {
+                (c.lt, c.slt) = (lt, slt);
+            }
+            return Ok(());
+        }
+        let fresh = load_block(&mut self.ep, self.cn.node, &mut self.batch, now)?;
+        if fresh.head.smallest != self.cn.smallest[m] {
+            return Err(corrupt("model block", format!("model {m} moved its range")));
+        }
+        self.stats.new_blocks += 1;
+        *self.cn.model_mut(m) = fresh;
+        Ok(())
+    }
+
+    /// Finds and reads the chain whose fences hold `key`.
+    fn locate(&mut self, key: u64, count_leaves: bool) -> Result<Chain, RolexError> {
+        let m = self.cn.model_of_key(key);
+        let mut why = "torn read";
+        let mut window: Option<(usize, usize)> = None;
+        for attempt in 0..MAX_ATTEMPTS {
+            if attempt > 0 {
+                self.stats.retries += 1;
+                self.backoff(attempt);
+                if attempt % 8 == 0 {
+                    // A prediction that keeps missing, or leaves that keep
+                    // disagreeing: the model may have been retrained.
+                    self.refresh(m)?;
+                    window = None;
+                }
+            }
+            let (n, (a, b)) = {
+                let c = self.cn.model(m);
+                (c.lt.len(), window.unwrap_or_else(|| c.head.predict(key)))
+            };
+            let (a, b) = (a.min(n - 1), b.min(n - 1));
+            let fetched = self.fetch(m, a, b)?;
+            if count_leaves {
+                self.stats.get_leaves += fetched.iter().map(|f| f.links.len() as u64).sum::<u64>();
+            }
+            // Which fetched head's fences hold the key, or where to look.
+            let mut target = None;
+            let mut go = 0i8;
+            for (k, f) in fetched.iter().enumerate() {
+                let Ok(bytes) = self.batch.read_bytes(f.handles[0]) else {
+                    return Err(corrupt_leaf(m, f.i));
+                };
+                match LeafImage::decode(self.cn.leaf, bytes) {
+                    Ok(h) if key < h.low => go = go.min(-1),
+                    Ok(h) if key > h.high => go = go.max(1),
+                    Ok(_) => {
+                        target = Some(k);
+                        break;
+                    }
+                    Err(LeafReject::Torn) => {}
+                    Err(LeafReject::Corrupt) => return Err(corrupt_leaf(m, f.i)),
+                }
+            }
+            let Some(k) = target else {
+                // Move the window toward the key (the fences of a model's
+                // leaves tile its key range), or retry a torn one.
+                let w = b - a;
+                window = if go > 0 && b + 1 < n {
+                    Some((b + 1, (b + 1 + w).min(n - 1)))
+                } else if go < 0 && a > 0 {
+                    Some(((a - 1).saturating_sub(w), a - 1))
+                } else {
+                    Some((a, b))
+                };
+                why = "prediction missed or torn";
+                continue;
+            };
+            let f = fetched.into_iter().nth(k).expect("target was fetched");
+            let i = f.i;
+            match self.check(f) {
+                Ok(c) => return Ok(c),
+                Err((Bad::Stale, _)) => {
+                    why = "stale leaf table";
+                    self.refresh(m)?;
+                    window = None;
+                    continue;
+                }
+                Err((Bad::Torn, _)) => why = "torn chain",
+                Err((Bad::Corrupt, i)) => return Err(corrupt_leaf(m, i)),
+            }
+            window = Some((i, i));
+        }
+        Err(RolexError::Exhausted {
+            op: "locate",
+            attempts: MAX_ATTEMPTS,
+            why,
+        })
+    }
+
+    fn write(&mut self, key: u64, op: WriteOp) -> Result<bool, RolexError> {
+        for restart in 0..MAX_RESTARTS {
+            if restart > 0 {
+                self.stats.restarts += 1;
+                self.backoff(restart + 8);
+            }
+            let chain = self.locate(key, false)?;
+            let present = chain.find(key).is_some();
+            match op {
+                WriteOp::Insert(_) if present => return Ok(false),
+                WriteOp::Update(_) | WriteOp::Delete if !present => return Ok(false),
+                _ => {}
+            }
+            let (m, i, off) = (chain.m, chain.i, chain.off);
+            let lock = self.cn.local_lock(off, i);
+            lock.waiters.fetch_add(1, Ordering::AcqRel);
+            let mut held = lock.held.lock().unwrap_or_else(|e| e.into_inner());
+            lock.waiters.fetch_sub(1, Ordering::AcqRel);
+            let lt_off = TableLayout::lt_offset(off, i);
+            let (entry, prefetched) = match *held {
+                Some(e) => {
+                    self.stats.shared_locks += 1;
+                    (e, None)
+                }
+                None => match self.lock_remote(m, i, off)? {
+                    Locked::Yes(e, f) => (e, Some(f)),
+                    Locked::Moved => {
+                        drop(held);
+                        self.refresh(m)?;
+                        continue;
+                    }
+                },
+            };
+            *held = Some(entry);
+            self.writes.clear();
+            let result = self.locked_write(&chain, entry, prefetched, key, op);
+            // Hand the remote lock to a sibling thread if one waits.
+            let keep = lock.waiters.load(Ordering::Acquire) > 0;
+            let new_entry = match &result {
+                Ok(r) => r.entry,
+                Err(_) => {
+                    self.batch.clear();
+                    self.writes.clear();
+                    entry
+                }
+            };
+            let word = if keep {
+                new_entry | LOCK_BIT
+            } else {
+                new_entry
+            };
+            let unlock = self.batch.write(TABLE_REGION, lt_off, &word.to_le_bytes());
+            self.writes.push(unlock);
+            let posted = self.ep.post(self.cn.node, &mut self.batch);
+            *held = if keep && posted.is_ok() {
+                Some(new_entry)
+            } else {
+                None
+            };
+            drop(held);
+            posted?;
+            for h in &self.writes {
+                self.batch.status(*h)?;
+            }
+            match result {
+                Ok(r) => {
+                    self.stats.splits += r.splits;
+                    self.stats.unlinks += r.unlinks;
+                    return Ok(r.done);
+                }
+                // The retrainer gives the model a fresh SLT: wait for it.
+                Err(RolexError::SltFull { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(RolexError::Exhausted {
+            op: "write",
+            attempts: MAX_RESTARTS,
+            why: "model retrained or its SLT full throughout",
+        })
+    }
+
+    /// CAS-locks LT entry `i` of model `m`'s block `off`, reading the
+    /// directory word and the cached chain in the same doorbell (the READs
+    /// execute after the CAS, so they see what the lock holder may trust).
+    fn lock_remote(&mut self, m: usize, i: usize, off: u64) -> Result<Locked, RolexError> {
+        let lt_off = TableLayout::lt_offset(off, i);
+        let mut expected = {
+            let c = self.cn.model(m);
+            if c.off != off {
+                return Ok(Locked::Moved);
+            }
+            c.lt[i]
+        };
+        for attempt in 0..MAX_LOCK_ATTEMPTS {
+            self.batch.clear();
+            let h = self
+                .batch
+                .cas(TABLE_REGION, lt_off, expected, expected | LOCK_BIT);
+            let d = self.batch.read(TABLE_REGION, self.cn.tl.dir_offset(m), 8);
+            let mut f = self.fetch_into(m, i, i);
+            self.ep.post(self.cn.node, &mut self.batch)?;
+            let old = self.batch.atomic_result(h)?;
+            if old == expected {
+                return match f.pop() {
+                    Some(f) if f.off == off => Ok(Locked::Yes(expected, f)),
+                    // Our cache moved on meanwhile (a sibling refreshed):
+                    // the block we locked is retired.
+                    _ => {
+                        self.batch.clear();
+                        self.batch
+                            .write(TABLE_REGION, lt_off, &expected.to_le_bytes());
+                        self.ep.post(self.cn.node, &mut self.batch)?;
+                        Ok(Locked::Moved)
+                    }
+                };
+            }
+            if le_word(self.batch.read_bytes(d)?, 0) != off {
+                return Ok(Locked::Moved);
+            }
+            if old & LOCK_BIT == 0 {
+                expected = old;
+            } else if attempt % 4 == 3 {
+                std::thread::yield_now();
+            }
+        }
+        Err(RolexError::Exhausted {
+            op: "lock",
+            attempts: MAX_LOCK_ATTEMPTS,
+            why: "leaf locked throughout",
+        })
+    }
+
+    /// Under the chain lock: re-reads the chain (unless the lock's CAS
+    /// already did), applies `op`, and leaves the writes in `self.batch`
+    /// for the caller to post with the LT entry WRITE that unlocks.
+    fn locked_write(
+        &mut self,
+        at: &Chain,
+        entry: u64,
+        mut prefetched: Option<Fetched>,
+        key: u64,
+        op: WriteOp,
+    ) -> Result<Written, RolexError> {
+        let (m, i, off) = (at.m, at.i, at.off);
+        // The chain cannot change while we hold its lock, so a mismatch
+        // with the cache is settled by one refresh.
+        self.cache_lt(m, off, i, entry);
+        let mut chain = None;
+        for _ in 0..4 {
+            let f = match prefetched.take() {
+                Some(f) => f,
+                None => match self.fetch(m, i, i)?.pop() {
+                    Some(f) if f.off == off => f,
+                    _ => break,
+                },
+            };
+            match self.check(f) {
+                Ok(c) => {
+                    chain = Some(c);
+                    break;
+                }
+                Err((Bad::Stale, _)) => {
+                    self.refresh(m)?;
+                    self.cache_lt(m, off, i, entry);
+                }
+                Err((Bad::Torn, _)) => {}
+                Err((Bad::Corrupt, _)) => return Err(corrupt_leaf(m, i)),
+            }
+        }
+        let mut c = chain.ok_or(RolexError::Exhausted {
+            op: "write",
+            attempts: 4,
+            why: "chain unreadable under its lock",
+        })?;
+        let n = self.cn.model(m).lt.len();
+        let layout = self.cn.leaf;
+        let found = c.find(key);
+        self.batch.clear();
+        let unchanged = Written {
+            done: false,
+            entry,
+            splits: 0,
+            unlinks: 0,
+        };
+        let single = Written {
+            done: true,
+            ..unchanged
+        };
+        match (op, found) {
+            (WriteOp::Insert(_), Some(_)) | (WriteOp::Update(_) | WriteOp::Delete, None) => {
+                Ok(unchanged)
+            }
+            (WriteOp::Update(v), Some((k, s))) => {
+                c.images[k].pairs[s].1 = v;
+                self.push_leaf(&c, k);
+                Ok(single)
+            }
+            (WriteOp::Delete, Some((k, s))) => {
+                c.images[k].pairs.remove(s);
+                if k == 0 || !c.images[k].pairs.is_empty() {
+                    self.push_leaf(&c, k);
+                    return Ok(single);
+                }
+                // Unlink the emptied synonym: its predecessor takes its
+                // link, in the SLT and in the leaves; the trained leaf,
+                // written last, carries the new chain version.
+                let next_slot = c.links.get(k + 1).map_or(0, |l| l.slot);
+                let next_leaf = c.images[k].next;
+                let new = self.relink(&mut c, entry, k - 1, next_leaf, next_slot);
+                Ok(Written {
+                    entry: new,
+                    unlinks: 1,
+                    ..single
+                })
+            }
+            (WriteOp::Insert(v), None) => {
+                // The last leaf whose keys start at or below the key keeps
+                // the chain sorted.
+                let k = c
+                    .images
+                    .iter()
+                    .rposition(|img| img.pairs.first().is_some_and(|p| p.0 <= key))
+                    .unwrap_or(0);
+                let img = &mut c.images[k];
+                let at = img.pairs.partition_point(|p| p.0 < key);
+                img.pairs.insert(at, (key, v));
+                if img.pairs.len() <= layout.slots() {
+                    self.push_leaf(&c, k);
+                    return Ok(single);
+                }
+                // A full leaf: allocate a synonym leaf after it and split
+                // (Fig. 5). New leaf and SLT slot first, then the links,
+                // then the trained leaf with the new chain version.
+                let (leaf, slot) = self.allocate(m, off, n)?;
+                self.batch.clear();
+                self.writes.clear();
+                let ver = c.images[0].ver + 1;
+                let half = c.images[k].pairs.len() / 2;
+                let upper = c.images[k].pairs.split_off(half);
+                let syn = LeafImage {
+                    ver,
+                    next: c.images[k].next,
+                    low: c.images[0].low,
+                    high: c.images[0].high,
+                    pairs: upper,
+                };
+                let succ_slot = c.links.get(k + 1).map_or(0, |l| l.slot);
+                syn.encode(layout, &mut self.buf);
+                let h = self
+                    .batch
+                    .write(LEAF_REGION, layout.leaf_offset(leaf), &self.buf);
+                self.writes.push(h);
+                self.push_slt(m, off, n, slot, Entry::new(leaf, succ_slot).encode());
+                let new = self.relink(&mut c, entry, k, leaf, slot);
+                Ok(Written {
+                    entry: new,
+                    splits: 1,
+                    ..single
+                })
+            }
+        }
+    }
+
+    /// Points chain leaf `p` (and its LT or SLT entry) at `next_leaf` /
+    /// `next_slot`, and queues its WRITE and the trained leaf's with the
+    /// next chain version, the trained leaf last; the new LT entry
+    /// (unlocked form), already cached.
+    fn relink(
+        &mut self,
+        c: &mut Chain,
+        entry: u64,
+        p: usize,
+        next_leaf: u64,
+        next_slot: u8,
+    ) -> u64 {
+        let n = self.cn.model(c.m).lt.len();
+        let ver = c.images[0].ver + 1;
+        c.images[p].next = next_leaf;
+        c.images[p].ver = ver;
+        c.images[0].ver = ver;
+        let mut e = Entry::decode(entry);
+        if p == 0 {
+            e.ptr = next_slot;
+        } else {
+            let pe = Entry::new(c.links[p].leaf, next_slot).encode();
+            self.push_slt(c.m, c.off, n, c.links[p].slot, pe);
+            self.push_leaf(c, p);
+        }
+        self.push_leaf(c, 0);
+        let new = e.encode();
+        self.cache_lt(c.m, c.off, c.i, new);
+        new
+    }
+
+    /// FAAs `alloc_num` and the block's `slot_use` in one doorbell: a new
+    /// leaf number and SLT slot. The split that takes the `retrain_at`-th
+    /// slot queues the model for retraining.
+    fn allocate(&mut self, m: usize, off: u64, n: usize) -> Result<(u64, u8), RolexError> {
+        if self.cn.model(m).slt[0] >= (SLT_SLOTS - 1) as u64 {
+            return Err(RolexError::SltFull { model: m });
+        }
+        self.batch.clear();
+        let a = self.batch.faa(LEAF_REGION, (ALLOC_NUM_WORD * 8) as u64, 1);
+        let s = self
+            .batch
+            .faa(TABLE_REGION, TableLayout::slt_offset(off, n, 0), 1);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        let leaf = self.batch.atomic_result(a)?;
+        let used = self.batch.atomic_result(s)?;
+        {
+            let mut c = self.cn.model_mut(m);
+            if c.off == off {
+                c.slt[0] = used.saturating_add(1);
+            }
+        }
+        if used + 1 == self.cn.retrain_at {
+            self.enqueue(m, off)?;
+        }
+        if leaf >= self.cn.capacity {
+            return Err(RolexError::LeafRegionFull {
+                capacity: self.cn.capacity,
+            });
+        }
+        let slot = used + 1;
+        if slot >= SLT_SLOTS as u64 {
+            return Err(RolexError::SltFull { model: m });
+        }
+        Ok((leaf, slot as u8))
+    }
+
+    /// Pushes block `off` of model `m` at the CirQ's tail.
+    fn enqueue(&mut self, m: usize, off: u64) -> Result<(), RolexError> {
+        self.batch.clear();
+        let t = self
+            .batch
+            .faa(TABLE_REGION, self.cn.tl.cirq_tail_offset(), 1);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        let tail = self.batch.atomic_result(t)?;
+        let slot = (tail % self.cn.tl.cirq_slots() as u64) as usize;
+        let word = (m as u64 + 1) << 40 | off;
+        self.batch.clear();
+        let h = self.batch.write(
+            TABLE_REGION,
+            self.cn.tl.cirq_slot_offset(slot),
+            &word.to_le_bytes(),
+        );
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        self.batch.status(h)?;
+        self.stats.queued += 1;
+        Ok(())
+    }
+
+    fn push_leaf(&mut self, c: &Chain, k: usize) {
+        c.images[k].encode(self.cn.leaf, &mut self.buf);
+        let off = self.cn.leaf.leaf_offset(c.links[k].leaf);
+        let h = self.batch.write(LEAF_REGION, off, &self.buf);
+        self.writes.push(h);
+    }
+
+    fn push_slt(&mut self, m: usize, off: u64, n: usize, slot: u8, word: u64) {
+        let at = TableLayout::slt_offset(off, n, slot as usize);
+        let h = self.batch.write(TABLE_REGION, at, &word.to_le_bytes());
+        self.writes.push(h);
+        let mut c = self.cn.model_mut(m);
+        if c.off == off {
+            c.slt[slot as usize] = word;
+        }
+    }
+
+    fn cache_lt(&self, m: usize, off: u64, i: usize, word: u64) {
+        let mut c = self.cn.model_mut(m);
+        if c.off == off {
+            c.lt[i] = word;
+        }
+    }
+}
+
+/// A chain's READs in a posted batch.
+struct Fetched {
+    m: usize,
+    i: usize,
+    off: u64,
+    links: Vec<Link>,
+    handles: Vec<OpHandle>,
+}
+
+fn push_chain(c: &Chain, start: u64, out: &mut Vec<(u64, u64)>) {
+    let from = out.len();
+    for img in &c.images {
+        out.extend(img.pairs.iter().filter(|p| p.0 >= start));
+    }
+    out[from..].sort_unstable_by_key(|p| p.0);
+}
+
+fn corrupt_leaf(m: usize, i: usize) -> RolexError {
+    corrupt("leaf", format!("chain of trained leaf {i} of model {m}"))
+}

@@ -1,0 +1,506 @@
+//! The memory pool layout (ROLEX §3.3, Fig. 4): a leaf region and a table
+//! region, both registered on the memory node and read and written by
+//! compute nodes with one-sided verbs. Every field is a little-endian u64.
+//!
+//! # Leaf region
+//!
+//! ```text
+//! byte            field
+//! [0, 8)          alloc_num: leaves allocated so far (FAA by 1 allocates one)
+//! [8, 16)         capacity: leaves the region can hold
+//! [16, 64)        reserved (0), so leaves start on a cache line
+//! [64 + n*B, ..)  leaf n, B = leaf bytes (Equation 3: phy = n * B + 64)
+//! ```
+//!
+//! # Leaf (S = slots per leaf, the paper's δ; B = (5 + 2S) * 8, 296 at S = 16)
+//!
+//! ```text
+//! word        bytes              field
+//! 0           [0, 8)             ver: chain version of the last write that
+//!                                moved keys between leaves of the chain or
+//!                                relinked it (see below)
+//! 1           [8, 16)            meta: bits 0..8 count, bits 8..56 next
+//!                                synonym leaf number (NO_LEAF = none)
+//! 2           [16, 24)           low fence: smallest key the chain may hold
+//! 3           [24, 32)           high fence: largest key (inclusive)
+//! 4..4+S      [32, 32+8S)        keys, sorted; slots >= count are 0
+//! 4+S..4+2S   [32+8S, 32+16S)    values, value i belongs to key i
+//! 4+2S        [32+16S, 40+16S)   checksum = SUM(i < 4+2S) H(i, word i)
+//! ```
+//!
+//! A trained leaf and its synonym leaves form a *chain* (trained leaf
+//! first, then the synonyms in key order); all share the trained leaf's
+//! fences, and every key in `[low, high]` lives in exactly one chain.
+//!
+//! ## Why a checksum and a chain version
+//!
+//! The fabric is atomic per 8-byte word only, so a READ concurrent with a
+//! WRITE may return any mix of words; the checksum (the project's hash of
+//! (position, word), as in XStore's leaves) rejects such a mix except by a
+//! 2^-64 coincidence. A chain is several leaves, read at several moments:
+//! a writer that moves keys between leaves (a split, an unlink) writes
+//! every leaf it changes with `ver = V + 1` and the trained leaf last, in
+//! one doorbell batch whose verbs execute in order. A reader reads the
+//! trained leaf first and its synonyms after it in one batch, and accepts
+//! the chain only if no synonym has a `ver` above the trained leaf's and
+//! the `next` links match the leaves it read: any synonym changed by a
+//! multi-leaf write after the trained leaf was read carries a larger
+//! `ver`. A write that changes one leaf only (most inserts, updates,
+//! deletes) keeps that leaf's `ver`: one leaf changes atomically, so every
+//! mix of chain images a reader can see is a state the chain was in.
+//!
+//! # Table region (M models, N CirQ slots)
+//!
+//! ```text
+//! byte                      field
+//! [0, 8)                    magic (TABLE_MAGIC)
+//! [8, 16)                   M: models
+//! [16, 24)                  S: slots per leaf
+//! [24, 32)                  leaf region id
+//! [32, 40)                  leaf capacity
+//! [40, 48)                  N: CirQ slots
+//! [48, 56)                  retrain trigger: slot_use that queues a model
+//! [56, 64)                  block bump pointer (memory node only)
+//! [64, 64+8M)               directory: word m = byte offset of model m's
+//!                           current block (changes only when retrained)
+//! [64+8M, 72+8M)            CirQ head (memory node only)
+//! [72+8M, 80+8M)            CirQ tail (FAA by 1 reserves a slot)
+//! [80+8M, 80+8M+8N)         CirQ slots: 0 empty, else (m+1) << 40 | block
+//! [80+8M+8N, ..)            model blocks, bump-allocated, never reused
+//! ```
+//!
+//! A model block (n = LT entries, B = (8 + n + 256) * 8 bytes):
+//!
+//! ```text
+//! word          field
+//! 0             smallest key of the model (inclusive; fixed for its life)
+//! 1             largest key of the model (inclusive; fixed)
+//! 2             n: LT entries
+//! 3             err: largest |predicted - actual| trained leaf, in leaves
+//! 4             line origin (key)
+//! 5             line slope (f64 bits): trained leaves per key
+//! 6             line intercept (f64 bits): trained leaf at the origin
+//! 7             reserved (0)
+//! 8..8+n        leaf table (LT), trained leaf i of the model at entry i
+//! 8+n           SLT slot 0: slot_use (slots taken, FAA by 1 takes one)
+//! 9+n..8+n+256  SLT slots 1..=255: synonym leaf entries
+//! ```
+//!
+//! # LT / SLT entry
+//!
+//! ```text
+//! bit 63      lock (LT only; the lock of the whole chain)
+//! bits 56..63 leaf region number (7 bits; one region, number 0, today)
+//! bits 48..56 pointer: SLT slot of the next synonym leaf (0 = none)
+//! bits 0..48  leaf number in the region
+//! ```
+
+use xtree::layout::{le_word, word_hash};
+
+/// Magic word at the start of the table region ("ROLEXTB2").
+pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXTB2");
+
+/// Bytes before the first leaf of the leaf region.
+pub const LEAF_REGION_HEADER: u64 = 64;
+/// Word of `alloc_num` in the leaf region.
+pub const ALLOC_NUM_WORD: usize = 0;
+/// Word of the capacity in the leaf region.
+pub const CAPACITY_WORD: usize = 1;
+
+/// Bytes of the table region header.
+pub const TABLE_HEADER: u64 = 64;
+/// Slots of a synonym leaf table, slot 0 (`slot_use`) included.
+pub const SLT_SLOTS: usize = 256;
+/// Words of a model block before its leaf table.
+pub const BLOCK_HEAD_WORDS: usize = 8;
+/// Header word of the block bump pointer.
+pub const BUMP_WORD: usize = 7;
+
+/// "No next synonym leaf" in a leaf's meta word.
+pub const NO_LEAF: u64 = (1 << 48) - 1;
+/// Largest number of slots per leaf (the count is 8 bits).
+pub const MAX_SLOTS: usize = 255;
+
+/// The lock bit of an LT entry.
+pub const LOCK_BIT: u64 = 1 << 63;
+const LEAF_MASK: u64 = (1 << 48) - 1;
+
+const _: () = assert!(LeafLayout::new_const(16).leaf_bytes() == 296);
+const _: () = assert!(TableLayout::new(3, 16).block_bytes(64) == (8 + 64 + 256) * 8);
+const _: () = assert!(TableLayout::new(3, 16).blocks_start() == 64 + 24 + 16 + 128);
+const _: () = assert!(NO_LEAF == LEAF_MASK);
+
+/// An LT or SLT entry, unpacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Lock bit (LT entries only).
+    pub locked: bool,
+    /// Leaf region number (7 bits).
+    pub region: u8,
+    /// SLT slot of the next synonym leaf; 0 = none.
+    pub ptr: u8,
+    /// Leaf number (48 bits).
+    pub leaf: u64,
+}
+
+impl Entry {
+    /// An unlocked entry of region 0.
+    pub fn new(leaf: u64, ptr: u8) -> Entry {
+        Entry {
+            locked: false,
+            region: 0,
+            ptr,
+            leaf,
+        }
+    }
+
+    /// Packs into the 8-byte word.
+    pub fn encode(self) -> u64 {
+        (self.locked as u64) << 63
+            | ((self.region & 0x7F) as u64) << 56
+            | (self.ptr as u64) << 48
+            | (self.leaf & LEAF_MASK)
+    }
+
+    /// Unpacks a word (every bit pattern decodes).
+    pub fn decode(w: u64) -> Entry {
+        Entry {
+            locked: w & LOCK_BIT != 0,
+            region: ((w >> 56) & 0x7F) as u8,
+            ptr: (w >> 48) as u8,
+            leaf: w & LEAF_MASK,
+        }
+    }
+}
+
+/// Word positions of a leaf with a given number of slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeafLayout {
+    slots: usize,
+}
+
+impl LeafLayout {
+    /// Layout for `slots` slots; `None` outside `2..=MAX_SLOTS`.
+    pub fn new(slots: usize) -> Option<LeafLayout> {
+        (2..=MAX_SLOTS)
+            .contains(&slots)
+            .then_some(LeafLayout { slots })
+    }
+
+    const fn new_const(slots: usize) -> LeafLayout {
+        LeafLayout { slots }
+    }
+
+    /// Slots per leaf (δ).
+    pub const fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Words of a leaf.
+    pub const fn leaf_words(&self) -> usize {
+        5 + 2 * self.slots
+    }
+
+    /// Bytes of a leaf.
+    pub const fn leaf_bytes(&self) -> usize {
+        self.leaf_words() * 8
+    }
+
+    /// Byte offset of leaf `n` in the leaf region (Equation 3).
+    pub const fn leaf_offset(&self, n: u64) -> u64 {
+        LEAF_REGION_HEADER + n * self.leaf_bytes() as u64
+    }
+
+    /// Bytes of a leaf region holding `capacity` leaves.
+    pub const fn region_bytes(&self, capacity: u64) -> u64 {
+        self.leaf_offset(capacity)
+    }
+}
+
+/// Byte positions of the table region with M models and N CirQ slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableLayout {
+    models: usize,
+    cirq: usize,
+}
+
+impl TableLayout {
+    /// Layout for `models` models and `cirq` CirQ slots.
+    pub const fn new(models: usize, cirq: usize) -> TableLayout {
+        TableLayout { models, cirq }
+    }
+
+    /// Models (M).
+    pub const fn models(&self) -> usize {
+        self.models
+    }
+
+    /// CirQ slots (N).
+    pub const fn cirq_slots(&self) -> usize {
+        self.cirq
+    }
+
+    /// Byte offset of model `m`'s directory word.
+    pub const fn dir_offset(&self, m: usize) -> u64 {
+        TABLE_HEADER + 8 * m as u64
+    }
+
+    /// Byte offset of the CirQ head word (the tail follows it).
+    pub const fn cirq_head_offset(&self) -> u64 {
+        self.dir_offset(self.models)
+    }
+
+    /// Byte offset of the CirQ tail word.
+    pub const fn cirq_tail_offset(&self) -> u64 {
+        self.cirq_head_offset() + 8
+    }
+
+    /// Byte offset of CirQ slot `i`.
+    pub const fn cirq_slot_offset(&self, i: usize) -> u64 {
+        self.cirq_head_offset() + 16 + 8 * i as u64
+    }
+
+    /// Byte offset of the first model block.
+    pub const fn blocks_start(&self) -> u64 {
+        self.cirq_slot_offset(self.cirq)
+    }
+
+    /// Bytes of a block with `n` LT entries.
+    pub const fn block_bytes(&self, n: usize) -> u64 {
+        ((BLOCK_HEAD_WORDS + n + SLT_SLOTS) * 8) as u64
+    }
+
+    /// Byte offset of LT entry `i` in the block at `block`.
+    pub const fn lt_offset(block: u64, i: usize) -> u64 {
+        block + ((BLOCK_HEAD_WORDS + i) * 8) as u64
+    }
+
+    /// Byte offset of SLT slot `s` in the block at `block` with `n` LT
+    /// entries (slot 0 is `slot_use`).
+    pub const fn slt_offset(block: u64, n: usize, s: usize) -> u64 {
+        block + ((BLOCK_HEAD_WORDS + n + s) * 8) as u64
+    }
+}
+
+/// The head of a model block, decoded (untrusted until checked).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockHead {
+    /// Smallest key of the model.
+    pub smallest: u64,
+    /// Largest key of the model.
+    pub largest: u64,
+    /// LT entries.
+    pub n: usize,
+    /// Prediction error bound, in trained leaves.
+    pub err: u64,
+    /// Key → trained leaf line.
+    pub line: learned::keyline::KeyLine,
+}
+
+impl BlockHead {
+    /// The eight head words.
+    pub fn encode(&self) -> [u64; BLOCK_HEAD_WORDS] {
+        [
+            self.smallest,
+            self.largest,
+            self.n as u64,
+            self.err,
+            self.line.origin,
+            self.line.slope.to_bits(),
+            self.line.intercept.to_bits(),
+            0,
+        ]
+    }
+
+    /// Decodes head words fetched from a block; `None` when the LT size is
+    /// beyond `max_n` or the range is inverted.
+    pub fn decode(bytes: &[u8], max_n: u64) -> Option<BlockHead> {
+        if bytes.len() < BLOCK_HEAD_WORDS * 8 {
+            return None;
+        }
+        let w = |i| le_word(bytes, i);
+        let n = w(2);
+        if n == 0 || n > max_n || w(0) > w(1) {
+            return None;
+        }
+        Some(BlockHead {
+            smallest: w(0),
+            largest: w(1),
+            n: n as usize,
+            err: w(3).min(max_n),
+            line: learned::keyline::KeyLine {
+                origin: w(4),
+                slope: f64::from_bits(w(5)),
+                intercept: f64::from_bits(w(6)),
+            },
+        })
+    }
+
+    /// The trained leaves (inclusive) that may hold `key`: the line's
+    /// leaf ± err, one more below because an untrained key sits between
+    /// two trained lows.
+    pub fn predict(&self, key: u64) -> (usize, usize) {
+        let last = self.n as i64 - 1;
+        let c = self.line.rounded(key);
+        let e = self.err as i64;
+        let lo = c.saturating_sub(e + 1).clamp(0, last);
+        let hi = c.saturating_add(e).clamp(lo, last);
+        (lo as usize, hi as usize)
+    }
+}
+
+/// A leaf's contents, as written or as decoded from fetched bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeafImage {
+    /// Chain version of the last multi-leaf write to this leaf.
+    pub ver: u64,
+    /// Next synonym leaf number, or [`NO_LEAF`].
+    pub next: u64,
+    /// Low fence (inclusive).
+    pub low: u64,
+    /// High fence (inclusive).
+    pub high: u64,
+    /// Sorted pairs, at most `slots`.
+    pub pairs: Vec<(u64, u64)>,
+}
+
+/// Why fetched leaf bytes were rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeafReject {
+    /// The checksum does not match: torn by a concurrent WRITE, or never
+    /// written. Retry.
+    Torn,
+    /// Checksummed but impossible (count above the slots, unsorted keys).
+    Corrupt,
+}
+
+impl LeafImage {
+    /// Encodes into `out` (cleared first), checksum included.
+    pub fn encode(&self, layout: LeafLayout, out: &mut Vec<u8>) {
+        let s = layout.slots();
+        debug_assert!(self.pairs.len() <= s);
+        let mut words = vec![0u64; layout.leaf_words()];
+        words[0] = self.ver;
+        words[1] = self.pairs.len() as u64 | (self.next & LEAF_MASK) << 8;
+        words[2] = self.low;
+        words[3] = self.high;
+        for (i, &(k, v)) in self.pairs.iter().enumerate() {
+            words[4 + i] = k;
+            words[4 + s + i] = v;
+        }
+        let sum_at = 4 + 2 * s;
+        words[sum_at] = checksum(&words[..sum_at]);
+        out.clear();
+        for w in words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+
+    /// Verifies and decodes fetched bytes (untrusted).
+    pub fn decode(layout: LeafLayout, bytes: &[u8]) -> Result<LeafImage, LeafReject> {
+        let s = layout.slots();
+        if bytes.len() != layout.leaf_bytes() {
+            return Err(LeafReject::Corrupt);
+        }
+        let sum_at = 4 + 2 * s;
+        let sum = (0..sum_at).fold(0u64, |a, i| a.wrapping_add(word_hash(i, le_word(bytes, i))));
+        if sum != le_word(bytes, sum_at) {
+            return Err(LeafReject::Torn);
+        }
+        let meta = le_word(bytes, 1);
+        let count = (meta & 0xFF) as usize;
+        if count > s {
+            return Err(LeafReject::Corrupt);
+        }
+        let pairs: Vec<(u64, u64)> = (0..count)
+            .map(|i| (le_word(bytes, 4 + i), le_word(bytes, 4 + s + i)))
+            .collect();
+        if pairs.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(LeafReject::Corrupt);
+        }
+        Ok(LeafImage {
+            ver: le_word(bytes, 0),
+            next: (meta >> 8) & LEAF_MASK,
+            low: le_word(bytes, 2),
+            high: le_word(bytes, 3),
+            pairs,
+        })
+    }
+}
+
+fn checksum(words: &[u64]) -> u64 {
+    words
+        .iter()
+        .enumerate()
+        .fold(0u64, |a, (i, &w)| a.wrapping_add(word_hash(i, w)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_round_trips_and_keeps_fields_apart() {
+        let e = Entry {
+            locked: true,
+            region: 0x7F,
+            ptr: 255,
+            leaf: NO_LEAF - 1,
+        };
+        assert_eq!(Entry::decode(e.encode()), e);
+        assert_eq!(Entry::decode(Entry::new(5, 3).encode()).leaf, 5);
+        assert!(!Entry::decode(Entry::new(5, 3).encode()).locked);
+    }
+
+    #[test]
+    fn a_block_head_round_trips_and_bad_heads_are_refused() {
+        let head = BlockHead {
+            smallest: 100,
+            largest: 999,
+            n: 9,
+            err: 1,
+            line: learned::keyline::KeyLine {
+                origin: 100,
+                slope: 0.01,
+                intercept: 0.0,
+            },
+        };
+        let bytes: Vec<u8> = head.encode().iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(BlockHead::decode(&bytes, 64), Some(head));
+        assert_eq!(
+            BlockHead::decode(&bytes, 8),
+            None,
+            "more entries than allowed"
+        );
+        assert_eq!(BlockHead::decode(&bytes[..56], 64), None, "short");
+        // 640 lies at 5.4 on the line: leaves 5 ± err, one more below.
+        assert_eq!(head.predict(640), (3, 6));
+        assert_eq!(head.predict(0), (0, 1));
+        assert_eq!(head.predict(u64::MAX), (8, 8));
+    }
+
+    #[test]
+    fn a_leaf_round_trips_and_any_changed_word_is_torn() {
+        let l = LeafLayout::new(4).unwrap();
+        let img = LeafImage {
+            ver: 3,
+            next: 9,
+            low: 10,
+            high: 99,
+            pairs: vec![(10, 1), (20, 2)],
+        };
+        let mut b = Vec::new();
+        img.encode(l, &mut b);
+        assert_eq!(LeafImage::decode(l, &b), Ok(img));
+        for w in 0..l.leaf_words() {
+            let mut t = b.clone();
+            t[w * 8] ^= 1;
+            assert_eq!(LeafImage::decode(l, &t), Err(LeafReject::Torn), "word {w}");
+        }
+        assert_eq!(
+            LeafImage::decode(l, &[0u8; 8]),
+            Err(LeafReject::Corrupt),
+            "short"
+        );
+    }
+}

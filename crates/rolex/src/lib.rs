@@ -1,0 +1,27 @@
+//! ROLEX (FAST'23): an ordered key-value store for disaggregated memory
+//! whose compute nodes cache learned models and leaf tables and read and
+//! write the memory pool with one-sided verbs only.
+//!
+//! * [`layout`] — the memory pool, byte by byte: leaf region, fixed-size
+//!   checksummed leaves, table region with the model directory, the CirQ
+//!   and model blocks (line, leaf table LT, synonym leaf table SLT).
+//! * [`memory`] — the memory node: lays the pool out from loaded pairs
+//!   (models start at OptimalPLR segments) and registers the regions.
+//! * [`client`] — the compute node: GET, SCAN, INSERT, UPDATE, DELETE
+//!   over [`fabric`] verbs, synonym leaves, lock sharing between threads.
+//! * [`retrain`] — the memory node's one retrainer thread: CirQ, in-place
+//!   retraining, shadow redirection.
+//!
+//! Not built yet: lock leases (a crashed lock holder blocks its chain) and
+//! more than one leaf region.
+
+pub mod client;
+pub mod error;
+pub mod layout;
+pub mod memory;
+pub mod retrain;
+
+pub use client::{Client, ClientStats, ComputeNode};
+pub use error::RolexError;
+pub use memory::{LocalHost, MemoryNode, RegionHost, RolexConfig, LEAF_REGION, TABLE_REGION};
+pub use retrain::{RetrainStats, Retrainer};

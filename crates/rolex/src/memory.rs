@@ -1,0 +1,315 @@
+//! The memory node: it lays out the leaf and table regions
+//! ([`crate::layout`]) from the loaded pairs, trains the models and
+//! registers the regions on a fabric node. After that it runs no index
+//! code for requests: compute nodes read and write the regions with
+//! one-sided verbs only, and one retrainer thread ([`crate::retrain`])
+//! rebuilds the models compute nodes queue in the CirQ.
+
+use std::sync::Arc;
+
+use fabric::{FabricError, LocalFabric, NodeId, Region, RegionId, Rights};
+use learned::keyline::KeyLine;
+use learned::plr::{Plr, PlrParams};
+
+use crate::error::RolexError;
+use crate::layout::{
+    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, ALLOC_NUM_WORD, BUMP_WORD, CAPACITY_WORD,
+    NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+};
+
+/// Region id of the leaf region.
+pub const LEAF_REGION: RegionId = RegionId(0x524F_0001);
+/// Region id of the table region.
+pub const TABLE_REGION: RegionId = RegionId(0x524F_0002);
+
+/// Settings of a ROLEX store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RolexConfig {
+    /// Slots per leaf (the paper's δ; 16 in its evaluation).
+    pub slots: usize,
+    /// Pairs per trained leaf at load (≤ slots): room left in each leaf
+    /// lets early inserts land without a synonym leaf.
+    pub fill: usize,
+    /// The OptimalPLR error bound ε, in positions (16 in the paper): its
+    /// segments decide where models start.
+    pub epsilon: u64,
+    /// Most trained leaves per model at load; a model has at least a
+    /// quarter of that unless the keys run out.
+    pub group: usize,
+    /// Leaves of the leaf region beyond the trained ones (synonym leaves).
+    pub spare_leaves: u64,
+    /// A model whose `slot_use` reaches this is queued for retraining (the
+    /// paper's half of the SLT: 128).
+    pub retrain_at: u64,
+    /// Bytes of the table region for retrained blocks.
+    pub retrain_bytes: u64,
+}
+
+impl Default for RolexConfig {
+    fn default() -> Self {
+        RolexConfig {
+            slots: 16,
+            fill: 12,
+            epsilon: 16,
+            group: 64,
+            spare_leaves: 1 << 16,
+            retrain_at: (SLT_SLOTS / 2) as u64,
+            retrain_bytes: 16 << 20,
+        }
+    }
+}
+
+/// Where a memory node's regions come from and how verbs reach them.
+pub trait RegionHost {
+    /// Memory for region `id` (heap by default; file-backed for `shm`).
+    fn alloc(&self, id: RegionId, bytes: u64, rights: Rights) -> Result<Arc<Region>, FabricError> {
+        fabric::heap_region(id, bytes, rights)
+    }
+    /// Makes `region` reachable by verbs.
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
+}
+
+/// A node of a [`LocalFabric`].
+#[derive(Clone)]
+pub struct LocalHost {
+    /// The fabric.
+    pub fabric: LocalFabric,
+    /// The memory node's node.
+    pub node: NodeId,
+}
+
+impl RegionHost for LocalHost {
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
+        self.fabric.register(self.node, region)
+    }
+}
+
+impl RegionHost for fabric::Host {
+    fn alloc(&self, id: RegionId, bytes: u64, rights: Rights) -> Result<Arc<Region>, FabricError> {
+        self.alloc_region(id, bytes, rights)
+    }
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
+        fabric::Host::register(self, region)
+    }
+}
+
+/// A ROLEX memory node: the two registered regions and their contents.
+pub struct MemoryNode {
+    config: RolexConfig,
+    pub(crate) leaves: Arc<Region>,
+    pub(crate) tables: Arc<Region>,
+    pub(crate) leaf: LeafLayout,
+    pub(crate) tl: TableLayout,
+    trained: usize,
+}
+
+impl std::fmt::Debug for MemoryNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryNode")
+            .field("config", &self.config)
+            .field("trained", &self.trained)
+            .finish()
+    }
+}
+
+/// Where models start: trained leaf indices, at OptimalPLR segment starts
+/// when a model is big enough, and every `group` leaves at the latest.
+fn model_starts(
+    keys: &[u64],
+    trained: usize,
+    config: &RolexConfig,
+) -> Result<Vec<usize>, RolexError> {
+    let mut candidates = vec![false; trained];
+    if !keys.is_empty() {
+        let params = PlrParams {
+            epsilon: config.epsilon,
+            delta: config.fill as u64,
+        };
+        let plr = Plr::train(keys, params).map_err(|e| RolexError::Load(e.to_string()))?;
+        for s in plr.segments() {
+            candidates[s.start / config.fill] = true;
+        }
+    }
+    let min = (config.group / 4).max(1);
+    let mut starts = vec![0];
+    for (j, &c) in candidates.iter().enumerate().skip(1) {
+        let len = j - starts[starts.len() - 1];
+        if (c && len >= min) || len >= config.group {
+            starts.push(j);
+        }
+    }
+    Ok(starts)
+}
+
+/// Writes a model block at byte `off` of `tables`: head, LT entries
+/// (locked if `locked`), and an empty SLT.
+pub(crate) fn write_block(
+    tables: &Region,
+    off: u64,
+    head: &BlockHead,
+    leaves: &[u64],
+    locked: bool,
+) {
+    let base = (off / 8) as usize;
+    for (i, w) in head.encode().into_iter().enumerate() {
+        tables.store(base + i, w);
+    }
+    let lt = (TableLayout::lt_offset(off, 0) / 8) as usize;
+    for (i, &leaf) in leaves.iter().enumerate() {
+        let mut e = Entry::new(leaf, 0);
+        e.locked = locked;
+        tables.store(lt + i, e.encode());
+    }
+    let slt = (TableLayout::slt_offset(off, leaves.len(), 0) / 8) as usize;
+    for s in 0..SLT_SLOTS {
+        tables.store(slt + s, 0);
+    }
+}
+
+/// The line from keys to trained leaves of a model whose leaves start at
+/// `lows`, and its error bound.
+pub(crate) fn fit_leaves(smallest: u64, lows: &[u64]) -> (KeyLine, u64) {
+    let line = KeyLine::fit(smallest, lows, 0);
+    let err = line.max_error(lows, 0);
+    (line, err)
+}
+
+impl MemoryNode {
+    /// Lays out `pairs` (sorted by key, distinct) in regions of `host`
+    /// and registers them there.
+    pub fn load(
+        pairs: &[(u64, u64)],
+        config: RolexConfig,
+        host: &dyn RegionHost,
+    ) -> Result<MemoryNode, RolexError> {
+        let layout = LeafLayout::new(config.slots)
+            .ok_or_else(|| RolexError::Config(format!("slots {} not in 2..=255", config.slots)))?;
+        if config.fill == 0 || config.fill > config.slots {
+            return Err(RolexError::Config(format!(
+                "fill {} not in 1..={}",
+                config.fill, config.slots
+            )));
+        }
+        if !(1..=4096).contains(&config.group) {
+            return Err(RolexError::Config(format!(
+                "group {} not in 1..=4096",
+                config.group
+            )));
+        }
+        if !(1..SLT_SLOTS as u64).contains(&config.retrain_at) {
+            return Err(RolexError::Config(format!(
+                "retrain_at {} not in 1..=255",
+                config.retrain_at
+            )));
+        }
+        if pairs.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(RolexError::Load("pairs must be sorted and distinct".into()));
+        }
+        let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+        let trained = pairs.len().div_ceil(config.fill).max(1);
+        let capacity = trained as u64 + config.spare_leaves;
+        if capacity >= NO_LEAF {
+            return Err(RolexError::Config("too many leaves".into()));
+        }
+        // Low fence of trained leaf j.
+        let low = |j: usize| if j == 0 { 0 } else { pairs[j * config.fill].0 };
+        let starts = model_starts(&keys, trained, &config)?;
+        let models = starts.len();
+        // Every model may be queued once per life; twice covers a model
+        // queued again while its first entry waits.
+        let tl = TableLayout::new(models, (2 * models).next_power_of_two().max(64));
+        let initial: u64 = (0..models)
+            .map(|m| tl.block_bytes(starts.get(m + 1).unwrap_or(&trained) - starts[m]))
+            .sum();
+        let table_bytes = tl.blocks_start() + initial + config.retrain_bytes;
+
+        let leaves = host.alloc(LEAF_REGION, layout.region_bytes(capacity), Rights::ALL)?;
+        let tables = host.alloc(TABLE_REGION, table_bytes.next_multiple_of(64), Rights::ALL)?;
+
+        let mut buf = Vec::new();
+        for j in 0..trained {
+            let chunk = &pairs
+                [(j * config.fill).min(pairs.len())..((j + 1) * config.fill).min(pairs.len())];
+            let high = if j + 1 < trained {
+                low(j + 1) - 1
+            } else {
+                u64::MAX
+            };
+            LeafImage {
+                ver: 0,
+                next: NO_LEAF,
+                low: low(j),
+                high,
+                pairs: chunk.to_vec(),
+            }
+            .encode(layout, &mut buf);
+            // Trained leaf j is leaf number j of the region.
+            leaves.copy_in(layout.leaf_offset(j as u64), &buf);
+        }
+        let mut off = tl.blocks_start();
+        for m in 0..models {
+            let (a, b) = (starts[m], *starts.get(m + 1).unwrap_or(&trained));
+            let lows: Vec<u64> = (a..b).map(low).collect();
+            let smallest = lows[0];
+            let largest = if b < trained { low(b) - 1 } else { u64::MAX };
+            let (line, err) = fit_leaves(smallest, &lows);
+            let head = BlockHead {
+                smallest,
+                largest,
+                n: b - a,
+                err,
+                line,
+            };
+            let numbers: Vec<u64> = (a as u64..b as u64).collect();
+            write_block(&tables, off, &head, &numbers, false);
+            tables.store((tl.dir_offset(m) / 8) as usize, off);
+            off += tl.block_bytes(b - a);
+        }
+        leaves.store(ALLOC_NUM_WORD, trained as u64);
+        leaves.store(CAPACITY_WORD, capacity);
+        let header = [
+            TABLE_MAGIC,
+            models as u64,
+            config.slots as u64,
+            LEAF_REGION.0 as u64,
+            capacity,
+            tl.cirq_slots() as u64,
+            config.retrain_at,
+            off,
+        ];
+        for (i, w) in header.into_iter().enumerate() {
+            tables.store(i, w);
+        }
+        debug_assert_eq!(header.len(), BUMP_WORD + 1);
+        host.register(leaves.clone())?;
+        host.register(tables.clone())?;
+        Ok(MemoryNode {
+            config,
+            leaves,
+            tables,
+            leaf: layout,
+            tl,
+            trained,
+        })
+    }
+
+    /// The configuration loaded with.
+    pub fn config(&self) -> RolexConfig {
+        self.config
+    }
+
+    /// Trained leaves at load.
+    pub fn trained_leaves(&self) -> usize {
+        self.trained
+    }
+
+    /// Models.
+    pub fn models(&self) -> usize {
+        self.tl.models()
+    }
+
+    /// Leaves allocated so far (trained and synonym).
+    pub fn allocated_leaves(&self) -> u64 {
+        self.leaves.load(ALLOC_NUM_WORD)
+    }
+}

@@ -1,0 +1,308 @@
+//! Retraining on the memory node (ROLEX §3.5): one thread takes models off
+//! the CirQ that compute nodes push to when a model's SLT is half used, and
+//! rebuilds each in place: every leaf of the model's chains becomes a
+//! trained leaf of a new block, with a fresh SLT and a line refit to the
+//! leaves' low fences. No pair moves between leaves.
+//!
+//! # Shadow redirection, step by step
+//!
+//! 1. Lock every LT entry of the old block (waiting for writers inside).
+//!    The old block stays locked for good: it is retired.
+//! 2. Read the chains (stable now) and build the new block, its LT
+//!    entries locked, in fresh table space; the directory still names the
+//!    old block, so compute nodes keep using the old model.
+//! 3. Rewrite every kept leaf's header: its own fences, no `next`, and a
+//!    chain version above its old chain's, so a reader holding the old
+//!    model sees links or fences that disagree with its cache (or a
+//!    version above its trained leaf's) and refreshes instead of trusting
+//!    a mix.
+//! 4. Point the directory word at the new block: readers that refresh now
+//!    find the new block, whose chains match the rewritten leaves.
+//! 5. Unlock the new block's LT entries. Writers spinning on the retired
+//!    block read the directory word in their CAS doorbell and start over.
+//!
+//! Writes to one model pause for the duration (steps 1–5; microseconds
+//! per leaf); reads continue throughout. The paper lets writers go on
+//! during retraining and redirects their new synonym leaves into the new
+//! SLT; here they wait for the swap instead, which keeps every chain
+//! owned by exactly one lock at a time.
+//!
+//! The retrainer touches only the two regions; it serves no request.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use fabric::Region;
+
+use crate::layout::{
+    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, BLOCK_HEAD_WORDS, BUMP_WORD, LOCK_BIT,
+    NO_LEAF, SLT_SLOTS,
+};
+use crate::memory::{fit_leaves, write_block, MemoryNode};
+
+/// How long the retrainer waits for a writer's lock before it gives the
+/// model up (the writer's lock then stays the writer's).
+const LOCK_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Counts of a retrainer's work.
+#[derive(Debug, Default)]
+pub struct RetrainStats {
+    /// Models rebuilt.
+    pub retrained: AtomicU64,
+    /// CirQ entries for blocks already retired.
+    pub skipped: AtomicU64,
+    /// Rebuilds abandoned (lock not free in time, no table space, or
+    /// chains that were not sorted); the old block stays in service.
+    pub abandoned: AtomicU64,
+}
+
+/// The retrainer thread; stopped and joined on drop.
+pub struct Retrainer {
+    stop: Arc<AtomicBool>,
+    stats: Arc<RetrainStats>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Retrainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retrainer")
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Retrainer {
+    /// What it has done so far.
+    pub fn stats(&self) -> &RetrainStats {
+        &self.stats
+    }
+}
+
+impl Drop for Retrainer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What the retrainer works on.
+struct Pool {
+    leaves: Arc<Region>,
+    tables: Arc<Region>,
+    leaf: LeafLayout,
+    tl: TableLayout,
+}
+
+impl MemoryNode {
+    /// Starts the retrainer thread.
+    pub fn start_retrainer(&self) -> Retrainer {
+        let pool = Pool {
+            leaves: self.leaves.clone(),
+            tables: self.tables.clone(),
+            leaf: self.leaf,
+            tl: self.tl,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(RetrainStats::default());
+        let (s, st) = (stop.clone(), stats.clone());
+        let thread = std::thread::Builder::new()
+            .name("rolex-retrainer".into())
+            .spawn(move || pool.run(&s, &st))
+            .ok();
+        Retrainer {
+            stop,
+            stats,
+            thread,
+        }
+    }
+}
+
+fn word(off: u64) -> usize {
+    (off / 8) as usize
+}
+
+impl Pool {
+    fn run(&self, stop: &AtomicBool, stats: &RetrainStats) {
+        let head_w = word(self.tl.cirq_head_offset());
+        let n = self.tl.cirq_slots() as u64;
+        while !stop.load(Ordering::Acquire) {
+            let head = self.tables.load(head_w);
+            let slot_w = word(self.tl.cirq_slot_offset((head % n) as usize));
+            let v = self.tables.load(slot_w);
+            if v == 0 {
+                // Empty, or a pusher between its FAA and its WRITE.
+                std::thread::sleep(Duration::from_micros(100));
+                continue;
+            }
+            self.tables.store(slot_w, 0);
+            self.tables.store(head_w, head + 1);
+            let m = (v >> 40).wrapping_sub(1) as usize;
+            let off = v & ((1 << 40) - 1);
+            if m >= self.tl.models() || self.tables.load(word(self.tl.dir_offset(m))) != off {
+                stats.skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let c = if self.retrain(m, off) {
+                &stats.retrained
+            } else {
+                &stats.abandoned
+            };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn head(&self, off: u64) -> Option<BlockHead> {
+        let mut bytes = [0u8; BLOCK_HEAD_WORDS * 8];
+        if off + bytes.len() as u64 > self.tables.len_bytes() {
+            return None;
+        }
+        self.tables.copy_out(off, &mut bytes);
+        BlockHead::decode(&bytes, self.tables.len_bytes() / 8)
+    }
+
+    /// Rebuilds model `m` from its block at `off`; false if abandoned.
+    fn retrain(&self, m: usize, off: u64) -> bool {
+        let Some(head) = self.head(off) else {
+            return false;
+        };
+        let n = head.n;
+        if TableLayout::slt_offset(off, n, SLT_SLOTS) > self.tables.len_bytes() {
+            return false;
+        }
+        let lt = word(TableLayout::lt_offset(off, 0));
+        // 1. Lock every chain.
+        let start = Instant::now();
+        for i in 0..n {
+            loop {
+                let cur = self.tables.load(lt + i);
+                if cur & LOCK_BIT == 0
+                    && self.tables.compare_exchange(lt + i, cur, cur | LOCK_BIT) == cur
+                {
+                    break;
+                }
+                if start.elapsed() > LOCK_PATIENCE {
+                    self.unlock(lt, i);
+                    return false;
+                }
+                std::thread::yield_now();
+            }
+        }
+        // 2. Every leaf of every chain, in key order.
+        let Some(seq) = self.chains(off, n) else {
+            self.unlock(lt, n);
+            return false;
+        };
+        let mut kept: Vec<(u64, LeafImage)> = seq
+            .iter()
+            .filter(|(_, img)| !img.pairs.is_empty())
+            .cloned()
+            .collect();
+        if kept.is_empty() {
+            kept.push(seq[0].clone());
+        }
+        let sorted = kept
+            .iter()
+            .flat_map(|(_, img)| img.pairs.iter().map(|p| p.0))
+            .collect::<Vec<_>>()
+            .windows(2)
+            .all(|w| w[0] < w[1]);
+        if !sorted {
+            self.unlock(lt, n);
+            return false;
+        }
+        let lows: Vec<u64> = kept
+            .iter()
+            .enumerate()
+            .map(|(k, (_, img))| match (k, img.pairs.first()) {
+                (0, _) | (_, None) => head.smallest,
+                (_, Some(p)) => p.0,
+            })
+            .collect();
+        let bytes = self.tl.block_bytes(kept.len());
+        let new = self.tables.load(BUMP_WORD);
+        if new
+            .checked_add(bytes)
+            .is_none_or(|end| end > self.tables.len_bytes())
+        {
+            self.unlock(lt, n);
+            return false;
+        }
+        self.tables.store(BUMP_WORD, new + bytes);
+        let (line, err) = fit_leaves(head.smallest, &lows);
+        let new_head = BlockHead {
+            n: kept.len(),
+            err,
+            line,
+            ..head
+        };
+        let numbers: Vec<u64> = kept.iter().map(|(l, _)| *l).collect();
+        write_block(&self.tables, new, &new_head, &numbers, true);
+        // 3. Every kept leaf gets its own fences and no link.
+        let mut buf = Vec::new();
+        for (k, (leaf, img)) in kept.iter().enumerate() {
+            let high = lows.get(k + 1).map_or(head.largest, |l| l - 1);
+            LeafImage {
+                ver: img.ver + 1,
+                next: NO_LEAF,
+                low: lows[k],
+                high,
+                pairs: img.pairs.clone(),
+            }
+            .encode(self.leaf, &mut buf);
+            self.leaves.copy_in(self.leaf.leaf_offset(*leaf), &buf);
+        }
+        // 4. Redirect, 5. open the new block.
+        self.tables.store(word(self.tl.dir_offset(m)), new);
+        let new_lt = word(TableLayout::lt_offset(new, 0));
+        for (i, &leaf) in numbers.iter().enumerate() {
+            self.tables.store(new_lt + i, Entry::new(leaf, 0).encode());
+        }
+        true
+    }
+
+    /// Clears the lock bit of the first `upto` entries from word `lt` on.
+    fn unlock(&self, lt: usize, upto: usize) {
+        for i in 0..upto {
+            let cur = self.tables.load(lt + i);
+            self.tables.store(lt + i, cur & !LOCK_BIT);
+        }
+    }
+
+    /// Leaves of the block's chains in order, each with its image whose
+    /// `ver` is its chain's; `None` if a link or leaf is impossible.
+    fn chains(&self, off: u64, n: usize) -> Option<Vec<(u64, LeafImage)>> {
+        let lt = word(TableLayout::lt_offset(off, 0));
+        let slt = word(TableLayout::slt_offset(off, n, 0));
+        let capacity = self.leaves.load(crate::layout::CAPACITY_WORD);
+        let mut out = Vec::new();
+        let mut bytes = vec![0u8; self.leaf.leaf_bytes()];
+        for i in 0..n {
+            let e = Entry::decode(self.tables.load(lt + i));
+            let mut leaf = e.leaf;
+            let mut ptr = e.ptr;
+            let mut chain_ver = None;
+            for _ in 0..SLT_SLOTS {
+                if leaf >= capacity {
+                    return None;
+                }
+                self.leaves
+                    .copy_out(self.leaf.leaf_offset(leaf), &mut bytes);
+                let mut img = LeafImage::decode(self.leaf, &bytes).ok()?;
+                let v = *chain_ver.get_or_insert(img.ver);
+                img.ver = v;
+                out.push((leaf, img));
+                if ptr == 0 {
+                    break;
+                }
+                let s = Entry::decode(self.tables.load(slt + ptr as usize));
+                leaf = s.leaf;
+                ptr = s.ptr;
+            }
+        }
+        Some(out)
+    }
+}
