@@ -139,6 +139,10 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         }
         .load()?
     };
+    if args.cluster.is_some() && args.system != "xstore" {
+        // Only XStore servers have the fence a shard needs.
+        anyhow::bail!("--cluster serves --system xstore only");
+    }
     // Joined before loading: the map says which keys are this server's.
     let mut shard = match (&args.cluster, &args.id) {
         (Some(url), Some(id)) => {
