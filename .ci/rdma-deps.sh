@@ -16,7 +16,6 @@
 # Fast when everything is present: only packages that are missing are
 # installed, and apt's lists are refreshed only then.
 set -euo pipefail
-export DEBIAN_FRONTEND=noninteractive
 
 packages=(cmake make gcc libc6-dev libclang-dev)
 if [[ "${1:-}" == "--runtime" ]]; then
@@ -26,24 +25,4 @@ elif [[ $# -gt 0 ]]; then
   exit 2
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
-    missing+=("$p")
-  fi
-done
-
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "rdma-deps: all present (${packages[*]})"
-  exit 0
-fi
-
-sudo=()
-if [[ $(id -u) -ne 0 ]]; then
-  sudo=(sudo -n)
-fi
-
-echo "rdma-deps: installing ${missing[*]}"
-"${sudo[@]}" apt-get update -qq </dev/null
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
-echo "rdma-deps: done"
+bash "$(dirname "$0")/apt-missing.sh" rdma-deps "${packages[@]}"

@@ -8,7 +8,7 @@ use xstore::proto::{Reply, Request};
 
 /// One request of each opcode, with small bounds so counts past them are
 /// exercised.
-fn requests(n: u32) -> [Request; 11] {
+fn requests(n: u32) -> [Request; 12] {
     [
         Request::Meta,
         Request::FetchTop,
@@ -29,6 +29,10 @@ fn requests(n: u32) -> [Request; 11] {
         },
         Request::Delete { key: 1 },
         Request::Stats,
+        Request::Fenced {
+            revision: 1,
+            inner: Box::new(Request::Scan { start: 0, n }),
+        },
     ]
 }
 

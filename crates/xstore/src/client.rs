@@ -124,6 +124,14 @@ pub enum ClientError {
     /// A bad setting.
     #[error("bad configuration: {0}")]
     Config(String),
+    /// A range-partitioned server refused a request routed by the client's
+    /// shard map ([`Client::set_fence`]): it does not own the key there,
+    /// or its map is at another revision. Nothing was applied.
+    #[error("wrong owner: the server's shard map is at revision {revision}")]
+    WrongOwner {
+        /// The server's map revision.
+        revision: u64,
+    },
 }
 
 /// What the client did, for the benchmark's rates.
@@ -189,6 +197,8 @@ pub struct Client<E: Endpoint> {
     batch: Batch,
     request: Vec<u8>,
     reply: Vec<u8>,
+    /// Shard-map revision keyed RPCs are fenced with, if any.
+    fence: Option<u64>,
 }
 
 /// One leaf to read, as the translation table describes it.
@@ -224,6 +234,7 @@ impl<E: Endpoint> Client<E> {
             batch: Batch::new(),
             request: Vec::new(),
             reply: Vec::new(),
+            fence: None,
         };
         c.refresh_model()?;
         if config.prefill && config.cache != CacheMode::Top {
@@ -260,9 +271,34 @@ impl<E: Endpoint> Client<E> {
         bytes
     }
 
+    /// Sends every later keyed RPC (fallback GET and SCAN, every write) as
+    /// FENCED with shard-map `revision`, so that a server that does not own
+    /// the key there refuses it ([`ClientError::WrongOwner`]) instead of
+    /// serving it; `None` sends them bare. One-sided reads are not fenced:
+    /// they cannot be, the server's CPU never sees them.
+    pub fn set_fence(&mut self, revision: Option<u64>) {
+        self.fence = revision;
+    }
+
+    /// `req` as it goes on the wire: wrapped in FENCED when it has a key
+    /// and a fence is set.
+    fn fenced(&self, req: Request) -> Request {
+        match self.fence {
+            Some(revision) if req.key().is_some() => Request::Fenced {
+                revision,
+                inner: Box::new(req),
+            },
+            _ => req,
+        }
+    }
+
     fn rpc(&mut self, req: &Request) -> Result<Reply, ClientError> {
         self.request.clear();
-        req.encode(&mut self.request);
+        if self.fence.is_some() && req.key().is_some() {
+            self.fenced(req.clone()).encode(&mut self.request);
+        } else {
+            req.encode(&mut self.request);
+        }
         self.ep.call(self.node, &self.request, &mut self.reply)?;
         self.decode(req)
     }
@@ -273,6 +309,7 @@ impl<E: Endpoint> Client<E> {
         match Reply::decode(req, &self.reply)? {
             Reply::Status(Status::BadRequest) => Err(ClientError::Server(Status::BadRequest)),
             Reply::Status(Status::ReservedKey) => Err(ClientError::ReservedKey(u64::MAX)),
+            Reply::WrongOwner { revision } => Err(ClientError::WrongOwner { revision }),
             reply => Ok(reply),
         }
     }
@@ -910,7 +947,7 @@ impl<E: Endpoint> Client<E> {
             Write::Update { key, .. } => self.hints(key),
             _ => Vec::new(),
         };
-        let req = write.request(hints);
+        let req = self.fenced(write.request(hints));
         self.request.clear();
         req.encode(&mut self.request);
         let ticket = self.ep.call_start(self.node, &self.request)?;
@@ -923,7 +960,9 @@ impl<E: Endpoint> Client<E> {
     /// new), `false` if not (and nothing changed, except for `Upsert`).
     pub fn finish_write(&mut self, pending: PendingWrite) -> Result<bool, ClientError> {
         self.ep.call_finish(pending.ticket, &mut self.reply)?;
-        // Hints do not shape the reply: decode against the bare request.
+        // Hints do not shape the reply, and a FENCED request's reply is its
+        // inner one's (or WRONG_OWNER, whatever was asked): decode against
+        // the bare request.
         let reply = self.decode(&pending.write.request(Vec::new()))?;
         match (pending.write, reply) {
             (_, Reply::Status(Status::Full)) => Err(ClientError::Full),

@@ -18,13 +18,20 @@
 //!   UPSERT       key u64, value u64
 //!   UPDATE       key u64, value u64, hints u8 (<= 8), hints × (aln u32, inca u32)
 //!   DELETE       key u64
+//!   FENCED       revision u64, then a whole GET, GET_VALUE, SCAN, INSERT,
+//!                UPSERT, UPDATE or DELETE request (not another FENCED)
 //! ```
+//!
+//! FENCED carries the shard-map revision a range-partitioned client routed
+//! by: the server serves the inner request only if it owns the key at that
+//! revision, and otherwise answers [`Status::WrongOwner`] with its own.
 //!
 //! # Reply layout
 //!
 //! ```text
 //! byte 0      status (see Status)
-//! bytes 1..   payload of the opcode when the status carries one
+//! bytes 1..   payload of the opcode when the status carries one;
+//!             WRONG_OWNER (any request): revision u64
 //! ```
 //!
 //! A sub-model travels as [`SubPayload`]: `sub u32, model 14 B,
@@ -121,6 +128,8 @@ pub enum Opcode {
     /// GET answered by the server with the value only (the server-centric
     /// design's read).
     GetValue = 11,
+    /// A keyed request with the shard-map revision it was routed by.
+    Fenced = 12,
 }
 
 /// A request.
@@ -186,9 +195,37 @@ pub enum Request {
         /// Key.
         key: u64,
     },
+    /// [`Opcode::Fenced`]: `inner` (a keyed request, see
+    /// [`Request::key`]) routed by the shard map at `revision`.
+    Fenced {
+        /// The client's shard-map revision.
+        revision: u64,
+        /// The request.
+        inner: Box<Request>,
+    },
 }
 
 impl Request {
+    /// The key a keyed request is about (a SCAN's start): what a
+    /// range-partitioned server's ownership is checked on. `None` for the
+    /// others (and for FENCED itself).
+    pub fn key(&self) -> Option<u64> {
+        match *self {
+            Request::Get { key }
+            | Request::GetValue { key }
+            | Request::Delete { key }
+            | Request::Insert { key, .. }
+            | Request::Upsert { key, .. }
+            | Request::Update { key, .. }
+            | Request::Scan { start: key, .. } => Some(key),
+            Request::Meta
+            | Request::FetchTop
+            | Request::FetchSubs { .. }
+            | Request::Stats
+            | Request::Fenced { .. } => None,
+        }
+    }
+
     /// Appends the encoding to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
@@ -243,11 +280,35 @@ impl Request {
                     put_u32(out, inca);
                 }
             }
+            Request::Fenced { revision, inner } => {
+                out.push(Opcode::Fenced as u8);
+                put_u64(out, *revision);
+                inner.encode(out);
+            }
         }
     }
 
     /// Decodes a whole request.
     pub fn decode(bytes: &[u8]) -> Result<Request, ProtoError> {
+        if bytes.first() == Some(&(Opcode::Fenced as u8)) {
+            let mut r = Reader::new(&bytes[1..]);
+            let revision = r.u64("revision")?;
+            // One level only: the inner request is decoded without this
+            // branch, so nesting cannot recurse.
+            let inner = Self::decode_plain(&bytes[9..])?;
+            if inner.key().is_none() {
+                return Err(ProtoError::Bad("FENCED wraps a request without a key"));
+            }
+            return Ok(Request::Fenced {
+                revision,
+                inner: Box::new(inner),
+            });
+        }
+        Self::decode_plain(bytes)
+    }
+
+    /// Decodes any request but FENCED.
+    fn decode_plain(bytes: &[u8]) -> Result<Request, ProtoError> {
         let mut r = Reader::new(bytes);
         let op = r.u8("opcode")?;
         let req = match op {
@@ -321,6 +382,10 @@ pub enum Status {
     /// The write could not be made durable (log failure); it may or may not
     /// survive a crash, and the server refuses further writes.
     Unavailable = 7,
+    /// FENCED: this server does not own the key at the client's map
+    /// revision (or its map is at another revision); the reply carries
+    /// the server's revision, and the client refetches the map.
+    WrongOwner = 8,
 }
 
 impl Status {
@@ -335,6 +400,7 @@ impl Status {
             5 => Status::VersionChanged,
             6 => Status::Full,
             7 => Status::Unavailable,
+            8 => Status::WrongOwner,
             value => {
                 return Err(ProtoError::Unknown {
                     what: "status",
@@ -674,6 +740,12 @@ pub enum Reply {
     },
     /// STATS.
     Stats(ServerStats),
+    /// Refused by a range-partitioned server (to any request; FENCED ones
+    /// in practice): `revision` is the server's shard-map revision.
+    WrongOwner {
+        /// The server's map revision.
+        revision: u64,
+    },
 }
 
 impl Reply {
@@ -682,6 +754,7 @@ impl Reply {
         match self {
             Reply::Status(s) => *s,
             Reply::Get { value: None, .. } | Reply::Value(None) => Status::NotFound,
+            Reply::WrongOwner { .. } => Status::WrongOwner,
             _ => Status::Ok,
         }
     }
@@ -718,6 +791,7 @@ impl Reply {
             }
             Reply::Upserted { new } => out.push(*new as u8),
             Reply::Stats(s) => s.encode(out),
+            Reply::WrongOwner { revision } => put_u64(out, *revision),
         }
     }
 
@@ -732,6 +806,18 @@ impl Reply {
     pub fn decode(request: &Request, bytes: &[u8]) -> Result<Reply, ProtoError> {
         let mut r = Reader::new(bytes);
         let status = Status::from_u8(r.u8("status")?)?;
+        if status == Status::WrongOwner {
+            let reply = Reply::WrongOwner {
+                revision: r.u64("revision")?,
+            };
+            r.finish()?;
+            return Ok(reply);
+        }
+        // Past the fence check, the reply is the inner request's.
+        let request = match request {
+            Request::Fenced { inner, .. } => inner,
+            other => other,
+        };
         let lookup = matches!(request, Request::Get { .. } | Request::GetValue { .. });
         let has_payload = status == Status::Ok || (lookup && status == Status::NotFound);
         let found = |value: u64| (status == Status::Ok).then_some(value);
@@ -780,6 +866,7 @@ impl Reply {
                 Request::Insert { .. } | Request::Update { .. } | Request::Delete { .. } => {
                     Reply::Status(Status::Ok)
                 }
+                Request::Fenced { .. } => return Err(ProtoError::Bad("nested FENCED")),
             }
         };
         r.finish()?;
@@ -813,6 +900,18 @@ mod tests {
                 hints: vec![(1, 2), (3, 4)],
             },
             Request::Delete { key: 8 },
+            Request::Fenced {
+                revision: 77,
+                inner: Box::new(Request::Update {
+                    key: 5,
+                    value: 6,
+                    hints: vec![(1, 2)],
+                }),
+            },
+            Request::Fenced {
+                revision: 1,
+                inner: Box::new(Request::Scan { start: 3, n: 4 }),
+            },
         ];
         for r in reqs {
             let mut b = Vec::new();
@@ -825,6 +924,20 @@ mod tests {
             assert!(Request::decode(&b).is_err(), "trailing byte");
         }
         assert!(Request::decode(&[200]).is_err());
+        // FENCED wraps exactly one keyed request.
+        let fenced = |inner: Request| {
+            let mut b = vec![Opcode::Fenced as u8];
+            b.extend_from_slice(&9u64.to_le_bytes());
+            inner.encode(&mut b);
+            Request::decode(&b)
+        };
+        assert!(fenced(Request::Stats).is_err());
+        assert!(fenced(Request::Meta).is_err());
+        assert!(fenced(Request::Fenced {
+            revision: 1,
+            inner: Box::new(Request::Get { key: 1 })
+        })
+        .is_err());
         assert!(Request::decode(&[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_err());
     }
 
@@ -907,6 +1020,35 @@ mod tests {
             (
                 Request::Insert { key: 1, value: 2 },
                 Reply::Status(Status::Full),
+            ),
+            (
+                Request::Fenced {
+                    revision: 3,
+                    inner: Box::new(Request::Scan { start: 0, n: 3 }),
+                },
+                Reply::Scan(vec![(1, 10)]),
+            ),
+            (
+                Request::Fenced {
+                    revision: 3,
+                    inner: Box::new(Request::Get { key: 5 }),
+                },
+                Reply::Get {
+                    value: None,
+                    version: 2,
+                    sub: sample_sub(1),
+                },
+            ),
+            (
+                Request::Fenced {
+                    revision: 3,
+                    inner: Box::new(Request::Insert { key: 1, value: 2 }),
+                },
+                Reply::WrongOwner { revision: 9 },
+            ),
+            (
+                Request::Insert { key: 1, value: 2 },
+                Reply::WrongOwner { revision: 9 },
             ),
             (
                 Request::Stats,

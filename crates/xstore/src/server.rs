@@ -62,6 +62,18 @@ const RESIZE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// versions take 16 and up).
 pub const INNER_REGION: RegionId = RegionId(2);
 
+/// Which keys this server owns when the key space is range-partitioned
+/// across servers (the `cluster` crate implements it over the shard map).
+/// Consulted for FENCED requests only; a server without one serves them
+/// all.
+pub trait Fence: Send + Sync {
+    /// Whether to serve a request about `key` from a client routing by the
+    /// shard map at `revision`: `Ok(hi)` if this server owns `key` in that
+    /// map, `hi` being the end of its range (a SCAN's answer stops there);
+    /// `Err(current)` to refuse, with the revision of the server's map.
+    fn admit(&self, key: u64, revision: u64) -> Result<u64, u64>;
+}
+
 /// Where the server registers the regions clients read.
 pub trait Registrar: Send + Sync {
     /// Memory for a region this server will register (heap by default; a
@@ -267,6 +279,8 @@ struct Shared {
     counters: Counters,
     durable: Option<crate::durable::Durable>,
     recovery: Option<crate::durable::RecoveryReport>,
+    /// Ownership in a range-partitioned cluster (see [`Server::set_fence`]).
+    fence: RwLock<Option<Arc<dyn Fence>>>,
 }
 
 /// A running XStore server.
@@ -395,6 +409,7 @@ impl Server {
             counters: Counters::default(),
             durable,
             recovery,
+            fence: RwLock::new(None),
             config,
         });
         if let Some(d) = &shared.durable {
@@ -440,6 +455,12 @@ impl Server {
     /// The RPC handler to install on the fabric.
     pub fn handler(&self) -> Arc<dyn RpcHandler> {
         Arc::new(Handler(self.shared.clone()))
+    }
+
+    /// Makes this server one shard of a range-partitioned cluster: FENCED
+    /// requests are served only for keys `fence` admits (see [`Fence`]).
+    pub fn set_fence(&self, fence: Arc<dyn Fence>) {
+        *self.shared.fence.write().expect("fence lock") = Some(fence);
     }
 
     /// The tree.
@@ -756,6 +777,21 @@ impl Shared {
                 self.found_or_not(done)
             }
             Request::Stats => (Reply::Stats(self.stats()), None),
+            // The handler unwraps FENCED before serving; one reaching here
+            // was never admitted.
+            Request::Fenced { .. } => (Reply::Status(Status::BadRequest), None),
+        }
+    }
+
+    /// Serves `req` and cuts a SCAN's answer at `hi`, where this server's
+    /// range ends (the keys past it are not this server's to answer).
+    fn serve_below(&self, req: Request, hi: Option<u64>) -> (Reply, Option<u64>) {
+        match (self.serve(req), hi) {
+            ((Reply::Scan(mut pairs), lsn), Some(hi)) => {
+                pairs.retain(|p| p.0 < hi);
+                (Reply::Scan(pairs), lsn)
+            }
+            (served, _) => served,
         }
     }
 
@@ -951,14 +987,30 @@ fn sync_write(req: &Request) -> Option<(u64, crate::durable::WriteOp)> {
 }
 
 impl Handler {
-    /// Counts and decodes a request; a malformed one is answered here.
-    fn decode(&self, request: &[u8]) -> Result<Request, Vec<u8>> {
+    /// Counts and decodes a request; a malformed one is answered here, and
+    /// so is a FENCED one for a key this server does not own. Returns the
+    /// request to serve and, for an admitted FENCED one, where the
+    /// server's range ends.
+    fn decode(&self, request: &[u8]) -> Result<(Request, Option<u64>), Vec<u8>> {
         self.0.counters.rpcs.fetch_add(1, Ordering::Relaxed);
-        Request::decode(request).map_err(|e| {
+        let req = Request::decode(request).map_err(|e| {
             self.0.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(error = %e, "malformed request");
             Reply::Status(Status::BadRequest).to_vec()
-        })
+        })?;
+        let Request::Fenced { revision, inner } = req else {
+            return Ok((req, None));
+        };
+        let fence = self.0.fence.read().expect("fence lock").clone();
+        let Some(fence) = fence else {
+            return Ok((*inner, None));
+        };
+        // Decoding checked that a FENCED request has a key.
+        let key = inner.key().unwrap_or(0);
+        match fence.admit(key, revision) {
+            Ok(hi) => Ok((*inner, Some(hi))),
+            Err(current) => Err(Reply::WrongOwner { revision: current }.to_vec()),
+        }
     }
 }
 
@@ -981,14 +1033,14 @@ impl RpcHandler for Handler {
         }
         match self.decode(request) {
             // async / none / no log: applied and answered at once.
-            Ok(req) => self.0.serve(req).0.encode(reply),
+            Ok((req, hi)) => self.0.serve_below(req, hi).0.encode(reply),
             Err(r) => *reply = r,
         }
     }
 
     fn handle_deferred(&self, request: &[u8], respond: fabric::Responder) {
-        let req = match self.decode(request) {
-            Ok(req) => req,
+        let (req, hi) = match self.decode(request) {
+            Ok(decoded) => decoded,
             Err(r) => return respond(r),
         };
         if let Some(d) = self.0.durable.as_ref().filter(|d| d.waits()) {
@@ -1006,7 +1058,7 @@ impl RpcHandler for Handler {
                 return d.write(key, op, respond);
             }
         }
-        let (reply, lsn) = self.0.serve(req);
+        let (reply, lsn) = self.0.serve_below(req, hi);
         let reply = reply.to_vec();
         match &self.0.durable {
             Some(d) => d.acknowledge(lsn, reply, respond),

@@ -1,0 +1,254 @@
+//! `xstore cluster`: a range-partitioned XStore on this machine (`up`: etcd
+//! and N server processes) and a look at one (`status`). See
+//! docs/cluster.md.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+
+use crate::keys::KeyArgs;
+
+/// Arguments of `xstore cluster`.
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    command: ClusterCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Start etcd and N servers on loopback, each owning an equal share of
+    /// the keys; print the cluster URL first; run until SIGINT/SIGTERM,
+    /// then stop everything started.
+    Up(UpArgs),
+    /// The shard map: ranges, owners, their URLs and keys.
+    Status(StatusArgs),
+}
+
+/// Arguments of `xstore cluster up`.
+#[derive(Args, Debug)]
+struct UpArgs {
+    /// Server processes.
+    #[arg(long, default_value_t = 3)]
+    servers: usize,
+    /// Directory for etcd's data and log (created).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The keys every server loads its share of.
+    #[command(flatten)]
+    keys: KeyArgs,
+    /// Seconds a server has to load and start serving.
+    #[arg(long, default_value_t = 300)]
+    start_timeout_s: u64,
+}
+
+/// Arguments of `xstore cluster status`.
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// The cluster: etcd://host:port[/prefix].
+    url: String,
+}
+
+/// Runs `xstore cluster`.
+pub fn run(args: &ClusterArgs) -> Result<()> {
+    match &args.command {
+        ClusterCommand::Up(a) => up(a),
+        ClusterCommand::Status(a) => status(a),
+    }
+}
+
+/// Range boundaries that give each of `n` servers an equal share of `keys`
+/// (of the key space when there are fewer keys than servers).
+fn boundaries(keys: &[u64], n: usize) -> Vec<u64> {
+    let mut b: Vec<u64> = if keys.len() >= n {
+        (1..n).map(|i| keys[i * keys.len() / n]).collect()
+    } else {
+        (1..n as u64).map(|i| i * (u64::MAX / n as u64)).collect()
+    };
+    b.retain(|&x| x > 0);
+    b.dedup();
+    b
+}
+
+/// Server processes, stopped (SIGTERM, then SIGKILL after 30 s) on drop.
+struct Servers(Vec<(String, Child)>);
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for (_, c) in &self.0 {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for (id, c) in &mut self.0 {
+            loop {
+                match c.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() >= deadline => {
+                        eprintln!("server {id} did not stop within 30 s: killing it");
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+    }
+}
+
+fn up(args: &UpArgs) -> Result<()> {
+    if args.servers == 0 || args.servers > 64 {
+        bail!("--servers must be 1..=64");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    let keys = args.keys.load()?;
+    let ids: Vec<String> = (0..args.servers).map(|i| format!("s{i}")).collect();
+    let map = cluster::ShardMap::split(&boundaries(&keys, args.servers), &ids)?;
+    drop(keys);
+    let etcd_proc = cluster::EtcdProcess::start(&args.dir).context("starting etcd")?;
+    let url = etcd_proc.url();
+    let etcd = cluster::Etcd::connect(&url)?;
+    etcd.create_map(&map).context("storing the shard map")?;
+    let exe = std::env::current_exe().context("locating the xstore binary")?;
+    let mut servers = Servers(Vec::new());
+    let mut ready = Vec::new();
+    for id in &ids {
+        let mut child = Command::new(&exe)
+            .args([
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--cluster",
+                &url,
+                "--id",
+                id,
+            ])
+            .args(["--dataset", &args.keys.dataset])
+            .args(["--keys", &args.keys.keys.to_string()])
+            .args(["--seed", &args.keys.seed.to_string()])
+            .args(
+                args.keys
+                    .keys_file
+                    .iter()
+                    .flat_map(|p| ["--keys-file".into(), p.display().to_string()]),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting server {id}"))?;
+        let out = child.stdout.take().expect("piped stdout");
+        servers.0.push((id.clone(), child));
+        // Each server's lines go to a channel so its pipe never fills.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ready.push(rx);
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.start_timeout_s);
+    for ((id, child), rx) in servers.0.iter_mut().zip(&ready) {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.starts_with("serving") => break,
+                Ok(_) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("server {id} exited before serving: {:?}", child.try_wait())
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if Instant::now() >= deadline {
+                        bail!(
+                            "server {id} did not serve within {} s",
+                            args.start_timeout_s
+                        );
+                    }
+                }
+            }
+        }
+    }
+    println!("{url}");
+    for (id, child) in &servers.0 {
+        println!("server {id} pid {}", child.id());
+    }
+    println!(
+        "cluster up: etcd pid {}, {} servers",
+        etcd_proc.pid(),
+        ids.len()
+    );
+    while !stop.load(Ordering::Relaxed) {
+        for (id, child) in &mut servers.0 {
+            if let Ok(Some(status)) = child.try_wait() {
+                // Its lease runs out and clients get a clear error for its
+                // ranges; the others keep serving.
+                eprintln!("server {id} exited ({status}); its ranges are unavailable");
+            }
+        }
+        servers
+            .0
+            .retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("stopping {} servers and etcd", servers.0.len());
+    drop(servers);
+    drop(etcd_proc);
+    Ok(())
+}
+
+fn status(args: &StatusArgs) -> Result<()> {
+    let etcd = cluster::Etcd::connect(&args.url)?;
+    let map = etcd.require_map()?;
+    let members = etcd.members()?;
+    let mut router = cluster::Router::new(etcd, xstore::ClientConfig::default(), None)?;
+    let stats = router.server_stats();
+    println!("map revision {}", map.revision);
+    println!("{:<22} {:<22} {:<8} url", "lo", "hi", "server");
+    for r in &map.ranges {
+        let url = members
+            .get(&r.server)
+            .map_or("NOT REGISTERED", |m| m.url.as_str());
+        println!("{:<22} {:<22} {:<8} {url}", r.lo, r.hi, r.server);
+    }
+    for (id, s) in &stats {
+        match s {
+            Ok(s) => println!("server {id}: {} keys, model version {}", s.keys, s.version),
+            Err(e) => println!("server {id}: unavailable: {e}"),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boundaries_split_keys_evenly_and_stay_valid() {
+        let keys: Vec<u64> = (1..=90).collect();
+        assert_eq!(boundaries(&keys, 3), vec![31, 61]);
+        assert!(boundaries(&keys, 1).is_empty());
+        let b = boundaries(&[], 4);
+        assert_eq!(b.len(), 3);
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+        // Key 0 cannot be a boundary (the first range starts there).
+        assert_eq!(boundaries(&[0, 5], 2), vec![5]);
+    }
+}

@@ -1,0 +1,451 @@
+//! The blocking face of etcd: the shard map, members and their leases,
+//! and a watch on the map. Async (tokio) stays inside this module.
+//!
+//! # Keys
+//!
+//! Everything lives under one prefix (default `/xstore/`, or the path of
+//! the cluster URL `etcd://host:port/PREFIX`):
+//!
+//! * `<prefix>map` — the [`ShardMap`] as JSON; its `mod_revision` is the
+//!   map's revision.
+//! * `<prefix>members/<id>` — a [`Member`] as JSON, attached to the
+//!   server's lease.
+//!
+//! # Fencing
+//!
+//! The map is only ever written by a transaction conditioned on its
+//! `mod_revision` being the one the writer read ([`Etcd::replace_map`]), so
+//! of two concurrent ownership changes exactly one wins and the other sees
+//! [`ClusterError::Fenced`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
+    WatchOptions,
+};
+use tokio::runtime::Runtime;
+
+use crate::map::{valid_id, Member, ShardMap, MAP_FORMAT};
+use crate::ClusterError;
+
+/// How long one etcd request may take before it is an error.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A parsed cluster URL: `etcd://host:port[/prefix]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterUrl {
+    /// `host:port` of the etcd member.
+    pub endpoint: String,
+    /// Key prefix, starting and ending with `/`.
+    pub prefix: String,
+}
+
+impl std::str::FromStr for ClusterUrl {
+    type Err = ClusterError;
+    fn from_str(s: &str) -> Result<ClusterUrl, ClusterError> {
+        let bad = |why| ClusterError::Url(s.to_string(), why);
+        let rest = s
+            .strip_prefix("etcd://")
+            .ok_or_else(|| bad("must start with etcd://"))?;
+        let (endpoint, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        if endpoint.is_empty() || !endpoint.contains(':') {
+            return Err(bad("needs host:port"));
+        }
+        let path = path.trim_matches('/');
+        if !path.split('/').all(|p| p.is_empty() || valid_id(p)) {
+            return Err(bad("prefix parts must be [A-Za-z0-9_-]"));
+        }
+        let prefix = if path.is_empty() {
+            "/xstore/".to_string()
+        } else {
+            format!("/{path}/")
+        };
+        Ok(ClusterUrl {
+            endpoint: endpoint.to_string(),
+            prefix,
+        })
+    }
+}
+
+/// A connection to the cluster's etcd, with its own small runtime.
+#[derive(Clone)]
+pub struct Etcd {
+    rt: Arc<Runtime>,
+    client: Client,
+    prefix: String,
+}
+
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd")
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+impl Etcd {
+    /// Connects to `url` (`etcd://host:port[/prefix]`).
+    pub fn connect(url: &str) -> Result<Etcd, ClusterError> {
+        Self::connect_with_timeout(url, REQUEST_TIMEOUT)
+    }
+
+    /// [`Etcd::connect`] with a bound on connecting and on each request.
+    pub fn connect_with_timeout(url: &str, timeout: Duration) -> Result<Etcd, ClusterError> {
+        let url: ClusterUrl = url.parse()?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("etcd")
+            .enable_all()
+            .build()
+            .map_err(ClusterError::Io)?;
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        let client = rt.block_on(async {
+            tokio::time::timeout(
+                timeout,
+                Client::connect([url.endpoint.as_str()], Some(opts)),
+            )
+            .await
+        });
+        let client = client.map_err(|_| ClusterError::Timeout(timeout))??;
+        Ok(Etcd {
+            rt: Arc::new(rt),
+            client,
+            prefix: url.prefix,
+        })
+    }
+
+    /// Runs `fut` on the runtime, bounded by [`REQUEST_TIMEOUT`].
+    fn run<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, ClusterError> {
+        self.rt
+            .block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, fut).await })
+            .map_err(|_| ClusterError::Timeout(REQUEST_TIMEOUT))?
+            .map_err(ClusterError::from)
+    }
+
+    fn map_key(&self) -> String {
+        format!("{}map", self.prefix)
+    }
+
+    fn member_key(&self, id: &str) -> String {
+        format!("{}members/{id}", self.prefix)
+    }
+
+    /// The store's current revision (a liveness probe).
+    pub fn revision(&self) -> Result<u64, ClusterError> {
+        let mut c = self.client.clone();
+        let key = self.map_key();
+        let resp = self.run(async move { c.get(key, None).await })?;
+        Ok(resp.header().map_or(0, |h| h.revision().max(0) as u64))
+    }
+
+    /// The shard map, if one was created.
+    pub fn map(&self) -> Result<Option<ShardMap>, ClusterError> {
+        let mut c = self.client.clone();
+        let key = self.map_key();
+        let resp = self.run(async move { c.get(key, None).await })?;
+        match resp.kvs().first() {
+            None => Ok(None),
+            Some(kv) => {
+                let m = ShardMap::from_json(kv.value(), kv.mod_revision().max(0) as u64);
+                if let Err(e) = &m {
+                    tracing::error!(error = %e, "the stored shard map is invalid");
+                }
+                m.map(Some)
+            }
+        }
+    }
+
+    /// The shard map, which must exist.
+    pub fn require_map(&self) -> Result<ShardMap, ClusterError> {
+        self.map()?
+            .ok_or_else(|| ClusterError::NoMap(self.map_key()))
+    }
+
+    /// Stores `map` if no map exists; returns its revision.
+    pub fn create_map(&self, map: &ShardMap) -> Result<u64, ClusterError> {
+        map.validate()?;
+        let key = self.map_key();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, map.to_json(), None)]);
+        let mut c = self.client.clone();
+        let resp = self.run(async move { c.txn(txn).await })?;
+        if !resp.succeeded() {
+            let current = self.map()?.map_or(0, |m| m.revision);
+            return Err(ClusterError::MapExists { revision: current });
+        }
+        Ok(resp.header().map_or(0, |h| h.revision().max(0) as u64))
+    }
+
+    /// Replaces the map read at revision `map.revision` with `next`: the
+    /// fenced write every ownership change goes through. Returns the new
+    /// revision, or [`ClusterError::Fenced`] if the map changed since.
+    pub fn replace_map(&self, map: &ShardMap, next: &ShardMap) -> Result<u64, ClusterError> {
+        next.validate()?;
+        let key = self.map_key();
+        let expected = map.revision;
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                expected as i64,
+            )])
+            .and_then([TxnOp::put(key, next.to_json(), None)]);
+        let mut c = self.client.clone();
+        let resp = self.run(async move { c.txn(txn).await })?;
+        if !resp.succeeded() {
+            let current = self.map()?.map_or(0, |m| m.revision);
+            return Err(ClusterError::Fenced { expected, current });
+        }
+        Ok(resp.header().map_or(0, |h| h.revision().max(0) as u64))
+    }
+
+    /// Gives `[lo, hi)` to `server` in the current map, fenced on the
+    /// revision read; returns the new map.
+    pub fn assign(&self, lo: u64, hi: u64, server: &str) -> Result<ShardMap, ClusterError> {
+        let map = self.require_map()?;
+        let mut next = map.with_owner(lo, hi, server)?;
+        next.revision = self.replace_map(&map, &next)?;
+        Ok(next)
+    }
+
+    /// Registered servers by id (those whose lease is alive).
+    pub fn members(&self) -> Result<BTreeMap<String, Member>, ClusterError> {
+        let mut c = self.client.clone();
+        let prefix = self.member_key("");
+        let opts = GetOptions::new().with_prefix();
+        let p = prefix.clone();
+        let resp = self.run(async move { c.get(p, Some(opts)).await })?;
+        let mut out = BTreeMap::new();
+        for kv in resp.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let id = key[prefix.len().min(key.len())..].to_string();
+            match Member::from_json(&key, kv.value()) {
+                Ok(m) if valid_id(&id) => {
+                    out.insert(id, m);
+                }
+                Ok(_) => tracing::warn!(key, "member with a bad id ignored"),
+                Err(e) => tracing::warn!(error = %e, "member value ignored"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Registers server `id` at `url` under a lease of `ttl` (whole
+    /// seconds, at least 1), renewed in the background until the returned
+    /// [`Registration`] is dropped. Fails if `id` is registered by a live
+    /// lease already.
+    pub fn register(
+        &self,
+        id: &str,
+        url: &str,
+        ttl: Duration,
+    ) -> Result<Registration, ClusterError> {
+        if !valid_id(id) {
+            return Err(ClusterError::InvalidMap(format!("bad server id {id:?}")));
+        }
+        let ttl_s = ttl.as_secs().max(1) as i64;
+        let mut c = self.client.clone();
+        let lease = self
+            .run(async move { c.lease_grant(ttl_s, None).await })?
+            .id();
+        let member = Member {
+            format: MAP_FORMAT,
+            url: url.to_string(),
+            pid: std::process::id(),
+        };
+        let key = self.member_key(id);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                serde_json::to_vec(&member).expect("member serializes"),
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let mut c = self.client.clone();
+        let resp = self.run(async move { c.txn(txn).await })?;
+        if !resp.succeeded() {
+            let mut c = self.client.clone();
+            let _ = self.run(async move { c.lease_revoke(lease).await });
+            return Err(ClusterError::AlreadyRegistered(id.to_string()));
+        }
+        // Renew at a third of the TTL: two renewals may be lost before the
+        // lease expires.
+        let period = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
+        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut c = self.client.clone();
+        let id_owned = id.to_string();
+        self.rt.spawn(async move {
+            let Ok((mut keeper, mut stream)) = c.lease_keep_alive(lease).await else {
+                tracing::error!(id = id_owned, "could not start renewing the lease");
+                return;
+            };
+            // Retries stop once a whole TTL passed without a renewal: the
+            // lease is gone then, and renewing it cannot succeed.
+            let ttl = Duration::from_secs(ttl_s as u64);
+            let mut renewed_at = tokio::time::Instant::now();
+            loop {
+                tokio::select! {
+                    _ = &mut stop_rx => break,
+                    _ = tokio::time::sleep(period) => {}
+                }
+                let renewed = tokio::time::timeout(period, async {
+                    keeper.keep_alive().await?;
+                    stream.message().await
+                })
+                .await;
+                match renewed {
+                    Ok(Ok(Some(r))) if r.ttl() > 0 => renewed_at = tokio::time::Instant::now(),
+                    Ok(Ok(Some(_))) => {
+                        tracing::error!(id = id_owned, "lease expired: no longer registered");
+                        return;
+                    }
+                    _ if renewed_at.elapsed() >= ttl => {
+                        tracing::error!(
+                            id = id_owned,
+                            "no lease renewal for a whole TTL: no longer registered"
+                        );
+                        return;
+                    }
+                    other => {
+                        tracing::warn!(id = id_owned, ?other, "lease renewal failed; retrying")
+                    }
+                }
+            }
+            let _ = c.lease_revoke(lease).await;
+        });
+        Ok(Registration {
+            stop: Some(stop_tx),
+            lease,
+            rt: self.rt.clone(),
+            client: self.client.clone(),
+        })
+    }
+
+    /// Watches the map: the current map first (if any), then every change,
+    /// pushed by etcd (no polling). The watch ends when the returned
+    /// [`MapWatch`] is dropped.
+    pub fn watch_map(&self) -> Result<MapWatch, ClusterError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let current = self.map()?;
+        let start = match &current {
+            Some(m) => m.revision + 1,
+            None => self.revision()? + 1,
+        };
+        if let Some(m) = current {
+            let _ = tx.send(Ok(m));
+        }
+        let key = self.map_key();
+        let mut c = self.client.clone();
+        let opts = WatchOptions::new().with_start_revision(start as i64);
+        let mut stream = self.run(async move { c.watch(key, Some(opts)).await })?;
+        let task = self.rt.spawn(async move {
+            loop {
+                match stream.message().await {
+                    Ok(Some(resp)) => {
+                        if resp.canceled() {
+                            let _ = tx.send(Err(ClusterError::WatchEnded(format!(
+                                "canceled: {}",
+                                resp.cancel_reason()
+                            ))));
+                            return;
+                        }
+                        for ev in resp.events() {
+                            let Some(kv) = ev.kv() else { continue };
+                            let item = match ev.event_type() {
+                                EventType::Put => {
+                                    ShardMap::from_json(kv.value(), kv.mod_revision().max(0) as u64)
+                                }
+                                EventType::Delete => {
+                                    Err(ClusterError::WatchEnded("the map was deleted".into()))
+                                }
+                            };
+                            if let Err(e) = &item {
+                                tracing::error!(error = %e, "bad map from the watch");
+                            }
+                            if tx.send(item).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(None) => {
+                        let _ = tx.send(Err(ClusterError::WatchEnded("stream closed".into())));
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(ClusterError::Etcd(e)));
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(MapWatch { rx, task })
+    }
+}
+
+/// A server's registration: its lease is renewed until this is dropped,
+/// which revokes it (its member key disappears at once).
+pub struct Registration {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    lease: i64,
+    rt: Arc<Runtime>,
+    client: Client,
+}
+
+impl Registration {
+    /// The etcd lease id.
+    pub fn lease(&self) -> i64 {
+        self.lease
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let mut c = self.client.clone();
+        let lease = self.lease;
+        // Bounded: a dead etcd lets the lease expire by itself instead.
+        let _ = self.rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(2), c.lease_revoke(lease)).await
+        });
+    }
+}
+
+/// Map changes as etcd pushes them (see [`Etcd::watch_map`]).
+pub struct MapWatch {
+    rx: std::sync::mpsc::Receiver<Result<ShardMap, ClusterError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MapWatch {
+    /// The next map, waiting at most `timeout`: `Ok(None)` on time-out; an
+    /// error ends the watch.
+    pub fn next(&self, timeout: Duration) -> Result<Option<ShardMap>, ClusterError> {
+        match self.rx.recv_timeout(timeout) {
+            Ok(item) => item.map(Some),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(ClusterError::WatchEnded("watch task gone".into()))
+            }
+        }
+    }
+}
+
+impl Drop for MapWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

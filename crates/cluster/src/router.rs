@@ -1,0 +1,375 @@
+//! The client side: one XStore [`Client`] per server, each request routed
+//! by the shard map to the key's owner, with the map's revision on every
+//! keyed RPC so a server that no longer owns the key refuses it; a refusal
+//! refetches the map and retries (bounded).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use fabric::{Endpoint, NodeId};
+use xstore::{Client, ClientConfig, ClientError, ClientStats};
+
+use crate::{ClusterError, Etcd, Member, ShardMap};
+
+/// Most tries of one request (refetching the map between them).
+pub const MAX_ROUTE_ATTEMPTS: u32 = 20;
+
+/// Errors of routed requests.
+#[derive(Debug, thiserror::Error)]
+pub enum RouterError {
+    /// etcd (the map or the members) failed.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The key's owner has no live registration: it stopped or crashed and
+    /// its lease ran out. Its ranges are unavailable until it is back or
+    /// they are given to another server.
+    #[error("server {server} owning {lo}..{hi} is not registered (stopped or lease expired)")]
+    NotRegistered {
+        /// The owner.
+        server: String,
+        /// Its range holding the key.
+        lo: u64,
+        /// End of that range.
+        hi: u64,
+    },
+    /// The owner is registered but could not be reached or failed.
+    #[error("server {server} at {url}: {source}")]
+    Server {
+        /// The owner.
+        server: String,
+        /// Its URL.
+        url: String,
+        /// What failed.
+        source: ClientError,
+    },
+    /// A member's URL did not parse.
+    #[error("server {server} registered a bad URL {url:?}")]
+    BadUrl {
+        /// The member.
+        server: String,
+        /// The URL.
+        url: String,
+    },
+    /// The request kept being refused as the map kept changing.
+    #[error("key {key}: still refused after {attempts} tries (map revision {revision})")]
+    TooManyRetries {
+        /// The key.
+        key: u64,
+        /// Tries made.
+        attempts: u32,
+        /// The map revision last used.
+        revision: u64,
+    },
+}
+
+/// What the router did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouterStats {
+    /// Requests answered, by server id.
+    pub per_server: BTreeMap<String, u64>,
+    /// Refusals (WRONG_OWNER) received.
+    pub wrong_owner: u64,
+    /// Map and member refetches.
+    pub refreshes: u64,
+    /// SCANs that continued on another server.
+    pub cross_scans: u64,
+}
+
+type Remote = Client<Box<dyn Endpoint>>;
+
+/// A routing client of a range-partitioned XStore.
+pub struct Router {
+    etcd: Etcd,
+    config: ClientConfig,
+    token: Option<String>,
+    map: ShardMap,
+    members: BTreeMap<String, Member>,
+    clients: HashMap<String, (String, Remote)>,
+    stats: RouterStats,
+}
+
+impl Router {
+    /// Reads the map and the members from `etcd`; connects to servers on
+    /// first use.
+    pub fn new(
+        etcd: Etcd,
+        config: ClientConfig,
+        token: Option<String>,
+    ) -> Result<Router, RouterError> {
+        let mut r = Router {
+            map: etcd.require_map()?,
+            members: etcd.members()?,
+            etcd,
+            config,
+            token,
+            clients: HashMap::new(),
+            stats: RouterStats::default(),
+        };
+        r.stats.refreshes = 1;
+        Ok(r)
+    }
+
+    /// The map requests are routed by.
+    pub fn map(&self) -> &ShardMap {
+        &self.map
+    }
+
+    /// What the router did so far.
+    pub fn stats(&self) -> &RouterStats {
+        &self.stats
+    }
+
+    /// Fabric counters of every connection, summed.
+    pub fn counters(&self) -> fabric::Counters {
+        let mut c = fabric::Counters::default();
+        for (_, client) in self.clients.values() {
+            c += client.counters();
+        }
+        c
+    }
+
+    /// Client statistics of every connection, summed.
+    pub fn client_stats(&self) -> ClientStats {
+        let mut s = ClientStats::default();
+        for (_, c) in self.clients.values() {
+            let t = c.stats();
+            s.gets += t.gets;
+            s.scans += t.scans;
+            s.fallbacks += t.fallbacks;
+            s.invalidations += t.invalidations;
+            s.speculations += t.speculations;
+            s.torn_retries += t.torn_retries;
+            s.get_leaves += t.get_leaves;
+            s.sub_fetches += t.sub_fetches;
+            s.top_fetches += t.top_fetches;
+        }
+        s
+    }
+
+    /// Bytes cached by every connection's learned cache.
+    pub fn cache_bytes(&self) -> u64 {
+        self.clients.values().map(|(_, c)| c.cache_bytes()).sum()
+    }
+
+    /// Refetches the map and the members; connections to servers whose URL
+    /// changed or that left are dropped, the rest fence with the new
+    /// revision.
+    pub fn refresh(&mut self) -> Result<(), RouterError> {
+        self.map = self.etcd.require_map()?;
+        self.members = self.etcd.members()?;
+        self.stats.refreshes += 1;
+        let members = &self.members;
+        self.clients
+            .retain(|id, (url, _)| members.get(id).is_some_and(|m| &m.url == url));
+        let rev = self.map.revision;
+        for (_, c) in self.clients.values_mut() {
+            c.set_fence(Some(rev));
+        }
+        Ok(())
+    }
+
+    /// The connection to `server`, made if needed.
+    fn client(&mut self, server: &str, key: u64) -> Result<&mut Remote, RouterError> {
+        if !self.clients.contains_key(server) {
+            let Some(m) = self.members.get(server) else {
+                let r = self.map.range_of(key);
+                return Err(RouterError::NotRegistered {
+                    server: server.to_string(),
+                    lo: r.lo,
+                    hi: r.hi,
+                });
+            };
+            let url = m.url.clone();
+            let parsed: fabric::Url = url.parse().map_err(|_| RouterError::BadUrl {
+                server: server.to_string(),
+                url: url.clone(),
+            })?;
+            let fail = |source: ClientError| RouterError::Server {
+                server: server.to_string(),
+                url: url.clone(),
+                source,
+            };
+            let ep = fabric::remote::connect(&parsed, self.token.as_deref())
+                .map_err(|e| fail(e.into()))?;
+            let mut c = Client::connect(ep, NodeId(0), self.config).map_err(fail)?;
+            c.set_fence(Some(self.map.revision));
+            self.clients.insert(server.to_string(), (url, c));
+        }
+        Ok(&mut self.clients.get_mut(server).expect("inserted above").1)
+    }
+
+    /// Runs `op` on the owner of `key`, refetching the map and retrying
+    /// when the owner refuses it or is gone; returns the answer and the
+    /// owner's range end at the map that answered.
+    fn routed<T>(
+        &mut self,
+        key: u64,
+        mut op: impl FnMut(&mut Remote) -> Result<T, ClientError>,
+    ) -> Result<(T, u64), RouterError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let range = self.map.range_of(key);
+            let (server, hi) = (range.server.clone(), range.hi);
+            let failed = match self.client(&server, key) {
+                Ok(c) => match op(c) {
+                    Ok(v) => {
+                        *self.stats.per_server.entry(server).or_default() += 1;
+                        return Ok((v, hi));
+                    }
+                    Err(e) => e,
+                },
+                Err(e @ RouterError::NotRegistered { .. }) if attempt > 1 => return Err(e),
+                // The member list may be older than the map: look again.
+                Err(RouterError::NotRegistered { .. }) => {
+                    self.refresh()?;
+                    continue;
+                }
+                // Connecting failed: handled below like a broken connection.
+                Err(RouterError::Server {
+                    source: e @ ClientError::Fabric(_),
+                    ..
+                }) => e,
+                Err(e) => return Err(e),
+            };
+            if attempt >= MAX_ROUTE_ATTEMPTS {
+                return Err(match failed {
+                    ClientError::WrongOwner { .. } => RouterError::TooManyRetries {
+                        key,
+                        attempts: attempt,
+                        revision: self.map.revision,
+                    },
+                    source => self.server_error(&server, source),
+                });
+            }
+            match failed {
+                ClientError::WrongOwner { revision } => {
+                    self.stats.wrong_owner += 1;
+                    if revision < self.map.revision {
+                        // The server has not seen our map yet: its watch
+                        // delivers it within milliseconds.
+                        std::thread::sleep(Duration::from_millis(2 * attempt as u64));
+                    }
+                    self.refresh()?;
+                }
+                ClientError::Fabric(e) => {
+                    // The server went away: whether it is gone for good is
+                    // the lease's to say.
+                    tracing::debug!(server, error = %e, "connection failed; refreshing");
+                    self.clients.remove(&server);
+                    let url = self.members.get(&server).map(|m| m.url.clone());
+                    self.refresh()?;
+                    let still = self.members.get(&server).map(|m| m.url.clone());
+                    if still.is_some() && still == url {
+                        // Registered at the same URL but unreachable: the
+                        // lease has not run out yet; report it.
+                        return Err(self.server_error(&server, ClientError::Fabric(e)));
+                    }
+                }
+                source => return Err(self.server_error(&server, source)),
+            }
+        }
+    }
+
+    fn server_error(&self, server: &str, source: ClientError) -> RouterError {
+        RouterError::Server {
+            server: server.to_string(),
+            url: self
+                .members
+                .get(server)
+                .map_or_else(|| "?".to_string(), |m| m.url.clone()),
+            source,
+        }
+    }
+
+    /// Value of `key`.
+    pub fn get(&mut self, key: u64) -> Result<Option<u64>, RouterError> {
+        Ok(self.routed(key, |c| c.get(key))?.0)
+    }
+
+    /// Adds a new key; `false` if it exists.
+    pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, RouterError> {
+        Ok(self.routed(key, |c| c.insert(key, value))?.0)
+    }
+
+    /// Overwrites a key; `false` if absent.
+    pub fn update(&mut self, key: u64, value: u64) -> Result<bool, RouterError> {
+        Ok(self.routed(key, |c| c.update(key, value))?.0)
+    }
+
+    /// Inserts or overwrites; `true` if the key was new.
+    pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, RouterError> {
+        Ok(self.routed(key, |c| c.upsert(key, value))?.0)
+    }
+
+    /// Removes a key; `false` if absent.
+    pub fn delete(&mut self, key: u64) -> Result<bool, RouterError> {
+        Ok(self.routed(key, |c| c.delete(key))?.0)
+    }
+
+    /// Appends the first `n` pairs with key >= `start`, in key order,
+    /// across servers: each owner answers up to the end of its range, and
+    /// the scan continues at the next range's owner.
+    pub fn scan(
+        &mut self,
+        start: u64,
+        n: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), RouterError> {
+        let mut at = start;
+        let mut want = n;
+        let mut got = Vec::new();
+        // Each step ends at a range end or fills the scan: bounded by the
+        // ranges (and by the pairs wanted, one 64 Ki batch a step).
+        let max_steps = self.map.ranges.len() + n / xstore::proto::MAX_SCAN as usize + 2;
+        for step in 0..max_steps {
+            if want == 0 {
+                return Ok(());
+            }
+            let ask = want.min(xstore::proto::MAX_SCAN as usize);
+            let ((), hi) = self.routed(at, |c| {
+                got.clear();
+                c.scan(at, ask, &mut got)
+            })?;
+            if step > 0 {
+                self.stats.cross_scans += 1;
+            }
+            // One-sided scans read on past the range (the server's other
+            // ranges): keep this range's keys only.
+            let before = got.len();
+            got.retain(|p| p.0 < hi);
+            let crossed = got.len() < before;
+            want -= got.len();
+            let last = got.last().map(|p| p.0);
+            out.append(&mut got);
+            if want == 0 || hi == u64::MAX {
+                return Ok(());
+            }
+            if crossed || before < ask {
+                at = hi;
+            } else {
+                // A full batch inside the range: more of it may follow.
+                at = last.map_or(hi, |k| k + 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Statistics of every server the map names (connecting as needed),
+    /// by id; a server that cannot be asked maps to its error.
+    pub fn server_stats(
+        &mut self,
+    ) -> BTreeMap<String, Result<xstore::proto::ServerStats, RouterError>> {
+        let mut out = BTreeMap::new();
+        for id in self.map.servers() {
+            let key = self.map.ranges_of(&id).next().map_or(0, |r| r.lo);
+            let s = match self.client(&id, key).map(|c| c.server_stats()) {
+                Ok(Ok(stats)) => Ok(stats),
+                Ok(Err(e)) => Err(self.server_error(&id, e)),
+                Err(e) => Err(e),
+            };
+            out.insert(id, s);
+        }
+        out
+    }
+}
