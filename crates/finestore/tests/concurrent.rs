@@ -12,14 +12,7 @@ use finestore::{Config, FineStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-fn seed() -> u64 {
-    let seed = std::env::var("XSTORE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random());
-    eprintln!("seed = {seed} (replay with XSTORE_SEED={seed})");
-    seed
-}
+use testkit::seed;
 
 const WRITERS: u64 = 4;
 const DOMAIN: u64 = 40_000;

@@ -16,14 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rolex::{ComputeNode, LocalHost, MemoryNode, RolexConfig};
 
-fn seed() -> u64 {
-    let seed = std::env::var("XSTORE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random());
-    eprintln!("seed = {seed} (replay with XSTORE_SEED={seed})");
-    seed
-}
+use testkit::seed;
 
 fn tag(key: u64) -> u64 {
     key.wrapping_mul(0x9E37_79B9_7F4A_7C15) & 0xFFFF_FFFF_0000_0000

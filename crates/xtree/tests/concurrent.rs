@@ -12,14 +12,7 @@ use rand::{Rng, SeedableRng};
 use xtree::remote::LeafRegion;
 use xtree::{LeafView, XTree, XTreeConfig};
 
-fn seed() -> u64 {
-    let seed = std::env::var("XSTORE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::rng().random());
-    eprintln!("seed = {seed} (replay with XSTORE_SEED={seed})");
-    seed
-}
+use testkit::seed;
 
 /// Values encode their key and a version: a reader can tell a value that
 /// was never written for a key.
