@@ -30,25 +30,29 @@ fn rolex_memory_node_over_tcp_and_shm() {
     .into_iter()
     .enumerate()
     {
-        let out = Command::new(env!("CARGO_BIN_EXE_xstore"))
-            .args([
-                "bench", "--system", "rolex", "--fabric", fabric, "--server", url,
-            ])
-            .args(["--keys", "30000", "--seed", "7", "--workload", workload])
-            .args(["--ops", "4000", "--warmup", "100", "--threads", "2"])
-            .args(["--op-seed", &run.to_string(), "--json", "-"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "bench {fabric} {workload}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        for field in ["mismatches", "stale_reads", "lost_writes"] {
-            assert_eq!(v["correctness"][field], 0, "{v}");
-        }
-        assert!(v["correctness"]["checked_reads"].as_u64().unwrap() > 1000);
+        let run = run.to_string();
+        let v = support::bench_judged(&[
+            "--system",
+            "rolex",
+            "--fabric",
+            fabric,
+            "--server",
+            url,
+            "--keys",
+            "30000",
+            "--seed",
+            "7",
+            "--workload",
+            workload,
+            "--ops",
+            "4000",
+            "--warmup",
+            "100",
+            "--threads",
+            "2",
+            "--op-seed",
+            &run,
+        ]);
         assert_eq!(v["system"], "rolex");
         assert_eq!(v["per_op"]["rpcs"], 0.0, "{v}");
     }

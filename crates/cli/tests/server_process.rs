@@ -4,6 +4,8 @@
 //! server no CPU over shm, garbage on the wire, and two network namespaces
 //! over veth when the machine allows it.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -239,46 +241,29 @@ fn bench_processes_check_every_read_over_tcp_and_shm() {
     .into_iter()
     .enumerate()
     {
-        let out = Command::new(env!("CARGO_BIN_EXE_xstore"))
-            .args([
-                "bench",
-                "--fabric",
-                fabric,
-                "--server",
-                url,
-                "--dataset",
-                "lognormal",
-                "--keys",
-                "30000",
-            ])
-            .args([
-                "--seed",
-                "7",
-                "--workload",
-                workload,
-                "--ops",
-                "4000",
-                "--warmup",
-                "100",
-                "--pipeline",
-                pipeline,
-                "--op-seed",
-                &run.to_string(),
-                "--json",
-                "-",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "bench {fabric} {workload} pipeline {pipeline}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        for field in ["mismatches", "stale_reads", "lost_writes"] {
-            assert_eq!(v["correctness"][field], 0, "{v}");
-        }
-        assert!(v["correctness"]["checked_reads"].as_u64().unwrap() > 1000);
+        let run = run.to_string();
+        let v = support::bench_judged(&[
+            "--fabric",
+            fabric,
+            "--server",
+            url,
+            "--dataset",
+            "lognormal",
+            "--keys",
+            "30000",
+            "--seed",
+            "7",
+            "--workload",
+            workload,
+            "--ops",
+            "4000",
+            "--warmup",
+            "100",
+            "--pipeline",
+            pipeline,
+            "--op-seed",
+            &run,
+        ]);
         assert_eq!(v["fabric"], fabric);
         assert_eq!(v["ops"], 4000);
         assert_eq!(v["pipeline"], pipeline.parse::<u64>().unwrap());

@@ -182,3 +182,29 @@ impl Scratch {
         &self.0
     }
 }
+
+/// Runs `xstore bench ARGS --json -` and returns its report, failing the
+/// test unless the run succeeded with every read judged right: no
+/// mismatch, stale read or lost write, and more than 1,000 reads checked.
+pub fn bench_judged(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .arg("bench")
+        .args(args)
+        .args(["--json", "-"])
+        .output()
+        .expect("run xstore bench");
+    assert!(
+        out.status.success(),
+        "bench {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    for field in ["mismatches", "stale_reads", "lost_writes"] {
+        assert_eq!(v["correctness"][field], 0, "{args:?}: {v}");
+    }
+    assert!(
+        v["correctness"]["checked_reads"].as_u64().unwrap() > 1000,
+        "{v}"
+    );
+    v
+}
