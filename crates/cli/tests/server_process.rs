@@ -271,6 +271,24 @@ fn bench_processes_check_every_read_over_tcp_and_shm() {
     server.stop();
 }
 
+/// The host's counters once its busy times stop moving. A pool counts a
+/// request before it runs but adds its busy time after the job returns,
+/// which is after the reply reached the client: the connect's last RPC
+/// may still be adding its time when the client reads the counters.
+fn settled_host_stats(url: &fabric::Url) -> fabric::wire::HostStats {
+    let mut last = fabric::remote::host_stats(url, None).unwrap();
+    // Bounded: 250 polls of 20 ms. A host that never settles fails below.
+    for _ in 0..250 {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = fabric::remote::host_stats(url, None).unwrap();
+        if now.worker_busy_ns == last.worker_busy_ns && now.nic_busy_ns == last.nic_busy_ns {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the host's busy counters never settled: {last:?}");
+}
+
 #[test]
 fn shm_gets_cost_the_server_no_cpu() {
     use fabric::Url;
@@ -283,12 +301,12 @@ fn shm_gets_cost_the_server_no_cpu() {
     };
     let mut client = xstore::Client::connect(ep, fabric::NodeId(0), config).unwrap();
     let keys = ycsb::generate(ycsb::Dataset::Ycsb, 50_000, 42).unwrap();
-    let before = fabric::remote::host_stats(&url, None).unwrap();
+    let before = settled_host_stats(&url);
     let rpcs_before = client.counters().rpcs;
     for &k in keys.iter().step_by(5) {
         assert_eq!(client.get(k).unwrap(), Some(bench::value_for(k, 0)));
     }
-    let after = fabric::remote::host_stats(&url, None).unwrap();
+    let after = settled_host_stats(&url);
     assert_eq!(client.counters().rpcs, rpcs_before, "GETs made RPCs");
     assert_eq!(
         after.worker_requests, before.worker_requests,
