@@ -275,7 +275,13 @@ impl<E: Endpoint> Client<E> {
     /// FENCED with shard-map `revision`, so that a server that does not own
     /// the key there refuses it ([`ClientError::WrongOwner`]) instead of
     /// serving it; `None` sends them bare. One-sided reads are not fenced:
-    /// they cannot be, the server's CPU never sees them.
+    /// they cannot be, the server's CPU never sees them. A fenced client
+    /// therefore answers from a leaf it read only when the leaf is
+    /// *vouched for* by a valid translation-table entry of the same
+    /// incarnation (no speculation, no unplanned leaf in a scan): a server
+    /// that stops serving a range one-sidedly re-incarnates its leaves and
+    /// hands out invalid entries for them, which sends such reads to RPCs
+    /// the fence judges.
     pub fn set_fence(&mut self, revision: Option<u64>) {
         self.fence = revision;
     }
@@ -567,6 +573,7 @@ impl<E: Endpoint> Client<E> {
         let mut torn = false;
         let mut follow = None;
         let mut answer = None;
+        let mut unvouched = false;
         let mut stale = Vec::new();
         for (i, t) in targets.iter().enumerate() {
             let Ok(bytes) = self.batch.read_bytes(fabric::batch_handle(i)) else {
@@ -593,6 +600,11 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             if view.owns(key) {
+                if self.fence.is_some() && view.header().inca != t.entry.inca() {
+                    // Not vouched for (see `set_fence`): ask the server.
+                    unvouched = true;
+                    break;
+                }
                 answer = Some(match view.find(key) {
                     None => Found::Absent,
                     Some(slot) => match view.value(slot) {
@@ -613,10 +625,13 @@ impl<E: Endpoint> Client<E> {
         if let Some(found) = answer {
             return self.finish_get(found);
         }
+        if unvouched {
+            return Ok(Attempt::Fallback);
+        }
         if torn {
             return Ok(Attempt::Retry);
         }
-        if let (Some(next), true) = (follow, self.config.speculate) {
+        if let (Some(next), true) = (follow, self.config.speculate && self.fence.is_none()) {
             return self.speculate(key, next, len);
         }
         Ok(Attempt::Fallback)
@@ -822,16 +837,21 @@ impl<E: Endpoint> Client<E> {
         let mut leaves: Vec<(u32, Vec<u8>)> = Vec::with_capacity(plan.len());
         let mut torn = false;
         let mut stale = Vec::new();
+        let fenced = self.fence.is_some();
         for (i, t) in plan.iter().enumerate() {
             let Ok(bytes) = self.batch.read_bytes(fabric::batch_handle(i)) else {
                 continue;
             };
             match LeafView::decode(self.layout, bytes) {
                 Ok(view) => {
-                    if view.header().inca != t.entry.inca() {
+                    let current = view.header().inca == t.entry.inca();
+                    if !current {
                         stale.push(*t);
                     }
-                    leaves.push((t.entry.aln(), bytes.to_vec()));
+                    // A fenced client uses vouched-for leaves only.
+                    if !fenced || (current && t.entry.valid()) {
+                        leaves.push((t.entry.aln(), bytes.to_vec()));
+                    }
                 }
                 Err(LeafError::Torn) => torn = true,
                 Err(_) => stale.push(*t),
@@ -839,6 +859,16 @@ impl<E: Endpoint> Client<E> {
         }
         for t in &stale {
             self.invalidate(t);
+        }
+        if fenced && !stale.is_empty() && self.config.cache == CacheMode::Full {
+            // A fenced scan cannot read past stale entries, and its
+            // fallback brings no sub-model: fetch them now, so the next
+            // scan here is one-sided again.
+            let mut subs: Vec<u32> = stale.iter().map(|t| t.sub).collect();
+            subs.dedup();
+            for sub in subs {
+                self.fetch_subs(sub, 1)?;
+            }
         }
         // The chain: the leaf that owns `start`, then each right sibling
         // whose low fence continues the previous high fence.
@@ -877,8 +907,9 @@ impl<E: Endpoint> Client<E> {
             match found {
                 Some(i) => at = i,
                 None => {
-                    // Not planned (a split, or an estimate short): read it.
-                    if extra_reads >= 8 || next == xtree::NO_LEAF {
+                    // Not planned (a split, or an estimate short): read it
+                    // (unless fenced: nothing vouches for it).
+                    if fenced || extra_reads >= 8 || next == xtree::NO_LEAF {
                         return Ok(Attempt::Fallback);
                     }
                     extra_reads += 1;
@@ -900,6 +931,23 @@ impl<E: Endpoint> Client<E> {
                 }
             }
         }
+    }
+
+    /// [`Client::scan`] answered by the server (one RPC, fenced like
+    /// every keyed RPC), never by one-sided reads: for a caller that must
+    /// see what the server's fence admits, such as a range mover copying
+    /// a frozen range.
+    pub fn scan_rpc(
+        &mut self,
+        start: u64,
+        n: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), ClientError> {
+        if start > xtree::MAX_KEY {
+            return Err(ClientError::ReservedKey(start));
+        }
+        self.stats.scans += 1;
+        self.fallback_scan(start, n.min(MAX_SCAN as usize), out)
     }
 
     fn fallback_scan(

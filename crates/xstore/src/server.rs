@@ -38,7 +38,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fabric::{FabricError, Region, RegionId, RpcHandler};
-use learned::{TrainParams, XModel};
+use learned::{TrainParams, TtEntry, XModel};
 use xtree::{Insert, XTree, XTreeConfig, XTreeError};
 
 use crate::proto::{
@@ -66,12 +66,48 @@ pub const INNER_REGION: RegionId = RegionId(2);
 /// across servers (the `cluster` crate implements it over the shard map).
 /// Consulted for FENCED requests only; a server without one serves them
 /// all.
+///
+/// # Atomic with the write
+///
+/// An admitted request carries an [`Admitted::hold`] that the server keeps
+/// until the request's reply is sent, which is after its write (if any)
+/// is applied to the tree — on every path, including a `sync` write that
+/// the log writer applies after its group commit. A fence that changes
+/// its map only once no hold of the old map is alive therefore never lets
+/// a write admitted under the old map land after the change.
 pub trait Fence: Send + Sync {
-    /// Whether to serve a request about `key` from a client routing by the
-    /// shard map at `revision`: `Ok(hi)` if this server owns `key` in that
-    /// map, `hi` being the end of its range (a SCAN's answer stops there);
-    /// `Err(current)` to refuse, with the revision of the server's map.
-    fn admit(&self, key: u64, revision: u64) -> Result<u64, u64>;
+    /// Whether to serve a request about `key` (`write`: it changes data)
+    /// from a client routing by the shard map at `revision`: `Ok` if this
+    /// server owns `key` in that map, with the end of its range (a SCAN's
+    /// answer stops there); `Err(current)` to refuse, with the revision of
+    /// the server's map.
+    fn admit(&self, key: u64, revision: u64, write: bool) -> Result<Admitted, u64>;
+
+    /// Whether clients may read the leaf holding keys `[low, high)`
+    /// one-sidedly (those reads bypass the fence). Translation-table
+    /// entries the server hands out for a leaf it answers `false` for are
+    /// marked invalid, so a client that checks them (a fenced one) asks
+    /// by RPC instead. Default: every leaf.
+    fn direct(&self, low: u64, high: u64) -> bool {
+        let _ = (low, high);
+        true
+    }
+}
+
+/// A FENCED request the [`Fence`] let through.
+pub struct Admitted {
+    /// End of the server's range holding the key.
+    pub hi: u64,
+    /// Kept alive until the reply is sent (the write applied): see
+    /// [`Fence`].
+    pub hold: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl Admitted {
+    /// Admitted up to `hi`, with nothing to hold.
+    pub fn up_to(hi: u64) -> Admitted {
+        Admitted { hi, hold: None }
+    }
 }
 
 /// Where the server registers the regions clients read.
@@ -463,6 +499,21 @@ impl Server {
         *self.shared.fence.write().expect("fence lock") = Some(fence);
     }
 
+    /// What to call when the fence's answers for keys `[lo, hi)` changed
+    /// (a range became, or stopped being, this server's to serve
+    /// directly): the leaves there get new incarnations, so that no client
+    /// keeps trusting what it cached about them, and their sub-models are
+    /// retrained (their tables marked by [`Fence::direct`] afresh). Holds
+    /// the server weakly: a no-op once it is dropped.
+    pub fn range_hook(&self) -> Arc<dyn Fn(u64, u64) + Send + Sync> {
+        let shared = Arc::downgrade(&self.shared);
+        Arc::new(move |lo, hi| {
+            if let Some(s) = shared.upgrade() {
+                s.range_changed(lo, hi);
+            }
+        })
+    }
+
     /// The tree.
     pub fn tree(&self) -> &Arc<XTree> {
         &self.shared.tree
@@ -623,6 +674,7 @@ impl Shared {
         if self.too_wide(&model, tt.len(), p.submodels()) {
             self.resize.wide.store(true, Ordering::Release);
         }
+        let tt = self.masked(tt);
         p.install(sub, model, tt);
         self.counters.retrains.fetch_add(1, Ordering::Relaxed);
     }
@@ -655,6 +707,15 @@ impl Shared {
         let old = self.published();
         let alloc = |id, bytes, rights| self.registrar.alloc(id, bytes, rights);
         let next = Arc::new(Published::new(old.version + 1, model, &alloc)?);
+        if self.fence.read().expect("fence lock").is_some() {
+            for sub in 0..next.submodels() {
+                let state = next.sub(sub);
+                let tt = self.masked(state.tt.clone());
+                if tt != state.tt {
+                    next.install(sub, state.model, tt);
+                }
+            }
+        }
         self.registrar.register(next.tt_region.clone())?;
         self.registrar.register(next.sub_region.clone())?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = next.clone();
@@ -733,6 +794,42 @@ impl Shared {
                 None => self.maybe_resize(),
             }
         }
+    }
+
+    /// `tt` with the entries of leaves the fence keeps from one-sided
+    /// readers marked invalid (see [`Fence::direct`]).
+    fn masked(&self, mut tt: Box<[TtEntry]>) -> Box<[TtEntry]> {
+        let fence = self.fence.read().expect("fence lock").clone();
+        let Some(fence) = fence else {
+            return tt;
+        };
+        for e in tt.iter_mut() {
+            if !e.valid() {
+                continue;
+            }
+            match self.tree.leaf_summary(e.aln()) {
+                Some(s) if fence.direct(s.low, s.high) => {}
+                _ => *e = e.invalidated(),
+            }
+        }
+        tt
+    }
+
+    /// See [`Server::range_hook`].
+    fn range_changed(&self, lo: u64, hi: u64) {
+        let bumped = self.tree.bump_incarnations(lo, hi);
+        let p = self.published();
+        let (first, _) = p.base.locate(lo);
+        let (last, _) = p.base.locate(hi.saturating_sub(1).max(lo));
+        for sub in first..=last {
+            self.enqueue(&p, sub);
+        }
+        tracing::info!(
+            lo,
+            hi,
+            bumped,
+            "a range changed hands: its leaves re-incarnated"
+        );
     }
 
     fn sub_payload(&self, p: &Published, sub: u32) -> SubPayload {
@@ -991,7 +1088,7 @@ impl Handler {
     /// so is a FENCED one for a key this server does not own. Returns the
     /// request to serve and, for an admitted FENCED one, where the
     /// server's range ends.
-    fn decode(&self, request: &[u8]) -> Result<(Request, Option<u64>), Vec<u8>> {
+    fn decode(&self, request: &[u8]) -> Result<(Request, Option<Admitted>), Vec<u8>> {
         self.0.counters.rpcs.fetch_add(1, Ordering::Relaxed);
         let req = Request::decode(request).map_err(|e| {
             self.0.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
@@ -1007,8 +1104,9 @@ impl Handler {
         };
         // Decoding checked that a FENCED request has a key.
         let key = inner.key().unwrap_or(0);
-        match fence.admit(key, revision) {
-            Ok(hi) => Ok((*inner, Some(hi))),
+        let write = sync_write(&inner).is_some();
+        match fence.admit(key, revision, write) {
+            Ok(admitted) => Ok((*inner, Some(admitted))),
             Err(current) => Err(Reply::WrongOwner { revision: current }.to_vec()),
         }
     }
@@ -1032,16 +1130,31 @@ impl RpcHandler for Handler {
             return;
         }
         match self.decode(request) {
-            // async / none / no log: applied and answered at once.
-            Ok((req, hi)) => self.0.serve_below(req, hi).0.encode(reply),
+            // async / none / no log: applied and answered at once; the
+            // admission's hold lives until then.
+            Ok((req, admitted)) => {
+                let hi = admitted.as_ref().map(|a| a.hi);
+                self.0.serve_below(req, hi).0.encode(reply);
+                drop(admitted);
+            }
             Err(r) => *reply = r,
         }
     }
 
     fn handle_deferred(&self, request: &[u8], respond: fabric::Responder) {
-        let (req, hi) = match self.decode(request) {
+        let (req, admitted) = match self.decode(request) {
             Ok(decoded) => decoded,
             Err(r) => return respond(r),
+        };
+        let hi = admitted.as_ref().map(|a| a.hi);
+        // The admission's hold goes with the reply: a `sync` write is
+        // answered only after the log writer applied it (see [`Fence`]).
+        let respond: fabric::Responder = match admitted {
+            Some(a) => Box::new(move |reply: Vec<u8>| {
+                respond(reply);
+                drop(a);
+            }),
+            None => respond,
         };
         if let Some(d) = self.0.durable.as_ref().filter(|d| d.waits()) {
             if let Some((key, op)) = sync_write(&req) {

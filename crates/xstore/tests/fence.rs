@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use fabric::LocalFabric;
 use xstore::proto::{Reply, Request};
-use xstore::{Client, ClientConfig, ClientError, Fence, Server, ServerConfig};
+use xstore::{Admitted, Client, ClientConfig, ClientError, Fence, Server, ServerConfig};
 
 /// Owns [0, 1000) at revision `rev`.
 struct Below1000 {
@@ -15,10 +15,10 @@ struct Below1000 {
 }
 
 impl Fence for Below1000 {
-    fn admit(&self, key: u64, revision: u64) -> Result<u64, u64> {
+    fn admit(&self, key: u64, revision: u64, _write: bool) -> Result<Admitted, u64> {
         let rev = self.rev.load(Ordering::Relaxed);
         if revision == rev && key < 1000 {
-            Ok(1000)
+            Ok(Admitted::up_to(1000))
         } else {
             Err(rev)
         }

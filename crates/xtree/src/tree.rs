@@ -686,6 +686,43 @@ impl XTree {
         }
     }
 
+    /// Bumps the incarnation of every leaf whose key range overlaps
+    /// `[lo, hi)`, without changing its keys; returns how many leaves.
+    ///
+    /// A client that checks a leaf's incarnation against its translation
+    /// table then no longer trusts what it cached about these leaves: a
+    /// range-partitioned server calls this when a range stops being served
+    /// to one-sided readers (it is being moved away), so that clients go
+    /// through RPCs, which the server fences.
+    pub fn bump_incarnations(&self, lo: u64, hi: u64) -> u64 {
+        if lo >= hi {
+            return 0;
+        }
+        // The shared latch keeps splits (which relink leaves) out.
+        let index = self.read_index();
+        let mut aln = index.find(lo);
+        let mut bumped = 0;
+        let mut hops = 0;
+        while aln != NO_LEAF && hops <= self.leaf_count() {
+            let mut g = self.leaves.lock(aln);
+            if g.low() >= hi {
+                break;
+            }
+            let h = g.header();
+            g.set_header(Header {
+                inca: (h.inca + 1) & INCA_MASK,
+                ..h
+            });
+            bumped += 1;
+            hops += 1;
+            if g.high() >= hi {
+                break;
+            }
+            aln = h.next;
+        }
+        bumped
+    }
+
     /// Appends to `out` the first `n` pairs with key >= `start`, in key order.
     pub fn scan(&self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) {
         let n = n.min(MAX_SCAN);
