@@ -10,20 +10,23 @@
 //!   its [`Ownership`] (an [`xstore::Fence`]) on the current map.
 //! * [`router`] — the client side: [`Router`] sends each request to the
 //!   key's owner and continues SCANs across servers.
+//! * [`moves`] — online range moves: freeze, copy, commit.
 //!
 //! The rest of the workspace is synchronous; tokio stays inside [`etcd`].
 
 pub mod etcd;
 pub mod map;
+pub mod moves;
 pub mod process;
 pub mod router;
 pub mod shard;
 
 pub use etcd::{ClusterUrl, Etcd, MapWatch, Registration};
 pub use map::{Member, Range, ShardMap};
+pub use moves::{move_range, MoveError, MoveReport};
 pub use process::{etcd_binary, EtcdProcess};
 pub use router::{Router, RouterError, RouterStats};
-pub use shard::{Ownership, Shard};
+pub use shard::{Ownership, RangeHook, Shard};
 
 use std::time::Duration;
 

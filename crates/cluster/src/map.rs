@@ -37,6 +37,10 @@ pub struct Range {
     pub hi: u64,
     /// Id of the owning server.
     pub server: String,
+    /// Set while the range is being moved to this server: the range is
+    /// *frozen* (see [`crate::moves`]). Absent from the JSON otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving_to: Option<String>,
 }
 
 impl Range {
@@ -98,6 +102,7 @@ impl ShardMap {
                 lo: w[0],
                 hi: w[1],
                 server: servers[i % servers.len()].clone(),
+                moving_to: None,
             })
             .collect();
         ShardMap::new(ranges)
@@ -121,6 +126,11 @@ impl ShardMap {
             }
             if !valid_id(&r.server) {
                 return bad(format!("range {i}: bad server id {:?}", r.server));
+            }
+            if let Some(to) = &r.moving_to {
+                if !valid_id(to) || *to == r.server {
+                    return bad(format!("range {i}: bad move target {to:?}"));
+                }
             }
             if let Some(next) = self.ranges.get(i + 1) {
                 if next.lo != r.hi {
@@ -154,29 +164,62 @@ impl ShardMap {
     }
 
     /// This map with `[lo, hi)` given to `server` (ranges split at `lo`
-    /// and `hi` as needed, neighbours of one owner merged).
+    /// and `hi` as needed, neighbours of one owner merged). An ownership
+    /// change without moving data: for maps whose servers hold nothing
+    /// yet, or tests; moving a range with its data is [`crate::moves`].
     pub fn with_owner(&self, lo: u64, hi: u64, server: &str) -> Result<ShardMap, ClusterError> {
+        self.with_range(lo, hi, server, None)
+    }
+
+    /// This map with `[lo, hi)` owned by `server` and moving to
+    /// `moving_to` (split out as needed; neighbours of one owner and no
+    /// move merged).
+    fn with_range(
+        &self,
+        lo: u64,
+        hi: u64,
+        server: &str,
+        moving_to: Option<&str>,
+    ) -> Result<ShardMap, ClusterError> {
         if lo >= hi {
             return Err(ClusterError::InvalidMap(format!("empty range {lo}..{hi}")));
         }
         let mut out: Vec<Range> = Vec::new();
         let mut push = |r: Range| match out.last_mut() {
-            Some(last) if last.server == r.server && last.hi == r.lo => last.hi = r.hi,
+            Some(last)
+                if last.server == r.server
+                    && last.hi == r.lo
+                    && last.moving_to.is_none()
+                    && r.moving_to.is_none() =>
+            {
+                last.hi = r.hi
+            }
             _ => out.push(r),
         };
         for r in &self.ranges {
             // The parts of r left of, inside and right of [lo, hi).
             let parts = [
-                (r.lo, r.hi.min(lo), r.server.as_str()),
-                (r.lo.max(lo), r.hi.min(hi), server),
-                (r.lo.max(hi), r.hi, r.server.as_str()),
+                (
+                    r.lo,
+                    r.hi.min(lo),
+                    r.server.as_str(),
+                    r.moving_to.as_deref(),
+                ),
+                (r.lo.max(lo), r.hi.min(hi), server, moving_to),
+                (
+                    r.lo.max(hi),
+                    r.hi,
+                    r.server.as_str(),
+                    r.moving_to.as_deref(),
+                ),
             ];
-            for (a, b, s) in parts {
+            for (a, b, s, m) in parts {
                 if a < b {
                     push(Range {
                         lo: a,
                         hi: b,
                         server: s.to_string(),
+                        moving_to: m.map(str::to_string),
                     });
                 }
             }
@@ -187,6 +230,61 @@ impl ShardMap {
         };
         m.validate()?;
         Ok(m)
+    }
+
+    /// The range `[lo, hi)` if it is exactly one range of this map.
+    pub fn exact(&self, lo: u64, hi: u64) -> Option<&Range> {
+        self.ranges.iter().find(|r| r.lo == lo && r.hi == hi)
+    }
+
+    /// First step of a move: `[lo, hi)`, all of it owned by one server
+    /// other than `to` and none of it moving, split out and frozen with
+    /// `moving_to = to`.
+    pub fn frozen(&self, lo: u64, hi: u64, to: &str) -> Result<ShardMap, ClusterError> {
+        let bad = |why: String| Err(ClusterError::InvalidMap(why));
+        if lo >= hi {
+            return bad(format!("empty range {lo}..{hi}"));
+        }
+        let from = self.range_of(lo).server.clone();
+        for r in self.ranges.iter().filter(|r| r.lo < hi && lo < r.hi) {
+            if r.server != from {
+                return bad(format!(
+                    "{lo}..{hi} spans servers {from} and {} (move one server's keys at a time)",
+                    r.server
+                ));
+            }
+            if let Some(t) = &r.moving_to {
+                return bad(format!("{}..{} is moving to {t} already", r.lo, r.hi));
+            }
+        }
+        if from == to {
+            return bad(format!("{lo}..{hi} is {to}'s already"));
+        }
+        self.with_range(lo, hi, &from, Some(to))
+    }
+
+    /// Last step of a move: the frozen range `[lo, hi)` given to its
+    /// target and thawed.
+    pub fn committed(&self, lo: u64, hi: u64) -> Result<ShardMap, ClusterError> {
+        match self.exact(lo, hi).and_then(|r| r.moving_to.clone()) {
+            Some(to) => self.with_range(lo, hi, &to, None),
+            None => Err(ClusterError::InvalidMap(format!(
+                "{lo}..{hi} is not a range being moved"
+            ))),
+        }
+    }
+
+    /// An abandoned move: the frozen range `[lo, hi)` thawed at its owner.
+    pub fn thawed(&self, lo: u64, hi: u64) -> Result<ShardMap, ClusterError> {
+        match self.exact(lo, hi) {
+            Some(r) if r.moving_to.is_some() => {
+                let owner = r.server.clone();
+                self.with_range(lo, hi, &owner, None)
+            }
+            _ => Err(ClusterError::InvalidMap(format!(
+                "{lo}..{hi} is not a range being moved"
+            ))),
+        }
     }
 
     /// The stored JSON.
@@ -300,6 +398,49 @@ mod tests {
         assert_eq!(back.ranges[0].hi, 250);
         assert!(m.with_owner(5, 5, "s0").is_err());
         assert!(m.with_owner(5, 6, "bad id").is_err());
+    }
+
+    #[test]
+    fn a_move_freezes_commits_or_thaws_exactly_its_range() {
+        let m = ShardMap::split(&[100, 200], &ids(3)).unwrap();
+        let f = m.frozen(120, 150, "s2").unwrap();
+        let got: Vec<(u64, u64, &str, Option<&str>)> = f
+            .ranges
+            .iter()
+            .map(|r| (r.lo, r.hi, r.server.as_str(), r.moving_to.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, 100, "s0", None),
+                (100, 120, "s1", None),
+                (120, 150, "s1", Some("s2")),
+                (150, 200, "s1", None),
+                (200, u64::MAX, "s2", None)
+            ]
+        );
+        let back = ShardMap::from_json(&f.to_json(), 3).unwrap();
+        assert_eq!(back.ranges, f.ranges);
+        // Spanning two servers, moving to the owner, moving twice: refused.
+        assert!(m.frozen(90, 110, "s2").is_err());
+        assert!(m.frozen(120, 150, "s1").is_err());
+        assert!(f.frozen(130, 140, "s0").is_err());
+        assert!(f.with_owner(0, 5, "s1").unwrap().exact(120, 150).is_some());
+        // Committing gives it to s2; thawing merges it back into s1's.
+        let c = f.committed(120, 150).unwrap();
+        assert_eq!(c.range_of(130).server, "s2");
+        assert!(c.ranges.iter().all(|r| r.moving_to.is_none()));
+        assert!(c.committed(120, 150).is_err());
+        let t = f.thawed(120, 150).unwrap();
+        assert_eq!(t.ranges, m.ranges);
+        // The whole last range moved merges with the target's neighbour.
+        let last = m
+            .frozen(200, u64::MAX, "s1")
+            .unwrap()
+            .committed(200, u64::MAX);
+        assert_eq!(last.unwrap().ranges.len(), 2);
+        let json = br#"{"format":1,"ranges":[{"lo":0,"hi":18446744073709551615,"server":"a","moving_to":"a"}]}"#;
+        assert!(ShardMap::from_json(json, 1).is_err());
     }
 
     #[test]

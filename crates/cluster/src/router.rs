@@ -14,6 +14,10 @@ use crate::{ClusterError, Etcd, Member, ShardMap};
 /// Most tries of one request (refetching the map between them).
 pub const MAX_ROUTE_ATTEMPTS: u32 = 20;
 
+/// How long a request for a frozen range (one being moved) waits for the
+/// move to finish before it is an error.
+pub const MOVE_WAIT: Duration = Duration::from_secs(30);
+
 /// Errors of routed requests.
 #[derive(Debug, thiserror::Error)]
 pub enum RouterError {
@@ -50,6 +54,22 @@ pub enum RouterError {
         /// The URL.
         url: String,
     },
+    /// The key's range stayed frozen (being moved) for [`MOVE_WAIT`]: a
+    /// mover stopped half-way; `xstore cluster move` again finishes or
+    /// `--abort` undoes the move.
+    #[error("{lo}..{hi} is being moved from {from} to {to} and stayed frozen for {waited:?}")]
+    Moving {
+        /// Start of the frozen range.
+        lo: u64,
+        /// Its end.
+        hi: u64,
+        /// Its owner.
+        from: String,
+        /// Its target.
+        to: String,
+        /// How long this request waited.
+        waited: Duration,
+    },
     /// The request kept being refused as the map kept changing.
     #[error("key {key}: still refused after {attempts} tries (map revision {revision})")]
     TooManyRetries {
@@ -73,6 +93,8 @@ pub struct RouterStats {
     pub refreshes: u64,
     /// SCANs that continued on another server.
     pub cross_scans: u64,
+    /// Waits for a frozen range (being moved) to move.
+    pub move_waits: u64,
 }
 
 type Remote = Client<Box<dyn Endpoint>>;
@@ -207,9 +229,31 @@ impl Router {
         mut op: impl FnMut(&mut Remote) -> Result<T, ClientError>,
     ) -> Result<(T, u64), RouterError> {
         let mut attempt = 0;
+        let mut frozen_since: Option<std::time::Instant> = None;
+        let mut frozen_waits = 0u32;
         loop {
-            attempt += 1;
             let range = self.map.range_of(key);
+            if let Some(to) = &range.moving_to {
+                // Frozen while its keys are copied: nobody serves it (its
+                // owner takes no writes, its target not yet any request).
+                // Wait for the move's commit, watching the map.
+                let since = *frozen_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= MOVE_WAIT {
+                    return Err(RouterError::Moving {
+                        lo: range.lo,
+                        hi: range.hi,
+                        from: range.server.clone(),
+                        to: to.clone(),
+                        waited: since.elapsed(),
+                    });
+                }
+                self.stats.move_waits += 1;
+                frozen_waits += 1;
+                std::thread::sleep(Duration::from_millis(1 << frozen_waits.min(4)));
+                self.refresh()?;
+                continue;
+            }
+            attempt += 1;
             let (server, hi) = (range.server.clone(), range.hi);
             let failed = match self.client(&server, key) {
                 Ok(c) => match op(c) {

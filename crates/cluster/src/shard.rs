@@ -4,7 +4,7 @@
 //! does not own at the client's map revision.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -19,10 +19,62 @@ pub const MEMBER_TTL: Duration = Duration::from_secs(2);
 /// clients at newer revisions: safe, and logged).
 const REWATCH_ATTEMPTS: u32 = 600;
 
+/// How long an admission waits for a map change in progress (which waits
+/// for the requests admitted under the old map to finish) before refusing.
+const ADMIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Called with `[lo, hi)` when this server's [`xstore::Fence::direct`]
+/// answer for those keys changed (see [`xstore::Server::range_hook`]).
+pub type RangeHook = Arc<dyn Fn(u64, u64) + Send + Sync>;
+
 /// What one server owns in the shard map it has seen last.
+///
+/// # The admission gate
+///
+/// Every admitted request holds a ticket until its reply is sent (its
+/// write applied; see [`xstore::Fence`]). [`Ownership::update`] closes
+/// the gate (new admissions wait), waits until no ticket is out, swaps the
+/// map, tells the server which ranges it stopped or started serving
+/// directly, and opens the gate. So no request admitted under one map is
+/// still being applied once the server admits anything under the next:
+/// a mover that got an answer at revision R knows every write admitted
+/// before R is in the tree.
 pub struct Ownership {
     id: String,
-    map: RwLock<ShardMap>,
+    gate: Arc<Gate>,
+    hook: RwLock<Option<RangeHook>>,
+}
+
+struct Gate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+struct GateState {
+    map: Arc<ShardMap>,
+    /// Tickets out.
+    inflight: usize,
+    /// A map change is in progress: admissions wait.
+    updating: bool,
+}
+
+impl Gate {
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An admitted request's ticket: the gate stays open for it until dropped.
+struct Ticket(Arc<Gate>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        s.inflight -= 1;
+        if s.inflight == 0 {
+            self.0.changed.notify_all();
+        }
+    }
 }
 
 impl Ownership {
@@ -30,40 +82,169 @@ impl Ownership {
     pub fn new(id: &str, map: ShardMap) -> Ownership {
         Ownership {
             id: id.to_string(),
-            map: RwLock::new(map),
+            gate: Arc::new(Gate {
+                state: Mutex::new(GateState {
+                    map: Arc::new(map),
+                    inflight: 0,
+                    updating: false,
+                }),
+                changed: Condvar::new(),
+            }),
+            hook: RwLock::new(None),
+        }
+    }
+
+    /// Installs what to call when a range stops or starts being served
+    /// directly by this server (called during [`Ownership::update`],
+    /// before any request is admitted under the new map).
+    pub fn set_hook(&self, hook: RangeHook) {
+        *self.hook.write().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+    }
+
+    /// Calls the hook for every key interval this server does not serve
+    /// directly in its current map: for a server whose model was trained
+    /// before it had a fence (at start), so that it hands out no usable
+    /// table entries for leaves outside its ranges.
+    pub fn announce(&self) {
+        let map = self.gate.lock().map.clone();
+        let hook = self.hook.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let (Some(hook), Ok(all)) = (hook, ShardMap::split(&[], std::slice::from_ref(&self.id)))
+        else {
+            return;
+        };
+        for (lo, hi) in direct_changes(&self.id, &all, &map) {
+            hook(lo, hi);
         }
     }
 
     /// The map it judges by.
     pub fn map(&self) -> ShardMap {
-        self.map.read().expect("map lock").clone()
+        (*self.gate.lock().map).clone()
     }
 
-    /// Adopts `map` if it is newer than the one held.
+    /// Adopts `map` if it is newer than the one held, once every request
+    /// admitted under the old one has been answered (see the type docs).
     pub fn update(&self, map: ShardMap) {
-        let mut m = self.map.write().expect("map lock");
-        if map.revision > m.revision {
-            *m = map;
+        let mut s = self.gate.lock();
+        while s.updating {
+            s = self.gate.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        if map.revision <= s.map.revision {
+            return;
+        }
+        s.updating = true;
+        let mut waited = std::time::Instant::now();
+        while s.inflight > 0 {
+            let (g, _) = self
+                .gate
+                .changed
+                .wait_timeout(s, Duration::from_millis(500))
+                .unwrap_or_else(|e| e.into_inner());
+            s = g;
+            if waited.elapsed() >= Duration::from_secs(5) {
+                tracing::warn!(
+                    inflight = s.inflight,
+                    "map change waits for requests in flight"
+                );
+                waited = std::time::Instant::now();
+            }
+        }
+        let old = std::mem::replace(&mut s.map, Arc::new(map));
+        let new = s.map.clone();
+        drop(s);
+        let hook = self.hook.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(hook) = hook {
+            for (lo, hi) in direct_changes(&self.id, &old, &new) {
+                hook(lo, hi);
+            }
+        }
+        let mut s = self.gate.lock();
+        s.updating = false;
+        self.gate.changed.notify_all();
+    }
+}
+
+/// Whether `server` serves every key of `[low, high)` directly in `map`:
+/// it owns them and none is being moved.
+fn serves_directly(map: &ShardMap, server: &str, low: u64, high: u64) -> bool {
+    let first = map.ranges.partition_point(|r| r.hi <= low);
+    map.ranges[first.min(map.ranges.len())..]
+        .iter()
+        .take_while(|r| r.lo < high.max(low.saturating_add(1)))
+        .all(|r| r.server == server && r.moving_to.is_none())
+}
+
+/// The key intervals where `server`'s direct service differs between
+/// `old` and `new` (adjacent ones merged).
+fn direct_changes(server: &str, old: &ShardMap, new: &ShardMap) -> Vec<(u64, u64)> {
+    let mut edges: Vec<u64> = old
+        .ranges
+        .iter()
+        .chain(&new.ranges)
+        .flat_map(|r| [r.lo, r.hi])
+        .collect();
+    edges.sort_unstable();
+    edges.dedup();
+    let direct = |m: &ShardMap, k: u64| {
+        let r = m.range_of(k);
+        r.server == server && r.moving_to.is_none()
+    };
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for w in edges.windows(2) {
+        if direct(old, w[0]) != direct(new, w[0]) {
+            match out.last_mut() {
+                Some(last) if last.1 == w[0] => last.1 = w[1],
+                _ => out.push((w[0], w[1])),
+            }
         }
     }
+    out
 }
 
 impl xstore::Fence for Ownership {
     /// Serves only a client whose map is the server's own (same revision),
     /// for a key the server owns there: both sides then agree where the
     /// range ends, which is what makes a SCAN's continuation on the next
-    /// server exact.
-    fn admit(&self, key: u64, revision: u64) -> Result<u64, u64> {
-        let m = self.map.read().expect("map lock");
-        if m.revision != revision {
-            return Err(m.revision);
+    /// server exact. A frozen range (being moved) takes reads at its owner
+    /// and reads and writes at its target — the mover's copy; routers send
+    /// nothing for it.
+    fn admit(&self, key: u64, revision: u64, write: bool) -> Result<xstore::Admitted, u64> {
+        let deadline = std::time::Instant::now() + ADMIT_WAIT;
+        let mut s = self.gate.lock();
+        while s.updating {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(s.map.revision);
+            }
+            s = self
+                .gate
+                .changed
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
-        let r = m.range_of(key);
-        if r.server == self.id {
-            Ok(r.hi)
-        } else {
-            Err(m.revision)
+        if s.map.revision != revision {
+            return Err(s.map.revision);
         }
+        let r = s.map.range_of(key);
+        let admitted = match &r.moving_to {
+            None => r.server == self.id,
+            Some(to) => (r.server == self.id && !write) || *to == self.id,
+        };
+        if !admitted {
+            return Err(s.map.revision);
+        }
+        let hi = r.hi;
+        s.inflight += 1;
+        Ok(xstore::Admitted {
+            hi,
+            hold: Some(Box::new(Ticket(self.gate.clone()))),
+        })
+    }
+
+    fn direct(&self, low: u64, high: u64) -> bool {
+        let map = self.gate.lock().map.clone();
+        serves_directly(&map, &self.id, low, high)
     }
 }
 
@@ -168,18 +349,67 @@ mod tests {
         let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
         map.revision = 5;
         let own = Ownership::new("a", map.clone());
-        assert_eq!(own.admit(0, 5), Ok(100));
-        assert_eq!(own.admit(99, 5), Ok(100));
-        assert_eq!(own.admit(100, 5), Err(5));
-        assert_eq!(own.admit(0, 4), Err(5));
-        assert_eq!(own.admit(0, 6), Err(5));
+        let hi = |r: Result<xstore::Admitted, u64>| r.map(|a| a.hi);
+        assert_eq!(hi(own.admit(0, 5, true)), Ok(100));
+        assert_eq!(hi(own.admit(99, 5, false)), Ok(100));
+        assert_eq!(hi(own.admit(100, 5, true)), Err(5));
+        assert_eq!(hi(own.admit(0, 4, true)), Err(5));
+        assert_eq!(hi(own.admit(0, 6, true)), Err(5));
         let mut next = map.with_owner(0, 50, "b").unwrap();
         next.revision = 6;
         own.update(next);
-        assert_eq!(own.admit(10, 6), Err(6));
-        assert_eq!(own.admit(60, 6), Ok(100));
+        assert_eq!(hi(own.admit(10, 6, true)), Err(6));
+        assert_eq!(hi(own.admit(60, 6, true)), Ok(100));
         // An older map never replaces a newer one.
         own.update(map);
         assert_eq!(own.map().revision, 6);
+    }
+
+    #[test]
+    fn a_frozen_range_takes_reads_at_its_owner_and_writes_at_its_target() {
+        let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
+        map.revision = 1;
+        let mut frozen = map.frozen(10, 20, "b").unwrap();
+        frozen.revision = 2;
+        let a = Ownership::new("a", frozen.clone());
+        let b = Ownership::new("b", frozen);
+        let ok = |r: Result<xstore::Admitted, u64>| r.is_ok();
+        assert!(ok(a.admit(15, 2, false)));
+        assert!(!ok(a.admit(15, 2, true)));
+        assert!(ok(b.admit(15, 2, true)));
+        assert!(ok(b.admit(15, 2, false)));
+        assert!(ok(a.admit(25, 2, true)));
+        // Neither serves the frozen range directly.
+        assert!(!a.direct(12, 14));
+        assert!(!a.direct(0, 11));
+        assert!(a.direct(0, 10));
+        assert!(a.direct(20, 30));
+        assert!(!b.direct(15, 16));
+        assert!(b.direct(100, u64::MAX));
+    }
+
+    #[test]
+    fn a_map_change_waits_for_admitted_requests_and_reports_what_changed() {
+        let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
+        map.revision = 1;
+        let own = Arc::new(Ownership::new("a", map.clone()));
+        let changes = Arc::new(Mutex::new(Vec::new()));
+        let c = changes.clone();
+        own.set_hook(Arc::new(move |lo, hi| c.lock().unwrap().push((lo, hi))));
+        let held = own.admit(5, 1, true).unwrap();
+        let mut next = map.frozen(10, 20, "b").unwrap();
+        next.revision = 2;
+        let (o, n) = (own.clone(), next.clone());
+        let updater = std::thread::spawn(move || o.update(n));
+        // The change cannot finish while the write admitted at 1 is out.
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(own.gate.lock().map.revision, 1);
+        assert!(changes.lock().unwrap().is_empty());
+        drop(held);
+        updater.join().unwrap();
+        assert_eq!(own.map().revision, 2);
+        assert_eq!(*changes.lock().unwrap(), vec![(10, 20)]);
+        assert!(own.admit(15, 2, true).is_err());
+        assert!(own.admit(5, 2, true).is_ok());
     }
 }
