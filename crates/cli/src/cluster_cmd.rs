@@ -29,6 +29,30 @@ enum ClusterCommand {
     Up(UpArgs),
     /// The shard map: ranges, owners, their URLs and keys.
     Status(StatusArgs),
+    /// Move a range, with its keys, to another server while clients keep
+    /// working (freeze, copy, commit; see docs/cluster.md). Run again to
+    /// finish a move a stopped mover left frozen, or with --abort to undo
+    /// it.
+    Move(MoveArgs),
+}
+
+/// Arguments of `xstore cluster move`.
+#[derive(Args, Debug)]
+struct MoveArgs {
+    /// The cluster: etcd://host:port[/prefix].
+    url: String,
+    /// The keys to move, `A..B` (B exclusive; all of them one server's).
+    #[arg(long)]
+    range: String,
+    /// The server to move them to (required unless --abort).
+    #[arg(long)]
+    to: Option<String>,
+    /// Thaw a frozen move of exactly this range at its owner instead.
+    #[arg(long)]
+    abort: bool,
+    /// Shared secret of the servers, if they require one.
+    #[arg(long)]
+    token: Option<String>,
 }
 
 /// Arguments of `xstore cluster up`.
@@ -46,6 +70,10 @@ struct UpArgs {
     /// Seconds a server has to load and start serving.
     #[arg(long, default_value_t = 300)]
     start_timeout_s: u64,
+    /// Each server logs its writes (sync, async or none) in DIR/<id>
+    /// (`xstore server --durability`); a restarted server recovers there.
+    #[arg(long)]
+    durability: Option<String>,
 }
 
 /// Arguments of `xstore cluster status`.
@@ -60,7 +88,54 @@ pub fn run(args: &ClusterArgs) -> Result<()> {
     match &args.command {
         ClusterCommand::Up(a) => up(a),
         ClusterCommand::Status(a) => status(a),
+        ClusterCommand::Move(a) => move_cmd(a),
     }
+}
+
+/// Parses `A..B` (`B` may be `max` for the end of the key space).
+fn parse_range(s: &str) -> Result<(u64, u64)> {
+    let (a, b) = s
+        .split_once("..")
+        .with_context(|| format!("--range {s:?}: expected A..B"))?;
+    let lo: u64 = a
+        .trim()
+        .parse()
+        .with_context(|| format!("--range start {a:?}"))?;
+    let hi: u64 = match b.trim() {
+        "max" => u64::MAX,
+        b => b.parse().with_context(|| format!("--range end {b:?}"))?,
+    };
+    if lo >= hi {
+        bail!("--range {s}: empty");
+    }
+    Ok((lo, hi))
+}
+
+fn move_cmd(args: &MoveArgs) -> Result<()> {
+    let (lo, hi) = parse_range(&args.range)?;
+    let etcd = cluster::Etcd::connect(&args.url)?;
+    if args.abort {
+        let map = cluster::moves::abort(&etcd, lo, hi)?;
+        println!("move of {lo}..{hi} undone: map revision {}", map.revision);
+        return Ok(());
+    }
+    let to = args.to.as_deref().context("--to SERVER is required")?;
+    let r = cluster::move_range(&etcd, lo, hi, to, args.token.as_deref())
+        .with_context(|| format!("moving {lo}..{hi} to {to}"))?;
+    println!(
+        "moved {}..{} from {} to {}: {} keys ({} stale cleared), map revision {} -> {}, {:.3} s ({:.3} s frozen)",
+        r.lo,
+        r.hi,
+        r.from,
+        r.to,
+        r.keys,
+        r.cleared,
+        r.frozen_revision,
+        r.revision,
+        r.took.as_secs_f64(),
+        r.frozen_for.as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Range boundaries that give each of `n` servers an equal share of `keys`
@@ -144,6 +219,14 @@ fn up(args: &UpArgs) -> Result<()> {
                     .iter()
                     .flat_map(|p| ["--keys-file".into(), p.display().to_string()]),
             )
+            .args(args.durability.iter().flat_map(|mode| {
+                [
+                    "--data-dir".to_string(),
+                    args.dir.join(id).display().to_string(),
+                    "--durability".to_string(),
+                    mode.clone(),
+                ]
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -225,7 +308,11 @@ fn status(args: &StatusArgs) -> Result<()> {
         let url = members
             .get(&r.server)
             .map_or("NOT REGISTERED", |m| m.url.as_str());
-        println!("{:<22} {:<22} {:<8} {url}", r.lo, r.hi, r.server);
+        let moving = r
+            .moving_to
+            .as_ref()
+            .map_or(String::new(), |t| format!(" (frozen: moving to {t})"));
+        println!("{:<22} {:<22} {:<8} {url}{moving}", r.lo, r.hi, r.server);
     }
     for (id, s) in &stats {
         match s {
@@ -250,5 +337,14 @@ mod tests {
         assert!(b.windows(2).all(|w| w[0] < w[1]));
         // Key 0 cannot be a boundary (the first range starts there).
         assert_eq!(boundaries(&[0, 5], 2), vec![5]);
+    }
+
+    #[test]
+    fn ranges_parse() {
+        assert_eq!(parse_range("5..10").unwrap(), (5, 10));
+        assert_eq!(parse_range("5..max").unwrap(), (5, u64::MAX));
+        for bad in ["5", "10..5", "5..5", "a..b", "-1..3"] {
+            assert!(parse_range(bad).is_err(), "{bad}");
+        }
     }
 }

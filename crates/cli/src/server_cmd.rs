@@ -245,6 +245,10 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     drop(pairs);
     if let Some((_, _, s)) = &shard {
         server.set_fence(s.ownership());
+        // Range moves re-incarnate and mask the leaves of ranges this
+        // server stops (or starts) serving directly.
+        s.ownership().set_hook(server.range_hook());
+        s.ownership().announce();
     }
     host.set_handler(server.handler());
     let stop = Arc::new(AtomicBool::new(false));
