@@ -34,6 +34,10 @@ enum ClusterCommand {
     /// finish a move a stopped mover left frozen, or with --abort to undo
     /// it.
     Move(MoveArgs),
+    /// Range moves under load: a YCSB run (every read checked) while
+    /// ranges move one after another; prints each move's time and the
+    /// throughput before and during the moves.
+    MoveBench(crate::cluster_move_bench::MoveBenchArgs),
 }
 
 /// Arguments of `xstore cluster move`.
@@ -89,6 +93,7 @@ pub fn run(args: &ClusterArgs) -> Result<()> {
         ClusterCommand::Up(a) => up(a),
         ClusterCommand::Status(a) => status(a),
         ClusterCommand::Move(a) => move_cmd(a),
+        ClusterCommand::MoveBench(a) => crate::cluster_move_bench::run(a),
     }
 }
 

@@ -14,6 +14,7 @@
 mod bench_cmd;
 mod check_cmd;
 mod cluster_cmd;
+mod cluster_move_bench;
 mod dataset_cmd;
 mod keys;
 mod model;
