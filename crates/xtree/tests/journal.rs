@@ -114,3 +114,28 @@ fn a_refused_record_changes_nothing() {
     tree.scan(0, 100, &mut all);
     assert_eq!(all, (0..10).map(|k| (k, k)).collect::<Vec<_>>());
 }
+
+#[test]
+fn bumping_incarnations_touches_exactly_the_overlapping_leaves_and_keeps_their_keys() {
+    let config = xtree::XTreeConfig::default();
+    let pairs: Vec<(u64, u64)> = (0..2000u64).map(|k| (k * 10, k)).collect();
+    let tree = xtree::XTree::bulk_load(&config, &pairs, 1.0, &mut |_| {}).unwrap();
+    let before = tree.chain().unwrap();
+    let (lo, hi) = (5_000, 9_000);
+    let bumped = tree.bump_incarnations(lo, hi);
+    let after = tree.chain().unwrap();
+    assert_eq!(before.len(), after.len());
+    let mut changed = 0;
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!((b.aln, b.low, b.high), (a.aln, a.low, a.high));
+        let overlaps = b.low < hi && lo < b.high;
+        assert_eq!(a.header.inca != b.header.inca, overlaps, "leaf {}", b.aln);
+        changed += overlaps as u64;
+    }
+    assert_eq!(bumped, changed);
+    assert!(changed > 1);
+    for &(k, v) in &pairs {
+        assert_eq!(tree.get(k), Some(v));
+    }
+    assert_eq!(tree.bump_incarnations(7, 7), 0);
+}
