@@ -38,6 +38,32 @@ enum ClusterCommand {
     /// ranges move one after another; prints each move's time and the
     /// throughput before and during the moves.
     MoveBench(crate::cluster_move_bench::MoveBenchArgs),
+    /// Move keys off the busiest server (by the requests each served in a
+    /// window) to the least busy one, round after round, until none
+    /// serves more than --target of the requests.
+    Rebalance(RebalanceArgs),
+}
+
+/// Arguments of `xstore cluster rebalance`.
+#[derive(Args, Debug)]
+struct RebalanceArgs {
+    /// The cluster: etcd://host:port[/prefix].
+    url: String,
+    /// Largest share of requests one server may serve.
+    #[arg(long, default_value_t = 0.4)]
+    target: f64,
+    /// Seconds of load measured per round.
+    #[arg(long, default_value_t = 1.0)]
+    window_s: f64,
+    /// Most rounds (a round that moves nothing ends the run).
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+    /// Most keys one round moves.
+    #[arg(long, default_value_t = 100_000)]
+    max_move_keys: usize,
+    /// Shared secret of the servers, if they require one.
+    #[arg(long)]
+    token: Option<String>,
 }
 
 /// Arguments of `xstore cluster move`.
@@ -74,6 +100,10 @@ struct UpArgs {
     /// Seconds a server has to load and start serving.
     #[arg(long, default_value_t = 300)]
     start_timeout_s: u64,
+    /// Relative shares of the keys per server (comma-separated, one per
+    /// server; default: equal), e.g. 4,1,1 for an unbalanced start.
+    #[arg(long, value_delimiter = ',')]
+    weights: Vec<u64>,
     /// Each server logs its writes (sync, async or none) in DIR/<id>
     /// (`xstore server --durability`); a restarted server recovers there.
     #[arg(long)]
@@ -94,6 +124,7 @@ pub fn run(args: &ClusterArgs) -> Result<()> {
         ClusterCommand::Status(a) => status(a),
         ClusterCommand::Move(a) => move_cmd(a),
         ClusterCommand::MoveBench(a) => crate::cluster_move_bench::run(a),
+        ClusterCommand::Rebalance(a) => rebalance_cmd(a),
     }
 }
 
@@ -114,6 +145,43 @@ fn parse_range(s: &str) -> Result<(u64, u64)> {
         bail!("--range {s}: empty");
     }
     Ok((lo, hi))
+}
+
+fn rebalance_cmd(args: &RebalanceArgs) -> Result<()> {
+    if !(args.target > 0.0 && args.target <= 1.0) || args.window_s <= 0.0 {
+        bail!("--target must be in (0, 1] and --window-s positive");
+    }
+    let etcd = cluster::Etcd::connect(&args.url)?;
+    let config = cluster::rebalance::RebalanceConfig {
+        target_share: args.target,
+        window: Duration::from_secs_f64(args.window_s),
+        max_move_keys: args.max_move_keys,
+    };
+    for i in 0..args.rounds {
+        let r = cluster::rebalance::rebalance_once(&etcd, args.token.as_deref(), &config)?;
+        let shares: Vec<String> = r
+            .shares
+            .iter()
+            .map(|(id, s)| format!("{id} {:.1} %", 100.0 * s))
+            .collect();
+        println!("round {i}: {} requests: {}", r.requests, shares.join(", "));
+        match &r.moved {
+            Some(m) => println!(
+                "  moved {}..{} ({} keys) {} -> {} in {:.3} s",
+                m.lo,
+                m.hi,
+                m.keys,
+                m.from,
+                m.to,
+                m.took.as_secs_f64()
+            ),
+            None => {
+                println!("  balanced (or no load): done");
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn move_cmd(args: &MoveArgs) -> Result<()> {
@@ -151,6 +219,23 @@ fn boundaries(keys: &[u64], n: usize) -> Vec<u64> {
     } else {
         (1..n as u64).map(|i| i * (u64::MAX / n as u64)).collect()
     };
+    b.retain(|&x| x > 0);
+    b.dedup();
+    b
+}
+
+/// Range boundaries that give server `i` a `weights[i]` part of `keys`.
+fn weighted_boundaries(keys: &[u64], weights: &[u64]) -> Vec<u64> {
+    let total: u64 = weights.iter().sum();
+    let mut b = Vec::new();
+    let mut acc = 0;
+    for w in &weights[..weights.len().saturating_sub(1)] {
+        acc += w;
+        let i = (acc as u128 * keys.len() as u128 / total.max(1) as u128) as usize;
+        if let Some(&k) = keys.get(i) {
+            b.push(k);
+        }
+    }
     b.retain(|&x| x > 0);
     b.dedup();
     b
@@ -195,7 +280,15 @@ fn up(args: &UpArgs) -> Result<()> {
     }
     let keys = args.keys.load()?;
     let ids: Vec<String> = (0..args.servers).map(|i| format!("s{i}")).collect();
-    let map = cluster::ShardMap::split(&boundaries(&keys, args.servers), &ids)?;
+    let bounds = if args.weights.is_empty() {
+        boundaries(&keys, args.servers)
+    } else {
+        if args.weights.len() != args.servers || args.weights.contains(&0) {
+            bail!("--weights needs {} positive numbers", args.servers);
+        }
+        weighted_boundaries(&keys, &args.weights)
+    };
+    let map = cluster::ShardMap::split(&bounds, &ids)?;
     drop(keys);
     let etcd_proc = cluster::EtcdProcess::start(&args.dir).context("starting etcd")?;
     let url = etcd_proc.url();
@@ -342,6 +435,13 @@ mod tests {
         assert!(b.windows(2).all(|w| w[0] < w[1]));
         // Key 0 cannot be a boundary (the first range starts there).
         assert_eq!(boundaries(&[0, 5], 2), vec![5]);
+    }
+
+    #[test]
+    fn weighted_boundaries_follow_the_weights() {
+        let keys: Vec<u64> = (1..=60).collect();
+        assert_eq!(weighted_boundaries(&keys, &[4, 1, 1]), vec![41, 51]);
+        assert_eq!(weighted_boundaries(&keys, &[1, 1]), vec![31]);
     }
 
     #[test]

@@ -527,3 +527,102 @@ fn range_moves_under_ycsb_a_lose_nothing_and_no_stale_client_reads_or_writes_old
     stale.upsert(k, 5).unwrap();
     assert_eq!(fresh.get(k).unwrap(), Some(5));
 }
+
+/// Runs Zipfian YCSB C; returns the requests each server answered.
+fn zipfian_c_shares(url: &str, loaded: &Arc<[u64]>, ops: u64, seed: u64) -> BTreeMap<String, u64> {
+    let system = bench::ClusterSystem::new(url, None, xstore::CacheMode::Full, 1).unwrap();
+    let shares = system.shares();
+    let workload: ycsb::Workload = "c".parse().unwrap();
+    let config = bench::RunConfig {
+        system: "xstore".into(),
+        fabric: "tcp".into(),
+        dataset: "ycsb".into(),
+        workload,
+        dist: ycsb::Distribution::Zipfian,
+        ops,
+        seconds: None,
+        warmup_ops: 0,
+        threads: 2,
+        pipeline: 1,
+        seed,
+    };
+    let report = bench::run(
+        &system,
+        loaded.clone(),
+        &config,
+        &bench::Progress::default(),
+    )
+    .unwrap();
+    let c = &report.correctness;
+    assert_eq!(
+        (c.mismatches, c.stale_reads, c.lost_writes),
+        (0, 0, 0),
+        "{:?}",
+        c.examples
+    );
+    drop(system);
+    shares.snapshot()
+}
+
+fn busiest(shares: &BTreeMap<String, u64>) -> f64 {
+    let total: u64 = shares.values().sum();
+    *shares.values().max().unwrap() as f64 / total.max(1) as f64
+}
+
+#[test]
+fn the_rebalancer_brings_the_busiest_server_under_40_percent_of_zipfian_ycsb_c() {
+    // s0 starts with 4/6 of the keys, and so of a Zipfian load that YCSB
+    // scatters over the key space.
+    let Some(up) = up_with(&["--weights", "4,1,1"]) else {
+        return;
+    };
+    let loaded: Arc<[u64]> = keys().into();
+    let off = zipfian_c_shares(&up.url, &loaded, 6_000, 1);
+    eprintln!(
+        "rebalancer off: {off:?}, busiest {:.1} %",
+        100.0 * busiest(&off)
+    );
+
+    // The rebalancer measures the servers' own counters while a load runs.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (url, loaded, stop) = (up.url.clone(), loaded.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut seed = 10;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                zipfian_c_shares(&url, &loaded, 20_000, seed);
+                seed += 1;
+            }
+        })
+    };
+    let etcd = Etcd::connect(&up.url).unwrap();
+    let config = cluster::rebalance::RebalanceConfig {
+        target_share: 0.4,
+        window: Duration::from_millis(700),
+        max_move_keys: 100_000,
+    };
+    let rounds = cluster::rebalance::rebalance(&etcd, None, &config, 8);
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    load.join().unwrap();
+    let rounds = rounds.unwrap();
+    for r in &rounds {
+        eprintln!(
+            "{:?} {} requests; moved {:?}",
+            r.shares, r.requests, r.moved
+        );
+    }
+    assert!(rounds.iter().any(|r| r.moved.is_some()));
+
+    let on = zipfian_c_shares(&up.url, &loaded, 6_000, 2);
+    eprintln!(
+        "rebalancer on: {on:?}, busiest {:.1} %",
+        100.0 * busiest(&on)
+    );
+    assert!(busiest(&off) > 0.5, "{off:?}");
+    assert!(busiest(&on) < busiest(&off));
+    assert!(busiest(&on) <= 0.4, "{on:?}");
+    // Nothing lost on the way: every key once.
+    let mut all = Vec::new();
+    router(&up.url).scan(0, 2 * KEYS, &mut all).unwrap();
+    assert_eq!(all.iter().map(|p| p.0).collect::<Vec<_>>(), loaded.to_vec());
+}

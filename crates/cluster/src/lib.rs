@@ -11,6 +11,7 @@
 //! * [`router`] — the client side: [`Router`] sends each request to the
 //!   key's owner and continues SCANs across servers.
 //! * [`moves`] — online range moves: freeze, copy, commit.
+//! * [`rebalance`] — moves keys off the busiest server by measured load.
 //!
 //! The rest of the workspace is synchronous; tokio stays inside [`etcd`].
 
@@ -18,6 +19,7 @@ pub mod etcd;
 pub mod map;
 pub mod moves;
 pub mod process;
+pub mod rebalance;
 pub mod router;
 pub mod shard;
 

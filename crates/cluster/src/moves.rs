@@ -122,7 +122,7 @@ pub struct MoveReport {
 
 type Remote = Client<Box<dyn Endpoint>>;
 
-fn connect(
+pub(crate) fn connect(
     etcd: &Etcd,
     server: &str,
     token: Option<&str>,
@@ -184,7 +184,7 @@ fn at_revision<T>(
 }
 
 /// Every pair of `[lo, hi)` on `server`, by fenced RPC SCANs at `revision`.
-fn read_range(
+pub(crate) fn read_range(
     server: &str,
     revision: u64,
     c: &mut Remote,
