@@ -596,8 +596,10 @@ fn the_rebalancer_brings_the_busiest_server_under_40_percent_of_zipfian_ycsb_c()
         })
     };
     let etcd = Etcd::connect(&up.url).unwrap();
+    // Aimed below the 40 % asserted: a window's count of a Zipfian load
+    // is noisy by a few percent.
     let config = cluster::rebalance::RebalanceConfig {
-        target_share: 0.4,
+        target_share: 0.36,
         window: Duration::from_millis(700),
         max_move_keys: 100_000,
     };
