@@ -246,6 +246,12 @@ impl Etcd {
     /// seconds, at least 1), renewed in the background until the returned
     /// [`Registration`] is dropped. Fails if `id` is registered by a live
     /// lease already.
+    ///
+    /// If the lease lapses anyway (etcd unreachable, or the whole machine
+    /// stalled for a TTL), the server registers again under a new lease as
+    /// soon as etcd answers, unless another process took `id` meanwhile:
+    /// membership only says where a live server listens, ownership lives in
+    /// the fenced map, so coming back changes no range.
     pub fn register(
         &self,
         id: &str,
@@ -256,78 +262,73 @@ impl Etcd {
             return Err(ClusterError::InvalidMap(format!("bad server id {id:?}")));
         }
         let ttl_s = ttl.as_secs().max(1) as i64;
-        let mut c = self.client.clone();
-        let lease = self
-            .run(async move { c.lease_grant(ttl_s, None).await })?
-            .id();
         let member = Member {
             format: MAP_FORMAT,
             url: url.to_string(),
             pid: std::process::id(),
         };
+        let value = serde_json::to_vec(&member).expect("member serializes");
         let key = self.member_key(id);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                serde_json::to_vec(&member).expect("member serializes"),
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        let mut c = self.client.clone();
-        let resp = self.run(async move { c.txn(txn).await })?;
-        if !resp.succeeded() {
-            let mut c = self.client.clone();
-            let _ = self.run(async move { c.lease_revoke(lease).await });
-            return Err(ClusterError::AlreadyRegistered(id.to_string()));
-        }
-        // Renew at a third of the TTL: two renewals may be lost before the
-        // lease expires.
-        let period = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
+        let c = self.client.clone();
+        let lease = self
+            .run(put_member(c, key.clone(), value.clone(), ttl_s, false))?
+            .ok_or_else(|| ClusterError::AlreadyRegistered(id.to_string()))?;
+        let current = Arc::new(std::sync::atomic::AtomicI64::new(lease));
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let mut c = self.client.clone();
+        let c = self.client.clone();
         let id_owned = id.to_string();
+        let shared = current.clone();
         self.rt.spawn(async move {
-            let Ok((mut keeper, mut stream)) = c.lease_keep_alive(lease).await else {
-                tracing::error!(id = id_owned, "could not start renewing the lease");
-                return;
-            };
-            // Retries stop once a whole TTL passed without a renewal: the
-            // lease is gone then, and renewing it cannot succeed.
-            let ttl = Duration::from_secs(ttl_s as u64);
-            let mut renewed_at = tokio::time::Instant::now();
+            use std::sync::atomic::Ordering;
+            let mut lease = lease;
             loop {
                 tokio::select! {
                     _ = &mut stop_rx => break,
-                    _ = tokio::time::sleep(period) => {}
+                    () = renew(c.clone(), lease, ttl_s, &id_owned) => {}
                 }
-                let renewed = tokio::time::timeout(period, async {
-                    keeper.keep_alive().await?;
-                    stream.message().await
-                })
-                .await;
-                match renewed {
-                    Ok(Ok(Some(r))) if r.ttl() > 0 => renewed_at = tokio::time::Instant::now(),
-                    Ok(Ok(Some(_))) => {
-                        tracing::error!(id = id_owned, "lease expired: no longer registered");
-                        return;
+                // The lease is gone: register again, bounded by the stop
+                // signal, backing off up to a TTL between tries.
+                let mut pause = Duration::from_millis(100);
+                loop {
+                    tokio::select! {
+                        _ = &mut stop_rx => return,
+                        _ = tokio::time::sleep(pause) => {}
                     }
-                    _ if renewed_at.elapsed() >= ttl => {
-                        tracing::error!(
-                            id = id_owned,
-                            "no lease renewal for a whole TTL: no longer registered"
-                        );
-                        return;
-                    }
-                    other => {
-                        tracing::warn!(id = id_owned, ?other, "lease renewal failed; retrying")
+                    let again = tokio::time::timeout(
+                        REQUEST_TIMEOUT,
+                        put_member(c.clone(), key.clone(), value.clone(), ttl_s, true),
+                    )
+                    .await;
+                    match again {
+                        Ok(Ok(Some(l))) => {
+                            // The old lease holds nothing now; if etcd
+                            // still keeps it, let it go.
+                            let _ = c.clone().lease_revoke(lease).await;
+                            lease = l;
+                            shared.store(l, Ordering::Relaxed);
+                            tracing::warn!(id = id_owned, lease = l, "registered again after the lease lapsed");
+                            break;
+                        }
+                        Ok(Ok(None)) => {
+                            tracing::error!(
+                                id = id_owned,
+                                "another process registered this id while the lease was lapsed: not coming back"
+                            );
+                            return;
+                        }
+                        other => {
+                            tracing::warn!(id = id_owned, ?other, "registering again failed; retrying");
+                            pause = (pause * 2).min(Duration::from_secs(ttl_s as u64));
+                        }
                     }
                 }
             }
+            let mut c = c;
             let _ = c.lease_revoke(lease).await;
         });
         Ok(Registration {
             stop: Some(stop_tx),
-            lease,
+            lease: current,
             rt: self.rt.clone(),
             client: self.client.clone(),
         })
@@ -394,19 +395,108 @@ impl Etcd {
     }
 }
 
+/// Grants a lease of `ttl_s` seconds and puts the member key under it if
+/// no one holds the key, or — when `again` — if it holds exactly `value`
+/// (this process's own entry, left under a lease it gave up on): the lease
+/// id, or `None` (lease revoked) if the key is taken.
+async fn put_member(
+    mut c: Client,
+    key: String,
+    value: Vec<u8>,
+    ttl_s: i64,
+    again: bool,
+) -> Result<Option<i64>, etcd_client::Error> {
+    let lease = c.lease_grant(ttl_s, None).await?.id();
+    let put = || {
+        TxnOp::put(
+            key.clone(),
+            value.clone(),
+            Some(PutOptions::new().with_lease(lease)),
+        )
+    };
+    let fresh = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([put()]);
+    if c.txn(fresh).await?.succeeded() {
+        return Ok(Some(lease));
+    }
+    if !again {
+        let _ = c.lease_revoke(lease).await;
+        return Ok(None);
+    }
+    // The pid is in the value: only this process's own entry matches.
+    let ours = Txn::new()
+        .when([Compare::value(key.clone(), CompareOp::Equal, value.clone())])
+        .and_then([put()]);
+    if c.txn(ours).await?.succeeded() {
+        return Ok(Some(lease));
+    }
+    let _ = c.lease_revoke(lease).await;
+    Ok(None)
+}
+
+/// Renews `lease` until it is gone: etcd says it expired, or no renewal
+/// got through for a whole TTL (it has expired then, whatever etcd says
+/// later).
+async fn renew(mut c: Client, lease: i64, ttl_s: i64, id: &str) {
+    // Renew at a third of the TTL: two renewals may be lost before the
+    // lease expires.
+    let period = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
+    let ttl = Duration::from_secs(ttl_s as u64);
+    let mut renewed_at = tokio::time::Instant::now();
+    let mut keeper = None;
+    loop {
+        tokio::time::sleep(period).await;
+        if keeper.is_none() {
+            match tokio::time::timeout(period, c.lease_keep_alive(lease)).await {
+                Ok(Ok(k)) => keeper = Some(k),
+                other => tracing::warn!(id, ?other, "could not start renewing the lease"),
+            }
+        }
+        let renewed = match keeper.as_mut() {
+            Some((k, stream)) => {
+                tokio::time::timeout(period, async {
+                    k.keep_alive().await?;
+                    stream.message().await
+                })
+                .await
+            }
+            None => Ok(Ok(None)),
+        };
+        match renewed {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => renewed_at = tokio::time::Instant::now(),
+            Ok(Ok(Some(_))) => {
+                tracing::error!(id, "lease expired: no longer registered");
+                return;
+            }
+            _ if renewed_at.elapsed() >= ttl => {
+                tracing::error!(id, "no lease renewal for a whole TTL: no longer registered");
+                return;
+            }
+            other => {
+                // The stream is opened again on the next round: a late
+                // answer on this one would pair with the wrong request.
+                keeper = None;
+                tracing::warn!(id, ?other, "lease renewal failed; retrying")
+            }
+        }
+    }
+}
+
 /// A server's registration: its lease is renewed until this is dropped,
 /// which revokes it (its member key disappears at once).
 pub struct Registration {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    lease: i64,
+    /// The current lease: replaced when the server registers again.
+    lease: Arc<std::sync::atomic::AtomicI64>,
     rt: Arc<Runtime>,
     client: Client,
 }
 
 impl Registration {
-    /// The etcd lease id.
+    /// The etcd lease id now (a new one after a lapse).
     pub fn lease(&self) -> i64 {
-        self.lease
+        self.lease.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -416,7 +506,7 @@ impl Drop for Registration {
             let _ = stop.send(());
         }
         let mut c = self.client.clone();
-        let lease = self.lease;
+        let lease = self.lease();
         // Bounded: a dead etcd lets the lease expire by itself instead.
         let _ = self.rt.block_on(async {
             tokio::time::timeout(Duration::from_secs(2), c.lease_revoke(lease)).await

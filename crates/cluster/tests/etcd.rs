@@ -160,3 +160,40 @@ fn urls_parse() {
         assert!(bad.parse::<cluster::ClusterUrl>().is_err(), "{bad}");
     }
 }
+
+/// A machine stall longer than the TTL (here: etcd itself stopped) makes
+/// the server give its lease up; it registers again by itself once etcd
+/// answers, under a new lease, and stays registered.
+#[test]
+fn a_lapsed_registration_comes_back_by_itself() {
+    let Some((p, _dir)) = etcd() else { return };
+    let e = Etcd::connect(&p.url()).unwrap();
+    let reg = e
+        .register("s0", "tcp://127.0.0.1:1", Duration::from_secs(1))
+        .unwrap();
+    let first = reg.lease();
+    let pid = p.pid() as i32;
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_millis(2500));
+    signal("-CONT");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reg.lease() == first {
+        assert!(Instant::now() < deadline, "never registered again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Stays registered past several TTLs under the new lease.
+    std::thread::sleep(Duration::from_millis(2500));
+    let members = e.members().unwrap();
+    assert_eq!(members["s0"].url, "tcp://127.0.0.1:1");
+    assert_eq!(members["s0"].pid, std::process::id());
+    drop(reg);
+    assert!(e.members().unwrap().is_empty());
+}
