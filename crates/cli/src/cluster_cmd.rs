@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
 use crate::keys::KeyArgs;
+use crate::token::TokenArgs;
 
 /// Arguments of `xstore cluster`.
 #[derive(Args, Debug)]
@@ -61,9 +62,9 @@ struct RebalanceArgs {
     /// Most keys one round moves.
     #[arg(long, default_value_t = 100_000)]
     max_move_keys: usize,
-    /// Shared secret of the servers, if they require one.
-    #[arg(long)]
-    token: Option<String>,
+    /// The servers' access token, if they require one.
+    #[command(flatten)]
+    token: TokenArgs,
 }
 
 /// Arguments of `xstore cluster move`.
@@ -80,9 +81,9 @@ struct MoveArgs {
     /// Thaw a frozen move of exactly this range at its owner instead.
     #[arg(long)]
     abort: bool,
-    /// Shared secret of the servers, if they require one.
-    #[arg(long)]
-    token: Option<String>,
+    /// The servers' access token, if they require one.
+    #[command(flatten)]
+    token: TokenArgs,
 }
 
 /// Arguments of `xstore cluster up`.
@@ -108,6 +109,10 @@ struct UpArgs {
     /// (`xstore server --durability`); a restarted server recovers there.
     #[arg(long)]
     durability: Option<String>,
+    /// The access token every server requires (passed to them in their
+    /// environment, never on their command line).
+    #[command(flatten)]
+    token: TokenArgs,
 }
 
 /// Arguments of `xstore cluster status`.
@@ -115,6 +120,13 @@ struct UpArgs {
 struct StatusArgs {
     /// The cluster: etcd://host:port[/prefix].
     url: String,
+    /// The servers' access token, if they require one.
+    #[command(flatten)]
+    token: TokenArgs,
+    /// Seconds over which each server's request rate is measured (0: do
+    /// not measure).
+    #[arg(long, default_value_t = 1.0)]
+    window_s: f64,
 }
 
 /// Runs `xstore cluster`.
@@ -151,6 +163,7 @@ fn rebalance_cmd(args: &RebalanceArgs) -> Result<()> {
     if !(args.target > 0.0 && args.target <= 1.0) || args.window_s <= 0.0 {
         bail!("--target must be in (0, 1] and --window-s positive");
     }
+    let token = args.token.resolve()?;
     let etcd = cluster::Etcd::connect(&args.url)?;
     let config = cluster::rebalance::RebalanceConfig {
         target_share: args.target,
@@ -158,7 +171,7 @@ fn rebalance_cmd(args: &RebalanceArgs) -> Result<()> {
         max_move_keys: args.max_move_keys,
     };
     for i in 0..args.rounds {
-        let r = cluster::rebalance::rebalance_once(&etcd, args.token.as_deref(), &config)?;
+        let r = cluster::rebalance::rebalance_once(&etcd, token.as_deref(), &config)?;
         let shares: Vec<String> = r
             .shares
             .iter()
@@ -193,7 +206,7 @@ fn move_cmd(args: &MoveArgs) -> Result<()> {
         return Ok(());
     }
     let to = args.to.as_deref().context("--to SERVER is required")?;
-    let r = cluster::move_range(&etcd, lo, hi, to, args.token.as_deref())
+    let r = cluster::move_range(&etcd, lo, hi, to, args.token.resolve()?.as_deref())
         .with_context(|| format!("moving {lo}..{hi} to {to}"))?;
     println!(
         "moved {}..{} from {} to {}: {} keys ({} stale cleared), map revision {} -> {}, {:.3} s ({:.3} s frozen)",
@@ -278,6 +291,7 @@ fn up(args: &UpArgs) -> Result<()> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
+    let token = args.token.resolve()?;
     let keys = args.keys.load()?;
     let ids: Vec<String> = (0..args.servers).map(|i| format!("s{i}")).collect();
     let bounds = if args.weights.is_empty() {
@@ -325,6 +339,8 @@ fn up(args: &UpArgs) -> Result<()> {
                     mode.clone(),
                 ]
             }))
+            // In the environment: a command line is visible to every user.
+            .envs(token.iter().map(|t| ("XSTORE_TOKEN", t)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -395,10 +411,31 @@ fn up(args: &UpArgs) -> Result<()> {
 }
 
 fn status(args: &StatusArgs) -> Result<()> {
+    let token = args.token.resolve()?;
     let etcd = cluster::Etcd::connect(&args.url)?;
     let map = etcd.require_map()?;
     let members = etcd.members()?;
-    let mut router = cluster::Router::new(etcd, xstore::ClientConfig::default(), None)?;
+    if !(args.window_s.is_finite() && (0.0..=600.0).contains(&args.window_s)) {
+        bail!(
+            "--window-s must be between 0 and 600, not {}",
+            args.window_s
+        );
+    }
+    let rates = if args.window_s > 0.0 {
+        let window = Duration::from_secs_f64(args.window_s);
+        // A server that does not answer is reported below; rates are
+        // then left out rather than failing the whole status.
+        match cluster::rebalance::load_shares(&etcd, token.as_deref(), window) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("request rates not measured: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut router = cluster::Router::new(etcd, xstore::ClientConfig::default(), token)?;
     let stats = router.server_stats();
     println!("map revision {}", map.revision);
     println!("{:<22} {:<22} {:<8} url", "lo", "hi", "server");
@@ -414,7 +451,17 @@ fn status(args: &StatusArgs) -> Result<()> {
     }
     for (id, s) in &stats {
         match s {
-            Ok(s) => println!("server {id}: {} keys, model version {}", s.keys, s.version),
+            Ok(s) => {
+                let rate = rates.as_ref().map_or(String::new(), |(shares, total)| {
+                    let share = shares.get(id).copied().unwrap_or(0.0);
+                    let per_s = share * *total as f64 / args.window_s;
+                    format!(", {per_s:.0} requests/s ({:.1} %)", share * 100.0)
+                });
+                println!(
+                    "server {id}: {} keys, model version {}{rate}",
+                    s.keys, s.version
+                )
+            }
             Err(e) => println!("server {id}: unavailable: {e}"),
         }
     }

@@ -48,6 +48,11 @@ fn up() -> Option<Up> {
 
 /// `xstore cluster up` with `extra` arguments.
 fn up_with(extra: &[&str]) -> Option<Up> {
+    up_env(extra, &[])
+}
+
+/// `xstore cluster up` with `extra` arguments and `env` variables.
+fn up_env(extra: &[&str], env: &[(&str, &str)]) -> Option<Up> {
     if cluster::etcd_binary().is_none() {
         eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
         return None;
@@ -58,6 +63,7 @@ fn up_with(extra: &[&str]) -> Option<Up> {
         .arg(dir.path().join("cluster"))
         .args(["--keys", &KEYS.to_string(), "--seed", &SEED.to_string()])
         .args(extra)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -627,4 +633,37 @@ fn the_rebalancer_brings_the_busiest_server_under_40_percent_of_zipfian_ycsb_c()
     let mut all = Vec::new();
     router(&up.url).scan(0, 2 * KEYS, &mut all).unwrap();
     assert_eq!(all.iter().map(|p| p.0).collect::<Vec<_>>(), loaded.to_vec());
+}
+
+/// `cluster up` hands its token to every server; `cluster status` needs it
+/// to reach them, and then prints each server's keys and request rate.
+#[test]
+fn status_with_a_token_shows_keys_and_request_rates() {
+    let Some(up) = up_env(&[], &[("XSTORE_TOKEN", "sesame")]) else {
+        return;
+    };
+    let status = |env: &[(&str, &str)]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_xstore"))
+            .args(["cluster", "status", &up.url, "--window-s", "0.2"])
+            .env_remove("XSTORE_TOKEN")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let without = status(&[]);
+    assert_eq!(without.matches("unavailable").count(), 3, "{without}");
+    let with = status(&[("XSTORE_TOKEN", "sesame")]);
+    assert_eq!(with.matches("requests/s").count(), 3, "{with}");
+    let keys: u64 = with
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(keys, KEYS as u64, "{with}");
 }
