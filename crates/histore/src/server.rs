@@ -1,0 +1,721 @@
+//! An index server: the primary of an index group (hash table + log,
+//! replicating every write to its backups before applying it, §3.2.2) or
+//! one of its backups (log + sorted index applied asynchronously, SCANs).
+//!
+//! Roles change only through the control-plane methods ([`IndexServer::fence`],
+//! [`IndexServer::promote`], [`IndexServer::follow`],
+//! [`IndexServer::add_backup`], ...), which the group's coordinator calls
+//! in the order docs/histore.md gives. Every data-plane request carries or
+//! is checked against an epoch; a server that learns of a newer epoch
+//! stops acknowledging writes for good (fencing).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
+
+use crate::error::HiError;
+use crate::layout::{TableHeader, ValuePtr};
+use crate::sorted::SortedIndex;
+use crate::table::HashTable;
+use crate::wire::{self, EntryOp, LogEntry, PutMode, Request};
+
+/// How often a backup's applier thread looks for committed entries.
+const APPLY_EVERY: Duration = Duration::from_millis(2);
+
+/// Entries a primary sends to a backup in one REPLICATE at most.
+const MAX_BATCH_ENTRIES: usize = 256;
+
+/// A primary's state.
+struct Primary {
+    epoch: u64,
+    table: HashTable,
+    /// Seq of the last entry applied to the table (= the published commit).
+    commit: u64,
+    /// Entries sent (or being sent) to backups but not yet acknowledged by
+    /// all of them: seqs commit+1 ... They are re-sent before any new write
+    /// and applied once every current backup has logged them.
+    unacked: Vec<LogEntry>,
+    backups: Vec<NodeId>,
+    ep: Box<dyn Endpoint>,
+    deposed: bool,
+    buf: Vec<u8>,
+    reply: Vec<u8>,
+}
+
+/// A backup's state.
+struct Backup {
+    epoch: u64,
+    /// Seq of the last entry logged.
+    last_seq: u64,
+    /// Logged entries not yet applied to the sorted index, in seq order.
+    pending: VecDeque<LogEntry>,
+    /// The highest commit seq a primary has told us of.
+    commit_hint: u64,
+    /// Where the primary's table is (for its commit word).
+    primary: Option<(NodeId, RegionId)>,
+    /// A snapshot is being installed: entries are logged but not applied.
+    installing: bool,
+    sorted: Arc<SortedIndex>,
+}
+
+enum Role {
+    Primary(Box<Primary>),
+    Backup(Backup),
+    /// Fenced out as a primary: answers nothing but errors.
+    Deposed {
+        epoch: u64,
+    },
+}
+
+/// One index server of a group.
+pub struct IndexServer {
+    node: NodeId,
+    alive: AtomicBool,
+    role: Mutex<Role>,
+    /// Serializes draining + applying a backup's log, so entries reach the
+    /// sorted index in seq order whichever thread applies them.
+    apply: Mutex<()>,
+    /// A backup's endpoint for reading its primary's commit word.
+    reader: Mutex<Box<dyn Endpoint>>,
+}
+
+impl std::fmt::Debug for IndexServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexServer")
+            .field("node", &self.node)
+            .field("alive", &self.alive.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl IndexServer {
+    /// A server on `node` starting as a backup of `epoch` whose sorted
+    /// index is empty and whose log starts after `last_seq`; `installing`
+    /// holds back applying until [`IndexServer::install`]. `reader` reads
+    /// the primary's commit word. Starts the applier thread.
+    pub fn new_backup(
+        node: NodeId,
+        epoch: u64,
+        last_seq: u64,
+        partitions: usize,
+        installing: bool,
+        reader: Box<dyn Endpoint>,
+    ) -> Arc<IndexServer> {
+        let server = Arc::new(IndexServer {
+            node,
+            alive: AtomicBool::new(true),
+            role: Mutex::new(Role::Backup(Backup {
+                epoch,
+                last_seq,
+                pending: VecDeque::new(),
+                commit_hint: last_seq,
+                primary: None,
+                installing,
+                sorted: Arc::new(SortedIndex::new(partitions)),
+            })),
+            apply: Mutex::new(()),
+            reader: Mutex::new(reader),
+        });
+        let weak = Arc::downgrade(&server);
+        std::thread::Builder::new()
+            .name(format!("histore-apply-{}", node.0))
+            .spawn(move || applier(weak))
+            .map(|_| ())
+            .unwrap_or_else(|_| {
+                // No thread: SCANs and GETs still apply the log first, so
+                // only the asynchronous part is lost.
+            });
+        server
+    }
+
+    /// A server on `node` that is the primary of `epoch` with an empty
+    /// table in `region` (already registered) and these backups; `ep`
+    /// reaches the backups.
+    pub fn new_primary(
+        node: NodeId,
+        epoch: u64,
+        table: HashTable,
+        backups: Vec<NodeId>,
+        ep: Box<dyn Endpoint>,
+        reader: Box<dyn Endpoint>,
+    ) -> Arc<IndexServer> {
+        table.set_commit(0);
+        table.set_serving(true);
+        Arc::new(IndexServer {
+            node,
+            alive: AtomicBool::new(true),
+            role: Mutex::new(Role::Primary(Box::new(Primary {
+                epoch,
+                table,
+                commit: 0,
+                unacked: Vec::new(),
+                backups,
+                ep,
+                deposed: false,
+                buf: Vec::new(),
+                reply: Vec::new(),
+            }))),
+            apply: Mutex::new(()),
+            reader: Mutex::new(reader),
+        })
+    }
+
+    /// The server's node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Whether the server is up.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Stops the server as a crash would: from now on it answers every
+    /// request with [`HiError::Down`] (its regions are deregistered by the
+    /// coordinator) and never acknowledges anything again.
+    pub fn kill(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+    }
+
+    fn check_alive(&self) -> Result<(), HiError> {
+        if self.is_alive() {
+            Ok(())
+        } else {
+            Err(HiError::Down)
+        }
+    }
+
+    // ----- control plane (called by the coordinator) -----
+
+    /// Fences the server at `epoch`: a primary is deposed (closes its table
+    /// to readers, acknowledges nothing more); a backup rejects REPLICATEs
+    /// of older epochs from now on. Returns the last seq it logged (a
+    /// backup) or committed (a primary).
+    pub fn fence(&self, epoch: u64) -> Result<u64, HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        match &mut *role {
+            Role::Primary(p) => {
+                if epoch <= p.epoch {
+                    return Err(HiError::Fenced {
+                        ours: epoch,
+                        current: p.epoch,
+                    });
+                }
+                p.table.set_serving(false);
+                let commit = p.commit;
+                *role = Role::Deposed { epoch };
+                Ok(commit)
+            }
+            Role::Backup(b) => {
+                if epoch < b.epoch {
+                    return Err(HiError::Fenced {
+                        ours: epoch,
+                        current: b.epoch,
+                    });
+                }
+                b.epoch = epoch;
+                Ok(b.last_seq)
+            }
+            Role::Deposed { epoch: e } => {
+                *e = (*e).max(epoch);
+                Err(HiError::WrongRole("deposed"))
+            }
+        }
+    }
+
+    /// A backup's logged entries after `seq` (to catch up the other
+    /// backup when this one is promoted). Fails if some were applied and
+    /// dropped already (the other backup must then be rebuilt instead).
+    pub fn log_after(&self, seq: u64) -> Result<Vec<LogEntry>, HiError> {
+        self.check_alive()?;
+        let role = lock(&self.role);
+        let Role::Backup(b) = &*role else {
+            return Err(HiError::WrongRole("not a backup"));
+        };
+        if seq >= b.last_seq {
+            return Ok(Vec::new());
+        }
+        match b.pending.front() {
+            Some(first) if first.seq <= seq + 1 => {
+                Ok(b.pending.iter().filter(|e| e.seq > seq).cloned().collect())
+            }
+            _ => Err(HiError::LogGap {
+                expected: seq + 1,
+                got: b.pending.front().map_or(b.last_seq + 1, |e| e.seq),
+            }),
+        }
+    }
+
+    /// Appends entries handed over by the coordinator (a catch-up from the
+    /// promoted backup), as REPLICATE would at `epoch`.
+    pub fn catch_up(&self, epoch: u64, entries: Vec<LogEntry>) -> Result<u64, HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        let Role::Backup(b) = &mut *role else {
+            return Err(HiError::WrongRole("not a backup"));
+        };
+        log_entries(b, epoch, 0, entries)
+    }
+
+    /// Makes a backup the primary of `epoch`: applies its whole log (every
+    /// logged entry may have been acknowledged), builds the hash table in
+    /// `table` from its sorted index (§4.3), opens it to readers, and
+    /// replicates to `backups` from now on.
+    pub fn promote(
+        &self,
+        epoch: u64,
+        mut table: HashTable,
+        backups: Vec<NodeId>,
+        ep: Box<dyn Endpoint>,
+    ) -> Result<(), HiError> {
+        self.check_alive()?;
+        let _apply = lock(&self.apply);
+        let mut role = lock(&self.role);
+        let Role::Backup(b) = &mut *role else {
+            return Err(HiError::WrongRole("not a backup"));
+        };
+        if b.installing {
+            return Err(HiError::WrongRole("still installing a snapshot"));
+        }
+        if epoch < b.epoch {
+            return Err(HiError::Fenced {
+                ours: epoch,
+                current: b.epoch,
+            });
+        }
+        let entries: Vec<LogEntry> = b.pending.drain(..).collect();
+        b.sorted.apply(&entries);
+        for (k, p) in b.sorted.all() {
+            table.put(&k, p)?;
+        }
+        let commit = b.last_seq;
+        table.set_commit(commit);
+        table.set_serving(true);
+        *role = Role::Primary(Box::new(Primary {
+            epoch,
+            table,
+            commit,
+            unacked: Vec::new(),
+            backups,
+            ep,
+            deposed: false,
+            buf: Vec::new(),
+            reply: Vec::new(),
+        }));
+        Ok(())
+    }
+
+    /// Points a backup at the primary of `epoch` whose table is `table` on
+    /// `primary`.
+    pub fn follow(&self, epoch: u64, primary: NodeId, table: RegionId) -> Result<(), HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        let Role::Backup(b) = &mut *role else {
+            return Err(HiError::WrongRole("not a backup"));
+        };
+        if epoch < b.epoch {
+            return Err(HiError::Fenced {
+                ours: epoch,
+                current: b.epoch,
+            });
+        }
+        b.epoch = epoch;
+        b.primary = Some((primary, table));
+        Ok(())
+    }
+
+    /// Adds `node` to a primary's backups and returns a snapshot of the
+    /// table with the seq it reflects. `prepare(seq)` runs while writes
+    /// are held off, so the new backup expects entries from `seq + 1`
+    /// before the first one is sent to it; entries after the snapshot are
+    /// replayed on top of it, which is correct because each entry sets a
+    /// key's whole state.
+    pub fn add_backup(
+        &self,
+        node: NodeId,
+        prepare: impl FnOnce(u64),
+    ) -> Result<(u64, Vec<(Vec<u8>, ValuePtr)>), HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        let Role::Primary(p) = &mut *role else {
+            return Err(HiError::WrongRole("not a primary"));
+        };
+        prepare(p.commit);
+        p.backups.push(node);
+        Ok((p.commit, p.table.entries()))
+    }
+
+    /// Drops `node` from a primary's backups (it died), then finishes the
+    /// entries it was holding up.
+    pub fn remove_backup(&self, node: NodeId) -> Result<(), HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        let Role::Primary(p) = &mut *role else {
+            return Err(HiError::WrongRole("not a primary"));
+        };
+        p.backups.retain(|&b| b != node);
+        if p.unacked.is_empty() || p.backups.is_empty() {
+            return Ok(());
+        }
+        flush(p).map_err(|e| depose_on_fence(&mut role, e))
+    }
+
+    /// Installs a snapshot into a backup prepared by
+    /// [`IndexServer::add_backup`], then lets its log apply.
+    pub fn install(
+        &self,
+        pairs: Vec<(Vec<u8>, ValuePtr)>,
+        primary: (NodeId, RegionId),
+    ) -> Result<(), HiError> {
+        self.check_alive()?;
+        let _apply = lock(&self.apply);
+        let sorted = {
+            let mut role = lock(&self.role);
+            let Role::Backup(b) = &mut *role else {
+                return Err(HiError::WrongRole("not a backup"));
+            };
+            b.primary = Some(primary);
+            b.sorted.clone()
+        };
+        for (k, p) in pairs {
+            sorted.insert(k, p);
+        }
+        if let Role::Backup(b) = &mut *lock(&self.role) {
+            b.installing = false;
+        }
+        Ok(())
+    }
+
+    /// Keys in the server's index (table or sorted, after applying the
+    /// whole log).
+    pub fn len(&self) -> usize {
+        let _apply = lock(&self.apply);
+        let mut role = lock(&self.role);
+        match &mut *role {
+            Role::Primary(p) => p.table.len(),
+            Role::Backup(b) => {
+                let entries: Vec<LogEntry> = b.pending.drain(..).collect();
+                b.sorted.apply(&entries);
+                b.sorted.len()
+            }
+            Role::Deposed { .. } => 0,
+        }
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    // ----- data plane -----
+
+    fn serve(&self, req: Request, reply: &mut Vec<u8>) -> Result<(), HiError> {
+        self.check_alive()?;
+        match req {
+            Request::Put {
+                epoch,
+                mode,
+                ptr,
+                key,
+            } => {
+                let took = self.write(epoch, key, Some((mode, ptr)))?;
+                wire::ok(reply);
+                reply.push(took as u8);
+            }
+            Request::Delete { epoch, key } => {
+                let took = self.write(epoch, key, None)?;
+                wire::ok(reply);
+                reply.push(took as u8);
+            }
+            Request::Replicate {
+                epoch,
+                commit,
+                entries,
+            } => {
+                let mut role = lock(&self.role);
+                let last = match &mut *role {
+                    Role::Backup(b) => log_entries(b, epoch, commit, entries)?,
+                    Role::Primary(p) => {
+                        return Err(HiError::Fenced {
+                            ours: epoch,
+                            current: p.epoch.max(epoch + 1),
+                        })
+                    }
+                    Role::Deposed { epoch: e } => {
+                        return Err(HiError::Fenced {
+                            ours: epoch,
+                            current: *e,
+                        })
+                    }
+                };
+                wire::ok(reply);
+                reply.extend_from_slice(&last.to_le_bytes());
+            }
+            Request::Scan { start, n } => {
+                let sorted = self.caught_up()?;
+                let pairs = sorted.scan(&start, n as usize);
+                wire::ok(reply);
+                reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+                for (k, p) in &pairs {
+                    wire::put_pair(reply, k, *p);
+                }
+            }
+            Request::Get { key } => {
+                let found = {
+                    let role = lock(&self.role);
+                    match &*role {
+                        Role::Primary(p) if !p.deposed => Some(p.table.get(&key)),
+                        Role::Primary(_) | Role::Deposed { .. } => {
+                            return Err(HiError::WrongRole("deposed"))
+                        }
+                        Role::Backup(_) => None,
+                    }
+                };
+                let found = match found {
+                    Some(f) => f,
+                    None => self.caught_up()?.get(&key),
+                };
+                wire::ok(reply);
+                reply.push(found.is_some() as u8);
+                reply.extend_from_slice(&found.map_or(0, |p| p.encode()).to_le_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    /// A primary's write: log, replicate to every backup, apply, answer.
+    /// `op` is `None` for a delete.
+    fn write(
+        &self,
+        epoch: u64,
+        key: Vec<u8>,
+        op: Option<(PutMode, ValuePtr)>,
+    ) -> Result<bool, HiError> {
+        let mut role = lock(&self.role);
+        let p = match &mut *role {
+            Role::Primary(p) if !p.deposed => p,
+            Role::Primary(_) => return Err(HiError::WrongRole("deposed")),
+            Role::Deposed { epoch: e } => {
+                return Err(HiError::Fenced {
+                    ours: epoch,
+                    current: *e,
+                })
+            }
+            Role::Backup(_) => return Err(HiError::WrongRole("not the primary")),
+        };
+        if epoch != p.epoch {
+            return Err(HiError::Fenced {
+                ours: epoch,
+                current: p.epoch,
+            });
+        }
+        if p.backups.is_empty() {
+            // Acknowledging with no backup would make this server
+            // impossible to fence: refuse.
+            return Err(HiError::Unavailable("no live backup"));
+        }
+        // Earlier entries held up by a dead backup go first, so the
+        // existence check below sees their effect.
+        if !p.unacked.is_empty() {
+            flush(p).map_err(|e| depose_on_fence(&mut role, e))?;
+        }
+        let Role::Primary(p) = &mut *role else {
+            return Err(HiError::WrongRole("deposed"));
+        };
+        let exists = p.table.contains(&key);
+        let entry_op = match op {
+            Some((PutMode::Insert, _)) if exists => return Ok(false),
+            Some((PutMode::Update, _)) if !exists => return Ok(false),
+            Some((_, ptr)) => EntryOp::Put(ptr),
+            None if !exists => return Ok(false),
+            None => EntryOp::Delete,
+        };
+        let seq = p.commit + 1;
+        p.unacked.push(LogEntry {
+            seq,
+            key,
+            op: entry_op,
+        });
+        flush(p).map_err(|e| depose_on_fence(&mut role, e))?;
+        Ok(true)
+    }
+
+    /// A backup's sorted index with every entry up to its primary's current
+    /// commit applied (§4.2: a SCAN first applies the pending log).
+    fn caught_up(&self) -> Result<Arc<SortedIndex>, HiError> {
+        let (primary, epoch) = {
+            let role = lock(&self.role);
+            match &*role {
+                Role::Backup(b) if b.installing => {
+                    return Err(HiError::WrongRole("installing a snapshot"))
+                }
+                Role::Backup(b) => (b.primary, b.epoch),
+                _ => return Err(HiError::WrongRole("not a backup")),
+            }
+        };
+        let (node, region) = primary.ok_or(HiError::Unavailable("no primary known"))?;
+        let commit = {
+            let mut ep = lock(&self.reader);
+            let mut batch = Batch::new();
+            let h = batch.read(region, 0, 24);
+            ep.post(node, &mut batch)
+                .map_err(|_| HiError::Unavailable("primary unreachable"))?;
+            let bytes = batch
+                .read_bytes(h)
+                .map_err(|_| HiError::Unavailable("primary unreachable"))?;
+            let header = TableHeader::decode(bytes)?;
+            if header.epoch != epoch || header.state != crate::layout::STATE_SERVING {
+                return Err(HiError::Unavailable("primary not serving this epoch"));
+            }
+            header.commit
+        };
+        Ok(self.apply_up_to(commit))
+    }
+
+    /// Applies logged entries with seq <= `commit`; the sorted index.
+    fn apply_up_to(&self, commit: u64) -> Arc<SortedIndex> {
+        let _apply = lock(&self.apply);
+        let (entries, sorted) = {
+            let mut role = lock(&self.role);
+            let Role::Backup(b) = &mut *role else {
+                return Arc::new(SortedIndex::new(1));
+            };
+            if b.installing {
+                return b.sorted.clone();
+            }
+            let n = b.pending.iter().take_while(|e| e.seq <= commit).count();
+            (b.pending.drain(..n).collect::<Vec<_>>(), b.sorted.clone())
+        };
+        sorted.apply(&entries);
+        sorted
+    }
+}
+
+/// Logs entries at a backup (skipping ones it has, refusing gaps and old
+/// epochs); the last seq logged.
+fn log_entries(
+    b: &mut Backup,
+    epoch: u64,
+    commit: u64,
+    entries: Vec<LogEntry>,
+) -> Result<u64, HiError> {
+    if epoch < b.epoch {
+        return Err(HiError::Fenced {
+            ours: epoch,
+            current: b.epoch,
+        });
+    }
+    b.epoch = epoch;
+    for e in entries {
+        if e.seq <= b.last_seq {
+            continue;
+        }
+        if e.seq != b.last_seq + 1 {
+            return Err(HiError::LogGap {
+                expected: b.last_seq + 1,
+                got: e.seq,
+            });
+        }
+        b.last_seq = e.seq;
+        b.pending.push_back(e);
+    }
+    b.commit_hint = b.commit_hint.max(commit.min(b.last_seq));
+    Ok(b.last_seq)
+}
+
+/// Sends a primary's unacknowledged entries to every backup; once all
+/// logged them, applies them to the table and publishes the commit.
+fn flush(p: &mut Primary) -> Result<(), HiError> {
+    for chunk_start in (0..p.unacked.len()).step_by(MAX_BATCH_ENTRIES) {
+        let end = (chunk_start + MAX_BATCH_ENTRIES).min(p.unacked.len());
+        Request::Replicate {
+            epoch: p.epoch,
+            commit: p.commit,
+            entries: p.unacked[chunk_start..end].to_vec(),
+        }
+        .encode(&mut p.buf);
+        for &b in &p.backups {
+            p.ep.call(b, &p.buf, &mut p.reply)
+                .map_err(|_| HiError::Unavailable("backup unreachable"))?;
+            let mut body = wire::reply_body(&p.reply).map_err(|e| match e {
+                HiError::Fenced { .. } => e,
+                _ => HiError::Unavailable("backup refused the log"),
+            })?;
+            let last = body.u64("last seq")?;
+            if last < p.unacked[end - 1].seq {
+                return Err(HiError::Unavailable("backup log behind"));
+            }
+        }
+    }
+    for e in std::mem::take(&mut p.unacked) {
+        match e.op {
+            EntryOp::Put(ptr) => p.table.put(&e.key, ptr)?,
+            EntryOp::Delete => {
+                p.table.delete(&e.key);
+            }
+        }
+        p.commit = e.seq;
+    }
+    p.table.set_commit(p.commit);
+    Ok(())
+}
+
+/// A primary that a backup fenced is deposed at once: it closes its table
+/// and acknowledges nothing more.
+fn depose_on_fence(role: &mut Role, e: HiError) -> HiError {
+    if let HiError::Fenced { current, .. } = e {
+        if let Role::Primary(p) = role {
+            p.table.set_serving(false);
+            p.deposed = true;
+        }
+        *role = Role::Deposed { epoch: current };
+    }
+    e
+}
+
+/// A backup's asynchronous applier (§3.2.2): applies entries the primary
+/// has reported committed, until the server is dropped or killed.
+fn applier(server: Weak<IndexServer>) {
+    loop {
+        std::thread::sleep(APPLY_EVERY);
+        let Some(s) = server.upgrade() else { return };
+        if !s.is_alive() {
+            return;
+        }
+        let hint = match &*lock(&s.role) {
+            Role::Backup(b) if !b.installing && !b.pending.is_empty() => Some(b.commit_hint),
+            Role::Backup(_) => None,
+            _ => return,
+        };
+        if let Some(commit) = hint {
+            s.apply_up_to(commit);
+        }
+    }
+}
+
+impl RpcHandler for IndexServer {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        let result = Request::decode(request).and_then(|req| self.serve(req, reply));
+        if let Err(e) = result {
+            wire::encode_error(&e, reply);
+        }
+    }
+}
+
+/// The region of a primary's hash table, zeroed and sized for these bucket
+/// counts.
+pub fn table_region(id: RegionId, main: u64, overflow: u64) -> Result<Arc<Region>, HiError> {
+    Ok(fabric::heap_region(
+        id,
+        crate::layout::table_bytes(main, overflow),
+        fabric::Rights::ALL,
+    )?)
+}
