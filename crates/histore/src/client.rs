@@ -17,6 +17,9 @@ use crate::layout::{
 use crate::view::{GroupView, Membership};
 use crate::wire::{self, PutMode, Request};
 
+/// Key-value pairs in key order, as a SCAN returns them.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Client settings.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientConfig {
@@ -361,7 +364,7 @@ impl<E: Endpoint> Client<E> {
     /// Up to `n` pairs with keys at or after `start`, in key order: the keys
     /// and record addresses from a backup's sorted index (one RPC), then
     /// the records by one-sided READs, one batch per data server.
-    pub fn scan(&mut self, start: &[u8], n: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>, HiError> {
+    pub fn scan(&mut self, start: &[u8], n: usize) -> Result<Pairs, HiError> {
         if start.is_empty() {
             // The empty key sorts first; the wire carries keys of at least
             // one byte, and no stored key is smaller than [0].
@@ -382,10 +385,7 @@ impl<E: Endpoint> Client<E> {
         })
     }
 
-    fn fetch(
-        &mut self,
-        pairs: Vec<(Vec<u8>, ValuePtr)>,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, HiError> {
+    fn fetch(&mut self, pairs: Vec<(Vec<u8>, ValuePtr)>) -> Result<Pairs, HiError> {
         let mut out: Vec<Option<Vec<u8>>> = vec![None; pairs.len()];
         for d in 0..self.view.data.len() {
             let server = self.view.data[d];

@@ -54,6 +54,10 @@ use xtree::layout::word_hash;
 
 use crate::error::HiError;
 
+/// Keys and their records, as a sorted index or a table snapshot lists
+/// them.
+pub type IndexPairs = Vec<(Vec<u8>, ValuePtr)>;
+
 /// Bytes of the hash table header.
 pub const TABLE_HEADER_BYTES: u64 = 64;
 /// Bytes of one bucket (§4.1).
@@ -122,7 +126,7 @@ pub struct ValuePtr {
 impl ValuePtr {
     /// The 56 bits a slot holds above its signature: hint, data, offset/8.
     pub fn encode(self) -> u64 {
-        debug_assert!(self.offset % 8 == 0 && self.offset <= MAX_DATA_OFFSET);
+        debug_assert!(self.offset.is_multiple_of(8) && self.offset <= MAX_DATA_OFFSET);
         self.words_hint as u64 | (self.data as u64) << 8 | (self.offset / 8) << 16
     }
 

@@ -29,7 +29,7 @@ pub mod table;
 pub mod view;
 pub mod wire;
 
-pub use client::{Client, ClientConfig, ClientStats};
+pub use client::{Client, ClientConfig, ClientStats, Pairs};
 pub use error::HiError;
 pub use group::{GroupConfig, LocalGroup};
 pub use view::{DataServer, GroupView, LocalMembership, Membership};

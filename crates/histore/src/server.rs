@@ -17,7 +17,7 @@ use std::time::Duration;
 use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
 
 use crate::error::HiError;
-use crate::layout::{TableHeader, ValuePtr};
+use crate::layout::{IndexPairs, TableHeader, ValuePtr};
 use crate::sorted::SortedIndex;
 use crate::table::HashTable;
 use crate::wire::{self, EntryOp, LogEntry, PutMode, Request};
@@ -342,7 +342,7 @@ impl IndexServer {
         &self,
         node: NodeId,
         prepare: impl FnOnce(u64),
-    ) -> Result<(u64, Vec<(Vec<u8>, ValuePtr)>), HiError> {
+    ) -> Result<(u64, IndexPairs), HiError> {
         self.check_alive()?;
         let mut role = lock(&self.role);
         let Role::Primary(p) = &mut *role else {

@@ -158,7 +158,8 @@ impl HashTable {
         loop {
             for j in 0..SLOTS {
                 if self.keys[b as usize * SLOTS + j].is_none() {
-                    return Ok(self.fill(b, j, key, word));
+                    self.fill(b, j, key, word);
+                    return Ok(());
                 }
             }
             match self.next_of(b) {
