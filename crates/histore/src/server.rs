@@ -292,24 +292,36 @@ impl IndexServer {
             });
         }
         let entries: Vec<LogEntry> = b.pending.drain(..).collect();
-        b.sorted.apply(&entries);
-        for (k, p) in b.sorted.all() {
-            table.put(&k, p)?;
-        }
+        b.sorted.apply(entries);
+        let mut built = Ok(());
+        b.sorted.for_each(|k, p| {
+            if built.is_ok() {
+                built = table.insert_new(k, p);
+            }
+        });
+        built?;
         let commit = b.last_seq;
         table.set_commit(commit);
         table.set_serving(true);
-        *role = Role::Primary(Box::new(Primary {
-            epoch,
-            table,
-            commit,
-            unacked: Vec::new(),
-            backups,
-            ep,
-            deposed: false,
-            buf: Vec::new(),
-            reply: Vec::new(),
-        }));
+        let old = std::mem::replace(
+            &mut *role,
+            Role::Primary(Box::new(Primary {
+                epoch,
+                table,
+                commit,
+                unacked: Vec::new(),
+                backups,
+                ep,
+                deposed: false,
+                buf: Vec::new(),
+                reply: Vec::new(),
+            })),
+        );
+        // Freeing a large sorted index takes a while; the new primary
+        // serves meanwhile.
+        let _ = std::thread::Builder::new()
+            .name("histore-free".into())
+            .spawn(move || drop(old));
         Ok(())
     }
 
@@ -385,9 +397,7 @@ impl IndexServer {
             b.primary = Some(primary);
             b.sorted.clone()
         };
-        for (k, p) in pairs {
-            sorted.insert(k, p);
-        }
+        sorted.install(pairs);
         if let Role::Backup(b) = &mut *lock(&self.role) {
             b.installing = false;
         }
@@ -403,7 +413,7 @@ impl IndexServer {
             Role::Primary(p) => p.table.len(),
             Role::Backup(b) => {
                 let entries: Vec<LogEntry> = b.pending.drain(..).collect();
-                b.sorted.apply(&entries);
+                b.sorted.apply(entries);
                 b.sorted.len()
             }
             Role::Deposed { .. } => 0,
@@ -577,25 +587,25 @@ impl IndexServer {
             }
             header.commit
         };
-        Ok(self.apply_up_to(commit))
+        self.apply_up_to(commit)
     }
 
     /// Applies logged entries with seq <= `commit`; the sorted index.
-    fn apply_up_to(&self, commit: u64) -> Arc<SortedIndex> {
+    fn apply_up_to(&self, commit: u64) -> Result<Arc<SortedIndex>, HiError> {
         let _apply = lock(&self.apply);
         let (entries, sorted) = {
             let mut role = lock(&self.role);
             let Role::Backup(b) = &mut *role else {
-                return Arc::new(SortedIndex::new(1));
+                return Err(HiError::WrongRole("not a backup"));
             };
             if b.installing {
-                return b.sorted.clone();
+                return Err(HiError::WrongRole("installing a snapshot"));
             }
             let n = b.pending.iter().take_while(|e| e.seq <= commit).count();
             (b.pending.drain(..n).collect::<Vec<_>>(), b.sorted.clone())
         };
-        sorted.apply(&entries);
-        sorted
+        sorted.apply(entries);
+        Ok(sorted)
     }
 }
 
@@ -696,7 +706,8 @@ fn applier(server: Weak<IndexServer>) {
             _ => return,
         };
         if let Some(commit) = hint {
-            s.apply_up_to(commit);
+            // Losing the role meanwhile ends the loop at the next turn.
+            let _ = s.apply_up_to(commit);
         }
     }
 }

@@ -18,6 +18,10 @@ use crate::wire::{EntryOp, LogEntry};
 /// (spawning costs more than it saves).
 const PARALLEL_SCAN_AT: usize = 512;
 
+/// Entries per apply from which partitions are applied on parallel
+/// threads.
+const PARALLEL_APPLY_AT: usize = 4096;
+
 /// The partitioned sorted index.
 #[derive(Debug)]
 pub struct SortedIndex {
@@ -38,19 +42,80 @@ impl SortedIndex {
     }
 
     /// Applies log entries in order. Entries of one key always land in the
-    /// same partition, so per-partition order is log order.
-    pub fn apply(&self, entries: &[LogEntry]) {
+    /// same partition, so applying each partition's share in log order is
+    /// applying the log in order; large batches apply partitions on
+    /// parallel threads, each under one write lock.
+    pub fn apply(&self, entries: Vec<LogEntry>) {
+        let parts = self.parts.len();
+        let mut split: Vec<Vec<LogEntry>> = vec![Vec::new(); parts];
         for e in entries {
-            let mut p = self.part(&e.key).write().unwrap_or_else(|e| e.into_inner());
-            match e.op {
-                EntryOp::Put(ptr) => {
-                    p.insert(e.key.clone(), ptr);
-                }
-                EntryOp::Delete => {
-                    p.remove(&e.key);
+            split[(key_hash(&e.key) % parts as u64) as usize].push(e);
+        }
+        let run = |part: &RwLock<BTreeMap<Vec<u8>, ValuePtr>>, share: Vec<LogEntry>| {
+            if share.is_empty() {
+                return;
+            }
+            let mut p = part.write().unwrap_or_else(|e| e.into_inner());
+            for e in share {
+                match e.op {
+                    EntryOp::Put(ptr) => {
+                        p.insert(e.key, ptr);
+                    }
+                    EntryOp::Delete => {
+                        p.remove(&e.key);
+                    }
                 }
             }
+        };
+        let total: usize = split.iter().map(Vec::len).sum();
+        if total >= PARALLEL_APPLY_AT && parts > 1 {
+            std::thread::scope(|s| {
+                for (part, share) in self.parts.iter().zip(split) {
+                    s.spawn(move || run(part, share));
+                }
+            });
+        } else {
+            for (part, share) in self.parts.iter().zip(split) {
+                run(part, share);
+            }
         }
+    }
+
+    /// Visits every pair, a partition at a time (in no global order).
+    pub fn for_each(&self, mut f: impl FnMut(&[u8], ValuePtr)) {
+        for p in &self.parts {
+            for (k, v) in p.read().unwrap_or_else(|e| e.into_inner()).iter() {
+                f(k, *v);
+            }
+        }
+    }
+
+    /// Installs a snapshot: splits the pairs by partition and builds each
+    /// partition on its own thread, in bulk from sorted input when the
+    /// partition is empty (as it is while a backup is being rebuilt).
+    pub fn install(&self, pairs: Vec<(Vec<u8>, ValuePtr)>) {
+        let mut split: Vec<Vec<(Vec<u8>, ValuePtr)>> = vec![Vec::new(); self.parts.len()];
+        for (k, v) in pairs {
+            let i = (key_hash(&k) % self.parts.len() as u64) as usize;
+            split[i].push((k, v));
+        }
+        std::thread::scope(|s| {
+            for (part, mut pairs) in self.parts.iter().zip(split) {
+                s.spawn(move || {
+                    let mut map = part.write().unwrap_or_else(|e| e.into_inner());
+                    if map.is_empty() {
+                        pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                        // Later duplicates win, as inserting in order would.
+                        pairs.reverse();
+                        pairs.dedup_by(|a, b| a.0 == b.0);
+                        pairs.reverse();
+                        *map = pairs.into_iter().collect();
+                    } else {
+                        map.extend(pairs);
+                    }
+                });
+            }
+        });
     }
 
     /// Inserts one pair (a snapshot being installed).

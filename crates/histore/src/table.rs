@@ -167,6 +167,31 @@ impl HashTable {
                 None => break,
             }
         }
+        self.link_and_fill(last, key, word)
+    }
+
+    /// Indexes a key known to be absent (a rebuild from a sorted index,
+    /// whose keys are distinct): no search for an existing slot.
+    pub fn insert_new(&mut self, key: &[u8], ptr: ValuePtr) -> Result<(), HiError> {
+        let hash = key_hash(key);
+        let word = slot_word(signature(hash), ptr);
+        let mut b = hash & (self.main - 1);
+        loop {
+            for j in 0..SLOTS {
+                if self.keys[b as usize * SLOTS + j].is_none() {
+                    self.fill(b, j, key, word);
+                    return Ok(());
+                }
+            }
+            match self.next_of(b) {
+                Some(n) => b = n,
+                None => break,
+            }
+        }
+        self.link_and_fill(b, key, word)
+    }
+
+    fn link_and_fill(&mut self, last: u64, key: &[u8], word: u64) -> Result<(), HiError> {
         if self.next_free >= self.main + self.overflow {
             return Err(HiError::Full("hash table overflow buckets"));
         }
