@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
@@ -34,15 +34,19 @@ struct Primary {
     table: HashTable,
     /// Seq of the last entry applied to the table (= the published commit).
     commit: u64,
-    /// Entries sent (or being sent) to backups but not yet acknowledged by
-    /// all of them: seqs commit+1 ... They are re-sent before any new write
-    /// and applied once every current backup has logged them.
+    /// Entries with a seq but not yet logged by every backup, in seq
+    /// order: commit+1, commit+2, ... New writes queue here while a leader
+    /// replicates; entries of a failed attempt stay and are re-sent by the
+    /// next leader; all are applied once every current backup logged them.
     unacked: Vec<LogEntry>,
     backups: Vec<NodeId>,
-    ep: Box<dyn Endpoint>,
+    /// The endpoint to the backups; taken by the leader while it replicates
+    /// (`None` then).
+    ep: Option<Box<dyn Endpoint>>,
     deposed: bool,
-    buf: Vec<u8>,
-    reply: Vec<u8>,
+    /// Failed replication attempts so far, and the highest seq the last
+    /// one carried: a writer whose entry it carried answers `Unavailable`.
+    failures: (u64, u64),
 }
 
 /// A backup's state.
@@ -80,6 +84,8 @@ pub struct IndexServer {
     apply: Mutex<()>,
     /// A backup's endpoint for reading its primary's commit word.
     reader: Mutex<Box<dyn Endpoint>>,
+    /// Signalled (with `role`) when a primary's replication attempt ends.
+    replicated: Condvar,
 }
 
 impl std::fmt::Debug for IndexServer {
@@ -122,6 +128,7 @@ impl IndexServer {
             })),
             apply: Mutex::new(()),
             reader: Mutex::new(reader),
+            replicated: Condvar::new(),
         });
         let weak = Arc::downgrade(&server);
         std::thread::Builder::new()
@@ -157,13 +164,13 @@ impl IndexServer {
                 commit: 0,
                 unacked: Vec::new(),
                 backups,
-                ep,
+                ep: Some(ep),
                 deposed: false,
-                buf: Vec::new(),
-                reply: Vec::new(),
+                failures: (0, 0),
             }))),
             apply: Mutex::new(()),
             reader: Mutex::new(reader),
+            replicated: Condvar::new(),
         })
     }
 
@@ -311,10 +318,9 @@ impl IndexServer {
                 commit,
                 unacked: Vec::new(),
                 backups,
-                ep,
+                ep: Some(ep),
                 deposed: false,
-                buf: Vec::new(),
-                reply: Vec::new(),
+                failures: (0, 0),
             })),
         );
         // Freeing a large sorted index takes a while; the new primary
@@ -357,6 +363,14 @@ impl IndexServer {
     ) -> Result<(u64, IndexPairs), HiError> {
         self.check_alive()?;
         let mut role = lock(&self.role);
+        // Wait out a replication attempt under way: it was started without
+        // the new backup and would commit entries the snapshot lacks.
+        while matches!(&*role, Role::Primary(p) if p.ep.is_none()) {
+            role = self
+                .replicated
+                .wait(role)
+                .unwrap_or_else(|e| e.into_inner());
+        }
         let Role::Primary(p) = &mut *role else {
             return Err(HiError::WrongRole("not a primary"));
         };
@@ -374,10 +388,14 @@ impl IndexServer {
             return Err(HiError::WrongRole("not a primary"));
         };
         p.backups.retain(|&b| b != node);
-        if p.unacked.is_empty() || p.backups.is_empty() {
+        let Some(last) = p.unacked.last().map(|e| e.seq) else {
+            return Ok(());
+        };
+        if p.backups.is_empty() {
             return Ok(());
         }
-        flush(p).map_err(|e| depose_on_fence(&mut role, e))
+        // Finish the held-up entries now rather than at the next write.
+        self.until_committed(role, last).map(|_| ())
     }
 
     /// Installs a snapshot into a backup prepared by
@@ -532,15 +550,12 @@ impl IndexServer {
             // impossible to fence: refuse.
             return Err(HiError::Unavailable("no live backup"));
         }
-        // Earlier entries held up by a dead backup go first, so the
-        // existence check below sees their effect.
-        if !p.unacked.is_empty() {
-            flush(p).map_err(|e| depose_on_fence(&mut role, e))?;
-        }
-        let Role::Primary(p) = &mut *role else {
-            return Err(HiError::WrongRole("deposed"));
+        // The key's state as the log has it: the latest entry still
+        // unapplied, else the table.
+        let exists = match p.unacked.iter().rev().find(|e| e.key == key) {
+            Some(e) => matches!(e.op, EntryOp::Put(_)),
+            None => p.table.contains(&key),
         };
-        let exists = p.table.contains(&key);
         let entry_op = match op {
             Some((PutMode::Insert, _)) if exists => return Ok(false),
             Some((PutMode::Update, _)) if !exists => return Ok(false),
@@ -548,14 +563,80 @@ impl IndexServer {
             None if !exists => return Ok(false),
             None => EntryOp::Delete,
         };
-        let seq = p.commit + 1;
+        let seq = p.unacked.last().map_or(p.commit, |e| e.seq) + 1;
         p.unacked.push(LogEntry {
             seq,
             key,
             op: entry_op,
         });
-        flush(p).map_err(|e| depose_on_fence(&mut role, e))?;
-        Ok(true)
+        self.until_committed(role, seq)
+    }
+
+    /// Waits until entry `seq` is applied (true), its replication failed
+    /// (`Unavailable`; the entry stays queued and a later attempt may still
+    /// apply it), or the primary was deposed. Group commit: if no attempt
+    /// is under way, this writer becomes the leader and replicates every
+    /// queued entry at once, without holding the lock, so the writers
+    /// queueing meanwhile form the next batch.
+    fn until_committed<'a>(
+        &'a self,
+        mut role: MutexGuard<'a, Role>,
+        seq: u64,
+    ) -> Result<bool, HiError> {
+        let failures_at_start = match &*role {
+            Role::Primary(p) => p.failures.0,
+            _ => 0,
+        };
+        loop {
+            let p = match &mut *role {
+                Role::Primary(p) if !p.deposed => p,
+                Role::Deposed { epoch } => {
+                    return Err(HiError::Fenced {
+                        ours: seq,
+                        current: *epoch,
+                    })
+                }
+                _ => return Err(HiError::WrongRole("no longer the primary")),
+            };
+            if p.commit >= seq {
+                return Ok(true);
+            }
+            if p.failures.0 != failures_at_start && p.failures.1 >= seq {
+                return Err(HiError::Unavailable("a backup did not log the entry"));
+            }
+            let Some(mut ep) = p.ep.take() else {
+                role = self
+                    .replicated
+                    .wait(role)
+                    .unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            // Leader: replicate the whole queue with the lock released.
+            let batch = p.unacked.clone();
+            let (epoch, commit, backups) = (p.epoch, p.commit, p.backups.clone());
+            drop(role);
+            let result = if backups.is_empty() {
+                Err(HiError::Unavailable("no live backup"))
+            } else {
+                replicate(&mut *ep, &backups, epoch, commit, &batch)
+            };
+            role = lock(&self.role);
+            if let Role::Primary(p) = &mut *role {
+                p.ep = Some(ep);
+                match result {
+                    Ok(()) => apply_batch(p, batch.len())?,
+                    Err(HiError::Fenced { current, .. }) => {
+                        p.table.set_serving(false);
+                        *role = Role::Deposed { epoch: current };
+                    }
+                    Err(_) => {
+                        let last = batch.last().map_or(0, |e| e.seq);
+                        p.failures = (p.failures.0 + 1, last);
+                    }
+                }
+            }
+            self.replicated.notify_all();
+        }
     }
 
     /// A backup's sorted index with every entry up to its primary's current
@@ -641,31 +722,43 @@ fn log_entries(
     Ok(b.last_seq)
 }
 
-/// Sends a primary's unacknowledged entries to every backup; once all
-/// logged them, applies them to the table and publishes the commit.
-fn flush(p: &mut Primary) -> Result<(), HiError> {
-    for chunk_start in (0..p.unacked.len()).step_by(MAX_BATCH_ENTRIES) {
-        let end = (chunk_start + MAX_BATCH_ENTRIES).min(p.unacked.len());
+/// Sends `entries` to every backup; Ok once all logged them.
+fn replicate(
+    ep: &mut dyn Endpoint,
+    backups: &[NodeId],
+    epoch: u64,
+    commit: u64,
+    entries: &[LogEntry],
+) -> Result<(), HiError> {
+    let mut buf = Vec::new();
+    let mut reply = Vec::new();
+    for chunk in entries.chunks(MAX_BATCH_ENTRIES) {
         Request::Replicate {
-            epoch: p.epoch,
-            commit: p.commit,
-            entries: p.unacked[chunk_start..end].to_vec(),
+            epoch,
+            commit,
+            entries: chunk.to_vec(),
         }
-        .encode(&mut p.buf);
-        for &b in &p.backups {
-            p.ep.call(b, &p.buf, &mut p.reply)
+        .encode(&mut buf);
+        let want = chunk.last().map_or(0, |e| e.seq);
+        for &b in backups {
+            ep.call(b, &buf, &mut reply)
                 .map_err(|_| HiError::Unavailable("backup unreachable"))?;
-            let mut body = wire::reply_body(&p.reply).map_err(|e| match e {
+            let mut body = wire::reply_body(&reply).map_err(|e| match e {
                 HiError::Fenced { .. } => e,
                 _ => HiError::Unavailable("backup refused the log"),
             })?;
-            let last = body.u64("last seq")?;
-            if last < p.unacked[end - 1].seq {
+            if body.u64("last seq")? < want {
                 return Err(HiError::Unavailable("backup log behind"));
             }
         }
     }
-    for e in std::mem::take(&mut p.unacked) {
+    Ok(())
+}
+
+/// Applies the first `n` queued entries (just logged by every backup) to
+/// the table and publishes the commit.
+fn apply_batch(p: &mut Primary, n: usize) -> Result<(), HiError> {
+    for e in p.unacked.drain(..n) {
         match e.op {
             EntryOp::Put(ptr) => p.table.put(&e.key, ptr)?,
             EntryOp::Delete => {
@@ -676,19 +769,6 @@ fn flush(p: &mut Primary) -> Result<(), HiError> {
     }
     p.table.set_commit(p.commit);
     Ok(())
-}
-
-/// A primary that a backup fenced is deposed at once: it closes its table
-/// and acknowledges nothing more.
-fn depose_on_fence(role: &mut Role, e: HiError) -> HiError {
-    if let HiError::Fenced { current, .. } = e {
-        if let Role::Primary(p) = role {
-            p.table.set_serving(false);
-            p.deposed = true;
-        }
-        *role = Role::Deposed { epoch: current };
-    }
-    e
 }
 
 /// A backup's asynchronous applier (§3.2.2): applies entries the primary
