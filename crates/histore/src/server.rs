@@ -394,8 +394,20 @@ impl IndexServer {
         if p.backups.is_empty() {
             return Ok(());
         }
-        // Finish the held-up entries now rather than at the next write.
-        self.until_committed(role, last).map(|_| ())
+        // Finish the held-up entries now rather than at the next write. An
+        // attempt under way was started with the dead backup and fails;
+        // the next one goes to the remaining backups.
+        let mut attempts = 0;
+        loop {
+            match self.until_committed(role, last) {
+                Ok(_) => return Ok(()),
+                Err(HiError::Unavailable(_)) if attempts < 3 => {
+                    attempts += 1;
+                    role = lock(&self.role);
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Installs a snapshot into a backup prepared by
@@ -471,17 +483,23 @@ impl IndexServer {
                 let mut role = lock(&self.role);
                 let last = match &mut *role {
                     Role::Backup(b) => log_entries(b, epoch, commit, entries)?,
-                    Role::Primary(p) => {
+                    // Only a sender of an older epoch is told it is fenced
+                    // (it then deposes itself); a newer one just failed to
+                    // reach a backup here.
+                    Role::Primary(p) if epoch < p.epoch => {
                         return Err(HiError::Fenced {
                             ours: epoch,
-                            current: p.epoch.max(epoch + 1),
+                            current: p.epoch,
                         })
                     }
-                    Role::Deposed { epoch: e } => {
+                    Role::Deposed { epoch: e } if epoch < *e => {
                         return Err(HiError::Fenced {
                             ours: epoch,
                             current: *e,
                         })
+                    }
+                    Role::Primary(_) | Role::Deposed { .. } => {
+                        return Err(HiError::WrongRole("not a backup"))
                     }
                 };
                 wire::ok(reply);
@@ -583,16 +601,16 @@ impl IndexServer {
         mut role: MutexGuard<'a, Role>,
         seq: u64,
     ) -> Result<bool, HiError> {
-        let failures_at_start = match &*role {
-            Role::Primary(p) => p.failures.0,
-            _ => 0,
+        let (failures_at_start, epoch_at_start) = match &*role {
+            Role::Primary(p) => (p.failures.0, p.epoch),
+            _ => (0, 0),
         };
         loop {
             let p = match &mut *role {
                 Role::Primary(p) if !p.deposed => p,
                 Role::Deposed { epoch } => {
                     return Err(HiError::Fenced {
-                        ours: seq,
+                        ours: epoch_at_start,
                         current: *epoch,
                     })
                 }

@@ -216,28 +216,35 @@ fn killing_index_servers_mid_load_loses_no_acknowledged_write() {
                 }
             });
         }
-        let pause = || std::thread::sleep(Duration::from_millis(60));
-        let f = faults.clone();
-        let step = |what: &str, r: Result<(), histore::HiError>| {
-            r.unwrap_or_else(|e| panic!("seed {seed}: {what}: {e}"));
-            f.lock().unwrap().push(what.to_string());
+        // A failed step must still stop the clients, or the scope waits
+        // for them forever.
+        let coordinator = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let pause = || std::thread::sleep(Duration::from_millis(60));
+            let f = faults.clone();
+            let step = |what: &str, r: Result<(), histore::HiError>| {
+                r.unwrap_or_else(|e| panic!("seed {seed}: {what}: {e}"));
+                f.lock().unwrap().push(what.to_string());
+                pause();
+            };
             pause();
-        };
-        pause();
-        let v = group.view();
-        step("kill primary", group.kill(v.primary));
-        step("fail over", group.fail_over());
-        step("add backup", group.add_backup().map(|_| ()));
-        let v = group.view();
-        step("kill backup", group.kill(v.backups[0]));
-        step("drop backup", group.drop_backup(v.backups[0]));
-        step("add backup", group.add_backup().map(|_| ()));
-        let v = group.view();
-        // The primary that was rebuilt into a backup, then promoted.
-        step("kill primary", group.kill(v.primary));
-        step("fail over", group.fail_over());
-        step("add backup", group.add_backup().map(|_| ()));
+            let v = group.view();
+            step("kill primary", group.kill(v.primary));
+            step("fail over", group.fail_over());
+            step("add backup", group.add_backup().map(|_| ()));
+            let v = group.view();
+            step("kill backup", group.kill(v.backups[0]));
+            step("drop backup", group.drop_backup(v.backups[0]));
+            step("add backup", group.add_backup().map(|_| ()));
+            let v = group.view();
+            // The primary that was rebuilt into a backup, then promoted.
+            step("kill primary", group.kill(v.primary));
+            step("fail over", group.fail_over());
+            step("add backup", group.add_backup().map(|_| ()));
+        }));
         stop.store(true, Ordering::Relaxed);
+        if let Err(panic) = coordinator {
+            std::panic::resume_unwind(panic);
+        }
     });
     let known = known.into_inner().unwrap();
     let acked = writes.load(Ordering::Relaxed);
