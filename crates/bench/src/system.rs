@@ -428,12 +428,13 @@ impl System for BaselineLocal {
 }
 
 /// The systems a local run can load, by name.
-pub const SYSTEMS: [&str; 5] = [
+pub const SYSTEMS: [&str; 6] = [
     "xstore",
     "server-centric",
     "tree-cache",
     "whole-tree-cache",
     "rolex",
+    "histore",
 ];
 
 /// Options of [`load_local`] beyond the XStore ones.
@@ -469,6 +470,11 @@ pub fn load_local(
     let kind = match name {
         "xstore" => return Ok(Box::new(XStoreLocal::load(pairs, o)?)),
         "rolex" => return Ok(Box::new(crate::rolex_system::RolexLocal::load(pairs, o)?)),
+        "histore" => {
+            return Ok(Box::new(crate::histore_system::HiStoreLocal::load(
+                pairs, o,
+            )?))
+        }
         "server-centric" => Baseline::ServerCentric,
         "tree-cache" => Baseline::TreeCache {
             cache_bytes: b.cache_bytes,

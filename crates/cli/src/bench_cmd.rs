@@ -25,7 +25,7 @@ use crate::token::TokenArgs;
 /// Arguments of `xstore bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Design under test [default: xstore], rolex, or a baseline:
+    /// Design under test [default: xstore], rolex, histore, or a baseline:
     /// server-centric, tree-cache, whole-tree-cache. With --suite: a comma-separated list of
     /// the designs to run (default: all).
     #[arg(long)]

@@ -1,0 +1,431 @@
+//! A HiStore client (§4.2): writes values to data servers with one-sided
+//! WRITEs (space claimed by FAA on the data server's cursor), indexes them
+//! through the primary by RPC, reads with one-sided READs (bucket, then
+//! record), scans through a backup.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fabric::{Batch, Counters, Endpoint, MAX_BATCH_OPS};
+
+use crate::error::HiError;
+use crate::layout::{
+    self, bucket_offset, decode_record, encode_record, key_hash, record_words_of, signature,
+    split_slot, TableHeader, ValuePtr, BUCKET_BYTES, D_CURSOR, NEXT_WORD, RECORD_HEADER_WORDS,
+    SLOTS, STATE_SERVING,
+};
+use crate::view::{GroupView, Membership};
+use crate::wire::{self, PutMode, Request};
+
+/// Key-value pairs in key order, as a SCAN returns them.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Client settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientConfig {
+    /// Bytes claimed from a data server per FAA; records are carved out of
+    /// the claim locally, so most PUTs need no FAA round trip.
+    pub chunk_bytes: u64,
+    /// Attempts of an operation before giving up (each after refreshing
+    /// the view when a server moved or died).
+    pub attempts: u32,
+    /// Pause between attempts.
+    pub backoff: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            chunk_bytes: 64 << 10,
+            attempts: 2000,
+            backoff: Duration::from_micros(500),
+        }
+    }
+}
+
+/// What a client has done, beyond the fabric's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// GETs answered by one-sided READs.
+    pub direct_gets: u64,
+    /// GETs answered by an RPC to a backup (the primary was unreachable).
+    pub rpc_gets: u64,
+    /// Reads retried because a record did not verify.
+    pub torn: u64,
+    /// View refreshes.
+    pub refreshes: u64,
+}
+
+/// A client of one index group.
+pub struct Client<E: Endpoint> {
+    ep: E,
+    membership: Arc<dyn Membership>,
+    view: GroupView,
+    config: ClientConfig,
+    /// (data index, next free byte, end of the claim).
+    chunk: Option<(u8, u64, u64)>,
+    next_data: usize,
+    next_backup: usize,
+    batch: Batch,
+    buf: Vec<u8>,
+    reply: Vec<u8>,
+    stats: ClientStats,
+}
+
+impl<E: Endpoint> Client<E> {
+    /// A client on `ep` reading the view from `membership`.
+    pub fn new(ep: E, membership: Arc<dyn Membership>, config: ClientConfig) -> Client<E> {
+        let view = membership.view();
+        Client {
+            ep,
+            membership,
+            view,
+            config,
+            chunk: None,
+            next_data: 0,
+            next_backup: 0,
+            batch: Batch::new(),
+            buf: Vec::new(),
+            reply: Vec::new(),
+            stats: ClientStats::default(),
+        }
+    }
+
+    /// Fabric counters.
+    pub fn counters(&self) -> Counters {
+        self.ep.counters()
+    }
+
+    /// Read statistics.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    fn refresh(&mut self, attempt: u32) {
+        self.stats.refreshes += 1;
+        let v = self.membership.view();
+        if v.data != self.view.data {
+            self.chunk = None;
+        }
+        self.view = v;
+        if attempt > 0 {
+            std::thread::sleep(self.config.backoff);
+        }
+    }
+
+    /// Runs `op` until it succeeds or fails for good, refreshing the view
+    /// between attempts.
+    fn retrying<T>(
+        &mut self,
+        mut op: impl FnMut(&mut Self) -> Result<T, HiError>,
+    ) -> Result<T, HiError> {
+        let mut last = None;
+        for attempt in 0..self.config.attempts {
+            match op(self) {
+                Ok(t) => return Ok(t),
+                Err(e) if e.is_retryable() => {
+                    last = Some(e);
+                    self.refresh(attempt);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(HiError::GaveUp(
+            self.config.attempts,
+            last.map(|e| e.to_string()).unwrap_or_default(),
+        ))
+    }
+
+    // ----- writes -----
+
+    /// Claims space for `bytes` on some data server.
+    fn claim(&mut self, bytes: u64) -> Result<(u8, u64), HiError> {
+        if let Some((d, next, end)) = self.chunk {
+            if next + bytes <= end {
+                self.chunk = Some((d, next + bytes, end));
+                return Ok((d, next));
+            }
+        }
+        let servers = self.view.data.len();
+        for _ in 0..servers {
+            let d = self.next_data % servers;
+            self.next_data += 1;
+            let server = self.view.data[d];
+            let want = bytes.max(self.config.chunk_bytes).div_ceil(8) * 8;
+            self.batch.clear();
+            let h = self.batch.faa(server.region, (D_CURSOR * 8) as u64, want);
+            self.ep.post(server.node, &mut self.batch)?;
+            let at = self.batch.atomic_result(h)?;
+            let end = at.saturating_add(want).min(server.bytes);
+            if at + bytes <= end && at + bytes <= layout::MAX_DATA_OFFSET {
+                let d = u8::try_from(d).map_err(|_| HiError::Corrupt("data index"))?;
+                self.chunk = Some((d, at + bytes, end));
+                return Ok((d, at));
+            }
+        }
+        Err(HiError::Full("every data server"))
+    }
+
+    /// Writes a record and returns where it is.
+    fn write_record(&mut self, key: &[u8], value: &[u8]) -> Result<ValuePtr, HiError> {
+        let rec = encode_record(key, value)?;
+        let (d, offset) = self.claim(rec.len() as u64)?;
+        let server = self.view.data[d as usize];
+        self.batch.clear();
+        let h = self.batch.write(server.region, offset, &rec);
+        self.ep.post(server.node, &mut self.batch)?;
+        self.batch.status(h)?;
+        Ok(ValuePtr {
+            data: d,
+            offset,
+            words_hint: layout::words_hint(rec.len() / 8),
+        })
+    }
+
+    fn index(&mut self, req: &Request) -> Result<bool, HiError> {
+        req.encode(&mut self.buf);
+        self.ep
+            .call(self.view.primary, &self.buf, &mut self.reply)?;
+        let mut body = wire::reply_body(&self.reply)?;
+        Ok(body.u8("took")? != 0)
+    }
+
+    fn put_mode(&mut self, key: &[u8], value: &[u8], mode: PutMode) -> Result<bool, HiError> {
+        layout::check_lengths(key.len(), value.len())?;
+        // The value goes to a data server first (§3.2.3): a failed index
+        // update leaves an unreferenced record, never a dangling index.
+        let ptr = self.retrying(|c| c.write_record(key, value))?;
+        self.retrying(|c| {
+            let req = Request::Put {
+                epoch: c.view.epoch,
+                mode,
+                ptr,
+                key: key.to_vec(),
+            };
+            c.index(&req)
+        })
+    }
+
+    /// Inserts or overwrites.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), HiError> {
+        self.put_mode(key, value, PutMode::Upsert).map(|_| ())
+    }
+
+    /// Inserts if absent; whether it did.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, HiError> {
+        self.put_mode(key, value, PutMode::Insert)
+    }
+
+    /// Overwrites if present; whether it did.
+    pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, HiError> {
+        self.put_mode(key, value, PutMode::Update)
+    }
+
+    /// Removes a key; whether it was present.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, HiError> {
+        layout::check_lengths(key.len(), 0)?;
+        self.retrying(|c| {
+            let req = Request::Delete {
+                epoch: c.view.epoch,
+                key: key.to_vec(),
+            };
+            c.index(&req)
+        })
+    }
+
+    // ----- reads -----
+
+    /// The value of `key`: one-sided READs of the bucket chain and the
+    /// record (2 round trips without collisions), or an RPC to a backup
+    /// while the primary is unreachable.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
+        layout::check_lengths(key.len(), 0)?;
+        self.retrying(|c| match c.get_direct(key) {
+            Ok(v) => {
+                c.stats.direct_gets += 1;
+                Ok(v)
+            }
+            Err(HiError::Torn) => {
+                c.stats.torn += 1;
+                Err(HiError::Torn)
+            }
+            Err(HiError::Fabric(_)) | Err(HiError::Down) => {
+                let v = c.get_rpc(key)?;
+                c.stats.rpc_gets += 1;
+                Ok(v)
+            }
+            Err(e) => Err(e),
+        })
+    }
+
+    fn get_direct(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
+        let hash = key_hash(key);
+        let sig = signature(hash);
+        let mut bucket = hash & (self.view.main - 1);
+        let mut first = true;
+        // Chains are bounded by the table size; a cycle is corruption.
+        for _ in 0..(1u64 << 20) {
+            self.batch.clear();
+            let header = first.then(|| self.batch.read(self.view.table, 0, 24));
+            let h = self
+                .batch
+                .read(self.view.table, bucket_offset(bucket), BUCKET_BYTES);
+            self.ep.post(self.view.primary, &mut self.batch)?;
+            if let Some(header) = header {
+                let header = TableHeader::decode(self.batch.read_bytes(header)?)?;
+                if header.epoch != self.view.epoch || header.state != STATE_SERVING {
+                    return Err(HiError::Fenced {
+                        ours: self.view.epoch,
+                        current: header.epoch,
+                    });
+                }
+            }
+            first = false;
+            let words: Vec<u64> = {
+                let bytes = self.batch.read_bytes(h)?;
+                (0..=SLOTS)
+                    .map(|i| le::u64_at(bytes, i * 8).ok_or(HiError::Corrupt("short bucket")))
+                    .collect::<Result<_, _>>()?
+            };
+            for &w in &words[..SLOTS] {
+                if w == 0 {
+                    continue;
+                }
+                let (s, ptr) = split_slot(w)?;
+                if s != sig {
+                    continue;
+                }
+                let (k, v) = self.read_record(ptr)?;
+                if k == key {
+                    return Ok(Some(v));
+                }
+            }
+            match words[NEXT_WORD] {
+                0 => return Ok(None),
+                n if n > u32::MAX as u64 => return Err(HiError::Corrupt("next pointer")),
+                n => bucket = n - 1,
+            }
+        }
+        Err(HiError::Corrupt("bucket chain loops"))
+    }
+
+    /// Reads and verifies one record: (key, value).
+    fn read_record(&mut self, ptr: ValuePtr) -> Result<(Vec<u8>, Vec<u8>), HiError> {
+        let server = *self
+            .view
+            .data
+            .get(ptr.data as usize)
+            .ok_or(HiError::Corrupt("unknown data server"))?;
+        let words = match ptr.words_hint {
+            0 => {
+                self.batch.clear();
+                let h =
+                    self.batch
+                        .read(server.region, ptr.offset, (RECORD_HEADER_WORDS * 8) as u64);
+                self.ep.post(server.node, &mut self.batch)?;
+                let w0 = le::u64_at(self.batch.read_bytes(h)?, 0).ok_or(HiError::Torn)?;
+                record_words_of(w0)?
+            }
+            n => n as usize,
+        };
+        self.batch.clear();
+        let h = self.batch.read(server.region, ptr.offset, words as u64 * 8);
+        self.ep.post(server.node, &mut self.batch)?;
+        let (k, v) = decode_record(self.batch.read_bytes(h)?)?;
+        Ok((k.to_vec(), v.to_vec()))
+    }
+
+    fn backup(&mut self) -> Result<fabric::NodeId, HiError> {
+        if self.view.backups.is_empty() {
+            return Err(HiError::Unavailable("no backup in the view"));
+        }
+        self.next_backup += 1;
+        Ok(self.view.backups[self.next_backup % self.view.backups.len()])
+    }
+
+    fn get_rpc(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
+        let node = self.backup()?;
+        Request::Get { key: key.to_vec() }.encode(&mut self.buf);
+        self.ep.call(node, &self.buf, &mut self.reply)?;
+        let mut body = wire::reply_body(&self.reply)?;
+        let found = body.u8("found")? != 0;
+        let ptr = ValuePtr::decode(body.u64("ptr")?)?;
+        body.finish()?;
+        if !found {
+            return Ok(None);
+        }
+        let (k, v) = self.read_record(ptr)?;
+        if k != key {
+            return Err(HiError::Corrupt("record of another key"));
+        }
+        Ok(Some(v))
+    }
+
+    /// Up to `n` pairs with keys at or after `start`, in key order: the keys
+    /// and record addresses from a backup's sorted index (one RPC), then
+    /// the records by one-sided READs, one batch per data server.
+    pub fn scan(&mut self, start: &[u8], n: usize) -> Result<Pairs, HiError> {
+        if start.is_empty() {
+            // The empty key sorts first; the wire carries keys of at least
+            // one byte, and no stored key is smaller than [0].
+            return self.scan(&[0], n);
+        }
+        layout::check_lengths(start.len(), 0)?;
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        self.retrying(|c| {
+            let node = c.backup()?;
+            Request::Scan {
+                start: start.to_vec(),
+                n,
+            }
+            .encode(&mut c.buf);
+            c.ep.call(node, &c.buf, &mut c.reply)?;
+            let pairs = wire::read_pairs(wire::reply_body(&c.reply)?)?;
+            c.fetch(pairs)
+        })
+    }
+
+    fn fetch(&mut self, pairs: Vec<(Vec<u8>, ValuePtr)>) -> Result<Pairs, HiError> {
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; pairs.len()];
+        for d in 0..self.view.data.len() {
+            let server = self.view.data[d];
+            let mine: Vec<usize> = (0..pairs.len())
+                .filter(|&i| pairs[i].1.data as usize == d && pairs[i].1.words_hint != 0)
+                .collect();
+            for group in mine.chunks(MAX_BATCH_OPS) {
+                self.batch.clear();
+                let hs: Vec<_> = group
+                    .iter()
+                    .map(|&i| {
+                        let p = pairs[i].1;
+                        self.batch
+                            .read(server.region, p.offset, p.words_hint as u64 * 8)
+                    })
+                    .collect();
+                self.ep.post(server.node, &mut self.batch)?;
+                for (&i, h) in group.iter().zip(hs) {
+                    let (k, v) = decode_record(self.batch.read_bytes(h)?)?;
+                    if k != pairs[i].0 {
+                        return Err(HiError::Corrupt("record of another key"));
+                    }
+                    out[i] = Some(v.to_vec());
+                }
+            }
+        }
+        let mut result = Vec::with_capacity(pairs.len());
+        for (i, (k, p)) in pairs.into_iter().enumerate() {
+            let v = match out[i].take() {
+                Some(v) => v,
+                None => {
+                    let (rk, v) = self.read_record(p)?;
+                    if rk != k {
+                        return Err(HiError::Corrupt("record of another key"));
+                    }
+                    v
+                }
+            };
+            result.push((k, v));
+        }
+        Ok(result)
+    }
+}

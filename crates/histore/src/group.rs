@@ -1,0 +1,331 @@
+//! One index group and its data servers in this process, on a
+//! [`LocalFabric`], with the coordinator that fails it over (§3.3, §4.3).
+//!
+//! The coordinator's steps (docs/histore.md, "Failover"):
+//!
+//! * **Primary lost** ([`LocalGroup::fail_over`]): fence every live backup
+//!   at epoch + 1 (each returns its last logged seq; from then on it
+//!   refuses the old primary, which therefore can never again collect the
+//!   acknowledgements a write needs); promote the backup with the longest
+//!   log, after handing the other one the entries it lacks; the promoted
+//!   backup builds its hash table from its sorted index; publish the view.
+//! * **Backup lost** ([`LocalGroup::drop_backup`]): remove it from the
+//!   primary's replica set (the primary then finishes the writes it was
+//!   holding) and from the view.
+//! * **Replacement** ([`LocalGroup::add_backup`]): a fresh server joins the
+//!   replica set at the primary's commit seq and installs a snapshot of the
+//!   primary's table; log entries after the snapshot replay on top.
+
+use std::sync::{Arc, Mutex};
+
+use fabric::{Adversary, LocalEndpoint, LocalFabric, NodeId, Region, RegionId, Rights};
+
+use crate::client::{Client, ClientConfig};
+use crate::error::HiError;
+use crate::layout::{DATA_HEADER_BYTES, D_CAPACITY, D_CURSOR};
+use crate::server::{table_region, IndexServer};
+use crate::table::HashTable;
+use crate::view::{DataServer, GroupView, LocalMembership, Membership};
+
+/// Settings of an in-process group.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupConfig {
+    /// Main buckets of the hash table (rounded up to a power of two).
+    pub main_buckets: u64,
+    /// Overflow buckets.
+    pub overflow_buckets: u64,
+    /// Data servers.
+    pub data_servers: usize,
+    /// Bytes of each data server's region.
+    pub data_bytes: u64,
+    /// Partitions of each backup's sorted index.
+    pub partitions: usize,
+    /// Tear one-sided reads and writes on purpose (with this seed).
+    pub adversary: Option<u64>,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            main_buckets: 1 << 12,
+            overflow_buckets: 1 << 10,
+            data_servers: 1,
+            data_bytes: 64 << 20,
+            partitions: 4,
+            adversary: None,
+        }
+    }
+}
+
+impl GroupConfig {
+    /// A configuration sized for `keys` keys: about 4 keys per main bucket
+    /// of 7 slots, a quarter as many overflow buckets, and `value_bytes`
+    /// values (a record per write; space of overwritten values is not
+    /// reclaimed yet), for `writes` writes in all.
+    pub fn sized(keys: u64, writes: u64, key_bytes: u64, value_bytes: u64) -> GroupConfig {
+        let main = (keys / 4).max(64).next_power_of_two();
+        let record =
+            crate::layout::record_words(key_bytes as usize, value_bytes as usize) as u64 * 8;
+        GroupConfig {
+            main_buckets: main,
+            overflow_buckets: (main / 4).max(64),
+            data_bytes: ((keys + writes) * record + (16 << 20)).min(60 << 30),
+            ..GroupConfig::default()
+        }
+    }
+}
+
+fn data_region(id: RegionId, bytes: u64) -> Result<Arc<Region>, HiError> {
+    let r = fabric::heap_region(id, bytes, Rights::ALL)?;
+    r.store(D_CURSOR, DATA_HEADER_BYTES);
+    r.store(D_CAPACITY, r.len_bytes());
+    Ok(r)
+}
+
+/// Region id of the table built at `epoch` (a new one per primary).
+fn table_id(epoch: u64) -> RegionId {
+    RegionId(0x4854_0000 | (epoch as u32 & 0xFFFF))
+}
+
+/// An index group, its data servers and its coordinator, in-process.
+pub struct LocalGroup {
+    fabric: LocalFabric,
+    config: GroupConfig,
+    membership: Arc<LocalMembership>,
+    servers: Mutex<Vec<Arc<IndexServer>>>,
+    /// Serializes the coordinator's reconfigurations.
+    control: Mutex<()>,
+}
+
+impl std::fmt::Debug for LocalGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalGroup")
+            .field("view", &self.membership.view())
+            .finish()
+    }
+}
+
+impl LocalGroup {
+    /// Starts a group: data servers, a primary with an empty table, two
+    /// backups.
+    pub fn start(config: GroupConfig) -> Result<LocalGroup, HiError> {
+        let fabric = match config.adversary {
+            Some(seed) => LocalFabric::with_adversary(Adversary {
+                seed,
+                ..Adversary::default()
+            }),
+            None => LocalFabric::new(),
+        };
+        let main = config.main_buckets.max(1).next_power_of_two();
+        let config = GroupConfig {
+            main_buckets: main,
+            ..config
+        };
+        let mut data = Vec::new();
+        for i in 0..config.data_servers.clamp(1, 255) {
+            let node = fabric.add_node();
+            let id = RegionId(0x4844_0000 | i as u32);
+            let region = data_region(id, config.data_bytes)?;
+            let bytes = region.len_bytes();
+            fabric.register(node, region)?;
+            data.push(DataServer {
+                node,
+                region: id,
+                bytes,
+            });
+        }
+        let p_node = fabric.add_node();
+        let b_nodes = [fabric.add_node(), fabric.add_node()];
+        let epoch = 1;
+        let region = table_region(table_id(epoch), main, config.overflow_buckets)?;
+        fabric.register(p_node, region.clone())?;
+        let table = HashTable::new(region, main, config.overflow_buckets, epoch)?;
+        let primary = IndexServer::new_primary(
+            p_node,
+            epoch,
+            table,
+            b_nodes.to_vec(),
+            Box::new(fabric.endpoint()),
+            Box::new(fabric.endpoint()),
+        );
+        fabric.set_handler(p_node, primary.clone())?;
+        let mut servers = vec![primary];
+        for &b in &b_nodes {
+            let s = IndexServer::new_backup(
+                b,
+                epoch,
+                0,
+                config.partitions,
+                false,
+                Box::new(fabric.endpoint()),
+            );
+            s.follow(epoch, p_node, table_id(epoch))?;
+            fabric.set_handler(b, s.clone())?;
+            servers.push(s);
+        }
+        let view = GroupView {
+            epoch,
+            version: 1,
+            primary: p_node,
+            table: table_id(epoch),
+            main,
+            backups: b_nodes.to_vec(),
+            data,
+        };
+        Ok(LocalGroup {
+            fabric,
+            config,
+            membership: Arc::new(LocalMembership::new(view)),
+            servers: Mutex::new(servers),
+            control: Mutex::new(()),
+        })
+    }
+
+    /// A new client (one per thread).
+    pub fn client(&self, config: ClientConfig) -> Client<LocalEndpoint> {
+        Client::new(self.fabric.endpoint(), self.membership.clone(), config)
+    }
+
+    /// The membership clients read.
+    pub fn membership(&self) -> Arc<dyn Membership> {
+        self.membership.clone()
+    }
+
+    /// The current view.
+    pub fn view(&self) -> GroupView {
+        self.membership.view()
+    }
+
+    /// The server on `node`.
+    pub fn server(&self, node: NodeId) -> Option<Arc<IndexServer>> {
+        self.servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|s| s.node() == node)
+            .cloned()
+    }
+
+    fn live(&self, node: NodeId) -> Result<Arc<IndexServer>, HiError> {
+        self.server(node)
+            .filter(|s| s.is_alive())
+            .ok_or(HiError::Down)
+    }
+
+    /// Crashes the index server on `node`: it stops answering and its
+    /// table (if any) is no longer reachable by one-sided READs.
+    pub fn kill(&self, node: NodeId) -> Result<(), HiError> {
+        let s = self.server(node).ok_or(HiError::Down)?;
+        s.kill();
+        let view = self.view();
+        if view.primary == node {
+            self.fabric.deregister(node, view.table)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces a dead primary by the backup with the longest log.
+    pub fn fail_over(&self) -> Result<(), HiError> {
+        let _c = self.control.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.view();
+        if self.live(old.primary).is_ok() {
+            return Err(HiError::WrongRole("the primary is alive"));
+        }
+        let epoch = old.epoch + 1;
+        let mut fenced = Vec::new();
+        for &b in &old.backups {
+            if let Ok(s) = self.live(b) {
+                if let Ok(last) = s.fence(epoch) {
+                    fenced.push((last, s));
+                }
+            }
+        }
+        let chosen_at = fenced
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, (last, _))| *last)
+            .map(|(i, _)| i)
+            .ok_or(HiError::Unavailable("no live backup to promote"))?;
+        let (_, chosen) = fenced.swap_remove(chosen_at);
+        let mut followers = Vec::new();
+        for (last, s) in fenced {
+            let entries = chosen.log_after(last)?;
+            s.catch_up(epoch, entries)?;
+            followers.push(s);
+        }
+        let node = chosen.node();
+        let table_id = table_id(epoch);
+        let region = table_region(table_id, old.main, self.config.overflow_buckets)?;
+        self.fabric.register(node, region.clone())?;
+        let table = HashTable::new(region, old.main, self.config.overflow_buckets, epoch)?;
+        chosen.promote(
+            epoch,
+            table,
+            followers.iter().map(|s| s.node()).collect(),
+            Box::new(self.fabric.endpoint()),
+        )?;
+        for s in &followers {
+            s.follow(epoch, node, table_id)?;
+        }
+        let new = GroupView {
+            epoch,
+            version: old.version + 1,
+            primary: node,
+            table: table_id,
+            backups: followers.iter().map(|s| s.node()).collect(),
+            ..old.clone()
+        };
+        self.membership.replace(&old, new)
+    }
+
+    /// Removes a dead backup from the primary's replica set and the view.
+    pub fn drop_backup(&self, node: NodeId) -> Result<(), HiError> {
+        let _c = self.control.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.view();
+        self.live(old.primary)?.remove_backup(node)?;
+        let new = GroupView {
+            version: old.version + 1,
+            backups: old.backups.iter().copied().filter(|&b| b != node).collect(),
+            ..old.clone()
+        };
+        self.membership.replace(&old, new)
+    }
+
+    /// Adds a fresh backup on a new node, rebuilt from the primary's table
+    /// while writes go on; returns its node.
+    pub fn add_backup(&self) -> Result<NodeId, HiError> {
+        let _c = self.control.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.view();
+        let primary = self.live(old.primary)?;
+        let node = self.fabric.add_node();
+        let mut fresh = None;
+        let (_, pairs) = primary.add_backup(node, |seq| {
+            let s = IndexServer::new_backup(
+                node,
+                old.epoch,
+                seq,
+                self.config.partitions,
+                true,
+                Box::new(self.fabric.endpoint()),
+            );
+            // Reachable before the primary sends it the first entry.
+            let registered = self.fabric.set_handler(node, s.clone());
+            fresh = Some((s, registered));
+        })?;
+        let (s, registered) = fresh.ok_or(HiError::WrongRole("not prepared"))?;
+        registered?;
+        s.install(pairs, (old.primary, old.table))?;
+        s.follow(old.epoch, old.primary, old.table)?;
+        self.servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(s);
+        let new = GroupView {
+            version: old.version + 1,
+            backups: old.backups.iter().copied().chain([node]).collect(),
+            ..old.clone()
+        };
+        self.membership.replace(&old, new)?;
+        Ok(node)
+    }
+}

@@ -1,0 +1,35 @@
+//! HiStore (hybrid index, `../shared/papers/histore.md`): keys are hashed
+//! to index groups; each group has a primary index server with a chained
+//! hash table in registered memory, read by clients with one-sided READs,
+//! and two backup index servers with sorted indexes that answer SCANs.
+//! Keys and values live on data servers, written by clients with
+//! one-sided WRITEs before the primary indexes them. Writes are logged by
+//! the primary, replicated to both backups, then applied (§3.2.2); a group
+//! survives the loss of any one index server (§3.3, §4.3).
+//!
+//! * [`layout`] — byte layouts of the table and the value records.
+//! * [`wire`] — the RPC messages.
+//! * [`table`] — the primary's hash table.
+//! * [`sorted`] — the backups' partitioned sorted index.
+//! * [`server`] — an index server in either role, and its log.
+//! * [`view`] — the group's membership and epochs.
+//! * [`client`] — GET, PUT, DELETE, SCAN.
+//! * [`group`] — an in-process group with its failover coordinator.
+//!
+//! See docs/histore.md for the protocol, the failover rules and what is not
+//! built yet.
+
+pub mod client;
+pub mod error;
+pub mod group;
+pub mod layout;
+pub mod server;
+pub mod sorted;
+pub mod table;
+pub mod view;
+pub mod wire;
+
+pub use client::{Client, ClientConfig, ClientStats, Pairs};
+pub use error::HiError;
+pub use group::{GroupConfig, LocalGroup};
+pub use view::{DataServer, GroupView, LocalMembership, Membership};

@@ -1,0 +1,830 @@
+//! An index server: the primary of an index group (hash table + log,
+//! replicating every write to its backups before applying it, §3.2.2) or
+//! one of its backups (log + sorted index applied asynchronously, SCANs).
+//!
+//! Roles change only through the control-plane methods ([`IndexServer::fence`],
+//! [`IndexServer::promote`], [`IndexServer::follow`],
+//! [`IndexServer::add_backup`], ...), which the group's coordinator calls
+//! in the order docs/histore.md gives. Every data-plane request carries or
+//! is checked against an epoch; a server that learns of a newer epoch
+//! stops acknowledging writes for good (fencing).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
+
+use crate::error::HiError;
+use crate::layout::{IndexPairs, TableHeader, ValuePtr};
+use crate::sorted::SortedIndex;
+use crate::table::HashTable;
+use crate::wire::{self, EntryOp, LogEntry, PutMode, Request};
+
+/// How often a backup's applier thread looks for committed entries.
+const APPLY_EVERY: Duration = Duration::from_millis(2);
+
+/// Entries a primary sends to a backup in one REPLICATE at most.
+const MAX_BATCH_ENTRIES: usize = 256;
+
+/// A primary's state.
+struct Primary {
+    epoch: u64,
+    table: HashTable,
+    /// Seq of the last entry applied to the table (= the published commit).
+    commit: u64,
+    /// Entries with a seq but not yet logged by every backup, in seq
+    /// order: commit+1, commit+2, ... New writes queue here while a leader
+    /// replicates; entries of a failed attempt stay and are re-sent by the
+    /// next leader; all are applied once every current backup logged them.
+    unacked: Vec<LogEntry>,
+    backups: Vec<NodeId>,
+    /// The endpoint to the backups; taken by the leader while it replicates
+    /// (`None` then).
+    ep: Option<Box<dyn Endpoint>>,
+    deposed: bool,
+    /// Failed replication attempts so far, and the highest seq the last
+    /// one carried: a writer whose entry it carried answers `Unavailable`.
+    failures: (u64, u64),
+}
+
+/// A backup's state.
+struct Backup {
+    epoch: u64,
+    /// Seq of the last entry logged.
+    last_seq: u64,
+    /// Logged entries not yet applied to the sorted index, in seq order.
+    pending: VecDeque<LogEntry>,
+    /// The highest commit seq a primary has told us of.
+    commit_hint: u64,
+    /// Where the primary's table is (for its commit word).
+    primary: Option<(NodeId, RegionId)>,
+    /// A snapshot is being installed: entries are logged but not applied.
+    installing: bool,
+    sorted: Arc<SortedIndex>,
+}
+
+enum Role {
+    Primary(Box<Primary>),
+    Backup(Backup),
+    /// Fenced out as a primary: answers nothing but errors.
+    Deposed {
+        epoch: u64,
+    },
+}
+
+/// One index server of a group.
+pub struct IndexServer {
+    node: NodeId,
+    alive: AtomicBool,
+    role: Mutex<Role>,
+    /// Serializes draining + applying a backup's log, so entries reach the
+    /// sorted index in seq order whichever thread applies them.
+    apply: Mutex<()>,
+    /// A backup's endpoint for reading its primary's commit word.
+    reader: Mutex<Box<dyn Endpoint>>,
+    /// Signalled (with `role`) when a primary's replication attempt ends.
+    replicated: Condvar,
+}
+
+impl std::fmt::Debug for IndexServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexServer")
+            .field("node", &self.node)
+            .field("alive", &self.alive.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl IndexServer {
+    /// A server on `node` starting as a backup of `epoch` whose sorted
+    /// index is empty and whose log starts after `last_seq`; `installing`
+    /// holds back applying until [`IndexServer::install`]. `reader` reads
+    /// the primary's commit word. Starts the applier thread.
+    pub fn new_backup(
+        node: NodeId,
+        epoch: u64,
+        last_seq: u64,
+        partitions: usize,
+        installing: bool,
+        reader: Box<dyn Endpoint>,
+    ) -> Arc<IndexServer> {
+        let server = Arc::new(IndexServer {
+            node,
+            alive: AtomicBool::new(true),
+            role: Mutex::new(Role::Backup(Backup {
+                epoch,
+                last_seq,
+                pending: VecDeque::new(),
+                commit_hint: last_seq,
+                primary: None,
+                installing,
+                sorted: Arc::new(SortedIndex::new(partitions)),
+            })),
+            apply: Mutex::new(()),
+            reader: Mutex::new(reader),
+            replicated: Condvar::new(),
+        });
+        let weak = Arc::downgrade(&server);
+        std::thread::Builder::new()
+            .name(format!("histore-apply-{}", node.0))
+            .spawn(move || applier(weak))
+            .map(|_| ())
+            .unwrap_or_else(|_| {
+                // No thread: SCANs and GETs still apply the log first, so
+                // only the asynchronous part is lost.
+            });
+        server
+    }
+
+    /// A server on `node` that is the primary of `epoch` with an empty
+    /// table in `region` (already registered) and these backups; `ep`
+    /// reaches the backups.
+    pub fn new_primary(
+        node: NodeId,
+        epoch: u64,
+        table: HashTable,
+        backups: Vec<NodeId>,
+        ep: Box<dyn Endpoint>,
+        reader: Box<dyn Endpoint>,
+    ) -> Arc<IndexServer> {
+        table.set_commit(0);
+        table.set_serving(true);
+        Arc::new(IndexServer {
+            node,
+            alive: AtomicBool::new(true),
+            role: Mutex::new(Role::Primary(Box::new(Primary {
+                epoch,
+                table,
+                commit: 0,
+                unacked: Vec::new(),
+                backups,
+                ep: Some(ep),
+                deposed: false,
+                failures: (0, 0),
+            }))),
+            apply: Mutex::new(()),
+            reader: Mutex::new(reader),
+            replicated: Condvar::new(),
+        })
+    }
+
+    /// The server's node.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Whether the server is up.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Stops the server as a crash would: from now on it answers every
+    /// request with [`HiError::Down`] (its regions are deregistered by the
+    /// coordinator) and never acknowledges anything again.
+    pub fn kill(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+    }
+
+    fn check_alive(&self) -> Result<(), HiError> {
+        if self.is_alive() {
+            Ok(())
+        } else {
+            Err(HiError::Down)
+        }
+    }
+
+    // ----- control plane (called by the coordinator) -----
+
+    /// Fences the server at `epoch`: a primary is deposed (closes its table
+    /// to readers, acknowledges nothing more); a backup rejects REPLICATEs
+    /// of older epochs from now on. Returns the last seq it logged (a
+    /// backup) or committed (a primary).
+    pub fn fence(&self, epoch: u64) -> Result<u64, HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        match &mut *role {
+            Role::Primary(p) => {
+                if epoch <= p.epoch {
+                    return Err(HiError::Fenced {
+                        ours: epoch,
+                        current: p.epoch,
+                    });
+                }
+                p.table.set_serving(false);
+                let commit = p.commit;
+                *role = Role::Deposed { epoch };
+                Ok(commit)
+            }
+            Role::Backup(b) => {
+                if epoch < b.epoch {
+                    return Err(HiError::Fenced {
+                        ours: epoch,
+                        current: b.epoch,
+                    });
+                }
+                b.epoch = epoch;
+                Ok(b.last_seq)
+            }
+            Role::Deposed { epoch: e } => {
+                *e = (*e).max(epoch);
+                Err(HiError::WrongRole("deposed"))
+            }
+        }
+    }
+
+    /// A backup's logged entries after `seq` (to catch up the other
+    /// backup when this one is promoted). Fails if some were applied and
+    /// dropped already (the other backup must then be rebuilt instead).
+    pub fn log_after(&self, seq: u64) -> Result<Vec<LogEntry>, HiError> {
+        self.check_alive()?;
+        let role = lock(&self.role);
+        let Role::Backup(b) = &*role else {
+            return Err(HiError::WrongRole("not a backup"));
+        };
+        if seq >= b.last_seq {
+            return Ok(Vec::new());
+        }
+        match b.pending.front() {
+            Some(first) if first.seq <= seq + 1 => {
+                Ok(b.pending.iter().filter(|e| e.seq > seq).cloned().collect())
+            }
+            _ => Err(HiError::LogGap {
+                expected: seq + 1,
+                got: b.pending.front().map_or(b.last_seq + 1, |e| e.seq),
+            }),
+        }
+    }
+
+    /// Appends entries handed over by the coordinator (a catch-up from the
+    /// promoted backup), as REPLICATE would at `epoch`.
+    pub fn catch_up(&self, epoch: u64, entries: Vec<LogEntry>) -> Result<u64, HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        let Role::Backup(b) = &mut *role else {
+            return Err(HiError::WrongRole("not a backup"));
+        };
+        log_entries(b, epoch, 0, entries)
+    }
+
+    /// Makes a backup the primary of `epoch`: applies its whole log (every
+    /// logged entry may have been acknowledged), builds the hash table in
+    /// `table` from its sorted index (§4.3), opens it to readers, and
+    /// replicates to `backups` from now on.
+    pub fn promote(
+        &self,
+        epoch: u64,
+        mut table: HashTable,
+        backups: Vec<NodeId>,
+        ep: Box<dyn Endpoint>,
+    ) -> Result<(), HiError> {
+        self.check_alive()?;
+        let _apply = lock(&self.apply);
+        let mut role = lock(&self.role);
+        let Role::Backup(b) = &mut *role else {
+            return Err(HiError::WrongRole("not a backup"));
+        };
+        if b.installing {
+            return Err(HiError::WrongRole("still installing a snapshot"));
+        }
+        if epoch < b.epoch {
+            return Err(HiError::Fenced {
+                ours: epoch,
+                current: b.epoch,
+            });
+        }
+        let entries: Vec<LogEntry> = b.pending.drain(..).collect();
+        b.sorted.apply(entries);
+        let mut built = Ok(());
+        b.sorted.for_each(|k, p| {
+            if built.is_ok() {
+                built = table.insert_new(k, p);
+            }
+        });
+        built?;
+        let commit = b.last_seq;
+        table.set_commit(commit);
+        table.set_serving(true);
+        let old = std::mem::replace(
+            &mut *role,
+            Role::Primary(Box::new(Primary {
+                epoch,
+                table,
+                commit,
+                unacked: Vec::new(),
+                backups,
+                ep: Some(ep),
+                deposed: false,
+                failures: (0, 0),
+            })),
+        );
+        // Freeing a large sorted index takes a while; the new primary
+        // serves meanwhile.
+        let _ = std::thread::Builder::new()
+            .name("histore-free".into())
+            .spawn(move || drop(old));
+        Ok(())
+    }
+
+    /// Points a backup at the primary of `epoch` whose table is `table` on
+    /// `primary`.
+    pub fn follow(&self, epoch: u64, primary: NodeId, table: RegionId) -> Result<(), HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        let Role::Backup(b) = &mut *role else {
+            return Err(HiError::WrongRole("not a backup"));
+        };
+        if epoch < b.epoch {
+            return Err(HiError::Fenced {
+                ours: epoch,
+                current: b.epoch,
+            });
+        }
+        b.epoch = epoch;
+        b.primary = Some((primary, table));
+        Ok(())
+    }
+
+    /// Adds `node` to a primary's backups and returns a snapshot of the
+    /// table with the seq it reflects. `prepare(seq)` runs while writes
+    /// are held off, so the new backup expects entries from `seq + 1`
+    /// before the first one is sent to it; entries after the snapshot are
+    /// replayed on top of it, which is correct because each entry sets a
+    /// key's whole state.
+    pub fn add_backup(
+        &self,
+        node: NodeId,
+        prepare: impl FnOnce(u64),
+    ) -> Result<(u64, IndexPairs), HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        // Wait out a replication attempt under way: it was started without
+        // the new backup and would commit entries the snapshot lacks.
+        while matches!(&*role, Role::Primary(p) if p.ep.is_none()) {
+            role = self
+                .replicated
+                .wait(role)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        let Role::Primary(p) = &mut *role else {
+            return Err(HiError::WrongRole("not a primary"));
+        };
+        prepare(p.commit);
+        p.backups.push(node);
+        Ok((p.commit, p.table.entries()))
+    }
+
+    /// Drops `node` from a primary's backups (it died), then finishes the
+    /// entries it was holding up.
+    pub fn remove_backup(&self, node: NodeId) -> Result<(), HiError> {
+        self.check_alive()?;
+        let mut role = lock(&self.role);
+        let Role::Primary(p) = &mut *role else {
+            return Err(HiError::WrongRole("not a primary"));
+        };
+        p.backups.retain(|&b| b != node);
+        let Some(last) = p.unacked.last().map(|e| e.seq) else {
+            return Ok(());
+        };
+        if p.backups.is_empty() {
+            return Ok(());
+        }
+        // Finish the held-up entries now rather than at the next write. An
+        // attempt under way was started with the dead backup and fails;
+        // the next one goes to the remaining backups.
+        let mut attempts = 0;
+        loop {
+            match self.until_committed(role, last) {
+                Ok(_) => return Ok(()),
+                Err(HiError::Unavailable(_)) if attempts < 3 => {
+                    attempts += 1;
+                    role = lock(&self.role);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Installs a snapshot into a backup prepared by
+    /// [`IndexServer::add_backup`], then lets its log apply.
+    pub fn install(
+        &self,
+        pairs: Vec<(Vec<u8>, ValuePtr)>,
+        primary: (NodeId, RegionId),
+    ) -> Result<(), HiError> {
+        self.check_alive()?;
+        let _apply = lock(&self.apply);
+        let sorted = {
+            let mut role = lock(&self.role);
+            let Role::Backup(b) = &mut *role else {
+                return Err(HiError::WrongRole("not a backup"));
+            };
+            b.primary = Some(primary);
+            b.sorted.clone()
+        };
+        sorted.install(pairs);
+        if let Role::Backup(b) = &mut *lock(&self.role) {
+            b.installing = false;
+        }
+        Ok(())
+    }
+
+    /// Keys in the server's index (table or sorted, after applying the
+    /// whole log).
+    pub fn len(&self) -> usize {
+        let _apply = lock(&self.apply);
+        let mut role = lock(&self.role);
+        match &mut *role {
+            Role::Primary(p) => p.table.len(),
+            Role::Backup(b) => {
+                let entries: Vec<LogEntry> = b.pending.drain(..).collect();
+                b.sorted.apply(entries);
+                b.sorted.len()
+            }
+            Role::Deposed { .. } => 0,
+        }
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    // ----- data plane -----
+
+    fn serve(&self, req: Request, reply: &mut Vec<u8>) -> Result<(), HiError> {
+        self.check_alive()?;
+        match req {
+            Request::Put {
+                epoch,
+                mode,
+                ptr,
+                key,
+            } => {
+                let took = self.write(epoch, key, Some((mode, ptr)))?;
+                wire::ok(reply);
+                reply.push(took as u8);
+            }
+            Request::Delete { epoch, key } => {
+                let took = self.write(epoch, key, None)?;
+                wire::ok(reply);
+                reply.push(took as u8);
+            }
+            Request::Replicate {
+                epoch,
+                commit,
+                entries,
+            } => {
+                let mut role = lock(&self.role);
+                let last = match &mut *role {
+                    Role::Backup(b) => log_entries(b, epoch, commit, entries)?,
+                    // Only a sender of an older epoch is told it is fenced
+                    // (it then deposes itself); a newer one just failed to
+                    // reach a backup here.
+                    Role::Primary(p) if epoch < p.epoch => {
+                        return Err(HiError::Fenced {
+                            ours: epoch,
+                            current: p.epoch,
+                        })
+                    }
+                    Role::Deposed { epoch: e } if epoch < *e => {
+                        return Err(HiError::Fenced {
+                            ours: epoch,
+                            current: *e,
+                        })
+                    }
+                    Role::Primary(_) | Role::Deposed { .. } => {
+                        return Err(HiError::WrongRole("not a backup"))
+                    }
+                };
+                wire::ok(reply);
+                reply.extend_from_slice(&last.to_le_bytes());
+            }
+            Request::Scan { start, n } => {
+                let sorted = self.caught_up()?;
+                let pairs = sorted.scan(&start, n as usize);
+                wire::ok(reply);
+                reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+                for (k, p) in &pairs {
+                    wire::put_pair(reply, k, *p);
+                }
+            }
+            Request::Get { key } => {
+                let found = {
+                    let role = lock(&self.role);
+                    match &*role {
+                        Role::Primary(p) if !p.deposed => Some(p.table.get(&key)),
+                        Role::Primary(_) | Role::Deposed { .. } => {
+                            return Err(HiError::WrongRole("deposed"))
+                        }
+                        Role::Backup(_) => None,
+                    }
+                };
+                let found = match found {
+                    Some(f) => f,
+                    None => self.caught_up()?.get(&key),
+                };
+                wire::ok(reply);
+                reply.push(found.is_some() as u8);
+                reply.extend_from_slice(&found.map_or(0, |p| p.encode()).to_le_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    /// A primary's write: log, replicate to every backup, apply, answer.
+    /// `op` is `None` for a delete.
+    fn write(
+        &self,
+        epoch: u64,
+        key: Vec<u8>,
+        op: Option<(PutMode, ValuePtr)>,
+    ) -> Result<bool, HiError> {
+        let mut role = lock(&self.role);
+        let p = match &mut *role {
+            Role::Primary(p) if !p.deposed => p,
+            Role::Primary(_) => return Err(HiError::WrongRole("deposed")),
+            Role::Deposed { epoch: e } => {
+                return Err(HiError::Fenced {
+                    ours: epoch,
+                    current: *e,
+                })
+            }
+            Role::Backup(_) => return Err(HiError::WrongRole("not the primary")),
+        };
+        if epoch != p.epoch {
+            return Err(HiError::Fenced {
+                ours: epoch,
+                current: p.epoch,
+            });
+        }
+        if p.backups.is_empty() {
+            // Acknowledging with no backup would make this server
+            // impossible to fence: refuse.
+            return Err(HiError::Unavailable("no live backup"));
+        }
+        // The key's state as the log has it: the latest entry still
+        // unapplied, else the table.
+        let exists = match p.unacked.iter().rev().find(|e| e.key == key) {
+            Some(e) => matches!(e.op, EntryOp::Put(_)),
+            None => p.table.contains(&key),
+        };
+        let entry_op = match op {
+            Some((PutMode::Insert, _)) if exists => return Ok(false),
+            Some((PutMode::Update, _)) if !exists => return Ok(false),
+            Some((_, ptr)) => EntryOp::Put(ptr),
+            None if !exists => return Ok(false),
+            None => EntryOp::Delete,
+        };
+        let seq = p.unacked.last().map_or(p.commit, |e| e.seq) + 1;
+        p.unacked.push(LogEntry {
+            seq,
+            key,
+            op: entry_op,
+        });
+        self.until_committed(role, seq)
+    }
+
+    /// Waits until entry `seq` is applied (true), its replication failed
+    /// (`Unavailable`; the entry stays queued and a later attempt may still
+    /// apply it), or the primary was deposed. Group commit: if no attempt
+    /// is under way, this writer becomes the leader and replicates every
+    /// queued entry at once, without holding the lock, so the writers
+    /// queueing meanwhile form the next batch.
+    fn until_committed<'a>(
+        &'a self,
+        mut role: MutexGuard<'a, Role>,
+        seq: u64,
+    ) -> Result<bool, HiError> {
+        let (failures_at_start, epoch_at_start) = match &*role {
+            Role::Primary(p) => (p.failures.0, p.epoch),
+            _ => (0, 0),
+        };
+        loop {
+            let p = match &mut *role {
+                Role::Primary(p) if !p.deposed => p,
+                Role::Deposed { epoch } => {
+                    return Err(HiError::Fenced {
+                        ours: epoch_at_start,
+                        current: *epoch,
+                    })
+                }
+                _ => return Err(HiError::WrongRole("no longer the primary")),
+            };
+            if p.commit >= seq {
+                return Ok(true);
+            }
+            if p.failures.0 != failures_at_start && p.failures.1 >= seq {
+                return Err(HiError::Unavailable("a backup did not log the entry"));
+            }
+            let Some(mut ep) = p.ep.take() else {
+                role = self
+                    .replicated
+                    .wait(role)
+                    .unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            // Leader: replicate the whole queue with the lock released.
+            let batch = p.unacked.clone();
+            let (epoch, commit, backups) = (p.epoch, p.commit, p.backups.clone());
+            drop(role);
+            let result = if backups.is_empty() {
+                Err(HiError::Unavailable("no live backup"))
+            } else {
+                replicate(&mut *ep, &backups, epoch, commit, &batch)
+            };
+            role = lock(&self.role);
+            if let Role::Primary(p) = &mut *role {
+                p.ep = Some(ep);
+                match result {
+                    Ok(()) => apply_batch(p, batch.len())?,
+                    Err(HiError::Fenced { current, .. }) => {
+                        p.table.set_serving(false);
+                        *role = Role::Deposed { epoch: current };
+                    }
+                    Err(_) => {
+                        let last = batch.last().map_or(0, |e| e.seq);
+                        p.failures = (p.failures.0 + 1, last);
+                    }
+                }
+            }
+            self.replicated.notify_all();
+        }
+    }
+
+    /// A backup's sorted index with every entry up to its primary's current
+    /// commit applied (§4.2: a SCAN first applies the pending log).
+    fn caught_up(&self) -> Result<Arc<SortedIndex>, HiError> {
+        let (primary, epoch) = {
+            let role = lock(&self.role);
+            match &*role {
+                Role::Backup(b) if b.installing => {
+                    return Err(HiError::WrongRole("installing a snapshot"))
+                }
+                Role::Backup(b) => (b.primary, b.epoch),
+                _ => return Err(HiError::WrongRole("not a backup")),
+            }
+        };
+        let (node, region) = primary.ok_or(HiError::Unavailable("no primary known"))?;
+        let commit = {
+            let mut ep = lock(&self.reader);
+            let mut batch = Batch::new();
+            let h = batch.read(region, 0, 24);
+            ep.post(node, &mut batch)
+                .map_err(|_| HiError::Unavailable("primary unreachable"))?;
+            let bytes = batch
+                .read_bytes(h)
+                .map_err(|_| HiError::Unavailable("primary unreachable"))?;
+            let header = TableHeader::decode(bytes)?;
+            if header.epoch != epoch || header.state != crate::layout::STATE_SERVING {
+                return Err(HiError::Unavailable("primary not serving this epoch"));
+            }
+            header.commit
+        };
+        self.apply_up_to(commit)
+    }
+
+    /// Applies logged entries with seq <= `commit`; the sorted index.
+    fn apply_up_to(&self, commit: u64) -> Result<Arc<SortedIndex>, HiError> {
+        let _apply = lock(&self.apply);
+        let (entries, sorted) = {
+            let mut role = lock(&self.role);
+            let Role::Backup(b) = &mut *role else {
+                return Err(HiError::WrongRole("not a backup"));
+            };
+            if b.installing {
+                return Err(HiError::WrongRole("installing a snapshot"));
+            }
+            let n = b.pending.iter().take_while(|e| e.seq <= commit).count();
+            (b.pending.drain(..n).collect::<Vec<_>>(), b.sorted.clone())
+        };
+        sorted.apply(entries);
+        Ok(sorted)
+    }
+}
+
+/// Logs entries at a backup (skipping ones it has, refusing gaps and old
+/// epochs); the last seq logged.
+fn log_entries(
+    b: &mut Backup,
+    epoch: u64,
+    commit: u64,
+    entries: Vec<LogEntry>,
+) -> Result<u64, HiError> {
+    if epoch < b.epoch {
+        return Err(HiError::Fenced {
+            ours: epoch,
+            current: b.epoch,
+        });
+    }
+    b.epoch = epoch;
+    for e in entries {
+        if e.seq <= b.last_seq {
+            continue;
+        }
+        if e.seq != b.last_seq + 1 {
+            return Err(HiError::LogGap {
+                expected: b.last_seq + 1,
+                got: e.seq,
+            });
+        }
+        b.last_seq = e.seq;
+        b.pending.push_back(e);
+    }
+    b.commit_hint = b.commit_hint.max(commit.min(b.last_seq));
+    Ok(b.last_seq)
+}
+
+/// Sends `entries` to every backup; Ok once all logged them.
+fn replicate(
+    ep: &mut dyn Endpoint,
+    backups: &[NodeId],
+    epoch: u64,
+    commit: u64,
+    entries: &[LogEntry],
+) -> Result<(), HiError> {
+    let mut buf = Vec::new();
+    let mut reply = Vec::new();
+    for chunk in entries.chunks(MAX_BATCH_ENTRIES) {
+        Request::Replicate {
+            epoch,
+            commit,
+            entries: chunk.to_vec(),
+        }
+        .encode(&mut buf);
+        let want = chunk.last().map_or(0, |e| e.seq);
+        for &b in backups {
+            ep.call(b, &buf, &mut reply)
+                .map_err(|_| HiError::Unavailable("backup unreachable"))?;
+            let mut body = wire::reply_body(&reply).map_err(|e| match e {
+                HiError::Fenced { .. } => e,
+                _ => HiError::Unavailable("backup refused the log"),
+            })?;
+            if body.u64("last seq")? < want {
+                return Err(HiError::Unavailable("backup log behind"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies the first `n` queued entries (just logged by every backup) to
+/// the table and publishes the commit.
+fn apply_batch(p: &mut Primary, n: usize) -> Result<(), HiError> {
+    for e in p.unacked.drain(..n) {
+        match e.op {
+            EntryOp::Put(ptr) => p.table.put(&e.key, ptr)?,
+            EntryOp::Delete => {
+                p.table.delete(&e.key);
+            }
+        }
+        p.commit = e.seq;
+    }
+    p.table.set_commit(p.commit);
+    Ok(())
+}
+
+/// A backup's asynchronous applier (§3.2.2): applies entries the primary
+/// has reported committed, until the server is dropped or killed.
+fn applier(server: Weak<IndexServer>) {
+    loop {
+        std::thread::sleep(APPLY_EVERY);
+        let Some(s) = server.upgrade() else { return };
+        if !s.is_alive() {
+            return;
+        }
+        let hint = match &*lock(&s.role) {
+            Role::Backup(b) if !b.installing && !b.pending.is_empty() => Some(b.commit_hint),
+            Role::Backup(_) => None,
+            _ => return,
+        };
+        if let Some(commit) = hint {
+            // Losing the role meanwhile ends the loop at the next turn.
+            let _ = s.apply_up_to(commit);
+        }
+    }
+}
+
+impl RpcHandler for IndexServer {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        let result = Request::decode(request).and_then(|req| self.serve(req, reply));
+        if let Err(e) = result {
+            wire::encode_error(&e, reply);
+        }
+    }
+}
+
+/// The region of a primary's hash table, zeroed and sized for these bucket
+/// counts.
+pub fn table_region(id: RegionId, main: u64, overflow: u64) -> Result<Arc<Region>, HiError> {
+    Ok(fabric::heap_region(
+        id,
+        crate::layout::table_bytes(main, overflow),
+        fabric::Rights::ALL,
+    )?)
+}
