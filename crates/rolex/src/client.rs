@@ -10,35 +10,52 @@
 //!   SLT (two more when the model was retrained: the new block's head,
 //!   then its tables) and a retry.
 //! * SCAN: the GET round trip, then the following chains in one doorbell.
-//! * INSERT / UPDATE / DELETE: fetch like GET (1), CAS-lock the LT entry
-//!   with the re-read of the chain in the same doorbell (1), write the
-//!   changed leaves and unlock in one doorbell (1): 3 round trips, no RPC.
-//!   A write of an absent key (update, delete) or a present one (insert)
-//!   ends after the fetch. A full leaf adds one doorbell of two FAAs
-//!   (`alloc_num`, `slot_use`): 4 round trips; the split that takes the
-//!   model's `retrain_at`-th SLT slot also queues the model in the CirQ
-//!   (an FAA of the tail, then a WRITE of the slot: 2 more).
+//! * INSERT / UPDATE / DELETE: fetch like GET (1), CAS the chain's lock
+//!   word with the re-read of the LT entry and the chain in the same
+//!   doorbell (1), then one doorbell (1) of the redo record, the changed
+//!   leaves (and SLT slots and LT entry) and the lock word's release: 3
+//!   round trips, no RPC. A write of an absent key (update, delete) or a
+//!   present one (insert) ends after the fetch. A full leaf adds one
+//!   doorbell of two FAAs (`alloc_num`, `slot_use`): 4 round trips; the
+//!   split that takes the model's `retrain_at`-th SLT slot also queues the
+//!   model in the CirQ (an FAA of the tail, then a WRITE of the slot: 2
+//!   more). A client's first write takes its owner id (one FAA, once).
+//!
+//! # Leases
+//!
+//! Lock words carry their holder and lease ([`crate::lease`]). A writer
+//! that finds a chain locked retries its CAS; once it has seen the same
+//! word for longer than the lease it names, it CASes that word to its
+//! own (stealing it) and reads the old holder's redo slot in the same
+//! doorbell; a record written under the stolen word is written again in
+//! full (one more doorbell) before the chain is read. A holder that sees
+//! half its lease gone before its write doorbell renews first (one CAS;
+//! if that fails, its lock was stolen and the write starts over unmade).
+//! A GET that finds a chain torn for a whole lease takes and releases its
+//! lock, which repairs the chain the same way.
 //!
 //! # Retrained models
 //!
-//! The retrainer ([`crate::retrain`]) locks every LT entry of the old
-//! block for good, rewrites the leaves' fences and links, and only then
-//! points the model's directory word at the new block. A reader with the
-//! old block sees chains that no longer match its cache and refreshes; a
+//! The retrainer ([`crate::retrain`]) locks every chain of the old block
+//! for good, rewrites the leaves' fences and links, and only then points
+//! the model's directory word at the new block. A reader with the old
+//! block sees chains that no longer match its cache and refreshes; a
 //! writer's lock CAS reads the directory word in the same doorbell, so a
 //! writer spinning on a retired block notices the swap and starts over.
 //!
 //! Verbs of one batch are executed in posting order on every backend of
 //! the fabric (as on an RDMA RC queue pair); the chain versions of
-//! [`crate::layout`] rely on it.
+//! [`crate::layout`] and the redo records rely on it.
 //!
 //! # Lock sharing
 //!
 //! Threads of one compute node writing the same chain queue on a local
-//! lock; a thread that finishes with another one waiting leaves the remote
-//! lock set and hands it over, so the waiter skips its CAS and the
-//! releasing WRITE (§3.4, "other threads of C_node can leverage the
-//! acquired lock").
+//! lock; a thread that finishes with another one waiting releases the
+//! remote lock to a fresh lock word of its own instead of to free, and
+//! the waiter swaps that word for its own with a CAS that replaces the
+//! lock CAS (so it costs no round trip) and restarts the lease, so the
+//! chain is never held under one word for longer than a lease (§3.4,
+//! "other threads of C_node can leverage the acquired lock").
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
