@@ -7,6 +7,7 @@
 //! stealer. The fabric tears every READ word by word; seeds are printed.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use fabric::{Adversary, Batch, Counters, Endpoint, FabricError, LocalFabric, NodeId, OpKind};
@@ -21,7 +22,7 @@ const LEASE: Duration = Duration::from_millis(DEFAULT_LEASE_MS as u64);
 struct Pool {
     fabric: LocalFabric,
     node: NodeId,
-    _mem: MemoryNode,
+    mem: MemoryNode,
     cn: std::sync::Arc<ComputeNode>,
     model: BTreeMap<u64, u64>,
 }
@@ -29,6 +30,11 @@ struct Pool {
 /// Keys 0, 10, 20, ... in leaves of 4 slots filled with 3: the first
 /// insert into a leaf fills it, the second splits it.
 fn pool(seed: u64) -> Pool {
+    pool_with(seed, RolexConfig::default().retrain_at)
+}
+
+/// [`pool`], queueing a model for retraining at its `retrain_at`-th split.
+fn pool_with(seed: u64, retrain_at: u64) -> Pool {
     let fabric = LocalFabric::with_adversary(Adversary {
         seed,
         ..Adversary::default()
@@ -45,6 +51,7 @@ fn pool(seed: u64) -> Pool {
         epsilon: 4,
         group: 16,
         owners: 16,
+        retrain_at,
         ..RolexConfig::default()
     };
     let mem = MemoryNode::load(&pairs, config, &host).unwrap();
@@ -53,7 +60,7 @@ fn pool(seed: u64) -> Pool {
     Pool {
         fabric,
         node,
-        _mem: mem,
+        mem,
         cn,
         model: pairs.into_iter().collect(),
     }
@@ -259,4 +266,50 @@ fn a_writer_paused_within_its_lease_renews_and_keeps_its_lock() {
     p.model.insert(10, 111);
     let mut reader = p.cn.client(p.fabric.endpoint());
     check_all(&mut reader, &p.model);
+}
+
+#[test]
+fn the_retrainer_steals_a_dead_writers_lock_and_replays_it() {
+    let seed = seed();
+    // The first split queues its model: the one that dies.
+    let mut p = pool_with(seed, 1);
+    let ep = StallEndpoint::new(
+        p.fabric.endpoint(),
+        LOG_REGION,
+        1,
+        Cut::TearLastTo(LEAF_REGION),
+        Box::new(|| {}),
+    );
+    let mut dying = p.cn.client(ep);
+    assert!(dying.insert(11, 111).unwrap());
+    assert!(dying.insert(12, 112).is_err(), "stalled");
+    assert_eq!(dying.stats().queued, 1, "the split queued its model");
+    drop(dying);
+    assert_eq!(raw_leaf0(&p), Err(LeafReject::Torn));
+    // No compute node touches the chain: the retrainer must get past the
+    // dead lock on its own.
+    let t = Instant::now();
+    let retrainer = p.mem.start_retrainer();
+    let stats = retrainer.stats();
+    while stats.retrained.load(Ordering::Relaxed) == 0 {
+        assert!(
+            t.elapsed() < LEASE * 50,
+            "the retrainer is stuck: {stats:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    eprintln!("retrained after {:?}: {stats:?}", t.elapsed());
+    assert!(t.elapsed() >= LEASE, "stole before the lease ran out");
+    assert_eq!(stats.steals.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.replays.load(Ordering::Relaxed), 1);
+    assert!(raw_leaf0(&p).is_ok(), "leaf 0 whole again");
+    p.model.insert(11, 111);
+    p.model.insert(12, 112);
+    let mut c = p.cn.client(p.fabric.endpoint());
+    check_all(&mut c, &p.model);
+    for k in 13..17 {
+        assert!(c.insert(k, k).unwrap());
+        p.model.insert(k, k);
+    }
+    check_all(&mut c, &p.model);
 }
