@@ -1034,6 +1034,9 @@ impl<E: Endpoint> Client<E> {
         let (n, cached) = {
             let c = self.cn.model(m);
             if c.off != off {
+                // A lock a sibling handed over on a block retrained since
+                // is left to its lease: the retrainer, waiting on it,
+                // steals it then.
                 return Ok(Locked::Moved);
             }
             (c.lt.len(), c.lt[i])
