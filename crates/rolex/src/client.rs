@@ -112,11 +112,13 @@ struct LocalLock {
     waiters: AtomicUsize,
 }
 
-/// A lock word this client holds, and when the CAS that took it (or the
-/// last renewal) was posted, on this client's clock.
+/// A lock word this client holds, where it is, and when the CAS that
+/// took it (or the last renewal) was posted, on this client's clock.
 #[derive(Debug, Clone, Copy)]
 struct Lease {
     token: u64,
+    /// Byte offset of the lock word in the table region.
+    lk: u64,
     since: Instant,
 }
 
@@ -851,7 +853,7 @@ impl<E: Endpoint> Client<E> {
                 Locked::Lost => continue,
             };
             let result = self.locked_write(&chain, got.entry, got.fetched, key, op);
-            let Some(lease) = self.keep_lease(m, i, off, got.lease)? else {
+            let Some(lease) = self.keep_lease(got.lease)? else {
                 continue;
             };
             // Hand the remote lock to a sibling thread if one waits.
@@ -862,10 +864,8 @@ impl<E: Endpoint> Client<E> {
             };
             let handover = keep.then(|| self.next_token()).transpose()?;
             self.post_writes(
-                m,
-                off,
-                i,
-                lease.token,
+                &lease,
+                TableLayout::lt_offset(off, i),
                 (new_entry != got.entry).then_some(new_entry),
                 handover.unwrap_or(LockWord::FREE),
                 result.is_ok(),
@@ -891,29 +891,27 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Posts the write doorbell of a lock holder: the redo record, the
-    /// planned WRITEs (if `apply`), the new LT entry, and `release` into
-    /// the lock word, in this order; then checks every WRITE.
-    #[allow(clippy::too_many_arguments)]
+    /// planned WRITEs (if `apply`), the new LT entry (`entry`, for the LT
+    /// word at byte `lt`), and `release` into the lock word, in this
+    /// order; then checks every WRITE.
     fn post_writes(
         &mut self,
-        m: usize,
-        off: u64,
-        i: usize,
-        token: u64,
-        lt: Option<u64>,
+        lease: &Lease,
+        lt: u64,
+        entry: Option<u64>,
         release: u64,
         apply: bool,
     ) -> Result<(), RolexError> {
-        let n = self.cn.model(m).lt.len();
+        let token = lease.token;
         self.batch.clear();
         self.writes.clear();
         if !apply {
             self.plan.clear();
         }
-        if let Some(e) = lt.filter(|_| apply) {
+        if let Some(e) = entry.filter(|_| apply) {
             self.plan.push(RedoWrite {
                 target: Target::Tables,
-                offset: TableLayout::lt_offset(off, i),
+                offset: lt,
                 data: e.to_le_bytes().to_vec(),
             });
         }
@@ -938,9 +936,10 @@ impl<E: Endpoint> Client<E> {
             self.plan = record.writes;
             self.plan.clear();
         }
-        let lk = TableLayout::lk_offset(off, n, i);
-        self.writes
-            .push(self.batch.write(TABLE_REGION, lk, &release.to_le_bytes()));
+        self.writes.push(
+            self.batch
+                .write(TABLE_REGION, lease.lk, &release.to_le_bytes()),
+        );
         self.ep.post(self.cn.node, &mut self.batch)?;
         for h in &self.writes {
             self.batch.status(*h)?;
@@ -979,42 +978,31 @@ impl<E: Endpoint> Client<E> {
     /// A holder keeps to its lease: past half of it, it renews (which
     /// fails if the lock was stolen) before it writes anything, the lock
     /// word included. `None`: the lock is lost, write nothing.
-    fn keep_lease(
-        &mut self,
-        m: usize,
-        i: usize,
-        off: u64,
-        lease: Lease,
-    ) -> Result<Option<Lease>, RolexError> {
+    fn keep_lease(&mut self, lease: Lease) -> Result<Option<Lease>, RolexError> {
         if lease.since.elapsed() < self.cn.lease / 2 {
             return Ok(Some(lease));
         }
-        self.renew(m, i, off, lease.token)
+        self.renew(lease)
     }
 
-    /// Swaps our lock word `token` for a fresh one: the lease starts
-    /// again, or `None` if the lock was stolen (nothing may be written).
-    fn renew(
-        &mut self,
-        m: usize,
-        i: usize,
-        off: u64,
-        token: u64,
-    ) -> Result<Option<Lease>, RolexError> {
+    /// Swaps our lock word for a fresh one: the lease starts again, or
+    /// `None` if the lock was stolen (nothing may be written).
+    fn renew(&mut self, lease: Lease) -> Result<Option<Lease>, RolexError> {
         let next = self.next_token()?;
-        let n = self.cn.model(m).lt.len();
         let since = Instant::now();
         self.batch.clear();
-        let h = self
-            .batch
-            .cas(TABLE_REGION, TableLayout::lk_offset(off, n, i), token, next);
+        let h = self.batch.cas(TABLE_REGION, lease.lk, lease.token, next);
         self.ep.post(self.cn.node, &mut self.batch)?;
         self.stats.renewals += 1;
-        if self.batch.atomic_result(h)? != token {
+        if self.batch.atomic_result(h)? != lease.token {
             self.plan.clear();
             return Ok(None);
         }
-        Ok(Some(Lease { token: next, since }))
+        Ok(Some(Lease {
+            token: next,
+            since,
+            ..lease
+        }))
     }
 
     /// Takes chain `i`'s lock word of model `m`'s block `off` with CAS
@@ -1066,7 +1054,7 @@ impl<E: Endpoint> Client<E> {
             let old = self.batch.atomic_result(h)?;
             let dir = le_word(self.batch.read_bytes(d)?, 0);
             if old == expected {
-                let lease = Lease { token, since };
+                let lease = Lease { token, lk, since };
                 let mut entry = le_word(self.batch.read_bytes(e)?, 0) & !(1 << 63);
                 let mut fetched = match f.pop() {
                     Some(f) if f.off == off && dir == off && entry == cached => Some(f),
@@ -1167,10 +1155,14 @@ impl<E: Endpoint> Client<E> {
             return Ok(());
         }
         match self.lock_remote(m, i, off, None)? {
-            Locked::Yes(g) => match self.keep_lease(m, i, off, g.lease)? {
-                Some(lease) => {
-                    self.post_writes(m, off, i, lease.token, None, LockWord::FREE, false)
-                }
+            Locked::Yes(g) => match self.keep_lease(g.lease)? {
+                Some(lease) => self.post_writes(
+                    &lease,
+                    TableLayout::lt_offset(off, i),
+                    None,
+                    LockWord::FREE,
+                    false,
+                ),
                 None => Ok(()),
             },
             Locked::Moved => {
