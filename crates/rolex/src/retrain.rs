@@ -17,7 +17,8 @@
 //!    chain version above its old chain's, so a reader holding the old
 //!    model sees links or fences that disagree with its cache (or a
 //!    version above its trained leaf's) and refreshes instead of trusting
-//!    a mix.
+//!    a mix. Emptied leaves are dropped, and get empty fences (low above
+//!    high) so that a reader holding the old model never trusts one.
 //! 4. Point the directory word at the new block: readers that refresh now
 //!    find the new block, whose chains match the rewritten leaves.
 //! 5. Free the new block's lock words. Writers spinning on the retired
@@ -277,6 +278,25 @@ impl Pool {
                 low: lows[k],
                 high,
                 pairs: img.pairs.clone(),
+            }
+            .encode(self.leaf, &mut buf);
+            self.leaves.copy_in(self.leaf.leaf_offset(*leaf), &buf);
+        }
+        // A dropped (empty) leaf keeps no key, but a reader whose cache
+        // still holds the old block may take it, alone, for the chain of
+        // its old fences, whose keys now live in the kept leaf before it:
+        // its fences become empty (low u64::MAX, high 0), so no key is ever
+        // looked up in it and the reader refreshes.
+        for (leaf, img) in seq.iter().filter(|(_, img)| img.pairs.is_empty()) {
+            if kept.iter().any(|(l, _)| l == leaf) {
+                continue;
+            }
+            LeafImage {
+                ver: img.ver + 1,
+                next: NO_LEAF,
+                low: u64::MAX,
+                high: 0,
+                pairs: Vec::new(),
             }
             .encode(self.leaf, &mut buf);
             self.leaves.copy_in(self.leaf.leaf_offset(*leaf), &buf);
