@@ -83,8 +83,16 @@ fn raw_leaf0(p: &Pool) -> Result<LeafImage, LeafReject> {
 fn check_all<E: Endpoint>(c: &mut Client<E>, model: &BTreeMap<u64, u64>) {
     let mut out = Vec::new();
     c.scan(0, model.len() + 10, &mut out).unwrap();
-    let want: Vec<(u64, u64)> = model.iter().map(|(&k, &v)| (k, v)).collect();
-    assert_eq!(out, want, "scan of everything");
+    let got: BTreeMap<u64, u64> = out.iter().copied().collect();
+    assert_eq!(got.len(), out.len(), "a key scanned twice");
+    let wrong: Vec<_> = model
+        .keys()
+        .chain(got.keys())
+        .filter(|k| model.get(k) != got.get(k))
+        .take(8)
+        .map(|k| (k, model.get(k), got.get(k)))
+        .collect();
+    assert!(wrong.is_empty(), "(key, want, got): {wrong:?}");
 }
 
 /// A writer dies in its split's write doorbell after `cut`; a reader and
@@ -312,4 +320,151 @@ fn the_retrainer_steals_a_dead_writers_lock_and_replays_it() {
         p.model.insert(k, k);
     }
     check_all(&mut c, &p.model);
+}
+
+/// What a writer thread did: its keys' final values as acknowledged, the
+/// op in flight when it died (key, value before, value if applied), and
+/// its client's counters.
+struct Outcome {
+    model: BTreeMap<u64, u64>,
+    pending: Option<(u64, Option<u64>, Option<u64>)>,
+    stats: rolex::ClientStats,
+}
+
+/// Random writes to the keys `k % 4 == me` below `hot`, each checked
+/// against the thread's own model; stops at the first error (a dying
+/// writer's stall) and reports it as pending.
+fn writer<E: Endpoint>(
+    mut c: Client<E>,
+    me: u64,
+    seed: u64,
+    ops: usize,
+    hot: u64,
+    loaded: &BTreeMap<u64, u64>,
+) -> Outcome {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = StdRng::seed_from_u64(seed ^ me);
+    let mut model: BTreeMap<u64, u64> = loaded
+        .range(..hot)
+        .filter(|(k, _)| *k % 4 == me)
+        .map(|(&k, &v)| (k, v))
+        .collect();
+    for n in 0..ops as u64 {
+        let k = rng.random_range(0..hot / 4) * 4 + me;
+        let before = model.get(&k).copied();
+        let v = k << 20 | n;
+        // The op, the value after it, and whether it must report done.
+        let (res, after, done) = match rng.random_range(0..4) {
+            0 => (c.insert(k, v), before.or(Some(v)), before.is_none()),
+            1 => (c.update(k, v), before.map(|_| v), before.is_some()),
+            2 => (c.delete(k), None, before.is_some()),
+            _ => {
+                assert_eq!(c.get(k).unwrap(), before, "key {k}");
+                continue;
+            }
+        };
+        match res {
+            Ok(d) => {
+                assert_eq!(d, done, "key {k}");
+                match after {
+                    Some(a) => model.insert(k, a),
+                    None => model.remove(&k),
+                };
+            }
+            Err(_) => {
+                return Outcome {
+                    model,
+                    pending: Some((k, before, after)),
+                    stats: c.stats(),
+                }
+            }
+        }
+    }
+    Outcome {
+        model,
+        pending: None,
+        stats: c.stats(),
+    }
+}
+
+#[test]
+fn writers_and_the_retrainer_get_past_a_writer_dying_at_a_random_point() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Retrain at every second split: models are rebuilt throughout.
+    let p = pool_with(seed, 2);
+    let retrainer = p.mem.start_retrainer();
+    const HOT: u64 = 2400;
+    const OPS: usize = 1500;
+    let cut = [
+        Cut::Nothing,
+        Cut::HalfOfFirst,
+        Cut::TearLastTo(LEAF_REGION),
+        Cut::BeforeLastTo(LEAF_REGION),
+    ][rng.random_range(0..4)];
+    let nth = rng.random_range(0..300);
+    eprintln!("the dying writer stops at its write doorbell {nth}, cut {cut:?}");
+    let loaded = std::sync::Arc::new(p.model.clone());
+    let mut threads = Vec::new();
+    for me in 0..4u64 {
+        let (fabric, node, loaded) = (p.fabric.clone(), p.node, loaded.clone());
+        threads.push(std::thread::spawn(move || {
+            // Its own compute node each: threads of one node share locks.
+            let mut ep = fabric.endpoint();
+            let cn = ComputeNode::connect(&mut ep, node).unwrap();
+            if me == 3 {
+                let stall = StallEndpoint::new(ep, LOG_REGION, nth, cut, Box::new(|| {}));
+                writer(cn.client(stall), me, seed, OPS, HOT, &loaded)
+            } else {
+                writer(cn.client(ep), me, seed, OPS, HOT, &loaded)
+            }
+        }));
+    }
+    let outcomes: Vec<Outcome> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    // Each writer's keys as it acknowledged them.
+    let mut model = p.model.clone();
+    for k in 0..HOT {
+        match outcomes[(k % 4) as usize].model.get(&k) {
+            Some(&v) => model.insert(k, v),
+            None => model.remove(&k),
+        };
+    }
+    for (me, o) in outcomes.iter().enumerate().take(3) {
+        assert!(o.pending.is_none(), "live writer {me} failed");
+    }
+    let mut c = p.cn.client(p.fabric.endpoint());
+    if let Some((k, before, after)) = outcomes[3].pending {
+        // Not acknowledged: as before or as applied, nothing else.
+        let now = c.get(k).unwrap();
+        assert!(
+            now == before || now == after,
+            "key {k}: {now:?}, not {before:?} or {after:?}"
+        );
+        // A write to its chain must get past the dead writer's lock.
+        let v = 0xD1ED;
+        match now {
+            Some(_) => assert!(c.update(k, v).unwrap()),
+            None => assert!(c.insert(k, v).unwrap()),
+        }
+        model.insert(k, v);
+        let steals = outcomes.iter().map(|o| o.stats.steals).sum::<u64>()
+            + c.stats().steals
+            + retrainer.stats().steals.load(Ordering::Relaxed);
+        eprintln!("steals {steals}, retrainer {:?}", retrainer.stats());
+        assert!(steals >= 1, "the dead writer's lock was stolen");
+    }
+    // Every key read back, one by one and in one scan, through the client
+    // whose cache is the oldest (loaded before any retraining), and by a
+    // fresh compute node once the retrainer has stopped.
+    for k in 0..HOT + 100 {
+        assert_eq!(c.get(k).unwrap(), model.get(&k).copied(), "key {k}");
+    }
+    check_all(&mut c, &model);
+    drop(retrainer);
+    let mut ep = p.fabric.endpoint();
+    let fresh = ComputeNode::connect(&mut ep, p.node).unwrap();
+    check_all(&mut fresh.client(ep), &model);
 }
