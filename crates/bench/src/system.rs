@@ -427,14 +427,17 @@ impl System for BaselineLocal {
     }
 }
 
-/// The systems a local run can load, by name.
-pub const SYSTEMS: [&str; 6] = [
+/// The systems a local run can load, by name. `xstore-d` is XStore with
+/// its server limited to one RPC worker: the ROLEX paper's XStore-D, the
+/// baseline whose memory node has the one weak core ROLEX's retrainer has.
+pub const SYSTEMS: [&str; 7] = [
     "xstore",
     "server-centric",
     "tree-cache",
     "whole-tree-cache",
     "rolex",
     "histore",
+    "xstore-d",
 ];
 
 /// Options of [`load_local`] beyond the XStore ones.
@@ -469,6 +472,13 @@ pub fn load_local(
     use crate::baselines::Baseline;
     let kind = match name {
         "xstore" => return Ok(Box::new(XStoreLocal::load(pairs, o)?)),
+        "xstore-d" => {
+            let one_worker = XStoreOptions {
+                server_workers: Some(1),
+                ..o
+            };
+            return Ok(Box::new(XStoreLocal::load(pairs, one_worker)?));
+        }
         "rolex" => return Ok(Box::new(crate::rolex_system::RolexLocal::load(pairs, o)?)),
         "histore" => {
             return Ok(Box::new(crate::histore_system::HiStoreLocal::load(

@@ -10,39 +10,57 @@
 //!   SLT (two more when the model was retrained: the new block's head,
 //!   then its tables) and a retry.
 //! * SCAN: the GET round trip, then the following chains in one doorbell.
-//! * INSERT / UPDATE / DELETE: fetch like GET (1), CAS-lock the LT entry
-//!   with the re-read of the chain in the same doorbell (1), write the
-//!   changed leaves and unlock in one doorbell (1): 3 round trips, no RPC.
-//!   A write of an absent key (update, delete) or a present one (insert)
-//!   ends after the fetch. A full leaf adds one doorbell of two FAAs
-//!   (`alloc_num`, `slot_use`): 4 round trips; the split that takes the
-//!   model's `retrain_at`-th SLT slot also queues the model in the CirQ
-//!   (an FAA of the tail, then a WRITE of the slot: 2 more).
+//! * INSERT / UPDATE / DELETE: fetch like GET (1), CAS the chain's lock
+//!   word with the re-read of the LT entry and the chain in the same
+//!   doorbell (1), then one doorbell (1) of the redo record, the changed
+//!   leaves (and SLT slots and LT entry) and the lock word's release: 3
+//!   round trips, no RPC. A write of an absent key (update, delete) or a
+//!   present one (insert) ends after the fetch. A full leaf adds one
+//!   doorbell of two FAAs (`alloc_num`, `slot_use`): 4 round trips; the
+//!   split that takes the model's `retrain_at`-th SLT slot also queues the
+//!   model in the CirQ (an FAA of the tail, then a WRITE of the slot: 2
+//!   more). A client's first write takes its owner id (one FAA, once).
+//!
+//! # Leases
+//!
+//! Lock words carry their holder and lease ([`crate::lease`]). A writer
+//! that finds a chain locked retries its CAS; once it has seen the same
+//! word for longer than the lease it names, it CASes that word to its
+//! own (stealing it) and reads the old holder's redo slot in the same
+//! doorbell; a record written under the stolen word is written again in
+//! full (one more doorbell) before the chain is read. A holder that sees
+//! half its lease gone before its write doorbell renews first (one CAS;
+//! if that fails, its lock was stolen and the write starts over unmade).
+//! A GET that finds a chain torn for a quarter of a lease takes and
+//! releases its lock, which repairs the chain the same way.
 //!
 //! # Retrained models
 //!
-//! The retrainer ([`crate::retrain`]) locks every LT entry of the old
-//! block for good, rewrites the leaves' fences and links, and only then
-//! points the model's directory word at the new block. A reader with the
-//! old block sees chains that no longer match its cache and refreshes; a
+//! The retrainer ([`crate::retrain`]) locks every chain of the old block
+//! for good, rewrites the leaves' fences and links, and only then points
+//! the model's directory word at the new block. A reader with the old
+//! block sees chains that no longer match its cache and refreshes; a
 //! writer's lock CAS reads the directory word in the same doorbell, so a
 //! writer spinning on a retired block notices the swap and starts over.
 //!
 //! Verbs of one batch are executed in posting order on every backend of
 //! the fabric (as on an RDMA RC queue pair); the chain versions of
-//! [`crate::layout`] rely on it.
+//! [`crate::layout`] and the redo records rely on it.
 //!
 //! # Lock sharing
 //!
 //! Threads of one compute node writing the same chain queue on a local
-//! lock; a thread that finishes with another one waiting leaves the remote
-//! lock set and hands it over, so the waiter skips its CAS and the
-//! releasing WRITE (§3.4, "other threads of C_node can leverage the
-//! acquired lock").
+//! lock; a thread that finishes with another one waiting releases the
+//! remote lock to a fresh lock word of its own instead of to free, and
+//! the waiter swaps that word for its own with a CAS that replaces the
+//! lock CAS (so it costs no round trip) and restarts the lease, so the
+//! chain is never held under one word for longer than a lease (§3.4,
+//! "other threads of C_node can leverage the acquired lock").
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use fabric::{Batch, Counters, Endpoint, NodeId, OpHandle, MAX_BATCH_OPS, MAX_VERB_BYTES};
 use xtree::layout::le_word;
@@ -50,9 +68,13 @@ use xtree::layout::le_word;
 use crate::error::RolexError;
 use crate::layout::{
     BlockHead, Entry, LeafImage, LeafLayout, LeafReject, TableLayout, ALLOC_NUM_WORD,
-    BLOCK_HEAD_WORDS, LOCK_BIT, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+    BLOCK_HEAD_WORDS, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
-use crate::memory::{LEAF_REGION, TABLE_REGION};
+use crate::lease::{
+    self, LockWord, LogLayout, RedoRecord, RedoReject, RedoWrite, Target, DEFAULT_LEASE_MS,
+    SLOTS_WORD, SLOT_BYTES_WORD,
+};
+use crate::memory::{LEAF_REGION, LOG_REGION, TABLE_REGION};
 
 /// Attempts of one fetch (torn reads, stale tables, a missed prediction,
 /// a model being retrained) before it gives up; past the first few, each
@@ -84,9 +106,28 @@ struct ModelCache {
 /// The local half of a chain lock, shared by the node's threads.
 #[derive(Debug, Default)]
 struct LocalLock {
-    /// The LT entry (unlocked form) while this node holds the remote lock.
+    /// Set while a thread that released the chain handed the remote lock
+    /// over to the next waiting sibling: the lock word it left: the next thread swaps it for its own.
     held: Mutex<Option<u64>>,
     waiters: AtomicUsize,
+}
+
+/// A lock word this client holds, where it is, and when the CAS that
+/// took it (or the last renewal) was posted, on this client's clock.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    token: u64,
+    /// Byte offset of the lock word in the table region.
+    lk: u64,
+    since: Instant,
+}
+
+/// A lock taken: the LT entry read under it, the lease, and the chain's
+/// READs from the lock's doorbell when they can be trusted as they are.
+struct Got {
+    entry: u64,
+    lease: Lease,
+    fetched: Option<Fetched>,
 }
 
 /// A compute node: what its threads share.
@@ -103,6 +144,10 @@ pub struct ComputeNode {
     models: Vec<RwLock<ModelCache>>,
     /// Chain locks by (block, LT entry).
     locks: Mutex<HashMap<(u64, usize), Arc<LocalLock>>>,
+    /// The log region's layout: redo slots of the owners.
+    log: LogLayout,
+    /// The lease this node's writers name in their lock words.
+    lease: Duration,
 }
 
 /// One leaf of a chain: its number and the SLT slot naming it (0 for the
@@ -143,7 +188,7 @@ enum Bad {
 }
 
 fn decode_tables(bytes: &[u8], n: usize) -> (Vec<u64>, Vec<u64>) {
-    let lt = (0..n).map(|i| le_word(bytes, i) & !LOCK_BIT).collect();
+    let lt = (0..n).map(|i| le_word(bytes, i) & !(1 << 63)).collect();
     let slt = (0..SLT_SLOTS).map(|s| le_word(bytes, n + s)).collect();
     (lt, slt)
 }
@@ -200,6 +245,16 @@ impl ComputeNode {
             )));
         }
         let tl = TableLayout::new(models as usize, cirq as usize);
+        b.clear();
+        let h = b.read(LOG_REGION, 0, 24);
+        ep.post(node, &mut b)?;
+        let log = {
+            let bytes = b.read_bytes(h)?;
+            let (slots, slot_bytes) = (le_word(bytes, SLOTS_WORD), le_word(bytes, SLOT_BYTES_WORD));
+            LogLayout::from_header(leaf, slots, slot_bytes).ok_or_else(|| {
+                corrupt("log header", format!("{slots} slots of {slot_bytes} bytes"))
+            })?
+        };
         // The directory, in READs of at most MAX_VERB_BYTES.
         let mut dir = Vec::with_capacity(models as usize);
         let per = (MAX_VERB_BYTES / 8) as usize;
@@ -239,6 +294,8 @@ impl ComputeNode {
             smallest,
             models: caches,
             locks: Mutex::new(HashMap::new()),
+            log,
+            lease: Duration::from_millis(DEFAULT_LEASE_MS as u64),
         }))
     }
 
@@ -250,6 +307,9 @@ impl ComputeNode {
             batch: Batch::new(),
             buf: Vec::new(),
             writes: Vec::new(),
+            plan: Vec::new(),
+            owner: None,
+            seq: 0,
             stats: ClientStats::default(),
         }
     }
@@ -343,6 +403,14 @@ pub struct ClientStats {
     pub unlinks: u64,
     /// Models this client queued for retraining.
     pub queued: u64,
+    /// Locks stolen from holders whose lease ran out.
+    pub steals: u64,
+    /// Redo records replayed after a steal (the holder died mid-write).
+    pub replays: u64,
+    /// Leases renewed before writing (half the lease had passed).
+    pub renewals: u64,
+    /// Chains that stayed torn and whose lock a GET took to repair them.
+    pub repairs: u64,
 }
 
 /// A write.
@@ -366,10 +434,12 @@ struct Written {
 
 /// How a lock attempt ended.
 enum Locked {
-    /// Held: the entry's value and the chain's READs from the same doorbell.
-    Yes(u64, Fetched),
+    /// Held.
+    Yes(Got),
     /// The model was retrained: its block is retired.
     Moved,
+    /// The lock a sibling handed over was stolen meanwhile.
+    Lost,
 }
 
 /// One thread's client of a [`ComputeNode`].
@@ -380,6 +450,12 @@ pub struct Client<E: Endpoint> {
     buf: Vec<u8>,
     /// WRITEs of the batch being built, checked after it is posted.
     writes: Vec<OpHandle>,
+    /// WRITEs a lock holder plans, posted after their redo record.
+    plan: Vec<RedoWrite>,
+    /// Owner id (its redo slot), taken on the first write.
+    owner: Option<u16>,
+    /// Lock words taken so far (the sequence of the next one).
+    seq: u32,
     stats: ClientStats,
 }
 
@@ -640,7 +716,27 @@ impl<E: Endpoint> Client<E> {
         let m = self.cn.model_of_key(key);
         let mut why = "torn read";
         let mut window: Option<(usize, usize)> = None;
-        for attempt in 0..MAX_ATTEMPTS {
+        // A chain torn since when: torn for long, its writer may have died
+        // mid-write, and taking its lock repairs it.
+        let mut torn: Option<(usize, Instant)> = None;
+        let started = Instant::now();
+        for attempt in 0.. {
+            // The bound on attempts is also a bound on time: a few leases,
+            // so that a GET outlasts a dead writer's lock.
+            if attempt >= MAX_ATTEMPTS && started.elapsed() > 4 * self.cn.lease {
+                break;
+            }
+            if let Some((i, since)) = torn {
+                // A live writer tears a chain for microseconds; a quarter
+                // lease is abnormal. Taking the lock is harmless if its
+                // holder is alive (we wait for it), and steals only after
+                // the lock word stood still for a whole lease.
+                if since.elapsed() > self.cn.lease / 4 {
+                    self.stats.repairs += 1;
+                    self.repair(m, i)?;
+                    torn = None;
+                }
+            }
             if attempt > 0 {
                 self.stats.retries += 1;
                 self.backoff(attempt);
@@ -674,7 +770,11 @@ impl<E: Endpoint> Client<E> {
                         target = Some(k);
                         break;
                     }
-                    Err(LeafReject::Torn) => {}
+                    Err(LeafReject::Torn) => {
+                        if torn.is_none_or(|t| t.0 != f.i) {
+                            torn = Some((f.i, Instant::now()));
+                        }
+                    }
                     Err(LeafReject::Corrupt) => return Err(corrupt_leaf(m, f.i)),
                 }
             }
@@ -702,7 +802,12 @@ impl<E: Endpoint> Client<E> {
                     window = None;
                     continue;
                 }
-                Err((Bad::Torn, _)) => why = "torn chain",
+                Err((Bad::Torn, _)) => {
+                    why = "torn chain";
+                    if torn.is_none_or(|t| t.0 != i) {
+                        torn = Some((i, Instant::now()));
+                    }
+                }
                 Err((Bad::Corrupt, i)) => return Err(corrupt_leaf(m, i)),
             }
             window = Some((i, i));
@@ -732,52 +837,41 @@ impl<E: Endpoint> Client<E> {
             lock.waiters.fetch_add(1, Ordering::AcqRel);
             let mut held = lock.held.lock().unwrap_or_else(|e| e.into_inner());
             lock.waiters.fetch_sub(1, Ordering::AcqRel);
-            let lt_off = TableLayout::lt_offset(off, i);
-            let (entry, prefetched) = match *held {
-                Some(e) => {
-                    self.stats.shared_locks += 1;
-                    (e, None)
+            // A sibling that handed the remote lock over left its word in
+            // the lock; take it over with a CAS so the lease is ours.
+            let handed = held.take();
+            if handed.is_some() {
+                self.stats.shared_locks += 1;
+            }
+            let got = match self.lock_remote(m, i, off, handed)? {
+                Locked::Yes(g) => g,
+                Locked::Moved => {
+                    drop(held);
+                    self.refresh(m)?;
+                    continue;
                 }
-                None => match self.lock_remote(m, i, off)? {
-                    Locked::Yes(e, f) => (e, Some(f)),
-                    Locked::Moved => {
-                        drop(held);
-                        self.refresh(m)?;
-                        continue;
-                    }
-                },
+                Locked::Lost => continue,
             };
-            *held = Some(entry);
-            self.writes.clear();
-            let result = self.locked_write(&chain, entry, prefetched, key, op);
+            let result = self.locked_write(&chain, got.entry, got.fetched, key, op);
+            let Some(lease) = self.keep_lease(got.lease)? else {
+                continue;
+            };
             // Hand the remote lock to a sibling thread if one waits.
             let keep = lock.waiters.load(Ordering::Acquire) > 0;
             let new_entry = match &result {
                 Ok(r) => r.entry,
-                Err(_) => {
-                    self.batch.clear();
-                    self.writes.clear();
-                    entry
-                }
+                Err(_) => got.entry,
             };
-            let word = if keep {
-                new_entry | LOCK_BIT
-            } else {
-                new_entry
-            };
-            let unlock = self.batch.write(TABLE_REGION, lt_off, &word.to_le_bytes());
-            self.writes.push(unlock);
-            let posted = self.ep.post(self.cn.node, &mut self.batch);
-            *held = if keep && posted.is_ok() {
-                Some(new_entry)
-            } else {
-                None
-            };
+            let handover = keep.then(|| self.next_token()).transpose()?;
+            self.post_writes(
+                &lease,
+                TableLayout::lt_offset(off, i),
+                (new_entry != got.entry).then_some(new_entry),
+                handover.unwrap_or(LockWord::FREE),
+                result.is_ok(),
+            )
+            .inspect(|_| *held = handover)?;
             drop(held);
-            posted?;
-            for h in &self.writes {
-                self.batch.status(*h)?;
-            }
             match result {
                 Ok(r) => {
                     self.stats.splits += r.splits;
@@ -796,45 +890,216 @@ impl<E: Endpoint> Client<E> {
         })
     }
 
-    /// CAS-locks LT entry `i` of model `m`'s block `off`, reading the
-    /// directory word and the cached chain in the same doorbell (the READs
-    /// execute after the CAS, so they see what the lock holder may trust).
-    fn lock_remote(&mut self, m: usize, i: usize, off: u64) -> Result<Locked, RolexError> {
-        let lt_off = TableLayout::lt_offset(off, i);
-        let mut expected = {
+    /// Posts the write doorbell of a lock holder: the redo record, the
+    /// planned WRITEs (if `apply`), the new LT entry (`entry`, for the LT
+    /// word at byte `lt`), and `release` into the lock word, in this
+    /// order; then checks every WRITE.
+    fn post_writes(
+        &mut self,
+        lease: &Lease,
+        lt: u64,
+        entry: Option<u64>,
+        release: u64,
+        apply: bool,
+    ) -> Result<(), RolexError> {
+        let token = lease.token;
+        self.batch.clear();
+        self.writes.clear();
+        if !apply {
+            self.plan.clear();
+        }
+        if let Some(e) = entry.filter(|_| apply) {
+            self.plan.push(RedoWrite {
+                target: Target::Tables,
+                offset: lt,
+                data: e.to_le_bytes().to_vec(),
+            });
+        }
+        if !self.plan.is_empty() {
+            let record = RedoRecord {
+                token,
+                writes: std::mem::take(&mut self.plan),
+            };
+            record.encode(&mut self.buf);
+            let owner = LockWord::decode(token).owner;
+            let at = self.cn.log.slot_offset(owner);
+            self.writes
+                .push(self.batch.write(LOG_REGION, at, &self.buf));
+            for w in &record.writes {
+                let region = match w.target {
+                    Target::Leaves => LEAF_REGION,
+                    Target::Tables => TABLE_REGION,
+                };
+                self.writes
+                    .push(self.batch.write(region, w.offset, &w.data));
+            }
+            self.plan = record.writes;
+            self.plan.clear();
+        }
+        self.writes.push(
+            self.batch
+                .write(TABLE_REGION, lease.lk, &release.to_le_bytes()),
+        );
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        for h in &self.writes {
+            self.batch.status(*h)?;
+        }
+        Ok(())
+    }
+
+    /// This client's owner id, taken from the log region on first use.
+    fn owner(&mut self) -> Result<u16, RolexError> {
+        if let Some(o) = self.owner {
+            return Ok(o);
+        }
+        self.batch.clear();
+        let h = self
+            .batch
+            .faa(LOG_REGION, (lease::OWNERS_WORD * 8) as u64, 1);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        let o = self.batch.atomic_result(h)? + 1;
+        if o > self.cn.log.slots() {
+            return Err(RolexError::OwnersExhausted {
+                slots: self.cn.log.slots(),
+            });
+        }
+        self.owner = Some(o as u16);
+        Ok(o as u16)
+    }
+
+    /// A lock word never written before by this client.
+    fn next_token(&mut self) -> Result<u64, RolexError> {
+        let owner = self.owner()?;
+        self.seq = self.seq.wrapping_add(1);
+        let lease_ms = self.cn.lease.as_millis().clamp(1, u16::MAX as u128) as u16;
+        Ok(LockWord::held(owner, lease_ms, self.seq).encode())
+    }
+
+    /// A holder keeps to its lease: past half of it, it renews (which
+    /// fails if the lock was stolen) before it writes anything, the lock
+    /// word included. `None`: the lock is lost, write nothing.
+    fn keep_lease(&mut self, lease: Lease) -> Result<Option<Lease>, RolexError> {
+        if lease.since.elapsed() < self.cn.lease / 2 {
+            return Ok(Some(lease));
+        }
+        self.renew(lease)
+    }
+
+    /// Swaps our lock word for a fresh one: the lease starts again, or
+    /// `None` if the lock was stolen (nothing may be written).
+    fn renew(&mut self, lease: Lease) -> Result<Option<Lease>, RolexError> {
+        let next = self.next_token()?;
+        let since = Instant::now();
+        self.batch.clear();
+        let h = self.batch.cas(TABLE_REGION, lease.lk, lease.token, next);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        self.stats.renewals += 1;
+        if self.batch.atomic_result(h)? != lease.token {
+            self.plan.clear();
+            return Ok(None);
+        }
+        Ok(Some(Lease {
+            token: next,
+            since,
+            ..lease
+        }))
+    }
+
+    /// Takes chain `i`'s lock word of model `m`'s block `off` with CAS
+    /// (from free, or from `handed` when a sibling handed it over),
+    /// reading the directory word, the LT entry and the cached chain in
+    /// the same doorbell (the READs execute after the CAS, so they see
+    /// what the lock holder may trust). A lock word seen unchanged for
+    /// longer than its lease is stolen and its owner's redo record
+    /// replayed ([`crate::lease`]).
+    fn lock_remote(
+        &mut self,
+        m: usize,
+        i: usize,
+        off: u64,
+        handed: Option<u64>,
+    ) -> Result<Locked, RolexError> {
+        let (n, cached) = {
             let c = self.cn.model(m);
             if c.off != off {
+                // A lock a sibling handed over on a block retrained since
+                // is left to its lease: the retrainer, waiting on it,
+                // steals it then.
                 return Ok(Locked::Moved);
             }
-            c.lt[i]
+            (c.lt.len(), c.lt[i])
         };
+        let lk = TableLayout::lk_offset(off, n, i);
+        let lt = TableLayout::lt_offset(off, i);
+        let mut expected = handed.unwrap_or(LockWord::FREE);
+        let mut seen = (expected, Instant::now());
         for attempt in 0..MAX_LOCK_ATTEMPTS {
+            let token = self.next_token()?;
+            let stealing = expected != LockWord::FREE && handed.is_none();
             self.batch.clear();
-            let h = self
-                .batch
-                .cas(TABLE_REGION, lt_off, expected, expected | LOCK_BIT);
+            let since = Instant::now();
+            let h = self.batch.cas(TABLE_REGION, lk, expected, token);
             let d = self.batch.read(TABLE_REGION, self.cn.tl.dir_offset(m), 8);
+            let e = self.batch.read(TABLE_REGION, lt, 8);
+            let redo = stealing.then(|| {
+                let owner = LockWord::decode(expected).owner.max(1);
+                let at = self
+                    .cn
+                    .log
+                    .slot_offset(owner.min(self.cn.log.slots() as u16));
+                self.batch.read(LOG_REGION, at, self.cn.log.slot_bytes())
+            });
             let mut f = self.fetch_into(m, i, i);
             self.ep.post(self.cn.node, &mut self.batch)?;
             let old = self.batch.atomic_result(h)?;
+            let dir = le_word(self.batch.read_bytes(d)?, 0);
             if old == expected {
-                return match f.pop() {
-                    Some(f) if f.off == off => Ok(Locked::Yes(expected, f)),
-                    // Our cache moved on meanwhile (a sibling refreshed):
-                    // the block we locked is retired.
-                    _ => {
-                        self.batch.clear();
-                        self.batch
-                            .write(TABLE_REGION, lt_off, &expected.to_le_bytes());
-                        self.ep.post(self.cn.node, &mut self.batch)?;
-                        Ok(Locked::Moved)
-                    }
+                let lease = Lease { token, lk, since };
+                let mut entry = le_word(self.batch.read_bytes(e)?, 0) & !(1 << 63);
+                let mut fetched = match f.pop() {
+                    Some(f) if f.off == off && dir == off && entry == cached => Some(f),
+                    _ => None,
                 };
+                if let Some(r) = redo {
+                    self.stats.steals += 1;
+                    let bytes = self.batch.read_bytes(r)?.to_vec();
+                    if let Some(e) = self.replay(&bytes, expected, lt)? {
+                        self.stats.replays += 1;
+                        entry = e;
+                        fetched = None;
+                    }
+                }
+                if dir != off || self.cn.model(m).off != off {
+                    // A retired block (or our cache moved on meanwhile):
+                    // let go of it.
+                    self.batch.clear();
+                    self.batch
+                        .write(TABLE_REGION, lk, &LockWord::FREE.to_le_bytes());
+                    self.ep.post(self.cn.node, &mut self.batch)?;
+                    return Ok(Locked::Moved);
+                }
+                return Ok(Locked::Yes(Got {
+                    entry,
+                    lease,
+                    fetched,
+                }));
             }
-            if le_word(self.batch.read_bytes(d)?, 0) != off {
+            if dir != off {
                 return Ok(Locked::Moved);
             }
-            if old & LOCK_BIT == 0 {
+            if handed.is_some() {
+                // Our sibling's word was stolen: its writes are done, ours
+                // starts over.
+                return Ok(Locked::Lost);
+            }
+            if old == LockWord::FREE {
+                expected = LockWord::FREE;
+                continue;
+            }
+            if old != seen.0 {
+                seen = (old, Instant::now());
+                expected = LockWord::FREE;
+            } else if LockWord::stealable(old, seen.1.elapsed().as_millis()) {
                 expected = old;
             } else if attempt % 4 == 3 {
                 std::thread::yield_now();
@@ -847,9 +1112,71 @@ impl<E: Endpoint> Client<E> {
         })
     }
 
+    /// The stealer's rule: if `bytes` (the stolen owner's redo slot) hold
+    /// a record written under `stolen`, WRITE it all again, in order, and
+    /// return the LT entry read after it (at byte `lt`).
+    fn replay(&mut self, bytes: &[u8], stolen: u64, lt: u64) -> Result<Option<u64>, RolexError> {
+        let record = match RedoRecord::decode(bytes) {
+            Ok(r) if r.token == stolen => r,
+            Ok(_) | Err(RedoReject::Incomplete) => return Ok(None),
+            Err(RedoReject::Corrupt) => {
+                return Err(corrupt("redo record", format!("token {stolen:#x}")))
+            }
+        };
+        self.batch.clear();
+        self.writes.clear();
+        for w in &record.writes {
+            let region = match w.target {
+                Target::Leaves => LEAF_REGION,
+                Target::Tables => TABLE_REGION,
+            };
+            self.writes
+                .push(self.batch.write(region, w.offset, &w.data));
+        }
+        let e = self.batch.read(TABLE_REGION, lt, 8);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        for h in &self.writes {
+            self.batch.status(*h)?;
+        }
+        Ok(Some(le_word(self.batch.read_bytes(e)?, 0) & !(1 << 63)))
+    }
+
+    /// Takes and releases chain `i`'s lock: a lapsed holder's lock is
+    /// stolen and its chain repaired on the way. What a reader does when a
+    /// chain stays torn for longer than a live writer would tear it.
+    fn repair(&mut self, m: usize, i: usize) -> Result<(), RolexError> {
+        let off = self.cn.model(m).off;
+        let lock = self.cn.local_lock(off, i);
+        let Ok(held) = lock.held.try_lock() else {
+            // A sibling thread is writing the chain: it is alive.
+            return Ok(());
+        };
+        if held.is_some() {
+            return Ok(());
+        }
+        match self.lock_remote(m, i, off, None)? {
+            Locked::Yes(g) => match self.keep_lease(g.lease)? {
+                Some(lease) => self.post_writes(
+                    &lease,
+                    TableLayout::lt_offset(off, i),
+                    None,
+                    LockWord::FREE,
+                    false,
+                ),
+                None => Ok(()),
+            },
+            Locked::Moved => {
+                drop(held);
+                self.refresh(m)
+            }
+            Locked::Lost => Ok(()),
+        }
+    }
+
     /// Under the chain lock: re-reads the chain (unless the lock's CAS
-    /// already did), applies `op`, and leaves the writes in `self.batch`
-    /// for the caller to post with the LT entry WRITE that unlocks.
+    /// already did), applies `op`, and leaves the writes in `self.plan`
+    /// for the caller to post after their redo record, with the LT entry
+    /// and the lock word's release.
     fn locked_write(
         &mut self,
         at: &Chain,
@@ -892,7 +1219,7 @@ impl<E: Endpoint> Client<E> {
         let n = self.cn.model(m).lt.len();
         let layout = self.cn.leaf;
         let found = c.find(key);
-        self.batch.clear();
+        self.plan.clear();
         let unchanged = Written {
             done: false,
             entry,
@@ -949,8 +1276,6 @@ impl<E: Endpoint> Client<E> {
                 // (Fig. 5). New leaf and SLT slot first, then the links,
                 // then the trained leaf with the new chain version.
                 let (leaf, slot) = self.allocate(m, off, n)?;
-                self.batch.clear();
-                self.writes.clear();
                 let ver = c.images[0].ver + 1;
                 let half = c.images[k].pairs.len() / 2;
                 let upper = c.images[k].pairs.split_off(half);
@@ -963,10 +1288,11 @@ impl<E: Endpoint> Client<E> {
                 };
                 let succ_slot = c.links.get(k + 1).map_or(0, |l| l.slot);
                 syn.encode(layout, &mut self.buf);
-                let h = self
-                    .batch
-                    .write(LEAF_REGION, layout.leaf_offset(leaf), &self.buf);
-                self.writes.push(h);
+                self.plan.push(RedoWrite {
+                    target: Target::Leaves,
+                    offset: layout.leaf_offset(leaf),
+                    data: self.buf.clone(),
+                });
                 self.push_slt(m, off, n, slot, Entry::new(leaf, succ_slot).encode());
                 let new = self.relink(&mut c, entry, k, leaf, slot);
                 Ok(Written {
@@ -1067,17 +1393,23 @@ impl<E: Endpoint> Client<E> {
         Ok(())
     }
 
+    /// Plans the WRITE of chain leaf `k`.
     fn push_leaf(&mut self, c: &Chain, k: usize) {
         c.images[k].encode(self.cn.leaf, &mut self.buf);
-        let off = self.cn.leaf.leaf_offset(c.links[k].leaf);
-        let h = self.batch.write(LEAF_REGION, off, &self.buf);
-        self.writes.push(h);
+        self.plan.push(RedoWrite {
+            target: Target::Leaves,
+            offset: self.cn.leaf.leaf_offset(c.links[k].leaf),
+            data: self.buf.clone(),
+        });
     }
 
+    /// Plans the WRITE of an SLT slot, and caches it.
     fn push_slt(&mut self, m: usize, off: u64, n: usize, slot: u8, word: u64) {
-        let at = TableLayout::slt_offset(off, n, slot as usize);
-        let h = self.batch.write(TABLE_REGION, at, &word.to_le_bytes());
-        self.writes.push(h);
+        self.plan.push(RedoWrite {
+            target: Target::Tables,
+            offset: TableLayout::slt_offset(off, n, slot as usize),
+            data: word.to_le_bytes().to_vec(),
+        });
         let mut c = self.cn.model_mut(m);
         if c.off == off {
             c.slt[slot as usize] = word;

@@ -49,4 +49,11 @@ pub enum RolexError {
         /// The model.
         model: usize,
     },
+    /// Every redo slot of the log region is taken: no more writer
+    /// clients can join this memory node.
+    #[error("all {slots} owner ids of the log region are taken")]
+    OwnersExhausted {
+        /// Redo slots of the log region.
+        slots: u64,
+    },
 }

@@ -69,7 +69,7 @@
 //! [80+8M+8N, ..)            model blocks, bump-allocated, never reused
 //! ```
 //!
-//! A model block (n = LT entries, B = (8 + n + 256) * 8 bytes):
+//! A model block (n = LT entries, B = (8 + 2n + 256) * 8 bytes):
 //!
 //! ```text
 //! word          field
@@ -84,12 +84,19 @@
 //! 8..8+n        leaf table (LT), trained leaf i of the model at entry i
 //! 8+n           SLT slot 0: slot_use (slots taken, FAA by 1 takes one)
 //! 9+n..8+n+256  SLT slots 1..=255: synonym leaf entries
+//! 8+n+256..     lock table (LK): lock word of chain i at 8+n+256+i
+//!               ([`crate::lease::LockWord`]: owner, lease, sequence)
 //! ```
+//!
+//! The LT and SLT are contiguous so that a compute node refreshes both with
+//! one READ; the lock words follow them, one per chain, because a lock
+//! that may be stolen must name its holder and lease, which do not fit in
+//! an LT entry beside a 48-bit leaf number.
 //!
 //! # LT / SLT entry
 //!
 //! ```text
-//! bit 63      lock (LT only; the lock of the whole chain)
+//! bit 63      reserved (0; the paper's lock bit, replaced by the LK word)
 //! bits 56..63 leaf region number (7 bits; one region, number 0, today)
 //! bits 48..56 pointer: SLT slot of the next synonym leaf (0 = none)
 //! bits 0..48  leaf number in the region
@@ -97,8 +104,9 @@
 
 use xtree::layout::{le_word, word_hash};
 
-/// Magic word at the start of the table region ("ROLEXTB2").
-pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXTB2");
+/// Magic word at the start of the table region ("ROLEXTB3": blocks with
+/// a lock table).
+pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"ROLEXTB3");
 
 /// Bytes before the first leaf of the leaf region.
 pub const LEAF_REGION_HEADER: u64 = 64;
@@ -121,20 +129,16 @@ pub const NO_LEAF: u64 = (1 << 48) - 1;
 /// Largest number of slots per leaf (the count is 8 bits).
 pub const MAX_SLOTS: usize = 255;
 
-/// The lock bit of an LT entry.
-pub const LOCK_BIT: u64 = 1 << 63;
 const LEAF_MASK: u64 = (1 << 48) - 1;
 
 const _: () = assert!(LeafLayout::new_const(16).leaf_bytes() == 296);
-const _: () = assert!(TableLayout::new(3, 16).block_bytes(64) == (8 + 64 + 256) * 8);
+const _: () = assert!(TableLayout::new(3, 16).block_bytes(64) == (8 + 2 * 64 + 256) * 8);
 const _: () = assert!(TableLayout::new(3, 16).blocks_start() == 64 + 24 + 16 + 128);
 const _: () = assert!(NO_LEAF == LEAF_MASK);
 
 /// An LT or SLT entry, unpacked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
-    /// Lock bit (LT entries only).
-    pub locked: bool,
     /// Leaf region number (7 bits).
     pub region: u8,
     /// SLT slot of the next synonym leaf; 0 = none.
@@ -144,10 +148,9 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// An unlocked entry of region 0.
+    /// An entry of region 0.
     pub fn new(leaf: u64, ptr: u8) -> Entry {
         Entry {
-            locked: false,
             region: 0,
             ptr,
             leaf,
@@ -156,16 +159,12 @@ impl Entry {
 
     /// Packs into the 8-byte word.
     pub fn encode(self) -> u64 {
-        (self.locked as u64) << 63
-            | ((self.region & 0x7F) as u64) << 56
-            | (self.ptr as u64) << 48
-            | (self.leaf & LEAF_MASK)
+        ((self.region & 0x7F) as u64) << 56 | (self.ptr as u64) << 48 | (self.leaf & LEAF_MASK)
     }
 
-    /// Unpacks a word (every bit pattern decodes).
+    /// Unpacks a word (every bit pattern decodes; bit 63 is ignored).
     pub fn decode(w: u64) -> Entry {
         Entry {
-            locked: w & LOCK_BIT != 0,
             region: ((w >> 56) & 0x7F) as u8,
             ptr: (w >> 48) as u8,
             leaf: w & LEAF_MASK,
@@ -187,7 +186,7 @@ impl LeafLayout {
             .then_some(LeafLayout { slots })
     }
 
-    const fn new_const(slots: usize) -> LeafLayout {
+    pub(crate) const fn new_const(slots: usize) -> LeafLayout {
         LeafLayout { slots }
     }
 
@@ -267,7 +266,7 @@ impl TableLayout {
 
     /// Bytes of a block with `n` LT entries.
     pub const fn block_bytes(&self, n: usize) -> u64 {
-        ((BLOCK_HEAD_WORDS + n + SLT_SLOTS) * 8) as u64
+        ((BLOCK_HEAD_WORDS + 2 * n + SLT_SLOTS) * 8) as u64
     }
 
     /// Byte offset of LT entry `i` in the block at `block`.
@@ -279,6 +278,12 @@ impl TableLayout {
     /// entries (slot 0 is `slot_use`).
     pub const fn slt_offset(block: u64, n: usize, s: usize) -> u64 {
         block + ((BLOCK_HEAD_WORDS + n + s) * 8) as u64
+    }
+
+    /// Byte offset of chain `i`'s lock word in the block at `block` with
+    /// `n` LT entries.
+    pub const fn lk_offset(block: u64, n: usize, i: usize) -> u64 {
+        block + ((BLOCK_HEAD_WORDS + n + SLT_SLOTS + i) * 8) as u64
     }
 }
 
@@ -442,14 +447,13 @@ mod tests {
     #[test]
     fn entry_round_trips_and_keeps_fields_apart() {
         let e = Entry {
-            locked: true,
             region: 0x7F,
             ptr: 255,
             leaf: NO_LEAF - 1,
         };
         assert_eq!(Entry::decode(e.encode()), e);
         assert_eq!(Entry::decode(Entry::new(5, 3).encode()).leaf, 5);
-        assert!(!Entry::decode(Entry::new(5, 3).encode()).locked);
+        assert_eq!(Entry::decode(Entry::new(5, 3).encode() | 1 << 63).leaf, 5);
     }
 
     #[test]

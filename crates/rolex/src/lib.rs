@@ -11,17 +11,22 @@
 //!   over [`fabric`] verbs, synonym leaves, lock sharing between threads.
 //! * [`retrain`] — the memory node's one retrainer thread: CirQ, in-place
 //!   retraining, shadow redirection.
+//! * [`lease`] — beyond the paper: lock words with an owner and a lease,
+//!   redo records, and the rule by which a lapsed lock is stolen and its
+//!   chain repaired, so a crashed compute node never blocks a chain.
 //!
-//! Not built yet: lock leases (a crashed lock holder blocks its chain) and
-//! more than one leaf region.
+//! Not built yet: more than one leaf region.
 
 pub mod client;
 pub mod error;
 pub mod layout;
+pub mod lease;
 pub mod memory;
 pub mod retrain;
 
 pub use client::{Client, ClientStats, ComputeNode};
 pub use error::RolexError;
-pub use memory::{LocalHost, MemoryNode, RegionHost, RolexConfig, LEAF_REGION, TABLE_REGION};
+pub use memory::{
+    LocalHost, MemoryNode, RegionHost, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION,
+};
 pub use retrain::{RetrainStats, Retrainer};

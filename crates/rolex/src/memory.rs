@@ -16,11 +16,15 @@ use crate::layout::{
     BlockHead, Entry, LeafImage, LeafLayout, TableLayout, ALLOC_NUM_WORD, BUMP_WORD, CAPACITY_WORD,
     NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
+use crate::lease::{LockWord, LogLayout, MAX_OWNER, OWNERS_WORD, SLOTS_WORD, SLOT_BYTES_WORD};
 
 /// Region id of the leaf region.
 pub const LEAF_REGION: RegionId = RegionId(0x524F_0001);
 /// Region id of the table region.
 pub const TABLE_REGION: RegionId = RegionId(0x524F_0002);
+/// Region id of the log region (redo slots of lock holders,
+/// [`crate::lease`]).
+pub const LOG_REGION: RegionId = RegionId(0x524F_0003);
 
 /// Settings of a ROLEX store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +47,9 @@ pub struct RolexConfig {
     pub retrain_at: u64,
     /// Bytes of the table region for retrained blocks.
     pub retrain_bytes: u64,
+    /// Redo slots of the log region: writer clients that may ever connect
+    /// to this memory node (each takes an owner id for good).
+    pub owners: u64,
 }
 
 impl Default for RolexConfig {
@@ -55,6 +62,7 @@ impl Default for RolexConfig {
             spare_leaves: 1 << 16,
             retrain_at: (SLT_SLOTS / 2) as u64,
             retrain_bytes: 16 << 20,
+            owners: 4096,
         }
     }
 }
@@ -98,6 +106,7 @@ pub struct MemoryNode {
     config: RolexConfig,
     pub(crate) leaves: Arc<Region>,
     pub(crate) tables: Arc<Region>,
+    pub(crate) log: Arc<Region>,
     pub(crate) leaf: LeafLayout,
     pub(crate) tl: TableLayout,
     trained: usize,
@@ -141,8 +150,8 @@ fn model_starts(
     Ok(starts)
 }
 
-/// Writes a model block at byte `off` of `tables`: head, LT entries
-/// (locked if `locked`), and an empty SLT.
+/// Writes a model block at byte `off` of `tables`: head, LT entries, an
+/// empty SLT and lock words (the memory node's if `locked`, else free).
 pub(crate) fn write_block(
     tables: &Region,
     off: u64,
@@ -156,13 +165,20 @@ pub(crate) fn write_block(
     }
     let lt = (TableLayout::lt_offset(off, 0) / 8) as usize;
     for (i, &leaf) in leaves.iter().enumerate() {
-        let mut e = Entry::new(leaf, 0);
-        e.locked = locked;
-        tables.store(lt + i, e.encode());
+        tables.store(lt + i, Entry::new(leaf, 0).encode());
     }
     let slt = (TableLayout::slt_offset(off, leaves.len(), 0) / 8) as usize;
     for s in 0..SLT_SLOTS {
         tables.store(slt + s, 0);
+    }
+    let lk = (TableLayout::lk_offset(off, leaves.len(), 0) / 8) as usize;
+    let word = if locked {
+        LockWord::RETIRED
+    } else {
+        LockWord::FREE
+    };
+    for i in 0..leaves.len() {
+        tables.store(lk + i, word);
     }
 }
 
@@ -202,6 +218,12 @@ impl MemoryNode {
                 config.retrain_at
             )));
         }
+        if !(1..=MAX_OWNER as u64).contains(&config.owners) {
+            return Err(RolexError::Config(format!(
+                "owners {} not in 1..={MAX_OWNER}",
+                config.owners
+            )));
+        }
         if pairs.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err(RolexError::Load("pairs must be sorted and distinct".into()));
         }
@@ -225,6 +247,11 @@ impl MemoryNode {
 
         let leaves = host.alloc(LEAF_REGION, layout.region_bytes(capacity), Rights::ALL)?;
         let tables = host.alloc(TABLE_REGION, table_bytes.next_multiple_of(64), Rights::ALL)?;
+        let log_layout = LogLayout::new(layout, config.owners);
+        let log = host.alloc(LOG_REGION, log_layout.region_bytes(), Rights::ALL)?;
+        log.store(OWNERS_WORD, 0);
+        log.store(SLOTS_WORD, log_layout.slots());
+        log.store(SLOT_BYTES_WORD, log_layout.slot_bytes());
 
         let mut buf = Vec::new();
         for j in 0..trained {
@@ -283,10 +310,12 @@ impl MemoryNode {
         debug_assert_eq!(header.len(), BUMP_WORD + 1);
         host.register(leaves.clone())?;
         host.register(tables.clone())?;
+        host.register(log.clone())?;
         Ok(MemoryNode {
             config,
             leaves,
             tables,
+            log,
             leaf: layout,
             tl,
             trained,

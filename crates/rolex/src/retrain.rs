@@ -6,19 +6,22 @@
 //!
 //! # Shadow redirection, step by step
 //!
-//! 1. Lock every LT entry of the old block (waiting for writers inside).
-//!    The old block stays locked for good: it is retired.
-//! 2. Read the chains (stable now) and build the new block, its LT
-//!    entries locked, in fresh table space; the directory still names the
+//! 1. Lock every chain of the old block: its lock word becomes the memory
+//!    node's, waiting for writers inside, or stealing (and repairing) the
+//!    lock of a writer whose lease ran out ([`crate::lease`]). The old
+//!    block stays locked for good: it is retired.
+//! 2. Read the chains (stable now) and build the new block, its lock
+//!    words the memory node's, in fresh table space; the directory still names the
 //!    old block, so compute nodes keep using the old model.
 //! 3. Rewrite every kept leaf's header: its own fences, no `next`, and a
 //!    chain version above its old chain's, so a reader holding the old
 //!    model sees links or fences that disagree with its cache (or a
 //!    version above its trained leaf's) and refreshes instead of trusting
-//!    a mix.
+//!    a mix. Emptied leaves are dropped, and get empty fences (low above
+//!    high) so that a reader holding the old model never trusts one.
 //! 4. Point the directory word at the new block: readers that refresh now
 //!    find the new block, whose chains match the rewritten leaves.
-//! 5. Unlock the new block's LT entries. Writers spinning on the retired
+//! 5. Free the new block's lock words. Writers spinning on the retired
 //!    block read the directory word in their CAS doorbell and start over.
 //!
 //! Writes to one model pause for the duration (steps 1–5; microseconds
@@ -37,13 +40,15 @@ use std::time::{Duration, Instant};
 use fabric::Region;
 
 use crate::layout::{
-    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, BLOCK_HEAD_WORDS, BUMP_WORD, LOCK_BIT,
-    NO_LEAF, SLT_SLOTS,
+    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, BLOCK_HEAD_WORDS, BUMP_WORD, NO_LEAF,
+    SLT_SLOTS,
 };
+use crate::lease::{LockWord, LogLayout, RedoRecord, Target};
 use crate::memory::{fit_leaves, write_block, MemoryNode};
 
 /// How long the retrainer waits for a writer's lock before it gives the
-/// model up (the writer's lock then stays the writer's).
+/// model up (the writer's lock then stays the writer's): well above any
+/// lease, so a dead writer's lock is stolen long before.
 const LOCK_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Counts of a retrainer's work.
@@ -56,6 +61,10 @@ pub struct RetrainStats {
     /// Rebuilds abandoned (lock not free in time, no table space, or
     /// chains that were not sorted); the old block stays in service.
     pub abandoned: AtomicU64,
+    /// Locks stolen from writers whose lease ran out.
+    pub steals: AtomicU64,
+    /// Redo records replayed after a steal.
+    pub replays: AtomicU64,
 }
 
 /// The retrainer thread; stopped and joined on drop.
@@ -93,8 +102,10 @@ impl Drop for Retrainer {
 struct Pool {
     leaves: Arc<Region>,
     tables: Arc<Region>,
+    log: Arc<Region>,
     leaf: LeafLayout,
     tl: TableLayout,
+    log_layout: LogLayout,
 }
 
 impl MemoryNode {
@@ -103,8 +114,10 @@ impl MemoryNode {
         let pool = Pool {
             leaves: self.leaves.clone(),
             tables: self.tables.clone(),
+            log: self.log.clone(),
             leaf: self.leaf,
             tl: self.tl,
+            log_layout: LogLayout::new(self.leaf, self.config().owners),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(RetrainStats::default());
@@ -146,7 +159,7 @@ impl Pool {
                 stats.skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let c = if self.retrain(m, off) {
+            let c = if self.retrain(m, off, stats) {
                 &stats.retrained
             } else {
                 &stats.abandoned
@@ -165,27 +178,41 @@ impl Pool {
     }
 
     /// Rebuilds model `m` from its block at `off`; false if abandoned.
-    fn retrain(&self, m: usize, off: u64) -> bool {
+    fn retrain(&self, m: usize, off: u64, stats: &RetrainStats) -> bool {
         let Some(head) = self.head(off) else {
             return false;
         };
         let n = head.n;
-        if TableLayout::slt_offset(off, n, SLT_SLOTS) > self.tables.len_bytes() {
+        if TableLayout::lk_offset(off, n, n) > self.tables.len_bytes() {
             return false;
         }
-        let lt = word(TableLayout::lt_offset(off, 0));
+        let lk = word(TableLayout::lk_offset(off, n, 0));
         // 1. Lock every chain.
         let start = Instant::now();
         for i in 0..n {
+            // The lock word seen and since when (the lease is measured on
+            // our clock: the memory has none).
+            let mut seen = (LockWord::FREE, Instant::now());
             loop {
-                let cur = self.tables.load(lt + i);
-                if cur & LOCK_BIT == 0
-                    && self.tables.compare_exchange(lt + i, cur, cur | LOCK_BIT) == cur
+                let cur = self
+                    .tables
+                    .compare_exchange(lk + i, LockWord::FREE, LockWord::RETIRED);
+                if cur == LockWord::FREE {
+                    break;
+                }
+                if cur != seen.0 {
+                    seen = (cur, Instant::now());
+                } else if LockWord::stealable(cur, seen.1.elapsed().as_millis())
+                    && self.tables.compare_exchange(lk + i, cur, LockWord::RETIRED) == cur
                 {
+                    stats.steals.fetch_add(1, Ordering::Relaxed);
+                    if self.replay(cur) {
+                        stats.replays.fetch_add(1, Ordering::Relaxed);
+                    }
                     break;
                 }
                 if start.elapsed() > LOCK_PATIENCE {
-                    self.unlock(lt, i);
+                    self.unlock(lk, i);
                     return false;
                 }
                 std::thread::yield_now();
@@ -193,7 +220,7 @@ impl Pool {
         }
         // 2. Every leaf of every chain, in key order.
         let Some(seq) = self.chains(off, n) else {
-            self.unlock(lt, n);
+            self.unlock(lk, n);
             return false;
         };
         let mut kept: Vec<(u64, LeafImage)> = seq
@@ -211,7 +238,7 @@ impl Pool {
             .windows(2)
             .all(|w| w[0] < w[1]);
         if !sorted {
-            self.unlock(lt, n);
+            self.unlock(lk, n);
             return false;
         }
         let lows: Vec<u64> = kept
@@ -228,7 +255,7 @@ impl Pool {
             .checked_add(bytes)
             .is_none_or(|end| end > self.tables.len_bytes())
         {
-            self.unlock(lt, n);
+            self.unlock(lk, n);
             return false;
         }
         self.tables.store(BUMP_WORD, new + bytes);
@@ -255,21 +282,77 @@ impl Pool {
             .encode(self.leaf, &mut buf);
             self.leaves.copy_in(self.leaf.leaf_offset(*leaf), &buf);
         }
+        // A dropped (empty) leaf keeps no key, but a reader whose cache
+        // still holds the old block may take it, alone, for the chain of
+        // its old fences, whose keys now live in the kept leaf before it:
+        // its fences become empty (low u64::MAX, high 0), so no key is ever
+        // looked up in it and the reader refreshes.
+        for (leaf, img) in seq.iter().filter(|(_, img)| img.pairs.is_empty()) {
+            if kept.iter().any(|(l, _)| l == leaf) {
+                continue;
+            }
+            LeafImage {
+                ver: img.ver + 1,
+                next: NO_LEAF,
+                low: u64::MAX,
+                high: 0,
+                pairs: Vec::new(),
+            }
+            .encode(self.leaf, &mut buf);
+            self.leaves.copy_in(self.leaf.leaf_offset(*leaf), &buf);
+        }
         // 4. Redirect, 5. open the new block.
         self.tables.store(word(self.tl.dir_offset(m)), new);
-        let new_lt = word(TableLayout::lt_offset(new, 0));
-        for (i, &leaf) in numbers.iter().enumerate() {
-            self.tables.store(new_lt + i, Entry::new(leaf, 0).encode());
+        let new_lk = word(TableLayout::lk_offset(new, numbers.len(), 0));
+        for i in 0..numbers.len() {
+            self.tables.store(new_lk + i, LockWord::FREE);
         }
         true
     }
 
-    /// Clears the lock bit of the first `upto` entries from word `lt` on.
-    fn unlock(&self, lt: usize, upto: usize) {
+    /// Frees the first `upto` lock words from word `lk` on.
+    fn unlock(&self, lk: usize, upto: usize) {
         for i in 0..upto {
-            let cur = self.tables.load(lt + i);
-            self.tables.store(lt + i, cur & !LOCK_BIT);
+            self.tables.store(lk + i, LockWord::FREE);
         }
+    }
+
+    /// The stealer's rule ([`crate::lease`]) with the memory at hand: the
+    /// redo record of the stolen word's owner, if it was written under
+    /// that word, is written again in full. True if one was replayed.
+    fn replay(&self, stolen: u64) -> bool {
+        let owner = LockWord::decode(stolen).owner;
+        if owner == 0 || owner as u64 > self.log_layout.slots() {
+            return false;
+        }
+        let at = self.log_layout.slot_offset(owner);
+        let mut bytes = vec![0u8; self.log_layout.slot_bytes() as usize];
+        if at + bytes.len() as u64 > self.log.len_bytes() {
+            return false;
+        }
+        self.log.copy_out(at, &mut bytes);
+        let Ok(record) = RedoRecord::decode(&bytes) else {
+            return false;
+        };
+        if record.token != stolen {
+            return false;
+        }
+        for w in &record.writes {
+            let region = match w.target {
+                Target::Leaves => &self.leaves,
+                Target::Tables => &self.tables,
+            };
+            // A record out of bounds is corrupt: skip the write rather
+            // than fault (the fabric would refuse it too).
+            if w.offset % 8 == 0
+                && w.offset
+                    .checked_add(w.data.len() as u64)
+                    .is_some_and(|end| end <= region.len_bytes())
+            {
+                region.copy_in(w.offset, &w.data);
+            }
+        }
+        true
     }
 
     /// Leaves of the block's chains in order, each with its image whose

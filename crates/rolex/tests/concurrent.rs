@@ -106,6 +106,7 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
         // old models while the retrainer swaps them.
         retrain_at: 3,
         retrain_bytes: 64 << 20,
+        owners: 64,
     };
     let mut rng = StdRng::seed_from_u64(seed);
     let loaded: Vec<(u64, u64)> = (0..DOMAIN)

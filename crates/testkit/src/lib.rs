@@ -1,9 +1,15 @@
 //! What the workspace's randomized tests share.
 //!
+//! * [`seed`]: the replayable seed of a randomized test.
+//! * [`stall`]: an endpoint that stops a client in the middle of a
+//!   doorbell, for crash tests of one-sided writers.
+//!
 //! Every randomized test prints its seed and replays from it: run it again
 //! with `XSTORE_SEED=<seed>` to get the same operations.
 
 use rand::Rng;
+
+pub mod stall;
 
 /// The environment variable a test's seed is replayed from.
 pub const SEED_ENV: &str = "XSTORE_SEED";

@@ -1,0 +1,399 @@
+//! Lock leases and the redo records that make stealing a lock safe.
+//!
+//! The paper's chain lock is one bit of the LT entry: a compute node that
+//! dies holding it blocks the chain forever. Here each chain has a *lock
+//! word* of its own in the model block (the lock table LK, see
+//! [`crate::layout`]) that names its holder and the holder's lease, and
+//! each writer has a *redo slot* in the log region where it records every
+//! WRITE it is about to make before making it.
+//!
+//! # Lock word (LK entry, one little-endian u64)
+//!
+//! ```text
+//! bits 48..64  owner: 0 = free; 1..=0xFFFE a writer (its redo slot);
+//!              0xFFFF = the memory node (retired or being retrained:
+//!              never stolen)
+//! bits 32..48  lease, in milliseconds (1..=65535)
+//! bits 0..32   seq: the owner's acquisition number (wraps), so that
+//!              every acquisition writes a word never seen before
+//! ```
+//!
+//! A free lock word is 0; a writer takes it with CAS(0 → token). Passive
+//! memory has no clock, so a lease is measured by whoever waits: a client
+//! that has seen the *same* lock word for longer than the lease it names,
+//! on its own clock, may steal it with CAS(token → its own token). The
+//! holder keeps to its lease on its own clock too: it posts its writes
+//! only if less than half the lease has passed since it posted the CAS
+//! that took the lock, and otherwise first renews it (CAS(token → next
+//! token), which fails if the lock was stolen: the write starts over and
+//! was never acknowledged). The half left over bounds how long a posted
+//! doorbell may take to land; like every lease, safety assumes no posted
+//! doorbell is delayed by more than that and clocks run at about the same
+//! rate.
+//!
+//! # Redo record (one slot per owner in the log region)
+//!
+//! ```text
+//! word            field
+//! 0               token: the lock word the writes were made under
+//! 1               w: WRITEs (1..=MAX_REDO_WRITES)
+//! then w times    [target << 56 | n, byte offset], then n data words
+//!                 (target 0 = leaf region, 1 = table region)
+//! last            checksum = SUM(i < last) H(i, word i)
+//! ```
+//!
+//! A holder's write doorbell is: the redo record, then the leaf and table
+//! WRITEs it lists in the same order (the new LT entry last among them),
+//! then the lock word's release. Verbs of a doorbell execute in order, so
+//! when a holder dies at any point, either its redo record is incomplete
+//! (checksum fails, or it names an older token) and none of its writes
+//! landed, or it is complete and replaying it in full turns every torn or
+//! half-applied leaf of the chain into the holder's intended state: the
+//! records hold whole leaf images, so replaying is idempotent.
+//!
+//! **The stealer's rule**: after its steal CAS succeeds, read the old
+//! owner's redo slot (in the same doorbell, after the CAS); if the record
+//! checks and its token equals the stolen word, WRITE every entry of it
+//! again, in order, before reading the chain; otherwise the chain is as
+//! the last release left it. Only then build on the chain.
+//!
+//! # Log region
+//!
+//! ```text
+//! byte                 field
+//! [0, 8)               owners taken (FAA by 1 takes the next owner id)
+//! [8, 16)              R: redo slots (owner ids 1..=R)
+//! [16, 24)             slot bytes
+//! [24, 64)             reserved (0)
+//! [64 + (o-1)*slot..)  redo slot of owner o
+//! ```
+
+use xtree::layout::{le_word, word_hash};
+
+use crate::layout::LeafLayout;
+
+/// The owner id of the memory node: its locks are never stolen.
+pub const MEMORY_OWNER: u16 = 0xFFFF;
+/// Largest owner id a writer may have.
+pub const MAX_OWNER: u16 = 0xFFFE;
+/// The lease a writer names by default, in milliseconds.
+///
+/// A chain lock is held for two round trips (microseconds over RDMA, a
+/// fraction of a millisecond over loopback TCP), so the lease is not
+/// about the normal case: it must outlast every stall a *live* holder
+/// can suffer between its lock CAS and its write doorbell (preemption on
+/// an oversubscribed host, page faults, a slow TCP peer), because a
+/// holder that sees half its lease gone renews before writing. 200 ms is
+/// two orders of magnitude above a scheduler time slice, while a crashed
+/// holder blocks its one chain for only a fifth of a second.
+pub const DEFAULT_LEASE_MS: u16 = 200;
+/// Most WRITEs one redo record lists: a split that relinks a synonym
+/// leaf writes the new leaf, two SLT slots, two chain leaves and the LT
+/// entry.
+pub const MAX_REDO_WRITES: usize = 6;
+/// Most leaf images among them.
+const MAX_REDO_LEAVES: usize = 3;
+/// Bytes before the first redo slot.
+pub const LOG_HEADER: u64 = 64;
+/// Word of the owner counter in the log region.
+pub const OWNERS_WORD: usize = 0;
+/// Word of the number of redo slots.
+pub const SLOTS_WORD: usize = 1;
+/// Word of the bytes per redo slot.
+pub const SLOT_BYTES_WORD: usize = 2;
+
+const _: () = assert!(LockWord::held(1, 200, 7).encode() == 1 << 48 | 200 << 32 | 7);
+const _: () = assert!(LogLayout::new(LeafLayout::new_const(16), 4).slot_bytes() == 129 * 8);
+
+/// A chain's lock word, unpacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockWord {
+    /// 0 = free, [`MEMORY_OWNER`] = the memory node, else a writer.
+    pub owner: u16,
+    /// Lease in milliseconds.
+    pub lease_ms: u16,
+    /// The owner's acquisition number.
+    pub seq: u32,
+}
+
+impl LockWord {
+    /// The free lock word.
+    pub const FREE: u64 = 0;
+    /// The memory node's lock word: retired blocks, blocks being built.
+    pub const RETIRED: u64 = (MEMORY_OWNER as u64) << 48 | 0xFFFF << 32;
+
+    /// A held lock word.
+    pub const fn held(owner: u16, lease_ms: u16, seq: u32) -> LockWord {
+        LockWord {
+            owner,
+            lease_ms,
+            seq,
+        }
+    }
+
+    /// Packs into the 8-byte word.
+    pub const fn encode(self) -> u64 {
+        (self.owner as u64) << 48 | (self.lease_ms as u64) << 32 | self.seq as u64
+    }
+
+    /// Unpacks a word (every bit pattern decodes).
+    pub const fn decode(w: u64) -> LockWord {
+        LockWord {
+            owner: (w >> 48) as u16,
+            lease_ms: (w >> 32) as u16,
+            seq: w as u32,
+        }
+    }
+
+    /// Whether a client that has seen this word unchanged for `waited_ms`
+    /// may steal it: held by a writer, and its lease is over.
+    pub fn stealable(w: u64, waited_ms: u128) -> bool {
+        let l = LockWord::decode(w);
+        l.owner != 0 && l.owner != MEMORY_OWNER && waited_ms >= l.lease_ms.max(1) as u128
+    }
+}
+
+/// Byte positions of the log region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLayout {
+    slot_bytes: u64,
+    slots: u64,
+}
+
+impl LogLayout {
+    /// The log of `slots` writers over leaves of `leaf`.
+    pub const fn new(leaf: LeafLayout, slots: u64) -> LogLayout {
+        let words = 2 + 2 * MAX_REDO_WRITES + MAX_REDO_LEAVES * leaf.leaf_words() + 3 + 1;
+        LogLayout {
+            slot_bytes: (words * 8) as u64,
+            slots,
+        }
+    }
+
+    /// From the header words of a log region (untrusted): `None` if the
+    /// slot is too small for `leaf`'s records.
+    pub fn from_header(leaf: LeafLayout, slots: u64, slot_bytes: u64) -> Option<LogLayout> {
+        let l = LogLayout::new(leaf, slots);
+        (slot_bytes == l.slot_bytes && slots <= MAX_OWNER as u64).then_some(l)
+    }
+
+    /// Bytes of a redo slot.
+    pub const fn slot_bytes(&self) -> u64 {
+        self.slot_bytes
+    }
+
+    /// Redo slots (the largest owner id).
+    pub const fn slots(&self) -> u64 {
+        self.slots
+    }
+
+    /// Byte offset of owner `o`'s redo slot (`o` in `1..=slots`).
+    pub const fn slot_offset(&self, o: u16) -> u64 {
+        LOG_HEADER + (o as u64 - 1) * self.slot_bytes
+    }
+
+    /// Bytes of the region.
+    pub const fn region_bytes(&self) -> u64 {
+        LOG_HEADER + self.slots * self.slot_bytes
+    }
+}
+
+/// Which region a redo WRITE goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The leaf region.
+    Leaves,
+    /// The table region.
+    Tables,
+}
+
+/// One WRITE of a redo record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedoWrite {
+    /// Region written.
+    pub target: Target,
+    /// Byte offset in it.
+    pub offset: u64,
+    /// The bytes (a whole number of words).
+    pub data: Vec<u8>,
+}
+
+/// Why a redo slot's bytes are not a record to replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedoReject {
+    /// Never written, or written partly (the writer died while writing
+    /// it): none of its WRITEs were made.
+    Incomplete,
+    /// Checksummed but impossible (too many writes, lengths beyond the
+    /// slot, an unknown region).
+    Corrupt,
+}
+
+/// A redo record: the WRITEs a lock holder makes under one token.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RedoRecord {
+    /// The lock word held while writing.
+    pub token: u64,
+    /// The WRITEs, in the order they are made.
+    pub writes: Vec<RedoWrite>,
+}
+
+impl RedoRecord {
+    /// Encodes into `out` (cleared first), checksum last; its length is at
+    /// most the slot size of a log over leaves with at most
+    /// `MAX_REDO_LEAVES` leaf images among the writes.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut words = vec![self.token, self.writes.len() as u64];
+        for w in &self.writes {
+            let tag = match w.target {
+                Target::Leaves => 0u64,
+                Target::Tables => 1,
+            };
+            debug_assert_eq!(w.data.len() % 8, 0);
+            let n = (w.data.len() / 8) as u64;
+            words.push(tag << 56 | n);
+            words.push(w.offset);
+            words.extend((0..n as usize).map(|i| le_word(&w.data, i)));
+        }
+        words.push(checksum(&words));
+        out.clear();
+        for w in words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+
+    /// Verifies and decodes a fetched redo slot (untrusted bytes).
+    pub fn decode(bytes: &[u8]) -> Result<RedoRecord, RedoReject> {
+        let words = bytes.len() / 8;
+        let w = |i: usize| le_word(bytes, i);
+        if words < 3 {
+            return Err(RedoReject::Corrupt);
+        }
+        let count = w(1);
+        if count == 0 || count > MAX_REDO_WRITES as u64 {
+            // A half-written record can show any count: only a checksum
+            // can tell, and there is none to find without a sane count.
+            return Err(RedoReject::Incomplete);
+        }
+        let mut at = 2;
+        let mut spans = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            if at + 2 > words {
+                return Err(RedoReject::Incomplete);
+            }
+            let (head, offset) = (w(at), w(at + 1));
+            let n = (head & ((1 << 56) - 1)) as usize;
+            if n > words || at + 2 + n >= words {
+                return Err(RedoReject::Incomplete);
+            }
+            spans.push((head >> 56, offset, at + 2, n));
+            at += 2 + n;
+        }
+        let sum = (0..at).fold(0u64, |a, i| a.wrapping_add(word_hash(i, w(i))));
+        if sum != w(at) {
+            return Err(RedoReject::Incomplete);
+        }
+        let mut writes = Vec::with_capacity(spans.len());
+        for (tag, offset, from, n) in spans {
+            let target = match tag {
+                0 => Target::Leaves,
+                1 => Target::Tables,
+                _ => return Err(RedoReject::Corrupt),
+            };
+            writes.push(RedoWrite {
+                target,
+                offset,
+                data: bytes[from * 8..(from + n) * 8].to_vec(),
+            });
+        }
+        Ok(RedoRecord {
+            token: w(0),
+            writes,
+        })
+    }
+}
+
+fn checksum(words: &[u64]) -> u64 {
+    words
+        .iter()
+        .enumerate()
+        .fold(0u64, |a, (i, &w)| a.wrapping_add(word_hash(i, w)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_words_round_trip_and_only_lapsed_writers_are_stolen() {
+        let l = LockWord::held(MAX_OWNER, 65535, u32::MAX);
+        assert_eq!(LockWord::decode(l.encode()), l);
+        let w = LockWord::held(3, 200, 9).encode();
+        assert!(!LockWord::stealable(w, 199));
+        assert!(LockWord::stealable(w, 200));
+        assert!(!LockWord::stealable(LockWord::FREE, 1 << 40), "free");
+        assert!(
+            !LockWord::stealable(LockWord::RETIRED, 1 << 40),
+            "the memory node's"
+        );
+    }
+
+    fn record() -> RedoRecord {
+        RedoRecord {
+            token: LockWord::held(2, 200, 5).encode(),
+            writes: vec![
+                RedoWrite {
+                    target: Target::Leaves,
+                    offset: 64,
+                    data: (0..40u8).collect(),
+                },
+                RedoWrite {
+                    target: Target::Tables,
+                    offset: 4096,
+                    data: 77u64.to_le_bytes().to_vec(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_in_its_slot_and_any_changed_word_is_incomplete() {
+        let log = LogLayout::new(LeafLayout::new(4).unwrap(), 8);
+        let mut b = Vec::new();
+        record().encode(&mut b);
+        let mut slot = b.clone();
+        slot.resize(log.slot_bytes() as usize, 0xAB);
+        assert_eq!(RedoRecord::decode(&slot), Ok(record()));
+        for w in 0..b.len() / 8 {
+            let mut t = slot.clone();
+            t[w * 8 + 3] ^= 0x10;
+            assert!(RedoRecord::decode(&t).is_err(), "word {w}");
+        }
+        assert_eq!(
+            RedoRecord::decode(&vec![0u8; log.slot_bytes() as usize]),
+            Err(RedoReject::Incomplete),
+            "never written"
+        );
+        assert_eq!(RedoRecord::decode(&b[..8]), Err(RedoReject::Corrupt));
+    }
+
+    #[test]
+    fn the_largest_record_fits_its_slot() {
+        let leaf = LeafLayout::new(255).unwrap();
+        let log = LogLayout::new(leaf, 2);
+        let img = vec![0u8; leaf.leaf_bytes()];
+        let word = vec![0u8; 8];
+        let mut r = RedoRecord::default();
+        for d in [&img, &word, &word, &img, &img, &word] {
+            r.writes.push(RedoWrite {
+                target: Target::Leaves,
+                offset: 0,
+                data: d.clone(),
+            });
+        }
+        let mut b = Vec::new();
+        r.encode(&mut b);
+        assert_eq!(b.len() as u64, log.slot_bytes());
+        assert_eq!(RedoRecord::decode(&b), Ok(r));
+    }
+}
