@@ -23,6 +23,9 @@
 
 #[cfg(not(loom))]
 pub mod bin;
+pub mod dist;
+#[cfg(not(loom))]
+pub mod mirror;
 #[cfg(not(loom))]
 mod model;
 pub mod rcu;
