@@ -136,6 +136,13 @@ impl TimedHandler {
     }
 }
 
+impl TimedHandler {
+    /// Nanoseconds spent inside the wrapped handler so far.
+    pub fn busy_ns(&self) -> u64 {
+        self.nanos.load(Ordering::Relaxed)
+    }
+}
+
 impl RpcHandler for TimedHandler {
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
         if let Some((free, cv)) = &self.workers {
@@ -428,12 +435,13 @@ impl System for BaselineLocal {
 }
 
 /// The systems a local run can load, by name.
-pub const SYSTEMS: [&str; 5] = [
+pub const SYSTEMS: [&str; 6] = [
     "xstore",
     "server-centric",
     "tree-cache",
     "whole-tree-cache",
     "rolex",
+    "finestore",
 ];
 
 /// Options of [`load_local`] beyond the XStore ones.
@@ -469,6 +477,11 @@ pub fn load_local(
     let kind = match name {
         "xstore" => return Ok(Box::new(XStoreLocal::load(pairs, o)?)),
         "rolex" => return Ok(Box::new(crate::rolex_system::RolexLocal::load(pairs, o)?)),
+        "finestore" => {
+            return Ok(Box::new(crate::finestore_system::FineStoreLocal::load(
+                pairs, o,
+            )?))
+        }
         "server-centric" => Baseline::ServerCentric,
         "tree-cache" => Baseline::TreeCache {
             cache_bytes: b.cache_bytes,
