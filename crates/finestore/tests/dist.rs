@@ -109,6 +109,24 @@ fn clients_agree_with_a_btreemap_while_the_server_retrains() {
         }
         if step % 3000 == 2999 {
             server.store().merge_all().unwrap();
+            // Right after a retraining, one client writes a key every
+            // version's array holds (a bulk-loaded one); the others,
+            // still on the version before, must not read it stale.
+            let k = pairs[rng.random_range(0..pairs.len())].0;
+            let v = rng.random::<u64>() >> 1;
+            let want = model.insert(k, v).is_none();
+            assert_eq!(
+                clients[0].upsert(k, v).unwrap(),
+                want,
+                "upsert {k} (seed {seed})"
+            );
+            for c in &mut clients[1..] {
+                assert_eq!(
+                    c.get(k).unwrap(),
+                    Some(v),
+                    "get {k} after a retraining (seed {seed})"
+                );
+            }
         }
     }
     // Every key, through every client.
