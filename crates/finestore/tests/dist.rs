@@ -257,6 +257,11 @@ fn a_stalled_client_holds_the_old_version_and_never_reads_it_stale() {
     // Version 2 served directly (as 50_003 was above).
     assert_eq!(stalled.get(70_000).unwrap(), Some(700));
     assert_eq!(stalled.stats().direct, 2);
+    // The fabric's handler does not keep a dropped server alive, and its
+    // regions are deregistered: a client left behind gets errors.
+    drop(server);
+    assert!(stalled.insert(1, 1).is_err());
+    assert!(stalled.get(70_000).is_err());
 }
 
 #[test]

@@ -196,6 +196,16 @@ impl<T: Clone> Barrier<T> {
         free
     }
 
+    /// Takes every version, current and retired, to free them all (the
+    /// server is stopping: no client may read any of them again).
+    pub fn take_all(&self) -> Vec<(u64, T)> {
+        let mut s = self.lock();
+        let mut all = std::mem::take(&mut s.retired);
+        all.extend(s.current.take());
+        s.clients.clear();
+        all
+    }
+
     /// Versions retired and not yet freed, oldest first.
     pub fn retained(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self.lock().retired.iter().map(|r| r.0).collect();

@@ -5,7 +5,7 @@
 //! when an old version's region may be deregistered and its id reused.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -331,11 +331,15 @@ impl Server {
         })
     }
 
-    /// The RPC handler serving this server's clients.
+    /// The RPC handler serving this server's clients. It holds the
+    /// server weakly: the fabric keeps its handler, and the server's
+    /// host keeps the fabric, so a strong hold would be a cycle that
+    /// keeps the store (and its retraining thread) alive forever. Once
+    /// the server is dropped, requests fail.
     pub fn handler(&self) -> Arc<dyn RpcHandler> {
         Arc::new(Handler {
-            store: self.store.clone(),
-            shared: self.shared.clone(),
+            store: Arc::downgrade(&self.store),
+            shared: Arc::downgrade(&self.shared),
         })
     }
 
@@ -384,15 +388,26 @@ impl Drop for Server {
         if let Some(h) = self.reaper.take() {
             let _ = h.join();
         }
+        // The store stops with the server: its regions go too, so a
+        // client that is still around gets an unknown region, not data.
+        for (_, p) in self.shared.barrier.take_all() {
+            self.shared.host.deregister(p.region.id());
+        }
     }
 }
 
 struct Handler {
+    store: Weak<FineStore>,
+    shared: Weak<Shared>,
+}
+
+/// The server, for one request.
+struct Serving {
     store: Arc<FineStore>,
     shared: Arc<Shared>,
 }
 
-impl Handler {
+impl Serving {
     fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<(), FineError> {
         let s = &self.shared;
         let now = s.now();
@@ -457,6 +472,18 @@ impl Handler {
 }
 
 impl RpcHandler for Handler {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        let (Some(store), Some(shared)) = (self.store.upgrade(), self.shared.upgrade()) else {
+            reply_header(reply, Status::Failed, 0);
+            reply.extend_from_slice(b"the server has stopped");
+            return;
+        };
+        let this = Serving { store, shared };
+        this.handle(request, reply);
+    }
+}
+
+impl Serving {
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
         let current = || self.store.mirror().map_or(0, |m| m.version());
         match Request::decode(request) {
