@@ -226,7 +226,13 @@ impl Lpa {
         }
         let count = usize::try_from(count)
             .ok()
-            .filter(|&c| c >= 1 && c <= len && Self::encoded_len(c) == bytes.len())
+            .filter(|&c| {
+                // Checked: a count from the wire may be anything.
+                let need = c
+                    .checked_mul(ENCODED_MODEL)
+                    .and_then(|b| b.checked_add(ENCODED_HEADER));
+                c >= 1 && c <= len && need == Some(bytes.len())
+            })
             .ok_or_else(|| bad("model count"))?;
         let mut models: Vec<Model> = Vec::with_capacity(count);
         for _ in 0..count {

@@ -403,6 +403,76 @@ mod tests {
     }
 
     #[test]
+    fn random_and_mutated_bytes_are_errors_or_values_never_panics() {
+        use learned::lpa::{Lpa, LpaParams};
+        use learned::KeyIndex;
+        use rand::{Rng, SeedableRng};
+
+        let seed = testkit::seed();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let keys: Vec<u64> = (0..5000u64).map(|i| i * i + 3 * i).collect();
+        let mut models = Vec::new();
+        Lpa::train(&keys, LpaParams::default())
+            .unwrap()
+            .encode(&mut models);
+        let mut valid = Vec::new();
+        Request {
+            client: 1,
+            version: 2,
+            op: Op::Scan { start: 3, count: 4 },
+        }
+        .encode(&mut valid);
+        let mut reply = Vec::new();
+        reply_header(&mut reply, Status::Ok, 1);
+        for w in [1u64, 100] {
+            reply_word(&mut reply, w);
+        }
+        PublishedMsg {
+            version: 1,
+            region: 2,
+            n: keys.len() as u64,
+            models: models.clone(),
+        }
+        .encode(&mut reply);
+        for round in 0..3000 {
+            let base = match round % 3 {
+                0 => &valid,
+                1 => &reply,
+                _ => &models,
+            };
+            let mut bytes = base.clone();
+            if rng.random_bool(0.2) {
+                bytes = (0..rng.random_range(0..200))
+                    .map(|_| rng.random())
+                    .collect();
+            } else {
+                for _ in 0..rng.random_range(1..6) {
+                    if bytes.is_empty() {
+                        break;
+                    }
+                    let i = rng.random_range(0..bytes.len());
+                    bytes[i] = rng.random();
+                }
+                if rng.random_bool(0.3) {
+                    bytes.truncate(rng.random_range(0..=bytes.len()));
+                }
+            }
+            let _ = Request::decode(&bytes);
+            if let Ok(r) = Reply::decode(&bytes) {
+                let _ = (r.joined(), r.published(), r.value(), r.flag());
+                let _ = r.pairs(&mut Vec::new());
+            }
+            if let Ok(lpa) = Lpa::decode(&bytes) {
+                // What a client does with decoded models: predict.
+                for _ in 0..16 {
+                    let p = lpa.predict(rng.random());
+                    assert!(p.lo <= p.hi && p.hi < lpa.len(), "seed {seed}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn replies_decode_what_the_server_writes() {
         let mut out = Vec::new();
         reply_header(&mut out, Status::Ok, 4);
