@@ -136,6 +136,13 @@ impl TimedHandler {
     }
 }
 
+impl TimedHandler {
+    /// Nanoseconds spent inside the wrapped handler so far.
+    pub fn busy_ns(&self) -> u64 {
+        self.nanos.load(Ordering::Relaxed)
+    }
+}
+
 impl RpcHandler for TimedHandler {
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
         if let Some((free, cv)) = &self.workers {
@@ -430,13 +437,14 @@ impl System for BaselineLocal {
 /// The systems a local run can load, by name. `xstore-d` is XStore with
 /// its server limited to one RPC worker: the ROLEX paper's XStore-D, the
 /// baseline whose memory node has the one weak core ROLEX's retrainer has.
-pub const SYSTEMS: [&str; 7] = [
+pub const SYSTEMS: [&str; 8] = [
     "xstore",
     "server-centric",
     "tree-cache",
     "whole-tree-cache",
     "rolex",
     "histore",
+    "finestore",
     "xstore-d",
 ];
 
@@ -482,6 +490,11 @@ pub fn load_local(
         "rolex" => return Ok(Box::new(crate::rolex_system::RolexLocal::load(pairs, o)?)),
         "histore" => {
             return Ok(Box::new(crate::histore_system::HiStoreLocal::load(
+                pairs, o,
+            )?))
+        }
+        "finestore" => {
+            return Ok(Box::new(crate::finestore_system::FineStoreLocal::load(
                 pairs, o,
             )?))
         }

@@ -25,7 +25,7 @@ use crate::token::TokenArgs;
 /// Arguments of `xstore bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Design under test [default: xstore], rolex, histore, or a baseline:
+    /// Design under test [default: xstore], rolex, histore, finestore, or a baseline:
     /// server-centric, tree-cache, whole-tree-cache. With --suite: a comma-separated list of
     /// the designs to run (default: all).
     #[arg(long)]
@@ -283,8 +283,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if !(1..=2).contains(&args.get_reads) {
         bail!("--get-reads must be 1 or 2, got {}", args.get_reads);
     }
-    if remote.is_some() && !matches!(system_name, "xstore" | "rolex") {
-        bail!("--fabric {} runs xstore or rolex only", args.fabric);
+    if remote.is_some() && !matches!(system_name, "xstore" | "rolex" | "finestore") {
+        bail!(
+            "--fabric {} runs xstore, rolex or finestore only",
+            args.fabric
+        );
     }
     if args.cluster.is_some() && (system_name != "xstore" || args.fabric == "shm") {
         bail!("--cluster runs xstore over tcp only");
@@ -305,6 +308,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             url,
             args.token.resolve()?,
         )?),
+        Some(url) if system_name == "finestore" => Box::new(
+            bench::finestore_system::FineStoreRemote::new(url, args.token.resolve()?)?,
+        ),
         Some(url) => Box::new(XStoreRemote::new(
             url,
             args.token.resolve()?,

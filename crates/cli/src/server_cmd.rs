@@ -25,7 +25,9 @@ pub struct ServerArgs {
     listen: SocketAddr,
     /// Design to serve: xstore, or rolex (a ROLEX memory node: registered
     /// leaf and table regions and the retrainer thread; compute nodes
-    /// (`xstore bench --system rolex --fabric tcp|shm`) use verbs only).
+    /// (`xstore bench --system rolex --fabric tcp|shm`) use verbs only),
+    /// or finestore (the trained array registered per version, RPCs for
+    /// bins, writes and scans, the extended RCU barrier).
     #[arg(long, default_value = "xstore")]
     system: String,
     /// Also serve shared-memory clients: regions become files in DIR and
@@ -190,9 +192,10 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     match args.system.as_str() {
         "xstore" => {}
         "rolex" => return serve_rolex(args, &host, &pairs),
+        "finestore" => return serve_finestore(args, &host, &pairs),
         other => {
             host.shutdown();
-            anyhow::bail!("unknown --system '{other}' (available: xstore, rolex)")
+            anyhow::bail!("unknown --system '{other}' (available: xstore, rolex, finestore)")
         }
     }
     let durability = match (&args.data_dir, &args.durability) {
@@ -333,6 +336,48 @@ fn serve_rolex(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<(
         }
         eprintln!("shutting down");
         drop(retrainer);
+        Ok(())
+    })();
+    host.shutdown();
+    result
+}
+
+/// Serves a FineStore server (§4) until SIGINT or SIGTERM.
+fn serve_finestore(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<()> {
+    let result = (|| {
+        if args.data_dir.is_some() || args.durability.is_some() {
+            anyhow::bail!(
+                "--system finestore keeps no log: --data-dir and --durability do not apply"
+            );
+        }
+        let server = finestore::dist::server::Server::load(
+            pairs,
+            finestore::dist::server::ServerConfig::default(),
+            Arc::new(host.clone()),
+        )
+        .context("loading finestore")?;
+        host.set_handler(server.handler());
+        let stop = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(signal, stop.clone())
+                .context("installing signal handlers")?;
+        }
+        let bound = host.listen_tcp(args.listen).context("listening")?;
+        println!("listening on tcp://{bound}");
+        if let Some(dir) = &args.shm_dir {
+            host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
+            println!("listening on shm://{}", dir.canonicalize()?.display());
+        }
+        let (models, trained) = server.store().root_models();
+        println!(
+            "serving {} keys (finestore: {models} models over {trained} trained keys, version {})",
+            pairs.len(),
+            server.version()
+        );
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("shutting down");
         Ok(())
     })();
     host.shutdown();

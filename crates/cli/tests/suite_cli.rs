@@ -45,15 +45,15 @@ fn ycsb_suite_end_to_end() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     // A progress line per run.
-    assert!(stderr.contains("[1/84] xstore A uniform ... "), "{stderr}");
-    assert!(stderr.contains("[84/84] xstore-d E zipfian ... "), "{stderr}");
+    assert!(stderr.contains("[1/96] xstore A uniform ... "), "{stderr}");
+    assert!(stderr.contains("[96/96] xstore-d E zipfian ... "), "{stderr}");
     assert!(
         !stderr.contains("... unsupported"),
         "every design runs every workload: {stderr}"
     );
     assert!(stderr.contains(" Mops/s"), "{stderr}");
     let rows = json_lines(&out.join("results.jsonl"));
-    assert_eq!(rows.len(), 84);
+    assert_eq!(rows.len(), 96);
     for row in &rows {
         assert_eq!(row["suite"], "ycsb");
         assert!(row.get("error").is_some() && row.get("correctness").is_some());

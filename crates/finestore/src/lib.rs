@@ -16,13 +16,21 @@
 //!   thread), sharing the bins by pointer. Both publish with RCU
 //!   ([`rcu`]): readers never take a lock, and no write is lost.
 //!
-//! See `docs/finestore.md` for the structures, byte counts and the RCU
-//! rule. The distributed part (§4: clients caching the models, the
-//! extended RCU barrier) is not built yet; [`FineStore::root_models`]
-//! is the hook it will read the published models through.
+//! * **Distributed** (§4, [`dist`]): a server whose top model's trained
+//!   array is mirrored into a registered region per version ([`mirror`]
+//!   is the store's hook), clients that cache the models and read the
+//!   array with one one-sided READ, the pipelined bin RPC, and the
+//!   extended RCU barrier that keeps an old version registered until
+//!   every client has moved on (or was cut off).
+//!
+//! See `docs/finestore.md` for the structures, byte counts, the RCU rule,
+//! the array layout, the protocol and the barrier's rule.
 
 #[cfg(not(loom))]
 pub mod bin;
+pub mod dist;
+#[cfg(not(loom))]
+pub mod mirror;
 #[cfg(not(loom))]
 mod model;
 pub mod rcu;

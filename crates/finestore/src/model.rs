@@ -15,6 +15,7 @@ use learned::lpa::{Lpa, LpaParams};
 use learned::KeyIndex;
 
 use crate::bin::LevelBin;
+use crate::mirror::Mirror;
 use crate::rcu::Slot;
 use crate::record::Record;
 use crate::FineError;
@@ -39,6 +40,9 @@ pub(crate) struct Model {
     pub recs: Box<[Record]>,
     /// `keys.len() + 1` slots.
     pub slots: Box<[Slot<Under>]>,
+    /// Where the top model's array is mirrored for remote readers (§4);
+    /// `None` for small models and for stores without one.
+    pub mirror: Option<Arc<dyn Mirror>>,
 }
 
 impl Model {
@@ -64,6 +68,7 @@ impl Model {
             lpa,
             recs: vals.into_iter().map(Record::new).collect(),
             slots: slots.into_iter().map(Slot::new).collect(),
+            mirror: None,
         })
     }
 

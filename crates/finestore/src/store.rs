@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use learned::lpa::{Lpa, LpaParams};
 
 use crate::bin::LevelBin;
+use crate::mirror::{Mirror, MirrorFactory};
 use crate::model::{Model, Under};
 use crate::rcu::ArcCell;
 use crate::{Config, FineError};
@@ -73,6 +74,8 @@ struct Queue {
 struct Inner {
     root: ArcCell<Model>,
     config: Config,
+    /// Makes the mirror of every new top model (§4's registered array).
+    factory: Option<Arc<dyn MirrorFactory>>,
     queue: Mutex<Queue>,
     wake: Condvar,
     /// Serializes model retrainings (the background thread and writers
@@ -120,6 +123,13 @@ struct Flat {
 fn collect(m: &Model, freeze: bool, out: &mut Flat) {
     let n = m.keys.len();
     for i in 0..=n {
+        if freeze {
+            if let Some(mirror) = &m.mirror {
+                // Remote readers stop trusting the entry before the
+                // version stops taking writes to it.
+                mirror.retire(i);
+            }
+        }
         let content = if freeze {
             m.slots[i].seal()
         } else {
@@ -147,11 +157,21 @@ impl FineStore {
     /// Trains a store over `pairs` (sorted by key, keys distinct, at least
     /// one).
     pub fn bulk_load(pairs: &[(u64, u64)], config: Config) -> Result<FineStore, FineError> {
+        Self::bulk_load_mirrored(pairs, config, None)
+    }
+
+    /// [`FineStore::bulk_load`], with every version of the top model's
+    /// trained array mirrored through `factory` (§4).
+    pub fn bulk_load_mirrored(
+        pairs: &[(u64, u64)],
+        config: Config,
+        factory: Option<Arc<dyn MirrorFactory>>,
+    ) -> Result<FineStore, FineError> {
         config.check()?;
         let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
         learned::check_keys(&keys)?;
         let n = keys.len();
-        let root = Model::build(
+        let mut root = Model::build(
             0,
             keys,
             pairs.iter().map(|p| Some(p.1)).collect(),
@@ -159,9 +179,15 @@ impl FineStore {
             config.threshold,
             None,
         )?;
+        if let Some(f) = &factory {
+            let values: Vec<Option<u64>> = pairs.iter().map(|p| Some(p.1)).collect();
+            root.mirror = Some(f.make(&root.keys, &values, &vec![false; n + 1], &root.lpa)?);
+        }
+        let published = root.mirror.clone();
         let inner = Arc::new(Inner {
             root: ArcCell::new(Some(Arc::new(root))),
             config,
+            factory,
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             merging: Mutex::new(()),
@@ -179,7 +205,15 @@ impl FineStore {
                 .spawn(move || inner.merge_loop())
                 .expect("spawning the retraining thread")
         });
+        if let Some(m) = published {
+            m.published();
+        }
         Ok(FineStore { inner, merger })
+    }
+
+    /// The mirror of the published top model, if the store has them.
+    pub fn mirror(&self) -> Option<Arc<dyn Mirror>> {
+        self.inner.root().mirror.clone()
     }
 
     /// The settings.
@@ -246,6 +280,30 @@ impl FineStore {
         self.inner.retrying(key, |root| get_in(root, key))
     }
 
+    /// The value of `key`, going straight to slot `slot` of the top model
+    /// when the published top model is still mirror version `version`
+    /// and that slot is where `key` belongs (§4's pipelined operation: a
+    /// client that read the trained array names the level bin). The hint
+    /// is untrusted: a stale or wrong one costs the usual lookup.
+    pub fn get_in_slot(
+        &self,
+        key: u64,
+        version: u64,
+        slot: usize,
+    ) -> Result<Option<u64>, FineError> {
+        self.inner.retrying(key, |root| {
+            let fits = root.mirror.as_ref().is_some_and(|m| m.version() == version)
+                && slot <= root.keys.len()
+                && (slot == 0 || root.keys[slot - 1] < key)
+                && (slot == root.keys.len() || key < root.keys[slot]);
+            if fits {
+                get_slot(root, slot, key)
+            } else {
+                get_in(root, key)
+            }
+        })
+    }
+
     /// Inserts `key` if absent; false (and no change) if present.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, FineError> {
         Ok(!self.inner.write(key, value, Mode::Insert)?)
@@ -276,8 +334,25 @@ impl FineStore {
         }
         self.inner.retrying(lo, |root| {
             let mut out = Vec::new();
-            match range_in(root, lo, hi, &mut out) {
+            match range_in(root, lo, hi, usize::MAX, &mut out) {
                 Step::Done(_) => Step::Done(out),
+                Step::Retry => Step::Retry,
+            }
+        })
+    }
+
+    /// The first `n` entries with keys at or above `start`, in key order.
+    pub fn scan(&self, start: u64, n: usize) -> Result<Vec<(u64, u64)>, FineError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        self.inner.retrying(start, |root| {
+            let mut out = Vec::new();
+            match range_in(root, start, u64::MAX, n, &mut out) {
+                Step::Done(_) => {
+                    out.truncate(n);
+                    Step::Done(out)
+                }
                 Step::Retry => Step::Retry,
             }
         })
@@ -310,10 +385,14 @@ impl Drop for FineStore {
 }
 
 fn get_in(m: &Model, key: u64) -> Step<Option<u64>> {
-    let s = match m.locate(key) {
-        Ok(p) => return Step::Done(m.recs[p].read().value),
-        Err(s) => s,
-    };
+    match m.locate(key) {
+        Ok(p) => Step::Done(m.recs[p].read().value),
+        Err(s) => get_slot(m, s, key),
+    }
+}
+
+/// `key`'s value in slot `s` of `m`, where it belongs.
+fn get_slot(m: &Model, s: usize, key: u64) -> Step<Option<u64>> {
     for _ in 0..SLOT_RELOADS {
         let content = m.slots[s].load();
         match content.as_deref() {
@@ -338,6 +417,9 @@ fn delete_in(m: &Model, key: u64) -> Step<bool> {
             let present = g.value().is_some();
             if present {
                 g.delete();
+                if let Some(mirror) = &m.mirror {
+                    mirror.set_value(p, None);
+                }
             }
             return Step::Done(present);
         }
@@ -360,8 +442,9 @@ fn delete_in(m: &Model, key: u64) -> Step<bool> {
     Step::Retry
 }
 
-/// Appends `m`'s entries in `[lo, hi]`; `Done(true)` once past `hi`.
-fn range_in(m: &Model, lo: u64, hi: u64, out: &mut Vec<(u64, u64)>) -> Step<bool> {
+/// Appends `m`'s entries in `[lo, hi]`; `Done(true)` once past `hi` or
+/// once `out` holds `limit` entries.
+fn range_in(m: &Model, lo: u64, hi: u64, limit: usize, out: &mut Vec<(u64, u64)>) -> Step<bool> {
     let n = m.keys.len();
     let start = match m.locate(lo) {
         Ok(p) | Err(p) => p,
@@ -374,10 +457,11 @@ fn range_in(m: &Model, lo: u64, hi: u64, out: &mut Vec<(u64, u64)>) -> Step<bool
                 None => break,
                 Some(Under::Bin(b)) => match b.range(lo, hi, out) {
                     Ok(true) => return Step::Done(true),
+                    Ok(false) if out.len() >= limit => return Step::Done(true),
                     Ok(false) => break,
                     Err(_) => {}
                 },
-                Some(Under::Model(sub)) => match range_in(sub, lo, hi, out) {
+                Some(Under::Model(sub)) => match range_in(sub, lo, hi, limit, out) {
                     Step::Done(true) => return Step::Done(true),
                     Step::Done(false) => break,
                     Step::Retry => return Step::Retry,
@@ -394,6 +478,9 @@ fn range_in(m: &Model, lo: u64, hi: u64, out: &mut Vec<(u64, u64)>) -> Step<bool
             }
             if let Some(v) = m.recs[i].read().value {
                 out.push((m.keys[i], v));
+                if out.len() >= limit {
+                    return Step::Done(true);
+                }
             }
         }
     }
@@ -487,6 +574,9 @@ impl Inner {
                 };
                 if write {
                     g.set(value);
+                    if let Some(mirror) = &m.mirror {
+                        mirror.set_value(p, Some(value));
+                    }
                 }
                 return Ok(WriteStep::Done(present));
             }
@@ -506,6 +596,9 @@ impl Inner {
                             return (None, false);
                         }
                         let bin = LevelBin::new(c.root_slots, c.child_slots, key, value);
+                        if let Some(mirror) = &m.mirror {
+                            mirror.set_bin(s);
+                        }
                         (Some(Some(Arc::new(Under::Bin(bin)))), true)
                     });
                     match made {
@@ -684,12 +777,24 @@ impl Inner {
     fn merge_root(&self) -> Result<(), FineError> {
         let _one = self.merging.lock().unwrap_or_else(|e| e.into_inner());
         let root = self.root();
-        let Some(merged) = self.flatten(&root)? else {
+        let Some(mut merged) = self.flatten(&root)? else {
             return Ok(());
         };
+        if let Some(f) = &self.factory {
+            let values: Vec<Option<u64>> = merged.recs.iter().map(|r| r.read().value).collect();
+            let has_bin: Vec<bool> = merged.slots.iter().map(|s| s.load().is_some()).collect();
+            // As with training the merged model above, a failure leaves
+            // the old version frozen (writers end with `Busy`); a factory
+            // fails only when it cannot make a region.
+            merged.mirror = Some(f.make(&merged.keys, &values, &has_bin, &merged.lpa)?);
+        }
+        let mirror = merged.mirror.clone();
         self.retrained_keys.store(0, Ordering::Relaxed);
         self.root.store(Some(Arc::new(merged)));
         self.root_merges.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = mirror {
+            m.published();
+        }
         Ok(())
     }
 }

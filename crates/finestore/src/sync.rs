@@ -44,3 +44,8 @@ pub(crate) fn seq_lock(word: &AtomicU64) -> u64 {
         spin_wait(&mut round);
     }
 }
+
+#[cfg(loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};

@@ -47,6 +47,11 @@ pub const MODEL_BYTES: usize = 8 + LINE_BYTES;
 
 const HEADER_BYTES: usize = 16;
 
+/// Bytes before the models in [`Lpa::encode`]'s output.
+const ENCODED_HEADER: usize = 40;
+/// Bytes of one model in [`Lpa::encode`]'s output.
+const ENCODED_MODEL: usize = 40;
+
 /// The LPA's parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LpaParams {
@@ -160,6 +165,119 @@ impl Lpa {
         })
     }
 
+    /// Bytes of [`Lpa::encode`]'s output for `models` models.
+    pub fn encoded_len(models: usize) -> usize {
+        ENCODED_HEADER + models * ENCODED_MODEL
+    }
+
+    /// The models as little-endian bytes, for a server that publishes
+    /// them to clients (FineStore §4). Layout:
+    ///
+    /// ```text
+    /// [0, 8)    threshold        [8, 16)  learning_step
+    /// [16, 24)  learning_rate (f64 bits)
+    /// [24, 32)  len: keys trained on
+    /// [32, 40)  M: models
+    /// then M × 40 bytes: max key, origin, slope (f64 bits),
+    ///                    intercept (f64 bits), first position
+    /// ```
+    ///
+    /// The B-tree's inner levels are not sent: [`Lpa::decode`] rebuilds
+    /// them from the max keys.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.reserve(Self::encoded_len(self.models.len()));
+        for w in [
+            self.params.threshold,
+            self.params.learning_step as u64,
+            self.params.learning_rate.to_bits(),
+            self.len as u64,
+            self.models.len() as u64,
+        ] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        for m in &self.models {
+            for w in [
+                m.max_key,
+                m.line.origin,
+                m.line.slope.to_bits(),
+                m.line.intercept.to_bits(),
+                m.start as u64,
+            ] {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+    }
+
+    /// Decodes [`Lpa::encode`]'s bytes (untrusted: every count and order
+    /// is checked, a bad one is an error).
+    pub fn decode(bytes: &[u8]) -> Result<Lpa, IndexError> {
+        let bad = |what: &str| IndexError::Params(format!("lpa bytes: {what}"));
+        let mut r = le::Reader::new(bytes);
+        let mut word = |what: &'static str| r.u64(what).map_err(|e| bad(&e.to_string()));
+        let threshold = word("threshold")?;
+        let learning_step = word("learning step")?;
+        let learning_rate = f64::from_bits(word("learning rate")?);
+        let len = word("len")?;
+        let count = word("models")?;
+        let learning_step = usize::try_from(learning_step).map_err(|_| bad("learning step"))?;
+        let len = usize::try_from(len).map_err(|_| bad("len"))?;
+        if !(learning_rate > 0.0 && learning_rate < 1.0) {
+            return Err(bad("learning rate"));
+        }
+        let count = usize::try_from(count)
+            .ok()
+            .filter(|&c| {
+                // Checked: a count from the wire may be anything.
+                let need = c
+                    .checked_mul(ENCODED_MODEL)
+                    .and_then(|b| b.checked_add(ENCODED_HEADER));
+                c >= 1 && c <= len && need == Some(bytes.len())
+            })
+            .ok_or_else(|| bad("model count"))?;
+        let mut models: Vec<Model> = Vec::with_capacity(count);
+        for _ in 0..count {
+            let max_key = word("max key")?;
+            let line = KeyLine {
+                origin: word("origin")?,
+                slope: f64::from_bits(word("slope")?),
+                intercept: f64::from_bits(word("intercept")?),
+            };
+            let start = usize::try_from(word("start")?).map_err(|_| bad("start"))?;
+            if let Some(prev) = models.last() {
+                if max_key <= prev.max_key || start <= prev.start {
+                    return Err(bad("models out of order"));
+                }
+            } else if start != 0 {
+                return Err(bad("first model does not start at 0"));
+            }
+            if start >= len {
+                return Err(bad("model starts past the keys"));
+            }
+            models.push(Model {
+                max_key,
+                line,
+                start,
+            });
+        }
+        let mut inner: Vec<Vec<u64>> = Vec::new();
+        let mut below: Vec<u64> = models.iter().map(|m| m.max_key).collect();
+        while below.len() > FANOUT {
+            let up: Vec<u64> = below.chunks(FANOUT).map(|c| c[c.len() - 1]).collect();
+            inner.push(up.clone());
+            below = up;
+        }
+        Ok(Lpa {
+            params: LpaParams {
+                threshold,
+                learning_step,
+                learning_rate,
+            },
+            models,
+            inner,
+            len,
+        })
+    }
+
     /// Models trained.
     pub fn models(&self) -> usize {
         self.models.len()
@@ -245,6 +363,30 @@ mod tests {
         assert!(!lpa.inner.is_empty(), "enough models for a B-tree level");
         for i in [0, lpa.models() / 2, lpa.models() - 1] {
             assert_eq!(lpa.retrain_piece(&keys, i), Some(true));
+        }
+    }
+
+    #[test]
+    fn encode_decode_round_trips_and_refuses_bad_bytes() {
+        let keys: Vec<u64> = (0..100_000u64).map(|i| i * i / 5 + 7 * i).collect();
+        let lpa = Lpa::train(&keys, LpaParams::default()).unwrap();
+        let mut bytes = Vec::new();
+        lpa.encode(&mut bytes);
+        assert_eq!(bytes.len(), Lpa::encoded_len(lpa.models()));
+        let back = Lpa::decode(&bytes).unwrap();
+        assert_eq!(back, lpa);
+        for cut in [0, 7, 40, bytes.len() - 1] {
+            assert!(Lpa::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        if lpa.models() > 1 {
+            // Swap the first two models' max keys: out of order.
+            let mut bad = bytes.clone();
+            let (a, b) = (ENCODED_HEADER, ENCODED_HEADER + ENCODED_MODEL);
+            let first: Vec<u8> = bad[a..a + 8].to_vec();
+            let second: Vec<u8> = bad[b..b + 8].to_vec();
+            bad[a..a + 8].copy_from_slice(&second);
+            bad[b..b + 8].copy_from_slice(&first);
+            assert!(Lpa::decode(&bad).is_err());
         }
     }
 

@@ -1,0 +1,502 @@
+//! The FineStore server (§4): the in-memory store of §3 whose top model's
+//! trained array is mirrored into a registered region per version, the
+//! models published to clients by RPC with their version, writes, scans
+//! and bin lookups served by RPC, and the extended RCU barrier deciding
+//! when an old version's region may be deregistered and its id reused.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use fabric::{FabricError, LocalFabric, NodeId, Region, RegionId, Rights, RpcHandler};
+use learned::lpa::Lpa;
+
+use super::barrier::{Barrier, BarrierError};
+use super::layout::{region_bytes, ArrayWriter, BIN, DELETED, RETIRED};
+use super::proto::{reply_header, reply_word, Op, PublishedMsg, Request, Status, MAX_SCAN};
+use crate::mirror::{Mirror, MirrorFactory};
+use crate::{Config, FineError, FineStore};
+
+/// Where the server's regions are registered.
+pub trait RegionHost: Send + Sync {
+    /// Memory for region `id`.
+    fn alloc(&self, id: RegionId, bytes: u64) -> Result<Arc<Region>, FabricError> {
+        fabric::heap_region(id, bytes, Rights::READ)
+    }
+    /// Makes `region` readable by clients.
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
+    /// Takes region `id` away: later READs of it fail.
+    fn deregister(&self, id: RegionId);
+}
+
+/// A node of a [`LocalFabric`].
+#[derive(Clone)]
+pub struct LocalHost {
+    /// The fabric.
+    pub fabric: LocalFabric,
+    /// The server's node.
+    pub node: NodeId,
+}
+
+impl RegionHost for LocalHost {
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
+        self.fabric.register(self.node, region)
+    }
+    fn deregister(&self, id: RegionId) {
+        // Removing an id that is not there is not an error on this fabric.
+        let _ = self.fabric.deregister(self.node, id);
+    }
+}
+
+impl RegionHost for fabric::Host {
+    fn alloc(&self, id: RegionId, bytes: u64) -> Result<Arc<Region>, FabricError> {
+        self.alloc_region(id, bytes, Rights::READ)
+    }
+    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
+        fabric::Host::register(self, region)
+    }
+    fn deregister(&self, id: RegionId) {
+        fabric::Host::deregister(self, id)
+    }
+}
+
+/// Settings of a [`Server`].
+#[derive(Debug, Clone, Copy)]
+pub struct ServerConfig {
+    /// The store's settings.
+    pub store: Config,
+    /// The barrier's silence limit: a client that reports nothing for
+    /// longer is cut off.
+    pub silence_limit: Duration,
+    /// The first region id the server's arrays use; ids of freed arrays
+    /// are reused.
+    pub first_region: u32,
+    /// How often the reaper thread frees what the barrier allows (`None`:
+    /// only through [`Server::reclaim`]).
+    pub reclaim_every: Option<Duration>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            store: Config::default(),
+            silence_limit: Duration::from_secs(2),
+            first_region: 0x4649_0000,
+            reclaim_every: Some(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// One version's registered memory and models.
+#[derive(Debug)]
+pub struct Published {
+    /// The version.
+    pub version: u64,
+    /// Its array region.
+    pub region: Arc<Region>,
+    /// Trained keys.
+    pub n: usize,
+    /// The models, encoded for clients.
+    pub models: Vec<u8>,
+}
+
+impl Published {
+    fn msg(&self) -> PublishedMsg {
+        PublishedMsg {
+            version: self.version,
+            region: self.region.id().0,
+            n: self.n as u64,
+            models: self.models.clone(),
+        }
+    }
+}
+
+/// Counters of a server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Versions published (the bulk load's included).
+    pub versions: u64,
+    /// Versions whose regions were deregistered.
+    pub freed: u64,
+    /// Clients cut off by the barrier.
+    pub cut_off: u64,
+    /// Bin lookups that went straight to the named slot.
+    pub bin_gets: u64,
+}
+
+struct Shared {
+    host: Arc<dyn RegionHost>,
+    barrier: Barrier<Arc<Published>>,
+    start: Instant,
+    next_version: AtomicU64,
+    next_region: Mutex<(u32, Vec<u32>)>,
+    freed: AtomicU64,
+    bin_gets: AtomicU64,
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn region_id(&self) -> Result<u32, FineError> {
+        let mut ids = self.next_region.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(id) = ids.1.pop() {
+            return Ok(id);
+        }
+        let id = ids.0;
+        ids.0 = id
+            .checked_add(1)
+            .ok_or_else(|| FineError::Config("out of region ids".into()))?;
+        Ok(id)
+    }
+
+    fn reclaim(&self) {
+        for (_, p) in self.barrier.reclaim(self.now()) {
+            let id = p.region.id();
+            self.host.deregister(id);
+            self.freed.fetch_add(1, Ordering::Relaxed);
+            self.next_region
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .1
+                .push(id.0);
+        }
+    }
+}
+
+/// The mirror of one version: writes the store's changes into its region.
+struct ArrayMirror {
+    shared: Arc<Shared>,
+    published: Arc<Published>,
+}
+
+impl std::fmt::Debug for ArrayMirror {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrayMirror")
+            .field("version", &self.published.version)
+            .finish()
+    }
+}
+
+impl ArrayMirror {
+    fn writer(&self) -> ArrayWriter<'_> {
+        ArrayWriter {
+            region: &self.published.region,
+            version: self.published.version,
+        }
+    }
+}
+
+impl Mirror for ArrayMirror {
+    fn version(&self) -> u64 {
+        self.published.version
+    }
+    fn set_value(&self, pos: usize, value: Option<u64>) {
+        self.writer().update(pos, |flags, v| match value {
+            Some(x) => {
+                *flags &= !DELETED;
+                *v = x;
+            }
+            None => {
+                *flags |= DELETED;
+                *v = 0;
+            }
+        });
+    }
+    fn set_bin(&self, slot: usize) {
+        self.writer().update(slot, |flags, _| *flags |= BIN);
+    }
+    fn retire(&self, slot: usize) {
+        self.writer().update(slot, |flags, _| *flags |= RETIRED);
+    }
+    fn published(&self) {
+        // Versions come from one counter and are published in order
+        // (model retrainings are serialized), so this is never refused.
+        let _ = self
+            .shared
+            .barrier
+            .publish(self.published.version, self.published.clone());
+    }
+}
+
+struct Factory {
+    shared: Arc<Shared>,
+}
+
+impl MirrorFactory for Factory {
+    fn make(
+        &self,
+        keys: &[u64],
+        values: &[Option<u64>],
+        has_bin: &[bool],
+        lpa: &Lpa,
+    ) -> Result<Arc<dyn Mirror>, FineError> {
+        let s = &self.shared;
+        let version = s.next_version.fetch_add(1, Ordering::Relaxed);
+        let id = RegionId(s.region_id()?);
+        let region_err = |e: FabricError| FineError::Config(format!("array region: {e}"));
+        let region = s
+            .host
+            .alloc(id, region_bytes(keys.len()))
+            .map_err(region_err)?;
+        ArrayWriter {
+            region: &region,
+            version,
+        }
+        .fill(keys, values, has_bin);
+        s.host.register(region.clone()).map_err(region_err)?;
+        let mut models = Vec::new();
+        lpa.encode(&mut models);
+        Ok(Arc::new(ArrayMirror {
+            shared: s.clone(),
+            published: Arc::new(Published {
+                version,
+                region,
+                n: keys.len(),
+                models,
+            }),
+        }))
+    }
+}
+
+/// A FineStore server. Install [`Server::handler`] as the node's RPC
+/// handler.
+pub struct Server {
+    store: Arc<FineStore>,
+    shared: Arc<Shared>,
+    stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    reaper: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Server {
+    /// Trains a store over `pairs` (sorted, distinct keys) whose arrays
+    /// are registered through `host`.
+    pub fn load(
+        pairs: &[(u64, u64)],
+        config: ServerConfig,
+        host: Arc<dyn RegionHost>,
+    ) -> Result<Server, FineError> {
+        let limit = u64::try_from(config.silence_limit.as_millis()).unwrap_or(u64::MAX);
+        let shared = Arc::new(Shared {
+            host,
+            barrier: Barrier::new(limit),
+            start: Instant::now(),
+            next_version: AtomicU64::new(1),
+            next_region: Mutex::new((config.first_region, Vec::new())),
+            freed: AtomicU64::new(0),
+            bin_gets: AtomicU64::new(0),
+        });
+        let factory = Arc::new(Factory {
+            shared: shared.clone(),
+        });
+        let store = Arc::new(FineStore::bulk_load_mirrored(
+            pairs,
+            config.store,
+            Some(factory),
+        )?);
+        let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let reaper = config.reclaim_every.map(|every| {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("finestore-reaper".into())
+                .spawn(move || loop {
+                    let (lock, cv) = &*stop;
+                    let done = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    let (done, _) = cv
+                        .wait_timeout(done, every)
+                        .unwrap_or_else(|e| e.into_inner());
+                    if *done {
+                        return;
+                    }
+                    drop(done);
+                    shared.reclaim();
+                })
+                .expect("spawning the reaper thread")
+        });
+        Ok(Server {
+            store,
+            shared,
+            stop,
+            reaper,
+        })
+    }
+
+    /// The RPC handler serving this server's clients. It holds the
+    /// server weakly: the fabric keeps its handler, and the server's
+    /// host keeps the fabric, so a strong hold would be a cycle that
+    /// keeps the store (and its retraining thread) alive forever. Once
+    /// the server is dropped, requests fail.
+    pub fn handler(&self) -> Arc<dyn RpcHandler> {
+        Arc::new(Handler {
+            store: Arc::downgrade(&self.store),
+            shared: Arc::downgrade(&self.shared),
+        })
+    }
+
+    /// The store (for retraining on demand and for checks).
+    pub fn store(&self) -> &FineStore {
+        &self.store
+    }
+
+    /// Frees what the barrier allows now.
+    pub fn reclaim(&self) {
+        self.shared.reclaim();
+    }
+
+    /// Versions retired and still registered, oldest first.
+    pub fn retained(&self) -> Vec<u64> {
+        self.shared.barrier.retained()
+    }
+
+    /// Live clients.
+    pub fn clients(&self) -> usize {
+        self.shared.barrier.clients()
+    }
+
+    /// The current version.
+    pub fn version(&self) -> u64 {
+        self.store.mirror().map_or(0, |m| m.version())
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ServerStats {
+        let s = &self.shared;
+        ServerStats {
+            versions: s.next_version.load(Ordering::Relaxed) - 1,
+            freed: s.freed.load(Ordering::Relaxed),
+            cut_off: s.barrier.cut_off(),
+            bin_gets: s.bin_gets.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+        if let Some(h) = self.reaper.take() {
+            let _ = h.join();
+        }
+        // The store stops with the server: its regions go too, so a
+        // client that is still around gets an unknown region, not data.
+        for (_, p) in self.shared.barrier.take_all() {
+            self.shared.host.deregister(p.region.id());
+        }
+    }
+}
+
+struct Handler {
+    store: Weak<FineStore>,
+    shared: Weak<Shared>,
+}
+
+/// The server, for one request.
+struct Serving {
+    store: Arc<FineStore>,
+    shared: Arc<Shared>,
+}
+
+impl Serving {
+    fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<(), FineError> {
+        let s = &self.shared;
+        let now = s.now();
+        if req.op == Op::Join {
+            return match s.barrier.join(now) {
+                Ok((id, cur)) => {
+                    reply_header(out, Status::Ok, cur.version);
+                    reply_word(out, id);
+                    reply_word(out, s.barrier.limit_ms());
+                    cur.value.msg().encode(out);
+                    Ok(())
+                }
+                Err(e) => Err(FineError::Config(e.to_string())),
+            };
+        }
+        let cur = match s.barrier.report(req.client, req.version, now) {
+            Ok(c) => c,
+            Err(BarrierError::Expired(_)) => {
+                let v = self.store.mirror().map_or(0, |m| m.version());
+                reply_header(out, Status::Expired, v);
+                return Ok(());
+            }
+            Err(e) => return Err(FineError::Config(e.to_string())),
+        };
+        reply_header(out, Status::Ok, cur.version);
+        let found = |out: &mut Vec<u8>, v: Option<u64>| {
+            reply_word(out, u64::from(v.is_some()));
+            reply_word(out, v.unwrap_or(0));
+        };
+        match req.op {
+            Op::Join => {}
+            Op::Models => cur.value.msg().encode(out),
+            Op::Heartbeat => {}
+            Op::Leave => s.barrier.leave(req.client),
+            Op::Get { key } => found(out, self.store.get(key)?),
+            Op::BinGet { key, slot } => {
+                s.bin_gets.fetch_add(1, Ordering::Relaxed);
+                let slot = usize::try_from(slot).unwrap_or(usize::MAX);
+                found(out, self.store.get_in_slot(key, req.version, slot)?)
+            }
+            Op::Insert { key, value } => {
+                reply_word(out, u64::from(self.store.insert(key, value)?));
+            }
+            Op::Update { key, value } => {
+                reply_word(out, u64::from(self.store.update(key, value)?));
+            }
+            Op::Upsert { key, value } => {
+                reply_word(out, u64::from(self.store.upsert(key, value)?));
+            }
+            Op::Delete { key } => reply_word(out, u64::from(self.store.delete(key)?)),
+            Op::Scan { start, count } => {
+                let pairs = self.store.scan(start, count.min(MAX_SCAN) as usize)?;
+                reply_word(out, pairs.len() as u64);
+                for (k, v) in pairs {
+                    reply_word(out, k);
+                    reply_word(out, v);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RpcHandler for Handler {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        let (Some(store), Some(shared)) = (self.store.upgrade(), self.shared.upgrade()) else {
+            reply_header(reply, Status::Failed, 0);
+            reply.extend_from_slice(b"the server has stopped");
+            return;
+        };
+        let this = Serving { store, shared };
+        this.handle(request, reply);
+    }
+}
+
+impl Serving {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
+        let current = || self.store.mirror().map_or(0, |m| m.version());
+        match Request::decode(request) {
+            Err(e) => {
+                reply_header(reply, Status::Bad, current());
+                reply.extend_from_slice(e.to_string().as_bytes());
+            }
+            Ok(req) => {
+                if let Err(e) = self.serve(req, reply) {
+                    reply_header(reply, Status::Failed, current());
+                    reply.extend_from_slice(e.to_string().as_bytes());
+                }
+            }
+        }
+    }
+}

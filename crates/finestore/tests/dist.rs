@@ -1,0 +1,323 @@
+//! FineStore distributed (§4) over the local fabric: a model-based test
+//! against `BTreeMap` with several clients on the adversarial fabric while
+//! the server retrains, and the extended RCU barrier with a client that
+//! stalls in the middle of a GET across retrainings. Randomized tests
+//! print their seed; replay with XSTORE_SEED.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fabric::{Adversary, LocalEndpoint, LocalFabric};
+use finestore::dist::client::Client;
+use finestore::dist::server::{LocalHost, Server, ServerConfig};
+use finestore::Config;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn small_bins(background: bool) -> Config {
+    Config {
+        root_slots: 2,
+        child_slots: 2,
+        threshold: 4,
+        max_depth: 3,
+        background,
+    }
+}
+
+fn start(
+    fabric: &LocalFabric,
+    pairs: &[(u64, u64)],
+    config: ServerConfig,
+) -> (Server, fabric::NodeId) {
+    let node = fabric.add_node();
+    let host = Arc::new(LocalHost {
+        fabric: fabric.clone(),
+        node,
+    });
+    let server = Server::load(pairs, config, host).unwrap();
+    fabric.set_handler(node, server.handler()).unwrap();
+    (server, node)
+}
+
+#[test]
+fn clients_agree_with_a_btreemap_while_the_server_retrains() {
+    let seed = testkit::seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let fabric = LocalFabric::with_adversary(Adversary {
+        seed,
+        ..Adversary::default()
+    });
+    let pairs: Vec<(u64, u64)> = (0..3000u64).map(|i| (i * 16, i)).collect();
+    let config = ServerConfig {
+        store: small_bins(true),
+        silence_limit: Duration::from_secs(30),
+        reclaim_every: Some(Duration::from_millis(5)),
+        ..ServerConfig::default()
+    };
+    let (server, node) = start(&fabric, &pairs, config);
+    let mut clients: Vec<Client<LocalEndpoint>> = (0..3)
+        .map(|_| Client::connect(fabric.endpoint(), node).unwrap())
+        .collect();
+    let mut model: BTreeMap<u64, u64> = pairs.iter().copied().collect();
+    let domain = 3000 * 16;
+    let mut scan = Vec::new();
+    for step in 0..12_000u64 {
+        let c = &mut clients[rng.random_range(0..3)];
+        // Keys cluster around a moving point, so bins fill and retrain.
+        let centre = (step / 500) * 2000 % domain;
+        let k = if rng.random_bool(0.7) {
+            (centre + rng.random_range(0..400)) % domain
+        } else {
+            rng.random_range(0..domain)
+        };
+        let v = rng.random::<u64>() >> 1;
+        let what = rng.random_range(0..100);
+        let ctx = || format!("step {step} key {k} (seed {seed})");
+        match what {
+            0..=39 => assert_eq!(c.get(k).unwrap(), model.get(&k).copied(), "get, {}", ctx()),
+            40..=64 => {
+                let want = !model.contains_key(&k);
+                if want {
+                    model.insert(k, v);
+                }
+                assert_eq!(c.insert(k, v).unwrap(), want, "insert, {}", ctx());
+            }
+            65..=74 => {
+                let want = model.contains_key(&k);
+                if want {
+                    model.insert(k, v);
+                }
+                assert_eq!(c.update(k, v).unwrap(), want, "update, {}", ctx());
+            }
+            75..=84 => {
+                let want = model.insert(k, v).is_none();
+                assert_eq!(c.upsert(k, v).unwrap(), want, "upsert, {}", ctx());
+            }
+            85..=94 => {
+                let want = model.remove(&k).is_some();
+                assert_eq!(c.delete(k).unwrap(), want, "delete, {}", ctx());
+            }
+            _ => {
+                let n = rng.random_range(0..40);
+                c.scan(k, n, &mut scan).unwrap();
+                let want: Vec<(u64, u64)> =
+                    model.range(k..).take(n).map(|(a, b)| (*a, *b)).collect();
+                assert_eq!(scan, want, "scan {n}, {}", ctx());
+            }
+        }
+        if step % 3000 == 2999 {
+            server.store().merge_all().unwrap();
+            // Right after a retraining, one client writes a key every
+            // version's array holds (a bulk-loaded one); the others,
+            // still on the version before, must not read it stale.
+            let k = pairs[rng.random_range(0..pairs.len())].0;
+            let v = rng.random::<u64>() >> 1;
+            let want = model.insert(k, v).is_none();
+            assert_eq!(
+                clients[0].upsert(k, v).unwrap(),
+                want,
+                "upsert {k} (seed {seed})"
+            );
+            for c in &mut clients[1..] {
+                assert_eq!(
+                    c.get(k).unwrap(),
+                    Some(v),
+                    "get {k} after a retraining (seed {seed})"
+                );
+            }
+        }
+    }
+    // Every key, through every client.
+    for (i, k) in (0..domain).step_by(7).enumerate() {
+        let c = &mut clients[i % 3];
+        assert_eq!(
+            c.get(k).unwrap(),
+            model.get(&k).copied(),
+            "final get {k} (seed {seed})"
+        );
+    }
+    let stats: Vec<_> = clients.iter().map(|c| c.stats()).collect();
+    let total =
+        |f: fn(&finestore::dist::client::ClientStats) -> u64| -> u64 { stats.iter().map(f).sum() };
+    assert!(
+        server.stats().versions > 2,
+        "retrainings published: {:?}",
+        server.stats()
+    );
+    assert!(total(|s| s.direct) > 1000, "{stats:?}");
+    assert!(total(|s| s.bin_rpcs) > 100, "{stats:?}");
+    assert!(total(|s| s.refetches) > 0, "{stats:?}");
+    for c in clients {
+        c.leave().unwrap();
+    }
+    server.reclaim();
+    assert!(
+        server.retained().is_empty(),
+        "every client left: nothing held"
+    );
+}
+
+/// A client whose first GET stops after its prediction until `resume`
+/// says so.
+fn pausing_client(
+    fabric: &LocalFabric,
+    node: fabric::NodeId,
+) -> (Client<LocalEndpoint>, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let mut c = Client::connect(fabric.endpoint(), node).unwrap();
+    let (paused_tx, paused_rx) = mpsc::channel();
+    let (resume_tx, resume_rx) = mpsc::channel::<()>();
+    let mut once = Some((paused_tx, resume_rx));
+    c.set_pause(Some(Box::new(move || {
+        if let Some((paused, resume)) = once.take() {
+            let _ = paused.send(());
+            let _ = resume.recv();
+        }
+    })));
+    (c, paused_rx, resume_tx)
+}
+
+/// Fills the gap above trained key `base` until its bin is retrained
+/// into a small model, then merges it: a new version of the top model.
+fn retrain_around(server: &Server, writer: &mut Client<LocalEndpoint>, base: u64) {
+    let before = server.version();
+    for k in 1..=6 {
+        assert!(writer.insert(base + k, k).unwrap());
+    }
+    server.store().merge_all().unwrap();
+    assert!(
+        server.version() > before,
+        "the merge published a new version"
+    );
+}
+
+#[test]
+fn a_stalled_client_holds_the_old_version_and_never_reads_it_stale() {
+    let fabric = LocalFabric::new();
+    let pairs: Vec<(u64, u64)> = (0..1000u64).map(|i| (i * 100, i)).collect();
+    let config = ServerConfig {
+        store: small_bins(false),
+        silence_limit: Duration::from_secs(60),
+        reclaim_every: None,
+        ..ServerConfig::default()
+    };
+    let (server, node) = start(&fabric, &pairs, config);
+    let (mut stalled, paused, resume) = pausing_client(&fabric, node);
+    let mut writer = Client::connect(fabric.endpoint(), node).unwrap();
+    assert_eq!(server.version(), 1);
+
+    let reader = std::thread::spawn(move || {
+        let got = stalled.get(50_000);
+        (got.unwrap(), stalled)
+    });
+    paused.recv().unwrap();
+    // While the reader stands between its prediction and its READ of
+    // version 1: a write, a retraining to version 2, another write.
+    assert!(writer.update(50_000, 1).unwrap());
+    retrain_around(&server, &mut writer, 50_000);
+    assert!(writer.update(50_000, 2).unwrap());
+    writer.heartbeat().unwrap();
+    writer.heartbeat().unwrap();
+    assert_eq!(writer.version(), 2, "the writer moved to the new models");
+    server.reclaim();
+    assert_eq!(
+        server.retained(),
+        vec![1],
+        "the stalled client holds version 1"
+    );
+
+    resume.send(()).unwrap();
+    let (got, mut stalled) = reader.join().unwrap();
+    assert_eq!(
+        got,
+        Some(2),
+        "the stalled GET saw the last write, not version 1's copy"
+    );
+    let s = stalled.stats();
+    assert_eq!(
+        (s.direct, s.fallbacks),
+        (0, 1),
+        "retired entries sent it to the server: {s:?}"
+    );
+    // Its next operation fetches version 2; the one after reports it.
+    assert_eq!(stalled.get(50_003).unwrap(), Some(3));
+    assert_eq!(stalled.version(), 2);
+    server.reclaim();
+    assert_eq!(
+        server.retained(),
+        vec![1],
+        "version 1 is held until reported past"
+    );
+    stalled.heartbeat().unwrap();
+    server.reclaim();
+    assert!(server.retained().is_empty());
+    assert_eq!(server.stats().freed, 1);
+    assert_eq!(server.stats().cut_off, 0);
+    // Version 2 served directly (as 50_003 was above).
+    assert_eq!(stalled.get(70_000).unwrap(), Some(700));
+    assert_eq!(stalled.stats().direct, 2);
+    // The fabric's handler does not keep a dropped server alive, and its
+    // regions are deregistered: a client left behind gets errors.
+    drop(server);
+    assert!(stalled.insert(1, 1).is_err());
+    assert!(stalled.get(70_000).is_err());
+}
+
+#[test]
+fn a_client_stalled_past_the_limit_is_cut_off_and_rejects_reused_memory() {
+    let fabric = LocalFabric::new();
+    let pairs: Vec<(u64, u64)> = (0..1000u64).map(|i| (i * 100, i)).collect();
+    let config = ServerConfig {
+        store: small_bins(false),
+        silence_limit: Duration::from_millis(200),
+        reclaim_every: None,
+        ..ServerConfig::default()
+    };
+    let (server, node) = start(&fabric, &pairs, config);
+    let (mut stalled, paused, resume) = pausing_client(&fabric, node);
+    let mut writer = Client::connect(fabric.endpoint(), node).unwrap();
+    let first_id = stalled.id();
+
+    let reader = std::thread::spawn(move || {
+        let got = stalled.get(30_000);
+        (got.unwrap(), stalled)
+    });
+    paused.recv().unwrap();
+    retrain_around(&server, &mut writer, 30_000);
+    assert!(writer.update(30_000, 9).unwrap());
+    writer.heartbeat().unwrap();
+    // The stalled client stays silent past the limit (the writer keeps
+    // reporting): it is cut off, and version 1's region is freed.
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(80));
+        writer.heartbeat().unwrap();
+    }
+    assert_eq!(writer.stats().expired, 0);
+    server.reclaim();
+    assert_eq!(server.stats().cut_off, 1);
+    assert_eq!(server.stats().freed, 1);
+    assert!(server.retained().is_empty());
+    // The next version reuses version 1's region id, with other contents.
+    retrain_around(&server, &mut writer, 60_000);
+    writer.heartbeat().unwrap();
+    writer.heartbeat().unwrap();
+    server.reclaim();
+    assert_eq!(server.version(), 3);
+
+    resume.send(()).unwrap();
+    let (got, stalled) = reader.join().unwrap();
+    assert_eq!(got, Some(9), "the cut-off client got the current value");
+    let s = stalled.stats();
+    assert_eq!(
+        s.direct, 0,
+        "nothing of the reused region was taken as version 1: {s:?}"
+    );
+    assert!(
+        s.torn > 0,
+        "the reused region's entries failed version 1's check: {s:?}"
+    );
+    assert_eq!(s.expired, 1, "its request got Expired: {s:?}");
+    assert_ne!(stalled.id(), first_id, "it joined again");
+    assert_eq!(stalled.version(), 3);
+}
