@@ -7,8 +7,8 @@
 
 pub mod baselines;
 pub mod cluster_system;
-pub mod histore_system;
 pub mod finestore_system;
+pub mod histore_system;
 pub mod history;
 pub mod ledger;
 pub mod linearize;

@@ -46,7 +46,10 @@ fn ycsb_suite_end_to_end() {
     assert!(run.status.success(), "{stderr}");
     // A progress line per run.
     assert!(stderr.contains("[1/96] xstore A uniform ... "), "{stderr}");
-    assert!(stderr.contains("[96/96] xstore-d E zipfian ... "), "{stderr}");
+    assert!(
+        stderr.contains("[96/96] xstore-d E zipfian ... "),
+        "{stderr}"
+    );
     assert!(
         !stderr.contains("... unsupported"),
         "every design runs every workload: {stderr}"
