@@ -66,7 +66,7 @@ pub const MAX_SUBMODELS: u32 = 1 << 26;
 const LEAF_END_SLACK: f64 = 1.0 / 1024.0;
 
 /// Shares of the sub-models the fence cover may use as pieces (the rest
-/// split pieces into equal counts); training keeps the best.
+/// split pieces into equal counts), falling; training keeps the best.
 const COVER_SHARES: [f64; 5] = [0.9, 0.75, 0.6, 0.45, 0.3];
 
 /// Errors of training and decoding models.
@@ -311,18 +311,22 @@ fn cover_starts(leaves: &[LeafInfo], eps: u64, most: usize) -> Option<Vec<usize>
 }
 
 /// The pieces (leaf bounds, from 0 to `L`) of the narrowest fence cover
-/// ([`cover_starts`]) with at most `pieces` pieces.
-fn cover_bounds(leaves: &[LeafInfo], pieces: usize) -> Vec<usize> {
+/// ([`cover_starts`]) with at most `pieces` pieces, and its bound. `below`
+/// is a bound known to need more pieces (the bound of a cover with more
+/// pieces, less one; 0 if none): feasibility only grows with the bound,
+/// so the search starts there.
+fn cover_bounds(leaves: &[LeafInfo], pieces: usize, below: u64) -> (Vec<usize>, u64) {
     let pieces = pieces.max(1);
     // Exponential search for a feasible bound, then bisection.
-    let mut hi = COVER_UNIT as u64;
+    let mut lo = below;
+    let mut hi = (below + 1).max(COVER_UNIT as u64);
     let mut best = loop {
         if let Some(s) = cover_starts(leaves, hi, pieces) {
             break s;
         }
+        lo = hi;
         hi *= 2;
     };
-    let mut lo = 0;
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
         match cover_starts(leaves, mid, pieces) {
@@ -336,7 +340,7 @@ fn cover_bounds(leaves: &[LeafInfo], pieces: usize) -> Vec<usize> {
     let mut bounds = vec![0];
     bounds.extend_from_slice(&best);
     bounds.push(leaves.len());
-    bounds
+    (bounds, hi)
 }
 
 /// Boundaries that split each piece between `bounds` into `counts[p]`
@@ -1077,9 +1081,12 @@ impl XModel {
         };
         // Fence covers with a share of the sub-models as pieces, the rest
         // spread by leaves or by cost.
+        // Shares fall, so each cover's bound is at least the last one's.
+        let mut below = 0;
         for share in COVER_SHARES {
             let pieces = ((m as f64 * share) as usize).clamp(1, m as usize);
-            let bounds = cover_bounds(leaves, pieces);
+            let (bounds, eps) = cover_bounds(leaves, pieces, below);
+            below = eps.saturating_sub(1);
             let lens: Vec<usize> = bounds.windows(2).map(|w| w[1] - w[0]).collect();
             for counts in [
                 spread_by_leaves(&lens, m as usize),
