@@ -240,6 +240,9 @@ impl Router {
 
     /// The keys sub-model `i` owns: `[start, end)`, where an `end` of
     /// `u64::MAX` for the last sub-model includes `u64::MAX` itself.
+    ///
+    /// # Panics
+    /// If `i >= self.submodels()`.
     pub fn range(&self, i: u32) -> Range<u64> {
         let i = i as usize;
         let g = i / GROUP;
@@ -284,6 +287,28 @@ impl Router {
         let last = key == u64::MAX && hi == u64::MAX;
         let frac = if last { 1.0 } else { fraction(key, lo, hi) };
         ((g * GROUP + j) as u32, frac)
+    }
+
+    /// Where `key` routes as seen from sub-model `i`, whose keys are
+    /// `range` (from [`Router::range`]): exactly [`Router::bucket`]'s
+    /// answer when that is `i`, else `i − 1` (fraction 1) for a key below
+    /// the range or `i + 1` (fraction 0) above it. Retraining one
+    /// sub-model needs no more than that, and no search per key.
+    #[inline]
+    pub fn bucket_near(&self, i: u32, range: &Range<u64>, key: u64) -> (u32, f64) {
+        let last = i + 1 == self.m;
+        if key < range.start {
+            return (i.saturating_sub(1), 1.0);
+        }
+        if key >= range.end && !last {
+            return (i + 1, 0.0);
+        }
+        let frac = if last && key == u64::MAX {
+            1.0
+        } else {
+            fraction(key, range.start, range.end)
+        };
+        (i, frac)
     }
 
     /// Bytes of the encoding when every distance takes one unit: the
@@ -523,6 +548,32 @@ mod tests {
             b[at] ^= 0x5a;
             if let Ok(r) = Router::decode(40, &b) {
                 let _ = r.bucket(u64::MAX / 3);
+            }
+        }
+    }
+
+    /// `bucket_near` agrees with `bucket` wherever the key routes to the
+    /// sub-model asked about, and says before / after elsewhere.
+    #[test]
+    fn bucket_near_agrees_with_bucket() {
+        let mut targets: Vec<(u64, u64)> = (1..70u64).map(|i| (i * i * 7_919, 0)).collect();
+        targets[10].0 = targets[9].0; // a zero-width sub-model
+        let r = Router::from_targets(70, &targets);
+        let keys: Vec<u64> = (0..40_000_000u64)
+            .step_by(7_777)
+            .chain(r.boundaries())
+            .chain([u64::MAX - 1, u64::MAX])
+            .collect();
+        for i in 0..70 {
+            let range = r.range(i);
+            for &k in &keys {
+                let (b, f) = r.bucket(k);
+                let (n, g) = r.bucket_near(i, &range, k);
+                if b == i {
+                    assert_eq!((n, g.to_bits()), (i, f.to_bits()), "key {k} sub {i}");
+                } else {
+                    assert!((b < i) == (n < i) && n != i, "key {k}: {b} vs {n} for {i}");
+                }
             }
         }
     }

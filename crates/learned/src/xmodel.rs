@@ -969,6 +969,16 @@ fn leaf_errors(xs: &[(f64, f64)], n: f64, line: &Linear) -> (f64, f64) {
     (err_lo, err_hi)
 }
 
+/// The largest key `leaf` may hold: its high fence − 1, or `u64::MAX`
+/// itself for the last leaf.
+fn high_point(leaf: &LeafInfo) -> u64 {
+    if leaf.high == u64::MAX {
+        u64::MAX
+    } else {
+        (leaf.high - 1).max(leaf.low)
+    }
+}
+
 /// A leaf with the (sub-model, fraction) its low fence and its high
 /// fence − 1 route to.
 #[derive(Debug, Clone, Copy)]
@@ -1152,12 +1162,7 @@ impl XModel {
         Fences {
             leaf: *leaf,
             low: self.locate(leaf.low),
-            // The last leaf holds u64::MAX itself.
-            high: self.locate(if leaf.high == u64::MAX {
-                u64::MAX
-            } else {
-                (leaf.high - 1).max(leaf.low)
-            }),
+            high: self.locate(high_point(leaf)),
         }
     }
 
@@ -1296,8 +1301,16 @@ impl XModel {
         i: u32,
         leaves: impl Iterator<Item = LeafInfo>,
     ) -> (SubModel, Box<[TtEntry]>) {
+        // Route against sub-model i's range alone: the same fractions as
+        // lookups compute, without a search per fence.
+        let range = self.top.range(i);
+        let near = |key: u64| self.top.bucket_near(i, &range, key);
         let taken = leaves
-            .map(|l| self.fences(&l))
+            .map(|leaf| Fences {
+                leaf,
+                low: near(leaf.low),
+                high: near(high_point(&leaf)),
+            })
             .skip_while(|f| f.high.0 < i)
             .take_while(|f| f.low.0 <= i);
         self.fit_sub(i, taken)
@@ -1455,6 +1468,25 @@ mod tests {
         let model = XModel::train(&leaves, 16, TrainParams::new(1)).unwrap();
         let widest = check(&model, &keys, 16);
         assert!(widest <= 2, "a lookup reads {widest} leaves");
+    }
+
+    /// With no change to the leaves, retraining any sub-model alone gives
+    /// back what training gave (the same routing, fractions and fit).
+    #[test]
+    fn retraining_alone_reproduces_training() {
+        // Clusters and gaps, so boundaries come from the covers too.
+        let keys: Vec<u64> = (0..30_000u64)
+            .map(|k| (k / 1000) * (1 << 50) + (k % 1000) * ((k / 1000) % 7 + 1))
+            .collect();
+        let leaves = LeafInfo::packed(&keys, 16);
+        let model = XModel::train(&leaves, 16, TrainParams::new(150)).unwrap();
+        check(&model, &keys, 16);
+        for i in 0..model.submodels() {
+            let start = model.tt(i).first().map_or(0, |e| e.aln()) as usize;
+            let (sub, tt) = model.retrain_sub(i, leaves[start..].iter().copied());
+            assert_eq!(&sub, model.sub(i), "sub-model {i}");
+            assert_eq!(&*tt, model.tt(i), "table {i}");
+        }
     }
 
     /// Far more sub-models than leaves: the top model's costing must not
