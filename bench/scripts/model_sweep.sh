@@ -15,7 +15,7 @@ run() {
   "$B" model "$@" --json - 2>/dev/null |
     python3 -c 'import json,sys; r=json.load(sys.stdin); r["command"]=sys.argv[1]; print(json.dumps(r))' "$cmd" >> "$out"
 }
-for n in 100000 1000000 2000000 5000000 10000000; do
+for n in 100000 200000 300000 500000 1000000 2000000 5000000 10000000; do
   for d in linear ycsb lognormal normal osm-like; do
     run --dataset "$d" --keys "$n" --submodels $((n / 200))
   done

@@ -60,13 +60,14 @@ print("\n### XModel at 200 keys per sub-model, every size (`model-sweep.jsonl`)\
 sweep = lines("model-sweep.jsonl")
 synth = [r for r in sweep if r["keys"] and r["dataset"] in ("linear", "ycsb", "lognormal", "normal", "osm-like")]
 sizes = sorted({r["keys"] for r in synth})
-print("| dataset | " + " | ".join(f"{n:,} keys" for n in sizes) + " | B/sub-model (max) |")
-print("|---|" + "---|" * (len(sizes) + 1))
+print("| dataset | " + " | ".join(f"{n:,} keys" for n in sizes) + " | B/sub-model (max) | retrain µs/sub-model (median) |")
+print("|---|" + "---|" * (len(sizes) + 2))
 for d in ("linear", "ycsb", "lognormal", "normal", "osm-like"):
     rs = {r["keys"]: r for r in synth if r["dataset"] == d}
     cells = [f"{rs[n]['mean_leaves_per_lookup']:.3f}" if n in rs else "-" for n in sizes]
     bpm = max(r["model_bytes"] / r["submodels"] for r in rs.values())
-    print(f"| {d} | " + " | ".join(cells) + f" | {bpm:.2f} |")
+    rt = sorted(r["retrain_us_per_submodel"] for r in rs.values())
+    print(f"| {d} | " + " | ".join(cells) + f" | {bpm:.2f} | {rt[len(rt) // 2]:.2f} |")
 
 print("\n### XModel on the real sets (`model-sweep.jsonl`), leaves per lookup\n")
 print("| set | keys | 200 keys/sub-model | 100 | 50 |")

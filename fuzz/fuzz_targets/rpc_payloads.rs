@@ -49,7 +49,12 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(decoded) = Reply::decode(&req, reply) {
             match &decoded {
                 Reply::Top(top) => {
-                    let _ = top.top.bucket(reply.len() as u64, top.submodels);
+                    // A router that decodes routes every key to one of
+                    // its sub-models with a fraction in [0, 1].
+                    for key in [0, reply.len() as u64, u64::MAX / 3, u64::MAX] {
+                        let (sub, frac) = top.top.bucket(key);
+                        assert!(sub < top.submodels && (0.0..=1.0).contains(&frac));
+                    }
                 }
                 Reply::Get { sub, .. } => {
                     let _ = sub.model.leaves(0.5, 16);

@@ -6,7 +6,7 @@
 //!
 //! DATASET is a `ycsb::Dataset` name, `zorder` (the clustered Morton set of
 //! the size-sweep test) or a path to a `.sosd` file (N 0 means all its
-//! keys). Environment: `TOPB=B` top-model bytes per sub-model; `KNOTS=1`
+//! keys). Environment: `TOPE=E` the training spline's corridor (`top_error`); `KNOTS=1`
 //! knots of the plain corridor at several errors; `HIST=1` where the extra
 //! leaf reads come from; `WORST=1` each new widest lookup; `DUMP=I` the
 //! leaves of sub-model I.
@@ -43,8 +43,8 @@ fn main() {
     let t = std::time::Instant::now();
     let model = XModel::train(&leaves, slots, {
         let mut p = TrainParams::new(m);
-        if let Ok(b) = std::env::var("TOPB") {
-            p.top_bytes_per_submodel = b.parse().unwrap();
+        if let Ok(b) = std::env::var("TOPE") {
+            p.top_error = b.parse().unwrap();
         }
         p
     })
@@ -80,13 +80,10 @@ fn main() {
         for l in &leaves[start..start + model.tt(i).len()] {
             println!("leaf {} low {} -> {:?}", l.aln, l.low, model.locate(l.low));
         }
-        let k: Vec<_> = model
-            .top()
-            .knots()
-            .iter()
-            .filter(|k| k.y >= i as f64 - 3.0 && k.y <= i as f64 + 3.0)
+        let r: Vec<_> = (i.saturating_sub(3)..(i + 4).min(m))
+            .map(|j| model.top().range(j))
             .collect();
-        println!("{k:?}");
+        println!("{r:?}");
     }
     if std::env::var("HIST").is_ok() {
         let small = (0..m).filter(|&i| model.tt(i).len() <= 2).count();
@@ -124,9 +121,9 @@ fn main() {
     }
     let retrain_us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
     println!(
-        "{name} n={} m={m} knots={} bytes/sub={:.2} leaves={:.3} maxw={max} missed={missed} train={train:.2}s retrain={retrain_us:.2}us",
+        "{name} n={} m={m} top={}B bytes/sub={:.2} leaves={:.3} maxw={max} missed={missed} train={train:.2}s retrain={retrain_us:.2}us",
         keys.len(),
-        model.top().knots().len(),
+        model.top().encoded_bytes(),
         model.model_bytes() as f64 / m as f64,
         sum as f64 / keys.len() as f64,
     );

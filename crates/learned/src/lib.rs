@@ -1,8 +1,10 @@
 //! Learned models for the learned cache (XStore §4-§5.1, Fig. 5-8).
 //!
 //! * [`linear`] — monotone least-squares lines, the sub-models.
-//! * [`spline`] — the monotone spline that routes keys to sub-models; its
-//!   knots and the sub-models between them are chosen in [`xmodel`].
+//! * [`router`] — the XModel's top model: compressed sub-model boundary
+//!   keys, placed by training in [`xmodel`].
+//! * [`spline`] — monotone error-bounded splines; training uses one to
+//!   propose boundaries where the CDF bends.
 //! * [`submodel`] — the 14-byte compact sub-model with leaf-granular errors.
 //! * [`tt`] — 8-byte translation-table entries.
 //! * [`xmodel`] — the two-level XModel: training over leaf fences, partial
@@ -45,6 +47,7 @@ pub mod lpa;
 pub mod pgm;
 pub mod plr;
 pub mod rmi;
+pub mod router;
 pub mod spline;
 pub mod submodel;
 pub mod tt;
@@ -56,6 +59,7 @@ pub use index::{
     ModelKind, PosRange,
 };
 pub use linear::Linear;
+pub use router::{Router, RouterError};
 pub use spline::{Knot, Spline};
 pub use submodel::{ErrorCode, SubModel, SUBMODEL_BYTES};
 pub use tt::{TtEntry, TT_ENTRY_BYTES};

@@ -142,8 +142,9 @@ impl Chain {
     }
 }
 
-/// The one-pass OptimalPLR state of the segment being grown.
-struct Grower {
+/// The one-pass OptimalPLR state of the segment being grown (also used
+/// by `crate::xmodel` to place sub-model boundaries).
+pub(crate) struct Grower {
     eps: i128,
     lower: Chain,
     upper: Chain,
@@ -155,7 +156,7 @@ struct Grower {
 }
 
 impl Grower {
-    fn new(eps: u64) -> Grower {
+    pub(crate) fn new(eps: u64) -> Grower {
         Grower {
             eps: eps as i128,
             lower: Chain::default(),
@@ -167,7 +168,7 @@ impl Grower {
     }
 
     /// Adds `(x, y)`; false (and no change) if it does not fit the segment.
-    fn add(&mut self, x: i128, y: i128) -> bool {
+    pub(crate) fn add(&mut self, x: i128, y: i128) -> bool {
         let lo = P { x, y: y - self.eps };
         let hi = P { x, y: y + self.eps };
         match self.points {

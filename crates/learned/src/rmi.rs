@@ -3,7 +3,7 @@
 //! ranges, and a least-squares line with its own min/max error per range.
 //!
 //! This is the model XStore's measurements started from; unlike the
-//! XModel's spline it ignores the key distribution when it routes, so on
+//! XModel's router it ignores the key distribution when it routes, so on
 //! skewed keys most leaf models get few keys and a few get most.
 //!
 //! **Bytes:** 16 for the top model (the minimum key and the keys per

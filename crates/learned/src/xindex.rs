@@ -4,9 +4,10 @@
 //! XModel is trained on those leaves through its public API, and a key's
 //! predicted leaves become the positions they hold.
 //!
-//! **Bytes:** [`XModel::model_bytes`]: the header, the top spline's knots
-//! and 14 bytes per sub-model. The translation tables (8 bytes a leaf) are
-//! left out, as for every model: any model over a tree's leaves needs one.
+//! **Bytes:** [`XModel::model_bytes`]: the header, the router (compressed
+//! sub-model boundaries) and 14 bytes per sub-model. The translation
+//! tables (8 bytes a leaf) are left out, as for every model: any model over
+//! a tree's leaves needs one.
 
 use crate::index::{check_keys, IndexError, KeyIndex, PosRange};
 use crate::xmodel::{LeafInfo, TrainParams, XModel};

@@ -3,25 +3,36 @@
 //!
 //! # How a key is found
 //!
-//! The top model (a monotone spline, [`crate::spline`]) maps a key to
-//! `y` in `[0, M]`; sub-model `i = floor(y)` takes the fraction `y - i` and
-//! predicts a logical position in its own sequence of leaves; the error
-//! bounds widen that to a range of logical leaves, and the translation table
-//! (TT) turns each into an actual leaf number and expected incarnation.
+//! The top model (a [`Router`]: the compressed, sorted keys where
+//! sub-models start) maps a key to sub-model `i` and its fraction
+//! `(key − b_i) / (b_{i+1} − b_i)` in `[0, 1]`; the sub-model predicts a
+//! logical position in its own sequence of leaves from the fraction; the
+//! error bounds widen that to a range of logical leaves, and the
+//! translation table (TT) turns each into an actual leaf number and
+//! expected incarnation.
 //!
 //! # Where the sub-models go
 //!
-//! Between two knots the spline is linear, so the sub-models of a segment
-//! split its key range into equal widths, and a sub-model is one line over
-//! its share: on skewed keys (clusters, gaps, steps) accuracy is decided by
-//! where the knots sit and how many sub-models each segment gets, and the
-//! knots are few (at most 2 B of them per sub-model). Training builds two
-//! tops and keeps the model that reads fewer leaves: one routing by equal
-//! counts (best when the CDF is smooth at a sub-model's scale), and one
-//! whose knots and sub-model counts are chosen by what they save
-//! (`top_spline`: a fine corridor, its cheapest knots merged away, and
-//! sub-models moved to where they narrow lookups most).
+//! A sub-model is one line over its keys, so accuracy on skewed keys
+//! (clusters, gaps, steps) is decided by where its boundaries sit. The
+//! router places every boundary where training says, for about 1.7-2 bytes
+//! per sub-model (a spline top costs 12 bytes a knot and could afford one
+//! knot per six sub-models). Training builds several routings and keeps
+//! the model that reads fewer leaves ([`XModel::train`]):
 //!
+//! * equal counts — best when the CDF is smooth at a sub-model's scale;
+//! * the knots of a fine spline corridor with sub-models handed to its
+//!   segments by what they save (`top_spline`);
+//! * fence covers: the fewest lines within a bound that cover the leaf
+//!   fences (`cover_starts`, ROLEX's OptimalPLR test), using a share of
+//!   the sub-models, the rest splitting the longest or costliest pieces.
+//!
+//! **Bytes.** [`XModel::model_bytes`] counts the 24-byte header, the router
+//! and 14 bytes per sub-model, and training keeps it within 16 bytes per
+//! sub-model ([`top_byte_budget`]) for M ≥ 100 (below that the header and
+//! the group bases alone can pass it). Translation tables (8 bytes per leaf a
+//! sub-model holds) are counted apart ([`XModel::tt_bytes`]).
+
 //! # Why lookups of absent keys are bounded (boundary augmentation)
 //!
 //! Training uses each leaf's fences, not its keys: leaf `l` of sub-model `i`
@@ -41,6 +52,8 @@
 use std::ops::Range;
 
 use crate::linear::Linear;
+use crate::plr::Grower;
+use crate::router::Router;
 use crate::spline::{Knot, Spline};
 use crate::submodel::{ErrorCode, SubModel, SUBMODEL_BYTES};
 use crate::tt::{TtEntry, TT_ENTRY_BYTES};
@@ -51,6 +64,10 @@ pub const MAX_SUBMODELS: u32 = 1 << 26;
 /// Positions below a leaf's end that the upper fence point must reach:
 /// keeps `floor(p / N)` inside the leaf despite rounding.
 const LEAF_END_SLACK: f64 = 1.0 / 1024.0;
+
+/// Shares of the sub-models the fence cover may use as pieces (the rest
+/// split pieces into equal counts), falling; training keeps the best.
+const COVER_SHARES: [f64; 5] = [0.9, 0.75, 0.6, 0.45, 0.3];
 
 /// Errors of training and decoding models.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -118,15 +135,10 @@ impl LeafInfo {
 pub struct TrainParams {
     /// Number of sub-models (M).
     pub submodels: u32,
-    /// How far, in sub-models, the top spline may stray from a leaf's ideal
-    /// routing (the floor of its corridor; the knot budget may widen it).
-    /// Smaller balances sub-models better at the cost of knots.
+    /// How far, in sub-models, the training spline that proposes
+    /// boundaries where the CDF bends may stray from a leaf's ideal
+    /// routing (its corridor). Smaller follows the CDF more closely.
     pub top_error: f64,
-    /// Most bytes the top model and the header may take per sub-model:
-    /// when the spline needs more knots than that, its error bound is
-    /// widened until it fits, so the whole model stays within 14 + this
-    /// many bytes per sub-model on any distribution.
-    pub top_bytes_per_submodel: f64,
 }
 
 impl TrainParams {
@@ -135,7 +147,6 @@ impl TrainParams {
         TrainParams {
             submodels,
             top_error: 0.25,
-            top_bytes_per_submodel: 2.0,
         }
     }
 }
@@ -208,15 +219,306 @@ fn narrowest_line(xs: &[(f64, f64)], n: f64, slack: f64, hint: f64) -> Linear {
     }
 }
 
-/// The top model that routes by equal counts: the greedy corridor through
-/// `(low fence of leaf j, j·M/L)` with error `top_error` sub-models, widened
-/// until its knots fit the byte budget, so every sub-model gets about its
-/// share of leaves.
-fn equal_count_spline(leaves: &[LeafInfo], m: u32, params: &TrainParams) -> Spline {
-    let points = fence_points(leaves, m as f64 / leaves.len() as f64);
-    let budget = knot_budget(m, params);
-    Spline::from_knots(corridor_knots(&points, params.top_error, budget))
-        .expect("corridor knots increase")
+/// Boundaries that give every sub-model the same number of leaves, to
+/// one: sub-model `i` starts at the low fence of leaf `round(i·L/M)`, so
+/// no leaf is shared (before the router rounds the boundary down).
+fn equal_count_targets(leaves: &[LeafInfo], m: u32) -> Vec<u64> {
+    let (l, m) = (leaves.len() as u64, m as u64);
+    (1..m)
+        .map(|i| {
+            let j = ((i * l + m / 2) / m) as usize;
+            leaves.get(j).map_or(u64::MAX, |leaf| leaf.low)
+        })
+        .collect()
+}
+
+/// Most bytes the top model may take for `m` sub-models: with the
+/// header and the 14-byte sub-models, 16 bytes per sub-model.
+pub fn top_byte_budget(m: u32) -> usize {
+    (2 * m as usize).saturating_sub(HEADER_BYTES)
+}
+
+/// The router whose boundaries are `targets` (non-decreasing keys where
+/// sub-models `1..m` start), each allowed to land up to half a leaf below
+/// its target (half the leaf before it when the target is a fence, else
+/// half the leaf it falls in), so a leaf shared by two sub-models is
+/// mostly the one it would have been; where the wide distances that takes
+/// would pass [`top_byte_budget`], the slack grows until it fits (at
+/// worst every distance is one unit).
+fn router_for(leaves: &[LeafInfo], m: u32, targets: &[u64]) -> Router {
+    let base: Vec<u64> = targets
+        .iter()
+        .map(|&t| {
+            let j = leaves.partition_point(|l| l.low <= t).max(1) - 1;
+            if j > 0 && t == leaves[j].low {
+                (t - leaves[j - 1].low) / 2
+            } else {
+                (leaves[j].high - leaves[j].low) / 2
+            }
+        })
+        .collect();
+    let budget = top_byte_budget(m).max(Router::min_bytes(m));
+    // Slack ×4 per round; an unbounded slack takes one unit per distance,
+    // which fits by construction, so this ends.
+    let mut round = 0u32;
+    loop {
+        let widen = |s: u64| match round {
+            r if r >= 32 => u64::MAX,
+            r => s.max(1).saturating_mul(1 << (2 * r)),
+        };
+        let with: Vec<(u64, u64)> = targets
+            .iter()
+            .zip(&base)
+            .map(|(&t, &s)| (t, widen(s)))
+            .collect();
+        let r = Router::from_targets(m, &with);
+        if r.encoded_bytes() <= budget || r.extra_units() == 0 {
+            return r;
+        }
+        round += 1;
+    }
+}
+
+/// Positions per leaf in [`cover_starts`]' exact arithmetic.
+const COVER_UNIT: i128 = 16;
+
+/// The leaves (after leaf 0) at which sub-models start in a greedy cover
+/// of the leaf fences by lines within `eps` (in 1/16 leaf): a sub-model
+/// grows while one line passes within `eps` of every fence inside it
+/// (`(low fence of leaf j, j)`), the OptimalPLR test of [`crate::plr`].
+/// The fence at which it stops starts the next sub-model; that fence
+/// bounds neither (the first leaf's low fence and the last leaf's high
+/// fence need no reach, see [`leaf_errors`]), so a jump in the CDF costs
+/// nothing when a boundary sits on it.
+fn cover_starts(leaves: &[LeafInfo], eps: u64, most: usize) -> Option<Vec<usize>> {
+    let mut starts = Vec::new();
+    let mut j = 1;
+    while j < leaves.len() {
+        let origin = leaves[j].low;
+        let mut g = Grower::new(eps);
+        while j < leaves.len() && g.add((leaves[j].low - origin) as i128, j as i128 * COVER_UNIT) {
+            j += 1;
+        }
+        if j < leaves.len() {
+            if starts.len() + 1 >= most {
+                return None;
+            }
+            starts.push(j);
+            j += 1;
+        }
+    }
+    Some(starts)
+}
+
+/// The pieces (leaf bounds, from 0 to `L`) of the narrowest fence cover
+/// ([`cover_starts`]) with at most `pieces` pieces, and its bound. `below`
+/// is a bound known to need more pieces (the bound of a cover with more
+/// pieces, less one; 0 if none): feasibility only grows with the bound,
+/// so the search starts there.
+fn cover_bounds(leaves: &[LeafInfo], pieces: usize, below: u64) -> (Vec<usize>, u64) {
+    let pieces = pieces.max(1);
+    // Exponential search for a feasible bound, then bisection.
+    let mut lo = below;
+    let mut hi = (below + 1).max(COVER_UNIT as u64);
+    let mut best = loop {
+        if let Some(s) = cover_starts(leaves, hi, pieces) {
+            break s;
+        }
+        lo = hi;
+        hi *= 2;
+    };
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        match cover_starts(leaves, mid, pieces) {
+            Some(s) => {
+                hi = mid;
+                best = s;
+            }
+            None => lo = mid,
+        }
+    }
+    let mut bounds = vec![0];
+    bounds.extend_from_slice(&best);
+    bounds.push(leaves.len());
+    (bounds, hi)
+}
+
+/// Boundaries that split each piece between `bounds` into `counts[p]`
+/// equal counts of leaves (parts of a piece fit within its bound too).
+fn piece_targets(leaves: &[LeafInfo], bounds: &[usize], counts: &[usize]) -> Vec<u64> {
+    let mut targets = Vec::with_capacity(counts.iter().sum::<usize>());
+    for (p, w) in bounds.windows(2).enumerate() {
+        let (a, len, c) = (w[0], w[1] - w[0], counts[p]);
+        for part in 0..c {
+            if p == 0 && part == 0 {
+                continue;
+            }
+            let j = a + (part * len + c / 2) / c;
+            targets.push(leaves.get(j).map_or(u64::MAX, |l| l.low));
+        }
+    }
+    targets
+}
+
+/// Sub-models per piece (`lens` leaves each), at least one, the rest
+/// one at a time to the piece with the most leaves per sub-model.
+fn spread_by_leaves(lens: &[usize], m: usize) -> Vec<usize> {
+    let mut counts = vec![1usize; lens.len()];
+    let mut heap: std::collections::BinaryHeap<(u64, usize)> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| ((l as u64) << 20, i))
+        .collect();
+    for _ in lens.len()..m {
+        let Some((_, i)) = heap.pop() else { break };
+        counts[i] += 1;
+        heap.push((((lens[i] as u64) << 20) / counts[i] as u64, i));
+    }
+    counts
+}
+
+/// What the leaves `a..b` cost as one sub-model: leaves read per key
+/// times keys, with the range a lookup reads estimated from the spread of
+/// the fences about their least-squares line (in key order, leaf units).
+fn part_cost(leaves: &[LeafInfo], a: usize, b: usize) -> f64 {
+    let len = b - a;
+    if len <= 1 {
+        return len as f64;
+    }
+    let x0 = leaves[a].low;
+    let pts = || (a + 1..b).map(|j| ((leaves[j].low - x0) as f64, (j - a) as f64));
+    let k = (len - 1) as f64;
+    let (mut sx, mut sy) = (0.0, 0.0);
+    for (x, y) in pts() {
+        sx += x;
+        sy += y;
+    }
+    let (mx, my) = (sx / k, sy / k);
+    let (mut sxx, mut sxy) = (0.0, 0.0);
+    for (x, y) in pts() {
+        sxx += (x - mx) * (x - mx);
+        sxy += (x - mx) * (y - my);
+    }
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    let (mut lo, mut hi) = (f64::MAX, f64::MIN);
+    for (x, y) in pts() {
+        let r = y - my - slope * (x - mx);
+        lo = lo.min(r);
+        hi = hi.max(r);
+    }
+    let width = if lo <= hi { hi - lo } else { 0.0 };
+    len as f64 * (1.0 + width).min(len as f64)
+}
+
+/// [`part_cost`] of the leaves `a..b` split into `c` equal counts.
+fn split_cost(leaves: &[LeafInfo], a: usize, b: usize, c: usize) -> f64 {
+    let len = b - a;
+    (0..c)
+        .map(|p| part_cost(leaves, a + p * len / c, a + (p + 1) * len / c))
+        .sum()
+}
+
+/// A candidate of [`spread_by_cost`]: `step` more sub-models for piece
+/// `piece` save `gain` per sub-model.
+#[derive(Debug, PartialEq)]
+struct Split {
+    gain: f64,
+    piece: usize,
+    step: usize,
+    cost: f64,
+}
+
+impl Eq for Split {}
+
+impl PartialOrd for Split {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Split {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.gain
+            .total_cmp(&other.gain)
+            .then(other.piece.cmp(&self.piece))
+    }
+}
+
+/// Sub-models per piece (between `bounds`): at least one, and enough to
+/// keep any sub-model within 4× the mean leaves (so retraining stays
+/// cheap), the rest greedily where [`split_cost`] drops most. Steps grow
+/// with a piece's count, so a long straight piece is costed a few dozen
+/// times, not once per sub-model.
+fn spread_by_cost(leaves: &[LeafInfo], bounds: &[usize], m: usize) -> Vec<usize> {
+    let n = bounds.len() - 1;
+    let cap = (4 * leaves.len()).div_ceil(m).max(1);
+    let mut counts: Vec<usize> = bounds
+        .windows(2)
+        .map(|w| (w[1] - w[0]).div_ceil(cap).max(1))
+        .collect();
+    if counts.iter().sum::<usize>() > m {
+        return spread_by_leaves(
+            &bounds.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(),
+            m,
+        );
+    }
+    let mut left = m - counts.iter().sum::<usize>();
+    let cost = |p: usize, c: usize| split_cost(leaves, bounds[p], bounds[p + 1], c);
+    let mut now: Vec<f64> = (0..n).map(|p| cost(p, counts[p])).collect();
+    let offer = |p: usize, c: usize, now: f64, left: usize| {
+        let step = (c / 4).clamp(1, left.max(1));
+        let after = cost(p, c + step);
+        Split {
+            gain: (now - after) / step as f64,
+            piece: p,
+            step,
+            cost: after,
+        }
+    };
+    let mut heap: std::collections::BinaryHeap<Split> =
+        (0..n).map(|p| offer(p, counts[p], now[p], left)).collect();
+    while left > 0 {
+        let Some(o) = heap.pop() else { break };
+        if o.step > left {
+            heap.push(offer(o.piece, counts[o.piece], now[o.piece], left));
+            continue;
+        }
+        counts[o.piece] += o.step;
+        now[o.piece] = o.cost;
+        left -= o.step;
+        if left > 0 {
+            heap.push(offer(o.piece, counts[o.piece], now[o.piece], left));
+        }
+    }
+    counts
+}
+
+/// Where `spline` (values in sub-models) starts each sub-model: the first
+/// key at which it reaches `i`, for `i` in `1..m`.
+fn spline_targets(spline: &Spline, m: u32) -> Vec<u64> {
+    let knots = spline.knots();
+    let mut out = Vec::with_capacity(m as usize - 1);
+    let mut s = 0;
+    let mut prev = 0u64;
+    for i in 1..m {
+        let y = i as f64;
+        while s < knots.len() && knots[s].y < y {
+            s += 1;
+        }
+        let x = if s == 0 {
+            0
+        } else if s == knots.len() {
+            u64::MAX
+        } else {
+            let (a, c) = (knots[s - 1], knots[s]);
+            let t = (y - a.y) / (c.y - a.y);
+            let dx = ((c.x - a.x) as f64 * t).ceil();
+            a.x.saturating_add(dx as u64).min(c.x)
+        };
+        prev = prev.max(x);
+        out.push(prev);
+    }
+    out
 }
 
 /// The points `(low fence of leaf j, j·scale)`, and the end of the key
@@ -240,20 +542,14 @@ fn fence_points(leaves: &[LeafInfo], scale: f64) -> Vec<Knot> {
     points
 }
 
-/// Knots the top model may have: `top_bytes_per_submodel` per sub-model
-/// less the header, and at most one segment per sub-model.
-fn knot_budget(m: u32, params: &TrainParams) -> usize {
-    let bytes = (m as f64 * params.top_bytes_per_submodel) as usize;
-    (bytes.saturating_sub(HEADER_BYTES) / Spline::KNOT_BYTES).clamp(2, m as usize + 1)
-}
-
-/// The top model: where its knots go and how many sub-models each of its
-/// segments gets.
+/// A training spline that proposes boundaries where the CDF bends: where
+/// its knots go and how many sub-models each of its segments gets (the
+/// router then starts sub-model `i` where the spline reaches `i`).
 ///
 /// Candidate knots come from a fine greedy corridor over the leaves' low
-/// fences (in leaf units), about one per two sub-models, so they sit
-/// wherever the CDF bends; [`merge_knots`] keeps those that matter most
-/// within the byte budget. Between two knots the
+/// fences (in leaf units), so they sit wherever the CDF bends; the spline
+/// is not shipped, so it may keep one knot per sub-model
+/// ([`merge_knots`] drops the cheapest beyond that). Between two knots the
 /// spline is linear, so the segment's sub-models split its key range into
 /// equal widths; how many a segment gets is what decides accuracy on skewed
 /// keys. Routing by equal counts (y = leaf index) would give a segment that
@@ -263,7 +559,7 @@ fn knot_budget(m: u32, params: &TrainParams) -> usize {
 /// the lookups of the segment's keys ([`segment_cost`]).
 fn top_spline(leaves: &[LeafInfo], m: u32, params: &TrainParams) -> Spline {
     let points = fence_points(leaves, 1.0);
-    let budget = knot_budget(m, params);
+    let budget = m as usize + 1;
     let per_sub = leaves.len() as f64 / m as f64;
     // Start from a fine corridor (about two sub-models per segment), then
     // drop the knots whose removal costs least until the budget holds.
@@ -673,6 +969,16 @@ fn leaf_errors(xs: &[(f64, f64)], n: f64, line: &Linear) -> (f64, f64) {
     (err_lo, err_hi)
 }
 
+/// The largest key `leaf` may hold: its high fence − 1, or `u64::MAX`
+/// itself for the last leaf.
+fn high_point(leaf: &LeafInfo) -> u64 {
+    if leaf.high == u64::MAX {
+        u64::MAX
+    } else {
+        (leaf.high - 1).max(leaf.low)
+    }
+}
+
 /// A leaf with the (sub-model, fraction) its low fence and its high
 /// fence − 1 route to.
 #[derive(Debug, Clone, Copy)]
@@ -703,7 +1009,7 @@ pub struct XModel {
     slots: usize,
     /// Sub-model count (M), fixed for the model's life.
     m: u32,
-    top: Spline,
+    top: Router,
     subs: Vec<SubModel>,
     tts: Vec<Box<[TtEntry]>>,
 }
@@ -770,27 +1076,48 @@ impl XModel {
                 "leaf slots must be in 1..=255, got {slots}"
             )));
         }
-        // Two tops: the equal-count spline suits CDFs that are smooth at the
-        // scale of a sub-model, where sub-models of equal shares fit best;
-        // the allocated one suits skew. Keep whichever model reads fewer
-        // leaves over the keys it was trained on.
-        let balanced = XModel::fit_all(leaves, slots, m, equal_count_spline(leaves, m, &params));
-        let allocated = XModel::fit_all(leaves, slots, m, top_spline(leaves, m, &params));
-        Ok(
-            if allocated.expected_leaves() < balanced.expected_leaves() {
-                allocated
-            } else {
-                balanced
-            },
-        )
+        // Several routings: equal counts suit CDFs that are smooth at the
+        // scale of a sub-model; the spline's and the covers' suit skew.
+        // Keep whichever model reads fewer leaves over the keys it was
+        // trained on.
+        let balanced = router_for(leaves, m, &equal_count_targets(leaves, m));
+        let balanced = XModel::fit_all(leaves, slots, m, balanced);
+        let bends = spline_targets(&top_spline(leaves, m, &params), m);
+        let allocated = XModel::fit_all(leaves, slots, m, router_for(leaves, m, &bends));
+        let mut best = if allocated.expected_leaves() < balanced.expected_leaves() {
+            allocated
+        } else {
+            balanced
+        };
+        // Fence covers with a share of the sub-models as pieces, the rest
+        // spread by leaves or by cost.
+        // Shares fall, so each cover's bound is at least the last one's.
+        let mut below = 0;
+        for share in COVER_SHARES {
+            let pieces = ((m as f64 * share) as usize).clamp(1, m as usize);
+            let (bounds, eps) = cover_bounds(leaves, pieces, below);
+            below = eps.saturating_sub(1);
+            let lens: Vec<usize> = bounds.windows(2).map(|w| w[1] - w[0]).collect();
+            for counts in [
+                spread_by_leaves(&lens, m as usize),
+                spread_by_cost(leaves, &bounds, m as usize),
+            ] {
+                let targets = piece_targets(leaves, &bounds, &counts);
+                let covered = XModel::fit_all(leaves, slots, m, router_for(leaves, m, &targets));
+                if covered.expected_leaves() < best.expected_leaves() {
+                    best = covered;
+                }
+            }
+        }
+        Ok(best)
     }
 
     /// Fits every sub-model under `top`.
-    fn fit_all(leaves: &[LeafInfo], slots: usize, m: u32, top: Spline) -> XModel {
+    fn fit_all(leaves: &[LeafInfo], slots: usize, m: u32, top: Router) -> XModel {
         let mut model = XModel {
             slots,
             m,
-            top: top.quantized(),
+            top,
             subs: Vec::with_capacity(m as usize),
             tts: Vec::with_capacity(m as usize),
         };
@@ -835,7 +1162,7 @@ impl XModel {
         Fences {
             leaf: *leaf,
             low: self.locate(leaf.low),
-            high: self.locate(leaf.high.saturating_sub(1).max(leaf.low)),
+            high: self.locate(high_point(leaf)),
         }
     }
 
@@ -850,7 +1177,7 @@ impl XModel {
     }
 
     /// The top model.
-    pub fn top(&self) -> &Spline {
+    pub fn top(&self) -> &Router {
         &self.top
     }
 
@@ -873,7 +1200,7 @@ impl XModel {
     /// The sub-model a key routes to and its fraction.
     #[inline]
     pub fn locate(&self, key: u64) -> (u32, f64) {
-        self.top.bucket(key, self.m)
+        self.top.bucket(key)
     }
 
     /// Where `key`'s leaf may be; `None` only for a sub-model no key routes
@@ -974,8 +1301,16 @@ impl XModel {
         i: u32,
         leaves: impl Iterator<Item = LeafInfo>,
     ) -> (SubModel, Box<[TtEntry]>) {
+        // Route against sub-model i's range alone: the same fractions as
+        // lookups compute, without a search per fence.
+        let range = self.top.range(i);
+        let near = |key: u64| self.top.bucket_near(i, &range, key);
         let taken = leaves
-            .map(|l| self.fences(&l))
+            .map(|leaf| Fences {
+                leaf,
+                low: near(leaf.low),
+                high: near(high_point(&leaf)),
+            })
             .skip_while(|f| f.high.0 < i)
             .take_while(|f| f.low.0 <= i);
         self.fit_sub(i, taken)
@@ -1007,12 +1342,9 @@ impl XModel {
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         out.extend_from_slice(&(self.slots as u16).to_le_bytes());
         out.extend_from_slice(&(self.subs.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(self.top.knots().len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.top.encoded_bytes() as u32).to_le_bytes());
         out.extend_from_slice(&(tt_total as u64).to_le_bytes());
-        for k in self.top.knots() {
-            out.extend_from_slice(&k.x.to_le_bytes());
-            out.extend_from_slice(&(k.y as f32).to_le_bytes());
-        }
+        self.top.encode(&mut out);
         for s in &self.subs {
             s.encode(&mut out);
         }
@@ -1032,14 +1364,15 @@ impl XModel {
     /// ```text
     /// offset           size   field
     /// 0                4      magic "XMDL"
-    /// 4                2      format version (1)
+    /// 4                2      format version (2)
     /// 6                2      leaf slots N
     /// 8                4      sub-models M
-    /// 12               4      top knots K
+    /// 12               4      router bytes R
     /// 16               8      translation-table entries T (all sub-models)
-    /// 24               12·K   knots: key u64, value f32
-    /// 24+12K           14·M   sub-models (see crate::submodel)
-    /// 24+12K+14M       8·T    TT entries, sub-model by sub-model
+    /// 24               R      router: group bases and distance units
+    ///                         (see crate::router)
+    /// 24+R             14·M   sub-models (see crate::submodel)
+    /// 24+R+14M         8·T    TT entries, sub-model by sub-model
     /// ```
     pub fn decode(bytes: &[u8]) -> Result<XModel, ModelError> {
         let d = |r: &'static str| ModelError::Decode(r);
@@ -1054,16 +1387,16 @@ impl XModel {
         }
         let slots = r.u16("slots").map_err(short)? as usize;
         let m = r.u32("sub-models").map_err(short)?;
-        let k = r.u32("knots").map_err(short)? as u64;
+        let router_bytes = r.u32("router bytes").map_err(short)? as usize;
         let t = r.u64("tt entries").map_err(short)?;
         if slots == 0 || slots > 255 {
             return Err(d("leaf slots out of range"));
         }
-        if m == 0 || m > MAX_SUBMODELS || k == 0 {
-            return Err(d("sub-model or knot count out of range"));
+        if m == 0 || m > MAX_SUBMODELS {
+            return Err(d("sub-model count out of range"));
         }
         let expected = (HEADER_BYTES as u64)
-            .checked_add(k.checked_mul(12).ok_or(d("knot count overflows"))?)
+            .checked_add(router_bytes as u64)
             .and_then(|v| v.checked_add(m as u64 * SUBMODEL_BYTES as u64))
             .and_then(|v| v.checked_add(t.checked_mul(8)?))
             .ok_or(d("length overflows"))?;
@@ -1071,14 +1404,8 @@ impl XModel {
             return Err(d("length disagrees with the counts"));
         }
         // From here on the length is checked: no read below can run short.
-        let mut knots = Vec::with_capacity(k as usize);
-        for _ in 0..k {
-            knots.push(Knot {
-                x: r.u64("knot key").map_err(short)?,
-                y: r.f32("knot value").map_err(short)? as f64,
-            });
-        }
-        let top = Spline::from_knots(knots).ok_or(d("top model knots not monotone"))?;
+        let top = Router::decode(m, r.take(router_bytes, "router").map_err(short)?)
+            .map_err(|_| d("top model boundaries invalid"))?;
         let mut subs = Vec::with_capacity(m as usize);
         let mut total = 0u64;
         for _ in 0..m {
@@ -1108,7 +1435,7 @@ impl XModel {
 }
 
 const MAGIC: &[u8; 4] = b"XMDL";
-const FORMAT_VERSION: u16 = 1;
+const FORMAT_VERSION: u16 = 2;
 const HEADER_BYTES: usize = 24;
 
 #[cfg(test)]
@@ -1141,6 +1468,25 @@ mod tests {
         let model = XModel::train(&leaves, 16, TrainParams::new(1)).unwrap();
         let widest = check(&model, &keys, 16);
         assert!(widest <= 2, "a lookup reads {widest} leaves");
+    }
+
+    /// With no change to the leaves, retraining any sub-model alone gives
+    /// back what training gave (the same routing, fractions and fit).
+    #[test]
+    fn retraining_alone_reproduces_training() {
+        // Clusters and gaps, so boundaries come from the covers too.
+        let keys: Vec<u64> = (0..30_000u64)
+            .map(|k| (k / 1000) * (1 << 50) + (k % 1000) * ((k / 1000) % 7 + 1))
+            .collect();
+        let leaves = LeafInfo::packed(&keys, 16);
+        let model = XModel::train(&leaves, 16, TrainParams::new(150)).unwrap();
+        check(&model, &keys, 16);
+        for i in 0..model.submodels() {
+            let start = model.tt(i).first().map_or(0, |e| e.aln()) as usize;
+            let (sub, tt) = model.retrain_sub(i, leaves[start..].iter().copied());
+            assert_eq!(&sub, model.sub(i), "sub-model {i}");
+            assert_eq!(&*tt, model.tt(i), "table {i}");
+        }
     }
 
     /// Far more sub-models than leaves: the top model's costing must not

@@ -6,15 +6,17 @@
 //! leaf's first key), every key is checked to be predicted into its leaf,
 //! and the mean width of the predicted range is held to a bound.
 //!
+//! The model (router + sub-models + header, translation tables apart) is
+//! held to 16 bytes per sub-model.
+//!
 //! Seeds: `XMODEL_SWEEP_SEED` (default 42, the CLI's) replays a run.
 
 mod common;
 
+use common::mean_leaves;
 use common::zorder::zorder_keys;
-use learned::{LeafInfo, TrainParams, XModel};
 use ycsb::Dataset;
 
-const SLOTS: usize = 16;
 const KEYS_PER_SUB: usize = 200;
 
 fn seed() -> u64 {
@@ -23,46 +25,14 @@ fn seed() -> u64 {
     seed
 }
 
-/// Trains over `keys` (sorted, distinct) and returns the mean number of
-/// leaves a lookup reads, after checking that every key's range holds its
-/// leaf.
-fn mean_leaves(name: &str, keys: &[u64], per_sub: usize) -> f64 {
-    let leaves = LeafInfo::packed(keys, SLOTS);
-    let m = (keys.len() / per_sub).max(1) as u32;
-    let model = XModel::train(&leaves, SLOTS, TrainParams::new(m)).expect("training");
-    assert!(
-        model.model_bytes() as f64 <= 16.0 * m as f64,
-        "{name}: {} model bytes for {m} sub-models",
-        model.model_bytes()
-    );
-    let mut read = 0u64;
-    for (i, &k) in keys.iter().enumerate() {
-        let p = model
-            .predict(k)
-            .expect("a key routes to a sub-model with leaves");
-        let tt = model.tt(p.sub);
-        let leaf = (i / SLOTS) as u32;
-        assert!(
-            (p.first..=p.last).any(|l| tt[l as usize].aln() == leaf),
-            "{name}: key {k} predicted into leaves {}..={} of sub-model {}, not its leaf {leaf}",
-            p.first,
-            p.last,
-            p.sub
-        );
-        read += (p.last - p.first + 1) as u64;
-    }
-    let mean = read as f64 / keys.len() as f64;
-    println!(
-        "{name}: {} keys, {m} sub-models: {mean:.3} leaves per lookup",
-        keys.len()
-    );
-    mean
-}
-
 fn synthetic(dataset: Dataset, n: usize, seed: u64) -> Vec<u64> {
     ycsb::prepare_keys(ycsb::generate(dataset, n, seed).expect("generating keys"))
         .expect("preparing keys")
 }
+
+/// The sizes the sweep trains at: small ones, where a sub-model's share
+/// of a clustered set is a handful of clusters, up to 2 M keys.
+const SIZES: [usize; 6] = [100_000, 200_000, 300_000, 500_000, 1_000_000, 2_000_000];
 
 #[test]
 fn smooth_sets_read_at_most_two_leaves_at_every_size() {
@@ -73,7 +43,7 @@ fn smooth_sets_read_at_most_two_leaves_at_every_size() {
         Dataset::Lognormal,
         Dataset::Normal,
     ] {
-        for n in [100_000, 1_000_000] {
+        for n in [100_000, 300_000, 1_000_000] {
             let keys = synthetic(dataset, n, seed);
             let mean = mean_leaves(&format!("{dataset} {n}"), &keys, KEYS_PER_SUB);
             assert!(
@@ -84,33 +54,29 @@ fn smooth_sets_read_at_most_two_leaves_at_every_size() {
     }
 }
 
+/// osm-like from 100 k to 2 M keys: at most 3.0 leaves per lookup (the
+/// acceptance) from 300 k keys on. Below that the target is not met: at
+/// 100 k keys 500 sub-models face the set's 1000 clusters, and even the
+/// narrowest cover of the leaf fences by 500 lines needs a bound of about
+/// 1.2 leaves either side (≈ 3.5 leaves per lookup with exact
+/// boundaries); those sizes are held to what the model reaches today
+/// (3.8 and 3.15), so they cannot regress.
 #[test]
-fn osm_like_reads_at_most_three_leaves_from_one_million_keys() {
+fn osm_like_at_every_size() {
     let seed = seed();
-    // The sizes that broke the model before (18.6, 17.4 and 2.4 leaves).
-    for n in [1_000_000, 2_000_000, 5_000_000] {
+    for n in SIZES {
         let keys = synthetic(Dataset::OsmLike, n, seed);
         let mean = mean_leaves(&format!("osm-like {n}"), &keys, KEYS_PER_SUB);
+        let bound = match n {
+            100_000 => 4.0,
+            200_000 => 3.3,
+            _ => 3.0,
+        };
         assert!(
-            mean <= 3.0,
-            "osm-like at {n} keys: {mean:.3} leaves per lookup"
+            mean <= bound,
+            "osm-like at {n} keys: {mean:.3} leaves per lookup (bound {bound})"
         );
     }
-}
-
-/// At 100 k keys the model has 500 sub-models and 79 top-model knots for
-/// the set's 1000 clusters, so sub-models hold several clusters each and
-/// the 3.0 of the acceptance is out of reach (6.7 today, 47 before); this
-/// holds the gain.
-#[test]
-fn osm_like_at_one_hundred_thousand_keys_does_not_regress() {
-    let seed = seed();
-    let keys = synthetic(Dataset::OsmLike, 100_000, seed);
-    let mean = mean_leaves("osm-like 100000", &keys, KEYS_PER_SUB);
-    assert!(
-        mean <= 7.5,
-        "osm-like at 100 k keys: {mean:.3} leaves per lookup"
-    );
 }
 
 /// Z-order (Morton) codes of clustered points, like cells of real

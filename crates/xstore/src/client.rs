@@ -42,7 +42,7 @@
 //! ```
 
 use fabric::{Batch, Endpoint, FabricError, NodeId, RegionId};
-use learned::{Spline, SubModel, TtEntry};
+use learned::{Router, SubModel, TtEntry};
 use xtree::layout::value_from_part;
 use xtree::{LeafError, LeafLayout, LeafView};
 
@@ -191,7 +191,7 @@ pub struct Client<E: Endpoint> {
     layout: LeafLayout,
     version: u64,
     submodels: u32,
-    top: Spline,
+    top: Router,
     subs: Vec<Option<CachedSub>>,
     stats: ClientStats,
     batch: Batch,
@@ -228,7 +228,7 @@ impl<E: Endpoint> Client<E> {
             layout: LeafLayout::new(1).expect("1 slot is valid"),
             version: 0,
             submodels: 1,
-            top: Spline::fit(&[learned::Knot { x: 0, y: 0.0 }], 1.0),
+            top: Router::from_targets(1, &[]),
             subs: Vec::new(),
             stats: ClientStats::default(),
             batch: Batch::new(),
@@ -539,7 +539,7 @@ impl<E: Endpoint> Client<E> {
         key: u64,
         targets: &mut Vec<Target>,
     ) -> Result<Attempt<Option<u64>>, ClientError> {
-        let (sub, frac) = self.top.bucket(key, self.submodels);
+        let (sub, frac) = self.top.bucket(key);
         let Some(cached) = self.sub_model(sub)? else {
             return Ok(Attempt::Fallback);
         };
@@ -749,7 +749,7 @@ impl<E: Endpoint> Client<E> {
     /// the TT counts, enough following leaves (across sub-models) for `n`
     /// keys.
     fn scan_plan(&mut self, start: u64, n: usize) -> Result<Option<Vec<Target>>, ClientError> {
-        let (sub, frac) = self.top.bucket(start, self.submodels);
+        let (sub, frac) = self.top.bucket(start);
         let Some(cached) = self.sub_model(sub)? else {
             return Ok(None);
         };
@@ -1059,7 +1059,7 @@ impl<E: Endpoint> Client<E> {
         if self.config.cache != CacheMode::Full {
             return Vec::new();
         }
-        let (sub, frac) = self.top.bucket(key, self.submodels);
+        let (sub, frac) = self.top.bucket(key);
         let Some(Some(c)) = self.subs.get(sub as usize) else {
             return Vec::new();
         };

@@ -37,7 +37,7 @@
 //! A sub-model travels as [`SubPayload`]: `sub u32, model 14 B,
 //! tt_offset u64, tt_len u32, tt_len × entry u64`.
 
-use learned::{Knot, Spline, SubModel, TtEntry, SUBMODEL_BYTES};
+use learned::{Router, SubModel, TtEntry, SUBMODEL_BYTES};
 
 /// Most position hints an UPDATE may carry.
 pub const MAX_HINTS: usize = 8;
@@ -516,44 +516,46 @@ impl Meta {
 }
 
 /// The top model of one version.
+///
+/// ```text
+/// offset  size  field (little-endian)
+/// 0       8     model version
+/// 8       4     sub-models M
+/// 12      4     router bytes R
+/// 16      R     the router: group bases and distance units (learned::router)
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopPayload {
     /// Model version.
     pub version: u64,
     /// Sub-models.
     pub submodels: u32,
-    /// The spline.
-    pub top: Spline,
+    /// The router (sub-model boundaries).
+    pub top: Router,
 }
 
 impl TopPayload {
-    /// Appends the encoding: version u64, submodels u32, knots u32, knots × (x u64, y f32).
+    /// Appends the encoding (see the type's byte diagram).
     pub fn encode(&self, out: &mut Vec<u8>) {
         put_u64(out, self.version);
         put_u32(out, self.submodels);
-        put_u32(out, self.top.knots().len() as u32);
-        for k in self.top.knots() {
-            put_u64(out, k.x);
-            out.extend_from_slice(&(k.y as f32).to_le_bytes());
-        }
+        put_u32(out, self.top.encoded_bytes() as u32);
+        self.top.encode(out);
     }
 
-    /// Decodes from `r`.
+    /// Decodes from `r`: the router's length is checked against what is
+    /// left before it is read, and the router itself (every boundary) by
+    /// [`Router::decode`].
     pub fn decode(r: &mut Reader<'_>) -> Result<TopPayload, ProtoError> {
         let version = r.u64("version")?;
         let submodels = r.u32("submodels")?;
-        let n = r.u32("knots")? as usize;
-        if submodels == 0 || submodels > learned::MAX_SUBMODELS || n == 0 || n > r.remaining() / 12
-        {
+        let n = r.u32("router bytes")? as usize;
+        if submodels == 0 || submodels > learned::MAX_SUBMODELS || n > r.remaining() {
             return Err(ProtoError::Bad("top model counts"));
         }
-        let mut knots = Vec::with_capacity(n);
-        for _ in 0..n {
-            let x = r.u64("knot key")?;
-            let y = r.f32("knot value")? as f64;
-            knots.push(Knot { x, y });
-        }
-        let top = Spline::from_knots(knots).ok_or(ProtoError::Bad("top model not monotone"))?;
+        let bytes = r.take(n, "router")?;
+        let top = Router::decode(submodels, bytes)
+            .map_err(|_| ProtoError::Bad("top model boundaries"))?;
         Ok(TopPayload {
             version,
             submodels,
@@ -958,7 +960,7 @@ mod tests {
         let top = TopPayload {
             version: 2,
             submodels: 4,
-            top: Spline::from_knots(vec![Knot { x: 0, y: 0.0 }, Knot { x: 100, y: 4.0 }]).unwrap(),
+            top: Router::from_targets(4, &[(25, 0), (50, 0), (75, 0)]),
         };
         let meta = Meta {
             leaf_region: 1,

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fabric::{Region, RegionId, Rights};
-use learned::{ErrorCode, Linear, Spline, SubModel, TtEntry, XModel};
+use learned::{ErrorCode, Linear, Router, SubModel, TtEntry, XModel};
 use xtree::layout::word_hash;
 
 /// Bytes of one sub-model slot.
@@ -172,7 +172,7 @@ impl Published {
     }
 
     /// The top model.
-    pub fn top(&self) -> &Spline {
+    pub fn top(&self) -> &Router {
         self.base.top()
     }
 
