@@ -1,0 +1,63 @@
+//! Decoders of the other systems' untrusted bytes: ROLEX leaves, model
+//! block heads and redo records read one-sided; HiStore value records,
+//! table headers, group views and RPCs; FineStore's trained-array entries
+//! and RPCs; the LPA models FineStore publishes. The first byte picks the
+//! decoder so one target covers them all.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&which, rest)) = data.split_first() else { return };
+    let word = |b: &[u8]| {
+        let mut w = [0u8; 8];
+        let n = b.len().min(8);
+        w[..n].copy_from_slice(&b[..n]);
+        u64::from_le_bytes(w)
+    };
+    match which % 10 {
+        0 => {
+            let layout = rolex::layout::LeafLayout::new(2 + (rest.len() % 31)).unwrap();
+            let _ = rolex::layout::LeafImage::decode(layout, rest);
+        }
+        1 => {
+            let _ = rolex::layout::BlockHead::decode(rest, 1 << 20);
+            let _ = rolex::layout::Entry::decode(word(rest));
+        }
+        2 => {
+            let _ = rolex::lease::RedoRecord::decode(rest);
+        }
+        3 => {
+            if let Ok((key, value)) = histore::layout::decode_record(rest) {
+                assert!(key.len() + value.len() <= rest.len());
+            }
+            let _ = histore::layout::ValuePtr::decode(word(rest));
+        }
+        4 => {
+            let _ = histore::layout::TableHeader::decode(rest);
+            let _ = histore::view::GroupView::decode(rest);
+        }
+        5 => {
+            let _ = histore::wire::Request::decode(rest);
+        }
+        6 => {
+            let _ = histore::wire::read_pairs(le::Reader::new(rest));
+        }
+        7 => {
+            let version = word(rest);
+            let _ = finestore::dist::layout::Entry::decode(rest.get(8..).unwrap_or(&[]), version);
+        }
+        8 => {
+            let _ = finestore::dist::proto::Request::decode(rest);
+            let _ = finestore::dist::proto::Reply::decode(rest);
+        }
+        _ => {
+            if let Ok(lpa) = learned::lpa::Lpa::decode(rest) {
+                use learned::KeyIndex;
+                for key in [0u64, 1, u64::MAX / 2, u64::MAX] {
+                    let _ = lpa.predict(key);
+                }
+            }
+        }
+    }
+});
