@@ -23,11 +23,12 @@ use crate::progress;
 use crate::token::TokenArgs;
 
 /// Arguments of `xstore bench`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Design under test [default: xstore], rolex, histore, finestore, or a baseline:
-    /// server-centric, tree-cache, whole-tree-cache. With --suite: a comma-separated list of
-    /// the designs to run (default: all).
+    /// server-centric, tree-cache, whole-tree-cache. A comma-separated list runs each
+    /// in turn on the same keys and operations and prints them side by side; with
+    /// --suite: the designs to run (default: all).
     #[arg(long)]
     system: Option<String>,
     /// Fabric backend: local (server embedded in this process), tcp or shm
@@ -242,6 +243,93 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.append && args.json.is_none() {
         bail!("--append goes with --json PATH (or --suite)");
     }
+    if let Some(list) = args.system.as_deref().filter(|l| l.contains(',')) {
+        return run_side_by_side(args, list);
+    }
+    run_one(args).map(|_| ())
+}
+
+/// `xstore bench --system A,B,...`: each design in turn, loaded fresh with
+/// the same keys and driven by the same operation streams, then one table
+/// of them side by side. Every run is judged; the command fails if any
+/// read was wrong, after all have run.
+fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
+    let names: Vec<&str> = list.split(',').map(str::trim).collect();
+    if names.iter().any(|n| n.is_empty()) {
+        bail!("--system {list:?}: an empty name in the list");
+    }
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            bail!("--system {list:?}: {n} appears twice");
+        }
+        if !bench::system_names().contains(n) {
+            bail!(
+                "unknown --system '{n}' (available: {})",
+                bench::system_names().join(", ")
+            );
+        }
+    }
+    if args.fabric != "local" || args.cluster.is_some() {
+        bail!("a list of systems runs on --fabric local (one server serves one design)");
+    }
+    if args.history.is_some() {
+        bail!("--history records one system's run; give --system one name");
+    }
+    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let mut reports = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let mut one = args.clone();
+        one.system = Some(name.to_string());
+        // Later systems add to the file the first one started.
+        one.append = args.append || (i > 0 && !json_to_stdout);
+        eprintln!("== {name} ({}/{})", i + 1, names.len());
+        reports.push((name, run_one(&one)));
+    }
+    let mut table = String::from(
+        "\nside by side (same keys, same operations):\n\
+         system            Mops/s   RTT/op  RPCs/op  B read/op  B written/op  checked reads  wrong\n",
+    );
+    let mut failed = Vec::new();
+    for (name, r) in &reports {
+        match r {
+            Ok(r) => {
+                let c = &r.correctness;
+                table.push_str(&format!(
+                    "{name:<16} {:>7.3} {:>8.3} {:>8.3} {:>10.1} {:>13.1} {:>14} {:>6}\n",
+                    r.throughput_ops_per_s / 1e6,
+                    r.per_op.round_trips,
+                    r.per_op.rpcs,
+                    r.per_op.bytes_read,
+                    r.per_op.bytes_written,
+                    c.checked_reads,
+                    c.errors()
+                ));
+            }
+            Err(e) => {
+                table.push_str(&format!("{name:<16} failed: {e:#}\n"));
+                failed.push(**name);
+            }
+        }
+    }
+    if json_to_stdout {
+        eprint!("{table}");
+    } else {
+        print!("{table}");
+    }
+    if !failed.is_empty() {
+        bail!(
+            "{} of {} systems failed: {}",
+            failed.len(),
+            names.len(),
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// One system's run (`--system NAME`): its report, or an error that also
+/// covers wrong reads.
+fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     let system_name = args.system.as_deref().unwrap_or("xstore");
     if !bench::system_names().contains(&system_name) {
         bail!(
@@ -422,7 +510,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             c.examples.join("; ")
         );
     }
-    Ok(())
+    Ok(report)
 }
 
 /// `xstore bench --suite NAMES --out DIR`.

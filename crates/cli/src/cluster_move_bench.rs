@@ -47,10 +47,23 @@ pub struct MoveBenchArgs {
     /// Seed of the load and of the choice of moves.
     #[arg(long, default_value_t = 1)]
     run_seed: u64,
+    /// After the manual moves, rounds of the rebalancer under the same
+    /// load (a round that finds the load balanced moves nothing; start the
+    /// cluster unbalanced, e.g. `cluster up --weights 4,1,1`).
+    #[arg(long, default_value_t = 0)]
+    rebalance_rounds: usize,
+    /// The rebalancer's target: largest share of requests per server.
+    #[arg(long, default_value_t = 0.36)]
+    rebalance_target: f64,
+    /// Seconds of load the rebalancer measures per round.
+    #[arg(long, default_value_t = 1.0)]
+    rebalance_window_s: f64,
 }
 
 /// One move as timed here.
 struct Timed {
+    /// Who made it: "manual" or "rebalancer".
+    by: &'static str,
     report: cluster::MoveReport,
     /// Seconds since the load started measuring.
     start: f64,
@@ -94,9 +107,20 @@ fn rate(timeline: &[(f64, u64)], a: f64, b: f64) -> f64 {
 
 /// Runs `xstore cluster move-bench`.
 pub fn run(args: &MoveBenchArgs) -> Result<()> {
-    if args.moves == 0 {
-        bail!("--moves must be at least 1");
+    if args.moves == 0 && args.rebalance_rounds == 0 {
+        bail!("nothing to do: --moves and --rebalance-rounds are both 0");
     }
+    let target_ok = args.rebalance_target > 0.0 && args.rebalance_target <= 1.0;
+    let window_ok = args.rebalance_window_s > 0.0 && args.rebalance_window_s <= 60.0;
+    if !(target_ok && window_ok) {
+        bail!("--rebalance-target must be in (0, 1] and --rebalance-window-s in (0, 60]");
+    }
+    let rebalance = cluster::rebalance::RebalanceConfig {
+        target_share: args.rebalance_target,
+        window: Duration::from_secs_f64(args.rebalance_window_s),
+        ..Default::default()
+    };
+    let rounds = args.rebalance_rounds;
     let loaded: Arc<[u64]> = args.keys.load()?.into();
     if loaded.len() < 2 * args.move_keys + 2 {
         bail!(
@@ -160,11 +184,46 @@ pub fn run(args: &MoveBenchArgs) -> Result<()> {
                     report.took.as_secs_f64(),
                     report.frozen_for.as_secs_f64()
                 );
-                timed
-                    .lock()
-                    .expect("moves")
-                    .push(Timed { report, start, end });
+                timed.lock().expect("moves").push(Timed {
+                    by: "manual",
+                    report,
+                    start,
+                    end,
+                });
                 std::thread::sleep(Duration::from_secs_f64(gap));
+            }
+            for i in 0..rounds {
+                if stop.load(Ordering::Acquire) {
+                    eprintln!("the load ended after {i} rebalancer rounds (raise --seconds)");
+                    break;
+                }
+                let round = cluster::rebalance::rebalance_once(&etcd, None, &rebalance)
+                    .with_context(|| format!("rebalancer round {i}"))?;
+                let shares: Vec<String> = round
+                    .shares
+                    .iter()
+                    .map(|(id, s)| format!("{id} {:.1} %", 100.0 * s))
+                    .collect();
+                eprintln!("rebalancer round {i}: {}", shares.join(", "));
+                let Some(report) = round.moved else { break };
+                // The round measured first; the move is its last part.
+                let end = t0.elapsed().as_secs_f64();
+                let start = end - report.took.as_secs_f64();
+                eprintln!(
+                    "  moved {}..{} {} -> {}: {} keys in {:.3} s",
+                    report.lo,
+                    report.hi,
+                    report.from,
+                    report.to,
+                    report.keys,
+                    report.took.as_secs_f64()
+                );
+                timed.lock().expect("moves").push(Timed {
+                    by: "rebalancer",
+                    report,
+                    start,
+                    end,
+                });
             }
             Ok(())
         })
@@ -229,14 +288,15 @@ pub fn run(args: &MoveBenchArgs) -> Result<()> {
     let before = rate(&timeline, 0.5, first);
     let after = rate(&timeline, last, end);
     println!(
-        "YCSB {} over the cluster, {} threads; {} moves of {} loaded keys each",
+        "YCSB {} over the cluster, {} threads; {} moves ({} manual of {} loaded keys each, then the rebalancer's)",
         args.workload,
         args.threads,
         timed.len(),
+        timed.iter().filter(|m| m.by == "manual").count(),
         args.move_keys
     );
     println!("baseline before the moves: {before:.0} ops/s; after them: {after:.0} ops/s");
-    println!("move  keys    from->to   took s  frozen s  ops/s in [start, max(end, start+0.5 s)]  vs baseline");
+    println!("move  by          keys    from->to   took s  frozen s  ops/s in [start, max(end, start+0.5 s)]  vs baseline");
     let mut worst = f64::INFINITY;
     for (i, m) in timed.iter().enumerate() {
         // Progress moves in steps of 1024 operations (~30 ms here): a
@@ -246,7 +306,8 @@ pub fn run(args: &MoveBenchArgs) -> Result<()> {
         let during = rate(&timeline, a, b);
         worst = worst.min(during / before.max(1.0));
         println!(
-            "{i:<5} {:<7} {:>4}->{:<4} {:>7.3} {:>9.3} {:>39.0} {:>11.1} %",
+            "{i:<5} {:<11} {:<7} {:>4}->{:<4} {:>7.3} {:>9.3} {:>39.0} {:>11.1} %",
+            m.by,
             m.report.keys,
             m.report.from,
             m.report.to,

@@ -112,7 +112,6 @@ pub fn run(args: &ModelArgs) -> Result<()> {
     let params = TrainParams {
         submodels,
         top_error: args.top_error,
-        ..TrainParams::new(submodels)
     };
     let start = Instant::now();
     let model = xstore::train_model(&tree, params)?;

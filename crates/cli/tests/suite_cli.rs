@@ -173,3 +173,52 @@ fn suite_flags_are_checked() {
     }
     assert!(!out.exists(), "a rejected suite wrote {}", out.display());
 }
+
+/// `--system A,B,...` runs each design on the same keys and operations,
+/// writes one JSON row per system, and prints them side by side.
+#[test]
+fn a_list_of_systems_runs_side_by_side() {
+    let (_tmp, path) = temp("side.jsonl");
+    let systems = ["xstore", "rolex", "histore", "finestore", "xstore-d"];
+    let run = xstore(&[
+        "bench",
+        "--system",
+        &systems.join(","),
+        "--keys",
+        "20000",
+        "--ops",
+        "4000",
+        "--workload",
+        "a",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let side = stdout
+        .split("side by side")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no side-by-side table: {stdout}"));
+    let rows = json_lines(&path);
+    assert_eq!(rows.len(), systems.len());
+    for (row, name) in rows.iter().zip(systems) {
+        assert_eq!(row["system"], name);
+        assert_eq!(row["ops"], 4000);
+        assert!(row["correctness"]["checked_reads"].as_u64().unwrap() > 0);
+        assert!(side.lines().any(|l| l.starts_with(name)), "{side}");
+    }
+    // Every design saw the same operations: the same number of reads.
+    let reads: Vec<_> = rows
+        .iter()
+        .map(|r| r["correctness"]["checked_reads"].clone())
+        .collect();
+    assert!(reads.windows(2).all(|w| w[0] == w[1]), "{reads:?}");
+    for bad in ["xstore,xstore", "xstore,,rolex", "xstore,nope"] {
+        let run = xstore(&["bench", "--system", bad, "--keys", "1000", "--ops", "10"]);
+        assert!(!run.status.success(), "{bad}");
+    }
+}
