@@ -1,4 +1,6 @@
-//! `xstore shell URL`: a small shell for poking at a running server.
+//! `xstore shell URL`: a small shell for poking at a running server, or at
+//! a cluster (`etcd://host:port`: every command is routed by the shard
+//! map, scans cross servers, `stats` prints a line per server).
 //!
 //! Commands: `get K`, `put K V` (insert or update), `del K`, `scan K N`,
 //! `stats`, `help`, `quit`. Keys and values are decimal u64. Every command
@@ -22,7 +24,8 @@ use xstore::{Client, ClientConfig};
 /// Arguments of `xstore shell`.
 #[derive(Args, Debug)]
 pub struct ShellArgs {
-    /// Server URL: tcp://host:port or shm:///path.
+    /// Server URL: tcp://host:port or shm:///path; or a cluster's
+    /// etcd://host:port[/prefix] (docs/cluster.md).
     url: String,
     /// Access token.
     #[command(flatten)]
@@ -74,8 +77,80 @@ fn parse(line: &str) -> Result<Command, String> {
     Ok(command)
 }
 
+/// What the shell talks to.
+enum Target {
+    /// One server.
+    Server {
+        client: Client<Box<dyn Endpoint>>,
+        url: Url,
+        token: Option<String>,
+    },
+    /// A range-partitioned cluster, through the routing client.
+    Cluster(Box<cluster::Router>),
+}
+
 /// One command's result line.
-fn execute<E: Endpoint>(
+fn execute(target: &mut Target, line: &str) -> String {
+    match target {
+        Target::Server { client, url, token } => {
+            execute_server(client, url, token.as_deref(), line)
+        }
+        Target::Cluster(router) => execute_cluster(router, line),
+    }
+}
+
+/// One command's result line, through the cluster's router.
+fn execute_cluster(router: &mut cluster::Router, line: &str) -> String {
+    let result: Result<String, String> = parse(line).and_then(|command| {
+        Ok(match command {
+            Command::Get(k) => match router.get(k).map_err(|e| e.to_string())? {
+                Some(v) => v.to_string(),
+                None => "NOT_FOUND".into(),
+            },
+            Command::Put(k, v) => {
+                router.upsert(k, v).map_err(|e| e.to_string())?;
+                "OK".into()
+            }
+            Command::Del(k) => {
+                if router.delete(k).map_err(|e| e.to_string())? {
+                    "OK".into()
+                } else {
+                    "NOT_FOUND".into()
+                }
+            }
+            Command::Scan(k, n) => {
+                let mut out = Vec::new();
+                router
+                    .scan(k, usize::try_from(n).unwrap_or(usize::MAX), &mut out)
+                    .map_err(|e| e.to_string())?;
+                out.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }
+            // One line, as every command: the servers side by side.
+            Command::Stats => router
+                .server_stats()
+                .iter()
+                .map(|(id, s)| match s {
+                    Ok(s) => format!(
+                        "{id}: keys={} leaves={} model_version={} rpcs={}",
+                        s.keys, s.leaves, s.version, s.rpcs
+                    ),
+                    Err(e) => format!("{id}: unavailable ({e})"),
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+            Command::Help => {
+                "commands: get K | put K V | del K | scan K N | stats | help | quit".into()
+            }
+        })
+    });
+    result.unwrap_or_else(|e| format!("ERR {e}"))
+}
+
+/// One command's result line, from one server.
+fn execute_server<E: Endpoint>(
     client: &mut Client<E>,
     url: &Url,
     token: Option<&str>,
@@ -128,12 +203,22 @@ fn execute<E: Endpoint>(
 
 /// Runs `xstore shell`.
 pub fn run(args: &ShellArgs) -> Result<()> {
-    let url: Url = args.url.parse()?;
     let token = args.token.resolve()?;
-    let token = token.as_deref();
-    let ep = fabric::remote::connect(&url, token)
-        .with_context(|| format!("connecting to {}", args.url))?;
-    let mut client = Client::connect(ep, fabric::NodeId(0), ClientConfig::default())?;
+    let mut target = if args.url.starts_with("etcd://") {
+        let etcd = cluster::Etcd::connect(&args.url)
+            .with_context(|| format!("reaching the cluster at {}", args.url))?;
+        Target::Cluster(Box::new(cluster::Router::new(
+            etcd,
+            ClientConfig::default(),
+            token,
+        )?))
+    } else {
+        let url: Url = args.url.parse()?;
+        let ep = fabric::remote::connect(&url, token.as_deref())
+            .with_context(|| format!("connecting to {}", args.url))?;
+        let client = Client::connect(ep, fabric::NodeId(0), ClientConfig::default())?;
+        Target::Server { client, url, token }
+    };
     let interactive = std::io::stdin().is_terminal();
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout().lock();
@@ -154,7 +239,7 @@ pub fn run(args: &ShellArgs) -> Result<()> {
         if interactive && trimmed.is_empty() {
             continue;
         }
-        let out = execute(&mut client, &url, token, trimmed);
+        let out = execute(&mut target, trimmed);
         writeln!(stdout, "{out}")?;
         stdout.flush()?;
     }

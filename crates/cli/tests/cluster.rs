@@ -667,3 +667,59 @@ fn status_with_a_token_shows_keys_and_request_rates() {
         .sum();
     assert_eq!(keys, KEYS as u64, "{with}");
 }
+
+/// `xstore shell etcd://...` routes every command by the shard map: loaded
+/// keys of every server answer, writes land at their owner, a scan crosses
+/// servers, and `stats` names each server.
+#[test]
+fn the_shell_talks_to_a_cluster() {
+    let Some(up) = up() else { return };
+    let keys = keys();
+    let map = Etcd::connect(&up.url).unwrap().require_map().unwrap();
+    // One loaded key per server, and a scan that starts just below the
+    // first boundary so it must cross into the next server.
+    let mut script = String::new();
+    let mut expect = Vec::new();
+    for id in map.servers() {
+        let r = map.ranges_of(&id).next().unwrap();
+        let k = *keys.iter().find(|&&k| k >= r.lo && k < r.hi).unwrap();
+        script += &format!("get {k}\n");
+        expect.push(bench::value_for(k, 0).to_string());
+    }
+    let boundary = map.ranges[1].lo;
+    let below: Vec<u64> = keys.iter().copied().filter(|&k| k < boundary).collect();
+    let above: Vec<u64> = keys.iter().copied().filter(|&k| k >= boundary).collect();
+    let (a, b) = (below[below.len() - 1], above[0]);
+    script += &format!("scan {a} 2\nput {b} 77\nget {b}\ndel {b}\nget {b}\nstats\nput 1 x\n");
+    expect.push(format!(
+        "{a}={} {b}={}",
+        bench::value_for(a, 0),
+        bench::value_for(b, 0)
+    ));
+    expect.extend(["OK", "77", "OK", "NOT_FOUND"].map(String::from));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args(["shell", &up.url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), expect.len() + 2, "{text}");
+    assert_eq!(&lines[..expect.len()], expect.as_slice(), "{text}");
+    let stats = lines[expect.len()];
+    for id in map.servers() {
+        assert!(stats.contains(&format!("{id}: keys=")), "{stats}");
+    }
+    assert!(lines[expect.len() + 1].starts_with("ERR "), "{text}");
+}
