@@ -81,7 +81,7 @@ fn parse(line: &str) -> Result<Command, String> {
 enum Target {
     /// One server.
     Server {
-        client: Client<Box<dyn Endpoint>>,
+        client: Box<Client<Box<dyn Endpoint>>>,
         url: Url,
         token: Option<String>,
     },
@@ -216,7 +216,11 @@ pub fn run(args: &ShellArgs) -> Result<()> {
         let url: Url = args.url.parse()?;
         let ep = fabric::remote::connect(&url, token.as_deref())
             .with_context(|| format!("connecting to {}", args.url))?;
-        let client = Client::connect(ep, fabric::NodeId(0), ClientConfig::default())?;
+        let client = Box::new(Client::connect(
+            ep,
+            fabric::NodeId(0),
+            ClientConfig::default(),
+        )?);
         Target::Server { client, url, token }
     };
     let interactive = std::io::stdin().is_terminal();
