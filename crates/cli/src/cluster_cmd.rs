@@ -113,6 +113,14 @@ struct UpArgs {
     /// environment, never on their command line).
     #[command(flatten)]
     token: TokenArgs,
+    /// Run the rebalancer while up: a round every --rebalance-window-s
+    /// moves keys off a server serving more than this share of requests
+    /// (e.g. 0.4; see `xstore cluster rebalance`).
+    #[arg(long, value_name = "SHARE")]
+    rebalance: Option<f64>,
+    /// Seconds of load each rebalancer round measures.
+    #[arg(long, default_value_t = 2.0)]
+    rebalance_window_s: f64,
 }
 
 /// Arguments of `xstore cluster status`.
@@ -292,6 +300,12 @@ fn up(args: &UpArgs) -> Result<()> {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
     let token = args.token.resolve()?;
+    if let Some(share) = args.rebalance {
+        let window = args.rebalance_window_s;
+        if !((0.0..=1.0).contains(&share) && share > 0.0 && window > 0.0 && window <= 600.0) {
+            bail!("--rebalance must be in (0, 1] and --rebalance-window-s in (0, 600]");
+        }
+    }
     let keys = args.keys.load()?;
     let ids: Vec<String> = (0..args.servers).map(|i| format!("s{i}")).collect();
     let bounds = if args.weights.is_empty() {
@@ -391,6 +405,15 @@ fn up(args: &UpArgs) -> Result<()> {
         etcd_proc.pid(),
         ids.len()
     );
+    let rebalancer = args.rebalance.map(|share| {
+        let config = cluster::rebalance::RebalanceConfig {
+            target_share: share,
+            window: Duration::from_secs_f64(args.rebalance_window_s),
+            ..Default::default()
+        };
+        let (stop, url, token) = (stop.clone(), url.clone(), token.clone());
+        std::thread::spawn(move || rebalance_while_up(&url, token.as_deref(), &config, &stop))
+    });
     while !stop.load(Ordering::Relaxed) {
         for (id, child) in &mut servers.0 {
             if let Ok(Some(status)) = child.try_wait() {
@@ -404,10 +427,54 @@ fn up(args: &UpArgs) -> Result<()> {
             .retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
         std::thread::sleep(Duration::from_millis(100));
     }
+    if let Some(r) = rebalancer {
+        // A round ends within its window plus one move.
+        let _ = r.join();
+    }
     eprintln!("stopping {} servers and etcd", servers.0.len());
     drop(servers);
     drop(etcd_proc);
     Ok(())
+}
+
+/// `cluster up --rebalance`: rounds until `stop`. A failed round (a server
+/// down, a move refused) is logged and the next round tries again: the
+/// cluster stays up whatever the rebalancer meets.
+fn rebalance_while_up(
+    url: &str,
+    token: Option<&str>,
+    config: &cluster::rebalance::RebalanceConfig,
+    stop: &AtomicBool,
+) {
+    let etcd = match cluster::Etcd::connect(url) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("rebalancer: cannot reach etcd: {e}; not rebalancing");
+            return;
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        match cluster::rebalance::rebalance_once(&etcd, token, config) {
+            Ok(round) => {
+                if let Some(m) = round.moved {
+                    eprintln!(
+                        "rebalancer: moved {}..{} ({} keys) {} -> {} in {:.3} s",
+                        m.lo,
+                        m.hi,
+                        m.keys,
+                        m.from,
+                        m.to,
+                        m.took.as_secs_f64()
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("rebalancer: round failed: {e}");
+                // Bounded retry rate while a server is down.
+                std::thread::sleep(config.window);
+            }
+        }
+    }
 }
 
 fn status(args: &StatusArgs) -> Result<()> {

@@ -723,3 +723,64 @@ fn the_shell_talks_to_a_cluster() {
     }
     assert!(lines[expect.len() + 1].starts_with("ERR "), "{text}");
 }
+
+/// `cluster up --rebalance SHARE` runs the rebalancer itself: under a
+/// Zipfian load on an unbalanced start it moves keys off the busy server
+/// without anyone asking, and loses none.
+#[test]
+fn cluster_up_rebalances_by_itself() {
+    let Some(up) = up_with(&[
+        "--weights",
+        "4,1,1",
+        "--rebalance",
+        "0.36",
+        "--rebalance-window-s",
+        "0.5",
+    ]) else {
+        return;
+    };
+    let loaded: Arc<[u64]> = keys().into();
+    let etcd = Etcd::connect(&up.url).unwrap();
+    let first = etcd.require_map().unwrap().revision;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (url, loaded, stop) = (up.url.clone(), loaded.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut seed = 20;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                zipfian_c_shares(&url, &loaded, 5_000, seed);
+                seed += 1;
+            }
+        })
+    };
+    // A freeze and a commit per move: two revisions. Bounded wait.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let moved = loop {
+        let map = etcd.require_map().unwrap();
+        if map.revision >= first + 2 && map.ranges.iter().all(|r| r.moving_to.is_none()) {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    load.join().unwrap();
+    assert!(moved, "the rebalancer moved nothing in 60 s");
+    // Let a move in progress finish before reading every key.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while etcd
+        .require_map()
+        .unwrap()
+        .ranges
+        .iter()
+        .any(|r| r.moving_to.is_some())
+    {
+        assert!(Instant::now() < deadline, "a move stayed frozen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut all = Vec::new();
+    router(&up.url).scan(0, 2 * KEYS, &mut all).unwrap();
+    assert_eq!(all.iter().map(|p| p.0).collect::<Vec<_>>(), loaded.to_vec());
+}
