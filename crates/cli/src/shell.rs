@@ -89,47 +89,63 @@ enum Target {
     Cluster(Box<cluster::Router>),
 }
 
-/// One command's result line.
-fn execute(target: &mut Target, line: &str) -> String {
-    match target {
-        Target::Server { client, url, token } => {
-            execute_server(client, url, token.as_deref(), line)
-        }
-        Target::Cluster(router) => execute_cluster(router, line),
-    }
+/// The operations the shell's commands map to; errors are the text of
+/// an `ERR` line.
+trait Store {
+    fn get(&mut self, k: u64) -> Result<Option<u64>, String>;
+    fn upsert(&mut self, k: u64, v: u64) -> Result<(), String>;
+    fn delete(&mut self, k: u64) -> Result<bool, String>;
+    fn scan(&mut self, k: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), String>;
+    /// The `stats` line.
+    fn stats(&mut self) -> Result<String, String>;
 }
 
-/// One command's result line, through the cluster's router.
-fn execute_cluster(router: &mut cluster::Router, line: &str) -> String {
-    let result: Result<String, String> = parse(line).and_then(|command| {
-        Ok(match command {
-            Command::Get(k) => match router.get(k).map_err(|e| e.to_string())? {
-                Some(v) => v.to_string(),
-                None => "NOT_FOUND".into(),
-            },
-            Command::Put(k, v) => {
-                router.upsert(k, v).map_err(|e| e.to_string())?;
-                "OK".into()
+impl Store for Target {
+    fn get(&mut self, k: u64) -> Result<Option<u64>, String> {
+        match self {
+            Target::Server { client, .. } => client.get(k).map_err(|e| e.to_string()),
+            Target::Cluster(r) => r.get(k).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn upsert(&mut self, k: u64, v: u64) -> Result<(), String> {
+        match self {
+            Target::Server { client, .. } => {
+                client.upsert(k, v).map(drop).map_err(|e| e.to_string())
             }
-            Command::Del(k) => {
-                if router.delete(k).map_err(|e| e.to_string())? {
-                    "OK".into()
-                } else {
-                    "NOT_FOUND".into()
-                }
-            }
-            Command::Scan(k, n) => {
-                let mut out = Vec::new();
-                router
-                    .scan(k, usize::try_from(n).unwrap_or(usize::MAX), &mut out)
-                    .map_err(|e| e.to_string())?;
-                out.iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
+            Target::Cluster(r) => r.upsert(k, v).map(drop).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn delete(&mut self, k: u64) -> Result<bool, String> {
+        match self {
+            Target::Server { client, .. } => client.delete(k).map_err(|e| e.to_string()),
+            Target::Cluster(r) => r.delete(k).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn scan(&mut self, k: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), String> {
+        match self {
+            Target::Server { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
+            Target::Cluster(r) => r.scan(k, n, out).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn stats(&mut self) -> Result<String, String> {
+        match self {
+            Target::Server { client, url, token } => {
+                let s = client.server_stats().map_err(|e| e.to_string())?;
+                let h =
+                    fabric::remote::host_stats(url, token.as_deref()).map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "keys={} leaves={} splits={} model_version={} submodels={} retrains={} full_trains={} fallbacks={} hinted_updates={} rpcs={} bad_requests={} checkpoints={} checkpoint_failures={} nic_requests={} nic_verbs={} nic_busy_us={} worker_requests={} worker_busy_us={} bad_frames={} connections={}",
+                    s.keys, s.leaves, s.splits, s.version, s.submodels, s.retrains, s.full_trains, s.fallbacks,
+                    s.hinted_updates, s.rpcs, s.bad_requests, s.checkpoints, s.checkpoint_failures, h.nic_requests, h.nic_verbs, h.nic_busy_ns / 1000,
+                    h.worker_requests, h.worker_busy_ns / 1000, h.bad_frames, h.connections
+                ))
             }
             // One line, as every command: the servers side by side.
-            Command::Stats => router
+            Target::Cluster(r) => Ok(r
                 .server_stats()
                 .iter()
                 .map(|(id, s)| match s {
@@ -140,34 +156,25 @@ fn execute_cluster(router: &mut cluster::Router, line: &str) -> String {
                     Err(e) => format!("{id}: unavailable ({e})"),
                 })
                 .collect::<Vec<_>>()
-                .join("; "),
-            Command::Help => {
-                "commands: get K | put K V | del K | scan K N | stats | help | quit".into()
-            }
-        })
-    });
-    result.unwrap_or_else(|e| format!("ERR {e}"))
+                .join("; ")),
+        }
+    }
 }
 
-/// One command's result line, from one server.
-fn execute_server<E: Endpoint>(
-    client: &mut Client<E>,
-    url: &Url,
-    token: Option<&str>,
-    line: &str,
-) -> String {
+/// One command's result line.
+fn execute(store: &mut impl Store, line: &str) -> String {
     let result: Result<String, String> = parse(line).and_then(|command| {
         Ok(match command {
-            Command::Get(k) => match client.get(k).map_err(|e| e.to_string())? {
+            Command::Get(k) => match store.get(k)? {
                 Some(v) => v.to_string(),
                 None => "NOT_FOUND".into(),
             },
             Command::Put(k, v) => {
-                client.upsert(k, v).map_err(|e| e.to_string())?;
+                store.upsert(k, v)?;
                 "OK".into()
             }
             Command::Del(k) => {
-                if client.delete(k).map_err(|e| e.to_string())? {
+                if store.delete(k)? {
                     "OK".into()
                 } else {
                     "NOT_FOUND".into()
@@ -175,24 +182,13 @@ fn execute_server<E: Endpoint>(
             }
             Command::Scan(k, n) => {
                 let mut out = Vec::new();
-                client
-                    .scan(k, usize::try_from(n).unwrap_or(usize::MAX), &mut out)
-                    .map_err(|e| e.to_string())?;
+                store.scan(k, usize::try_from(n).unwrap_or(usize::MAX), &mut out)?;
                 out.iter()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect::<Vec<_>>()
                     .join(" ")
             }
-            Command::Stats => {
-                let s = client.server_stats().map_err(|e| e.to_string())?;
-                let h = fabric::remote::host_stats(url, token).map_err(|e| e.to_string())?;
-                format!(
-                    "keys={} leaves={} splits={} model_version={} submodels={} retrains={} full_trains={} fallbacks={} hinted_updates={} rpcs={} bad_requests={} checkpoints={} checkpoint_failures={} nic_requests={} nic_verbs={} nic_busy_us={} worker_requests={} worker_busy_us={} bad_frames={} connections={}",
-                    s.keys, s.leaves, s.splits, s.version, s.submodels, s.retrains, s.full_trains, s.fallbacks,
-                    s.hinted_updates, s.rpcs, s.bad_requests, s.checkpoints, s.checkpoint_failures, h.nic_requests, h.nic_verbs, h.nic_busy_ns / 1000,
-                    h.worker_requests, h.worker_busy_ns / 1000, h.bad_frames, h.connections
-                )
-            }
+            Command::Stats => store.stats()?,
             Command::Help => {
                 "commands: get K | put K V | del K | scan K N | stats | help | quit".into()
             }
