@@ -148,26 +148,12 @@ impl HashTable {
     pub fn put(&mut self, key: &[u8], ptr: ValuePtr) -> Result<(), HiError> {
         let hash = key_hash(key);
         let word = slot_word(signature(hash), ptr);
-        let (found, last) = self.find(key, hash);
+        let (found, _) = self.find(key, hash);
         if let Some((b, j)) = found {
             self.region.store(Self::word(b, j), word);
             return Ok(());
         }
-        // First free slot along the chain (the key is not in it).
-        let mut b = hash & (self.main - 1);
-        loop {
-            for j in 0..SLOTS {
-                if self.keys[b as usize * SLOTS + j].is_none() {
-                    self.fill(b, j, key, word);
-                    return Ok(());
-                }
-            }
-            match self.next_of(b) {
-                Some(n) => b = n,
-                None => break,
-            }
-        }
-        self.link_and_fill(last, key, word)
+        self.place_new(hash, key, word)
     }
 
     /// Indexes a key known to be absent (a rebuild from a sorted index,
@@ -175,6 +161,12 @@ impl HashTable {
     pub fn insert_new(&mut self, key: &[u8], ptr: ValuePtr) -> Result<(), HiError> {
         let hash = key_hash(key);
         let word = slot_word(signature(hash), ptr);
+        self.place_new(hash, key, word)
+    }
+
+    /// Puts an absent key in the first free slot along its chain, linking
+    /// an overflow bucket at the chain's end if none is free.
+    fn place_new(&mut self, hash: u64, key: &[u8], word: u64) -> Result<(), HiError> {
         let mut b = hash & (self.main - 1);
         loop {
             for j in 0..SLOTS {
