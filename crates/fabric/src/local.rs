@@ -152,6 +152,23 @@ impl LocalFabric {
         })
     }
 
+    /// Removes every node's RPC handler. A handler that holds an endpoint
+    /// of this fabric (a server that reads its peers) makes a reference
+    /// cycle through the fabric; whoever owns such servers calls this when
+    /// it stops them, so they, their regions and their threads are freed.
+    /// Later RPCs fail as to a node without a handler.
+    pub fn clear_handlers(&self) {
+        let mut nodes = self.inner.nodes.write().unwrap_or_else(|e| e.into_inner());
+        for slot in nodes.iter_mut() {
+            if slot.handler.is_some() {
+                *slot = Arc::new(Node {
+                    regions: slot.regions.clone(),
+                    handler: None,
+                });
+            }
+        }
+    }
+
     /// A new endpoint (one per client thread).
     pub fn endpoint(&self) -> LocalEndpoint {
         let seed = self.inner.adversary.map(|a| a.seed).unwrap_or(0);
