@@ -50,6 +50,54 @@ pub struct Stats {
     pub retries: u64,
 }
 
+/// A client's claim of where a key is in the top model (§4's pipelined
+/// writes: the client read the trained array of its version and names
+/// the entry it found). Untrusted: the store checks it against its own
+/// arrays before using it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hint {
+    /// The mirror version of the top model the client read.
+    pub version: u64,
+    /// The entry: the key's record if it is trained there, otherwise the
+    /// slot just below trained key `pos` (the end slot for `pos == n`).
+    pub pos: usize,
+}
+
+/// Whether a [`Hint`] was used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintUse {
+    /// The hint held: the operation went straight to the named entry.
+    Used,
+    /// The hint was stale or wrong (another version, or the key is not
+    /// in the named record or slot): the store located the key itself.
+    Stale,
+}
+
+/// Where `key` is in `m` if `hint` names it in `m`'s version: `Ok(p)`
+/// its trained record, `Err(s)` the slot it belongs to; `None` if the
+/// hint does not hold. The checks are the whole proof: a position passes
+/// only if it is exactly where `m.locate(key)` would lead (the keys are
+/// sorted and distinct), so no hint can put a key in the wrong place.
+fn verify(m: &Model, key: u64, hint: Hint) -> Option<Result<usize, usize>> {
+    if !m
+        .mirror
+        .as_ref()
+        .is_some_and(|x| x.version() == hint.version)
+    {
+        return None;
+    }
+    let (n, p) = (m.keys.len(), hint.pos);
+    if p > n {
+        return None;
+    }
+    if p < n && m.keys[p] == key {
+        return Some(Ok(p));
+    }
+    let above = p == 0 || m.keys[p - 1] < key;
+    let below = p == n || key < m.keys[p];
+    (above && below).then_some(Err(p))
+}
+
 /// What [`FineStore::shape`] counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Shape {
@@ -291,32 +339,28 @@ impl FineStore {
         version: u64,
         slot: usize,
     ) -> Result<Option<u64>, FineError> {
-        self.inner.retrying(key, |root| {
-            let fits = root.mirror.as_ref().is_some_and(|m| m.version() == version)
-                && slot <= root.keys.len()
-                && (slot == 0 || root.keys[slot - 1] < key)
-                && (slot == root.keys.len() || key < root.keys[slot]);
-            if fits {
-                get_slot(root, slot, key)
-            } else {
-                get_in(root, key)
-            }
-        })
+        let hint = Hint { version, pos: slot };
+        self.inner
+            .retrying(key, |root| match verify(root, key, hint) {
+                Some(Ok(p)) => Step::Done(root.recs[p].read().value),
+                Some(Err(s)) => get_slot(root, s, key),
+                None => get_in(root, key),
+            })
     }
 
     /// Inserts `key` if absent; false (and no change) if present.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, FineError> {
-        Ok(!self.inner.write(key, value, Mode::Insert)?)
+        Ok(!self.inner.write(key, value, Mode::Insert, None)?.0)
     }
 
     /// Overwrites the value of a present `key`; false if absent.
     pub fn update(&self, key: u64, value: u64) -> Result<bool, FineError> {
-        self.inner.write(key, value, Mode::Update)
+        Ok(self.inner.write(key, value, Mode::Update, None)?.0)
     }
 
     /// Inserts or overwrites; true if `key` was absent.
     pub fn upsert(&self, key: u64, value: u64) -> Result<bool, FineError> {
-        let existed = self.inner.write(key, value, Mode::Upsert)?;
+        let existed = self.inner.write(key, value, Mode::Upsert, None)?.0;
         Ok(!existed)
     }
 
@@ -324,7 +368,54 @@ impl FineStore {
     /// (its record stays, marked deleted, until a model retraining); a
     /// key in a bin is removed from it.
     pub fn delete(&self, key: u64) -> Result<bool, FineError> {
-        self.inner.retrying(key, |root| delete_in(root, key))
+        self.inner.retrying(key, |root| delete_in(root, key, None))
+    }
+
+    /// [`FineStore::insert`] at the entry `hint` names, if it holds.
+    pub fn insert_hinted(
+        &self,
+        key: u64,
+        value: u64,
+        hint: Hint,
+    ) -> Result<(bool, HintUse), FineError> {
+        let (existed, used) = self.inner.write(key, value, Mode::Insert, Some(hint))?;
+        Ok((!existed, used))
+    }
+
+    /// [`FineStore::update`] at the entry `hint` names, if it holds.
+    pub fn update_hinted(
+        &self,
+        key: u64,
+        value: u64,
+        hint: Hint,
+    ) -> Result<(bool, HintUse), FineError> {
+        self.inner.write(key, value, Mode::Update, Some(hint))
+    }
+
+    /// [`FineStore::upsert`] at the entry `hint` names, if it holds.
+    pub fn upsert_hinted(
+        &self,
+        key: u64,
+        value: u64,
+        hint: Hint,
+    ) -> Result<(bool, HintUse), FineError> {
+        let (existed, used) = self.inner.write(key, value, Mode::Upsert, Some(hint))?;
+        Ok((!existed, used))
+    }
+
+    /// [`FineStore::delete`] at the entry `hint` names, if it holds.
+    pub fn delete_hinted(&self, key: u64, hint: Hint) -> Result<(bool, HintUse), FineError> {
+        let mut used = HintUse::Stale;
+        let r = self.inner.retrying(key, |root| {
+            let at = verify(root, key, hint);
+            used = if at.is_some() {
+                HintUse::Used
+            } else {
+                HintUse::Stale
+            };
+            delete_in(root, key, at)
+        })?;
+        Ok((r, used))
     }
 
     /// The entries with keys in `[lo, hi]`, in key order.
@@ -407,8 +498,10 @@ fn get_slot(m: &Model, s: usize, key: u64) -> Step<Option<u64>> {
     Step::Retry
 }
 
-fn delete_in(m: &Model, key: u64) -> Step<bool> {
-    let s = match m.locate(key) {
+/// Deletes `key` from `m`, at `at` (where it was located already) or
+/// wherever `m.locate` says.
+fn delete_in(m: &Model, key: u64, at: Option<Result<usize, usize>>) -> Step<bool> {
+    let s = match at.unwrap_or_else(|| m.locate(key)) {
         Ok(p) => {
             let mut g = m.recs[p].lock();
             if g.moved() {
@@ -436,7 +529,7 @@ fn delete_in(m: &Model, key: u64) -> Step<bool> {
                 }
                 return Step::Done(g.remove(key));
             }
-            Some(Under::Model(sub)) => return delete_in(sub, key),
+            Some(Under::Model(sub)) => return delete_in(sub, key, None),
         }
     }
     Step::Retry
@@ -520,12 +613,28 @@ impl Inner {
         }
     }
 
-    /// Insert / update / upsert; returns whether the key was present.
-    fn write(&self, key: u64, value: u64, mode: Mode) -> Result<bool, FineError> {
+    /// Insert / update / upsert, at the entry `hint` names if it holds;
+    /// returns whether the key was present, and whether the hint was used
+    /// (on the pass that finished: a pass that met a frozen version
+    /// retries from the new top model, where the old hint is stale).
+    fn write(
+        &self,
+        key: u64,
+        value: u64,
+        mode: Mode,
+        hint: Option<Hint>,
+    ) -> Result<(bool, HintUse), FineError> {
+        let mut used = HintUse::Stale;
         let mut failed = None;
         let mut help = None;
         let existed = self.retrying(key, |root| {
-            match self.write_in(root, key, value, mode, key) {
+            let at = hint.and_then(|h| verify(root, key, h));
+            used = if at.is_some() {
+                HintUse::Used
+            } else {
+                HintUse::Stale
+            };
+            match self.write_in(root, key, value, mode, key, at) {
                 Ok(WriteStep::Done(e)) => Step::Done(e),
                 Ok(WriteStep::DoneTooDeep(e)) => {
                     help = Some(());
@@ -546,7 +655,7 @@ impl Inner {
             // the background thread is busy.
             self.merge_depth1(key)?;
         }
-        Ok(existed)
+        Ok((existed, used))
     }
 
     /// One pass of a write from model `m`; `Done(true)` if the key was
@@ -559,8 +668,9 @@ impl Inner {
         value: u64,
         mode: Mode,
         path_key: u64,
+        at: Option<Result<usize, usize>>,
     ) -> Result<WriteStep, FineError> {
-        let s = match m.locate(key) {
+        let s = match at.unwrap_or_else(|| m.locate(key)) {
             Ok(p) => {
                 let mut g = m.recs[p].lock();
                 if g.moved() {
@@ -665,7 +775,9 @@ impl Inner {
                         WriteStep::Done(false)
                     });
                 }
-                Some(Under::Model(sub)) => return self.write_in(sub, key, value, mode, path_key),
+                Some(Under::Model(sub)) => {
+                    return self.write_in(sub, key, value, mode, path_key, None)
+                }
             }
         }
         Ok(WriteStep::Retry)
