@@ -79,11 +79,8 @@ pub enum HintUse {
 /// only if it is exactly where `m.locate(key)` would lead (the keys are
 /// sorted and distinct), so no hint can put a key in the wrong place.
 fn verify(m: &Model, key: u64, hint: Hint) -> Option<Result<usize, usize>> {
-    if !m
-        .mirror
-        .as_ref()
-        .is_some_and(|x| x.version() == hint.version)
-    {
+    let version = m.mirror.as_ref().map(|x| x.version());
+    if version != Some(hint.version) {
         return None;
     }
     let (n, p) = (m.keys.len(), hint.pos);
