@@ -422,7 +422,7 @@ impl FineStore {
         }
         self.inner.retrying(lo, |root| {
             let mut out = Vec::new();
-            match range_in(root, lo, hi, usize::MAX, &mut out) {
+            match range_in(root, lo, hi, usize::MAX, &mut out, None) {
                 Step::Done(_) => Step::Done(out),
                 Step::Retry => Step::Retry,
             }
@@ -436,7 +436,7 @@ impl FineStore {
         }
         self.inner.retrying(start, |root| {
             let mut out = Vec::new();
-            match range_in(root, start, u64::MAX, n, &mut out) {
+            match range_in(root, start, u64::MAX, n, &mut out, None) {
                 Step::Done(_) => {
                     out.truncate(n);
                     Step::Done(out)
@@ -444,6 +444,37 @@ impl FineStore {
                 Step::Retry => Step::Retry,
             }
         })
+    }
+
+    /// [`FineStore::scan`] from the entry `hint` names for `start`, if it
+    /// holds (the record of `start`, or the slot it belongs to).
+    pub fn scan_hinted(
+        &self,
+        start: u64,
+        n: usize,
+        hint: Hint,
+    ) -> Result<(Vec<(u64, u64)>, HintUse), FineError> {
+        let mut used = HintUse::Stale;
+        if n == 0 {
+            return Ok((Vec::new(), used));
+        }
+        let out = self.inner.retrying(start, |root| {
+            let at = verify(root, start, hint);
+            used = if at.is_some() {
+                HintUse::Used
+            } else {
+                HintUse::Stale
+            };
+            let mut out = Vec::new();
+            match range_in(root, start, u64::MAX, n, &mut out, at) {
+                Step::Done(_) => {
+                    out.truncate(n);
+                    Step::Done(out)
+                }
+                Step::Retry => Step::Retry,
+            }
+        })?;
+        Ok((out, used))
     }
 
     /// Runs the pending model retrainings now, in this thread (tests, and
@@ -534,9 +565,18 @@ fn delete_in(m: &Model, key: u64, at: Option<Result<usize, usize>>) -> Step<bool
 
 /// Appends `m`'s entries in `[lo, hi]`; `Done(true)` once past `hi` or
 /// once `out` holds `limit` entries.
-fn range_in(m: &Model, lo: u64, hi: u64, limit: usize, out: &mut Vec<(u64, u64)>) -> Step<bool> {
+///
+/// `at`: where `lo` was located in `m` already (else `m.locate` says).
+fn range_in(
+    m: &Model,
+    lo: u64,
+    hi: u64,
+    limit: usize,
+    out: &mut Vec<(u64, u64)>,
+    at: Option<Result<usize, usize>>,
+) -> Step<bool> {
     let n = m.keys.len();
-    let start = match m.locate(lo) {
+    let start = match at.unwrap_or_else(|| m.locate(lo)) {
         Ok(p) | Err(p) => p,
     };
     for i in start..=n {
@@ -551,7 +591,7 @@ fn range_in(m: &Model, lo: u64, hi: u64, limit: usize, out: &mut Vec<(u64, u64)>
                     Ok(false) => break,
                     Err(_) => {}
                 },
-                Some(Under::Model(sub)) => match range_in(sub, lo, hi, limit, out) {
+                Some(Under::Model(sub)) => match range_in(sub, lo, hi, limit, out, None) {
                     Step::Done(true) => return Step::Done(true),
                     Step::Done(false) => break,
                     Step::Retry => return Step::Retry,

@@ -194,6 +194,12 @@ fn clients_agree_with_a_btreemap_while_the_server_retrains() {
     );
     assert!(ss.stale_hints > 0, "{ss:?}");
     assert!(ss.hinted_writes > 2000, "{ss:?}");
+    assert!(total(|s| s.hinted_scans) > 100, "{stats:?}");
+    assert_eq!(
+        ss.hinted_scans + ss.stale_scan_hints,
+        total(|s| s.hinted_scans),
+        "{ss:?}"
+    );
     for c in clients {
         c.leave().unwrap();
     }
@@ -480,6 +486,52 @@ fn forged_hints_are_checked_and_never_misplace_a_key() {
             forged += 1;
         }
     }
+    // Forged scan hints: a start position the server trusted wrongly
+    // would skip or repeat keys.
+    let (mut honest_scans, mut forged_scans) = (0u64, 0u64);
+    for step in 0..300u64 {
+        let k = rng.random_range(0..100 * n + 300);
+        let truth = if k % 100 == 0 && k < 100 * n {
+            k / 100
+        } else {
+            (k / 100 + 1).min(n)
+        };
+        let entry = match rng.random_range(0..4) {
+            0 => truth,
+            1 => truth.saturating_sub(rng.random_range(1..5)),
+            2 => truth + rng.random_range(1..5),
+            _ => u64::MAX,
+        };
+        let count = rng.random_range(1..30);
+        let (mut req, mut reply) = (Vec::new(), Vec::new());
+        Request {
+            client: id,
+            version,
+            op: Op::ScanAt {
+                start: k,
+                count,
+                entry,
+            },
+        }
+        .encode(&mut req);
+        ep.call(node, &req, &mut reply).unwrap();
+        let mut got = Vec::new();
+        Reply::decode(&reply).unwrap().pairs(&mut got).unwrap();
+        let want: Vec<(u64, u64)> = model
+            .range(k..)
+            .take(count as usize)
+            .map(|(a, b)| (*a, *b))
+            .collect();
+        assert_eq!(
+            got, want,
+            "step {step} scan {k} entry {entry} (seed {seed})"
+        );
+        if entry == truth {
+            honest_scans += 1;
+        } else {
+            forged_scans += 1;
+        }
+    }
     // A hint from a version the server never published is refused as a
     // request (the barrier's rule), and changes nothing.
     let (status, _) = raw(
@@ -499,6 +551,11 @@ fn forged_hints_are_checked_and_never_misplace_a_key() {
         (s.hinted_writes, s.stale_hints),
         (honest, forged),
         "every good hint used, every forged one located again: {s:?}"
+    );
+    assert_eq!(
+        (s.hinted_scans, s.stale_scan_hints),
+        (honest_scans, forged_scans),
+        "{s:?}"
     );
     // Every key where the one-sided path and the server look for it.
     c.heartbeat().unwrap();

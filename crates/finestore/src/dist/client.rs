@@ -8,9 +8,10 @@
 //! trained record, or the slot below the first trained key above it) and
 //! sends `[type, entry, version, key, value]`, so the server goes straight
 //! there once it has checked the hint; a window that tells nothing (missed,
-//! retired, torn, gone) makes it a plain write RPC. Scans are RPCs (a
-//! scan's keys live in bins and small models as much as in the array, so
-//! the server merges them in order).
+//! retired, torn, gone) makes it a plain write RPC. A scan reads the
+//! window of its start key the same way and sends the entry it found
+//! (`ScanAt`); the server merges arrays, bins and small models in order
+//! from there, since a range's keys live in all of them.
 //!
 //! Every RPC reports the client's version to the barrier; a client with
 //! no RPC to make for a quarter of the silence limit sends a heartbeat
@@ -75,6 +76,10 @@ pub struct ClientStats {
     pub hinted_writes: u64,
     /// Writes sent as a plain RPC (the window told nothing).
     pub plain_writes: u64,
+    /// Scans sent pipelined, naming the entry of their start key.
+    pub hinted_scans: u64,
+    /// Scans sent as a plain RPC (the window told nothing).
+    pub plain_scans: u64,
 }
 
 struct View {
@@ -401,7 +406,8 @@ impl<E: Endpoint> Client<E> {
         Ok(self.call(op)?.flag()?)
     }
 
-    /// The first `count` pairs at or above `start` (one RPC).
+    /// The first `count` pairs at or above `start` (a READ of the start
+    /// key's window, then one RPC).
     pub fn scan(
         &mut self,
         start: u64,
@@ -409,11 +415,22 @@ impl<E: Endpoint> Client<E> {
         out: &mut Vec<(u64, u64)>,
     ) -> Result<(), ClientError> {
         out.clear();
-        self.call(Op::Scan {
-            start,
-            count: count as u64,
-        })?
-        .pairs(out)?;
+        let count = count as u64;
+        let op = match self.window(start)? {
+            Some((at, _)) => {
+                self.stats.hinted_scans += 1;
+                Op::ScanAt {
+                    start,
+                    count,
+                    entry: at as u64,
+                }
+            }
+            None => {
+                self.stats.plain_scans += 1;
+                Op::Scan { start, count }
+            }
+        };
+        self.call(op)?.pairs(out)?;
         Ok(())
     }
 

@@ -12,7 +12,7 @@
 //!            Insert/Update/Upsert key, value | Delete key |
 //!            Scan start, count | none for Join, Models, Heartbeat, Leave |
 //!            InsertAt/UpdateAt/UpsertAt key, value, entry |
-//!            DeleteAt key, entry
+//!            DeleteAt key, entry | ScanAt start, count, entry
 //! ```
 //!
 //! `BinGet` is the paper's pipelined operation: `[type, level-bin address,
@@ -23,6 +23,7 @@
 //! the slot below the first trained key above it), in the array of the
 //! version in the header. The server checks the hint before using it
 //! (`finestore::Hint`) and locates the key itself when it does not hold.
+//! `ScanAt` is the pipelined scan: the entry is where `start` belongs.
 //!
 //! A pipelined write, byte by byte (`UpsertAt`):
 //!
@@ -144,6 +145,16 @@ pub enum Op {
         /// The entry in the array of the request's version.
         entry: u64,
     },
+    /// The first `count` pairs from `start`, starting at the entry the
+    /// client found for `start`.
+    ScanAt {
+        /// The first key.
+        start: u64,
+        /// How many pairs at most.
+        count: u64,
+        /// The entry in the array of the request's version.
+        entry: u64,
+    },
     /// The first `count` pairs from `start`.
     Scan {
         /// The first key.
@@ -199,6 +210,11 @@ impl Request {
             Op::UpdateAt { key, value, entry } => (13, &[key, value, entry]),
             Op::UpsertAt { key, value, entry } => (14, &[key, value, entry]),
             Op::DeleteAt { key, entry } => (15, &[key, entry]),
+            Op::ScanAt {
+                start,
+                count,
+                entry,
+            } => (16, &[start, count, entry]),
         };
         out.push(code);
         out.extend_from_slice(&[0u8; 7]);
@@ -249,6 +265,11 @@ impl Request {
             }
             15 => Op::DeleteAt {
                 key: r.u64("key")?,
+                entry: r.u64("entry")?,
+            },
+            16 => Op::ScanAt {
+                start: r.u64("start")?,
+                count: r.u64("count")?,
                 entry: r.u64("entry")?,
             },
             c => return Err(BadMessage(format!("unknown op {c}"))),
@@ -467,6 +488,11 @@ mod tests {
                 entry: u64::MAX,
             },
             Op::DeleteAt { key: 9, entry: 10 },
+            Op::ScanAt {
+                start: 11,
+                count: 12,
+                entry: 13,
+            },
         ];
         let mut buf = Vec::new();
         for op in ops {
@@ -526,6 +552,17 @@ mod tests {
             op: Op::DeleteAt { key: 3, entry: 5 },
         }
         .encode(&mut delete_at);
+        let mut scan_at = Vec::new();
+        Request {
+            client: 1,
+            version: 2,
+            op: Op::ScanAt {
+                start: 3,
+                count: 4,
+                entry: 5,
+            },
+        }
+        .encode(&mut scan_at);
         let mut reply = Vec::new();
         reply_header(&mut reply, Status::Ok, 1);
         for w in [1u64, 100] {
@@ -538,12 +575,13 @@ mod tests {
             models: models.clone(),
         }
         .encode(&mut reply);
-        for round in 0..5000 {
-            let base = match round % 5 {
+        for round in 0..6000 {
+            let base = match round % 6 {
                 0 => &valid,
                 1 => &reply,
                 2 => &upsert_at,
                 3 => &delete_at,
+                4 => &scan_at,
                 _ => &models,
             };
             let mut bytes = base.clone();

@@ -131,6 +131,10 @@ pub struct ServerStats {
     /// or the key outside the named record or slot): the server located
     /// the key with its own models.
     pub stale_hints: u64,
+    /// Pipelined scans whose hint held (no model lookup for the start).
+    pub hinted_scans: u64,
+    /// Pipelined scans whose hint was stale or wrong (looked up again).
+    pub stale_scan_hints: u64,
 }
 
 struct Shared {
@@ -143,6 +147,8 @@ struct Shared {
     bin_gets: AtomicU64,
     hinted_writes: AtomicU64,
     stale_hints: AtomicU64,
+    hinted_scans: AtomicU64,
+    stale_scan_hints: AtomicU64,
 }
 
 impl Shared {
@@ -307,6 +313,8 @@ impl Server {
             bin_gets: AtomicU64::new(0),
             hinted_writes: AtomicU64::new(0),
             stale_hints: AtomicU64::new(0),
+            hinted_scans: AtomicU64::new(0),
+            stale_scan_hints: AtomicU64::new(0),
         });
         let factory = Arc::new(Factory {
             shared: shared.clone(),
@@ -390,6 +398,8 @@ impl Server {
             bin_gets: s.bin_gets.load(Ordering::Relaxed),
             hinted_writes: s.hinted_writes.load(Ordering::Relaxed),
             stale_hints: s.stale_hints.load(Ordering::Relaxed),
+            hinted_scans: s.hinted_scans.load(Ordering::Relaxed),
+            stale_scan_hints: s.stale_scan_hints.load(Ordering::Relaxed),
         }
     }
 }
@@ -513,6 +523,27 @@ impl Serving {
             Op::DeleteAt { key, entry } => {
                 let r = self.store.delete_hinted(key, hint(req.version, entry))?;
                 reply_word(out, u64::from(self.count(r)));
+            }
+            Op::ScanAt {
+                start,
+                count,
+                entry,
+            } => {
+                let (pairs, used) = self.store.scan_hinted(
+                    start,
+                    count.min(MAX_SCAN) as usize,
+                    hint(req.version, entry),
+                )?;
+                let c = match used {
+                    HintUse::Used => &s.hinted_scans,
+                    HintUse::Stale => &s.stale_scan_hints,
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+                reply_word(out, pairs.len() as u64);
+                for (k, v) in pairs {
+                    reply_word(out, k);
+                    reply_word(out, v);
+                }
             }
             Op::Scan { start, count } => {
                 let pairs = self.store.scan(start, count.min(MAX_SCAN) as usize)?;
