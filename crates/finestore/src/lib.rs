@@ -40,7 +40,7 @@ mod store;
 mod sync;
 
 #[cfg(not(loom))]
-pub use store::{FineStore, Shape, Stats};
+pub use store::{FineStore, Hint, HintUse, Shape, Stats};
 
 /// Finds `key` in sorted `keys` from a model's predicted positions
 /// `[lo, hi]`: `Ok(position)` if present, else `Err(p)` with `p` the

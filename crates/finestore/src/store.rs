@@ -50,6 +50,51 @@ pub struct Stats {
     pub retries: u64,
 }
 
+/// A client's claim of where a key is in the top model (§4's pipelined
+/// writes: the client read the trained array of its version and names
+/// the entry it found). Untrusted: the store checks it against its own
+/// arrays before using it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hint {
+    /// The mirror version of the top model the client read.
+    pub version: u64,
+    /// The entry: the key's record if it is trained there, otherwise the
+    /// slot just below trained key `pos` (the end slot for `pos == n`).
+    pub pos: usize,
+}
+
+/// Whether a [`Hint`] was used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintUse {
+    /// The hint held: the operation went straight to the named entry.
+    Used,
+    /// The hint was stale or wrong (another version, or the key is not
+    /// in the named record or slot): the store located the key itself.
+    Stale,
+}
+
+/// Where `key` is in `m` if `hint` names it in `m`'s version: `Ok(p)`
+/// its trained record, `Err(s)` the slot it belongs to; `None` if the
+/// hint does not hold. The checks are the whole proof: a position passes
+/// only if it is exactly where `m.locate(key)` would lead (the keys are
+/// sorted and distinct), so no hint can put a key in the wrong place.
+fn verify(m: &Model, key: u64, hint: Hint) -> Option<Result<usize, usize>> {
+    let version = m.mirror.as_ref().map(|x| x.version());
+    if version != Some(hint.version) {
+        return None;
+    }
+    let (n, p) = (m.keys.len(), hint.pos);
+    if p > n {
+        return None;
+    }
+    if p < n && m.keys[p] == key {
+        return Some(Ok(p));
+    }
+    let above = p == 0 || m.keys[p - 1] < key;
+    let below = p == n || key < m.keys[p];
+    (above && below).then_some(Err(p))
+}
+
 /// What [`FineStore::shape`] counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Shape {
@@ -291,32 +336,28 @@ impl FineStore {
         version: u64,
         slot: usize,
     ) -> Result<Option<u64>, FineError> {
-        self.inner.retrying(key, |root| {
-            let fits = root.mirror.as_ref().is_some_and(|m| m.version() == version)
-                && slot <= root.keys.len()
-                && (slot == 0 || root.keys[slot - 1] < key)
-                && (slot == root.keys.len() || key < root.keys[slot]);
-            if fits {
-                get_slot(root, slot, key)
-            } else {
-                get_in(root, key)
-            }
-        })
+        let hint = Hint { version, pos: slot };
+        self.inner
+            .retrying(key, |root| match verify(root, key, hint) {
+                Some(Ok(p)) => Step::Done(root.recs[p].read().value),
+                Some(Err(s)) => get_slot(root, s, key),
+                None => get_in(root, key),
+            })
     }
 
     /// Inserts `key` if absent; false (and no change) if present.
     pub fn insert(&self, key: u64, value: u64) -> Result<bool, FineError> {
-        Ok(!self.inner.write(key, value, Mode::Insert)?)
+        Ok(!self.inner.write(key, value, Mode::Insert, None)?.0)
     }
 
     /// Overwrites the value of a present `key`; false if absent.
     pub fn update(&self, key: u64, value: u64) -> Result<bool, FineError> {
-        self.inner.write(key, value, Mode::Update)
+        Ok(self.inner.write(key, value, Mode::Update, None)?.0)
     }
 
     /// Inserts or overwrites; true if `key` was absent.
     pub fn upsert(&self, key: u64, value: u64) -> Result<bool, FineError> {
-        let existed = self.inner.write(key, value, Mode::Upsert)?;
+        let existed = self.inner.write(key, value, Mode::Upsert, None)?.0;
         Ok(!existed)
     }
 
@@ -324,7 +365,54 @@ impl FineStore {
     /// (its record stays, marked deleted, until a model retraining); a
     /// key in a bin is removed from it.
     pub fn delete(&self, key: u64) -> Result<bool, FineError> {
-        self.inner.retrying(key, |root| delete_in(root, key))
+        self.inner.retrying(key, |root| delete_in(root, key, None))
+    }
+
+    /// [`FineStore::insert`] at the entry `hint` names, if it holds.
+    pub fn insert_hinted(
+        &self,
+        key: u64,
+        value: u64,
+        hint: Hint,
+    ) -> Result<(bool, HintUse), FineError> {
+        let (existed, used) = self.inner.write(key, value, Mode::Insert, Some(hint))?;
+        Ok((!existed, used))
+    }
+
+    /// [`FineStore::update`] at the entry `hint` names, if it holds.
+    pub fn update_hinted(
+        &self,
+        key: u64,
+        value: u64,
+        hint: Hint,
+    ) -> Result<(bool, HintUse), FineError> {
+        self.inner.write(key, value, Mode::Update, Some(hint))
+    }
+
+    /// [`FineStore::upsert`] at the entry `hint` names, if it holds.
+    pub fn upsert_hinted(
+        &self,
+        key: u64,
+        value: u64,
+        hint: Hint,
+    ) -> Result<(bool, HintUse), FineError> {
+        let (existed, used) = self.inner.write(key, value, Mode::Upsert, Some(hint))?;
+        Ok((!existed, used))
+    }
+
+    /// [`FineStore::delete`] at the entry `hint` names, if it holds.
+    pub fn delete_hinted(&self, key: u64, hint: Hint) -> Result<(bool, HintUse), FineError> {
+        let mut used = HintUse::Stale;
+        let r = self.inner.retrying(key, |root| {
+            let at = verify(root, key, hint);
+            used = if at.is_some() {
+                HintUse::Used
+            } else {
+                HintUse::Stale
+            };
+            delete_in(root, key, at)
+        })?;
+        Ok((r, used))
     }
 
     /// The entries with keys in `[lo, hi]`, in key order.
@@ -334,7 +422,7 @@ impl FineStore {
         }
         self.inner.retrying(lo, |root| {
             let mut out = Vec::new();
-            match range_in(root, lo, hi, usize::MAX, &mut out) {
+            match range_in(root, lo, hi, usize::MAX, &mut out, None) {
                 Step::Done(_) => Step::Done(out),
                 Step::Retry => Step::Retry,
             }
@@ -348,7 +436,7 @@ impl FineStore {
         }
         self.inner.retrying(start, |root| {
             let mut out = Vec::new();
-            match range_in(root, start, u64::MAX, n, &mut out) {
+            match range_in(root, start, u64::MAX, n, &mut out, None) {
                 Step::Done(_) => {
                     out.truncate(n);
                     Step::Done(out)
@@ -356,6 +444,37 @@ impl FineStore {
                 Step::Retry => Step::Retry,
             }
         })
+    }
+
+    /// [`FineStore::scan`] from the entry `hint` names for `start`, if it
+    /// holds (the record of `start`, or the slot it belongs to).
+    pub fn scan_hinted(
+        &self,
+        start: u64,
+        n: usize,
+        hint: Hint,
+    ) -> Result<(Vec<(u64, u64)>, HintUse), FineError> {
+        let mut used = HintUse::Stale;
+        if n == 0 {
+            return Ok((Vec::new(), used));
+        }
+        let out = self.inner.retrying(start, |root| {
+            let at = verify(root, start, hint);
+            used = if at.is_some() {
+                HintUse::Used
+            } else {
+                HintUse::Stale
+            };
+            let mut out = Vec::new();
+            match range_in(root, start, u64::MAX, n, &mut out, at) {
+                Step::Done(_) => {
+                    out.truncate(n);
+                    Step::Done(out)
+                }
+                Step::Retry => Step::Retry,
+            }
+        })?;
+        Ok((out, used))
     }
 
     /// Runs the pending model retrainings now, in this thread (tests, and
@@ -407,8 +526,10 @@ fn get_slot(m: &Model, s: usize, key: u64) -> Step<Option<u64>> {
     Step::Retry
 }
 
-fn delete_in(m: &Model, key: u64) -> Step<bool> {
-    let s = match m.locate(key) {
+/// Deletes `key` from `m`, at `at` (where it was located already) or
+/// wherever `m.locate` says.
+fn delete_in(m: &Model, key: u64, at: Option<Result<usize, usize>>) -> Step<bool> {
+    let s = match at.unwrap_or_else(|| m.locate(key)) {
         Ok(p) => {
             let mut g = m.recs[p].lock();
             if g.moved() {
@@ -436,7 +557,7 @@ fn delete_in(m: &Model, key: u64) -> Step<bool> {
                 }
                 return Step::Done(g.remove(key));
             }
-            Some(Under::Model(sub)) => return delete_in(sub, key),
+            Some(Under::Model(sub)) => return delete_in(sub, key, None),
         }
     }
     Step::Retry
@@ -444,9 +565,18 @@ fn delete_in(m: &Model, key: u64) -> Step<bool> {
 
 /// Appends `m`'s entries in `[lo, hi]`; `Done(true)` once past `hi` or
 /// once `out` holds `limit` entries.
-fn range_in(m: &Model, lo: u64, hi: u64, limit: usize, out: &mut Vec<(u64, u64)>) -> Step<bool> {
+///
+/// `at`: where `lo` was located in `m` already (else `m.locate` says).
+fn range_in(
+    m: &Model,
+    lo: u64,
+    hi: u64,
+    limit: usize,
+    out: &mut Vec<(u64, u64)>,
+    at: Option<Result<usize, usize>>,
+) -> Step<bool> {
     let n = m.keys.len();
-    let start = match m.locate(lo) {
+    let start = match at.unwrap_or_else(|| m.locate(lo)) {
         Ok(p) | Err(p) => p,
     };
     for i in start..=n {
@@ -461,7 +591,7 @@ fn range_in(m: &Model, lo: u64, hi: u64, limit: usize, out: &mut Vec<(u64, u64)>
                     Ok(false) => break,
                     Err(_) => {}
                 },
-                Some(Under::Model(sub)) => match range_in(sub, lo, hi, limit, out) {
+                Some(Under::Model(sub)) => match range_in(sub, lo, hi, limit, out, None) {
                     Step::Done(true) => return Step::Done(true),
                     Step::Done(false) => break,
                     Step::Retry => return Step::Retry,
@@ -520,12 +650,28 @@ impl Inner {
         }
     }
 
-    /// Insert / update / upsert; returns whether the key was present.
-    fn write(&self, key: u64, value: u64, mode: Mode) -> Result<bool, FineError> {
+    /// Insert / update / upsert, at the entry `hint` names if it holds;
+    /// returns whether the key was present, and whether the hint was used
+    /// (on the pass that finished: a pass that met a frozen version
+    /// retries from the new top model, where the old hint is stale).
+    fn write(
+        &self,
+        key: u64,
+        value: u64,
+        mode: Mode,
+        hint: Option<Hint>,
+    ) -> Result<(bool, HintUse), FineError> {
+        let mut used = HintUse::Stale;
         let mut failed = None;
         let mut help = None;
         let existed = self.retrying(key, |root| {
-            match self.write_in(root, key, value, mode, key) {
+            let at = hint.and_then(|h| verify(root, key, h));
+            used = if at.is_some() {
+                HintUse::Used
+            } else {
+                HintUse::Stale
+            };
+            match self.write_in(root, key, value, mode, key, at) {
                 Ok(WriteStep::Done(e)) => Step::Done(e),
                 Ok(WriteStep::DoneTooDeep(e)) => {
                     help = Some(());
@@ -546,7 +692,7 @@ impl Inner {
             // the background thread is busy.
             self.merge_depth1(key)?;
         }
-        Ok(existed)
+        Ok((existed, used))
     }
 
     /// One pass of a write from model `m`; `Done(true)` if the key was
@@ -559,8 +705,9 @@ impl Inner {
         value: u64,
         mode: Mode,
         path_key: u64,
+        at: Option<Result<usize, usize>>,
     ) -> Result<WriteStep, FineError> {
-        let s = match m.locate(key) {
+        let s = match at.unwrap_or_else(|| m.locate(key)) {
             Ok(p) => {
                 let mut g = m.recs[p].lock();
                 if g.moved() {
@@ -665,7 +812,9 @@ impl Inner {
                         WriteStep::Done(false)
                     });
                 }
-                Some(Under::Model(sub)) => return self.write_in(sub, key, value, mode, path_key),
+                Some(Under::Model(sub)) => {
+                    return self.write_in(sub, key, value, mode, path_key, None)
+                }
             }
         }
         Ok(WriteStep::Retry)

@@ -1,16 +1,19 @@
 //! FineStore distributed (§4) over the local fabric: a model-based test
 //! against `BTreeMap` with several clients on the adversarial fabric while
 //! the server retrains, and the extended RCU barrier with a client that
-//! stalls in the middle of a GET across retrainings. Randomized tests
-//! print their seed; replay with XSTORE_SEED.
+//! stalls in the middle of a GET across retrainings, and the pipelined
+//! writes' hints: stale ones (a retraining or a bin retraining between
+//! the client's READ and its RPC) and forged ones. Randomized tests print
+//! their seed; replay with XSTORE_SEED.
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fabric::{Adversary, LocalEndpoint, LocalFabric};
+use fabric::{Adversary, Endpoint, LocalEndpoint, LocalFabric};
 use finestore::dist::client::Client;
+use finestore::dist::proto::{Op, Reply, Request, Status};
 use finestore::dist::server::{LocalHost, Server, ServerConfig};
 use finestore::Config;
 use rand::rngs::StdRng;
@@ -50,6 +53,7 @@ fn clients_agree_with_a_btreemap_while_the_server_retrains() {
         ..Adversary::default()
     });
     let pairs: Vec<(u64, u64)> = (0..3000u64).map(|i| (i * 16, i)).collect();
+    let domain = 3000 * 16;
     let config = ServerConfig {
         store: small_bins(true),
         silence_limit: Duration::from_secs(30),
@@ -57,11 +61,35 @@ fn clients_agree_with_a_btreemap_while_the_server_retrains() {
         ..ServerConfig::default()
     };
     let (server, node) = start(&fabric, &pairs, config);
+    let server = Arc::new(server);
     let mut clients: Vec<Client<LocalEndpoint>> = (0..3)
         .map(|_| Client::connect(fabric.endpoint(), node).unwrap())
         .collect();
     let mut model: BTreeMap<u64, u64> = pairs.iter().copied().collect();
-    let domain = 3000 * 16;
+    // Between client 0's READ and its pipelined write's RPC, now and
+    // then: a retraining of everything (its hint names an entry of the
+    // version before), or writes next to its key straight into the store
+    // until that slot's bin is retrained into a small model. What the
+    // hook inserts goes into the model after the operation (other keys).
+    let injected: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+    {
+        let (server, injected) = (server.clone(), injected.clone());
+        let mut hook_rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+        clients[0].set_after_read(Some(Box::new(move |key| {
+            match hook_rng.random_range(0..100) {
+                0..=2 => server.store().merge_all().unwrap(),
+                3..=6 => {
+                    for j in 1..=6 {
+                        let (k, v) = (key.wrapping_add(j), key ^ 0xabc);
+                        if k < domain && server.store().insert(k, v).unwrap() {
+                            injected.lock().unwrap().push((k, v));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        })));
+    }
     let mut scan = Vec::new();
     for step in 0..12_000u64 {
         let c = &mut clients[rng.random_range(0..3)];
@@ -107,6 +135,9 @@ fn clients_agree_with_a_btreemap_while_the_server_retrains() {
                 assert_eq!(scan, want, "scan {n}, {}", ctx());
             }
         }
+        for (k, v) in injected.lock().unwrap().drain(..) {
+            assert!(model.insert(k, v).is_none(), "injected {k} (seed {seed})");
+        }
         if step % 3000 == 2999 {
             server.store().merge_all().unwrap();
             // Right after a retraining, one client writes a key every
@@ -149,6 +180,26 @@ fn clients_agree_with_a_btreemap_while_the_server_retrains() {
     assert!(total(|s| s.direct) > 1000, "{stats:?}");
     assert!(total(|s| s.bin_rpcs) > 100, "{stats:?}");
     assert!(total(|s| s.refetches) > 0, "{stats:?}");
+    // Writes went pipelined, and some hints went stale under them.
+    let ss = server.stats();
+    assert!(total(|s| s.hinted_writes) > 3000, "{stats:?}");
+    assert!(
+        total(|s| s.hinted_writes) > 4 * total(|s| s.plain_writes),
+        "{stats:?}"
+    );
+    assert_eq!(
+        ss.hinted_writes + ss.stale_hints,
+        total(|s| s.hinted_writes),
+        "{ss:?}"
+    );
+    assert!(ss.stale_hints > 0, "{ss:?}");
+    assert!(ss.hinted_writes > 2000, "{ss:?}");
+    assert!(total(|s| s.hinted_scans) > 100, "{stats:?}");
+    assert_eq!(
+        ss.hinted_scans + ss.stale_scan_hints,
+        total(|s| s.hinted_scans),
+        "{ss:?}"
+    );
     for c in clients {
         c.leave().unwrap();
     }
@@ -320,4 +371,203 @@ fn a_client_stalled_past_the_limit_is_cut_off_and_rejects_reused_memory() {
     assert_eq!(s.expired, 1, "its request got Expired: {s:?}");
     assert_ne!(stalled.id(), first_id, "it joined again");
     assert_eq!(stalled.version(), 3);
+}
+
+/// Sends `op` as client `client` on `version` through a raw endpoint:
+/// the status and (for an ok reply) the write's flag.
+fn raw(
+    ep: &mut LocalEndpoint,
+    node: fabric::NodeId,
+    client: u64,
+    version: u64,
+    op: Op,
+) -> (Status, Option<bool>) {
+    let (mut req, mut reply) = (Vec::new(), Vec::new());
+    Request {
+        client,
+        version,
+        op,
+    }
+    .encode(&mut req);
+    ep.call(node, &req, &mut reply).unwrap();
+    let r = Reply::decode(&reply).unwrap();
+    let flag = (r.status == Status::Ok).then(|| r.flag().unwrap());
+    (r.status, flag)
+}
+
+#[test]
+fn forged_hints_are_checked_and_never_misplace_a_key() {
+    let seed = testkit::seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let fabric = LocalFabric::new();
+    let pairs: Vec<(u64, u64)> = (0..1000u64).map(|i| (i * 100, i)).collect();
+    let config = ServerConfig {
+        store: small_bins(false),
+        silence_limit: Duration::from_secs(60),
+        reclaim_every: None,
+        ..ServerConfig::default()
+    };
+    let (server, node) = start(&fabric, &pairs, config);
+    let mut c = Client::connect(fabric.endpoint(), node).unwrap();
+    let mut ep = fabric.endpoint();
+    let (id, version) = (c.id(), c.version());
+    let n = pairs.len() as u64;
+    let mut model: BTreeMap<u64, u64> = pairs.iter().copied().collect();
+    let (mut honest, mut forged) = (0u64, 0u64);
+    for step in 0..1500u64 {
+        let k = rng.random_range(0..100 * n + 300);
+        // The entry `k` belongs to: its record if trained, else the slot
+        // below the next trained key (the end slot past the last).
+        let truth = if k % 100 == 0 && k < 100 * n {
+            k / 100
+        } else {
+            (k / 100 + 1).min(n)
+        };
+        let (entry, v_hint) = match rng.random_range(0..8) {
+            0 | 1 => (truth, version),
+            2 => (truth.wrapping_add(1), version),
+            3 => (truth.wrapping_sub(1), version),
+            4 => (rng.random_range(0..=n), version),
+            5 => (u64::MAX - rng.random_range(0..3), version),
+            6 => (n + 1 + rng.random_range(0..10), version),
+            // An old version (below any the server had): never trusted.
+            _ => (truth, 0),
+        };
+        let good = entry == truth && v_hint == version;
+        let v = rng.random::<u64>() >> 1;
+        let (op, want) = match rng.random_range(0..4) {
+            0 => (
+                Op::InsertAt {
+                    key: k,
+                    value: v,
+                    entry,
+                },
+                {
+                    let absent = !model.contains_key(&k);
+                    if absent {
+                        model.insert(k, v);
+                    }
+                    absent
+                },
+            ),
+            1 => (
+                Op::UpdateAt {
+                    key: k,
+                    value: v,
+                    entry,
+                },
+                {
+                    let present = model.contains_key(&k);
+                    if present {
+                        model.insert(k, v);
+                    }
+                    present
+                },
+            ),
+            2 => (
+                Op::UpsertAt {
+                    key: k,
+                    value: v,
+                    entry,
+                },
+                model.insert(k, v).is_none(),
+            ),
+            _ => (Op::DeleteAt { key: k, entry }, model.remove(&k).is_some()),
+        };
+        let got = raw(&mut ep, node, id, v_hint, op);
+        assert_eq!(
+            got,
+            (Status::Ok, Some(want)),
+            "step {step} {op:?} hint version {v_hint} truth {truth} (seed {seed})"
+        );
+        if good {
+            honest += 1;
+        } else {
+            forged += 1;
+        }
+    }
+    // Forged scan hints: a start position the server trusted wrongly
+    // would skip or repeat keys.
+    let (mut honest_scans, mut forged_scans) = (0u64, 0u64);
+    for step in 0..300u64 {
+        let k = rng.random_range(0..100 * n + 300);
+        let truth = if k % 100 == 0 && k < 100 * n {
+            k / 100
+        } else {
+            (k / 100 + 1).min(n)
+        };
+        let entry = match rng.random_range(0..4) {
+            0 => truth,
+            1 => truth.saturating_sub(rng.random_range(1..5)),
+            2 => truth + rng.random_range(1..5),
+            _ => u64::MAX,
+        };
+        let count = rng.random_range(1..30);
+        let (mut req, mut reply) = (Vec::new(), Vec::new());
+        Request {
+            client: id,
+            version,
+            op: Op::ScanAt {
+                start: k,
+                count,
+                entry,
+            },
+        }
+        .encode(&mut req);
+        ep.call(node, &req, &mut reply).unwrap();
+        let mut got = Vec::new();
+        Reply::decode(&reply).unwrap().pairs(&mut got).unwrap();
+        let want: Vec<(u64, u64)> = model
+            .range(k..)
+            .take(count as usize)
+            .map(|(a, b)| (*a, *b))
+            .collect();
+        assert_eq!(
+            got, want,
+            "step {step} scan {k} entry {entry} (seed {seed})"
+        );
+        if entry == truth {
+            honest_scans += 1;
+        } else {
+            forged_scans += 1;
+        }
+    }
+    // A hint from a version the server never published is refused as a
+    // request (the barrier's rule), and changes nothing.
+    let (status, _) = raw(
+        &mut ep,
+        node,
+        id,
+        version + 5,
+        Op::UpsertAt {
+            key: 150,
+            value: 1,
+            entry: 2,
+        },
+    );
+    assert_eq!(status, Status::Failed);
+    let s = server.stats();
+    assert_eq!(
+        (s.hinted_writes, s.stale_hints),
+        (honest, forged),
+        "every good hint used, every forged one located again: {s:?}"
+    );
+    assert_eq!(
+        (s.hinted_scans, s.stale_scan_hints),
+        (honest_scans, forged_scans),
+        "{s:?}"
+    );
+    // Every key where the one-sided path and the server look for it.
+    c.heartbeat().unwrap();
+    for k in 0..100 * n + 300 {
+        assert_eq!(
+            c.get(k).unwrap(),
+            model.get(&k).copied(),
+            "get {k} (seed {seed})"
+        );
+    }
+    let mut all = Vec::new();
+    c.scan(0, 1 << 16, &mut all).unwrap();
+    let want: Vec<(u64, u64)> = model.iter().map(|(a, b)| (*a, *b)).collect();
+    assert_eq!(all, want, "scan of everything (seed {seed})");
 }

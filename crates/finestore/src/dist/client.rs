@@ -3,8 +3,15 @@
 //! one-sided READ, and is done if the key is trained there (or if the
 //! slot it belongs to is empty); if the slot has a level bin, it sends the
 //! pipelined `[BinGet, slot, key]` RPC so the server goes straight to the
-//! bin. Writes and scans are RPCs (a scan's keys live in bins and small
-//! models as much as in the array, so the server merges them in order).
+//! bin. Inserts, updates, upserts and deletes are pipelined the same way:
+//! the client reads the window, finds the entry the key belongs to (its
+//! trained record, or the slot below the first trained key above it) and
+//! sends `[type, entry, version, key, value]`, so the server goes straight
+//! there once it has checked the hint; a window that tells nothing (missed,
+//! retired, torn, gone) makes it a plain write RPC. A scan reads the
+//! window of its start key the same way and sends the entry it found
+//! (`ScanAt`); the server merges arrays, bins and small models in order
+//! from there, since a range's keys live in all of them.
 //!
 //! Every RPC reports the client's version to the barrier; a client with
 //! no RPC to make for a quarter of the silence limit sends a heartbeat
@@ -65,6 +72,14 @@ pub struct ClientStats {
     pub expired: u64,
     /// Heartbeats sent.
     pub heartbeats: u64,
+    /// Writes sent pipelined, naming the entry found by the READ.
+    pub hinted_writes: u64,
+    /// Writes sent as a plain RPC (the window told nothing).
+    pub plain_writes: u64,
+    /// Scans sent pipelined, naming the entry of their start key.
+    pub hinted_scans: u64,
+    /// Scans sent as a plain RPC (the window told nothing).
+    pub plain_scans: u64,
 }
 
 struct View {
@@ -90,9 +105,13 @@ impl View {
     }
 }
 
-/// Called in a GET after the prediction and before the READ (tests put a
-/// stall there).
+/// Called in a GET or a pipelined write after the prediction and before
+/// the READ (tests put a stall there).
 pub type PauseHook = Box<dyn FnMut() + Send>;
+
+/// Called in a pipelined write after the READ and before the RPC, with
+/// the key (tests change the store there, so the hint goes stale).
+pub type HintHook = Box<dyn FnMut(u64) + Send>;
 
 /// One client (one thread) of a FineStore server.
 pub struct Client<E: Endpoint> {
@@ -104,6 +123,7 @@ pub struct Client<E: Endpoint> {
     last_report: Instant,
     stale: bool,
     pause: Option<PauseHook>,
+    after_read: Option<HintHook>,
     stats: ClientStats,
     req: Vec<u8>,
     reply: Vec<u8>,
@@ -120,10 +140,12 @@ impl<E: Endpoint> std::fmt::Debug for Client<E> {
     }
 }
 
-enum Window {
-    Done(Option<u64>),
-    Bin(usize),
-    Fallback,
+/// What a write does once its window is read.
+#[derive(Clone, Copy)]
+enum Write {
+    Insert,
+    Update,
+    Upsert,
 }
 
 impl<E: Endpoint> Client<E> {
@@ -141,6 +163,7 @@ impl<E: Endpoint> Client<E> {
             last_report: Instant::now(),
             stale: false,
             pause: None,
+            after_read: None,
             stats: ClientStats::default(),
             req,
             reply,
@@ -177,6 +200,12 @@ impl<E: Endpoint> Client<E> {
     /// its READ.
     pub fn set_pause(&mut self, hook: Option<PauseHook>) {
         self.pause = hook;
+    }
+
+    /// Installs (or removes) the hook run between a pipelined write's
+    /// READ and its RPC.
+    pub fn set_after_read(&mut self, hook: Option<HintHook>) {
+        self.after_read = hook;
     }
 
     /// Sends `op`, joining again (and repeating it) if the barrier cut
@@ -239,8 +268,11 @@ impl<E: Endpoint> Client<E> {
         self.refresh()
     }
 
-    /// The value of `key`.
-    pub fn get(&mut self, key: u64) -> Result<Option<u64>, ClientError> {
+    /// Reads the window `key` is predicted in and finds the entry it
+    /// belongs to: `None` if the window tells nothing (the prediction
+    /// missed, the version was retired, the entries stayed torn, the
+    /// region is gone, or the window is past one verb).
+    fn window(&mut self, key: u64) -> Result<Option<(usize, Entry)>, ClientError> {
         self.refresh()?;
         let v = &self.view;
         let r = v.lpa.predict(key);
@@ -248,18 +280,16 @@ impl<E: Endpoint> Client<E> {
         // bin bit tells whether the slot above the window's last key has
         // content (hi + 1 may be the end entry n).
         let (lo, hi) = (r.lo.min(v.n), (r.hi + 1).min(v.n));
-        let (region, version) = (v.region, v.version);
+        let (region, version, n) = (v.region, v.version, v.n);
         if let Some(p) = self.pause.as_mut() {
             p();
         }
-        let mut outcome = Window::Fallback;
         // A window past one verb's limit (an LPA threshold in the tens of
         // thousands) is not read: the server answers.
-        let fits = (hi - lo + 1) as u64 * ENTRY_BYTES <= fabric::MAX_VERB_BYTES;
+        if (hi - lo + 1) as u64 * ENTRY_BYTES > fabric::MAX_VERB_BYTES {
+            return Ok(None);
+        }
         for attempt in 0..=TORN_REREADS {
-            if !fits {
-                break;
-            }
             self.batch.clear();
             let h = self
                 .batch
@@ -269,14 +299,13 @@ impl<E: Endpoint> Client<E> {
                 Ok(b) => b,
                 // The version's region is gone (freed after this client
                 // was cut off): ask the server, which says what is current.
-                Err(VerbError::UnknownRegion(_) | VerbError::OutOfBounds { .. }) => break,
+                Err(VerbError::UnknownRegion(_) | VerbError::OutOfBounds { .. }) => {
+                    return Ok(None)
+                }
                 Err(e) => return Err(FabricError::Protocol(e.to_string()).into()),
             };
-            match judge(bytes, version, lo, hi, self.view.n, key) {
-                Ok(w) => {
-                    outcome = w;
-                    break;
-                }
+            match find(bytes, version, lo, hi, n, key) {
+                Ok(w) => return Ok(w),
                 Err(EntryError::Torn | EntryError::Short) => {
                     if attempt < TORN_REREADS {
                         self.stats.torn += 1;
@@ -284,12 +313,17 @@ impl<E: Endpoint> Client<E> {
                 }
             }
         }
-        match outcome {
-            Window::Done(v) => {
+        Ok(None)
+    }
+
+    /// The value of `key`.
+    pub fn get(&mut self, key: u64) -> Result<Option<u64>, ClientError> {
+        match self.window(key)? {
+            Some((_, e)) if e.key == Some(key) => {
                 self.stats.direct += 1;
-                Ok(v)
+                Ok(e.value)
             }
-            Window::Bin(slot) => {
+            Some((slot, e)) if e.bin => {
                 self.stats.bin_rpcs += 1;
                 Ok(self
                     .call(Op::BinGet {
@@ -298,34 +332,82 @@ impl<E: Endpoint> Client<E> {
                     })?
                     .value()?)
             }
-            Window::Fallback => {
+            Some(_) => {
+                self.stats.direct += 1;
+                Ok(None)
+            }
+            None => {
                 self.stats.fallbacks += 1;
                 Ok(self.call(Op::Get { key })?.value()?)
             }
         }
     }
 
+    /// A write: pipelined at the entry the window shows, or plain.
+    fn write(&mut self, what: Write, key: u64, value: u64) -> Result<bool, ClientError> {
+        let op = match self.window(key)? {
+            Some((at, _)) => {
+                if let Some(h) = self.after_read.as_mut() {
+                    h(key);
+                }
+                self.stats.hinted_writes += 1;
+                let entry = at as u64;
+                match what {
+                    Write::Insert => Op::InsertAt { key, value, entry },
+                    Write::Update => Op::UpdateAt { key, value, entry },
+                    Write::Upsert => Op::UpsertAt { key, value, entry },
+                }
+            }
+            None => {
+                self.stats.plain_writes += 1;
+                match what {
+                    Write::Insert => Op::Insert { key, value },
+                    Write::Update => Op::Update { key, value },
+                    Write::Upsert => Op::Upsert { key, value },
+                }
+            }
+        };
+        Ok(self.call(op)?.flag()?)
+    }
+
     /// Inserts `key` if absent; false if present.
     pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
-        Ok(self.call(Op::Insert { key, value })?.flag()?)
+        self.write(Write::Insert, key, value)
     }
 
     /// Overwrites a present `key`; false if absent.
     pub fn update(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
-        Ok(self.call(Op::Update { key, value })?.flag()?)
+        self.write(Write::Update, key, value)
     }
 
     /// Inserts or overwrites; true if `key` was absent.
     pub fn upsert(&mut self, key: u64, value: u64) -> Result<bool, ClientError> {
-        Ok(self.call(Op::Upsert { key, value })?.flag()?)
+        self.write(Write::Upsert, key, value)
     }
 
     /// Removes `key`; false if absent.
     pub fn delete(&mut self, key: u64) -> Result<bool, ClientError> {
-        Ok(self.call(Op::Delete { key })?.flag()?)
+        let op = match self.window(key)? {
+            Some((at, _)) => {
+                if let Some(h) = self.after_read.as_mut() {
+                    h(key);
+                }
+                self.stats.hinted_writes += 1;
+                Op::DeleteAt {
+                    key,
+                    entry: at as u64,
+                }
+            }
+            None => {
+                self.stats.plain_writes += 1;
+                Op::Delete { key }
+            }
+        };
+        Ok(self.call(op)?.flag()?)
     }
 
-    /// The first `count` pairs at or above `start` (one RPC).
+    /// The first `count` pairs at or above `start` (a READ of the start
+    /// key's window, then one RPC).
     pub fn scan(
         &mut self,
         start: u64,
@@ -333,11 +415,22 @@ impl<E: Endpoint> Client<E> {
         out: &mut Vec<(u64, u64)>,
     ) -> Result<(), ClientError> {
         out.clear();
-        self.call(Op::Scan {
-            start,
-            count: count as u64,
-        })?
-        .pairs(out)?;
+        let count = count as u64;
+        let op = match self.window(start)? {
+            Some((at, _)) => {
+                self.stats.hinted_scans += 1;
+                Op::ScanAt {
+                    start,
+                    count,
+                    entry: at as u64,
+                }
+            }
+            None => {
+                self.stats.plain_scans += 1;
+                Op::Scan { start, count }
+            }
+        };
+        self.call(op)?.pairs(out)?;
         Ok(())
     }
 
@@ -369,16 +462,18 @@ fn join<E: Endpoint>(
     Ok((id, Duration::from_millis(limit), View::new(p)?))
 }
 
-/// Decides a GET from the window image of entries `lo..=hi` of an array
-/// of `n` keys.
-fn judge(
+/// Finds, in the window image of entries `lo..=hi` of an array of `n`
+/// keys, the entry `key` belongs to: the one of the first trained key at
+/// or above it (its record if equal, else the slot below it). `None` if
+/// the window cannot tell.
+fn find(
     bytes: &[u8],
     version: u64,
     lo: usize,
     hi: usize,
     n: usize,
     key: u64,
-) -> Result<Window, EntryError> {
+) -> Result<Option<(usize, Entry)>, EntryError> {
     let mut entries = Vec::with_capacity(hi - lo + 1);
     for i in 0..=(hi - lo) {
         let at = i * ENTRY_BYTES as usize;
@@ -386,33 +481,20 @@ fn judge(
         if e.retired {
             // The version was frozen for a retraining: what it shows may
             // be stale; the server answers and announces the new version.
-            return Ok(Window::Fallback);
+            return Ok(None);
         }
         entries.push(e);
     }
-    // The entry of the first trained key above `key` (or the end entry):
-    // its slot is where `key` lives if it is not trained.
-    let p = entries
-        .iter()
-        .position(|e| e.key.is_none_or(|k| k >= key))
-        .map(|i| lo + i);
-    let Some(p) = p else {
+    let Some(i) = entries.iter().position(|e| e.key.is_none_or(|k| k >= key)) else {
         // Every key of the window is below `key`, and the end entry is
         // not in it: the prediction missed.
-        return Ok(Window::Fallback);
+        return Ok(None);
     };
-    let e = entries[p - lo];
-    if e.key == Some(key) {
-        return Ok(Window::Done(e.value));
-    }
-    if p == lo && lo > 0 {
+    let (p, e) = (lo + i, entries[i]);
+    if e.key != Some(key) && p == lo && lo > 0 {
         // `key` may be below the window: the prediction missed.
-        return Ok(Window::Fallback);
+        return Ok(None);
     }
     debug_assert!(p <= n);
-    Ok(if e.bin {
-        Window::Bin(p)
-    } else {
-        Window::Done(None)
-    })
+    Ok(Some((p, e)))
 }

@@ -4,7 +4,7 @@
 //! version's memory registered until every client has moved on.
 //!
 //! * [`layout`]: the array region (byte diagram) and its entry seqlock.
-//! * [`proto`]: the RPCs, with the pipelined bin lookup.
+//! * [`proto`]: the RPCs, with the pipelined bin lookup and writes.
 //! * [`barrier`]: the extended RCU barrier and its rule.
 //! * [`server`] and [`client`].
 

@@ -10,12 +10,33 @@
 //! [16, 24)   version of the client's cached models (0 for Join)
 //! [24, ..)   arguments, u64 each: Get key | BinGet key, slot |
 //!            Insert/Update/Upsert key, value | Delete key |
-//!            Scan start, count | none for Join, Models, Heartbeat, Leave
+//!            Scan start, count | none for Join, Models, Heartbeat, Leave |
+//!            InsertAt/UpdateAt/UpsertAt key, value, entry |
+//!            DeleteAt key, entry | ScanAt start, count, entry
 //! ```
 //!
 //! `BinGet` is the paper's pipelined operation: `[type, level-bin address,
 //! key]`, the address being the slot the client found the key belongs to
 //! in the array of its version; the server goes straight to that slot.
+//! The `…At` writes are the pipelined writes: the client read the window
+//! like a GET and names the entry it found (the key's trained record, or
+//! the slot below the first trained key above it), in the array of the
+//! version in the header. The server checks the hint before using it
+//! (`finestore::Hint`) and locates the key itself when it does not hold.
+//! `ScanAt` is the pipelined scan: the entry is where `start` belongs.
+//!
+//! A pipelined write, byte by byte (`UpsertAt`):
+//!
+//! ```text
+//! [0, 1)     14 (op)
+//! [1, 8)     0
+//! [8, 16)    client id
+//! [16, 24)   version: of the models and array the hint is from (the
+//!            barrier's report too)
+//! [24, 32)   key
+//! [32, 40)   value            (absent for DeleteAt)
+//! [40, 48)   entry index      ([32, 40) for DeleteAt)
+//! ```
 //!
 //! # Reply
 //!
@@ -90,6 +111,50 @@ pub enum Op {
         /// The key.
         key: u64,
     },
+    /// Insert if absent, at the entry the client found.
+    InsertAt {
+        /// The key.
+        key: u64,
+        /// The value.
+        value: u64,
+        /// The entry in the array of the request's version.
+        entry: u64,
+    },
+    /// Overwrite if present, at the entry the client found.
+    UpdateAt {
+        /// The key.
+        key: u64,
+        /// The value.
+        value: u64,
+        /// The entry in the array of the request's version.
+        entry: u64,
+    },
+    /// Insert or overwrite, at the entry the client found.
+    UpsertAt {
+        /// The key.
+        key: u64,
+        /// The value.
+        value: u64,
+        /// The entry in the array of the request's version.
+        entry: u64,
+    },
+    /// Remove, at the entry the client found.
+    DeleteAt {
+        /// The key.
+        key: u64,
+        /// The entry in the array of the request's version.
+        entry: u64,
+    },
+    /// The first `count` pairs from `start`, starting at the entry the
+    /// client found for `start`.
+    ScanAt {
+        /// The first key.
+        start: u64,
+        /// How many pairs at most.
+        count: u64,
+        /// The entry in the array of the request's version.
+        entry: u64,
+    },
     /// The first `count` pairs from `start`.
     Scan {
         /// The first key.
@@ -141,6 +206,15 @@ impl Request {
             Op::Upsert { key, value } => (9, &[key, value]),
             Op::Delete { key } => (10, &[key]),
             Op::Scan { start, count } => (11, &[start, count]),
+            Op::InsertAt { key, value, entry } => (12, &[key, value, entry]),
+            Op::UpdateAt { key, value, entry } => (13, &[key, value, entry]),
+            Op::UpsertAt { key, value, entry } => (14, &[key, value, entry]),
+            Op::DeleteAt { key, entry } => (15, &[key, entry]),
+            Op::ScanAt {
+                start,
+                count,
+                entry,
+            } => (16, &[start, count, entry]),
         };
         out.push(code);
         out.extend_from_slice(&[0u8; 7]);
@@ -180,6 +254,23 @@ impl Request {
             11 => Op::Scan {
                 start: r.u64("start")?,
                 count: r.u64("count")?,
+            },
+            12..=14 => {
+                let (key, value, entry) = (r.u64("key")?, r.u64("value")?, r.u64("entry")?);
+                match code {
+                    12 => Op::InsertAt { key, value, entry },
+                    13 => Op::UpdateAt { key, value, entry },
+                    _ => Op::UpsertAt { key, value, entry },
+                }
+            }
+            15 => Op::DeleteAt {
+                key: r.u64("key")?,
+                entry: r.u64("entry")?,
+            },
+            16 => Op::ScanAt {
+                start: r.u64("start")?,
+                count: r.u64("count")?,
+                entry: r.u64("entry")?,
             },
             c => return Err(BadMessage(format!("unknown op {c}"))),
         };
@@ -381,6 +472,27 @@ mod tests {
             Op::Upsert { key: 5, value: 6 },
             Op::Delete { key: 7 },
             Op::Scan { start: 8, count: 9 },
+            Op::InsertAt {
+                key: 1,
+                value: 2,
+                entry: 3,
+            },
+            Op::UpdateAt {
+                key: 4,
+                value: 5,
+                entry: 6,
+            },
+            Op::UpsertAt {
+                key: 7,
+                value: 8,
+                entry: u64::MAX,
+            },
+            Op::DeleteAt { key: 9, entry: 10 },
+            Op::ScanAt {
+                start: 11,
+                count: 12,
+                entry: 13,
+            },
         ];
         let mut buf = Vec::new();
         for op in ops {
@@ -422,6 +534,35 @@ mod tests {
             op: Op::Scan { start: 3, count: 4 },
         }
         .encode(&mut valid);
+        let mut upsert_at = Vec::new();
+        Request {
+            client: 1,
+            version: 2,
+            op: Op::UpsertAt {
+                key: 3,
+                value: 4,
+                entry: 5,
+            },
+        }
+        .encode(&mut upsert_at);
+        let mut delete_at = Vec::new();
+        Request {
+            client: 1,
+            version: 2,
+            op: Op::DeleteAt { key: 3, entry: 5 },
+        }
+        .encode(&mut delete_at);
+        let mut scan_at = Vec::new();
+        Request {
+            client: 1,
+            version: 2,
+            op: Op::ScanAt {
+                start: 3,
+                count: 4,
+                entry: 5,
+            },
+        }
+        .encode(&mut scan_at);
         let mut reply = Vec::new();
         reply_header(&mut reply, Status::Ok, 1);
         for w in [1u64, 100] {
@@ -434,10 +575,13 @@ mod tests {
             models: models.clone(),
         }
         .encode(&mut reply);
-        for round in 0..3000 {
-            let base = match round % 3 {
+        for round in 0..6000 {
+            let base = match round % 6 {
                 0 => &valid,
                 1 => &reply,
+                2 => &upsert_at,
+                3 => &delete_at,
+                4 => &scan_at,
                 _ => &models,
             };
             let mut bytes = base.clone();
@@ -457,7 +601,14 @@ mod tests {
                     bytes.truncate(rng.random_range(0..=bytes.len()));
                 }
             }
-            let _ = Request::decode(&bytes);
+            if let Ok(req) = Request::decode(&bytes) {
+                // What decodes survives a round trip: the decoder
+                // accepted nothing it does not understand.
+                let mut again = Vec::new();
+                req.encode(&mut again);
+                assert_eq!(again.len(), bytes.len(), "seed {seed}");
+                assert_eq!(Request::decode(&again), Ok(req), "seed {seed}");
+            }
             if let Ok(r) = Reply::decode(&bytes) {
                 let _ = (r.joined(), r.published(), r.value(), r.flag());
                 let _ = r.pairs(&mut Vec::new());

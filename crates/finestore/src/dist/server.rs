@@ -1,7 +1,8 @@
 //! The FineStore server (§4): the in-memory store of §3 whose top model's
 //! trained array is mirrored into a registered region per version, the
 //! models published to clients by RPC with their version, writes, scans
-//! and bin lookups served by RPC, and the extended RCU barrier deciding
+//! and bin lookups served by RPC (pipelined writes and bin lookups at the
+//! entry the client names, once the server has checked it holds), and the extended RCU barrier deciding
 //! when an old version's region may be deregistered and its id reused.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +17,7 @@ use super::barrier::{Barrier, BarrierError};
 use super::layout::{region_bytes, ArrayWriter, BIN, DELETED, RETIRED};
 use super::proto::{reply_header, reply_word, Op, PublishedMsg, Request, Status, MAX_SCAN};
 use crate::mirror::{Mirror, MirrorFactory};
-use crate::{Config, FineError, FineStore};
+use crate::{Config, FineError, FineStore, Hint, HintUse};
 
 /// Where the server's regions are registered.
 pub trait RegionHost: Send + Sync {
@@ -123,6 +124,17 @@ pub struct ServerStats {
     pub cut_off: u64,
     /// Bin lookups that went straight to the named slot.
     pub bin_gets: u64,
+    /// Pipelined writes whose hint held: the server went straight to the
+    /// named record or slot, without a model lookup.
+    pub hinted_writes: u64,
+    /// Pipelined writes whose hint was stale or wrong (another version,
+    /// or the key outside the named record or slot): the server located
+    /// the key with its own models.
+    pub stale_hints: u64,
+    /// Pipelined scans whose hint held (no model lookup for the start).
+    pub hinted_scans: u64,
+    /// Pipelined scans whose hint was stale or wrong (looked up again).
+    pub stale_scan_hints: u64,
 }
 
 struct Shared {
@@ -133,6 +145,10 @@ struct Shared {
     next_region: Mutex<(u32, Vec<u32>)>,
     freed: AtomicU64,
     bin_gets: AtomicU64,
+    hinted_writes: AtomicU64,
+    stale_hints: AtomicU64,
+    hinted_scans: AtomicU64,
+    stale_scan_hints: AtomicU64,
 }
 
 impl Shared {
@@ -295,6 +311,10 @@ impl Server {
             next_region: Mutex::new((config.first_region, Vec::new())),
             freed: AtomicU64::new(0),
             bin_gets: AtomicU64::new(0),
+            hinted_writes: AtomicU64::new(0),
+            stale_hints: AtomicU64::new(0),
+            hinted_scans: AtomicU64::new(0),
+            stale_scan_hints: AtomicU64::new(0),
         });
         let factory = Arc::new(Factory {
             shared: shared.clone(),
@@ -376,6 +396,10 @@ impl Server {
             freed: s.freed.load(Ordering::Relaxed),
             cut_off: s.barrier.cut_off(),
             bin_gets: s.bin_gets.load(Ordering::Relaxed),
+            hinted_writes: s.hinted_writes.load(Ordering::Relaxed),
+            stale_hints: s.stale_hints.load(Ordering::Relaxed),
+            hinted_scans: s.hinted_scans.load(Ordering::Relaxed),
+            stale_scan_hints: s.stale_scan_hints.load(Ordering::Relaxed),
         }
     }
 }
@@ -407,7 +431,27 @@ struct Serving {
     shared: Arc<Shared>,
 }
 
+/// A pipelined write's hint: the entry the client named in the array of
+/// the version it reported (an index past usize is never valid, and the
+/// store refuses it like any other wrong one).
+fn hint(version: u64, entry: u64) -> Hint {
+    Hint {
+        version,
+        pos: usize::try_from(entry).unwrap_or(usize::MAX),
+    }
+}
+
 impl Serving {
+    /// Counts whether a pipelined write's hint held; returns its result.
+    fn count(&self, (result, used): (bool, HintUse)) -> bool {
+        let c = match used {
+            HintUse::Used => &self.shared.hinted_writes,
+            HintUse::Stale => &self.shared.stale_hints,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
     fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<(), FineError> {
         let s = &self.shared;
         let now = s.now();
@@ -458,6 +502,49 @@ impl Serving {
                 reply_word(out, u64::from(self.store.upsert(key, value)?));
             }
             Op::Delete { key } => reply_word(out, u64::from(self.store.delete(key)?)),
+            Op::InsertAt { key, value, entry } => {
+                let r = self
+                    .store
+                    .insert_hinted(key, value, hint(req.version, entry))?;
+                reply_word(out, u64::from(self.count(r)));
+            }
+            Op::UpdateAt { key, value, entry } => {
+                let r = self
+                    .store
+                    .update_hinted(key, value, hint(req.version, entry))?;
+                reply_word(out, u64::from(self.count(r)));
+            }
+            Op::UpsertAt { key, value, entry } => {
+                let r = self
+                    .store
+                    .upsert_hinted(key, value, hint(req.version, entry))?;
+                reply_word(out, u64::from(self.count(r)));
+            }
+            Op::DeleteAt { key, entry } => {
+                let r = self.store.delete_hinted(key, hint(req.version, entry))?;
+                reply_word(out, u64::from(self.count(r)));
+            }
+            Op::ScanAt {
+                start,
+                count,
+                entry,
+            } => {
+                let (pairs, used) = self.store.scan_hinted(
+                    start,
+                    count.min(MAX_SCAN) as usize,
+                    hint(req.version, entry),
+                )?;
+                let c = match used {
+                    HintUse::Used => &s.hinted_scans,
+                    HintUse::Stale => &s.stale_scan_hints,
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+                reply_word(out, pairs.len() as u64);
+                for (k, v) in pairs {
+                    reply_word(out, k);
+                    reply_word(out, v);
+                }
+            }
             Op::Scan { start, count } => {
                 let pairs = self.store.scan(start, count.min(MAX_SCAN) as usize)?;
                 reply_word(out, pairs.len() as u64);
