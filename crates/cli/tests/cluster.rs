@@ -608,6 +608,7 @@ fn the_rebalancer_brings_the_busiest_server_under_40_percent_of_zipfian_ycsb_c()
         target_share: 0.36,
         window: Duration::from_millis(700),
         max_move_keys: 100_000,
+        ..Default::default()
     };
     let rounds = cluster::rebalance::rebalance(&etcd, None, &config, 8);
     stop.store(true, std::sync::atomic::Ordering::Release);
