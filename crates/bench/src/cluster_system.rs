@@ -10,7 +10,7 @@ use fabric::Counters;
 use xstore::{CacheMode, ClientConfig};
 
 use crate::report::ModelFigures;
-use crate::system::{DirectStats, KvClient, ServerTime, System};
+use crate::system::{DirectStats, InFlight, KvClient, ServerTime, System};
 use crate::BenchError;
 
 /// A cluster reached through its etcd.
@@ -127,6 +127,23 @@ impl KvClient for ClusterClient {
     }
     fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
         self.router.update(key, value).map_err(client)
+    }
+    /// Kept in flight by the router: a write refused by a former owner
+    /// is re-sent to the new one before `finish_write` answers, so the
+    /// ledger sees it acknowledged once, when its final answer arrives.
+    fn start_write(&mut self, write: xstore::Write) -> Result<InFlight, BenchError> {
+        Ok(InFlight::Cluster(
+            self.router.start_write(write).map_err(client)?,
+        ))
+    }
+    fn finish_write(&mut self, write: InFlight) -> Result<bool, BenchError> {
+        match write {
+            InFlight::Done(b) => Ok(b),
+            InFlight::Cluster(w) => self.router.finish_write(w).map_err(client),
+            InFlight::XStore(_) => Err(BenchError::Client(
+                "a write finished on a client that did not start it".into(),
+            )),
+        }
     }
     fn counters(&self) -> Counters {
         self.router.counters()

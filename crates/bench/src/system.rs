@@ -63,7 +63,7 @@ pub trait KvClient: Send {
     fn finish_write(&mut self, write: InFlight) -> Result<bool, BenchError> {
         match write {
             InFlight::Done(b) => Ok(b),
-            InFlight::XStore(_) => Err(BenchError::Client(
+            InFlight::XStore(_) | InFlight::Cluster(_) => Err(BenchError::Client(
                 "a write finished on a client that did not start it".into(),
             )),
         }
@@ -83,6 +83,8 @@ pub enum InFlight {
     Done(bool),
     /// An XStore write in flight.
     XStore(xstore::PendingWrite),
+    /// A write in flight through a cluster's router.
+    Cluster(cluster::RoutedWrite),
 }
 
 impl InFlight {
@@ -91,6 +93,7 @@ impl InFlight {
         match self {
             InFlight::Done(_) => true,
             InFlight::XStore(p) => p.is_ready(),
+            InFlight::Cluster(p) => p.is_ready(),
         }
     }
 }
@@ -295,6 +298,9 @@ impl<E: fabric::Endpoint> KvClient for XStoreClient<E> {
         match write {
             InFlight::Done(b) => Ok(b),
             InFlight::XStore(p) => Ok(self.0.finish_write(p)?),
+            InFlight::Cluster(_) => Err(BenchError::Client(
+                "a write finished on a client that did not start it".into(),
+            )),
         }
     }
     fn counters(&self) -> Counters {

@@ -177,9 +177,11 @@ fn rebalance_cmd(args: &RebalanceArgs) -> Result<()> {
         target_share: args.target,
         window: Duration::from_secs_f64(args.window_s),
         max_move_keys: args.max_move_keys,
+        ..Default::default()
     };
+    let mut rebalancer = cluster::rebalance::Rebalancer::new(config);
     for i in 0..args.rounds {
-        let r = cluster::rebalance::rebalance_once(&etcd, token.as_deref(), &config)?;
+        let r = rebalancer.round(&etcd, token.as_deref())?;
         let shares: Vec<String> = r
             .shares
             .iter()

@@ -192,12 +192,14 @@ pub fn run(args: &MoveBenchArgs) -> Result<()> {
                 });
                 std::thread::sleep(Duration::from_secs_f64(gap));
             }
+            let mut rebalancer = cluster::rebalance::Rebalancer::new(rebalance.clone());
             for i in 0..rounds {
                 if stop.load(Ordering::Acquire) {
                     eprintln!("the load ended after {i} rebalancer rounds (raise --seconds)");
                     break;
                 }
-                let round = cluster::rebalance::rebalance_once(&etcd, None, &rebalance)
+                let round = rebalancer
+                    .round(&etcd, None)
                     .with_context(|| format!("rebalancer round {i}"))?;
                 let shares: Vec<String> = round
                     .shares

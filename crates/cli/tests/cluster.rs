@@ -100,7 +100,8 @@ fn ycsb_over_three_servers_reads_nothing_stale_and_scans_cross_servers_exactly()
     let loaded: Arc<[u64]> = keys().into();
     let system = bench::ClusterSystem::new(&up.url, None, xstore::CacheMode::Full, 1).unwrap();
     let shares = system.shares();
-    for w in ["a", "c", "d", "e"] {
+    // The last two keep 8 writes in flight per thread through the router.
+    for (w, pipeline) in [("a", 1), ("c", 1), ("d", 1), ("e", 1), ("a", 8), ("d", 8)] {
         let workload: ycsb::Workload = w.parse().unwrap();
         let config = bench::RunConfig {
             system: "xstore".into(),
@@ -112,8 +113,8 @@ fn ycsb_over_three_servers_reads_nothing_stale_and_scans_cross_servers_exactly()
             seconds: None,
             warmup_ops: 0,
             threads: 2,
-            pipeline: 1,
-            seed: 11,
+            pipeline,
+            seed: 11 + u64::from(pipeline),
         };
         let report = bench::run(
             &system,
@@ -121,13 +122,13 @@ fn ycsb_over_three_servers_reads_nothing_stale_and_scans_cross_servers_exactly()
             &config,
             &bench::Progress::default(),
         )
-        .unwrap_or_else(|e| panic!("workload {w}: {e}"));
+        .unwrap_or_else(|e| panic!("workload {w} pipeline {pipeline}: {e}"));
         let c = &report.correctness;
         assert!(c.checked_reads > 0, "workload {w}");
         assert_eq!(
             (c.mismatches, c.stale_reads, c.lost_writes),
             (0, 0, 0),
-            "workload {w}: {:?}",
+            "workload {w} pipeline {pipeline}: {:?}",
             c.examples
         );
     }
@@ -258,6 +259,67 @@ fn a_client_with_an_old_map_writes_nothing_to_a_former_owner() {
     });
     let mut to_s1 = connect("s1");
     assert_eq!(to_s1.get(key).unwrap(), Some(42));
+
+    // Pipelined: a router whose map predates the next ownership change
+    // keeps 8 inserts in flight to the former owner; each is refused,
+    // re-sent to the new owner and applied once (an insert applied twice
+    // would answer `false`).
+    let mut piped = router(&up.url);
+    let s0_key = *loaded.iter().find(|&&k| map.ranges[0].contains(k)).unwrap();
+    assert!(piped.get(s0_key).unwrap().is_some(), "connected to s0");
+    let fresh: Vec<u64> = (key + 1..key + 9).collect();
+    let (lo, hi) = (fresh[0], fresh[7] + 1);
+    assert!(hi <= map.ranges[0].hi);
+    assert!(
+        loaded.iter().all(|&k| k < lo || k >= hi),
+        "no loaded key moves"
+    );
+    let m2 = etcd.assign(lo, hi, "s2").unwrap();
+    // Once s0 has seen the change it refuses the old revision outright
+    // (before that it would still own the range at that revision).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        to_s0.set_fence(Some(m2.revision));
+        match to_s0.insert(lo, 3) {
+            Err(ClientError::WrongOwner { revision }) if revision == m2.revision => break,
+            Err(ClientError::WrongOwner { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            other => panic!("s0 accepted or failed otherwise: {other:?}"),
+        }
+    }
+    let refused = piped.stats().wrong_owner;
+    let in_flight: Vec<_> = fresh
+        .iter()
+        .map(|&k| piped.start_write(xstore::Write::Insert { key: k, value: k }))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for (w, k) in in_flight.into_iter().zip(&fresh) {
+        assert!(piped.finish_write(w).unwrap(), "insert of {k} applied once");
+    }
+    assert_eq!(piped.stats().wrong_owner - refused, 8, "all 8 were refused");
+    assert_eq!(piped.map().revision, m2.revision);
+    // Now routed straight to s2: 8 updates in flight, none refused.
+    let in_flight: Vec<_> = fresh
+        .iter()
+        .map(|&k| {
+            piped.start_write(xstore::Write::Update {
+                key: k,
+                value: k + 1,
+            })
+        })
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for w in in_flight {
+        assert!(piped.finish_write(w).unwrap());
+    }
+    assert_eq!(piped.stats().wrong_owner - refused, 8);
+    to_s0.set_fence(None);
+    let mut to_s2 = connect("s2");
+    for &k in &fresh {
+        assert_eq!(to_s0.get(k).unwrap(), None, "nothing reached s0");
+        assert_eq!(to_s2.get(k).unwrap(), Some(k + 1));
+    }
 }
 
 #[test]
@@ -425,7 +487,9 @@ fn range_moves_under_ycsb_a_lose_nothing_and_no_stale_client_reads_or_writes_old
             seconds: None,
             warmup_ops: 0,
             threads: 2,
-            pipeline: 1,
+            // Every other round keeps 8 writes in flight per thread, so
+            // writes are in flight while ranges freeze and change owner.
+            pipeline: if rounds % 2 == 0 { 8 } else { 1 },
             seed: seed.wrapping_add(rounds),
         };
         let report = bench::run(
@@ -608,6 +672,7 @@ fn the_rebalancer_brings_the_busiest_server_under_40_percent_of_zipfian_ycsb_c()
         target_share: 0.36,
         window: Duration::from_millis(700),
         max_move_keys: 100_000,
+        ..Default::default()
     };
     let rounds = cluster::rebalance::rebalance(&etcd, None, &config, 8);
     stop.store(true, std::sync::atomic::Ordering::Release);

@@ -27,7 +27,7 @@ pub use etcd::{ClusterUrl, Etcd, MapWatch, Registration};
 pub use map::{Member, Range, ShardMap};
 pub use moves::{move_range, MoveError, MoveReport};
 pub use process::{etcd_binary, EtcdProcess};
-pub use router::{Router, RouterError, RouterStats};
+pub use router::{RoutedWrite, Router, RouterError, RouterStats};
 pub use shard::{Ownership, RangeHook, Shard};
 
 use std::time::Duration;

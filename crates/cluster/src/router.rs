@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use fabric::{Endpoint, NodeId};
-use xstore::{Client, ClientConfig, ClientError, ClientStats};
+use xstore::{Client, ClientConfig, ClientError, ClientStats, PendingWrite, Write};
 
 use crate::{ClusterError, Etcd, Member, ShardMap};
 
@@ -70,6 +70,16 @@ pub enum RouterError {
         /// How long this request waited.
         waited: Duration,
     },
+    /// A pipelined write's connection was dropped before its answer came
+    /// (the server went away or moved to another URL): whether it took
+    /// effect is unknown, so it is reported, never re-sent.
+    #[error("server {server}: the connection closed with a write of key {key} in flight")]
+    InFlightLost {
+        /// The server the write was sent to.
+        server: String,
+        /// The write's key.
+        key: u64,
+    },
     /// The request kept being refused as the map kept changing.
     #[error("key {key}: still refused after {attempts} tries (map revision {revision})")]
     TooManyRetries {
@@ -99,6 +109,37 @@ pub struct RouterStats {
 
 type Remote = Client<Box<dyn Endpoint>>;
 
+/// A write started by [`Router::start_write`] whose answer
+/// [`Router::finish_write`] has not collected yet. Finish it on the router
+/// that started it.
+#[derive(Debug)]
+#[must_use = "a write's answer says whether it took effect; finish it"]
+pub struct RoutedWrite(Routed);
+
+#[derive(Debug)]
+enum Routed {
+    /// Completed when started (its range was frozen or its owner had to
+    /// be looked up again).
+    Done(bool),
+    /// Sent to `server` on connection number `conn`.
+    Sent {
+        server: String,
+        conn: u64,
+        pending: PendingWrite,
+    },
+}
+
+impl RoutedWrite {
+    /// Whether the answer is here (finishing would not block, unless the
+    /// owner refused it and it must be re-sent to the new one).
+    pub fn is_ready(&self) -> bool {
+        match &self.0 {
+            Routed::Done(_) => true,
+            Routed::Sent { pending, .. } => pending.is_ready(),
+        }
+    }
+}
+
 /// A routing client of a range-partitioned XStore.
 pub struct Router {
     etcd: Etcd,
@@ -107,6 +148,10 @@ pub struct Router {
     map: ShardMap,
     members: BTreeMap<String, Member>,
     clients: HashMap<String, (String, Remote)>,
+    /// Number of each server's current connection: a pipelined write
+    /// must be finished on the connection it was sent on.
+    conns: HashMap<String, u64>,
+    next_conn: u64,
     stats: RouterStats,
 }
 
@@ -125,6 +170,8 @@ impl Router {
             config,
             token,
             clients: HashMap::new(),
+            conns: HashMap::new(),
+            next_conn: 0,
             stats: RouterStats::default(),
         };
         r.stats.refreshes = 1;
@@ -216,6 +263,8 @@ impl Router {
             let mut c = Client::connect(ep, NodeId(0), self.config).map_err(fail)?;
             c.set_fence(Some(self.map.revision));
             self.clients.insert(server.to_string(), (url, c));
+            self.next_conn += 1;
+            self.conns.insert(server.to_string(), self.next_conn);
         }
         Ok(&mut self.clients.get_mut(server).expect("inserted above").1)
     }
@@ -349,6 +398,70 @@ impl Router {
     /// Removes a key; `false` if absent.
     pub fn delete(&mut self, key: u64) -> Result<bool, RouterError> {
         Ok(self.routed(key, |c| c.delete(key))?.0)
+    }
+
+    /// Sends a write to its key's owner without waiting for the answer,
+    /// so one thread keeps several writes in flight (across servers too);
+    /// collect it with [`Router::finish_write`]. A write whose range is
+    /// frozen by a move, or whose owner must first be looked up again, is
+    /// completed here by the synchronous path.
+    pub fn start_write(&mut self, write: Write) -> Result<RoutedWrite, RouterError> {
+        let key = write.key();
+        let range = self.map.range_of(key);
+        if range.moving_to.is_none() {
+            let server = range.server.clone();
+            // Not connected and cannot connect: nothing was sent, so the
+            // synchronous path below may refresh and retry.
+            if let Ok(c) = self.client(&server, key) {
+                return match c.start_write(write) {
+                    Ok(pending) => Ok(RoutedWrite(Routed::Sent {
+                        conn: self.conns[&server],
+                        server,
+                        pending,
+                    })),
+                    // Part of it may have left: never re-sent.
+                    Err(e) => Err(self.server_error(&server, e)),
+                };
+            }
+        }
+        Ok(RoutedWrite(Routed::Done(
+            self.routed(key, |c| c.write(write))?.0,
+        )))
+    }
+
+    /// Waits for the answer to a write from [`Router::start_write`] (as
+    /// [`xstore::Client::finish_write`] says). If its server refused it
+    /// (WRONG_OWNER: the range moved, nothing was applied), the map is
+    /// refetched and the write re-sent to the new owner; the answer is the
+    /// one that took effect, so a caller acknowledges the write only once
+    /// its final answer is in.
+    pub fn finish_write(&mut self, write: RoutedWrite) -> Result<bool, RouterError> {
+        let (server, conn, pending) = match write.0 {
+            Routed::Done(b) => return Ok(b),
+            Routed::Sent {
+                server,
+                conn,
+                pending,
+            } => (server, conn, pending),
+        };
+        let w = pending.write();
+        let key = w.key();
+        let current = self.conns.get(&server) == Some(&conn);
+        let Some((_, c)) = self.clients.get_mut(&server).filter(|_| current) else {
+            return Err(RouterError::InFlightLost { server, key });
+        };
+        match c.finish_write(pending) {
+            Ok(took) => {
+                *self.stats.per_server.entry(server).or_default() += 1;
+                Ok(took)
+            }
+            Err(ClientError::WrongOwner { .. }) => {
+                self.stats.wrong_owner += 1;
+                self.refresh()?;
+                Ok(self.routed(key, |c| c.write(w))?.0)
+            }
+            Err(e) => Err(self.server_error(&server, e)),
+        }
     }
 
     /// Appends the first `n` pairs with key >= `start`, in key order,
