@@ -314,27 +314,16 @@ fn serve_rolex(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<(
         };
         let memory = rolex::MemoryNode::load(pairs, config, host).context("loading rolex")?;
         let retrainer = memory.start_retrainer();
-        let stop = Arc::new(AtomicBool::new(false));
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(signal, stop.clone())
-                .context("installing signal handlers")?;
-        }
-        let bound = host.listen_tcp(args.listen).context("listening")?;
-        println!("listening on tcp://{bound}");
-        if let Some(dir) = &args.shm_dir {
-            host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
-            println!("listening on shm://{}", dir.canonicalize()?.display());
-        }
-        println!(
-            "serving {} keys (rolex: {} models, {} trained leaves)",
-            pairs.len(),
-            memory.models(),
-            memory.trained_leaves()
-        );
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("shutting down");
+        listen_until_stopped(
+            args,
+            host,
+            &format!(
+                "serving {} keys (rolex: {} models, {} trained leaves)",
+                pairs.len(),
+                memory.models(),
+                memory.trained_leaves()
+            ),
+        )?;
         drop(retrainer);
         Ok(())
     })();
@@ -357,29 +346,39 @@ fn serve_finestore(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Resu
         )
         .context("loading finestore")?;
         host.set_handler(server.handler());
-        let stop = Arc::new(AtomicBool::new(false));
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(signal, stop.clone())
-                .context("installing signal handlers")?;
-        }
-        let bound = host.listen_tcp(args.listen).context("listening")?;
-        println!("listening on tcp://{bound}");
-        if let Some(dir) = &args.shm_dir {
-            host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
-            println!("listening on shm://{}", dir.canonicalize()?.display());
-        }
         let (models, trained) = server.store().root_models();
-        println!(
-            "serving {} keys (finestore: {models} models over {trained} trained keys, version {})",
-            pairs.len(),
-            server.version()
-        );
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("shutting down");
-        Ok(())
+        listen_until_stopped(
+            args,
+            host,
+            &format!(
+                "serving {} keys (finestore: {models} models over {trained} trained keys, version {})",
+                pairs.len(),
+                server.version()
+            ),
+        )
     })();
     host.shutdown();
     result
+}
+
+/// Listens on the configured tcp (and shm) addresses, prints them and
+/// `banner`, and serves until SIGINT or SIGTERM: the part every design's
+/// server shares once it has loaded.
+fn listen_until_stopped(args: &ServerArgs, host: &Host, banner: &str) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    let bound = host.listen_tcp(args.listen).context("listening")?;
+    println!("listening on tcp://{bound}");
+    if let Some(dir) = &args.shm_dir {
+        host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
+        println!("listening on shm://{}", dir.canonicalize()?.display());
+    }
+    println!("{banner}");
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("shutting down");
+    Ok(())
 }
