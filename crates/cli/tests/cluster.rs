@@ -86,6 +86,52 @@ fn up_env(extra: &[&str], env: &[(&str, &str)]) -> Option<Up> {
     })
 }
 
+/// Waits (bounded: 10 s) until `client`, fenced at `revision`, has its
+/// insert of `key` refused with WRONG_OWNER at exactly that revision: the
+/// server may need a moment to see the map through its watch. Anything
+/// else — the insert accepted, another error — fails the test.
+fn refused_at<E: fabric::Endpoint>(
+    client: &mut xstore::Client<E>,
+    key: u64,
+    value: u64,
+    revision: u64,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        client.set_fence(Some(revision));
+        match client.insert(key, value) {
+            Err(ClientError::WrongOwner { revision: r }) if r == revision => return,
+            Err(ClientError::WrongOwner { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            other => panic!("s0 accepted or failed otherwise: {other:?}"),
+        }
+    }
+}
+
+/// A YCSB run of the bench harness over the cluster, 2 client threads.
+fn cluster_run(
+    workload: ycsb::Workload,
+    dist: ycsb::Distribution,
+    ops: u64,
+    pipeline: u32,
+    seed: u64,
+) -> bench::RunConfig {
+    bench::RunConfig {
+        system: "xstore".into(),
+        fabric: "tcp".into(),
+        dataset: "ycsb".into(),
+        workload,
+        dist,
+        ops,
+        seconds: None,
+        warmup_ops: 0,
+        threads: 2,
+        pipeline,
+        seed,
+    }
+}
+
 fn keys() -> Vec<u64> {
     ycsb::prepare_keys(ycsb::generate(ycsb::Dataset::Ycsb, KEYS, SEED).unwrap()).unwrap()
 }
@@ -103,19 +149,13 @@ fn ycsb_over_three_servers_reads_nothing_stale_and_scans_cross_servers_exactly()
     // The last two keep 8 writes in flight per thread through the router.
     for (w, pipeline) in [("a", 1), ("c", 1), ("d", 1), ("e", 1), ("a", 8), ("d", 8)] {
         let workload: ycsb::Workload = w.parse().unwrap();
-        let config = bench::RunConfig {
-            system: "xstore".into(),
-            fabric: "tcp".into(),
-            dataset: "ycsb".into(),
+        let config = cluster_run(
             workload,
-            dist: workload.default_distribution(),
-            ops: 6_000,
-            seconds: None,
-            warmup_ops: 0,
-            threads: 2,
+            workload.default_distribution(),
+            6_000,
             pipeline,
-            seed: 11 + u64::from(pipeline),
-        };
+            11 + u64::from(pipeline),
+        );
         let report = bench::run(
             &system,
             loaded.clone(),
@@ -233,17 +273,7 @@ fn a_client_with_an_old_map_writes_nothing_to_a_former_owner() {
         );
     }
     // Even at the current revision, s0 refuses a key it no longer owns.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        to_s0.set_fence(Some(m.revision));
-        match to_s0.insert(key, 2) {
-            Err(ClientError::WrongOwner { revision }) if revision == m.revision => break,
-            Err(ClientError::WrongOwner { .. }) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            other => panic!("s0 accepted or failed otherwise: {other:?}"),
-        }
-    }
+    refused_at(&mut to_s0, key, 2, m.revision);
 
     // The stale router is refused, refetches the map and writes to s1.
     assert!(stale.insert(key, 42).unwrap());
@@ -277,17 +307,7 @@ fn a_client_with_an_old_map_writes_nothing_to_a_former_owner() {
     let m2 = etcd.assign(lo, hi, "s2").unwrap();
     // Once s0 has seen the change it refuses the old revision outright
     // (before that it would still own the range at that revision).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        to_s0.set_fence(Some(m2.revision));
-        match to_s0.insert(lo, 3) {
-            Err(ClientError::WrongOwner { revision }) if revision == m2.revision => break,
-            Err(ClientError::WrongOwner { .. }) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            other => panic!("s0 accepted or failed otherwise: {other:?}"),
-        }
-    }
+    refused_at(&mut to_s0, lo, 3, m2.revision);
     let refused = piped.stats().wrong_owner;
     let in_flight: Vec<_> = fresh
         .iter()
@@ -477,21 +497,16 @@ fn range_moves_under_ycsb_a_lose_nothing_and_no_stale_client_reads_or_writes_old
     loop {
         let finished = done.load(std::sync::atomic::Ordering::Acquire);
         let workload: ycsb::Workload = "a".parse().unwrap();
-        let config = bench::RunConfig {
-            system: "xstore".into(),
-            fabric: "tcp".into(),
-            dataset: "ycsb".into(),
+        // Every other round keeps 8 writes in flight per thread, so
+        // writes are in flight while ranges freeze and change owner.
+        let pipeline = if rounds % 2 == 0 { 8 } else { 1 };
+        let config = cluster_run(
             workload,
-            dist: workload.default_distribution(),
-            ops: 4_000,
-            seconds: None,
-            warmup_ops: 0,
-            threads: 2,
-            // Every other round keeps 8 writes in flight per thread, so
-            // writes are in flight while ranges freeze and change owner.
-            pipeline: if rounds % 2 == 0 { 8 } else { 1 },
-            seed: seed.wrapping_add(rounds),
-        };
+            workload.default_distribution(),
+            4_000,
+            pipeline,
+            seed.wrapping_add(rounds),
+        );
         let report = bench::run(
             &system,
             loaded.clone(),
@@ -603,19 +618,7 @@ fn zipfian_c_shares(url: &str, loaded: &Arc<[u64]>, ops: u64, seed: u64) -> BTre
     let system = bench::ClusterSystem::new(url, None, xstore::CacheMode::Full, 1).unwrap();
     let shares = system.shares();
     let workload: ycsb::Workload = "c".parse().unwrap();
-    let config = bench::RunConfig {
-        system: "xstore".into(),
-        fabric: "tcp".into(),
-        dataset: "ycsb".into(),
-        workload,
-        dist: ycsb::Distribution::Zipfian,
-        ops,
-        seconds: None,
-        warmup_ops: 0,
-        threads: 2,
-        pipeline: 1,
-        seed,
-    };
+    let config = cluster_run(workload, ycsb::Distribution::Zipfian, ops, 1, seed);
     let report = bench::run(
         &system,
         loaded.clone(),
