@@ -146,14 +146,15 @@ impl TwoPiece {
     #[inline]
     pub fn predict_leaves(self, frac: f64, tt_len: u32) -> f64 {
         let k = self.knot();
-        let (x0, x1, a, b) = if frac < k {
+        // Piece 1 holds only fractions in [0, k), so never when k is 0.
+        let (x0, x1, a, b) = if k > 0.0 && frac < k {
             (0.0, k, self.code(0), self.code(1))
         } else {
             (k, 1.0, self.code(2), self.code(3))
         };
         let (a, b) = (Self::value(a, tt_len), Self::value(b, tt_len));
-        // The knot is below 1 and piece 1 is only used above 0 when k > 0,
-        // so x1 > x0 whenever this piece holds `frac`.
+        // The knot is below 1 and piece 1 is only used when k > 0, so
+        // x1 > x0 whichever piece holds `frac`.
         a + (b - a) * ((frac - x0) / (x1 - x0))
     }
 
@@ -367,11 +368,13 @@ mod tests {
     #[test]
     fn encode_decode_and_leaves() {
         let s = SubModel {
-            curve: Curve::Line(Linear {
-                slope: 160.0,
-                intercept: 0.5,
-            }
-            .rounded_f32()),
+            curve: Curve::Line(
+                Linear {
+                    slope: 160.0,
+                    intercept: 0.5,
+                }
+                .rounded_f32(),
+            ),
             tt_len: 10,
             err_lo: ErrorCode::encode(2.0),
             err_hi: ErrorCode::encode(3.0),
