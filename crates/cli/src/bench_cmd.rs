@@ -49,7 +49,9 @@ pub struct BenchArgs {
     /// Access token for --server.
     #[command(flatten)]
     token: TokenArgs,
-    /// YCSB workload: a, b, c, d, e, f (a suite picks its own).
+    /// YCSB workload: a, b, c, d, e, f, or insert (100 % inserts of new keys, the
+    /// write-intensive run; every inserted key is read back at the end). A suite picks
+    /// its own.
     #[arg(long, default_value = "c", conflicts_with = "suite")]
     workload: String,
     /// Request distribution: uniform, zipfian, latest (default: the
