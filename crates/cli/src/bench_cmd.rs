@@ -118,6 +118,10 @@ pub struct BenchArgs {
     /// like Cell's nodes).
     #[arg(long, default_value_t = 16)]
     inner_fanout: usize,
+    /// rolex: memory nodes (fabric nodes) to spread the key space over,
+    /// each with its own leaf and table regions and retrainer thread.
+    #[arg(long, default_value_t = 1)]
+    memory_nodes: usize,
     /// Tear READs adversarially (slow; for checking correctness).
     #[arg(long)]
     adversarial: bool,
@@ -199,6 +203,7 @@ fn local_system(
                 None => (args.tree_levels > 0).then_some(args.tree_levels),
             },
             inner_fanout: args.inner_fanout,
+            memory_nodes: args.memory_nodes,
         },
     )
 }
