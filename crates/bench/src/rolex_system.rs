@@ -148,34 +148,47 @@ impl System for RolexLocal {
     }
 }
 
-/// ROLEX whose memory node is another process (`xstore server --system
-/// rolex`), over the `tcp` or `shm` fabric: one compute node, its tables
-/// read over a connection of its own.
+/// ROLEX whose memory nodes are other processes (`xstore server --system
+/// rolex`, one per node with `--memory-node I/N` when several), over the
+/// `tcp` or `shm` fabric: one compute node, its tables read over a
+/// connection of its own to each memory node.
 pub struct RolexRemote {
-    url: fabric::Url,
+    /// The memory nodes' URLs, in the pool's (key) order.
+    urls: Vec<fabric::Url>,
     token: Option<String>,
     pool: Arc<MultiNode>,
 }
 
 impl RolexRemote {
-    /// Joins the memory node at `url` (reads its directory and models).
-    pub fn new(url: fabric::Url, token: Option<String>) -> Result<RolexRemote, BenchError> {
-        let mut ep = fabric::remote::connect(&url, token.as_deref())
-            .map_err(|e| BenchError::Load(e.to_string()))?;
+    /// Joins the memory nodes at `urls`, in any order (reads each one's
+    /// directory and models); their key ranges must tile the key space.
+    pub fn new(urls: Vec<fabric::Url>, token: Option<String>) -> Result<RolexRemote, BenchError> {
         let load = |e: RolexError| BenchError::Load(e.to_string());
-        let compute = ComputeNode::connect(&mut ep, NodeId(0)).map_err(load)?;
-        // One memory node serves the whole key space here.
-        let pool = MultiNode::new(vec![compute]).map_err(load)?;
-        Ok(RolexRemote { url, token, pool })
+        let mut joined = Vec::with_capacity(urls.len());
+        for url in urls {
+            let mut ep = fabric::remote::connect(&url, token.as_deref())
+                .map_err(|e| BenchError::Load(format!("{url:?}: {e}")))?;
+            let compute = ComputeNode::connect(&mut ep, NodeId(0)).map_err(load)?;
+            joined.push((compute.key_range().0, url, compute));
+        }
+        // The pool numbers its nodes in key order: connect in that order.
+        joined.sort_by_key(|j| j.0);
+        let urls = joined.iter().map(|j| j.1.clone()).collect();
+        let pool = MultiNode::new(joined.into_iter().map(|j| j.2).collect()).map_err(load)?;
+        Ok(RolexRemote { urls, token, pool })
     }
 }
 
 impl System for RolexRemote {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
-        let ep = fabric::remote::connect(&self.url, self.token.as_deref())
+        let eps = self
+            .urls
+            .iter()
+            .map(|url| fabric::remote::connect(url, self.token.as_deref()))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BenchError::Client(e.to_string()))?;
         Ok(Box::new(RolexClient(
-            self.pool.client(vec![ep]).map_err(client_error)?,
+            self.pool.client(eps).map_err(client_error)?,
         )))
     }
 
@@ -184,7 +197,15 @@ impl System for RolexRemote {
     }
 
     fn server_time(&self) -> Option<ServerTime> {
-        crate::system::remote_server_time(&self.url, self.token.as_deref())
+        // The memory nodes run no code for requests; their CPU time is
+        // the soft NIC's, summed over the nodes.
+        let mut sum = ServerTime::default();
+        for url in &self.urls {
+            let t = crate::system::remote_server_time(url, self.token.as_deref())?;
+            sum.nic_ns += t.nic_ns;
+            sum.worker_ns += t.worker_ns;
+        }
+        Some(sum)
     }
 }
 
