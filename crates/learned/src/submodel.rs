@@ -42,10 +42,16 @@ use crate::linear::Linear;
 /// Bytes of an encoded sub-model.
 pub const SUBMODEL_BYTES: usize = 14;
 
-/// An error bound in positions, stored in one byte: 1/8-position steps up
-/// to 15.875, then steps of about 9 % up to ~10^6, and 255 for "unbounded"
-/// (read the whole table). Encoding always rounds up, so a stored bound is
-/// never smaller than the true one.
+/// An error bound in positions, stored in one byte, finest where lookups
+/// live: 1/8-position steps up to 8, 1/4 up to 24, 1/2 up to 56, whole
+/// positions up to 88, then steps of 25 % up to ~71,000, and 255 for
+/// "unbounded" (read the whole table). Encoding always rounds up, so a
+/// stored bound is never smaller than the true one.
+///
+/// Why this shape: a client reads at most 16 leaves of 16 slots for one GET
+/// (256 positions), so bounds of a few dozen positions are where a rounding
+/// step costs reads; a bound of thousands of positions sends the lookup to
+/// the server whatever its exact value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErrorCode(pub u8);
 
@@ -59,23 +65,34 @@ impl ErrorCode {
             return ErrorCode::UNBOUNDED;
         }
         let err = err.max(0.0);
-        if err <= 15.875 {
-            return ErrorCode((err * 8.0).ceil() as u8);
-        }
-        for c in 128u8..255 {
-            if ErrorCode(c).bound() >= err {
-                return ErrorCode(c);
-            }
-        }
-        ErrorCode::UNBOUNDED
+        let c = if err <= 8.0 {
+            (err * 8.0).ceil()
+        } else if err <= 24.0 {
+            64.0 + ((err - 8.0) * 4.0).ceil()
+        } else if err <= 56.0 {
+            128.0 + ((err - 24.0) * 2.0).ceil()
+        } else if err <= 88.0 {
+            192.0 + (err - 56.0).ceil()
+        } else {
+            // The exponential tail: search, as rounding a logarithm could
+            // land one code low.
+            return (224u8..255)
+                .map(ErrorCode)
+                .find(|c| c.bound() >= err)
+                .unwrap_or(ErrorCode::UNBOUNDED);
+        };
+        ErrorCode(c as u8)
     }
 
     /// The bound in positions (`f64::INFINITY` for [`ErrorCode::UNBOUNDED`]).
     pub fn bound(self) -> f64 {
         match self.0 {
-            c @ 0..=127 => c as f64 / 8.0,
+            c @ 0..=63 => c as f64 / 8.0,
+            c @ 64..=127 => 8.0 + (c - 64) as f64 / 4.0,
+            c @ 128..=191 => 24.0 + (c - 128) as f64 / 2.0,
+            c @ 192..=223 => 56.0 + (c - 192) as f64,
             255 => f64::INFINITY,
-            c => 16.0 * ((c - 128) as f64 / 8.0).exp2(),
+            c => 88.0 * 1.25f64.powi((c - 223) as i32),
         }
     }
 }
@@ -350,8 +367,14 @@ mod tests {
             0.01,
             0.125,
             3.3,
-            15.875,
-            15.9,
+            8.0,
+            8.1,
+            24.0,
+            24.2,
+            56.0,
+            56.5,
+            88.0,
+            88.1,
             100.0,
             5e5,
             1e12,

@@ -69,6 +69,9 @@ const LEAF_END_SLACK: f64 = 1.0 / 1024.0;
 /// split pieces into equal counts), falling; training keeps the best.
 const COVER_SHARES: [f64; 5] = [0.9, 0.75, 0.6, 0.45, 0.3];
 
+/// Pieces per sub-model of the paired fence covers training tries.
+const PAIRED_SHARES: [f64; 3] = [2.0, 1.6, 1.3];
+
 /// Errors of training and decoding models.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelError {
@@ -1272,6 +1275,27 @@ impl XModel {
                 if covered.expected_leaves() < best.expected_leaves() {
                     best = covered;
                 }
+            }
+        }
+        // Covers with more pieces than sub-models, each sub-model taking
+        // one or two consecutive pieces: two-piece sub-models follow a
+        // pair of pieces where one line follows one.
+        for share in PAIRED_SHARES {
+            let pieces = ((m as f64 * share) as usize).max(m as usize);
+            let (bounds, _) = cover_bounds(leaves, pieces, 0);
+            let p = bounds.len() - 1;
+            if p <= m as usize {
+                continue;
+            }
+            let targets: Vec<u64> = (1..m as usize)
+                .map(|i| {
+                    let b = bounds[(i * p + m as usize / 2) / m as usize];
+                    leaves.get(b).map_or(u64::MAX, |l| l.low)
+                })
+                .collect();
+            let covered = XModel::fit_all(leaves, slots, m, router_for(leaves, m, &targets));
+            if covered.expected_leaves() < best.expected_leaves() {
+                best = covered;
             }
         }
         Ok(best)
