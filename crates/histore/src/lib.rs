@@ -15,14 +15,20 @@
 //! * [`view`] — the group's membership and epochs.
 //! * [`client`] — GET, PUT, DELETE, SCAN.
 //! * [`group`] — an in-process group with its failover coordinator.
+//! * [`etcd`], [`net`], [`node`] — groups of processes: the view and
+//!   leases in etcd, one endpoint to every node, and the index and data
+//!   server processes with their watcher (failover, joins).
 //!
 //! See docs/histore.md for the protocol, the failover rules and what is not
 //! built yet.
 
 pub mod client;
 pub mod error;
+pub mod etcd;
 pub mod group;
 pub mod layout;
+pub mod net;
+pub mod node;
 pub mod server;
 pub mod sorted;
 pub mod table;
