@@ -1,7 +1,9 @@
 //! HiStore as real processes: etcd, one data server and three index
 //! servers (`xstore server --system histore`), a write-heavy load from this
 //! process, and SIGKILLs: first the primary, later a backup, each followed
-//! by a replacement process that joins as a backup.
+//! by a replacement process that joins as a backup; then the primary is
+//! frozen (SIGSTOP) past its lease, a replacement is promoted, and the old
+//! primary, thawed, must depose itself and exit.
 //!
 //! Checks: every acknowledged write is present afterwards with its value
 //! (a write whose client gave up may or may not be); full SCANs return
@@ -69,6 +71,15 @@ fn server(etcd: &str, args: &[&str]) -> Proc {
         }
     }
     p
+}
+
+fn signal(p: &Proc, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(sig)
+        .arg(p.child.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(ok.success(), "kill {sig}");
 }
 
 fn index(etcd: &str, node: u16) -> Proc {
@@ -279,6 +290,40 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     wait_view(&m, "node 6 joins", |n| n.backups.contains(&NodeId(6)));
     progress("after node 6 joined", 300);
 
+    // 3. Freeze the primary (SIGSTOP) past its lease: a backup (one that
+    // joined from a snapshot) takes over; thawed, the old primary finds its
+    // lease lapsed and the view moved on, deposes itself and exits with an
+    // error — and in between acknowledges nothing (checked below with
+    // every other acknowledged write).
+    let v = m.current().unwrap().unwrap().0;
+    let mut frozen = procs.remove(&v.primary.0).expect("primary process");
+    load.gap_us.store(0, Ordering::Relaxed);
+    signal(&frozen, "-STOP");
+    let after = wait_view(&m, "a backup replaces the frozen primary", |n| {
+        n.epoch > v.epoch
+    });
+    eprintln!(
+        "primary {} frozen: node {} promoted at epoch {}",
+        v.primary.0, after.primary.0, after.epoch
+    );
+    // Thawed at once: clients whose requests sit on its connections wait
+    // for it (the remote fabric's request time-out is 60 s).
+    signal(&frozen, "-CONT");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = frozen.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the thawed old primary did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "a deposed primary exits with an error");
+    progress("after the old primary exited", 300);
+    let gap_freeze = load.gap_us.swap(0, Ordering::Relaxed);
+
     load.stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().expect("load thread");
@@ -326,13 +371,15 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     }
     println!(
         "histore processes: {} writes, {} acknowledged keys, {} in doubt, {} GETs; \
-         longest GET gap: {:.0} ms (primary killed), {:.0} ms (backup killed)",
+         longest GET gap: {:.0} ms (primary killed), {:.0} ms (backup killed), \
+         {:.0} ms (primary frozen)",
         load.writes.load(Ordering::Relaxed),
         acked.len(),
         in_doubt.len(),
         load.gets.load(Ordering::Relaxed),
         gap_primary as f64 / 1000.0,
-        gap_backup as f64 / 1000.0
+        gap_backup as f64 / 1000.0,
+        gap_freeze as f64 / 1000.0
     );
     drop(procs);
     drop(etcd);

@@ -27,7 +27,7 @@
 //! joins as a backup instead.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -98,6 +98,10 @@ struct Shared {
     directory: Arc<EtcdDirectory>,
     server: Arc<IndexServer>,
     registration: Arc<cluster::Registration>,
+    /// The lease this server held when it became the primary: its
+    /// authority. A lapse followed by registering again gives a new lease,
+    /// which is no authority (a new primary may exist meanwhile).
+    authority: Arc<AtomicI64>,
     /// (epoch, primary, table) this backup last followed.
     followed: Mutex<Option<(u64, NodeId, RegionId)>>,
     exit: Mutex<Option<String>>,
@@ -175,8 +179,12 @@ impl IndexNode {
             .map_err(|e| HiError::BadMessage(format!("registering: {e}")))?;
         let registration = Arc::new(registration);
         let weak = Arc::downgrade(&registration);
-        self.server
-            .set_ack_guard(Arc::new(move || weak.upgrade().is_some_and(|r| r.fresh())));
+        let authority = Arc::new(AtomicI64::new(0));
+        let lease = authority.clone();
+        self.server.set_ack_guard(Arc::new(move || {
+            weak.upgrade()
+                .is_some_and(|r| r.fresh() && r.lease() == lease.load(Ordering::SeqCst))
+        }));
         let shared = Arc::new(Shared {
             config: self.config.clone(),
             host: self.host.clone(),
@@ -184,6 +192,7 @@ impl IndexNode {
             directory: self.directory.clone(),
             server: self.server.clone(),
             registration,
+            authority,
             followed: Mutex::new(None),
             exit: Mutex::new(None),
         });
@@ -248,7 +257,7 @@ fn tick(s: &Shared) -> Result<Option<String>, HiError> {
     if server.is_deposed() {
         return Ok(Some("deposed: a newer primary fenced this one".into()));
     }
-    if server.is_primary() && !s.registration.fresh() {
+    if server.is_primary() && !authorized(s) {
         server.depose();
         return Ok(Some("the lease may have lapsed: deposed".into()));
     }
@@ -256,6 +265,15 @@ fn tick(s: &Shared) -> Result<Option<String>, HiError> {
     let Some((view, _)) = s.membership.current()? else {
         return found(s, &live).map(|()| None);
     };
+    if server.is_primary() && view.primary != me {
+        // Another server took over (this one was cut off from etcd
+        // longer than its lease): it must not serve GETs from its table.
+        server.depose();
+        return Ok(Some(format!(
+            "node {} is the primary of epoch {}: deposed",
+            view.primary.0, view.epoch
+        )));
+    }
     if view.primary == me {
         if !server.is_primary() {
             become_primary(s, &view)?;
@@ -301,6 +319,12 @@ fn tick(s: &Shared) -> Result<Option<String>, HiError> {
     Ok(None)
 }
 
+/// Whether this server's lease is fresh and the one it became primary
+/// under.
+fn authorized(s: &Shared) -> bool {
+    s.registration.fresh() && s.registration.lease() == s.authority.load(Ordering::SeqCst)
+}
+
 /// Creates the group's first view if this is the lowest of enough
 /// registered index servers.
 fn found(s: &Shared, live: &BTreeMap<NodeId, Live>) -> Result<(), HiError> {
@@ -339,6 +363,10 @@ fn found(s: &Shared, live: &BTreeMap<NodeId, Live>) -> Result<(), HiError> {
 /// Promotes this backup to the view's primary: a table region of the
 /// view's epoch, built from the sorted index.
 fn become_primary(s: &Shared, view: &GroupView) -> Result<(), HiError> {
+    if !s.registration.fresh() {
+        return Err(HiError::Unavailable("own lease not fresh: not promoting"));
+    }
+    s.authority.store(s.registration.lease(), Ordering::SeqCst);
     let bytes = crate::layout::table_bytes(view.main, s.config.overflow_buckets);
     // A failed earlier attempt may have left the region registered.
     s.host.deregister(view.table);
