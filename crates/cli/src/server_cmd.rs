@@ -27,7 +27,9 @@ pub struct ServerArgs {
     /// leaf and table regions and the retrainer thread; compute nodes
     /// (`xstore bench --system rolex --fabric tcp|shm`) use verbs only),
     /// or finestore (the trained array registered per version, RPCs for
-    /// bins, writes and scans, the extended RCU barrier).
+    /// bins, writes and scans, the extended RCU barrier), or histore (one
+    /// index or data server of a HiStore group whose view and leases are
+    /// in etcd: --role, --etcd, --group, --node; tcp only; docs/histore.md).
     #[arg(long, default_value = "xstore")]
     system: String,
     /// Also serve shared-memory clients: regions become files in DIR and
@@ -421,6 +423,13 @@ fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
                 "--system histore keeps no log on disk: --data-dir and --durability do not apply"
             );
         }
+        if args.shm_dir.is_some() {
+            // A client maps a shm region for good: a killed primary's table
+            // would stay readable (and look serving) to clients holding an
+            // old view, so GETs could read it after a failover. Over tcp
+            // the table goes with the process.
+            anyhow::bail!("--system histore serves over tcp only (no --shm-dir)");
+        }
         let etcd = h
             .etcd
             .as_deref()
@@ -432,17 +441,9 @@ fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
             signal_hook::flag::register(signal, stop.clone())
                 .context("installing signal handlers")?;
         }
-        // Peers reach this server over shm when it serves shm (all on one
-        // machine), else over tcp.
         let listen = |host: &Host| -> Result<String> {
             let bound = host.listen_tcp(args.listen).context("listening")?;
             println!("listening on tcp://{bound}");
-            if let Some(dir) = &args.shm_dir {
-                host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
-                let url = format!("shm://{}", dir.canonicalize()?.display());
-                println!("listening on {url}");
-                return Ok(url);
-            }
             Ok(format!("tcp://{bound}"))
         };
         match h.role.as_deref() {
