@@ -384,3 +384,61 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     drop(procs);
     drop(etcd);
 }
+
+/// `xstore shell etcd://... --histore g`: string keys and values, one
+/// answer line per command line, against a group of processes.
+#[test]
+fn the_shell_talks_to_a_group_with_string_keys() {
+    if cluster::etcd_binary().is_none() {
+        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let etcd = cluster::EtcdProcess::start(&dir.path().join("etcd")).expect("start etcd");
+    let url = etcd.url();
+    let _data = server(&url, &["--role", "data", "--node", "1", "--data-mib", "8"]);
+    let _procs: Vec<Proc> = (2..=4).map(|n| index(&url, n)).collect();
+    let m = EtcdMembership::connect(&url, GROUP).expect("membership");
+    wait_view(&m, "the group forms", |v| v.backups.len() == 2);
+    let script = [
+        ("put user:2 bob", "OK"),
+        ("put user:1 alice", "OK"),
+        ("get user:1", "alice"),
+        ("get nobody", "NOT_FOUND"),
+        ("put user:1 carol", "OK"),
+        ("scan \"\" 10", "user:1=carol user:2=bob"),
+        ("del user:2", "OK"),
+        ("del user:2", "NOT_FOUND"),
+        ("scan user: 10", "user:1=carol"),
+        ("put a b c", "ERR too many arguments"),
+        ("get a", "NOT_FOUND"),
+        ("stats", "epoch=1 "),
+    ];
+    let input: String = script.iter().map(|(l, _)| format!("{l}\n")).collect();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args(["shell", &url, "--histore", GROUP])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn shell");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().expect("shell output");
+    assert!(out.status.success(), "shell failed: {:?}", out.status);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), script.len(), "one line per command: {text}");
+    for ((cmd, want), got) in script.iter().zip(&lines) {
+        assert!(
+            got.starts_with(want),
+            "{cmd}: expected {want:?}, got {got:?}"
+        );
+    }
+    drop(etcd);
+}
