@@ -3,7 +3,8 @@
 //! process, and SIGKILLs: first the primary, later a backup, each followed
 //! by a replacement process that joins as a backup; then the primary is
 //! frozen (SIGSTOP) past its lease, a replacement is promoted, and the old
-//! primary, thawed, must depose itself and exit.
+//! primary, thawed, must depose itself and exit. A replacement killed as
+//! it joins must not stall the group.
 //!
 //! Checks: every acknowledged write is present afterwards with its value
 //! (a write whose client gave up may or may not be); full SCANs return
@@ -46,7 +47,7 @@ fn server(etcd: &str, args: &[&str]) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["server", "--system", "histore", "--listen", "127.0.0.1:0"])
         .args(["--etcd", etcd, "--group", GROUP, "--lease-ttl-s", "1"])
-        .args(["--main-buckets", "1024", "--overflow-buckets", "1024"])
+        .args(["--main-buckets", "4096", "--overflow-buckets", "4096"])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -289,6 +290,21 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     procs.insert(6, index(&url, 6));
     wait_view(&m, "node 6 joins", |n| n.backups.contains(&NodeId(6)));
     progress("after node 6 joined", 300);
+
+    // 2b. A replacement killed as it joins (it may die before, while, or
+    // after the primary takes it into its replica set): the primary drops
+    // it when its lease lapses, and writes go on.
+    let joiner = index(&url, 7);
+    drop(joiner);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while m.live().unwrap().contains_key(&NodeId(7)) {
+        assert!(Instant::now() < deadline, "node 7's lease never lapsed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_view(&m, "node 7 is not a backup", |n| {
+        !n.backups.contains(&NodeId(7)) && n.backups.len() == 2
+    });
+    progress("after the joiner died", 300);
 
     // 3. Freeze the primary (SIGSTOP) past its lease: a backup (one that
     // joined from a snapshot) takes over; thawed, the old primary finds its

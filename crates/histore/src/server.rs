@@ -733,6 +733,13 @@ impl IndexServer {
             None if !exists => return Ok(false),
             None => EntryOp::Delete,
         };
+        if let EntryOp::Put(_) = entry_op {
+            if !has_room(p, &key) {
+                // Refused before it is logged: once the backups logged an
+                // entry, the table must be able to take it.
+                return Err(HiError::Full("hash table"));
+            }
+        }
         let seq = p.unacked.last().map_or(p.commit, |e| e.seq) + 1;
         p.unacked.push(LogEntry {
             seq,
@@ -800,7 +807,20 @@ impl IndexServer {
             if let Role::Primary(p) = &mut *role {
                 p.ep = Some(ep);
                 match result {
-                    Ok(()) => apply_batch(p, batch.len())?,
+                    Ok(()) => {
+                        if let Err(e) = apply_batch(p, batch.len()) {
+                            // The backups logged entries this table cannot
+                            // take (has_room should have refused them):
+                            // the log and the table now disagree, so this
+                            // primary must never serve again.
+                            tracing::error!(error = %e, "applying a logged batch failed: deposing");
+                            p.table.set_serving(false);
+                            let epoch = p.epoch;
+                            *role = Role::Deposed { epoch };
+                            self.replicated.notify_all();
+                            return Err(e);
+                        }
+                    }
                     Err(HiError::Fenced { current, .. }) => {
                         p.table.set_serving(false);
                         *role = Role::Deposed { epoch: current };
@@ -929,6 +949,30 @@ fn replicate(
         }
     }
     Ok(())
+}
+
+/// Whether the table is sure to have room for a put of `key` once every
+/// queued entry is applied: the key is indexed already (or queued), or
+/// there is an overflow bucket for every queued new key and this one, or
+/// its chain has a free slot for every queued new key of the same home
+/// bucket and this one. Duplicates among queued keys are counted twice,
+/// and queued deletes are not credited: it errs on the side of refusing.
+fn has_room(p: &Primary, key: &[u8]) -> bool {
+    let queued_put = |e: &LogEntry| matches!(e.op, EntryOp::Put(_));
+    if p.table.contains(key) || p.unacked.iter().any(|e| queued_put(e) && e.key == key) {
+        return true;
+    }
+    let new: Vec<&LogEntry> = p
+        .unacked
+        .iter()
+        .filter(|e| queued_put(e) && !p.table.contains(&e.key))
+        .collect();
+    if p.table.free_overflow() > new.len() as u64 {
+        return true;
+    }
+    let home = p.table.home(key);
+    let same = new.iter().filter(|e| p.table.home(&e.key) == home).count();
+    p.table.chain_free_slots(key) > same
 }
 
 /// Applies the first `n` queued entries (just logged by every backup) to
