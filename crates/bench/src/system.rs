@@ -463,6 +463,9 @@ pub struct BaselineOptions {
     pub top_levels: Option<u32>,
     /// Children per internal node for the tree-traversing baselines.
     pub inner_fanout: usize,
+    /// ROLEX: memory nodes the key space is spread over (§3.6), each with
+    /// its own regions and retrainer thread.
+    pub memory_nodes: usize,
 }
 
 impl Default for BaselineOptions {
@@ -472,6 +475,7 @@ impl Default for BaselineOptions {
             top_levels: Some(3),
             // Small nodes, like Cell's, so traversals cost what they did there.
             inner_fanout: 16,
+            memory_nodes: 1,
         }
     }
 }
@@ -493,7 +497,13 @@ pub fn load_local(
             };
             return Ok(Box::new(XStoreLocal::load(pairs, one_worker)?));
         }
-        "rolex" => return Ok(Box::new(crate::rolex_system::RolexLocal::load(pairs, o)?)),
+        "rolex" => {
+            return Ok(Box::new(crate::rolex_system::RolexLocal::load(
+                pairs,
+                o,
+                b.memory_nodes,
+            )?))
+        }
         "histore" => {
             return Ok(Box::new(crate::histore_system::HiStoreLocal::load(
                 pairs, o,

@@ -37,7 +37,9 @@ pub struct BenchArgs {
     fabric: String,
     /// URL of the server for --fabric tcp|shm (tcp://host:port,
     /// shm:///dir); it must have been started with the same --dataset,
-    /// --keys and --seed, so every value read can be checked.
+    /// --keys and --seed, so every value read can be checked. For rolex, a
+    /// comma-separated list: the memory nodes of one pool (`xstore server
+    /// --system rolex --memory-node I/N`), in any order.
     #[arg(long, conflicts_with = "suite")]
     server: Option<String>,
     /// Run against a range-partitioned cluster whose shard map is in etcd
@@ -49,7 +51,9 @@ pub struct BenchArgs {
     /// Access token for --server.
     #[command(flatten)]
     token: TokenArgs,
-    /// YCSB workload: a, b, c, d, e, f (a suite picks its own).
+    /// YCSB workload: a, b, c, d, e, f, or insert (100 % inserts of new keys, the
+    /// write-intensive run; every inserted key is read back at the end). A suite picks
+    /// its own.
     #[arg(long, default_value = "c", conflicts_with = "suite")]
     workload: String,
     /// Request distribution: uniform, zipfian, latest (default: the
@@ -116,6 +120,10 @@ pub struct BenchArgs {
     /// like Cell's nodes).
     #[arg(long, default_value_t = 16)]
     inner_fanout: usize,
+    /// rolex: memory nodes (fabric nodes) to spread the key space over,
+    /// each with its own leaf and table regions and retrainer thread.
+    #[arg(long, default_value_t = 1)]
+    memory_nodes: usize,
     /// Tear READs adversarially (slow; for checking correctness).
     #[arg(long)]
     adversarial: bool,
@@ -197,6 +205,7 @@ fn local_system(
                 None => (args.tree_levels > 0).then_some(args.tree_levels),
             },
             inner_fanout: args.inner_fanout,
+            memory_nodes: args.memory_nodes,
         },
     )
 }
@@ -342,19 +351,27 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         _ if args.cluster.is_some() => None,
         ("local", None) => None,
         ("local", Some(_)) => bail!("--server goes with --fabric tcp or shm"),
-        ("tcp" | "shm", Some(url)) => {
-            let url: fabric::Url = url.parse()?;
-            let matches = matches!(
-                (&url, args.fabric.as_str()),
-                (fabric::Url::Tcp(_), "tcp") | (fabric::Url::Shm(_), "shm")
-            );
-            if !matches {
-                bail!(
-                    "--fabric {} does not match the server URL {url:?}",
-                    args.fabric
+        ("tcp" | "shm", Some(list)) => {
+            // Several URLs: the memory nodes of one ROLEX pool.
+            let mut urls = Vec::new();
+            for url in list.split(',').map(str::trim) {
+                let url: fabric::Url = url.parse()?;
+                let matches = matches!(
+                    (&url, args.fabric.as_str()),
+                    (fabric::Url::Tcp(_), "tcp") | (fabric::Url::Shm(_), "shm")
                 );
+                if !matches {
+                    bail!(
+                        "--fabric {} does not match the server URL {url:?}",
+                        args.fabric
+                    );
+                }
+                urls.push(url);
             }
-            Some(url)
+            if urls.len() > 1 && system_name != "rolex" {
+                bail!("several --server URLs are the memory nodes of --system rolex only");
+            }
+            Some(urls)
         }
         ("tcp" | "shm", None) => bail!(
             "--fabric {} needs --server URL of a running xstore server",
@@ -392,15 +409,15 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     let shares = cluster.as_ref().map(|c| c.shares());
     let system: Box<dyn bench::System> = match remote {
         _ if cluster.is_some() => Box::new(cluster.expect("checked")),
-        Some(url) if system_name == "rolex" => Box::new(bench::rolex_system::RolexRemote::new(
-            url,
+        Some(urls) if system_name == "rolex" => Box::new(bench::rolex_system::RolexRemote::new(
+            urls,
             args.token.resolve()?,
         )?),
-        Some(url) if system_name == "finestore" => Box::new(
-            bench::finestore_system::FineStoreRemote::new(url, args.token.resolve()?)?,
+        Some(mut urls) if system_name == "finestore" => Box::new(
+            bench::finestore_system::FineStoreRemote::new(urls.remove(0), args.token.resolve()?)?,
         ),
-        Some(url) => Box::new(XStoreRemote::new(
-            url,
+        Some(mut urls) => Box::new(XStoreRemote::new(
+            urls.remove(0),
             args.token.resolve()?,
             cache,
             args.get_reads,

@@ -93,6 +93,12 @@ pub struct ServerArgs {
     /// MiB all connections together may have in flight (default 128).
     #[arg(long, value_name = "MIB")]
     global_budget_mib: Option<u64>,
+    /// rolex: serve memory node I of N (`I/N`, from 0): the key set is
+    /// split into N ranges of equal key counts (as `xstore bench
+    /// --memory-nodes N` splits it) and this node holds range I only;
+    /// compute nodes join all N (`xstore bench --server URL0,URL1,..`).
+    #[arg(long, value_name = "I/N")]
+    memory_node: Option<String>,
     /// Slots per leaf.
     #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS)]
     leaf_slots: usize,
@@ -234,6 +240,10 @@ pub fn run(args: &ServerArgs) -> Result<()> {
             .map_or(defaults.global_budget, |m| m << 20),
         group_access: args.group_access,
     })?;
+    if args.memory_node.is_some() && args.system != "rolex" {
+        host.shutdown();
+        anyhow::bail!("--memory-node is for --system rolex");
+    }
     match args.system.as_str() {
         "xstore" => {}
         "rolex" => return serve_rolex(args, &host, &pairs),
@@ -353,21 +363,40 @@ fn serve_rolex(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<(
         if args.data_dir.is_some() || args.durability.is_some() {
             anyhow::bail!("--system rolex keeps no log: --data-dir and --durability do not apply");
         }
+        let (part, range, which) = match &args.memory_node {
+            None => (pairs, (0, u64::MAX), String::new()),
+            Some(spec) => {
+                let (i, n) = spec
+                    .split_once('/')
+                    .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+                    .filter(|&(i, n)| i < n)
+                    .with_context(|| format!("--memory-node {spec:?}: want I/N with I < N"))?;
+                let ranges = rolex::multi::split(pairs, n).context("splitting the keys")?;
+                let part = rolex::multi::parts(pairs, &ranges)[i];
+                let (low, high) = ranges[i];
+                (
+                    part,
+                    ranges[i],
+                    format!(", memory node {i} of {n}: keys {low}..={high}"),
+                )
+            }
+        };
         let slots = args.leaf_slots;
         let config = rolex::RolexConfig {
             slots,
             fill: (slots * 3 / 4).max(1),
-            spare_leaves: (pairs.len() as u64).max(1 << 16),
+            spare_leaves: (part.len() as u64).max(1 << 16),
             ..rolex::RolexConfig::default()
         };
-        let memory = rolex::MemoryNode::load(pairs, config, host).context("loading rolex")?;
+        let memory =
+            rolex::MemoryNode::load_range(part, config, range, host).context("loading rolex")?;
         let retrainer = memory.start_retrainer();
         listen_until_stopped(
             args,
             host,
             &format!(
-                "serving {} keys (rolex: {} models, {} trained leaves)",
-                pairs.len(),
+                "serving {} keys (rolex: {} models, {} trained leaves{which})",
+                part.len(),
                 memory.models(),
                 memory.trained_leaves()
             ),

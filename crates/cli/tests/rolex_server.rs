@@ -65,3 +65,68 @@ fn rolex_memory_node_over_tcp_and_shm() {
     assert!(!refused.status.success());
     server.stop();
 }
+
+/// Two ROLEX memory nodes in two processes (`--memory-node 0/2`, `1/2`),
+/// each holding half the key space with its own retrainer, and benchmark
+/// compute nodes that join both (`--server URL0,URL1`): every read judged,
+/// scans crossing from one node's range into the other's, writes by
+/// one-sided verbs only.
+#[test]
+fn two_rolex_memory_nodes_in_two_processes() {
+    let node = |i: &str| {
+        ServerProcess::start(&[
+            "--system",
+            "rolex",
+            "--keys",
+            "30000",
+            "--seed",
+            "7",
+            "--memory-node",
+            i,
+        ])
+    };
+    let (a, b) = (node("0/2"), node("1/2"));
+    // Listed in either order: the compute node orders them by key range.
+    let urls = format!("{},{}", b.tcp, a.tcp);
+    for (run, workload) in ["insert", "e", "a"].into_iter().enumerate() {
+        let run = run.to_string();
+        let v = support::bench_judged(&[
+            "--system",
+            "rolex",
+            "--fabric",
+            "tcp",
+            "--server",
+            &urls,
+            "--keys",
+            "30000",
+            "--seed",
+            "7",
+            "--workload",
+            workload,
+            "--ops",
+            "4000",
+            "--warmup",
+            "100",
+            "--threads",
+            "2",
+            "--op-seed",
+            &run,
+        ]);
+        assert_eq!(v["per_op"]["rpcs"], 0.0, "{v}");
+    }
+    // One node alone does not cover the key space: refused at join.
+    let alone = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args(["bench", "--system", "rolex", "--fabric", "tcp"])
+        .args(["--server", &a.tcp, "--keys", "30000", "--seed", "7"])
+        .args(["--ops", "100"])
+        .output()
+        .unwrap();
+    assert!(!alone.status.success());
+    let err = String::from_utf8_lossy(&alone.stderr);
+    assert!(
+        err.contains("key space") || err.contains("largest key"),
+        "{err}"
+    );
+    a.stop();
+    b.stop();
+}

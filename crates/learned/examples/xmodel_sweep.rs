@@ -58,14 +58,13 @@ fn main() {
         if w > max && std::env::var("WORST").is_ok() {
             let sm = model.sub(p.sub);
             println!(
-                "key {k} sub {} frac {:.4} tt_len {} err {} {} slope {} icpt {}",
+                "key {k} sub {} frac {:.4} tt_len {} err {} {} curve {:?}",
                 p.sub,
                 p.frac,
                 sm.tt_len,
                 sm.err_lo.bound(),
                 sm.err_hi.bound(),
-                sm.line.slope,
-                sm.line.intercept
+                sm.curve
             );
         }
         max = max.max(w);

@@ -61,7 +61,9 @@ pub use index::{
 pub use linear::Linear;
 pub use router::{Router, RouterError};
 pub use spline::{Knot, Spline};
-pub use submodel::{ErrorCode, SubModel, SUBMODEL_BYTES};
+pub use submodel::{
+    Curve, ErrorCode, SubModel, TwoPiece, FORMAT_LINE, FORMAT_TWO_PIECE, MAX_TT_LEN, SUBMODEL_BYTES,
+};
 pub use tt::{TtEntry, TT_ENTRY_BYTES};
 pub use xmodel::{LeafInfo, ModelError, Prediction, TrainParams, XModel, MAX_SUBMODELS};
 

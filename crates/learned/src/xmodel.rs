@@ -55,7 +55,7 @@ use crate::linear::Linear;
 use crate::plr::Grower;
 use crate::router::Router;
 use crate::spline::{Knot, Spline};
-use crate::submodel::{ErrorCode, SubModel, SUBMODEL_BYTES};
+use crate::submodel::{Curve, ErrorCode, SubModel, TwoPiece, SUBMODEL_BYTES};
 use crate::tt::{TtEntry, TT_ENTRY_BYTES};
 
 /// The most sub-models a model may have (a bound on client memory).
@@ -153,70 +153,169 @@ impl TrainParams {
 
 /// The line that minimizes the width `err_lo + err_hi` of the lookup range
 /// for leaves whose fence fractions are `xs[l] = (x_low, x_high)` (leaf `l`
-/// spans positions `[l·n, (l+1)·n − slack]`).
+/// spans positions `[l·n, (l+1)·n − slack]`); see [`narrowest_span`].
+fn narrowest_line(xs: &[(f64, f64)], n: f64, slack: f64, hint: f64) -> Linear {
+    narrowest_span(xs, 0, n, slack, (true, true), hint).0
+}
+
+/// The line that minimizes the width of the lookup range for the leaves
+/// `first..first + xs.len()` of a table, whose fence fractions are `xs`,
+/// and that width. `free` says whether the span's first leaf needs no reach
+/// from below and its last none from above: true at the ends of the table,
+/// where lookups clamp (see [`leaf_errors`]); false inside it, where
+/// another piece of the curve takes over.
 ///
 /// For a slope `s` the width is `U(s) + V(s)` with
-/// `U(s) = max_l(l·n − s·x_low)` and `V(s) = max_l(s·x_high − (l+1)·n + slack)`,
-/// both convex and piecewise linear in `s`, so a ternary search finds the
-/// best slope; the intercept then splits the width evenly between the two
-/// error bounds.
-fn narrowest_line(xs: &[(f64, f64)], n: f64, slack: f64, hint: f64) -> Linear {
-    // U(s) and V(s) in one pass over the leaves. Lookups clamp to the table, so the first leaf needs no reach from
-    // below and the last none from above (see `leaf_errors`).
+/// `U(s) = max_l(l·n − s·x_low)` over the low fence points `P` and
+/// `V(s) = max_l(s·x_high − (l+1)·n + slack)` over the high fence points
+/// `Q`, both convex and piecewise linear in `s`. `U` bends only at the
+/// slopes of the edges of `P`'s upper hull and `V` at those of `Q`'s lower
+/// hull, and the derivative of `U + V` is `x` of `V`'s active point minus
+/// `x` of `U`'s: walking the two hulls from `s = 0` until that turns
+/// non-negative finds the exact minimum in time linear in the leaves (the
+/// fences arrive sorted). The intercept then splits the width evenly
+/// between the two error bounds.
+fn narrowest_span(
+    xs: &[(f64, f64)],
+    first: usize,
+    n: f64,
+    slack: f64,
+    free: (bool, bool),
+    hint: f64,
+) -> (Linear, f64) {
     let last = xs.len().saturating_sub(1);
-    let uv = |s: f64| {
-        let (mut u, mut v) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
-        for (l, &(xa, xb)) in xs.iter().enumerate() {
-            let start = l as f64 * n;
-            if l > 0 {
-                u = u.max(start - s * xa);
-            }
-            if l < last {
-                v = v.max(s * xb - (start + n - slack));
-            }
-        }
-        // A one-leaf table has no bound either way.
-        let bounded = |e: f64| if e == f64::NEG_INFINITY { 0.0 } else { e };
-        (bounded(u), bounded(v))
-    };
-    let width = |s: f64| {
-        let (u, v) = uv(s);
-        u + v
-    };
-    // The slope that walks the whole table across [0, 1], and twice the
-    // least-squares slope, bound the search from above.
+    let lows = xs
+        .iter()
+        .enumerate()
+        .filter(|&(l, _)| l > 0 || !free.0)
+        .map(|(l, &(xa, _))| (xa, (first + l) as f64 * n));
+    let highs = xs
+        .iter()
+        .enumerate()
+        .filter(|&(l, _)| l < last || !free.1)
+        .map(|(l, &(_, xb))| (xb, (first + l + 1) as f64 * n - slack));
+    let upper = hull(lows, 1.0);
+    let lower = hull(highs, -1.0);
+    // A slope beyond twice the hint (a least-squares slope) and beyond the
+    // one that walks the span's positions across its own fractions is
+    // never needed; where the width keeps falling (a span bounded on one
+    // side only) the line stops there.
     let total = xs.len() as f64 * n;
-    let mut hi = (2.0 * hint).max(2.0 * total).max(1.0);
-    if !hi.is_finite() {
-        hi = 2.0 * total.max(1.0);
+    let spread = match (xs.first(), xs.last()) {
+        (Some(a), Some(b)) if b.1 > a.0 => b.1 - a.0,
+        _ => 1.0,
+    };
+    let mut cap = (2.0 * hint)
+        .max(2.0 * total / spread.clamp(1e-12, 1.0))
+        .max(1.0);
+    if !cap.is_finite() {
+        cap = 2.0 * total.max(1.0);
     }
-    // Golden-section search: one evaluation per step, the interval shrinks
-    // by 0.618 each time; 48 steps leave 1e-10 of it.
-    const PHI: f64 = 0.618_033_988_749_895;
-    let mut lo = 0.0f64;
-    let (mut a, mut b) = (hi - PHI * (hi - lo), lo + PHI * (hi - lo));
-    let (mut fa, mut fb) = (width(a), width(b));
-    for _ in 0..48 {
-        if fa <= fb {
-            hi = b;
-            b = a;
-            fb = fa;
-            a = hi - PHI * (hi - lo);
-            fa = width(a);
-        } else {
-            lo = a;
-            a = b;
-            fa = fb;
-            b = lo + PHI * (hi - lo);
-            fb = width(b);
+    let s = match (upper.is_empty(), lower.is_empty()) {
+        // No bound either way (a one-leaf table): any slope; keep the hint.
+        (true, true) => hint.clamp(0.0, cap),
+        // Only V: it grows with s (its points sit at x >= 0), so s = 0 is
+        // best; only U: it falls, so the cap.
+        (true, false) => 0.0,
+        (false, true) => cap,
+        (false, false) => hull_walk(&upper, &lower, cap),
+    };
+    let u = upper
+        .iter()
+        .map(|p| p.1 - s * p.0)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let v = lower
+        .iter()
+        .map(|q| s * q.0 - q.1)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let bounded = |e: f64| if e == f64::NEG_INFINITY { 0.0 } else { e };
+    let (u, v) = (bounded(u), bounded(v));
+    (
+        Linear {
+            slope: s,
+            intercept: (u - v) / 2.0,
+        },
+        u + v,
+    )
+}
+
+/// The upper (`side = 1`) or lower (`side = -1`) convex hull of points
+/// given in non-decreasing `x`, left to right (Andrew's monotone chain).
+fn hull(points: impl Iterator<Item = (f64, f64)>, side: f64) -> Vec<(f64, f64)> {
+    let mut h: Vec<(f64, f64)> = Vec::new();
+    for p in points {
+        while h.len() >= 2 {
+            let (a, b) = (h[h.len() - 2], h[h.len() - 1]);
+            let cross = (b.0 - a.0) * (p.1 - a.1) - (b.1 - a.1) * (p.0 - a.0);
+            // Upper hull: drop b unless the chain turns clockwise at it;
+            // lower hull: unless it turns counter-clockwise.
+            if side * cross >= 0.0 {
+                h.pop();
+            } else {
+                break;
+            }
+        }
+        h.push(p);
+    }
+    h
+}
+
+/// The slope in `[0, cap]` minimizing `max_P(y − s·x) + max_Q(s·x − y)`,
+/// given `P`'s upper hull and `Q`'s lower hull (see [`narrowest_span`]).
+fn hull_walk(upper: &[(f64, f64)], lower: &[(f64, f64)], cap: f64) -> f64 {
+    // At s = 0 U's active point is the highest (the leftmost of equals:
+    // it wins as s grows) and V's the lowest (the rightmost of equals).
+    let mut ip = 0;
+    for (i, p) in upper.iter().enumerate() {
+        if p.1 > upper[ip].1 {
+            ip = i;
         }
     }
-    let s = (lo + hi) / 2.0;
-    let (u, v) = uv(s);
-    Linear {
-        slope: s,
-        intercept: (u - v) / 2.0,
+    let mut iq = 0;
+    for (i, q) in lower.iter().enumerate() {
+        if q.1 <= lower[iq].1 {
+            iq = i;
+        }
     }
+    // The slope of the edge from a to b (b to the right), +inf if vertical.
+    let bend = |a: (f64, f64), b: (f64, f64)| {
+        if b.0 > a.0 {
+            (b.1 - a.1) / (b.0 - a.0)
+        } else {
+            f64::INFINITY
+        }
+    };
+    let mut s = 0.0f64;
+    // Each step moves one active point along its hull: at most their sizes.
+    for _ in 0..upper.len() + lower.len() {
+        if lower[iq].0 >= upper[ip].0 {
+            return s.min(cap);
+        }
+        // The next bend: U's active point hands over to its left
+        // neighbour at the slope of the edge between them, V's to its
+        // right neighbour likewise.
+        let sp = if ip > 0 {
+            bend(upper[ip - 1], upper[ip])
+        } else {
+            f64::INFINITY
+        };
+        let sq = if iq + 1 < lower.len() {
+            bend(lower[iq], lower[iq + 1])
+        } else {
+            f64::INFINITY
+        };
+        let next = sp.min(sq);
+        if next >= cap {
+            return cap;
+        }
+        s = next.max(s);
+        if sp <= sq {
+            ip -= 1;
+        } else {
+            iq += 1;
+        }
+    }
+    s.min(cap)
 }
 
 /// Boundaries that give every sub-model the same number of leaves, to
@@ -947,26 +1046,92 @@ fn allocate(
     counts
 }
 
-/// The error bounds (below, above) that let `line` reach every leaf from
-/// both of its fence fractions `xs[l]`: leaf `l` spans positions
-/// `[l·n, (l+1)·n − slack]`. [`SubModel::leaves`] clamps the range to the
-/// table, so the first leaf is reached from below and the last from above
-/// whatever the line says; bounding them too would let one leaf that spans
-/// a wide gap at a sub-model's end (its high fence far to the right of its
-/// keys) widen every lookup of the sub-model.
-fn leaf_errors(xs: &[(f64, f64)], n: f64, line: &Linear) -> (f64, f64) {
+/// The error bounds (below, above) that let `sub`'s curve reach every
+/// leaf from anywhere between its fence fractions `xs[l]`: leaf `l` spans
+/// positions `[l·n, (l+1)·n − slack]`. [`SubModel::leaves`] clamps the
+/// range to the table, so the first leaf is reached from below and the
+/// last from above whatever the curve says; bounding them too would let
+/// one leaf that spans a wide gap at a sub-model's end (its high fence far
+/// to the right of its keys) widen every lookup of the sub-model.
+fn leaf_errors(xs: &[(f64, f64)], slots: usize, sub: &SubModel) -> (f64, f64) {
+    let n = slots as f64;
     let last = xs.len().saturating_sub(1);
     let (mut err_lo, mut err_hi) = (0.0f64, 0.0f64);
     for (l, &(xa, xb)) in xs.iter().enumerate() {
         let start = l as f64 * n;
+        let (lo, hi) = sub.extent(xa, xb, slots);
         if l > 0 {
-            err_hi = err_hi.max(start - line.predict(xa));
+            err_hi = err_hi.max(start - lo);
         }
         if l < last {
-            err_lo = err_lo.max(line.predict(xb) - (start + n - LEAF_END_SLACK));
+            err_lo = err_lo.max(hi - (start + n - LEAF_END_SLACK));
         }
     }
     (err_lo, err_hi)
+}
+
+/// The best two-piece curve for leaves with fence fractions `xs` (at least
+/// three): for every split into leaves `..j` and `j..`, the narrowest line
+/// of each side ([`narrowest_span`]); the split whose wider side is
+/// narrowest wins, its knot at leaf `j`'s low fence (rounded down to what
+/// the knot stores). The lines are quantized to the end codes; the caller
+/// computes the true error bounds of what was stored.
+fn two_piece(xs: &[(f64, f64)], slots: usize, hint: f64) -> Option<TwoPiece> {
+    let n = slots as f64;
+    let len = xs.len();
+    if len < 3 {
+        return None;
+    }
+    let tt_len = len as u32;
+    // The prefix's width never falls as it takes more leaves, the
+    // suffix's never grows as it gives them up (each adds or drops
+    // constraints), so the split that minimizes the wider side is where
+    // the two cross: a bisection, not a scan.
+    let side = |j: usize| {
+        let a = narrowest_span(&xs[..j], 0, n, LEAF_END_SLACK, (true, false), hint);
+        let b = narrowest_span(&xs[j..], j, n, LEAF_END_SLACK, (false, true), hint);
+        (a, b)
+    };
+    let first = xs.iter().position(|x| x.0 > 0.0)?.max(1);
+    if first >= len {
+        return None;
+    }
+    // Widths of the two sides at each split tried, so the bisection's
+    // last probes are not fitted twice.
+    let mut seen: Vec<(usize, Linear, f64, Linear, f64)> = Vec::with_capacity(8);
+    let mut widths = |j: usize| {
+        if let Some(&(_, a, wa, b, wb)) = seen.iter().find(|e| e.0 == j) {
+            return (a, wa, b, wb);
+        }
+        let ((a, wa), (b, wb)) = side(j);
+        seen.push((j, a, wa, b, wb));
+        (a, wa, b, wb)
+    };
+    let (mut lo, mut hi) = (first, len - 1);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let (_, wa, _, wb) = widths(mid);
+        if wa >= wb {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let mut best: Option<(f64, usize, Linear, Linear)> = None;
+    for j in [lo.saturating_sub(1).max(first), lo] {
+        let (a, wa, b, wb) = widths(j);
+        let w = wa.max(wb);
+        if best.is_none_or(|b| w < b.0) {
+            best = Some((w, j, a, b));
+        }
+    }
+    let (_, j, a, b) = best?;
+    let knot = (xs[j].0 * 65536.0).floor().clamp(0.0, 65535.0) as u16;
+    let k = knot as f64 / 65536.0;
+    let q = |p: f64| TwoPiece::quantize(p / n, tt_len);
+    let (c0, c1) = (q(a.predict(0.0)), q(a.predict(k)));
+    let (c2, c3) = (q(b.predict(k)), q(b.predict(1.0)));
+    Some(TwoPiece::pack(knot, [c0, c1.max(c0), c2, c3.max(c2)]))
 }
 
 /// The largest key `leaf` may hold: its high fence − 1, or `u64::MAX`
@@ -1215,7 +1380,7 @@ impl XModel {
         Some(Prediction {
             sub,
             frac,
-            position: s.line.predict(frac).clamp(0.0, end),
+            position: s.position(frac, self.slots).clamp(0.0, end),
             first,
             last,
         })
@@ -1269,25 +1434,44 @@ impl XModel {
         if points.len() < 2 || points.iter().all(|p| p.0 == points[0].0) {
             points.extend_from_slice(&anchors);
         }
-        // Two candidate lines: least squares, and the one minimizing the
-        // range a lookup reads; keep whichever reads fewer positions once
-        // rounded to what clients evaluate.
-        let errors = |line: &Linear| leaf_errors(&xs, n, line);
+        // Candidate curves: the least-squares line, the line minimizing the
+        // range a lookup reads, and two pieces; keep whichever reads fewer
+        // positions as clients evaluate it (lines rounded to f32, pieces
+        // quantized). The pieces only when they save a tenth of a leaf:
+        // a line is cheaper to retrain and to reason about.
+        let tt_len = tt.len() as u32;
+        let candidate = |curve: Curve| {
+            let sub = SubModel {
+                curve,
+                tt_len,
+                err_lo: ErrorCode(0),
+                err_hi: ErrorCode(0),
+            };
+            let (lo, hi) = leaf_errors(&xs, self.slots, &sub);
+            (sub, lo, hi)
+        };
         let least_squares = Linear::fit(&points).rounded_f32();
         let narrowest = narrowest_line(&xs, n, LEAF_END_SLACK, least_squares.slope).rounded_f32();
-        let (e1, e2) = (errors(&least_squares), errors(&narrowest));
-        let (line, (err_lo, err_hi)) = if e2.0 + e2.1 < e1.0 + e1.1 {
-            (narrowest, e2)
-        } else {
-            (least_squares, e1)
-        };
+        let mut best = candidate(Curve::Line(least_squares));
+        let c = candidate(Curve::Line(narrowest));
+        if c.1 + c.2 < best.1 + best.2 {
+            best = c;
+        }
+        if best.1 + best.2 > n / 4.0 {
+            if let Some(t) = two_piece(&xs, self.slots, least_squares.slope) {
+                let c = candidate(Curve::TwoPiece(t));
+                if c.1 + c.2 + n / 10.0 < best.1 + best.2 {
+                    best = c;
+                }
+            }
+        }
+        let (sub, err_lo, err_hi) = best;
         // Margin for rounding in the client's arithmetic.
         let margin = 1e-6 + tt.len() as f64 * n * 1e-12;
         let sub = SubModel {
-            line,
-            tt_len: tt.len() as u32,
             err_lo: ErrorCode::encode(err_lo + margin),
             err_hi: ErrorCode::encode(err_hi + margin),
+            ..sub
         };
         (sub, tt.into_boxed_slice())
     }
@@ -1364,7 +1548,7 @@ impl XModel {
     /// ```text
     /// offset           size   field
     /// 0                4      magic "XMDL"
-    /// 4                2      format version (2)
+    /// 4                2      format version (3)
     /// 6                2      leaf slots N
     /// 8                4      sub-models M
     /// 12               4      router bytes R
@@ -1435,7 +1619,7 @@ impl XModel {
 }
 
 const MAGIC: &[u8; 4] = b"XMDL";
-const FORMAT_VERSION: u16 = 2;
+const FORMAT_VERSION: u16 = 3;
 const HEADER_BYTES: usize = 24;
 
 #[cfg(test)]
@@ -1455,6 +1639,134 @@ mod tests {
             widest = widest.max(p.last - p.first + 1);
         }
         widest
+    }
+
+    /// The width of the lookup range for slope `s`, straight from its
+    /// definition (see [`narrowest_span`]).
+    fn width_at(xs: &[(f64, f64)], first: usize, n: f64, free: (bool, bool), s: f64) -> f64 {
+        let last = xs.len() - 1;
+        let (mut u, mut v) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+        for (l, &(xa, xb)) in xs.iter().enumerate() {
+            let start = (first + l) as f64 * n;
+            if l > 0 || !free.0 {
+                u = u.max(start - s * xa);
+            }
+            if l < last || !free.1 {
+                v = v.max(s * xb - (start + n - LEAF_END_SLACK));
+            }
+        }
+        let b = |e: f64| if e == f64::NEG_INFINITY { 0.0 } else { e };
+        b(u) + b(v)
+    }
+
+    /// The hull walk finds the exact minimum: no slope on a fine grid (and
+    /// no golden-section search) does better, over random fence sets with
+    /// clusters and gaps, for every choice of free ends. Seeded; prints
+    /// the seed.
+    #[test]
+    fn the_hull_walk_finds_the_narrowest_line() {
+        use rand::{Rng, SeedableRng};
+        let seed = testkit::seed();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for case in 0..400 {
+            let len = rng.random_range(1..24usize);
+            // Fences: increasing fractions in [0, 1], with clusters.
+            let mut cuts: Vec<f64> = (0..2 * len)
+                .map(|_| {
+                    let x: f64 = rng.random();
+                    if rng.random_bool(0.5) {
+                        x * x * x
+                    } else {
+                        x
+                    }
+                })
+                .collect();
+            cuts.sort_by(f64::total_cmp);
+            let xs: Vec<(f64, f64)> = cuts.chunks(2).map(|c| (c[0], c[1])).collect();
+            let first = rng.random_range(0..4usize);
+            let free = (rng.random_bool(0.5), rng.random_bool(0.5));
+            let n = 16.0;
+            let (line, w) = narrowest_span(&xs, first, n, LEAF_END_SLACK, free, 100.0);
+            assert!(line.slope >= 0.0, "case {case}: negative slope");
+            let direct = width_at(&xs, first, n, free, line.slope);
+            assert!(
+                (direct - w).abs() < 1e-6,
+                "case {case}: width {w} vs {direct}"
+            );
+            // The cap bounds the search as the walk's does.
+            let spread = (xs[len - 1].1 - xs[0].0).clamp(1e-12, 1.0);
+            let cap = 200.0f64.max(2.0 * len as f64 * n / spread).max(1.0);
+            for i in 0..=4000 {
+                let s = cap * i as f64 / 4000.0;
+                let g = width_at(&xs, first, n, free, s);
+                assert!(
+                    w <= g + 1e-6,
+                    "case {case}: slope {s} gives {g}, the walk {w} at {}",
+                    line.slope
+                );
+            }
+        }
+    }
+
+    /// Two pieces: the knot routes, each piece is its own line, the codes
+    /// survive the 14-byte encoding, and a knot at 0 leaves one piece.
+    #[test]
+    fn two_piece_curves_route_and_round_trip() {
+        let tt = 12u32;
+        let q = |leaves: f64| TwoPiece::quantize(leaves, tt);
+        let t = TwoPiece::pack(32768, [q(0.0), q(2.0), q(6.0), q(12.0)]);
+        assert_eq!(t.knot(), 0.5);
+        let leaves = |f: f64| t.predict_leaves(f, tt);
+        assert!((leaves(0.25) - 1.0).abs() < 0.01, "{}", leaves(0.25));
+        assert!((leaves(0.5) - 6.0).abs() < 0.01, "piece 2 from the knot on");
+        assert!((leaves(0.75) - 9.0).abs() < 0.01);
+        let sub = SubModel {
+            curve: Curve::TwoPiece(t),
+            tt_len: tt,
+            err_lo: ErrorCode::encode(3.0),
+            err_hi: ErrorCode::encode(5.0),
+        };
+        let mut buf = Vec::new();
+        sub.encode(&mut buf);
+        assert_eq!(buf.len(), SUBMODEL_BYTES);
+        let back = SubModel::decode(buf.as_slice().try_into().unwrap()).unwrap();
+        assert_eq!(back, sub);
+        let (bits, format) = sub.curve_bits();
+        assert_eq!(
+            SubModel::from_parts(bits, format, tt, sub.err_lo, sub.err_hi),
+            Some(sub)
+        );
+        assert_eq!(
+            SubModel::from_parts(bits, 9, tt, sub.err_lo, sub.err_hi),
+            None
+        );
+        // Out of range values clamp to the codes there are.
+        assert_eq!(q(-1e9), 0);
+        assert_eq!(q(1e9), TwoPiece::CODES - 1);
+        // A knot at 0: every fraction, even below 0, is piece 2's.
+        let flat = TwoPiece::pack(0, [q(5.0), q(5.0), q(0.0), q(12.0)]);
+        assert!(flat.predict_leaves(-0.5, tt).is_finite());
+        assert!((flat.predict_leaves(0.5, tt) - 6.0).abs() < 0.01);
+    }
+
+    /// A sub-model whose leaves bend sharply once (a dense cluster, then a
+    /// sparse run) is fitted with two pieces, and every key still lands in
+    /// its predicted range; with them it reads fewer leaves than one line.
+    #[test]
+    fn a_bend_inside_a_submodel_takes_two_pieces() {
+        // One sub-model spans the whole key space: half the keys evenly
+        // over its first sixteenth, half over the rest.
+        let mut keys: Vec<u64> = (0..96).map(|k| k * ((1u64 << 60) / 96)).collect();
+        keys.extend((0..96).map(|k| (1u64 << 60) + k * ((15u64 << 60) / 96)));
+        let leaves = LeafInfo::packed(&keys, 16);
+        let model = XModel::train(&leaves, 16, TrainParams::new(1)).unwrap();
+        assert!(
+            matches!(model.sub(0).curve, Curve::TwoPiece(_)),
+            "{:?}",
+            model.sub(0)
+        );
+        let widest = check(&model, &keys, 16);
+        assert!(widest <= 2, "a lookup reads {widest} leaves");
     }
 
     /// Dense keys at the bottom of the key space under one sub-model: the

@@ -4,11 +4,12 @@
 //! installed is skipped, saying so.
 //!
 //! The acceptance asks for at most 4.0 leaves on z-order cells of real
-//! points and 2.5 on the others. Met: geoip-zorder. Not met (one 14-byte
-//! line per 200 keys cannot: the narrowest cover of the word lists' leaf
-//! fences by that many lines already needs a bound of 2-3 leaves either
-//! side): geolite2-cells, geoip-ipv4, wordfreq-en, words-en, which are
-//! held to what the model reaches today so that they cannot regress.
+//! points and 2.5 on the others. Met: geoip-zorder (2.53) and geoip-ipv4
+//! (2.07). Not met: geolite2-cells (4.39), wordfreq-en (4.25) and
+//! words-en (4.74), which are held to what the model reaches so that they
+//! cannot regress. Sub-models of two pieces took them from 5.76, 5.81 and
+//! 6.15; at equal model bytes every other model in the suite (PLR, LPA,
+//! PGM) reads at least 1.5 times as many leaves on them.
 
 #[allow(dead_code)] // the z-order generator is for the other sweeps
 mod common;
@@ -38,10 +39,10 @@ fn real_set(name: &str) -> Option<Vec<u64>> {
 /// Each set with its bound and whether the bound is the acceptance's.
 const SETS: [(&str, f64, bool); 5] = [
     ("geoip-zorder", 4.0, true),
-    ("geolite2-cells", 6.0, false),
-    ("geoip-ipv4", 2.9, false),
-    ("wordfreq-en", 6.1, false),
-    ("words-en", 6.4, false),
+    ("geolite2-cells", 4.6, false),
+    ("geoip-ipv4", 2.5, true),
+    ("wordfreq-en", 4.5, false),
+    ("words-en", 5.0, false),
 ];
 
 #[test]

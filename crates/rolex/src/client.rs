@@ -141,6 +141,10 @@ pub struct ComputeNode {
     /// Smallest key of each model (fixed for the store's life): the top
     /// level of the index, searched by bisection.
     smallest: Vec<u64>,
+    /// The keys the memory node holds, `(low, high)` inclusive: the first
+    /// model's smallest key and the last one's largest (the whole key
+    /// space unless the node is one of a pool, [`crate::multi`]).
+    range: (u64, u64),
     models: Vec<RwLock<ModelCache>>,
     /// Chain locks by (block, LT entry).
     locks: Mutex<HashMap<(u64, usize), Arc<LocalLock>>>,
@@ -277,13 +281,22 @@ impl ComputeNode {
         let mut smallest = Vec::with_capacity(dir.len());
         for (m, &off) in dir.iter().enumerate() {
             let c = load_block(ep, node, &mut b, off)?;
-            if smallest.last().is_some_and(|&s| s >= c.head.smallest)
-                || (m == 0 && c.head.smallest != 0)
-            {
+            if smallest.last().is_some_and(|&s| s >= c.head.smallest) {
                 return Err(corrupt("model block", format!("model {m} out of order")));
             }
             smallest.push(c.head.smallest);
             caches.push(RwLock::new(c));
+        }
+        let low = smallest[0];
+        let high = caches
+            .last()
+            .map(|c| c.read().unwrap_or_else(|e| e.into_inner()).head.largest)
+            .unwrap_or(u64::MAX);
+        if high < low {
+            return Err(corrupt(
+                "model block",
+                format!("key range [{low}, {high}] is empty"),
+            ));
         }
         Ok(Arc::new(ComputeNode {
             node,
@@ -292,6 +305,7 @@ impl ComputeNode {
             capacity,
             retrain_at,
             smallest,
+            range: (low, high),
             models: caches,
             locks: Mutex::new(HashMap::new()),
             log,
@@ -336,6 +350,21 @@ impl ComputeNode {
         let max = errs.iter().copied().max().unwrap_or(0);
         let mean = errs.iter().sum::<u64>() as f64 / errs.len().max(1) as f64;
         (errs.len(), max, mean)
+    }
+
+    /// The keys the memory node holds, `(low, high)` inclusive.
+    pub fn key_range(&self) -> (u64, u64) {
+        self.range
+    }
+
+    /// An error unless `key` is in the memory node's range.
+    fn in_range(&self, key: u64) -> Result<(), RolexError> {
+        let (low, high) = self.range;
+        if (low..=high).contains(&key) {
+            Ok(())
+        } else {
+            Err(RolexError::OutOfRange { key, low, high })
+        }
     }
 
     /// The model covering `key`: the last whose smallest key is ≤ `key`.
@@ -413,6 +442,27 @@ pub struct ClientStats {
     pub repairs: u64,
 }
 
+impl std::ops::AddAssign for ClientStats {
+    /// Field by field: the statistics of several clients (one per memory
+    /// node of a pool) as one.
+    fn add_assign(&mut self, o: ClientStats) {
+        self.reads += o.reads;
+        self.get_leaves += o.get_leaves;
+        self.refreshes += o.refreshes;
+        self.new_blocks += o.new_blocks;
+        self.retries += o.retries;
+        self.shared_locks += o.shared_locks;
+        self.restarts += o.restarts;
+        self.splits += o.splits;
+        self.unlinks += o.unlinks;
+        self.queued += o.queued;
+        self.steals += o.steals;
+        self.replays += o.replays;
+        self.renewals += o.renewals;
+        self.repairs += o.repairs;
+    }
+}
+
 /// A write.
 #[derive(Debug, Clone, Copy)]
 enum WriteOp {
@@ -485,18 +535,21 @@ impl<E: Endpoint> Client<E> {
 
     /// Value of `key`.
     pub fn get(&mut self, key: u64) -> Result<Option<u64>, RolexError> {
+        self.cn.in_range(key)?;
         self.stats.reads += 1;
         let chain = self.locate(key, true)?;
         Ok(chain.find(key).map(|(i, s)| chain.images[i].pairs[s].1))
     }
 
-    /// The first `n` pairs with keys ≥ `start`, in key order, into `out`.
+    /// The first `n` pairs with keys ≥ `start`, in key order, into `out`
+    /// (the memory node's keys only: a scan ends at its range's end).
     pub fn scan(
         &mut self,
         start: u64,
         n: usize,
         out: &mut Vec<(u64, u64)>,
     ) -> Result<(), RolexError> {
+        self.cn.in_range(start)?;
         self.stats.reads += 1;
         out.clear();
         if n == 0 {
@@ -587,16 +640,19 @@ impl<E: Endpoint> Client<E> {
 
     /// Adds `key`; `false` (and nothing written) if it was present.
     pub fn insert(&mut self, key: u64, value: u64) -> Result<bool, RolexError> {
+        self.cn.in_range(key)?;
         self.write(key, WriteOp::Insert(value))
     }
 
     /// Overwrites `key`; `false` if absent.
     pub fn update(&mut self, key: u64, value: u64) -> Result<bool, RolexError> {
+        self.cn.in_range(key)?;
         self.write(key, WriteOp::Update(value))
     }
 
     /// Removes `key`; `false` if absent.
     pub fn delete(&mut self, key: u64) -> Result<bool, RolexError> {
+        self.cn.in_range(key)?;
         self.write(key, WriteOp::Delete)
     }
 

@@ -49,6 +49,17 @@ pub enum RolexError {
         /// The model.
         model: usize,
     },
+    /// A key outside the memory node's range (one node of a pool holds
+    /// only its share of the key space, [`crate::multi`]).
+    #[error("key {key} outside the memory node's range [{low}, {high}]")]
+    OutOfRange {
+        /// The key.
+        key: u64,
+        /// Smallest key of the range.
+        low: u64,
+        /// Largest key of the range (inclusive).
+        high: u64,
+    },
     /// Every redo slot of the log region is taken: no more writer
     /// clients can join this memory node.
     #[error("all {slots} owner ids of the log region are taken")]

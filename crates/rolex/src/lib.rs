@@ -14,14 +14,18 @@
 //! * [`lease`] — beyond the paper: lock words with an owner and a lease,
 //!   redo records, and the rule by which a lapsed lock is stolen and its
 //!   chain repaired, so a crashed compute node never blocks a chain.
+//! * [`multi`] — several memory nodes (§3.6): the key space split into
+//!   ranges, each with its own regions, models and retrainer, and a
+//!   compute node that sends each operation to the node of its key.
 //!
-//! Not built yet: more than one leaf region.
+//! Not built yet: more than one leaf region per memory node.
 
 pub mod client;
 pub mod error;
 pub mod layout;
 pub mod lease;
 pub mod memory;
+pub mod multi;
 pub mod retrain;
 
 pub use client::{Client, ClientStats, ComputeNode};
@@ -29,4 +33,5 @@ pub use error::RolexError;
 pub use memory::{
     LocalHost, MemoryNode, RegionHost, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION,
 };
+pub use multi::{MultiClient, MultiNode};
 pub use retrain::{RetrainStats, Retrainer};

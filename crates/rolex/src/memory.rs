@@ -110,6 +110,8 @@ pub struct MemoryNode {
     pub(crate) leaf: LeafLayout,
     pub(crate) tl: TableLayout,
     trained: usize,
+    /// The keys this memory node holds: `(low, high)`, inclusive.
+    range: (u64, u64),
 }
 
 impl std::fmt::Debug for MemoryNode {
@@ -117,6 +119,7 @@ impl std::fmt::Debug for MemoryNode {
         f.debug_struct("MemoryNode")
             .field("config", &self.config)
             .field("trained", &self.trained)
+            .field("range", &self.range)
             .finish()
     }
 }
@@ -192,12 +195,40 @@ pub(crate) fn fit_leaves(smallest: u64, lows: &[u64]) -> (KeyLine, u64) {
 
 impl MemoryNode {
     /// Lays out `pairs` (sorted by key, distinct) in regions of `host`
-    /// and registers them there.
+    /// and registers them there: the whole key space on one memory node.
     pub fn load(
         pairs: &[(u64, u64)],
         config: RolexConfig,
         host: &dyn RegionHost,
     ) -> Result<MemoryNode, RolexError> {
+        MemoryNode::load_range(pairs, config, (0, u64::MAX), host)
+    }
+
+    /// Like [`MemoryNode::load`], for the memory node of a pool of several
+    /// (§3.6, [`crate::multi`]) that holds the keys in `range` (`(low,
+    /// high)`, inclusive) and no others: its first model and trained leaf
+    /// start at `low`, its last end at `high`, so a compute node reads the
+    /// range off the models it caches. Every pair must lie in `range`.
+    pub fn load_range(
+        pairs: &[(u64, u64)],
+        config: RolexConfig,
+        range: (u64, u64),
+        host: &dyn RegionHost,
+    ) -> Result<MemoryNode, RolexError> {
+        let (range_low, range_high) = range;
+        if range_low > range_high {
+            return Err(RolexError::Config(format!(
+                "key range [{range_low}, {range_high}] is empty"
+            )));
+        }
+        if let Some(&(k, _)) = pairs
+            .iter()
+            .find(|p| !(range_low..=range_high).contains(&p.0))
+        {
+            return Err(RolexError::Load(format!(
+                "key {k} outside this memory node's range [{range_low}, {range_high}]"
+            )));
+        }
         let layout = LeafLayout::new(config.slots)
             .ok_or_else(|| RolexError::Config(format!("slots {} not in 2..=255", config.slots)))?;
         if config.fill == 0 || config.fill > config.slots {
@@ -234,7 +265,13 @@ impl MemoryNode {
             return Err(RolexError::Config("too many leaves".into()));
         }
         // Low fence of trained leaf j.
-        let low = |j: usize| if j == 0 { 0 } else { pairs[j * config.fill].0 };
+        let low = |j: usize| {
+            if j == 0 {
+                range_low
+            } else {
+                pairs[j * config.fill].0
+            }
+        };
         let starts = model_starts(&keys, trained, &config)?;
         let models = starts.len();
         // Every model may be queued once per life; twice covers a model
@@ -260,7 +297,7 @@ impl MemoryNode {
             let high = if j + 1 < trained {
                 low(j + 1) - 1
             } else {
-                u64::MAX
+                range_high
             };
             LeafImage {
                 ver: 0,
@@ -278,7 +315,7 @@ impl MemoryNode {
             let (a, b) = (starts[m], *starts.get(m + 1).unwrap_or(&trained));
             let lows: Vec<u64> = (a..b).map(low).collect();
             let smallest = lows[0];
-            let largest = if b < trained { low(b) - 1 } else { u64::MAX };
+            let largest = if b < trained { low(b) - 1 } else { range_high };
             let (line, err) = fit_leaves(smallest, &lows);
             let head = BlockHead {
                 smallest,
@@ -319,7 +356,13 @@ impl MemoryNode {
             leaf: layout,
             tl,
             trained,
+            range,
         })
+    }
+
+    /// The keys this memory node holds, `(low, high)` inclusive.
+    pub fn key_range(&self) -> (u64, u64) {
+        self.range
     }
 
     /// The configuration loaded with.

@@ -4,8 +4,10 @@
 //! congruent to its index and checks them exactly against its `BTreeMap`;
 //! reads of other writers' keys are judged against the owner's published
 //! per-key state; a stable key set is never written and must always read
-//! back. The memory node's retrainer rebuilds models throughout. Each run
-//! prints its seed; set XSTORE_SEED to replay one.
+//! back. The memory node's retrainer rebuilds models throughout. The same
+//! run also spreads the keys over three memory nodes (§3.6, each with its
+//! own retrainer), the clients reaching all of them. Each run prints its
+//! seed; set XSTORE_SEED to replay one.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +16,7 @@ use std::sync::{Arc, Barrier};
 use fabric::{Adversary, LocalFabric};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rolex::{ComputeNode, LocalHost, MemoryNode, RolexConfig};
+use rolex::{multi, ComputeNode, LocalHost, MemoryNode, MultiNode, RolexConfig};
 
 use testkit::seed;
 
@@ -88,12 +90,30 @@ fn judge_foreign(k: u64, before: u64, got: Option<u64>, after: u64) {
 
 #[test]
 fn concurrent_clients_match_btreemap_over_tearing_fabric() {
+    run(1);
+}
+
+#[test]
+fn concurrent_clients_match_btreemap_on_three_memory_nodes() {
+    run(3);
+}
+
+/// Connects a compute node to every memory node of `nodes`.
+fn pool(fabric: &LocalFabric, nodes: &[fabric::NodeId]) -> Arc<MultiNode> {
+    let compute = nodes
+        .iter()
+        .map(|&n| ComputeNode::connect(&mut fabric.endpoint(), n).unwrap())
+        .collect();
+    MultiNode::new(compute).unwrap()
+}
+
+fn run(memory_nodes: usize) {
     let seed = seed();
+    eprintln!("{memory_nodes} memory node(s)");
     let fabric = LocalFabric::with_adversary(Adversary {
         seed,
         ..Adversary::default()
     });
-    let node = fabric.add_node();
     // Small leaves and models so that splits, synonym chains and unlinks
     // happen often.
     let config = RolexConfig {
@@ -113,16 +133,21 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
         .filter(|k| k.is_multiple_of(STABLE) || rng.random_range(0..3) == 0)
         .map(|k| (k, value(k, 0)))
         .collect();
-    let mem = MemoryNode::load(
-        &loaded,
-        config,
-        &LocalHost {
+    let ranges = multi::split(&loaded, memory_nodes).unwrap();
+    let mut nodes = Vec::new();
+    let mut mems = Vec::new();
+    let mut retrainers = Vec::new();
+    for (part, &range) in multi::parts(&loaded, &ranges).into_iter().zip(&ranges) {
+        let node = fabric.add_node();
+        let host = LocalHost {
             fabric: fabric.clone(),
             node,
-        },
-    )
-    .unwrap();
-    let retrainer = mem.start_retrainer();
+        };
+        let mem = MemoryNode::load_range(part, config, range, &host).unwrap();
+        retrainers.push(mem.start_retrainer());
+        mems.push(mem);
+        nodes.push(node);
+    }
     let states = Arc::new(States(
         (0..DOMAIN)
             .map(|k| {
@@ -135,11 +160,11 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
     let barrier = Arc::new(Barrier::new(WRITERS as usize));
     let mut handles = Vec::new();
     for n in 0..NODES {
-        let mut ep = fabric.endpoint();
-        let cn = ComputeNode::connect(&mut ep, node).unwrap();
+        let cn = pool(&fabric, &nodes);
         for t in 0..THREADS_PER_NODE {
             let w = (n * THREADS_PER_NODE + t) as u64;
-            let mut client = cn.client(fabric.endpoint());
+            let eps = nodes.iter().map(|_| fabric.endpoint()).collect();
+            let mut client = cn.client(eps).unwrap();
             let states = states.clone();
             let loaded = loaded.clone();
             let barrier = barrier.clone();
@@ -260,28 +285,55 @@ fn concurrent_clients_match_btreemap_over_tearing_fabric() {
         unlinks += stats.unlinks;
         all.extend(model);
     }
-    let retrained = retrainer.stats().retrained.load(Ordering::Relaxed);
-    let abandoned = retrainer.stats().abandoned.load(Ordering::Relaxed);
+    let retrained: Vec<u64> = retrainers
+        .iter()
+        .map(|r| r.stats().retrained.load(Ordering::Relaxed))
+        .collect();
+    let abandoned: u64 = retrainers
+        .iter()
+        .map(|r| r.stats().abandoned.load(Ordering::Relaxed))
+        .sum();
     eprintln!(
         "splits {splits}, unlinks {unlinks}, shared locks {shared}, \
-         retrained {retrained}, abandoned {abandoned}"
+         retrained {retrained:?} (per memory node), abandoned {abandoned}"
     );
+    // Each memory node's own retrainer works on its own models.
     assert!(
-        retrained > 0,
-        "the run must retrain models under the clients"
+        retrained.iter().all(|&r| r > 0),
+        "every memory node must retrain models under the clients: {retrained:?}"
     );
     assert_eq!(abandoned, 0);
     // Unlinks are covered by ops.rs; here retraining often promotes a
     // synonym leaf before it empties.
     assert!(splits > 0, "the run must exercise synonym leaves");
     // A fresh compute node sees exactly the final state.
-    let mut ep = fabric.endpoint();
-    let cn = ComputeNode::connect(&mut ep, node).unwrap();
-    let mut c = cn.client(ep);
+    let cn = pool(&fabric, &nodes);
+    let mut c = cn
+        .client(nodes.iter().map(|_| fabric.endpoint()).collect())
+        .unwrap();
     for k in 0..DOMAIN {
         assert_eq!(c.get(k).unwrap(), all.get(&k).copied(), "final {k}");
     }
     let mut out = Vec::new();
     c.scan(0, all.len() + 10, &mut out).unwrap();
     assert_eq!(out, all.into_iter().collect::<Vec<_>>());
+    // Every memory node holds exactly the keys of its range.
+    for (mem, &(low, high)) in mems.iter().zip(&ranges) {
+        assert_eq!(mem.key_range(), (low, high));
+        let node = nodes[cn.node_of(low)];
+        let mut one = ComputeNode::connect(&mut fabric.endpoint(), node)
+            .unwrap()
+            .client(fabric.endpoint());
+        one.scan(low, DOMAIN as usize, &mut out).unwrap();
+        assert!(
+            out.iter().all(|p| (low..=high).contains(&p.0)),
+            "{low}..={high}"
+        );
+        if high < u64::MAX {
+            assert!(matches!(
+                one.get(high + 1),
+                Err(rolex::RolexError::OutOfRange { .. })
+            ));
+        }
+    }
 }

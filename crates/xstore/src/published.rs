@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fabric::{Region, RegionId, Rights};
-use learned::{ErrorCode, Linear, Router, SubModel, TtEntry, XModel};
+use learned::{ErrorCode, Router, SubModel, TtEntry, XModel};
 use xtree::layout::word_hash;
 
 /// Bytes of one sub-model slot.
@@ -51,11 +51,15 @@ pub fn slot_sum(sub: u32, w: [u64; 3]) -> u64 {
         .wrapping_add(word_hash(3, sub as u64))
 }
 
-/// The three data words of a slot.
+/// The three data words of a slot: the curve, then the table length with
+/// the error codes at bits 32 and 40 and the curve format at bit 48, then
+/// the table's offset.
 pub fn slot_words(model: &SubModel, tt_offset: u64) -> [u64; 3] {
-    let w0 = (model.line.slope as f32).to_bits() as u64
-        | ((model.line.intercept as f32).to_bits() as u64) << 32;
-    let w1 = model.tt_len as u64 | (model.err_lo.0 as u64) << 32 | (model.err_hi.0 as u64) << 40;
+    let (w0, format) = model.curve_bits();
+    let w1 = model.tt_len as u64
+        | (model.err_lo.0 as u64) << 32
+        | (model.err_hi.0 as u64) << 40
+        | (format as u64) << 48;
     [w0, w1, tt_offset]
 }
 
@@ -69,17 +73,16 @@ pub fn decode_slot(sub: u32, bytes: &[u8]) -> Option<(SubModel, u64)> {
     if slot_sum(sub, words) != w(3) {
         return None;
     }
-    let slope = f32::from_bits(words[0] as u32) as f64;
-    let intercept = f32::from_bits((words[0] >> 32) as u32) as f64;
-    if !slope.is_finite() || slope < 0.0 || !intercept.is_finite() {
+    if words[1] >> 56 != 0 {
         return None;
     }
-    let model = SubModel {
-        line: Linear { slope, intercept },
-        tt_len: words[1] as u32,
-        err_lo: ErrorCode((words[1] >> 32) as u8),
-        err_hi: ErrorCode((words[1] >> 40) as u8),
-    };
+    let model = SubModel::from_parts(
+        words[0],
+        (words[1] >> 48) as u8,
+        words[1] as u32,
+        ErrorCode((words[1] >> 32) as u8),
+        ErrorCode((words[1] >> 40) as u8),
+    )?;
     Some((model, words[2]))
 }
 

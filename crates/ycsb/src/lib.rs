@@ -1,9 +1,9 @@
-//! YCSB for the xstore benchmarks: key sets, request distributions and
-//! workloads A-F.
+//! YCSB for the xstore benchmarks: key sets, request distributions,
+//! workloads A-F and an insert-only write-intensive workload.
 //!
 //! * [`dist`]: uniform, (scrambled) zipfian and latest request
 //!   distributions, YCSB's generators;
-//! * [`workload`]: workloads A-F and per-thread operation streams whose
+//! * [`workload`]: workloads A-F, insert-only, and per-thread operation streams whose
 //!   insert keys never collide.
 //!
 //! The [`dataset`] module (re-exported here) provides:

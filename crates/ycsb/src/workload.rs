@@ -1,4 +1,5 @@
-//! YCSB core workloads A-F and the per-thread operation stream that drives them.
+//! YCSB core workloads A-F, the insert-only write-intensive workload, and the per-thread
+//! operation stream that drives them.
 //!
 //! A benchmark loads a sorted set of distinct keys (for example from [`crate::generate`])
 //! into the store, then runs one [`OpStream`] per client thread:
@@ -59,6 +60,10 @@ pub enum Workload {
     E,
     /// Read-modify-write: 50 % reads, 50 % read-modify-writes (Zipfian).
     F,
+    /// Write intensive: 100 % inserts of fresh keys, drawn like D's and E's inserts (the
+    /// ROLEX paper's write-intensive run). Not one of YCSB's core six, so not in
+    /// [`Workload::ALL`]; parsed as `"insert"` (or `"insert-only"`).
+    Insert,
 }
 
 /// The proportions of each operation type in a workload; they sum to 1.
@@ -84,7 +89,7 @@ impl Mix {
 }
 
 impl Workload {
-    /// All workloads, A to F.
+    /// YCSB's core workloads, A to F (the suites and plots run these).
     pub const ALL: [Workload; 6] = [
         Workload::A,
         Workload::B,
@@ -94,8 +99,20 @@ impl Workload {
         Workload::F,
     ];
 
-    /// The workload's short name, `"a"` to `"f"` (also accepted by [`str::parse`], as are
-    /// `"A"`, `"ycsb-a"`, `"ycsb_a"` and `"workloada"`).
+    /// Every workload [`str::parse`] knows: A to F, then [`Workload::Insert`].
+    pub const EVERY: [Workload; 7] = [
+        Workload::A,
+        Workload::B,
+        Workload::C,
+        Workload::D,
+        Workload::E,
+        Workload::F,
+        Workload::Insert,
+    ];
+
+    /// The workload's short name, `"a"` to `"f"` or `"insert"` (also accepted by
+    /// [`str::parse`], as are `"A"`, `"ycsb-a"`, `"ycsb_a"`, `"workloada"` and
+    /// `"insert-only"`).
     pub fn name(&self) -> &'static str {
         match self {
             Workload::A => "a",
@@ -104,6 +121,7 @@ impl Workload {
             Workload::D => "d",
             Workload::E => "e",
             Workload::F => "f",
+            Workload::Insert => "insert",
         }
     }
 
@@ -116,6 +134,7 @@ impl Workload {
             Workload::D => "read latest: 95% read, 5% insert",
             Workload::E => "short ranges: 95% scan (1-100 keys), 5% insert",
             Workload::F => "read-modify-write: 50% read, 50% read-modify-write",
+            Workload::Insert => "write intensive: 100% inserts of new keys",
         }
     }
 
@@ -155,11 +174,16 @@ impl Workload {
                 rmw: 0.5,
                 ..zero
             },
+            Workload::Insert => Mix {
+                insert: 1.0,
+                ..zero
+            },
         }
     }
 
     /// The request distribution YCSB uses by default: `latest` for D, `zipfian` for the
-    /// others.
+    /// others (the insert-only workload addresses no existing key, so its distribution
+    /// is never drawn from).
     pub fn default_distribution(&self) -> Distribution {
         match self {
             Workload::D => Distribution::Latest,
@@ -167,14 +191,14 @@ impl Workload {
         }
     }
 
-    /// Whether the workload inserts new keys (D and E).
+    /// Whether the workload inserts new keys (D, E and insert-only).
     pub fn inserts(&self) -> bool {
         self.mix().insert > 0.0
     }
 
     /// The valid names, comma-separated.
     fn valid_names() -> String {
-        Workload::ALL.map(|w| w.name()).join(", ")
+        Workload::EVERY.map(|w| w.name()).join(", ")
     }
 }
 
@@ -187,15 +211,21 @@ impl fmt::Display for Workload {
 impl FromStr for Workload {
     type Err = DistError;
 
-    /// Parses `"a"`..`"f"`, ignoring case and surrounding whitespace, optionally prefixed
-    /// by `"ycsb-"`, `"ycsb_"`, `"ycsb"` or `"workload"`.
+    /// Parses `"a"`..`"f"` and `"insert"`, ignoring case and surrounding whitespace,
+    /// optionally prefixed by `"ycsb-"`, `"ycsb_"`, `"ycsb"` or `"workload"`;
+    /// `"insert-only"` is the insert-only workload too.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let lower = s.trim().to_ascii_lowercase();
         let letter = ["ycsb-", "ycsb_", "ycsb", "workload"]
             .iter()
             .find_map(|prefix| lower.strip_prefix(prefix))
             .unwrap_or(&lower);
-        Workload::ALL
+        let letter = if letter == "insert-only" {
+            "insert"
+        } else {
+            letter
+        };
+        Workload::EVERY
             .into_iter()
             .find(|w| w.name() == letter)
             .ok_or_else(|| DistError::UnknownWorkload {

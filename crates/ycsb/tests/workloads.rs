@@ -400,6 +400,49 @@ fn operations_address_existing_keys() {
 }
 
 #[test]
+fn the_insert_workload_inserts_only_fresh_keys_like_d() {
+    let keys = loaded(Dataset::Ycsb, 5_000, 21);
+    let loaded_set: HashSet<u64> = keys.iter().copied().collect();
+    let (lo, hi) = (keys[0], keys[keys.len() - 1]);
+    let threads = 4;
+    let mut all = HashSet::new();
+    for t in 0..threads {
+        let w = Workload::Insert;
+        let mut s =
+            OpStream::new(w, w.default_distribution(), keys.clone(), t, threads, 22).unwrap();
+        for i in 0..20_000 {
+            let op = s.next();
+            let Op::Insert(k) = op else {
+                panic!("thread {t} op {i}: the insert workload made {op:?}");
+            };
+            assert!(!loaded_set.contains(&k), "{k} is a loaded key");
+            assert_ne!(k, u64::MAX);
+            // D's rule: the low bits name the thread, so threads never collide.
+            assert_eq!(k & 3, u64::from(t), "{k:#x} of thread {t}");
+            assert!(all.insert(k), "{k} inserted twice");
+        }
+        assert_eq!(s.inserted().len(), 20_000);
+    }
+    // D's rule again: new keys land between loaded keys (the fallback to any
+    // 64-bit key is for very dense key sets only).
+    let inside = all.iter().filter(|&&k| (lo..=hi).contains(&k)).count();
+    assert_eq!(inside, all.len());
+    assert!(Workload::Insert.inserts());
+    assert_eq!(Workload::Insert.mix().insert, 1.0);
+    assert!(!Workload::ALL.contains(&Workload::Insert));
+    for name in ["insert", "INSERT", "insert-only", "ycsb-insert", " Insert "] {
+        assert_eq!(
+            name.parse::<Workload>().unwrap(),
+            Workload::Insert,
+            "{name}"
+        );
+    }
+    assert_eq!(Workload::Insert.to_string(), "insert");
+    let err = "g".parse::<Workload>().unwrap_err().to_string();
+    assert!(err.contains("insert"), "{err}");
+}
+
+#[test]
 fn latest_reads_favour_recent_inserts() {
     let keys = loaded(Dataset::Ycsb, 100_000, 16);
     let mut s = OpStream::new(Workload::D, Distribution::Latest, keys, 0, 1, 17).unwrap();
