@@ -1,4 +1,5 @@
-//! HiStore (hybrid index, `../shared/papers/histore.md`): keys are hashed
+//! HiStore (hybrid index; "HiStore: Rethinking Hybrid Index in RDMA-based
+//! Key-Value Store", Han, Zhang, Jiang and Xiong): keys are hashed
 //! to index groups; each group has a primary index server with a chained
 //! hash table in registered memory, read by clients with one-sided READs,
 //! and two backup index servers with sorted indexes that answer SCANs.
