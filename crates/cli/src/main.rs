@@ -16,6 +16,7 @@ mod check_cmd;
 mod cluster_cmd;
 mod cluster_move_bench;
 mod dataset_cmd;
+mod histore_shell;
 mod keys;
 mod model;
 mod progress;

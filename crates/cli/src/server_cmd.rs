@@ -27,7 +27,9 @@ pub struct ServerArgs {
     /// leaf and table regions and the retrainer thread; compute nodes
     /// (`xstore bench --system rolex --fabric tcp|shm`) use verbs only),
     /// or finestore (the trained array registered per version, RPCs for
-    /// bins, writes and scans, the extended RCU barrier).
+    /// bins, writes and scans, the extended RCU barrier), or histore (one
+    /// index or data server of a HiStore group whose view and leases are
+    /// in etcd: --role, --etcd, --group, --node; tcp only; docs/histore.md).
     #[arg(long, default_value = "xstore")]
     system: String,
     /// Also serve shared-memory clients: regions become files in DIR and
@@ -132,6 +134,49 @@ pub struct ServerArgs {
     /// This server's id in the shard map (with --cluster).
     #[arg(long, requires = "cluster")]
     id: Option<String>,
+    /// HiStore (`--system histore`) settings.
+    #[command(flatten)]
+    histore: HistoreArgs,
+}
+
+/// Arguments of `xstore server --system histore` (docs/histore.md,
+/// "Processes and etcd").
+#[derive(Args, Debug)]
+pub struct HistoreArgs {
+    /// HiStore role: index (primary or backup, as the group's view in
+    /// etcd says) or data (a region of keys and values).
+    #[arg(long, value_name = "index|data")]
+    role: Option<String>,
+    /// etcd holding the group's view and leases (etcd://host:port[/prefix]).
+    #[arg(long, value_name = "URL")]
+    etcd: Option<String>,
+    /// Name of the index group ([A-Za-z0-9_-]).
+    #[arg(long, default_value = "g0")]
+    group: String,
+    /// This server's node number in the group (1..65535, unique among its
+    /// index and data servers; the view names servers by it).
+    #[arg(long)]
+    node: Option<u16>,
+    /// Lease TTL in seconds: a dead server is noticed this long after it
+    /// died.
+    #[arg(long, default_value_t = 2)]
+    lease_ttl_s: u64,
+    /// Data server: MiB of its record region (records are never reused).
+    #[arg(long, default_value_t = 256)]
+    data_mib: u64,
+    /// Index server: main buckets of the hash table (same on every index
+    /// server of the group).
+    #[arg(long, default_value_t = 1 << 16)]
+    main_buckets: u64,
+    /// Index server: overflow buckets of the hash table.
+    #[arg(long, default_value_t = 1 << 14)]
+    overflow_buckets: u64,
+    /// Index servers registered before the group forms.
+    #[arg(long, default_value_t = 3)]
+    index_servers: usize,
+    /// Data servers registered before the group forms.
+    #[arg(long, default_value_t = 1)]
+    data_servers: usize,
 }
 
 /// Runs `xstore server`.
@@ -203,9 +248,12 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         "xstore" => {}
         "rolex" => return serve_rolex(args, &host, &pairs),
         "finestore" => return serve_finestore(args, &host, &pairs),
+        "histore" => return serve_histore(args, &host),
         other => {
             host.shutdown();
-            anyhow::bail!("unknown --system '{other}' (available: xstore, rolex, finestore)")
+            anyhow::bail!(
+                "unknown --system '{other}' (available: xstore, rolex, finestore, histore)"
+            )
         }
     }
     let durability = match (&args.data_dir, &args.durability) {
@@ -385,6 +433,91 @@ fn serve_finestore(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Resu
                 server.version()
             ),
         )
+    })();
+    host.shutdown();
+    result
+}
+
+/// Serves a HiStore index or data server (one process of an index group
+/// whose view and leases are in etcd) until SIGINT or SIGTERM, or until
+/// an index server is deposed.
+fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
+    let result = (|| {
+        let h = &args.histore;
+        if args.keys != 0 || args.keys_file.is_some() {
+            anyhow::bail!("--system histore starts empty: load it through clients");
+        }
+        if args.data_dir.is_some() || args.durability.is_some() {
+            anyhow::bail!(
+                "--system histore keeps no log on disk: --data-dir and --durability do not apply"
+            );
+        }
+        if args.shm_dir.is_some() {
+            // A client maps a shm region for good: a killed primary's table
+            // would stay readable (and look serving) to clients holding an
+            // old view, so GETs could read it after a failover. Over tcp
+            // the table goes with the process.
+            anyhow::bail!("--system histore serves over tcp only (no --shm-dir)");
+        }
+        let etcd = h
+            .etcd
+            .as_deref()
+            .context("--system histore needs --etcd URL")?;
+        let node = fabric::NodeId(h.node.context("--system histore needs --node N")?);
+        let ttl = Duration::from_secs(h.lease_ttl_s.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(signal, stop.clone())
+                .context("installing signal handlers")?;
+        }
+        let listen = |host: &Host| -> Result<String> {
+            let bound = host.listen_tcp(args.listen).context("listening")?;
+            println!("listening on tcp://{bound}");
+            Ok(format!("tcp://{bound}"))
+        };
+        match h.role.as_deref() {
+            Some("data") => {
+                let bytes = h.data_mib.max(1) << 20;
+                let mut data = histore::node::DataNode::start(host, node, bytes, etcd, &h.group)
+                    .context("starting the data server")?;
+                let url = listen(host)?;
+                data.register(&url, ttl).context("registering in etcd")?;
+                println!(
+                    "histore data server {} of group {}: {} MiB of records",
+                    node.0,
+                    h.group,
+                    data.server().bytes >> 20
+                );
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            Some("index") => {
+                let config = histore::node::IndexNodeConfig {
+                    token: args.token.resolve()?,
+                    lease_ttl: ttl,
+                    main_buckets: h.main_buckets,
+                    overflow_buckets: h.overflow_buckets,
+                    index_servers: h.index_servers,
+                    data_servers: h.data_servers,
+                    ..histore::node::IndexNodeConfig::new(node, etcd, &h.group)
+                };
+                let mut index = histore::node::IndexNode::start(config, host.clone())
+                    .context("starting the index server")?;
+                let url = listen(host)?;
+                index.register(&url).context("registering in etcd")?;
+                println!("histore index server {} of group {}", node.0, h.group);
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(reason) = index.exited() {
+                        anyhow::bail!("index server {} stopped: {reason}", node.0);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            _ => anyhow::bail!("--system histore needs --role index or --role data"),
+        }
+        eprintln!("shutting down");
+        Ok(())
     })();
     host.shutdown();
     result

@@ -27,6 +27,10 @@ pub struct ShellArgs {
     /// Server URL: tcp://host:port or shm:///path; or a cluster's
     /// etcd://host:port[/prefix] (docs/cluster.md).
     url: String,
+    /// With an etcd:// URL: talk to HiStore index group GROUP instead, with
+    /// byte-string keys and values (docs/histore.md).
+    #[arg(long, value_name = "GROUP")]
+    histore: Option<String>,
     /// Access token.
     #[command(flatten)]
     token: TokenArgs,
@@ -200,6 +204,12 @@ fn execute(store: &mut impl Store, line: &str) -> String {
 /// Runs `xstore shell`.
 pub fn run(args: &ShellArgs) -> Result<()> {
     let token = args.token.resolve()?;
+    if let Some(group) = &args.histore {
+        if !args.url.starts_with("etcd://") {
+            anyhow::bail!("--histore needs the group's etcd:// URL");
+        }
+        return crate::histore_shell::run(&args.url, group, token);
+    }
     let mut target = if args.url.starts_with("etcd://") {
         let etcd = cluster::Etcd::connect(&args.url)
             .with_context(|| format!("reaching the cluster at {}", args.url))?;
@@ -219,13 +229,20 @@ pub fn run(args: &ShellArgs) -> Result<()> {
         )?);
         Target::Server { client, url, token }
     };
+    repl("xstore> ", |line| execute(&mut target, line))
+}
+
+/// Reads commands (one a line) and prints `exec`'s one-line answer to
+/// each, until `quit`, `exit` or the end of input; with a prompt on a
+/// terminal. Shared by the XStore and HiStore shells.
+pub fn repl(prompt: &str, mut exec: impl FnMut(&str) -> String) -> Result<()> {
     let interactive = std::io::stdin().is_terminal();
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout().lock();
     let mut lines = stdin.lock().lines();
     loop {
         if interactive {
-            write!(stdout, "xstore> ")?;
+            write!(stdout, "{prompt}")?;
             stdout.flush()?;
         }
         let Some(line) = lines.next() else { break };
@@ -239,7 +256,7 @@ pub fn run(args: &ShellArgs) -> Result<()> {
         if interactive && trimmed.is_empty() {
             continue;
         }
-        let out = execute(&mut target, trimmed);
+        let out = exec(trimmed);
         writeln!(stdout, "{out}")?;
         stdout.flush()?;
     }

@@ -220,6 +220,65 @@ impl Etcd {
         Ok(next)
     }
 
+    /// The value and mod revision of `<prefix><name>`, if present: a raw
+    /// key for callers that keep their own records beside the map (the
+    /// HiStore group view).
+    pub fn get_raw(&self, name: &str) -> Result<Option<(Vec<u8>, u64)>, ClusterError> {
+        let mut c = self.client.clone();
+        let key = format!("{}{name}", self.prefix);
+        let resp = self.run(async move { c.get(key, None).await })?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| (kv.value().to_vec(), kv.mod_revision().max(0) as u64)))
+    }
+
+    /// Stores `<prefix><name>` = `value` if `expected` is its mod revision
+    /// (0: only if the key does not exist): the fenced write of a raw key.
+    /// Returns the new revision, or [`ClusterError::Fenced`] with the
+    /// revision now (0 if absent) when someone wrote it since.
+    pub fn replace_raw(
+        &self,
+        name: &str,
+        expected: u64,
+        value: Vec<u8>,
+    ) -> Result<u64, ClusterError> {
+        let key = format!("{}{name}", self.prefix);
+        let guard = if expected == 0 {
+            Compare::create_revision(key.clone(), CompareOp::Equal, 0)
+        } else {
+            Compare::mod_revision(key.clone(), CompareOp::Equal, expected as i64)
+        };
+        let txn = Txn::new()
+            .when([guard])
+            .and_then([TxnOp::put(key, value, None)]);
+        let mut c = self.client.clone();
+        let resp = self.run(async move { c.txn(txn).await })?;
+        if !resp.succeeded() {
+            let current = self.get_raw(name)?.map_or(0, |(_, r)| r);
+            return Err(ClusterError::Fenced { expected, current });
+        }
+        Ok(resp.header().map_or(0, |h| h.revision().max(0) as u64))
+    }
+
+    /// Raw keys under `<prefix><dir>` (names relative to the prefix), with
+    /// their values.
+    pub fn list_raw(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>, ClusterError> {
+        let mut c = self.client.clone();
+        let key = format!("{}{dir}", self.prefix);
+        let opts = GetOptions::new().with_prefix();
+        let resp = self.run(async move { c.get(key, Some(opts)).await })?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let k = String::from_utf8_lossy(kv.key());
+                let name = k.get(self.prefix.len()..).unwrap_or("").to_string();
+                (name, kv.value().to_vec())
+            })
+            .collect())
+    }
+
     /// Registered servers by id (those whose lease is alive).
     pub fn members(&self) -> Result<BTreeMap<String, Member>, ClusterError> {
         let mut c = self.client.clone();
@@ -270,6 +329,10 @@ impl Etcd {
         let value = serde_json::to_vec(&member).expect("member serializes");
         let key = self.member_key(id);
         let c = self.client.clone();
+        // Lease freshness is measured from before each request that
+        // granted or renewed it: etcd started the TTL later than that.
+        let base = std::time::Instant::now();
+        let renewed = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let lease = self
             .run(put_member(c, key.clone(), value.clone(), ttl_s, false))?
             .ok_or_else(|| ClusterError::AlreadyRegistered(id.to_string()))?;
@@ -278,13 +341,14 @@ impl Etcd {
         let c = self.client.clone();
         let id_owned = id.to_string();
         let shared = current.clone();
+        let renewed_task = renewed.clone();
         self.rt.spawn(async move {
             use std::sync::atomic::Ordering;
             let mut lease = lease;
             loop {
                 tokio::select! {
                     _ = &mut stop_rx => break,
-                    () = renew(c.clone(), lease, ttl_s, &id_owned) => {}
+                    () = renew(c.clone(), lease, ttl_s, &id_owned, &renewed_task, base) => {}
                 }
                 // The lease is gone: register again, bounded by the stop
                 // signal, backing off up to a TTL between tries.
@@ -294,6 +358,7 @@ impl Etcd {
                         _ = &mut stop_rx => return,
                         _ = tokio::time::sleep(pause) => {}
                     }
+                    let asked_at = base.elapsed().as_millis() as u64;
                     let again = tokio::time::timeout(
                         REQUEST_TIMEOUT,
                         put_member(c.clone(), key.clone(), value.clone(), ttl_s, true),
@@ -306,6 +371,7 @@ impl Etcd {
                             let _ = c.clone().lease_revoke(lease).await;
                             lease = l;
                             shared.store(l, Ordering::Relaxed);
+                            renewed_task.store(asked_at, Ordering::Release);
                             tracing::warn!(id = id_owned, lease = l, "registered again after the lease lapsed");
                             break;
                         }
@@ -329,6 +395,9 @@ impl Etcd {
         Ok(Registration {
             stop: Some(stop_tx),
             lease: current,
+            renewed,
+            base,
+            ttl: Duration::from_secs(ttl_s as u64),
             rt: self.rt.clone(),
             client: self.client.clone(),
         })
@@ -438,7 +507,14 @@ async fn put_member(
 /// Renews `lease` until it is gone: etcd says it expired, or no renewal
 /// got through for a whole TTL (it has expired then, whatever etcd says
 /// later).
-async fn renew(mut c: Client, lease: i64, ttl_s: i64, id: &str) {
+async fn renew(
+    mut c: Client,
+    lease: i64,
+    ttl_s: i64,
+    id: &str,
+    renewed: &std::sync::atomic::AtomicU64,
+    base: std::time::Instant,
+) {
     // Renew at a third of the TTL: two renewals may be lost before the
     // lease expires.
     let period = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
@@ -453,7 +529,8 @@ async fn renew(mut c: Client, lease: i64, ttl_s: i64, id: &str) {
                 other => tracing::warn!(id, ?other, "could not start renewing the lease"),
             }
         }
-        let renewed = match keeper.as_mut() {
+        let asked_at = base.elapsed().as_millis() as u64;
+        let answer = match keeper.as_mut() {
             Some((k, stream)) => {
                 tokio::time::timeout(period, async {
                     k.keep_alive().await?;
@@ -463,8 +540,11 @@ async fn renew(mut c: Client, lease: i64, ttl_s: i64, id: &str) {
             }
             None => Ok(Ok(None)),
         };
-        match renewed {
-            Ok(Ok(Some(r))) if r.ttl() > 0 => renewed_at = tokio::time::Instant::now(),
+        match answer {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                renewed_at = tokio::time::Instant::now();
+                renewed.store(asked_at, std::sync::atomic::Ordering::Release);
+            }
             Ok(Ok(Some(_))) => {
                 tracing::error!(id, "lease expired: no longer registered");
                 return;
@@ -489,6 +569,11 @@ pub struct Registration {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// The current lease: replaced when the server registers again.
     lease: Arc<std::sync::atomic::AtomicI64>,
+    /// Milliseconds after `base` at which the last successful grant or
+    /// renewal was requested.
+    renewed: Arc<std::sync::atomic::AtomicU64>,
+    base: std::time::Instant,
+    ttl: Duration,
     rt: Arc<Runtime>,
     client: Client,
 }
@@ -497,6 +582,18 @@ impl Registration {
     /// The etcd lease id now (a new one after a lapse).
     pub fn lease(&self) -> i64 {
         self.lease.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the lease is certainly still alive at etcd: the last grant
+    /// or renewal that succeeded was *requested* less than a TTL ago (etcd
+    /// counted the TTL from a later moment). A server whose authority
+    /// rests on its lease (a HiStore primary acknowledging writes) checks
+    /// this before every acknowledgement: once it is false, etcd may have
+    /// let the lease go and another server may have taken over.
+    pub fn fresh(&self) -> bool {
+        let at = self.renewed.load(std::sync::atomic::Ordering::Acquire);
+        let now = self.base.elapsed().as_millis() as u64;
+        now.saturating_sub(at) < self.ttl.as_millis() as u64
     }
 }
 

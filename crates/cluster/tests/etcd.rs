@@ -172,6 +172,7 @@ fn a_lapsed_registration_comes_back_by_itself() {
         .register("s0", "tcp://127.0.0.1:1", Duration::from_secs(1))
         .unwrap();
     let first = reg.lease();
+    assert!(reg.fresh(), "a lease just granted is fresh");
     let pid = p.pid() as i32;
     let signal = |sig: &str| {
         let ok = std::process::Command::new("kill")
@@ -183,6 +184,8 @@ fn a_lapsed_registration_comes_back_by_itself() {
     };
     signal("-STOP");
     std::thread::sleep(Duration::from_millis(2500));
+    // No renewal for over a TTL: the holder must not rely on it any more.
+    assert!(!reg.fresh(), "a lease not renewed for a TTL is not fresh");
     signal("-CONT");
     let deadline = Instant::now() + Duration::from_secs(20);
     while reg.lease() == first {
@@ -191,9 +194,41 @@ fn a_lapsed_registration_comes_back_by_itself() {
     }
     // Stays registered past several TTLs under the new lease.
     std::thread::sleep(Duration::from_millis(2500));
+    assert!(reg.fresh(), "the new lease is renewed");
     let members = e.members().unwrap();
     assert_eq!(members["s0"].url, "tcp://127.0.0.1:1");
     assert_eq!(members["s0"].pid, std::process::id());
     drop(reg);
     assert!(e.members().unwrap().is_empty());
+}
+
+/// Raw keys beside the map: created only if absent, replaced only at the
+/// revision read, listed by directory.
+#[test]
+fn raw_keys_are_fenced_on_their_revision() {
+    let Some((p, _dir)) = etcd() else { return };
+    let e = Etcd::connect(&p.url()).unwrap();
+    assert_eq!(e.get_raw("v").unwrap(), None);
+    let r1 = e.replace_raw("v", 0, b"one".to_vec()).unwrap();
+    assert!(matches!(
+        e.replace_raw("v", 0, b"again".to_vec()),
+        Err(ClusterError::Fenced { current, .. }) if current == r1
+    ));
+    assert_eq!(e.get_raw("v").unwrap(), Some((b"one".to_vec(), r1)));
+    let r2 = e.replace_raw("v", r1, b"two".to_vec()).unwrap();
+    assert!(r2 > r1);
+    assert!(matches!(
+        e.replace_raw("v", r1, b"stale".to_vec()),
+        Err(ClusterError::Fenced { expected, current }) if expected == r1 && current == r2
+    ));
+    e.replace_raw("d/a", 0, b"a".to_vec()).unwrap();
+    e.replace_raw("d/b", 0, b"b".to_vec()).unwrap();
+    let listed = e.list_raw("d/").unwrap();
+    assert_eq!(
+        listed,
+        vec![
+            ("d/a".to_string(), b"a".to_vec()),
+            ("d/b".to_string(), b"b".to_vec())
+        ]
+    );
 }

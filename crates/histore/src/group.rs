@@ -83,7 +83,7 @@ fn data_region(id: RegionId, bytes: u64) -> Result<Arc<Region>, HiError> {
 }
 
 /// Region id of the table built at `epoch` (a new one per primary).
-fn table_id(epoch: u64) -> RegionId {
+pub(crate) fn table_id(epoch: u64) -> RegionId {
     RegionId(0x4854_0000 | (epoch as u32 & 0xFFFF))
 }
 
@@ -320,6 +320,7 @@ impl LocalGroup {
             // Reachable before the primary sends it the first entry.
             let registered = self.fabric.set_handler(node, s.clone());
             fresh = Some((s, registered));
+            Ok(())
         })?;
         let (s, registered) = fresh.ok_or(HiError::WrongRole("not prepared"))?;
         registered?;

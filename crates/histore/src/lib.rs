@@ -1,4 +1,5 @@
-//! HiStore (hybrid index, `../shared/papers/histore.md`): keys are hashed
+//! HiStore (hybrid index; "HiStore: Rethinking Hybrid Index in RDMA-based
+//! Key-Value Store", Han, Zhang, Jiang and Xiong): keys are hashed
 //! to index groups; each group has a primary index server with a chained
 //! hash table in registered memory, read by clients with one-sided READs,
 //! and two backup index servers with sorted indexes that answer SCANs.
@@ -15,14 +16,20 @@
 //! * [`view`] — the group's membership and epochs.
 //! * [`client`] — GET, PUT, DELETE, SCAN.
 //! * [`group`] — an in-process group with its failover coordinator.
+//! * [`etcd`], [`net`], [`node`] — groups of processes: the view and
+//!   leases in etcd, one endpoint to every node, and the index and data
+//!   server processes with their watcher (failover, joins).
 //!
 //! See docs/histore.md for the protocol, the failover rules and what is not
 //! built yet.
 
 pub mod client;
 pub mod error;
+pub mod etcd;
 pub mod group;
 pub mod layout;
+pub mod net;
+pub mod node;
 pub mod server;
 pub mod sorted;
 pub mod table;

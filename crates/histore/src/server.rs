@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Duration;
 
 use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
@@ -86,7 +86,15 @@ pub struct IndexServer {
     reader: Mutex<Box<dyn Endpoint>>,
     /// Signalled (with `role`) when a primary's replication attempt ends.
     replicated: Condvar,
+    /// Reaches joining servers (PREPARE) while a primary adds them.
+    control: Mutex<Option<Box<dyn Endpoint>>>,
+    /// Asked before a primary takes or acknowledges a write: false once
+    /// the server's authority may have lapsed (its etcd lease).
+    ack_guard: RwLock<Option<AckGuard>>,
 }
+
+/// See [`IndexServer::set_ack_guard`].
+pub type AckGuard = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl std::fmt::Debug for IndexServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,6 +137,8 @@ impl IndexServer {
             apply: Mutex::new(()),
             reader: Mutex::new(reader),
             replicated: Condvar::new(),
+            control: Mutex::new(None),
+            ack_guard: RwLock::new(None),
         });
         let weak = Arc::downgrade(&server);
         std::thread::Builder::new()
@@ -171,7 +181,101 @@ impl IndexServer {
             apply: Mutex::new(()),
             reader: Mutex::new(reader),
             replicated: Condvar::new(),
+            control: Mutex::new(None),
+            ack_guard: RwLock::new(None),
         })
+    }
+
+    /// Sets the endpoint a primary uses to PREPARE servers that JOIN it
+    /// (processes only; in-process groups call [`IndexServer::add_backup`]).
+    pub fn set_control(&self, ep: Box<dyn Endpoint>) {
+        *lock(&self.control) = Some(ep);
+    }
+
+    /// Sets a check a primary makes before it takes a write and again
+    /// before it acknowledges one: while it answers false, writes are
+    /// refused with `Unavailable` (an entry already logged stays in doubt,
+    /// as after any failed attempt). A process wires its etcd lease here,
+    /// so a primary whose lease may have lapsed acknowledges nothing.
+    pub fn set_ack_guard(&self, guard: AckGuard) {
+        *self.ack_guard.write().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+    }
+
+    fn authorized(&self) -> bool {
+        self.ack_guard
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(|g| g())
+    }
+
+    /// Whether the server is a serving primary.
+    pub fn is_primary(&self) -> bool {
+        matches!(&*lock(&self.role), Role::Primary(p) if !p.deposed)
+    }
+
+    /// Whether the server was deposed as a primary (for good).
+    pub fn is_deposed(&self) -> bool {
+        match &*lock(&self.role) {
+            Role::Deposed { .. } => true,
+            Role::Primary(p) => p.deposed,
+            Role::Backup(_) => false,
+        }
+    }
+
+    /// Whether the server is a backup still waiting for its snapshot.
+    pub fn is_installing(&self) -> bool {
+        matches!(&*lock(&self.role), Role::Backup(b) if b.installing)
+    }
+
+    /// A primary's replica set (empty for other roles).
+    pub fn replica_set(&self) -> Vec<NodeId> {
+        match &*lock(&self.role) {
+            Role::Primary(p) => p.backups.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Deposes a primary for good without a newer epoch (its lease lapsed):
+    /// closes its table to readers and refuses every later write.
+    pub fn depose(&self) {
+        let mut role = lock(&self.role);
+        if let Role::Primary(p) = &mut *role {
+            p.table.set_serving(false);
+            let epoch = p.epoch;
+            *role = Role::Deposed { epoch };
+        }
+        self.replicated.notify_all();
+    }
+
+    /// Starts a backup over as an empty backup of `epoch` whose log
+    /// continues after `seq`, waiting for a snapshot
+    /// ([`IndexServer::install`]): what a joining server does when the
+    /// primary PREPAREs it.
+    pub fn prepare(&self, epoch: u64, seq: u64) -> Result<(), HiError> {
+        self.check_alive()?;
+        let _apply = lock(&self.apply);
+        let mut role = lock(&self.role);
+        let Role::Backup(b) = &mut *role else {
+            return Err(HiError::WrongRole("not a backup"));
+        };
+        if epoch < b.epoch {
+            return Err(HiError::Fenced {
+                ours: epoch,
+                current: b.epoch,
+            });
+        }
+        let partitions = b.sorted.partitions();
+        *b = Backup {
+            epoch,
+            last_seq: seq,
+            pending: VecDeque::new(),
+            commit_hint: seq,
+            primary: None,
+            installing: true,
+            sorted: Arc::new(SortedIndex::new(partitions)),
+        };
+        Ok(())
     }
 
     /// The server's node.
@@ -359,7 +463,7 @@ impl IndexServer {
     pub fn add_backup(
         &self,
         node: NodeId,
-        prepare: impl FnOnce(u64),
+        prepare: impl FnOnce(u64) -> Result<(), HiError>,
     ) -> Result<(u64, IndexPairs), HiError> {
         self.check_alive()?;
         let mut role = lock(&self.role);
@@ -374,8 +478,10 @@ impl IndexServer {
         let Role::Primary(p) = &mut *role else {
             return Err(HiError::WrongRole("not a primary"));
         };
-        prepare(p.commit);
-        p.backups.push(node);
+        prepare(p.commit)?;
+        if !p.backups.contains(&node) {
+            p.backups.push(node);
+        }
         Ok((p.commit, p.table.entries()))
     }
 
@@ -514,6 +620,49 @@ impl IndexServer {
                     wire::put_pair(reply, k, *p);
                 }
             }
+            Request::Fence { epoch } => {
+                let last = self.fence(epoch)?;
+                wire::ok(reply);
+                reply.extend_from_slice(&last.to_le_bytes());
+            }
+            Request::LogAfter { seq } => {
+                let entries = self.log_after(seq)?;
+                wire::ok(reply);
+                wire::put_entries(reply, &entries);
+            }
+            Request::CatchUp { epoch, entries } => {
+                let last = self.catch_up(epoch, entries)?;
+                wire::ok(reply);
+                reply.extend_from_slice(&last.to_le_bytes());
+            }
+            Request::Prepare { epoch, seq } => {
+                self.prepare(epoch, seq)?;
+                wire::ok(reply);
+            }
+            Request::Join { node } => {
+                let epoch = match &*lock(&self.role) {
+                    Role::Primary(p) if !p.deposed => p.epoch,
+                    _ => return Err(HiError::WrongRole("not the primary")),
+                };
+                let (seq, pairs) = self.add_backup(node, |seq| {
+                    let mut control = lock(&self.control);
+                    let ep = control
+                        .as_mut()
+                        .ok_or(HiError::Unavailable("no control endpoint"))?;
+                    let mut buf = Vec::new();
+                    Request::Prepare { epoch, seq }.encode(&mut buf);
+                    let mut answer = Vec::new();
+                    ep.call(node, &buf, &mut answer)?;
+                    wire::reply_body(&answer)?.finish()?;
+                    Ok(())
+                })?;
+                wire::ok(reply);
+                reply.extend_from_slice(&seq.to_le_bytes());
+                reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+                for (k, p) in &pairs {
+                    wire::put_pair(reply, k, *p);
+                }
+            }
             Request::Get { key } => {
                 let found = {
                     let role = lock(&self.role);
@@ -568,6 +717,9 @@ impl IndexServer {
             // impossible to fence: refuse.
             return Err(HiError::Unavailable("no live backup"));
         }
+        if !self.authorized() {
+            return Err(HiError::Unavailable("the primary's lease may have lapsed"));
+        }
         // The key's state as the log has it: the latest entry still
         // unapplied, else the table.
         let exists = match p.unacked.iter().rev().find(|e| e.key == key) {
@@ -581,13 +733,26 @@ impl IndexServer {
             None if !exists => return Ok(false),
             None => EntryOp::Delete,
         };
+        if let EntryOp::Put(_) = entry_op {
+            if !has_room(p, &key) {
+                // Refused before it is logged: once the backups logged an
+                // entry, the table must be able to take it.
+                return Err(HiError::Full("hash table"));
+            }
+        }
         let seq = p.unacked.last().map_or(p.commit, |e| e.seq) + 1;
         p.unacked.push(LogEntry {
             seq,
             key,
             op: entry_op,
         });
-        self.until_committed(role, seq)
+        let took = self.until_committed(role, seq)?;
+        // Checked again after the wait: the lease may have lapsed while
+        // the batch replicated, and then a new primary may exist already.
+        if !self.authorized() {
+            return Err(HiError::Unavailable("the primary's lease may have lapsed"));
+        }
+        Ok(took)
     }
 
     /// Waits until entry `seq` is applied (true), its replication failed
@@ -642,7 +807,20 @@ impl IndexServer {
             if let Role::Primary(p) = &mut *role {
                 p.ep = Some(ep);
                 match result {
-                    Ok(()) => apply_batch(p, batch.len())?,
+                    Ok(()) => {
+                        if let Err(e) = apply_batch(p, batch.len()) {
+                            // The backups logged entries this table cannot
+                            // take (has_room should have refused them):
+                            // the log and the table now disagree, so this
+                            // primary must never serve again.
+                            tracing::error!(error = %e, "applying a logged batch failed: deposing");
+                            p.table.set_serving(false);
+                            let epoch = p.epoch;
+                            *role = Role::Deposed { epoch };
+                            self.replicated.notify_all();
+                            return Err(e);
+                        }
+                    }
                     Err(HiError::Fenced { current, .. }) => {
                         p.table.set_serving(false);
                         *role = Role::Deposed { epoch: current };
@@ -771,6 +949,30 @@ fn replicate(
         }
     }
     Ok(())
+}
+
+/// Whether the table is sure to have room for a put of `key` once every
+/// queued entry is applied: the key is indexed already (or queued), or
+/// there is an overflow bucket for every queued new key and this one, or
+/// its chain has a free slot for every queued new key of the same home
+/// bucket and this one. Duplicates among queued keys are counted twice,
+/// and queued deletes are not credited: it errs on the side of refusing.
+fn has_room(p: &Primary, key: &[u8]) -> bool {
+    let queued_put = |e: &LogEntry| matches!(e.op, EntryOp::Put(_));
+    if p.table.contains(key) || p.unacked.iter().any(|e| queued_put(e) && e.key == key) {
+        return true;
+    }
+    let new: Vec<&LogEntry> = p
+        .unacked
+        .iter()
+        .filter(|e| queued_put(e) && !p.table.contains(&e.key))
+        .collect();
+    if p.table.free_overflow() > new.len() as u64 {
+        return true;
+    }
+    let home = p.table.home(key);
+    let same = new.iter().filter(|e| p.table.home(&e.key) == home).count();
+    p.table.chain_free_slots(key) > same
 }
 
 /// Applies the first `n` queued entries (just logged by every backup) to

@@ -60,6 +60,11 @@ pub struct SortedIndex {
 }
 
 impl SortedIndex {
+    /// Its number of partitions.
+    pub fn partitions(&self) -> usize {
+        self.parts.len()
+    }
+
     /// An empty index of `partitions` (at least one).
     pub fn new(partitions: usize) -> SortedIndex {
         SortedIndex {

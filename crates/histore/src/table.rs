@@ -203,6 +203,32 @@ impl HashTable {
         self.len += 1;
     }
 
+    /// Overflow buckets not yet linked into any chain.
+    pub fn free_overflow(&self) -> u64 {
+        self.main + self.overflow - self.next_free
+    }
+
+    /// Free slots along `key`'s chain (its home bucket and the overflow
+    /// buckets linked behind it).
+    pub fn chain_free_slots(&self, key: &[u8]) -> usize {
+        let mut b = key_hash(key) & (self.main - 1);
+        let mut free = 0;
+        loop {
+            free += (0..SLOTS)
+                .filter(|&j| self.keys[b as usize * SLOTS + j].is_none())
+                .count();
+            match self.next_of(b) {
+                Some(n) => b = n,
+                None => return free,
+            }
+        }
+    }
+
+    /// The home bucket of `key`.
+    pub fn home(&self, key: &[u8]) -> u64 {
+        key_hash(key) & (self.main - 1)
+    }
+
     /// Removes `key`; whether it was indexed.
     pub fn delete(&mut self, key: &[u8]) -> bool {
         let (found, _) = self.find(key, key_hash(key));

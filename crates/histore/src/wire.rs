@@ -10,6 +10,12 @@
 //!   3 REPLICATE  epoch u64, commit u64, count u32, entry*count
 //!   4 SCAN       n u32, start key
 //!   5 GET        key
+//!   control plane (between index servers of one group, processes only):
+//!   6 FENCE      epoch u64                  → last seq u64
+//!   7 LOG_AFTER  seq u64                    → count u32, entry*count
+//!   8 CATCH_UP   epoch u64, count u32, entry*count → last seq u64
+//!   9 JOIN       node u16                   → seq u64, count u32, (key, ptr u64)*count
+//!  10 PREPARE    epoch u64, seq u64         → (empty)
 //! key      = len u16, bytes
 //! entry    = seq u64, kind u8 (1 put, 2 delete), ptr u64 (0 for delete), key
 //! reply    = status u8 (0 ok, else an error code and its fields), body
@@ -96,6 +102,75 @@ pub enum Request {
         /// The key.
         key: Vec<u8>,
     },
+    /// Coordinator → backup: refuse every epoch below this one from now
+    /// on; answer the last seq logged.
+    Fence {
+        /// The new epoch.
+        epoch: u64,
+    },
+    /// Coordinator → backup: the logged entries after `seq`.
+    LogAfter {
+        /// The last seq the asker has.
+        seq: u64,
+    },
+    /// Coordinator → backup: log these entries handed over from the
+    /// promoted backup (as REPLICATE would at `epoch`).
+    CatchUp {
+        /// The new epoch.
+        epoch: u64,
+        /// Consecutive entries.
+        entries: Vec<LogEntry>,
+    },
+    /// A fresh index server → the primary: add me to your replica set and
+    /// send me a snapshot of the table.
+    Join {
+        /// The joining server's node.
+        node: fabric::NodeId,
+    },
+    /// The primary → a joining server (while writes are held off): start
+    /// over as an empty backup of `epoch` whose log continues after `seq`.
+    Prepare {
+        /// The primary's epoch.
+        epoch: u64,
+        /// The seq the snapshot will reflect.
+        seq: u64,
+    },
+}
+
+/// Appends `count u32, entry*count`.
+pub fn put_entries(out: &mut Vec<u8>, entries: &[LogEntry]) {
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for e in entries {
+        out.extend_from_slice(&e.seq.to_le_bytes());
+        let (kind, ptr) = match e.op {
+            EntryOp::Put(p) => (1u8, p.encode()),
+            EntryOp::Delete => (2u8, 0),
+        };
+        out.push(kind);
+        out.extend_from_slice(&ptr.to_le_bytes());
+        put_key(out, &e.key);
+    }
+}
+
+/// Reads `count u32, entry*count`.
+pub fn get_entries(r: &mut Reader<'_>) -> Result<Vec<LogEntry>, HiError> {
+    let count = r.u32("count")? as usize;
+    // Each entry takes at least 20 bytes: bound the allocation by what
+    // the message can hold.
+    let mut entries = Vec::with_capacity(count.min(r.remaining() / 20));
+    for _ in 0..count {
+        let seq = r.u64("seq")?;
+        let kind = r.u8("kind")?;
+        let ptr = r.u64("ptr")?;
+        let key = get_key(r)?;
+        let op = match kind {
+            1 => EntryOp::Put(ValuePtr::decode(ptr)?),
+            2 => EntryOp::Delete,
+            k => return Err(HiError::BadMessage(format!("entry kind {k}"))),
+        };
+        entries.push(LogEntry { seq, key, op });
+    }
+    Ok(entries)
 }
 
 fn put_key(out: &mut Vec<u8>, key: &[u8]) {
@@ -145,17 +220,7 @@ impl Request {
                 out.push(3);
                 out.extend_from_slice(&epoch.to_le_bytes());
                 out.extend_from_slice(&commit.to_le_bytes());
-                out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-                for e in entries {
-                    out.extend_from_slice(&e.seq.to_le_bytes());
-                    let (kind, ptr) = match e.op {
-                        EntryOp::Put(p) => (1u8, p.encode()),
-                        EntryOp::Delete => (2u8, 0),
-                    };
-                    out.push(kind);
-                    out.extend_from_slice(&ptr.to_le_bytes());
-                    put_key(out, &e.key);
-                }
+                put_entries(out, entries);
             }
             Request::Scan { start, n } => {
                 out.push(4);
@@ -165,6 +230,28 @@ impl Request {
             Request::Get { key } => {
                 out.push(5);
                 put_key(out, key);
+            }
+            Request::Fence { epoch } => {
+                out.push(6);
+                out.extend_from_slice(&epoch.to_le_bytes());
+            }
+            Request::LogAfter { seq } => {
+                out.push(7);
+                out.extend_from_slice(&seq.to_le_bytes());
+            }
+            Request::CatchUp { epoch, entries } => {
+                out.push(8);
+                out.extend_from_slice(&epoch.to_le_bytes());
+                put_entries(out, entries);
+            }
+            Request::Join { node } => {
+                out.push(9);
+                out.extend_from_slice(&node.0.to_le_bytes());
+            }
+            Request::Prepare { epoch, seq } => {
+                out.push(10);
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.extend_from_slice(&seq.to_le_bytes());
             }
         }
     }
@@ -197,22 +284,7 @@ impl Request {
             3 => {
                 let epoch = r.u64("epoch")?;
                 let commit = r.u64("commit")?;
-                let count = r.u32("count")? as usize;
-                // Each entry takes at least 20 bytes: bound the allocation
-                // by what the message can hold.
-                let mut entries = Vec::with_capacity(count.min(r.remaining() / 20));
-                for _ in 0..count {
-                    let seq = r.u64("seq")?;
-                    let kind = r.u8("kind")?;
-                    let ptr = r.u64("ptr")?;
-                    let key = get_key(&mut r)?;
-                    let op = match kind {
-                        1 => EntryOp::Put(ValuePtr::decode(ptr)?),
-                        2 => EntryOp::Delete,
-                        k => return Err(HiError::BadMessage(format!("entry kind {k}"))),
-                    };
-                    entries.push(LogEntry { seq, key, op });
-                }
+                let entries = get_entries(&mut r)?;
                 Request::Replicate {
                     epoch,
                     commit,
@@ -228,6 +300,21 @@ impl Request {
             }
             5 => Request::Get {
                 key: get_key(&mut r)?,
+            },
+            6 => Request::Fence {
+                epoch: r.u64("epoch")?,
+            },
+            7 => Request::LogAfter { seq: r.u64("seq")? },
+            8 => Request::CatchUp {
+                epoch: r.u64("epoch")?,
+                entries: get_entries(&mut r)?,
+            },
+            9 => Request::Join {
+                node: fabric::NodeId(r.u16("node")?),
+            },
+            10 => Request::Prepare {
+                epoch: r.u64("epoch")?,
+                seq: r.u64("seq")?,
             },
             t => return Err(HiError::BadMessage(format!("request tag {t}"))),
         };
@@ -356,6 +443,27 @@ mod tests {
                 }),
             (key(), any::<u32>()).prop_map(|(start, n)| Request::Scan { start, n }),
             key().prop_map(|key| Request::Get { key }),
+            any::<u64>().prop_map(|epoch| Request::Fence { epoch }),
+            any::<u64>().prop_map(|seq| Request::LogAfter { seq }),
+            (
+                any::<u64>(),
+                proptest::collection::vec((any::<u64>(), key(), proptest::option::of(ptr())), 0..5)
+            )
+                .prop_map(|(epoch, es)| Request::CatchUp {
+                    epoch,
+                    entries: es
+                        .into_iter()
+                        .map(|(seq, key, p)| LogEntry {
+                            seq,
+                            key,
+                            op: p.map_or(EntryOp::Delete, EntryOp::Put)
+                        })
+                        .collect()
+                }),
+            any::<u16>().prop_map(|n| Request::Join {
+                node: fabric::NodeId(n)
+            }),
+            (any::<u64>(), any::<u64>()).prop_map(|(epoch, seq)| Request::Prepare { epoch, seq }),
         ]
     }
 

@@ -1,0 +1,285 @@
+//! A group's membership in etcd, for groups of processes
+//! (`xstore server --system histore`).
+//!
+//! Every key of group `G` lives under `<prefix>histore/G/` (the prefix of
+//! the etcd URL, `/xstore/` by default):
+//!
+//! * `view` — the [`GroupView`] in its byte encoding (view.rs). It is only
+//!   ever written by a transaction conditioned on its mod revision being
+//!   the one the writer read ([`EtcdMembership::replace`]), so of two
+//!   concurrent reconfigurations exactly one wins (fencing).
+//! * `members/i<N>`, `members/d<N>` — index server / data server on node
+//!   `N`, where it listens, attached to its lease (`cluster::Etcd::register`):
+//!   the key disappears when the process dies and its lease lapses.
+//! * `data/d<N>` — a data server's record region: `region u32, bytes u64`
+//!   (little-endian); kept after the server dies, since values written
+//!   there stay indexed.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use cluster::{ClusterUrl, Etcd};
+use fabric::{NodeId, RegionId};
+
+use crate::error::HiError;
+use crate::net::Directory;
+use crate::view::{DataServer, GroupView, Membership};
+
+/// The etcd key (relative to the group prefix) of the view.
+const VIEW_KEY: &str = "view";
+
+fn etcd_err(e: cluster::ClusterError) -> HiError {
+    HiError::Unavailable(match e {
+        cluster::ClusterError::Fenced { .. } => "the view changed",
+        cluster::ClusterError::Timeout(_) => "etcd did not answer",
+        _ => "etcd failed",
+    })
+}
+
+/// What a registered process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// An index server (primary or backup).
+    Index,
+    /// A data server.
+    Data,
+}
+
+/// The member id of a process: `i<N>` or `d<N>`.
+pub fn member_id(kind: Kind, node: NodeId) -> String {
+    match kind {
+        Kind::Index => format!("i{}", node.0),
+        Kind::Data => format!("d{}", node.0),
+    }
+}
+
+fn parse_member(id: &str) -> Option<(Kind, NodeId)> {
+    let kind = match id.as_bytes().first()? {
+        b'i' => Kind::Index,
+        b'd' => Kind::Data,
+        _ => return None,
+    };
+    id[1..].parse().ok().map(|n| (kind, NodeId(n)))
+}
+
+/// A registered (live) process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Live {
+    /// Index or data.
+    pub kind: Kind,
+    /// Where it listens.
+    pub url: String,
+    /// Its process id.
+    pub pid: u32,
+}
+
+/// A group's view and members in etcd.
+pub struct EtcdMembership {
+    etcd: Etcd,
+    /// The last view read, served when etcd does not answer (clients keep
+    /// working on the data plane while etcd is away).
+    cached: RwLock<Option<GroupView>>,
+}
+
+impl std::fmt::Debug for EtcdMembership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdMembership").finish()
+    }
+}
+
+impl EtcdMembership {
+    /// Connects to group `group` at `url` (`etcd://host:port[/prefix]`).
+    pub fn connect(url: &str, group: &str) -> Result<EtcdMembership, HiError> {
+        let parsed: ClusterUrl = url
+            .parse()
+            .map_err(|e: cluster::ClusterError| HiError::BadMessage(e.to_string()))?;
+        let group_url = format!("etcd://{}{}histore/{group}", parsed.endpoint, parsed.prefix);
+        let etcd =
+            Etcd::connect(&group_url).map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
+        Ok(EtcdMembership {
+            etcd,
+            cached: RwLock::new(None),
+        })
+    }
+
+    /// The etcd connection (keys relative to the group's prefix).
+    pub fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+
+    /// The view and its mod revision, if the group was created.
+    pub fn current(&self) -> Result<Option<(GroupView, u64)>, HiError> {
+        let Some((bytes, rev)) = self.etcd.get_raw(VIEW_KEY).map_err(etcd_err)? else {
+            return Ok(None);
+        };
+        let view = GroupView::decode(&bytes).inspect_err(|e| {
+            tracing::error!(error = %e, "the stored HiStore view does not decode");
+        })?;
+        *self.cached.write().unwrap_or_else(|e| e.into_inner()) = Some(view.clone());
+        Ok(Some((view, rev)))
+    }
+
+    /// Creates the group's first view; `Fenced`-like `Unavailable` if one
+    /// exists.
+    pub fn create(&self, view: &GroupView) -> Result<(), HiError> {
+        self.etcd
+            .replace_raw(VIEW_KEY, 0, view.encode())
+            .map_err(etcd_err)?;
+        Ok(())
+    }
+
+    /// Live processes by node.
+    pub fn live(&self) -> Result<BTreeMap<NodeId, Live>, HiError> {
+        let members = self.etcd.members().map_err(etcd_err)?;
+        Ok(members
+            .into_iter()
+            .filter_map(|(id, m)| {
+                let (kind, node) = parse_member(&id)?;
+                Some((
+                    node,
+                    Live {
+                        kind,
+                        url: m.url,
+                        pid: m.pid,
+                    },
+                ))
+            })
+            .collect())
+    }
+
+    /// Records data server `node`'s region (see the module doc).
+    pub fn put_data(&self, server: &DataServer) -> Result<(), HiError> {
+        let name = format!("data/{}", member_id(Kind::Data, server.node));
+        let mut value = server.region.0.to_le_bytes().to_vec();
+        value.extend_from_slice(&server.bytes.to_le_bytes());
+        let expected = self
+            .etcd
+            .get_raw(&name)
+            .map_err(etcd_err)?
+            .map_or(0, |x| x.1);
+        self.etcd
+            .replace_raw(&name, expected, value)
+            .map_err(etcd_err)?;
+        Ok(())
+    }
+
+    /// The data servers recorded, by node.
+    pub fn data_servers(&self) -> Result<Vec<DataServer>, HiError> {
+        let mut out = Vec::new();
+        for (name, value) in self.etcd.list_raw("data/").map_err(etcd_err)? {
+            let node = name
+                .strip_prefix("data/")
+                .and_then(parse_member)
+                .filter(|(k, _)| *k == Kind::Data)
+                .map(|(_, n)| n);
+            let mut r = le::Reader::new(&value);
+            let parsed = (|| -> Result<(u32, u64), le::LeError> {
+                let region = r.u32("region")?;
+                let bytes = r.u64("bytes")?;
+                r.finish()?;
+                Ok((region, bytes))
+            })();
+            match (node, parsed) {
+                (Some(node), Ok((region, bytes))) => out.push(DataServer {
+                    node,
+                    region: RegionId(region),
+                    bytes,
+                }),
+                _ => tracing::warn!(name, "bad data server record ignored"),
+            }
+        }
+        out.sort_by_key(|d| d.node);
+        Ok(out)
+    }
+}
+
+impl Membership for EtcdMembership {
+    fn view(&self) -> GroupView {
+        match self.current() {
+            Ok(Some((v, _))) => v,
+            // No answer or no group yet: the last view read, else an
+            // empty one (every operation on it fails and is retried).
+            _ => self
+                .cached
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .unwrap_or(GroupView {
+                    epoch: 0,
+                    version: 0,
+                    primary: NodeId(u16::MAX),
+                    table: RegionId(0),
+                    main: 1,
+                    backups: Vec::new(),
+                    data: Vec::new(),
+                }),
+        }
+    }
+
+    fn replace(&self, expected: &GroupView, new: GroupView) -> Result<(), HiError> {
+        let (current, rev) = self
+            .current()?
+            .ok_or(HiError::Unavailable("no view stored"))?;
+        if current.epoch != expected.epoch
+            || current.version != expected.version
+            || new.version <= current.version
+        {
+            return Err(HiError::Fenced {
+                ours: expected.epoch,
+                current: current.epoch,
+            });
+        }
+        match self.etcd.replace_raw(VIEW_KEY, rev, new.encode()) {
+            Ok(_) => {
+                *self.cached.write().unwrap_or_else(|e| e.into_inner()) = Some(new);
+                Ok(())
+            }
+            Err(cluster::ClusterError::Fenced { .. }) => Err(HiError::Fenced {
+                ours: expected.epoch,
+                current: current.epoch,
+            }),
+            Err(e) => Err(etcd_err(e)),
+        }
+    }
+}
+
+/// A [`Directory`] over the registrations in etcd, caching what it read
+/// (a node's URL never changes while it lives; a dead node's connection
+/// fails and it is looked up again).
+pub struct EtcdDirectory {
+    membership: Arc<EtcdMembership>,
+    cache: RwLock<BTreeMap<NodeId, String>>,
+}
+
+impl EtcdDirectory {
+    /// A directory reading `membership`'s registrations.
+    pub fn new(membership: Arc<EtcdMembership>) -> EtcdDirectory {
+        EtcdDirectory {
+            membership,
+            cache: RwLock::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl Directory for EtcdDirectory {
+    fn url(&self, node: NodeId) -> Option<String> {
+        // Read fresh on every (re)connect: a connection is opened only on
+        // first use or after the last one failed, when the cached URL may
+        // be a dead process's.
+        match self.membership.live() {
+            Ok(live) => {
+                let urls: BTreeMap<NodeId, String> =
+                    live.into_iter().map(|(n, l)| (n, l.url)).collect();
+                let url = urls.get(&node).cloned();
+                *self.cache.write().unwrap_or_else(|e| e.into_inner()) = urls;
+                url
+            }
+            Err(_) => self
+                .cache
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&node)
+                .cloned(),
+        }
+    }
+}

@@ -1,0 +1,584 @@
+//! An index server or a data server as a process of its own, with the
+//! group's membership in etcd (`xstore server --system histore --role
+//! index|data`).
+//!
+//! Each process registers `i<N>` or `d<N>` under a lease (etcd.rs). Every
+//! index server runs a *watcher* that reads the view and the live members
+//! every [`IndexNodeConfig::tick`] and plays whatever part the view gives it
+//! (docs/histore.md, "Processes and etcd"):
+//!
+//! * **no view yet**: once `index_servers` index servers and
+//!   `data_servers` data servers are registered, the lowest index node
+//!   creates the view (itself primary, the next ones backups) and promotes
+//!   itself;
+//! * **primary**: removes backups whose lease lapsed from its replica set
+//!   and then from the view; deposes itself and exits the moment its own
+//!   lease may have lapsed (it also refuses to acknowledge any write then);
+//! * **backup**: follows the view's primary; when the primary's lease is
+//!   gone, the lowest live backup fails over: fences every backup at
+//!   epoch + 1, takes the entries it lacks from the longest log, hands the
+//!   other backups the entries they lack, publishes the view by a
+//!   compare-and-swap on its revision, then builds its hash table;
+//! * **not in the view** (a replacement): JOINs the primary (which PREPAREs
+//!   it and sends a snapshot of its table), installs the snapshot and adds
+//!   itself to the view.
+//!
+//! A deposed primary exits: it can never serve again, and a fresh process
+//! joins as a backup instead.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use fabric::{Endpoint, Host, NodeId, RegionId, Rights};
+
+use crate::error::HiError;
+use crate::etcd::{member_id, EtcdDirectory, EtcdMembership, Kind, Live};
+use crate::group::table_id;
+use crate::layout::{DATA_HEADER_BYTES, D_CAPACITY, D_CURSOR};
+use crate::net::NetEndpoint;
+use crate::server::IndexServer;
+use crate::table::HashTable;
+use crate::view::{DataServer, GroupView, Membership};
+use crate::wire::{self, Request};
+
+/// Settings of an index server process.
+#[derive(Debug, Clone)]
+pub struct IndexNodeConfig {
+    /// This server's node (unique in the group, data servers included).
+    pub node: NodeId,
+    /// etcd URL (`etcd://host:port[/prefix]`).
+    pub etcd: String,
+    /// Group name.
+    pub group: String,
+    /// Token presented to the other processes.
+    pub token: Option<String>,
+    /// Lease TTL (whole seconds, at least 1): how soon a dead server is
+    /// noticed.
+    pub lease_ttl: Duration,
+    /// Main buckets of the hash table (rounded up to a power of two).
+    pub main_buckets: u64,
+    /// Overflow buckets.
+    pub overflow_buckets: u64,
+    /// Partitions of the sorted index.
+    pub partitions: usize,
+    /// Index servers that must be registered before the group is formed.
+    pub index_servers: usize,
+    /// Data servers that must be registered before the group is formed.
+    pub data_servers: usize,
+    /// How often the watcher looks at etcd.
+    pub tick: Duration,
+}
+
+impl IndexNodeConfig {
+    /// Defaults for node `node` of `group` at `etcd`.
+    pub fn new(node: NodeId, etcd: &str, group: &str) -> IndexNodeConfig {
+        IndexNodeConfig {
+            node,
+            etcd: etcd.to_string(),
+            group: group.to_string(),
+            token: None,
+            lease_ttl: Duration::from_secs(2),
+            main_buckets: 1 << 16,
+            overflow_buckets: 1 << 14,
+            partitions: 4,
+            index_servers: 3,
+            data_servers: 1,
+            tick: Duration::from_millis(20),
+        }
+    }
+}
+
+struct Shared {
+    config: IndexNodeConfig,
+    host: Host,
+    membership: Arc<EtcdMembership>,
+    directory: Arc<EtcdDirectory>,
+    server: Arc<IndexServer>,
+    registration: Arc<cluster::Registration>,
+    /// The lease this server held when it became the primary: its
+    /// authority. A lapse followed by registering again gives a new lease,
+    /// which is no authority (a new primary may exist meanwhile).
+    authority: Arc<AtomicI64>,
+    /// (epoch, primary, table) this backup last followed.
+    followed: Mutex<Option<(u64, NodeId, RegionId)>>,
+    exit: Mutex<Option<String>>,
+}
+
+/// An index server process's HiStore side.
+pub struct IndexNode {
+    config: IndexNodeConfig,
+    host: Host,
+    membership: Arc<EtcdMembership>,
+    directory: Arc<EtcdDirectory>,
+    server: Arc<IndexServer>,
+    shared: Option<Arc<Shared>>,
+    stop: Arc<AtomicBool>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for IndexNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexNode")
+            .field("node", &self.config.node)
+            .finish()
+    }
+}
+
+fn net(directory: &Arc<EtcdDirectory>, token: &Option<String>) -> NetEndpoint {
+    NetEndpoint::new(directory.clone(), token.clone())
+}
+
+impl IndexNode {
+    /// Creates the server (an empty backup: a founding member if the group
+    /// has no view yet, else a replacement waiting to join) and makes it
+    /// `host`'s handler. Call [`IndexNode::register`] once `host` listens.
+    pub fn start(config: IndexNodeConfig, host: Host) -> Result<IndexNode, HiError> {
+        let membership = Arc::new(EtcdMembership::connect(&config.etcd, &config.group)?);
+        let directory = Arc::new(EtcdDirectory::new(membership.clone()));
+        // Decided before registering: the view's founder only counts
+        // registered servers, so a server that saw no view is either
+        // founding (empty at seq 0, which is the group's state) or not in
+        // the view and joins later (PREPARE resets it).
+        let joining = membership.current()?.is_some();
+        let server = IndexServer::new_backup(
+            config.node,
+            0,
+            0,
+            config.partitions,
+            joining,
+            Box::new(net(&directory, &config.token)),
+        );
+        server.set_control(Box::new(net(&directory, &config.token)));
+        host.set_handler(server.clone());
+        Ok(IndexNode {
+            config,
+            host,
+            membership,
+            directory,
+            server,
+            shared: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            watcher: None,
+        })
+    }
+
+    /// Registers the server at `url` under its lease and starts the
+    /// watcher.
+    pub fn register(&mut self, url: &str) -> Result<(), HiError> {
+        let registration = self
+            .membership
+            .etcd()
+            .register(
+                &member_id(Kind::Index, self.config.node),
+                url,
+                self.config.lease_ttl,
+            )
+            .map_err(|e| HiError::BadMessage(format!("registering: {e}")))?;
+        let registration = Arc::new(registration);
+        let weak = Arc::downgrade(&registration);
+        let authority = Arc::new(AtomicI64::new(0));
+        let lease = authority.clone();
+        self.server.set_ack_guard(Arc::new(move || {
+            weak.upgrade()
+                .is_some_and(|r| r.fresh() && r.lease() == lease.load(Ordering::SeqCst))
+        }));
+        let shared = Arc::new(Shared {
+            config: self.config.clone(),
+            host: self.host.clone(),
+            membership: self.membership.clone(),
+            directory: self.directory.clone(),
+            server: self.server.clone(),
+            registration,
+            authority,
+            followed: Mutex::new(None),
+            exit: Mutex::new(None),
+        });
+        let (s, stop) = (shared.clone(), self.stop.clone());
+        self.watcher = Some(
+            std::thread::Builder::new()
+                .name("histore-watch".into())
+                .spawn(move || watch(&s, &stop))
+                .map_err(|e| HiError::BadMessage(format!("watcher thread: {e}")))?,
+        );
+        self.shared = Some(shared);
+        Ok(())
+    }
+
+    /// Why the server stopped serving for good (deposed), if it did: the
+    /// process should exit.
+    pub fn exited(&self) -> Option<String> {
+        self.shared
+            .as_ref()
+            .and_then(|s| s.exit.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
+    /// The index server.
+    pub fn server(&self) -> &Arc<IndexServer> {
+        &self.server
+    }
+}
+
+impl Drop for IndexNode {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+        // Dropping the last registration revokes the lease: the group
+        // notices this server is gone at once.
+        self.shared = None;
+    }
+}
+
+fn watch(s: &Shared, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        match tick(s) {
+            Ok(None) => {}
+            Ok(Some(reason)) => {
+                tracing::error!(node = s.config.node.0, reason, "index server stops");
+                *s.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(node = s.config.node.0, error = %e, "watcher step failed; retrying")
+            }
+        }
+        std::thread::sleep(s.config.tick);
+    }
+}
+
+/// One look at etcd; `Some(reason)` when the server must stop.
+fn tick(s: &Shared) -> Result<Option<String>, HiError> {
+    let me = s.config.node;
+    let server = &s.server;
+    if server.is_deposed() {
+        return Ok(Some("deposed: a newer primary fenced this one".into()));
+    }
+    if server.is_primary() && !authorized(s) {
+        server.depose();
+        return Ok(Some("the lease may have lapsed: deposed".into()));
+    }
+    let live = s.membership.live()?;
+    let Some((view, _)) = s.membership.current()? else {
+        return found(s, &live).map(|()| None);
+    };
+    if server.is_primary() && view.primary != me {
+        // Another server took over (this one was cut off from etcd
+        // longer than its lease): it must not serve GETs from its table.
+        server.depose();
+        return Ok(Some(format!(
+            "node {} is the primary of epoch {}: deposed",
+            view.primary.0, view.epoch
+        )));
+    }
+    if view.primary == me {
+        if !server.is_primary() {
+            become_primary(s, &view)?;
+            return Ok(None);
+        }
+        for b in server.replica_set() {
+            if !live.contains_key(&b) {
+                tracing::warn!(backup = b.0, "backup's lease lapsed: dropping it");
+                server.remove_backup(b)?;
+            }
+        }
+        let set = server.replica_set();
+        if view.backups.iter().any(|b| !set.contains(b)) {
+            let new = GroupView {
+                version: view.version + 1,
+                backups: view
+                    .backups
+                    .iter()
+                    .copied()
+                    .filter(|b| set.contains(b))
+                    .collect(),
+                ..view.clone()
+            };
+            s.membership.replace(&view, new)?;
+        }
+    } else if view.backups.contains(&me) {
+        if !live.contains_key(&view.primary) {
+            let coordinator = view.backups.iter().filter(|b| live.contains_key(b)).min();
+            if coordinator == Some(&me) {
+                fail_over(s, &view, &live)?;
+            }
+        } else {
+            let want = (view.epoch, view.primary, view.table);
+            let mut followed = s.followed.lock().unwrap_or_else(|e| e.into_inner());
+            if *followed != Some(want) {
+                server.follow(view.epoch, view.primary, view.table)?;
+                *followed = Some(want);
+            }
+        }
+    } else if live.contains_key(&view.primary) && !server.is_primary() {
+        join(s, &view)?;
+    }
+    Ok(None)
+}
+
+/// Whether this server's lease is fresh and the one it became primary
+/// under.
+fn authorized(s: &Shared) -> bool {
+    s.registration.fresh() && s.registration.lease() == s.authority.load(Ordering::SeqCst)
+}
+
+/// Creates the group's first view if this is the lowest of enough
+/// registered index servers.
+fn found(s: &Shared, live: &BTreeMap<NodeId, Live>) -> Result<(), HiError> {
+    let index: Vec<NodeId> = live
+        .iter()
+        .filter(|(_, l)| l.kind == Kind::Index)
+        .map(|(n, _)| *n)
+        .collect();
+    let wanted = s.config.index_servers.max(2);
+    if index.len() < wanted || index[0] != s.config.node || s.server.is_installing() {
+        return Ok(());
+    }
+    let data: Vec<DataServer> = s
+        .membership
+        .data_servers()?
+        .into_iter()
+        .filter(|d| live.contains_key(&d.node))
+        .collect();
+    if data.len() < s.config.data_servers.max(1) || data.len() > 255 {
+        return Ok(());
+    }
+    let view = GroupView {
+        epoch: 1,
+        version: 1,
+        primary: s.config.node,
+        table: table_id(1),
+        main: s.config.main_buckets.max(1).next_power_of_two(),
+        backups: index[1..wanted].to_vec(),
+        data,
+    };
+    s.membership.create(&view)?;
+    tracing::info!(?view, "group formed");
+    become_primary(s, &view)
+}
+
+/// Promotes this backup to the view's primary: a table region of the
+/// view's epoch, built from the sorted index.
+fn become_primary(s: &Shared, view: &GroupView) -> Result<(), HiError> {
+    if !s.registration.fresh() {
+        return Err(HiError::Unavailable("own lease not fresh: not promoting"));
+    }
+    s.authority.store(s.registration.lease(), Ordering::SeqCst);
+    let bytes = crate::layout::table_bytes(view.main, s.config.overflow_buckets);
+    // A failed earlier attempt may have left the region registered.
+    s.host.deregister(view.table);
+    let region = s.host.alloc_region(view.table, bytes, Rights::ALL)?;
+    s.host.register(region.clone())?;
+    let table = HashTable::new(region, view.main, s.config.overflow_buckets, view.epoch)?;
+    s.server.promote(
+        view.epoch,
+        table,
+        view.backups.clone(),
+        Box::new(net(&s.directory, &s.config.token)),
+    )?;
+    tracing::info!(epoch = view.epoch, backups = ?view.backups, "serving as the primary");
+    Ok(())
+}
+
+/// Sends `req` to `node` and returns the reply body's bytes after the
+/// status.
+fn rpc(ep: &mut NetEndpoint, node: NodeId, req: &Request) -> Result<Vec<u8>, HiError> {
+    let mut buf = Vec::new();
+    req.encode(&mut buf);
+    let mut reply = Vec::new();
+    ep.call(node, &buf, &mut reply)?;
+    let mut body = wire::reply_body(&reply)?;
+    Ok(body.take(body.remaining(), "body")?.to_vec())
+}
+
+fn rpc_u64(ep: &mut NetEndpoint, node: NodeId, req: &Request) -> Result<u64, HiError> {
+    let body = rpc(ep, node, req)?;
+    let mut r = le::Reader::new(&body);
+    let v = r.u64("seq")?;
+    r.finish()?;
+    Ok(v)
+}
+
+/// The primary's lease is gone and this is the lowest live backup: make
+/// it the primary of epoch + 1 (the order of group.rs's `fail_over`, with
+/// RPCs to the other backups).
+fn fail_over(s: &Shared, view: &GroupView, live: &BTreeMap<NodeId, Live>) -> Result<(), HiError> {
+    let me = s.config.node;
+    // The old primary closes its table within a tick of its lease going
+    // stale (which is before etcd drops it); give it two.
+    std::thread::sleep(s.config.tick * 2);
+    let epoch = view.epoch + 1;
+    tracing::warn!(
+        old = view.primary.0,
+        epoch,
+        "primary's lease lapsed: failing over"
+    );
+    let mut mine = s.server.fence(epoch)?;
+    let mut ep = net(&s.directory, &s.config.token);
+    let mut others = Vec::new();
+    for &o in &view.backups {
+        if o == me || !live.contains_key(&o) {
+            continue;
+        }
+        match rpc_u64(&mut ep, o, &Request::Fence { epoch }) {
+            Ok(last) => others.push((o, last)),
+            Err(e) => {
+                tracing::warn!(backup = o.0, error = %e, "could not fence a backup: dropping it")
+            }
+        }
+    }
+    // Every committed entry is in every backup's log; take the entries
+    // only a longer log has (they may have been acknowledged).
+    for &(o, last) in &others {
+        if last > mine {
+            let body = rpc(&mut ep, o, &Request::LogAfter { seq: mine })?;
+            let mut r = le::Reader::new(&body);
+            let entries = wire::get_entries(&mut r)?;
+            r.finish()?;
+            mine = s.server.catch_up(epoch, entries)?;
+        }
+    }
+    for &(o, last) in &others {
+        let entries = s.server.log_after(last)?;
+        rpc_u64(&mut ep, o, &Request::CatchUp { epoch, entries })?;
+    }
+    let new = GroupView {
+        epoch,
+        version: view.version + 1,
+        primary: me,
+        table: table_id(epoch),
+        main: view.main,
+        backups: others.iter().map(|(o, _)| *o).collect(),
+        data: view.data.clone(),
+    };
+    // Published before the table exists: clients that look meanwhile are
+    // told "not the primary" and retry; the CAS on the view's revision is
+    // what makes this coordinator the only one.
+    s.membership.replace(view, new.clone())?;
+    become_primary(s, &new)
+}
+
+/// Joins the view's primary as a fresh backup and adds this server to
+/// the view.
+fn join(s: &Shared, view: &GroupView) -> Result<(), HiError> {
+    let me = s.config.node;
+    let mut ep = net(&s.directory, &s.config.token);
+    let body = rpc(&mut ep, view.primary, &Request::Join { node: me })?;
+    let mut r = le::Reader::new(&body);
+    let seq = r.u64("seq")?;
+    let pairs = wire::read_pairs(r)?;
+    let keys = pairs.len();
+    s.server.install(pairs, (view.primary, view.table))?;
+    s.server.follow(view.epoch, view.primary, view.table)?;
+    *s.followed.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some((view.epoch, view.primary, view.table));
+    for _ in 0..20 {
+        let (cur, _) = s
+            .membership
+            .current()?
+            .ok_or(HiError::Unavailable("the view vanished"))?;
+        if cur.epoch != view.epoch || cur.primary != view.primary {
+            return Err(HiError::Unavailable("the primary changed while joining"));
+        }
+        if cur.backups.contains(&me) {
+            break;
+        }
+        let new = GroupView {
+            version: cur.version + 1,
+            backups: cur.backups.iter().copied().chain([me]).collect(),
+            ..cur.clone()
+        };
+        match s.membership.replace(&cur, new) {
+            Ok(()) => {
+                tracing::info!(seq, keys, "joined as a backup");
+                return Ok(());
+            }
+            Err(HiError::Fenced { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A data server process's HiStore side: its record region and its
+/// registration.
+pub struct DataNode {
+    membership: EtcdMembership,
+    node: NodeId,
+    server: DataServer,
+    registration: Option<cluster::Registration>,
+}
+
+impl std::fmt::Debug for DataNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataNode")
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+impl DataNode {
+    /// Allocates and registers a record region of `bytes` on `host` and
+    /// records it in etcd for group `group`.
+    pub fn start(
+        host: &Host,
+        node: NodeId,
+        bytes: u64,
+        etcd: &str,
+        group: &str,
+    ) -> Result<DataNode, HiError> {
+        let membership = EtcdMembership::connect(etcd, group)?;
+        let id = RegionId(0x4844_0000 | node.0 as u32);
+        let region = host.alloc_region(id, bytes.max(DATA_HEADER_BYTES + 4096), Rights::ALL)?;
+        region.store(D_CURSOR, DATA_HEADER_BYTES);
+        region.store(D_CAPACITY, region.len_bytes());
+        let server = DataServer {
+            node,
+            region: id,
+            bytes: region.len_bytes(),
+        };
+        host.register(region)?;
+        membership.put_data(&server)?;
+        Ok(DataNode {
+            membership,
+            node,
+            server,
+            registration: None,
+        })
+    }
+
+    /// Registers the server at `url` under a lease of `ttl`.
+    pub fn register(&mut self, url: &str, ttl: Duration) -> Result<(), HiError> {
+        self.registration = Some(
+            self.membership
+                .etcd()
+                .register(&member_id(Kind::Data, self.node), url, ttl)
+                .map_err(|e| HiError::BadMessage(format!("registering: {e}")))?,
+        );
+        Ok(())
+    }
+
+    /// The region as the view will name it.
+    pub fn server(&self) -> DataServer {
+        self.server
+    }
+}
+
+/// A client of group `group` at `etcd` over the processes' fabric.
+pub fn connect_client(
+    etcd: &str,
+    group: &str,
+    token: Option<String>,
+    config: crate::ClientConfig,
+) -> Result<crate::Client<NetEndpoint>, HiError> {
+    let membership = Arc::new(EtcdMembership::connect(etcd, group)?);
+    let directory = Arc::new(EtcdDirectory::new(membership.clone()));
+    Ok(crate::Client::new(
+        NetEndpoint::new(directory, token),
+        membership,
+        config,
+    ))
+}
