@@ -9,7 +9,7 @@
 //! keys). Environment: `TOPE=E` the training spline's corridor (`top_error`); `KNOTS=1`
 //! knots of the plain corridor at several errors; `HIST=1` where the extra
 //! leaf reads come from; `WORST=1` each new widest lookup; `DUMP=I` the
-//! leaves of sub-model I.
+//! leaves of sub-model I; `CURVES=1` leaves per lookup by kind of curve.
 
 use learned::{LeafInfo, TrainParams, XModel};
 
@@ -84,6 +84,9 @@ fn main() {
             .collect();
         println!("{r:?}");
     }
+    if std::env::var("CURVES").is_ok() {
+        curves_report(&model, &keys);
+    }
     if std::env::var("HIST").is_ok() {
         let small = (0..m).filter(|&i| model.tt(i).len() <= 2).count();
         println!("{small} of {m} sub-models hold at most 2 leaves");
@@ -142,6 +145,37 @@ pub fn knots_vs_error(leaves: &[LeafInfo]) {
         println!(
             "E={e} leaves: knots={}",
             learned::Spline::fit(&pts, e).knots().len()
+        );
+    }
+}
+
+/// Leaves a lookup reads, per kind of sub-model curve.
+pub fn curves_report(model: &XModel, keys: &[u64]) {
+    let mut agg = [(0u64, 0u64, 0u32); 3];
+    for &k in keys {
+        let p = model.predict(k).unwrap();
+        let kind = match model.sub(p.sub).curve {
+            learned::Curve::Line(_) => 0,
+            learned::Curve::TwoPiece(_) => 1,
+            learned::Curve::Bent(_) => 2,
+        };
+        agg[kind].0 += (p.last - p.first + 1) as u64;
+        agg[kind].1 += 1;
+    }
+    for i in 0..model.submodels() {
+        let kind = match model.sub(i).curve {
+            learned::Curve::Line(_) => 0,
+            learned::Curve::TwoPiece(_) => 1,
+            learned::Curve::Bent(_) => 2,
+        };
+        agg[kind].2 += 1;
+    }
+    for (name, a) in ["line", "two pieces", "bent"].iter().zip(agg) {
+        println!(
+            "{name}: {} sub-models, {} keys, {:.3} leaves per lookup",
+            a.2,
+            a.1,
+            a.0 as f64 / a.1.max(1) as f64
         );
     }
 }

@@ -62,7 +62,8 @@ pub use linear::Linear;
 pub use router::{Router, RouterError};
 pub use spline::{Knot, Spline};
 pub use submodel::{
-    Curve, ErrorCode, SubModel, TwoPiece, FORMAT_LINE, FORMAT_TWO_PIECE, MAX_TT_LEN, SUBMODEL_BYTES,
+    piece_of, Bent, Curve, ErrorCode, SubModel, TwoPiece, FORMAT_BENT, FORMAT_LINE,
+    FORMAT_TWO_PIECE, MAX_TT_LEN, SUBMODEL_BYTES,
 };
 pub use tt::{TtEntry, TT_ENTRY_BYTES};
 pub use xmodel::{LeafInfo, ModelError, Prediction, TrainParams, XModel, MAX_SUBMODELS};

@@ -1,41 +1,50 @@
 //! The compact sub-model: a curve over the top model's fraction (one line,
-//! or two linear pieces), leaf-granular error bounds and the size of its
-//! translation table.
+//! or two linear pieces, split or joined at a knot), leaf-granular error
+//! bounds and the size of its translation table.
 //!
 //! # Byte diagram (14 bytes, little-endian)
 //!
 //! ```text
 //! offset  size  field
-//! 0       8     curve      (see below; format from bit 31 of tt_len)
-//! 8       4     tt_len     u32: bits 0..31 leaves in this sub-model's
-//!                          translation table, bit 31 the curve format
-//!                          (0 line, 1 two pieces)
+//! 0       8     curve      (see below; format from bits 30..32 of tt_len)
+//! 8       4     tt_len     u32: bits 0..30 leaves in this sub-model's
+//!                          translation table, bits 30..32 the curve format
+//!                          (0 line, 1 two pieces, 2 bent)
 //! 12      1     err_lo     error code (see ErrorCode)
 //! 13      1     err_hi     error code
 //!
-//! curve, format 0 (line):        curve, format 1 (two pieces), one u64:
-//! 0  4  slope      f32           bits  0..16  knot k (fraction k/65536)
-//! 4  4  intercept  f32           bits 16..28  piece 1 at fraction 0
-//!                                bits 28..40  piece 1 at fraction k
-//!                                bits 40..52  piece 2 at fraction k
-//!                                bits 52..64  piece 2 at fraction 1
+//! format 0 (line):     format 1 (two pieces), u64:   format 2 (bent), u64:
+//! 0 4 slope     f32    bits  0..16 knot k            bits  0..16 knot k
+//! 4 4 intercept f32    bits 16..28 piece 1 at 0      bits 16..26 value at 0
+//!                      bits 28..40 piece 1 at k      bits 26..36 value at k
+//!                      bits 40..52 piece 2 at k      bits 36..46 value at 1
+//!                      bits 52..64 piece 2 at 1      bits 46..48 0
+//!                                                    bits 48..56 piece 2 err_lo
+//!                                                    bits 56..64 piece 2 err_hi
 //! ```
 //!
 //! A sub-model maps the fraction `f = top(key) - i` in `[0, 1]` to a
 //! logical position `p` in its own leaf sequence, where logical leaf `l`
 //! spans positions `[l·N, (l+1)·N)`: `p = intercept + slope × f` for a
 //! line; for two pieces, the straight line between the piece's two end
-//! values, piece 1 for `f < k` and piece 2 from `k` on. A piece's end value
-//! is a 12-bit code `c` meaning `(c − 1024) · tt_len / 2048` leaves, so the
-//! codes span half a table below it to half a table beyond it in steps of
-//! `tt_len / 2048` leaves. The key's leaf lies among logical leaves
-//! `floor((p - err_lo)/N) ..= floor((p + err_hi)/N)`.
+//! values, piece 1 for `f < k/65536` and piece 2 from there on (all of it
+//! when `k` is 0). Two pieces share `err_lo`/`err_hi`; a bent curve's
+//! pieces meet at the knot and its second piece has its own two error
+//! codes. A two-piece value is a 12-bit code `c` meaning
+//! `(c − 1024) · tt_len / 2048` leaves (half a table below it to half a
+//! table beyond, steps of `tt_len / 2048`); a bent value a 10-bit code
+//! meaning `(c − 128) · tt_len / 768` leaves. The key's leaf lies among
+//! logical leaves `floor((p - err_lo)/N) ..= floor((p + err_hi)/N)`, with
+//! the bounds of the piece that holds `f`.
 //!
-//! Why two pieces: at about a dozen leaves per sub-model, a CDF that bends
+//! Why pieces: at about a dozen leaves per sub-model, a CDF that bends
 //! once inside a sub-model (a cluster, a gap) costs one line a range as wide
 //! as the bend; a second piece whose knot sits on the bend follows it, in
-//! the same 8 bytes, because the end values need only 12 bits each at this
-//! scale (a step is a 1/2048 of the table) where a line's two f32 spend 64.
+//! the same 8 bytes, because the values need only 10-12 bits each at this
+//! scale (a step is 1/768 to 1/2048 of the table) where a line's two f32
+//! spend 64. The bent form spends the bits it saves by joining the pieces
+//! on bounds of their own, so a straight piece is not charged for its bent
+//! neighbour.
 
 use crate::linear::Linear;
 
@@ -44,7 +53,7 @@ pub const SUBMODEL_BYTES: usize = 14;
 
 /// An error bound in positions, stored in one byte, finest where lookups
 /// live: 1/8-position steps up to 8, 1/4 up to 24, 1/2 up to 56, whole
-/// positions up to 88, then steps of 25 % up to ~71,000, and 255 for
+/// positions up to 88, then steps of 25 % up to ~89,000, and 255 for
 /// "unbounded" (read the whole table). Encoding always rounds up, so a
 /// stored bound is never smaller than the true one.
 ///
@@ -97,17 +106,27 @@ impl ErrorCode {
     }
 }
 
-/// Bit 31 of the encoded `tt_len`: the curve has two pieces.
-const TWO_PIECE_FLAG: u32 = 1 << 31;
+/// Where the curve format sits in the encoded `tt_len` (its top 2 bits).
+const FORMAT_SHIFT: u32 = 30;
 
-/// Most leaves a sub-model's table may hold (bit 31 of the encoded length
-/// is the curve format).
-pub const MAX_TT_LEN: u32 = TWO_PIECE_FLAG - 1;
+/// Most leaves a sub-model's table may hold (the top 2 bits of the
+/// encoded length are the curve format).
+pub const MAX_TT_LEN: u32 = (1 << FORMAT_SHIFT) - 1;
 
 /// The curve format byte of a line (see [`SubModel::curve_bits`]).
 pub const FORMAT_LINE: u8 = 0;
 /// The curve format byte of two pieces.
 pub const FORMAT_TWO_PIECE: u8 = 1;
+/// The curve format byte of two joined pieces with bounds of their own.
+pub const FORMAT_BENT: u8 = 2;
+
+/// The piece (0 or 1) of a two-piece curve with knot `k` that holds
+/// `frac`: the second from the knot on, and everything when the knot is 0
+/// (the first holds fractions in `[0, k)` only).
+#[inline]
+pub fn piece_of(k: f64, frac: f64) -> usize {
+    usize::from(!(k > 0.0 && frac < k))
+}
 
 /// Two linear pieces split at a knot, packed in one `u64` (see the module
 /// docs for the bit layout and what a code means).
@@ -158,26 +177,110 @@ impl TwoPiece {
         (code as f64 - Self::ZERO) * tt_len as f64 / Self::STEPS
     }
 
-    /// Position (in leaves) at `frac`: each piece extends its own line
-    /// beyond its ends.
+    /// Position (in leaves) of piece `piece`'s line at `frac`; a piece
+    /// extends its line beyond its ends.
     #[inline]
-    pub fn predict_leaves(self, frac: f64, tt_len: u32) -> f64 {
+    pub fn piece_leaves(self, piece: usize, frac: f64, tt_len: u32) -> f64 {
         let k = self.knot();
-        // Piece 1 holds only fractions in [0, k), so never when k is 0.
-        let (x0, x1, a, b) = if k > 0.0 && frac < k {
+        let (x0, x1, a, b) = if piece == 0 {
             (0.0, k, self.code(0), self.code(1))
         } else {
             (k, 1.0, self.code(2), self.code(3))
         };
         let (a, b) = (Self::value(a, tt_len), Self::value(b, tt_len));
-        // The knot is below 1 and piece 1 is only used when k > 0, so
-        // x1 > x0 whichever piece holds `frac`.
-        a + (b - a) * ((frac - x0) / (x1 - x0))
+        if x1 > x0 {
+            a + (b - a) * ((frac - x0) / (x1 - x0))
+        } else {
+            // Piece 0 of a knot at 0 holds no fraction.
+            a
+        }
     }
 
-    /// The end values in leaves: piece 1 at 0 and at k, piece 2 at k and 1.
-    pub fn ends(self, tt_len: u32) -> [f64; 4] {
-        [0, 1, 2, 3].map(|i| Self::value(self.code(i), tt_len))
+    /// Position (in leaves) at `frac`.
+    #[inline]
+    pub fn predict_leaves(self, frac: f64, tt_len: u32) -> f64 {
+        self.piece_leaves(piece_of(self.knot(), frac), frac, tt_len)
+    }
+}
+
+/// Two linear pieces joined at a knot, the second with error bounds of its
+/// own, packed in one `u64` (format 2; see the module docs for the bit
+/// layout and what a code means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bent(pub u64);
+
+impl Bent {
+    /// Codes a value may take.
+    pub const CODES: u64 = 1 << 10;
+    /// Code of the value 0.
+    const ZERO: f64 = 128.0;
+    /// Code steps per table length: the codes span a sixth of the table
+    /// below its start to 1.17 tables, in steps of 1/768 of it.
+    const STEPS: f64 = 768.0;
+
+    /// Packs a knot, the three values' codes (at 0, at the knot, at 1;
+    /// each below [`Bent::CODES`]) and the second piece's error codes.
+    pub fn pack(knot: u16, codes: [u64; 3], err2: (ErrorCode, ErrorCode)) -> Bent {
+        let mut bits = knot as u64;
+        for (i, c) in codes.iter().enumerate() {
+            debug_assert!(*c < Self::CODES);
+            bits |= (c & (Self::CODES - 1)) << (16 + 10 * i);
+        }
+        Bent(bits).with_errors(err2)
+    }
+
+    /// This curve with the second piece's error codes replaced.
+    pub fn with_errors(self, err2: (ErrorCode, ErrorCode)) -> Bent {
+        let bits = self.0 & ((1 << 48) - 1);
+        Bent(bits | (err2.0 .0 as u64) << 48 | (err2.1 .0 as u64) << 56)
+    }
+
+    /// The knot as a fraction in `[0, 1)`.
+    #[inline]
+    pub fn knot(self) -> f64 {
+        (self.0 & 0xffff) as f64 / 65536.0
+    }
+
+    /// The second piece's error bounds (below, above) in positions.
+    #[inline]
+    pub fn errors2(self) -> (f64, f64) {
+        (
+            ErrorCode((self.0 >> 48) as u8).bound(),
+            ErrorCode((self.0 >> 56) as u8).bound(),
+        )
+    }
+
+    /// The code nearest `leaves` (a position in leaves) for a table of
+    /// `tt_len` leaves, clamped to the codes there are.
+    pub fn quantize(leaves: f64, tt_len: u32) -> u64 {
+        let c = (leaves * Self::STEPS / tt_len.max(1) as f64 + Self::ZERO).round();
+        c.clamp(0.0, (Self::CODES - 1) as f64) as u64
+    }
+
+    /// The value in leaves of code `i` (0 at fraction 0, 1 at the knot, 2
+    /// at fraction 1).
+    #[inline]
+    fn value(self, i: u32, tt_len: u32) -> f64 {
+        let code = (self.0 >> (16 + 10 * i)) & (Self::CODES - 1);
+        (code as f64 - Self::ZERO) * tt_len as f64 / Self::STEPS
+    }
+
+    /// Position (in leaves) of piece `piece`'s line at `frac`; a piece
+    /// extends its line beyond its ends.
+    #[inline]
+    pub fn piece_leaves(self, piece: usize, frac: f64, tt_len: u32) -> f64 {
+        let k = self.knot();
+        let (x0, x1, a, b) = if piece == 0 {
+            (0.0, k, self.value(0, tt_len), self.value(1, tt_len))
+        } else {
+            (k, 1.0, self.value(1, tt_len), self.value(2, tt_len))
+        };
+        if x1 > x0 {
+            a + (b - a) * ((frac - x0) / (x1 - x0))
+        } else {
+            // Piece 0 of a knot at 0 holds no fraction.
+            a
+        }
     }
 }
 
@@ -188,6 +291,8 @@ pub enum Curve {
     Line(Linear),
     /// Two pieces split at a knot.
     TwoPiece(TwoPiece),
+    /// Two pieces joined at a knot, with bounds of their own.
+    Bent(Bent),
 }
 
 impl Default for Curve {
@@ -224,30 +329,45 @@ impl SubModel {
     /// slots (not clamped to the table).
     #[inline]
     pub fn position(&self, frac: f64, slots: usize) -> f64 {
+        self.piece_position(self.piece(frac), frac, slots)
+    }
+
+    /// The knot of a two-piece curve (`None` for a line).
+    #[inline]
+    pub fn knot(&self) -> Option<f64> {
         match self.curve {
-            Curve::Line(line) => line.predict(frac),
-            Curve::TwoPiece(t) => t.predict_leaves(frac, self.tt_len) * slots as f64,
+            Curve::Line(_) => None,
+            Curve::TwoPiece(t) => Some(t.knot()),
+            Curve::Bent(b) => Some(b.knot()),
         }
     }
 
-    /// The lowest and highest position the curve predicts for fractions in
-    /// `[xa, xb]` (`xa <= xb`): a piecewise-linear curve takes its extremes
-    /// at the interval's ends or at a knot inside it.
-    pub fn extent(&self, xa: f64, xb: f64, slots: usize) -> (f64, f64) {
-        let (pa, pb) = (self.position(xa, slots), self.position(xb, slots));
-        let (mut lo, mut hi) = (pa.min(pb), pa.max(pb));
-        if let Curve::TwoPiece(t) = self.curve {
-            let k = t.knot();
-            if xa < k && k <= xb {
-                let e = t.ends(self.tt_len);
-                let n = slots as f64;
-                for v in [e[1] * n, e[2] * n] {
-                    lo = lo.min(v);
-                    hi = hi.max(v);
-                }
-            }
+    /// The piece that holds `frac` (0 for a line).
+    #[inline]
+    pub fn piece(&self, frac: f64) -> usize {
+        self.knot().map_or(0, |k| piece_of(k, frac))
+    }
+
+    /// Position of piece `piece`'s line at `frac` (a line has piece 0).
+    #[inline]
+    pub fn piece_position(&self, piece: usize, frac: f64, slots: usize) -> f64 {
+        let n = slots as f64;
+        match self.curve {
+            Curve::Line(line) => line.predict(frac),
+            Curve::TwoPiece(t) => t.piece_leaves(piece, frac, self.tt_len) * n,
+            Curve::Bent(b) => b.piece_leaves(piece, frac, self.tt_len) * n,
         }
-        (lo, hi)
+    }
+
+    /// The error bounds (below, above) in positions of the piece that holds
+    /// `frac`: the sub-model's own, except on the second piece of a bent
+    /// curve, which has its own.
+    #[inline]
+    pub fn errors_at(&self, frac: f64) -> (f64, f64) {
+        match self.curve {
+            Curve::Bent(b) if piece_of(b.knot(), frac) == 1 => b.errors2(),
+            _ => (self.err_lo.bound(), self.err_hi.bound()),
+        }
     }
 
     /// Logical leaves (inclusive range) that may hold a key whose top-model
@@ -259,9 +379,10 @@ impl SubModel {
         }
         let last_leaf = self.tt_len - 1;
         let p = self.position(frac, slots);
+        let (err_lo, err_hi) = self.errors_at(frac);
         let n = slots as f64;
-        let lo = ((p - self.err_lo.bound()) / n).floor();
-        let hi = ((p + self.err_hi.bound()) / n).floor();
+        let lo = ((p - err_lo) / n).floor();
+        let hi = ((p + err_hi) / n).floor();
         // Clamp in f64 first: an unbounded error gives infinities.
         let lo = lo.clamp(0.0, last_leaf as f64) as u32;
         let hi = hi.clamp(0.0, last_leaf as f64) as u32;
@@ -278,6 +399,7 @@ impl SubModel {
                 FORMAT_LINE,
             ),
             Curve::TwoPiece(t) => (t.0, FORMAT_TWO_PIECE),
+            Curve::Bent(b) => (b.0, FORMAT_BENT),
         }
     }
 
@@ -305,6 +427,7 @@ impl SubModel {
                 Curve::Line(Linear { slope, intercept })
             }
             FORMAT_TWO_PIECE => Curve::TwoPiece(TwoPiece(bits)),
+            FORMAT_BENT if bits & (3 << 46) == 0 => Curve::Bent(Bent(bits)),
             _ => return None,
         };
         Some(SubModel {
@@ -319,13 +442,8 @@ impl SubModel {
     pub fn encode(&self, out: &mut Vec<u8>) {
         assert!(self.tt_len <= MAX_TT_LEN, "tt_len {} too long", self.tt_len);
         let (bits, format) = self.curve_bits();
-        let flag = if format == FORMAT_TWO_PIECE {
-            TWO_PIECE_FLAG
-        } else {
-            0
-        };
         out.extend_from_slice(&bits.to_le_bytes());
-        out.extend_from_slice(&(self.tt_len | flag).to_le_bytes());
+        out.extend_from_slice(&(self.tt_len | (format as u32) << FORMAT_SHIFT).to_le_bytes());
         out.push(self.err_lo.0);
         out.push(self.err_hi.0);
     }
@@ -335,14 +453,9 @@ impl SubModel {
     pub fn decode(b: &[u8; SUBMODEL_BYTES]) -> Option<SubModel> {
         let bits = le::u64_at(b, 0)?;
         let len = le::u32_at(b, 8)?;
-        let format = if len & TWO_PIECE_FLAG != 0 {
-            FORMAT_TWO_PIECE
-        } else {
-            FORMAT_LINE
-        };
         SubModel::from_parts(
             bits,
-            format,
+            (len >> FORMAT_SHIFT) as u8,
             len & MAX_TT_LEN,
             ErrorCode(b[12]),
             ErrorCode(b[13]),

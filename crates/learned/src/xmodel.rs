@@ -55,7 +55,7 @@ use crate::linear::Linear;
 use crate::plr::Grower;
 use crate::router::Router;
 use crate::spline::{Knot, Spline};
-use crate::submodel::{Curve, ErrorCode, SubModel, TwoPiece, SUBMODEL_BYTES};
+use crate::submodel::{piece_of, Bent, Curve, ErrorCode, SubModel, TwoPiece, SUBMODEL_BYTES};
 use crate::tt::{TtEntry, TT_ENTRY_BYTES};
 
 /// The most sub-models a model may have (a bound on client memory).
@@ -1049,92 +1049,256 @@ fn allocate(
     counts
 }
 
-/// The error bounds (below, above) that let `sub`'s curve reach every
-/// leaf from anywhere between its fence fractions `xs[l]`: leaf `l` spans
-/// positions `[l·n, (l+1)·n − slack]`. [`SubModel::leaves`] clamps the
-/// range to the table, so the first leaf is reached from below and the
-/// last from above whatever the curve says; bounding them too would let
-/// one leaf that spans a wide gap at a sub-model's end (its high fence far
-/// to the right of its keys) widen every lookup of the sub-model.
-fn leaf_errors(xs: &[(f64, f64)], slots: usize, sub: &SubModel) -> (f64, f64) {
+/// The error bounds (below, above) of each piece of `sub`'s curve that let
+/// it reach every leaf from anywhere between the leaf's fence fractions
+/// `xs[l]` that the piece holds: leaf `l` spans positions
+/// `[l·n, (l+1)·n − slack]`. [`SubModel::leaves`] clamps the range to the
+/// table, so the first leaf is reached from below and the last from above
+/// whatever the curve says; bounding them too would let one leaf that spans
+/// a wide gap at a sub-model's end (its high fence far to the right of its
+/// keys) widen every lookup of the sub-model. A line has piece 0 only.
+fn leaf_errors(xs: &[(f64, f64)], slots: usize, sub: &SubModel) -> [(f64, f64); 2] {
     let n = slots as f64;
     let last = xs.len().saturating_sub(1);
-    let (mut err_lo, mut err_hi) = (0.0f64, 0.0f64);
+    // Piece 0 holds [0, knot), piece 1 [knot, ..); a knot at 0 leaves
+    // everything to piece 1, a line everything to piece 0.
+    let knot = match sub.knot() {
+        Some(k) if k > 0.0 => k,
+        Some(_) => f64::NEG_INFINITY,
+        None => f64::INFINITY,
+    };
+    let mut errs = [(0.0f64, 0.0f64); 2];
     for (l, &(xa, xb)) in xs.iter().enumerate() {
         let start = l as f64 * n;
-        let (lo, hi) = sub.extent(xa, xb, slots);
-        if l > 0 {
-            err_hi = err_hi.max(start - lo);
-        }
-        if l < last {
-            err_lo = err_lo.max(hi - (start + n - LEAF_END_SLACK));
+        // The leaf's interval split at the knot: [xa, min(xb, knot)] in
+        // piece 0 (its line's value at the knot is the limit from below),
+        // [max(xa, knot), xb] in piece 1. Each piece is a line, so its
+        // extremes are at the part's ends.
+        let parts = [
+            (xa < knot).then(|| (0, xa, xb.min(knot))),
+            (xb >= knot).then(|| (1, xa.max(knot), xb)),
+        ];
+        for (piece, a, b) in parts.into_iter().flatten() {
+            let (pa, pb) = (
+                sub.piece_position(piece, a, slots),
+                sub.piece_position(piece, b, slots),
+            );
+            let (lo, hi) = (pa.min(pb), pa.max(pb));
+            let e = &mut errs[piece];
+            if l > 0 {
+                e.1 = e.1.max(start - lo);
+            }
+            if l < last {
+                e.0 = e.0.max(hi - (start + n - LEAF_END_SLACK));
+            }
         }
     }
-    (err_lo, err_hi)
+    errs
 }
 
-/// The best two-piece curve for leaves with fence fractions `xs` (at least
-/// three): for every split into leaves `..j` and `j..`, the narrowest line
-/// of each side ([`narrowest_span`]); the split whose wider side is
-/// narrowest wins, its knot at leaf `j`'s low fence (rounded down to what
-/// the knot stores). The lines are quantized to the end codes; the caller
-/// computes the true error bounds of what was stored.
-fn two_piece(xs: &[(f64, f64)], slots: usize, hint: f64) -> Option<TwoPiece> {
-    let n = slots as f64;
-    let len = xs.len();
+/// The line through `(k, v)` with the slope in `[0, cap]` that minimizes
+/// the width of the lookup range (both bounds at least 0) for the leaves
+/// `first..first + xs.len()` (fence fractions `xs`), with `free` as in
+/// [`narrowest_span`]; and that width. The width is convex in the slope
+/// (a sum of maxima of lines), so a golden-section search finds it.
+fn narrowest_through(
+    xs: &[(f64, f64)],
+    first: usize,
+    n: f64,
+    free: (bool, bool),
+    (k, v): (f64, f64),
+    cap: f64,
+) -> (f64, f64) {
+    let last = xs.len().saturating_sub(1);
+    let width = |s: f64| {
+        let (mut u, mut w) = (0.0f64, 0.0f64);
+        for (l, &(xa, xb)) in xs.iter().enumerate() {
+            let start = (first + l) as f64 * n;
+            if l > 0 || !free.0 {
+                u = u.max(start - (v + s * (xa - k)));
+            }
+            if l < last || !free.1 {
+                w = w.max(v + s * (xb - k) - (start + n - LEAF_END_SLACK));
+            }
+        }
+        u + w
+    };
+    const PHI: f64 = 0.618_033_988_749_895;
+    let (mut lo, mut hi) = (0.0f64, cap);
+    let (mut a, mut b) = (hi - PHI * (hi - lo), lo + PHI * (hi - lo));
+    let (mut fa, mut fb) = (width(a), width(b));
+    let spread = match (xs.first(), xs.last()) {
+        (Some(f), Some(l)) => (l.1 - f.0).max(1e-12),
+        _ => 1.0,
+    };
+    for _ in 0..64 {
+        // A slope known to a thousandth of a position over the span is
+        // exact enough.
+        if (hi - lo) * spread < 1e-3 {
+            break;
+        }
+        if fa <= fb {
+            hi = b;
+            b = a;
+            fb = fa;
+            a = hi - PHI * (hi - lo);
+            fa = width(a);
+        } else {
+            lo = a;
+            a = b;
+            fa = fb;
+            b = lo + PHI * (hi - lo);
+            fb = width(b);
+        }
+    }
+    let s = (lo + hi) / 2.0;
+    (s, width(s))
+}
+
+/// The narrowest lines of the two sides of a split of a sub-model's leaves
+/// (fence fractions `xs`), fitted once per split however many curves ask.
+struct Splits<'a> {
+    xs: &'a [(f64, f64)],
+    n: f64,
+    hint: f64,
+    /// `(j, left line, its width, right line, its width)` per split tried.
+    seen: Vec<(usize, Linear, f64, Linear, f64)>,
+}
+
+impl<'a> Splits<'a> {
+    fn new(xs: &'a [(f64, f64)], slots: usize, hint: f64) -> Splits<'a> {
+        Splits {
+            xs,
+            n: slots as f64,
+            hint,
+            seen: Vec::with_capacity(8),
+        }
+    }
+
+    /// The first split worth trying: leaf `j`'s low fence must lie inside
+    /// the sub-model (above fraction 0) for a knot to sit on it.
+    fn first(&self) -> Option<usize> {
+        let f = self.xs.iter().position(|x| x.0 > 0.0)?.max(1);
+        (f < self.xs.len()).then_some(f)
+    }
+
+    /// The two sides' narrowest lines and widths for the split before leaf
+    /// `j`: the left side's first leaf and the right side's last are the
+    /// table's ends (clamped), the two inner ends are bounded.
+    fn widths(&mut self, j: usize) -> (Linear, f64, Linear, f64) {
+        if let Some(&(_, a, wa, b, wb)) = self.seen.iter().find(|e| e.0 == j) {
+            return (a, wa, b, wb);
+        }
+        let (xs, n, hint) = (self.xs, self.n, self.hint);
+        let (a, wa) = narrowest_span(&xs[..j], 0, n, LEAF_END_SLACK, (true, false), hint);
+        let (b, wb) = narrowest_span(&xs[j..], j, n, LEAF_END_SLACK, (false, true), hint);
+        self.seen.push((j, a, wa, b, wb));
+        (a, wa, b, wb)
+    }
+
+    /// The split minimizing the wider side. The prefix's width never falls
+    /// as it takes more leaves, the suffix's never grows as it gives them
+    /// up (each adds or drops constraints), so it is where the two cross: a
+    /// bisection, not a scan.
+    fn minimax(&mut self) -> Option<usize> {
+        let first = self.first()?;
+        let (mut lo, mut hi) = (first, self.xs.len() - 1);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (_, wa, _, wb) = self.widths(mid);
+            if wa >= wb {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let mut best: Option<(f64, usize)> = None;
+        for j in [lo.saturating_sub(1).max(first), lo] {
+            let (_, wa, _, wb) = self.widths(j);
+            let w = wa.max(wb);
+            if best.is_none_or(|b| w < b.0) {
+                best = Some((w, j));
+            }
+        }
+        best.map(|b| b.1)
+    }
+}
+
+/// The knot at leaf `j`'s low fence, rounded down to what a knot stores.
+fn knot_at(xs: &[(f64, f64)], j: usize) -> u16 {
+    (xs[j].0 * 65536.0).floor().clamp(0.0, 65535.0) as u16
+}
+
+/// The best two-piece curve (shared bounds) for a sub-model's leaves (at
+/// least three): the split minimizing the wider side ([`Splits::minimax`]),
+/// each side its narrowest line, the knot at the split's fence. The lines
+/// are quantized to the end codes; the caller computes the true error
+/// bounds of what was stored.
+fn two_piece(splits: &mut Splits) -> Option<TwoPiece> {
+    let len = splits.xs.len();
     if len < 3 {
         return None;
     }
-    let tt_len = len as u32;
-    // The prefix's width never falls as it takes more leaves, the
-    // suffix's never grows as it gives them up (each adds or drops
-    // constraints), so the split that minimizes the wider side is where
-    // the two cross: a bisection, not a scan.
-    let side = |j: usize| {
-        let a = narrowest_span(&xs[..j], 0, n, LEAF_END_SLACK, (true, false), hint);
-        let b = narrowest_span(&xs[j..], j, n, LEAF_END_SLACK, (false, true), hint);
-        (a, b)
-    };
-    let first = xs.iter().position(|x| x.0 > 0.0)?.max(1);
-    if first >= len {
-        return None;
-    }
-    // Widths of the two sides at each split tried, so the bisection's
-    // last probes are not fitted twice.
-    let mut seen: Vec<(usize, Linear, f64, Linear, f64)> = Vec::with_capacity(8);
-    let mut widths = |j: usize| {
-        if let Some(&(_, a, wa, b, wb)) = seen.iter().find(|e| e.0 == j) {
-            return (a, wa, b, wb);
-        }
-        let ((a, wa), (b, wb)) = side(j);
-        seen.push((j, a, wa, b, wb));
-        (a, wa, b, wb)
-    };
-    let (mut lo, mut hi) = (first, len - 1);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        let (_, wa, _, wb) = widths(mid);
-        if wa >= wb {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    let mut best: Option<(f64, usize, Linear, Linear)> = None;
-    for j in [lo.saturating_sub(1).max(first), lo] {
-        let (a, wa, b, wb) = widths(j);
-        let w = wa.max(wb);
-        if best.is_none_or(|b| w < b.0) {
-            best = Some((w, j, a, b));
-        }
-    }
-    let (_, j, a, b) = best?;
-    let knot = (xs[j].0 * 65536.0).floor().clamp(0.0, 65535.0) as u16;
+    let j = splits.minimax()?;
+    let (a, _, b, _) = splits.widths(j);
+    let knot = knot_at(splits.xs, j);
     let k = knot as f64 / 65536.0;
-    let q = |p: f64| TwoPiece::quantize(p / n, tt_len);
+    let n = splits.n;
+    let q = |p: f64| TwoPiece::quantize(p / n, len as u32);
     let (c0, c1) = (q(a.predict(0.0)), q(a.predict(k)));
     let (c2, c3) = (q(b.predict(k)), q(b.predict(1.0)));
     Some(TwoPiece::pack(knot, [c0, c1.max(c0), c2, c3.max(c2)]))
+}
+
+/// The best bent curve (two pieces joined at a knot, each with its own
+/// bounds) for a sub-model's leaves (at least three), its second piece's
+/// error codes left at 0. Each piece's width counts for its own leaves, so
+/// the split minimizing the leaf-weighted sum of the two sides' widths is
+/// sought near the minimax split (two leaves either side: the weighted sum
+/// is not unimodal, and a full scan costs a fit per leaf). The knot sits
+/// at the split's fence, where the curve passes through the start of leaf
+/// `j`; each side is the narrowest line through that point.
+fn bent(splits: &mut Splits) -> Vec<Bent> {
+    let len = splits.xs.len();
+    let (Some(first), Some(mid)) = (splits.first(), splits.minimax()) else {
+        return Vec::new();
+    };
+    if len < 3 {
+        return Vec::new();
+    }
+    let mut best: Option<(f64, usize)> = None;
+    for j in mid.saturating_sub(2).max(first)..(mid + 3).min(len) {
+        let (_, wa, _, wb) = splits.widths(j);
+        let cost = j as f64 * wa + (len - j) as f64 * wb;
+        if best.is_none_or(|b| cost < b.0) {
+            best = Some((cost, j));
+        }
+    }
+    let Some((_, j)) = best else {
+        return Vec::new();
+    };
+    let (a, _, b, _) = splits.widths(j);
+    let (xs, n, hint) = (splits.xs, splits.n, splits.hint);
+    let knot = knot_at(xs, j);
+    let k = knot as f64 / 65536.0;
+    let total = len as f64 * n;
+    let cap = |span: f64| {
+        (4.0 * hint)
+            .max(4.0 * total / span.clamp(1e-12, 1.0))
+            .max(1.0)
+    };
+    // Two joints: the start of leaf j itself, and halfway between where
+    // the two sides' free lines reach the knot.
+    [j as f64 * n, (a.predict(k) + b.predict(k)) / 2.0]
+        .into_iter()
+        .map(|v| {
+            let (sa, _) = narrowest_through(&xs[..j], 0, n, (true, false), (k, v), cap(k));
+            let (sb, _) = narrowest_through(&xs[j..], j, n, (false, true), (k, v), cap(1.0 - k));
+            let q = |p: f64| Bent::quantize(p / n, len as u32);
+            let codes = [q(v - sa * k), q(v), q(v + sb * (1.0 - k))];
+            Bent::pack(knot, codes, (ErrorCode(0), ErrorCode(0)))
+        })
+        .collect()
 }
 
 /// The largest key `leaf` may hold: its high fence − 1, or `u64::MAX`
@@ -1252,7 +1416,7 @@ impl XModel {
         let balanced = XModel::fit_all(leaves, slots, m, balanced);
         let bends = spline_targets(&top_spline(leaves, m, &params), m);
         let allocated = XModel::fit_all(leaves, slots, m, router_for(leaves, m, &bends));
-        let mut best = if allocated.expected_leaves() < balanced.expected_leaves() {
+        let mut best = if allocated.1 < balanced.1 {
             allocated
         } else {
             balanced
@@ -1272,7 +1436,7 @@ impl XModel {
             ] {
                 let targets = piece_targets(leaves, &bounds, &counts);
                 let covered = XModel::fit_all(leaves, slots, m, router_for(leaves, m, &targets));
-                if covered.expected_leaves() < best.expected_leaves() {
+                if covered.1 < best.1 {
                     best = covered;
                 }
             }
@@ -1294,15 +1458,20 @@ impl XModel {
                 })
                 .collect();
             let covered = XModel::fit_all(leaves, slots, m, router_for(leaves, m, &targets));
-            if covered.expected_leaves() < best.expected_leaves() {
+            if covered.1 < best.1 {
                 best = covered;
             }
         }
-        Ok(best)
+        Ok(best.0)
     }
 
-    /// Fits every sub-model under `top`.
-    fn fit_all(leaves: &[LeafInfo], slots: usize, m: u32, top: Router) -> XModel {
+    /// Fits every sub-model under `top`; with the model, the leaves a
+    /// lookup reads, averaged over the keys the translation tables count,
+    /// assuming keys spread evenly over each sub-model's leaves: a range
+    /// `w` positions wide over leaves of `N` slots touches `1 + w/N` of
+    /// them on average. Keys of a leaf shared by sub-models count in each,
+    /// which is close enough to compare two models.
+    fn fit_all(leaves: &[LeafInfo], slots: usize, m: u32, top: Router) -> (XModel, f64) {
         let mut model = XModel {
             slots,
             m,
@@ -1313,6 +1482,8 @@ impl XModel {
         // Each leaf belongs to the sub-models its fences route to; those
         // ranges are monotone, so each sub-model's leaves are contiguous.
         let located: Vec<Fences> = leaves.iter().map(|l| model.fences(l)).collect();
+        let n = slots as f64;
+        let (mut keys, mut reads) = (0.0, 0.0);
         let mut start = 0;
         for i in 0..m {
             while start < leaves.len() && located[start].high.0 < i {
@@ -1322,28 +1493,14 @@ impl XModel {
             while end < leaves.len() && located[end].low.0 <= i {
                 end += 1;
             }
-            let (sub, tt) = model.fit_sub(i, (start..end).map(|j| located[j]));
+            let (sub, tt, width) = model.fit_sub(i, (start..end).map(|j| located[j]));
+            let k: f64 = tt.iter().map(|e| e.count() as f64).sum();
+            keys += k;
+            reads += k * (1.0 + width / n).min(tt.len().max(1) as f64);
             model.subs.push(sub);
             model.tts.push(tt);
         }
-        model
-    }
-
-    /// Leaves a lookup reads, averaged over the keys the translation tables
-    /// count, assuming keys spread evenly over each sub-model's positions: a
-    /// range `w` positions wide over leaves of `N` slots touches `1 + w/N`
-    /// of them on average. Keys of a leaf shared by sub-models count in
-    /// each, which is close enough to compare two models.
-    fn expected_leaves(&self) -> f64 {
-        let n = self.slots as f64;
-        let (mut keys, mut reads) = (0.0, 0.0);
-        for (s, tt) in self.subs.iter().zip(&self.tts) {
-            let k: f64 = tt.iter().map(|e| e.count() as f64).sum();
-            let width = (s.err_lo.bound() + s.err_hi.bound()).min(tt.len() as f64 * n);
-            keys += k;
-            reads += k * (1.0 + width / n).min(tt.len() as f64);
-        }
-        reads / keys.max(1.0)
+        (model, reads / keys.max(1.0))
     }
 
     /// Where a leaf's two fences route.
@@ -1411,8 +1568,13 @@ impl XModel {
     }
 
     /// Fits sub-model `i` over its leaves, each with where its low fence
-    /// and its high fence − 1 route.
-    fn fit_sub(&self, i: u32, leaves: impl Iterator<Item = Fences>) -> (SubModel, Box<[TtEntry]>) {
+    /// and its high fence − 1 route; with it, the width (in positions) of
+    /// a lookup's range averaged over the leaves.
+    fn fit_sub(
+        &self,
+        i: u32,
+        leaves: impl Iterator<Item = Fences>,
+    ) -> (SubModel, Box<[TtEntry]>, f64) {
         let n = self.slots as f64;
         let mut tt = Vec::new();
         let mut xs = Vec::new();
@@ -1450,7 +1612,7 @@ impl XModel {
             tt.push(TtEntry::new(leaf.aln, leaf.inca, leaf.count));
         }
         if tt.is_empty() {
-            return (SubModel::empty(), Box::new([]));
+            return (SubModel::empty(), Box::new([]), 0.0);
         }
         if let Some(at) = last_high {
             points.remove(at);
@@ -1464,40 +1626,74 @@ impl XModel {
         // quantized). The pieces only when they save a tenth of a leaf:
         // a line is cheaper to retrain and to reason about.
         let tt_len = tt.len() as u32;
+        // Margin for rounding in the client's arithmetic.
+        let margin = 1e-6 + tt.len() as f64 * n * 1e-12;
+        // A candidate with its bounds as stored, and the width of a
+        // lookup's range averaged over the leaves: a leaf reads with the
+        // bounds of the piece its keys route to, the wider of the two
+        // where its fences straddle the knot.
         let candidate = |curve: Curve| {
-            let sub = SubModel {
+            let mut sub = SubModel {
                 curve,
                 tt_len,
                 err_lo: ErrorCode(0),
                 err_hi: ErrorCode(0),
             };
-            let (lo, hi) = leaf_errors(&xs, self.slots, &sub);
-            (sub, lo, hi)
+            let [(lo, hi), (lo2, hi2)] = leaf_errors(&xs, self.slots, &sub);
+            let code = |e: f64| ErrorCode::encode(e + margin);
+            let width = match &mut sub.curve {
+                Curve::Line(_) => {
+                    (sub.err_lo, sub.err_hi) = (code(lo), code(hi));
+                    sub.err_lo.bound() + sub.err_hi.bound()
+                }
+                Curve::TwoPiece(_) => {
+                    (sub.err_lo, sub.err_hi) = (code(lo.max(lo2)), code(hi.max(hi2)));
+                    sub.err_lo.bound() + sub.err_hi.bound()
+                }
+                Curve::Bent(b) => {
+                    (sub.err_lo, sub.err_hi) = (code(lo), code(hi));
+                    *b = b.with_errors((code(lo2), code(hi2)));
+                    let w = [sub.err_lo.bound() + sub.err_hi.bound(), {
+                        let (l2, h2) = b.errors2();
+                        l2 + h2
+                    }];
+                    let k = b.knot();
+                    let total: f64 = xs
+                        .iter()
+                        .map(|&(xa, xb)| {
+                            let (pa, pb) = (piece_of(k, xa), piece_of(k, xb));
+                            w[pa].max(w[pb])
+                        })
+                        .sum();
+                    total / xs.len() as f64
+                }
+            };
+            (sub, width)
         };
         let least_squares = Linear::fit(&points).rounded_f32();
         let narrowest = narrowest_line(&xs, n, LEAF_END_SLACK, least_squares.slope).rounded_f32();
         let mut best = candidate(Curve::Line(least_squares));
         let c = candidate(Curve::Line(narrowest));
-        if c.1 + c.2 < best.1 + best.2 {
+        if c.1 < best.1 {
             best = c;
         }
-        if best.1 + best.2 > n / 4.0 {
-            if let Some(t) = two_piece(&xs, self.slots, least_squares.slope) {
-                let c = candidate(Curve::TwoPiece(t));
-                if c.1 + c.2 + n / 10.0 < best.1 + best.2 {
+        // Two pieces only where they save a tenth of a leaf: a line is
+        // cheaper to retrain and to reason about.
+        if best.1 > n / 4.0 {
+            let mut splits = Splits::new(&xs, self.slots, least_squares.slope);
+            let mut pieces: Vec<Curve> = two_piece(&mut splits)
+                .map(Curve::TwoPiece)
+                .into_iter()
+                .collect();
+            pieces.extend(bent(&mut splits).into_iter().map(Curve::Bent));
+            for curve in pieces {
+                let c = candidate(curve);
+                if c.1 + n / 10.0 < best.1 {
                     best = c;
                 }
             }
         }
-        let (sub, err_lo, err_hi) = best;
-        // Margin for rounding in the client's arithmetic.
-        let margin = 1e-6 + tt.len() as f64 * n * 1e-12;
-        let sub = SubModel {
-            err_lo: ErrorCode::encode(err_lo + margin),
-            err_hi: ErrorCode::encode(err_hi + margin),
-            ..sub
-        };
-        (sub, tt.into_boxed_slice())
+        (best.0, tt.into_boxed_slice(), best.1)
     }
 
     /// Retrains sub-model `i` alone (after a split), keeping the top model.
@@ -1521,7 +1717,8 @@ impl XModel {
             })
             .skip_while(|f| f.high.0 < i)
             .take_while(|f| f.low.0 <= i);
-        self.fit_sub(i, taken)
+        let (sub, tt, _) = self.fit_sub(i, taken);
+        (sub, tt)
     }
 
     /// Installs a retrained sub-model.
@@ -1773,6 +1970,49 @@ mod tests {
         assert!((flat.predict_leaves(0.5, tt) - 6.0).abs() < 0.01);
     }
 
+    /// A bent curve: joined at the knot, the second piece answers with its
+    /// own bounds, and the codes survive both encodings.
+    #[test]
+    fn bent_curves_join_and_carry_their_own_bounds() {
+        let tt = 12u32;
+        let q = |leaves: f64| Bent::quantize(leaves, tt);
+        let e2 = (ErrorCode::encode(40.0), ErrorCode::encode(24.0));
+        let b = Bent::pack(16384, [q(0.0), q(6.0), q(12.0)], e2);
+        assert_eq!(b.knot(), 0.25);
+        let sub = SubModel {
+            curve: Curve::Bent(b),
+            tt_len: tt,
+            err_lo: ErrorCode::encode(3.0),
+            err_hi: ErrorCode::encode(5.0),
+        };
+        // Piece 1 climbs 6 leaves over a quarter, piece 2 the other 6.
+        assert!((sub.position(0.125, 16) - 48.0).abs() < 0.2);
+        assert!((sub.position(0.25, 16) - 96.0).abs() < 0.2, "joined");
+        assert!((sub.position(0.625, 16) - 144.0).abs() < 0.2);
+        assert_eq!(sub.errors_at(0.1), (3.0, 5.0));
+        assert_eq!(sub.errors_at(0.5), (40.0, 24.0));
+        // p = 48 -> [45, 53] -> leaves 2..=3; p = 144 -> [104, 168] -> 6..=10.
+        assert_eq!(sub.leaves(0.125, 16), Some((2, 3)));
+        assert_eq!(sub.leaves(0.625, 16), Some((6, 10)));
+        let mut buf = Vec::new();
+        sub.encode(&mut buf);
+        assert_eq!(
+            SubModel::decode(buf.as_slice().try_into().unwrap()),
+            Some(sub)
+        );
+        let (bits, format) = sub.curve_bits();
+        assert_eq!(format, crate::submodel::FORMAT_BENT);
+        assert_eq!(
+            SubModel::from_parts(bits, format, tt, sub.err_lo, sub.err_hi),
+            Some(sub)
+        );
+        // Its two spare bits must be 0.
+        assert_eq!(
+            SubModel::from_parts(bits | 1 << 46, format, tt, sub.err_lo, sub.err_hi),
+            None
+        );
+    }
+
     /// A sub-model whose leaves bend sharply once (a dense cluster, then a
     /// sparse run) is fitted with two pieces, and every key still lands in
     /// its predicted range; with them it reads fewer leaves than one line.
@@ -1785,7 +2025,7 @@ mod tests {
         let leaves = LeafInfo::packed(&keys, 16);
         let model = XModel::train(&leaves, 16, TrainParams::new(1)).unwrap();
         assert!(
-            matches!(model.sub(0).curve, Curve::TwoPiece(_)),
+            matches!(model.sub(0).curve, Curve::TwoPiece(_) | Curve::Bent(_)),
             "{:?}",
             model.sub(0)
         );
