@@ -158,7 +158,15 @@ impl TrainParams {
 /// for leaves whose fence fractions are `xs[l] = (x_low, x_high)` (leaf `l`
 /// spans positions `[l·n, (l+1)·n − slack]`); see [`narrowest_span`].
 fn narrowest_line(xs: &[(f64, f64)], n: f64, slack: f64, hint: f64) -> Linear {
-    narrowest_span(xs, 0, n, slack, (true, true), hint).0
+    // A line is stored as f32 slope and intercept: a slope far beyond the
+    // one that walks the table across [0, 1] would lose its positions to
+    // rounding, so the search stops at twice that (or twice the hint).
+    let total = xs.len() as f64 * n;
+    let mut cap = (2.0 * hint).max(2.0 * total).max(1.0);
+    if !cap.is_finite() {
+        cap = 2.0 * total.max(1.0);
+    }
+    narrowest_span(xs, 0, n, slack, (true, true), hint, cap).0
 }
 
 /// The line that minimizes the width of the lookup range for the leaves
@@ -177,7 +185,9 @@ fn narrowest_line(xs: &[(f64, f64)], n: f64, slack: f64, hint: f64) -> Linear {
 /// `x` of `U`'s: walking the two hulls from `s = 0` until that turns
 /// non-negative finds the exact minimum in time linear in the leaves (the
 /// fences arrive sorted). The intercept then splits the width evenly
-/// between the two error bounds.
+/// between the two error bounds. The slope stays within `[0, cap]`; where
+/// the width keeps falling (a span bounded on one side only) it stops at
+/// `cap`.
 fn narrowest_span(
     xs: &[(f64, f64)],
     first: usize,
@@ -185,6 +195,7 @@ fn narrowest_span(
     slack: f64,
     free: (bool, bool),
     hint: f64,
+    cap: f64,
 ) -> (Linear, f64) {
     let last = xs.len().saturating_sub(1);
     let lows = xs
@@ -199,21 +210,6 @@ fn narrowest_span(
         .map(|(l, &(_, xb))| (xb, (first + l + 1) as f64 * n - slack));
     let upper = hull(lows, 1.0);
     let lower = hull(highs, -1.0);
-    // A slope beyond twice the hint (a least-squares slope) and beyond the
-    // one that walks the span's positions across its own fractions is
-    // never needed; where the width keeps falling (a span bounded on one
-    // side only) the line stops there.
-    let total = xs.len() as f64 * n;
-    let spread = match (xs.first(), xs.last()) {
-        (Some(a), Some(b)) if b.1 > a.0 => b.1 - a.0,
-        _ => 1.0,
-    };
-    let mut cap = (2.0 * hint)
-        .max(2.0 * total / spread.clamp(1e-12, 1.0))
-        .max(1.0);
-    if !cap.is_finite() {
-        cap = 2.0 * total.max(1.0);
-    }
     let s = match (upper.is_empty(), lower.is_empty()) {
         // No bound either way (a one-leaf table): any slope; keep the hint.
         (true, true) => hint.clamp(0.0, cap),
@@ -264,7 +260,8 @@ fn hull(points: impl Iterator<Item = (f64, f64)>, side: f64) -> Vec<(f64, f64)> 
 }
 
 /// The slope in `[0, cap]` minimizing `max_P(y − s·x) + max_Q(s·x − y)`,
-/// given `P`'s upper hull and `Q`'s lower hull (see [`narrowest_span`]).
+/// given `P`'s upper hull and `Q`'s lower hull (see [`narrowest_span`]);
+/// of equally narrow slopes, the steepest.
 fn hull_walk(upper: &[(f64, f64)], lower: &[(f64, f64)], cap: f64) -> f64 {
     // At s = 0 U's active point is the highest (the leftmost of equals:
     // it wins as s grows) and V's the lowest (the rightmost of equals).
@@ -291,7 +288,8 @@ fn hull_walk(upper: &[(f64, f64)], lower: &[(f64, f64)], cap: f64) -> f64 {
     let mut s = 0.0f64;
     // Each step moves one active point along its hull: at most their sizes.
     for _ in 0..upper.len() + lower.len() {
-        if lower[iq].0 >= upper[ip].0 {
+        let d = lower[iq].0 - upper[ip].0;
+        if d > 0.0 {
             return s.min(cap);
         }
         // The next bend: U's active point hands over to its left
@@ -310,6 +308,13 @@ fn hull_walk(upper: &[(f64, f64)], lower: &[(f64, f64)], cap: f64) -> f64 {
         let next = sp.min(sq);
         if next >= cap {
             return cap;
+        }
+        if d == 0.0 {
+            // The width is flat up to the next bend: take its steepest
+            // slope, which spreads the keys' predictions over the leaves
+            // instead of stacking them on one position (a flat line over a
+            // two-leaf table puts every key on the fence between them).
+            return next.max(s);
         }
         s = next.max(s);
         if sp <= sq {
@@ -1190,8 +1195,24 @@ impl<'a> Splits<'a> {
             return (a, wa, b, wb);
         }
         let (xs, n, hint) = (self.xs, self.n, self.hint);
-        let (a, wa) = narrowest_span(&xs[..j], 0, n, LEAF_END_SLACK, (true, false), hint);
-        let (b, wb) = narrowest_span(&xs[j..], j, n, LEAF_END_SLACK, (false, true), hint);
+        let (a, wa) = narrowest_span(
+            &xs[..j],
+            0,
+            n,
+            LEAF_END_SLACK,
+            (true, false),
+            hint,
+            span_cap(&xs[..j], n, hint),
+        );
+        let (b, wb) = narrowest_span(
+            &xs[j..],
+            j,
+            n,
+            LEAF_END_SLACK,
+            (false, true),
+            hint,
+            span_cap(&xs[j..], n, hint),
+        );
         self.seen.push((j, a, wa, b, wb));
         (a, wa, b, wb)
     }
@@ -1221,6 +1242,27 @@ impl<'a> Splits<'a> {
             }
         }
         best.map(|b| b.1)
+    }
+}
+
+/// The steepest slope worth trying for a piece over leaves with fence
+/// fractions `xs`: twice the hint (a least-squares slope) or twice the one
+/// that walks the piece's positions across its own span of fractions. A
+/// piece is stored by its end values, not its slope, so a steep one loses
+/// nothing to rounding.
+fn span_cap(xs: &[(f64, f64)], n: f64, hint: f64) -> f64 {
+    let total = xs.len() as f64 * n;
+    let spread = match (xs.first(), xs.last()) {
+        (Some(a), Some(b)) if b.1 > a.0 => b.1 - a.0,
+        _ => 1.0,
+    };
+    let cap = (2.0 * hint)
+        .max(2.0 * total / spread.clamp(1e-12, 1.0))
+        .max(1.0);
+    if cap.is_finite() {
+        cap
+    } else {
+        2.0 * total.max(1.0)
     }
 }
 
@@ -1673,8 +1715,11 @@ impl XModel {
         let least_squares = Linear::fit(&points).rounded_f32();
         let narrowest = narrowest_line(&xs, n, LEAF_END_SLACK, least_squares.slope).rounded_f32();
         let mut best = candidate(Curve::Line(least_squares));
+        // On a tie (bounds round to the same codes) the narrowest line: the
+        // least-squares one of a tiny table can be flat, stacking every
+        // key's prediction on one fence.
         let c = candidate(Curve::Line(narrowest));
-        if c.1 < best.1 {
+        if c.1 <= best.1 {
             best = c;
         }
         // Two pieces only where they save a tenth of a leaf: a line is
@@ -1907,16 +1952,14 @@ mod tests {
             let first = rng.random_range(0..4usize);
             let free = (rng.random_bool(0.5), rng.random_bool(0.5));
             let n = 16.0;
-            let (line, w) = narrowest_span(&xs, first, n, LEAF_END_SLACK, free, 100.0);
+            let cap = span_cap(&xs, n, 100.0);
+            let (line, w) = narrowest_span(&xs, first, n, LEAF_END_SLACK, free, 100.0, cap);
             assert!(line.slope >= 0.0, "case {case}: negative slope");
             let direct = width_at(&xs, first, n, free, line.slope);
             assert!(
                 (direct - w).abs() < 1e-6,
                 "case {case}: width {w} vs {direct}"
             );
-            // The cap bounds the search as the walk's does.
-            let spread = (xs[len - 1].1 - xs[0].0).clamp(1e-12, 1.0);
-            let cap = 200.0f64.max(2.0 * len as f64 * n / spread).max(1.0);
             for i in 0..=4000 {
                 let s = cap * i as f64 / 4000.0;
                 let g = width_at(&xs, first, n, free, s);
