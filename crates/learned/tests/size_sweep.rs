@@ -59,7 +59,7 @@ fn smooth_sets_read_at_most_two_leaves_at_every_size() {
 /// set's 1000 clusters, and even the narrowest cover of the leaf fences by
 /// 500 lines needs a bound of about 1.2 leaves either side (≈ 3.5 leaves
 /// per lookup with exact boundaries); sub-models of two pieces bring it to
-/// 3.12, which is held so it cannot regress.
+/// 3.11, which is held so it cannot regress.
 #[test]
 fn osm_like_at_every_size() {
     let seed = seed();
