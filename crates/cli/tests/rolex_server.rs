@@ -68,12 +68,15 @@ fn rolex_memory_node_over_tcp_and_shm() {
 
 /// Two ROLEX memory nodes in two processes (`--memory-node 0/2`, `1/2`),
 /// each holding half the key space with its own retrainer, and benchmark
-/// compute nodes that join both (`--server URL0,URL1`): every read judged,
+/// compute nodes that join both (`--server URL0,URL1`) over `tcp` and
+/// `shm`: every read judged,
 /// scans crossing from one node's range into the other's, writes by
 /// one-sided verbs only.
 #[test]
 fn two_rolex_memory_nodes_in_two_processes() {
-    let node = |i: &str| {
+    // One shm directory per memory node: a host owns its directory.
+    let dirs = [Scratch::new("rolex-node0"), Scratch::new("rolex-node1")];
+    let node = |i: &str, dir: &Scratch| {
         ServerProcess::start(&[
             "--system",
             "rolex",
@@ -83,20 +86,32 @@ fn two_rolex_memory_nodes_in_two_processes() {
             "7",
             "--memory-node",
             i,
+            "--shm-dir",
+            dir.path().to_str().unwrap(),
         ])
     };
-    let (a, b) = (node("0/2"), node("1/2"));
+    let (a, b) = (node("0/2", &dirs[0]), node("1/2", &dirs[1]));
     // Listed in either order: the compute node orders them by key range.
     let urls = format!("{},{}", b.tcp, a.tcp);
-    for (run, workload) in ["insert", "e", "a"].into_iter().enumerate() {
+    let shm = |p: &ServerProcess| p.shm.clone().expect("shm URL");
+    let shm_urls = format!("{},{}", shm(&a), shm(&b));
+    for (run, (fabric, urls, workload)) in [
+        ("tcp", &urls, "insert"),
+        ("tcp", &urls, "e"),
+        ("tcp", &urls, "a"),
+        ("shm", &shm_urls, "d"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let run = run.to_string();
         let v = support::bench_judged(&[
             "--system",
             "rolex",
             "--fabric",
-            "tcp",
+            fabric,
             "--server",
-            &urls,
+            urls,
             "--keys",
             "30000",
             "--seed",
