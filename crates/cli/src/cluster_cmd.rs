@@ -1,12 +1,14 @@
 //! `xstore cluster`: a range-partitioned XStore on this machine (`up`: etcd
 //! and N server processes) and a look at one (`status`). See
-//! docs/cluster.md.
+//! docs/cluster.md. `up --system histore` starts one HiStore index group
+//! instead (etcd, data and index server processes; docs/histore.md), and
+//! `status --histore GROUP` shows its view.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -25,10 +27,12 @@ pub struct ClusterArgs {
 #[derive(Subcommand, Debug)]
 enum ClusterCommand {
     /// Start etcd and N servers on loopback, each owning an equal share of
-    /// the keys; print the cluster URL first; run until SIGINT/SIGTERM,
-    /// then stop everything started.
+    /// the keys (or, with --system histore, one HiStore index group of data
+    /// and index servers); print the cluster URL first; run until
+    /// SIGINT/SIGTERM, then stop everything started.
     Up(UpArgs),
-    /// The shard map: ranges, owners, their URLs and keys.
+    /// The shard map: ranges, owners, their URLs and keys (with --histore
+    /// GROUP: that HiStore group's view and live servers).
     Status(StatusArgs),
     /// Move a range, with its keys, to another server while clients keep
     /// working (freeze, copy, commit; see docs/cluster.md). Run again to
@@ -89,7 +93,12 @@ struct MoveArgs {
 /// Arguments of `xstore cluster up`.
 #[derive(Args, Debug)]
 struct UpArgs {
-    /// Server processes.
+    /// The system: xstore (range-partitioned servers) or histore (one
+    /// index group of data and index servers that starts empty; see
+    /// docs/histore.md).
+    #[arg(long, default_value = "xstore", value_name = "xstore|histore")]
+    system: String,
+    /// Server processes (--system xstore).
     #[arg(long, default_value_t = 3)]
     servers: usize,
     /// Directory for etcd's data and log (created).
@@ -121,6 +130,39 @@ struct UpArgs {
     /// Seconds of load each rebalancer round measures.
     #[arg(long, default_value_t = 2.0)]
     rebalance_window_s: f64,
+    /// HiStore group settings (--system histore).
+    #[command(flatten)]
+    histore: HistoreUpArgs,
+}
+
+/// Arguments of `xstore cluster up --system histore`: the group's shape and
+/// what each of its servers is started with (`xstore server --system
+/// histore`).
+#[derive(Args, Debug)]
+struct HistoreUpArgs {
+    /// HiStore: index servers (the group forms with a primary and two
+    /// backups; more join as extra backups).
+    #[arg(long, default_value_t = 3)]
+    index_servers: usize,
+    /// HiStore: data servers (records of keys and values).
+    #[arg(long, default_value_t = 1)]
+    data_servers: usize,
+    /// HiStore: the group's name ([A-Za-z0-9_-]).
+    #[arg(long, default_value = "g0")]
+    group: String,
+    /// HiStore: lease TTL in seconds (a dead server is noticed this long
+    /// after it died).
+    #[arg(long, default_value_t = 2)]
+    lease_ttl_s: u64,
+    /// HiStore: MiB of each data server's record region.
+    #[arg(long, default_value_t = 256)]
+    data_mib: u64,
+    /// HiStore: main buckets of the hash table (a power of two).
+    #[arg(long, default_value_t = 1 << 16)]
+    main_buckets: u64,
+    /// HiStore: overflow buckets of the hash table.
+    #[arg(long, default_value_t = 1 << 14)]
+    overflow_buckets: u64,
 }
 
 /// Arguments of `xstore cluster status`.
@@ -135,6 +177,10 @@ struct StatusArgs {
     /// not measure).
     #[arg(long, default_value_t = 1.0)]
     window_s: f64,
+    /// Show HiStore group GROUP (its view and live servers) instead of the
+    /// shard map.
+    #[arg(long, value_name = "GROUP")]
+    histore: Option<String>,
 }
 
 /// Runs `xstore cluster`.
@@ -293,15 +339,87 @@ impl Drop for Servers {
     }
 }
 
-fn up(args: &UpArgs) -> Result<()> {
-    if args.servers == 0 || args.servers > 64 {
-        bail!("--servers must be 1..=64");
+/// Collects `child`'s stdout lines on a channel (read by a thread of its
+/// own, so the child's pipe never fills).
+fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits until every server (its lines on `ready`, in order) printed a line
+/// starting with `banner`: `Ok(false)` if SIGINT/SIGTERM came first, an
+/// error if one exited or `timeout_s` passed.
+fn wait_banners(
+    servers: &mut Servers,
+    ready: &[mpsc::Receiver<String>],
+    banner: &str,
+    timeout_s: u64,
+    stop: &AtomicBool,
+) -> Result<bool> {
+    let deadline = Instant::now() + Duration::from_secs(timeout_s);
+    for ((id, child), rx) in servers.0.iter_mut().zip(ready) {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(false);
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.starts_with(banner) => break,
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("server {id} exited before serving: {:?}", child.try_wait())
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if Instant::now() >= deadline {
+                        bail!("server {id} did not serve within {timeout_s} s");
+                    }
+                }
+            }
+        }
     }
+    Ok(true)
+}
+
+/// Runs until SIGINT/SIGTERM, reporting each server that exits meanwhile
+/// (with `consequence`) and forgetting it.
+fn until_stopped(servers: &mut Servers, stop: &AtomicBool, consequence: &str) {
+    while !stop.load(Ordering::Relaxed) {
+        for (id, child) in &mut servers.0 {
+            if let Ok(Some(status)) = child.try_wait() {
+                eprintln!("server {id} exited ({status}); {consequence}");
+            }
+        }
+        servers
+            .0
+            .retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn up(args: &UpArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
     let token = args.token.resolve()?;
+    match args.system.as_str() {
+        "xstore" => up_xstore(args, stop, token),
+        "histore" => up_histore(args, &stop, token),
+        other => bail!("unknown --system '{other}' (cluster up starts xstore or histore)"),
+    }
+}
+
+fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Result<()> {
+    if args.servers == 0 || args.servers > 64 {
+        bail!("--servers must be 1..=64");
+    }
     if let Some(share) = args.rebalance {
         let window = args.rebalance_window_s;
         if !((0.0..=1.0).contains(&share) && share > 0.0 && window > 0.0 && window <= 600.0) {
@@ -362,41 +480,11 @@ fn up(args: &UpArgs) -> Result<()> {
             .stderr(Stdio::inherit())
             .spawn()
             .with_context(|| format!("starting server {id}"))?;
-        let out = child.stdout.take().expect("piped stdout");
+        ready.push(stdout_lines(&mut child));
         servers.0.push((id.clone(), child));
-        // Each server's lines go to a channel so its pipe never fills.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        ready.push(rx);
     }
-    let deadline = Instant::now() + Duration::from_secs(args.start_timeout_s);
-    for ((id, child), rx) in servers.0.iter_mut().zip(&ready) {
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(());
-            }
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) if line.starts_with("serving") => break,
-                Ok(_) => {}
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    bail!("server {id} exited before serving: {:?}", child.try_wait())
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if Instant::now() >= deadline {
-                        bail!(
-                            "server {id} did not serve within {} s",
-                            args.start_timeout_s
-                        );
-                    }
-                }
-            }
-        }
+    if !wait_banners(&mut servers, &ready, "serving", args.start_timeout_s, &stop)? {
+        return Ok(());
     }
     println!("{url}");
     for (id, child) in &servers.0 {
@@ -416,19 +504,9 @@ fn up(args: &UpArgs) -> Result<()> {
         let (stop, url, token) = (stop.clone(), url.clone(), token.clone());
         std::thread::spawn(move || rebalance_while_up(&url, token.as_deref(), &config, &stop))
     });
-    while !stop.load(Ordering::Relaxed) {
-        for (id, child) in &mut servers.0 {
-            if let Ok(Some(status)) = child.try_wait() {
-                // Its lease runs out and clients get a clear error for its
-                // ranges; the others keep serving.
-                eprintln!("server {id} exited ({status}); its ranges are unavailable");
-            }
-        }
-        servers
-            .0
-            .retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // A server that exits: its lease runs out and clients get a clear
+    // error for its ranges; the others keep serving.
+    until_stopped(&mut servers, &stop, "its ranges are unavailable");
     if let Some(r) = rebalancer {
         // A round ends within its window plus one move.
         let _ = r.join();
@@ -436,6 +514,169 @@ fn up(args: &UpArgs) -> Result<()> {
     eprintln!("stopping {} servers and etcd", servers.0.len());
     drop(servers);
     drop(etcd_proc);
+    Ok(())
+}
+
+/// `cluster up --system histore`: etcd, then the data servers (nodes 1..=D)
+/// and the index servers (nodes D+1..=D+I) of one group; waits until the
+/// group's view in etcd names a primary, every other index server as a
+/// backup and every data server; prints how to reach it; runs until
+/// SIGINT/SIGTERM, then stops everything started.
+fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result<()> {
+    let h = &args.histore;
+    if !(2..=16).contains(&h.index_servers) || !(1..=16).contains(&h.data_servers) {
+        bail!("--index-servers must be 2..=16 and --data-servers 1..=16");
+    }
+    if !args.weights.is_empty()
+        || args.durability.is_some()
+        || args.rebalance.is_some()
+        || args.keys.keys_file.is_some()
+    {
+        // A HiStore group starts empty and keeps no log on disk.
+        bail!("--weights, --durability, --rebalance and --keys-file are for --system xstore");
+    }
+    let etcd_proc = cluster::EtcdProcess::start(&args.dir).context("starting etcd")?;
+    let url = etcd_proc.url();
+    let exe = std::env::current_exe().context("locating the xstore binary")?;
+    let data = (1..=h.data_servers).map(|n| ("data", n));
+    let index = (1..=h.index_servers).map(|n| ("index", h.data_servers + n));
+    let mut servers = Servers(Vec::new());
+    let mut ready = Vec::new();
+    for (role, node) in data.chain(index) {
+        let id = format!("{}{node}", &role[..1]);
+        let role_args = if role == "data" {
+            vec!["--data-mib".to_string(), h.data_mib.to_string()]
+        } else {
+            vec![
+                "--main-buckets".to_string(),
+                h.main_buckets.to_string(),
+                "--overflow-buckets".to_string(),
+                h.overflow_buckets.to_string(),
+            ]
+        };
+        let mut child = Command::new(&exe)
+            .args(["server", "--system", "histore", "--role", role])
+            .args(["--listen", "127.0.0.1:0", "--etcd", &url])
+            .args(["--group", &h.group, "--node", &node.to_string()])
+            .args(["--lease-ttl-s", &h.lease_ttl_s.to_string()])
+            .args(["--index-servers", &h.index_servers.to_string()])
+            .args(["--data-servers", &h.data_servers.to_string()])
+            .args(role_args)
+            // In the environment: a command line is visible to every user.
+            .envs(token.iter().map(|t| ("XSTORE_TOKEN", t)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {role} server {node}"))?;
+        ready.push(stdout_lines(&mut child));
+        servers.0.push((id, child));
+    }
+    // Each prints "histore ... server N of group G" once registered.
+    if !wait_banners(&mut servers, &ready, "histore ", args.start_timeout_s, stop)? {
+        return Ok(());
+    }
+    let membership = histore::etcd::EtcdMembership::connect(&url, &h.group)?;
+    let deadline = Instant::now() + Duration::from_secs(args.start_timeout_s);
+    let view = loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Extra index servers join one at a time after the first three.
+        if let Some((v, _)) = membership.current()? {
+            if v.backups.len() + 1 == h.index_servers && v.data.len() == h.data_servers {
+                break v;
+            }
+        }
+        if let Some((id, status)) = servers
+            .0
+            .iter_mut()
+            .find_map(|(id, c)| Some((id.clone(), c.try_wait().ok()??)))
+        {
+            bail!("server {id} exited ({status}) before the group formed");
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "group {} did not form within {} s",
+                h.group,
+                args.start_timeout_s
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    println!("{url}");
+    for (id, child) in &servers.0 {
+        println!("server {id} pid {}", child.id());
+    }
+    println!("{}", view_line(&h.group, &view));
+    println!("xstore shell {url} --histore {}", h.group);
+    println!(
+        "cluster up: etcd pid {}, histore group {}: {} index and {} data servers",
+        etcd_proc.pid(),
+        h.group,
+        h.index_servers,
+        h.data_servers
+    );
+    // An index server that exits is failed over or dropped by the others
+    // once its lease runs out; a data server's records become unreadable.
+    until_stopped(
+        &mut servers,
+        stop,
+        "the group goes on without it (a data server's records are lost)",
+    );
+    eprintln!("stopping {} servers and etcd", servers.0.len());
+    drop(servers);
+    drop(etcd_proc);
+    Ok(())
+}
+
+/// One line naming a HiStore group's primary, backups and data servers.
+fn view_line(group: &str, v: &histore::GroupView) -> String {
+    let nodes = |n: &mut dyn Iterator<Item = fabric::NodeId>| {
+        n.map(|n| n.0.to_string()).collect::<Vec<_>>().join(",")
+    };
+    format!(
+        "histore group {group}: epoch {} version {}, primary {}, backups {}, data {}",
+        v.epoch,
+        v.version,
+        v.primary.0,
+        nodes(&mut v.backups.iter().copied()),
+        nodes(&mut v.data.iter().map(|d| d.node)),
+    )
+}
+
+/// `cluster status --histore GROUP`: the view, then each server in it with
+/// where it listens (or that its lease is gone), then live servers the
+/// view does not name yet (replacements joining).
+fn histore_status(url: &str, group: &str) -> Result<()> {
+    let membership = histore::etcd::EtcdMembership::connect(url, group)?;
+    let live = membership.live()?;
+    let Some((view, revision)) = membership.current()? else {
+        println!("histore group {group}: no view yet (the group has not formed)");
+        for (node, l) in &live {
+            println!("{:?} server {} registered at {}", l.kind, node.0, l.url);
+        }
+        return Ok(());
+    };
+    println!("{} (view revision {revision})", view_line(group, &view));
+    println!("{:<8} {:<6} {:<8} url", "role", "node", "pid");
+    let roles = std::iter::once(("primary", view.primary))
+        .chain(view.backups.iter().map(|&b| ("backup", b)))
+        .chain(view.data.iter().map(|d| ("data", d.node)));
+    let mut named = std::collections::BTreeSet::new();
+    for (role, node) in roles {
+        named.insert(node);
+        match live.get(&node) {
+            Some(l) => println!("{role:<8} {:<6} {:<8} {}", node.0, l.pid, l.url),
+            None => println!("{role:<8} {:<6} {:<8} LEASE GONE", node.0, "-"),
+        }
+    }
+    for (node, l) in live.iter().filter(|(n, _)| !named.contains(*n)) {
+        println!(
+            "{:<8} {:<6} {:<8} {} (not in the view: joining)",
+            "-", node.0, l.pid, l.url
+        );
+    }
     Ok(())
 }
 
@@ -480,6 +721,9 @@ fn rebalance_while_up(
 }
 
 fn status(args: &StatusArgs) -> Result<()> {
+    if let Some(group) = &args.histore {
+        return histore_status(&args.url, group);
+    }
     let token = args.token.resolve()?;
     let etcd = cluster::Etcd::connect(&args.url)?;
     let map = etcd.require_map()?;

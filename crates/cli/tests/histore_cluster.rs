@@ -1,0 +1,210 @@
+//! `xstore cluster up --system histore`: etcd, a data server and three
+//! index servers started by one command; the group forms, `xstore shell
+//! --histore` writes and reads back through it, `cluster status --histore`
+//! shows the view, and SIGTERM to `cluster up` stops every process it
+//! started.
+//!
+//! Skips (saying why) only when no `etcd` binary exists; CI installs one
+//! (.ci/etcd-deps.sh).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// `cluster up`, stopped on drop if a check failed before the test stopped
+/// it: SIGTERM (so it stops its servers and etcd), SIGKILL after 60 s.
+struct Up(Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.0.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether process `pid` still runs (a zombie no longer runs: it waits to
+/// be reaped by a parent the test does not control).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+fn xstore(args: &[&str], stdin: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn xstore");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("xstore output");
+    assert!(out.status.success(), "xstore {args:?}: {}", out.status);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everything() {
+    if cluster::etcd_binary().is_none() {
+        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args(["cluster", "up", "--system", "histore", "--dir"])
+        .arg(dir.path().join("cluster"))
+        .args(["--group", "t1", "--lease-ttl-s", "1", "--data-mib", "16"])
+        .args(["--main-buckets", "1024", "--overflow-buckets", "1024"])
+        .args(["--start-timeout-s", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn cluster up");
+    let out = child.stdout.take().expect("stdout");
+    let mut up = Up(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Everything up to the "cluster up:" line, which comes last.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut lines = Vec::new();
+    while !lines
+        .last()
+        .is_some_and(|l: &String| l.starts_with("cluster up:"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => lines.push(line),
+            Err(e) => panic!("cluster up did not come up ({e}); printed {lines:?}"),
+        }
+    }
+    eprintln!("{}", lines.join("\n"));
+    let url = lines[0].clone();
+    assert!(url.starts_with("etcd://127.0.0.1:"), "{lines:?}");
+    let mut pids: Vec<u32> = lines
+        .iter()
+        .filter_map(|l| {
+            l.strip_prefix("server ")?
+                .split_once(" pid ")?
+                .1
+                .parse()
+                .ok()
+        })
+        .collect();
+    let names: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("server ")?.split_once(' ').map(|p| p.0))
+        .collect();
+    assert_eq!(names, ["d1", "i2", "i3", "i4"], "{lines:?}");
+    let view = lines
+        .iter()
+        .find(|l| l.starts_with("histore group t1: epoch 1 "))
+        .unwrap_or_else(|| panic!("no view line: {lines:?}"));
+    // The lowest index server founds the group, the next two back it up.
+    assert!(view.ends_with("primary 2, backups 3,4, data 1"), "{view}");
+    let shell = format!("xstore shell {url} --histore t1");
+    assert!(lines.contains(&shell), "{lines:?}");
+    let last = lines.last().expect("lines");
+    let etcd_pid: u32 = last
+        .strip_prefix("cluster up: etcd pid ")
+        .and_then(|r| r.split_once(',')?.0.parse().ok())
+        .unwrap_or_else(|| panic!("{last}"));
+    pids.push(etcd_pid);
+    assert!(pids.iter().all(|&p| running(p)), "{pids:?}");
+
+    // The printed shell line, run with a script: writes, then reads back.
+    let script = "put user:1 alice\nput user:2 bob\nput user:1 carol\nget user:1\n\
+                  scan \"\" 10\ndel user:2\nget user:2\nget nobody\nstats\n";
+    let out = xstore(&["shell", &url, "--histore", "t1"], script);
+    let answers: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        &answers[..8],
+        [
+            "OK",
+            "OK",
+            "OK",
+            "carol",
+            "user:1=carol user:2=bob",
+            "OK",
+            "NOT_FOUND",
+            "NOT_FOUND"
+        ],
+        "{out}"
+    );
+    assert!(
+        answers[8].contains("primary=2 backups=3,4 data=1 live=1,2,3,4"),
+        "{out}"
+    );
+    // A second shell (a new client) sees what the first wrote.
+    let out = xstore(&["shell", &url, "--histore", "t1"], "get user:1\n");
+    assert_eq!(out.lines().next(), Some("carol"), "{out}");
+
+    let status = xstore(&["cluster", "status", &url, "--histore", "t1"], "");
+    let rows: Vec<&str> = status.lines().collect();
+    assert!(rows[0].starts_with(view.as_str()), "{status}");
+    for (role, node) in [("primary", 2), ("backup", 3), ("backup", 4), ("data", 1)] {
+        assert!(
+            rows.iter().any(|r| {
+                let w: Vec<&str> = r.split_whitespace().collect();
+                w.len() == 4
+                    && w[0] == role
+                    && w[1] == node.to_string()
+                    && w[3].starts_with("tcp://")
+            }),
+            "{role} {node}: {status}"
+        );
+    }
+
+    // SIGTERM: cluster up stops every server and etcd, then exits cleanly.
+    let ok = Command::new("kill")
+        .arg("-TERM")
+        .arg(up.0.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = up.0.try_wait().expect("try_wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "cluster up did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "cluster up exited with {status}");
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| running(p)).collect();
+    assert!(
+        left.is_empty(),
+        "still running after cluster up stopped: {left:?}"
+    );
+}
