@@ -10,7 +10,7 @@ use fabric::{Counters, Endpoint, LocalFabric};
 use finestore::dist::client::{Client, ClientError};
 use finestore::dist::server::{LocalHost, Server, ServerConfig};
 
-use crate::report::ModelFigures;
+use crate::report::{HintCounters, ModelFigures};
 use crate::system::{DirectStats, KvClient, ServerTime, System, TimedHandler, XStoreOptions};
 use crate::BenchError;
 
@@ -84,6 +84,18 @@ impl System for FineStoreLocal {
         Some(ServerTime {
             nic_ns: 0,
             worker_ns: self.timer.busy_ns(),
+        })
+    }
+
+    fn hints(&self) -> Option<HintCounters> {
+        let s = self.server.stats();
+        Some(HintCounters {
+            hinted_writes: s.hinted_writes,
+            stale_write_hints: s.stale_hints,
+            hinted_scans: s.hinted_scans,
+            stale_scan_hints: s.stale_scan_hints,
+            bin_gets: s.bin_gets,
+            versions: s.versions,
         })
     }
 }

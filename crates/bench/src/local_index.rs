@@ -12,31 +12,44 @@
 //! its value; a wrong or missing one fails the run.
 //!
 //! * `finestore` — [`finestore::FineStore`] with the paper's settings.
-//! * `xindex-like` — the trained array with the XModel of
-//!   `learned::xindex` finding positions, and a delta buffer (a
-//!   `crossbeam-skiplist` map) per group of 256 trained keys taking the
-//!   inserts, as XIndex's groups do; XIndex's two-phase compaction of
-//!   the buffers is not modelled, so this is XIndex between compactions
-//!   (LI+Δ in the paper's terms).
-//! * `btree` — `crossbeam_skiplist::SkipMap`, a lock-free ordered map of
-//!   the crossbeam project, standing for a concurrent B-tree such as
-//!   Masstree (no concurrent B+-tree crate of comparable upkeep exists).
+//! * `xindex-like` — XIndex's shape: a root (the XModel of
+//!   `learned::xindex` over the trained keys) routing to groups of 256
+//!   trained keys, each group a sorted array with a linear model and an
+//!   error bound, and a delta buffer (a `crossbeam-skiplist` map) taking
+//!   inserts. A group whose buffer reaches 256 entries is compacted into
+//!   its array (XIndex's two phases): the buffer is frozen and a fresh one
+//!   takes the writes meanwhile (published by RCU: readers never wait),
+//!   the array and the frozen buffer are merged and the group's model
+//!   refitted, and the merged array is published. Writers of a group wait
+//!   only for the two publications. Not modelled: XIndex's group splits
+//!   and root retraining (groups grow instead, their models refitted).
+//! * `btree` — `scc::TreeIndex`, a concurrent B+-tree (reads lock-free,
+//!   writes lock only on structural changes) from a maintained crate:
+//!   the concurrent B-tree peer (Masstree's role in the paper).
+//! * `skiplist` — `crossbeam_skiplist::SkipMap`, a lock-free ordered map,
+//!   the peer this comparison used before `btree`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use crossbeam_skiplist::SkipMap;
+use finestore::rcu::ArcCell;
 use learned::xindex::XIndex;
 use learned::KeyIndex;
+use scc::TreeIndex;
 use serde::Serialize;
 
 use crate::BenchError;
 
 /// The indexes compared.
-pub const LOCAL_INDEXES: [&str; 3] = ["finestore", "xindex-like", "btree"];
+pub const LOCAL_INDEXES: [&str; 4] = ["finestore", "xindex-like", "btree", "skiplist"];
 
 /// Trained keys of an XIndex-like group (one delta buffer each).
 const GROUP: usize = 256;
+
+/// Entries in a group's delta buffer that start its compaction.
+const COMPACT_AT: usize = 256;
 
 /// A concurrent ordered index of u64 keys and values.
 pub trait LocalIndex: Send + Sync {
@@ -64,12 +77,149 @@ impl LocalIndex for SkipMap<u64, u64> {
     }
 }
 
-/// A learned array with per-group delta buffers.
+impl LocalIndex for TreeIndex<u64, u64> {
+    fn get(&self, key: u64) -> Option<u64> {
+        self.peek_with(&key, |_, v| *v)
+    }
+    fn put(&self, key: u64, value: u64) {
+        self.upsert_sync(key, value);
+    }
+}
+
+/// One published version of an XIndex-like group.
+struct GroupVersion {
+    keys: Arc<[u64]>,
+    values: Arc<[AtomicU64]>,
+    /// Linear model: position ≈ (key − base) · slope, within `err`.
+    base: u64,
+    slope: f64,
+    err: usize,
+    /// Takes the inserts (and, while a compaction runs, every write).
+    delta: Arc<SkipMap<u64, u64>>,
+    /// The buffer being merged into the array (a compaction is running).
+    frozen: Option<Arc<SkipMap<u64, u64>>>,
+}
+
+impl GroupVersion {
+    fn fit(keys: Arc<[u64]>, values: Arc<[AtomicU64]>, delta: Arc<SkipMap<u64, u64>>) -> Self {
+        let n = keys.len();
+        let base = keys.first().copied().unwrap_or(0);
+        let span = keys.last().copied().unwrap_or(0).saturating_sub(base);
+        let slope = if n > 1 && span > 0 {
+            (n - 1) as f64 / span as f64
+        } else {
+            0.0
+        };
+        let mut v = GroupVersion {
+            keys,
+            values,
+            base,
+            slope,
+            err: 0,
+            delta,
+            frozen: None,
+        };
+        v.err = (0..n)
+            .map(|i| v.predict(v.keys[i]).abs_diff(i))
+            .max()
+            .unwrap_or(0);
+        v
+    }
+
+    fn predict(&self, key: u64) -> usize {
+        let p = key.saturating_sub(self.base) as f64 * self.slope;
+        (p as usize).min(self.keys.len().saturating_sub(1))
+    }
+
+    fn find(&self, key: u64) -> Result<usize, usize> {
+        let p = self.predict(key);
+        let lo = p.saturating_sub(self.err);
+        let hi = (p + self.err + 1).min(self.keys.len());
+        finestore::search(&self.keys, lo, hi, key)
+    }
+}
+
+/// An XIndex-like group: its published version, and the lock writers
+/// share and a compaction takes only to publish.
+struct Group {
+    cur: ArcCell<GroupVersion>,
+    publish: RwLock<()>,
+    compacting: AtomicBool,
+}
+
+impl Group {
+    fn version(&self) -> Arc<GroupVersion> {
+        self.cur
+            .load()
+            .as_ref()
+            .expect("a group always has a version")
+            .clone()
+    }
+
+    /// XIndex's two-phase compaction of the delta buffer into the array.
+    fn compact(&self) {
+        // Phase 1: freeze the buffer; a fresh one takes every write from
+        // now on (also of keys in the array, which is read-only now).
+        let frozen = {
+            let _w = self.publish.write().unwrap_or_else(|e| e.into_inner());
+            let old = self.version();
+            let fresh = GroupVersion {
+                keys: old.keys.clone(),
+                values: old.values.clone(),
+                base: old.base,
+                slope: old.slope,
+                err: old.err,
+                delta: Arc::new(SkipMap::new()),
+                frozen: Some(old.delta.clone()),
+            };
+            self.cur.store(Some(Arc::new(fresh)));
+            old
+        };
+        // Merge the array and the frozen buffer (both read-only now).
+        let buffer = &frozen.delta;
+        let mut keys = Vec::with_capacity(frozen.keys.len() + buffer.len());
+        let mut values = Vec::with_capacity(keys.capacity());
+        let mut it = buffer.iter().peekable();
+        for (i, &k) in frozen.keys.iter().enumerate() {
+            while let Some(e) = it.next_if(|e| *e.key() < k) {
+                keys.push(*e.key());
+                values.push(AtomicU64::new(*e.value()));
+            }
+            let v = match it.next_if(|e| *e.key() == k) {
+                Some(e) => *e.value(),
+                None => frozen.values[i].load(Ordering::Acquire),
+            };
+            keys.push(k);
+            values.push(AtomicU64::new(v));
+        }
+        for e in it {
+            keys.push(*e.key());
+            values.push(AtomicU64::new(*e.value()));
+        }
+        // Phase 2: publish the merged array with the buffer that took the
+        // writes meanwhile, minus the keys the array now holds (their
+        // newer values go into it), so a key is in one place again.
+        let _w = self.publish.write().unwrap_or_else(|e| e.into_inner());
+        let during = self.version();
+        let merged = GroupVersion::fit(keys.into(), values.into(), during.delta.clone());
+        for e in during.delta.iter() {
+            if let Ok(i) = merged.find(*e.key()) {
+                merged.values[i].store(*e.value(), Ordering::Release);
+                e.remove();
+            }
+        }
+        self.cur.store(Some(Arc::new(merged)));
+        self.compacting.store(false, Ordering::Release);
+    }
+}
+
+/// XIndex-like: a root model over groups with arrays, delta buffers and
+/// compaction.
 struct XIndexLike {
-    keys: Vec<u64>,
-    values: Vec<AtomicU64>,
+    /// The trained keys the root routes by (never change).
+    root_keys: Vec<u64>,
     model: XIndex,
-    deltas: Vec<SkipMap<u64, u64>>,
+    groups: Vec<Group>,
 }
 
 impl XIndexLike {
@@ -78,35 +228,77 @@ impl XIndexLike {
         let submodels = (keys.len() / 200).clamp(1, learned::MAX_SUBMODELS as usize) as u32;
         let model =
             XIndex::train(&keys, 16, submodels).map_err(|e| BenchError::Load(e.to_string()))?;
+        let groups = pairs
+            .chunks(GROUP)
+            .map(|g| Group {
+                cur: ArcCell::new(Some(Arc::new(GroupVersion::fit(
+                    g.iter().map(|p| p.0).collect(),
+                    g.iter().map(|p| AtomicU64::new(p.1)).collect(),
+                    Arc::new(SkipMap::new()),
+                )))),
+                publish: RwLock::new(()),
+                compacting: AtomicBool::new(false),
+            })
+            .collect();
         Ok(XIndexLike {
-            values: pairs.iter().map(|p| AtomicU64::new(p.1)).collect(),
-            deltas: (0..keys.len().div_ceil(GROUP) + 1)
-                .map(|_| SkipMap::new())
-                .collect(),
-            keys,
+            root_keys: keys,
             model,
+            groups,
         })
     }
 
-    fn find(&self, key: u64) -> Result<usize, usize> {
+    /// The group of `key`: the one of the last trained key at or below it
+    /// (the first group for keys below every trained key).
+    fn group(&self, key: u64) -> &Group {
         let r = self.model.predict(key);
-        finestore::search(&self.keys, r.lo, r.hi, key)
+        let p = match finestore::search(&self.root_keys, r.lo, r.hi, key) {
+            Ok(p) => p,
+            Err(p) => p.saturating_sub(1),
+        };
+        &self.groups[(p / GROUP).min(self.groups.len() - 1)]
     }
 }
 
 impl LocalIndex for XIndexLike {
     fn get(&self, key: u64) -> Option<u64> {
-        match self.find(key) {
-            Ok(p) => Some(self.values[p].load(Ordering::Acquire)),
-            Err(p) => self.deltas[p / GROUP].get(&key).map(|e| *e.value()),
-        }
-    }
-    fn put(&self, key: u64, value: u64) {
-        match self.find(key) {
-            Ok(p) => self.values[p].store(value, Ordering::Release),
-            Err(p) => {
-                self.deltas[p / GROUP].insert(key, value);
+        let g = self.group(key);
+        let v = g.cur.load();
+        let v = v.as_ref().expect("a group always has a version");
+        if v.frozen.is_some() {
+            // Compacting: the fresh buffer holds the newest writes.
+            if let Some(e) = v.delta.get(&key) {
+                return Some(*e.value());
             }
+        }
+        if let Ok(i) = v.find(key) {
+            return Some(v.values[i].load(Ordering::Acquire));
+        }
+        if let Some(frozen) = &v.frozen {
+            if let Some(e) = frozen.get(&key) {
+                return Some(*e.value());
+            }
+        }
+        v.delta.get(&key).map(|e| *e.value())
+    }
+
+    fn put(&self, key: u64, value: u64) {
+        let g = self.group(key);
+        let compact = {
+            let _r = g.publish.read().unwrap_or_else(|e| e.into_inner());
+            let v = g.version();
+            if v.frozen.is_none() {
+                if let Ok(i) = v.find(key) {
+                    v.values[i].store(value, Ordering::Release);
+                    return;
+                }
+            }
+            v.delta.insert(key, value);
+            v.frozen.is_none() && v.delta.len() >= COMPACT_AT
+        };
+        // One compaction a group at a time, run by the writer that filled
+        // the buffer (XIndex runs it in a background thread).
+        if compact && !g.compacting.swap(true, Ordering::AcqRel) {
+            g.compact();
         }
     }
 }
@@ -120,6 +312,13 @@ pub fn load_index(name: &str, pairs: &[(u64, u64)]) -> Result<Box<dyn LocalIndex
         )),
         "xindex-like" => Ok(Box::new(XIndexLike::load(pairs)?)),
         "btree" => {
+            let tree = TreeIndex::new();
+            for &(k, v) in pairs {
+                tree.upsert_sync(k, v);
+            }
+            Ok(Box::new(tree))
+        }
+        "skiplist" => {
             let map = SkipMap::new();
             for &(k, v) in pairs {
                 map.insert(k, v);
@@ -307,8 +506,64 @@ mod tests {
             seed: 3,
         };
         let rows = run_local("squares", &keys, &options, &mut |_| {}).unwrap();
-        assert_eq!(rows.len(), 3 * 2 * 4);
+        assert_eq!(rows.len(), LOCAL_INDEXES.len() * 2 * 4);
         assert!(rows.iter().all(|r| r.ops > 0 && r.mops > 0.0));
         assert!(load_index("masstree", &[(1, 1)]).is_err());
+    }
+
+    #[test]
+    fn xindex_like_compacts_under_four_writers_and_matches_a_btreemap() {
+        let seed = testkit::seed();
+        println!("seed {seed}");
+        let mut x = seed;
+        let mut all: Vec<u64> = (0..40_000).map(|_| splitmix(&mut x) >> 8).collect();
+        all.sort_unstable();
+        all.dedup();
+        let trained: Vec<(u64, u64)> = all.iter().step_by(8).map(|&k| (k, 1)).collect();
+        let index = XIndexLike::load(&trained).unwrap();
+        let mut want: std::collections::BTreeMap<u64, u64> = trained.iter().copied().collect();
+        // Every key once per writer's share (inserts of new keys and
+        // overwrites of trained ones), four writers, readers of the
+        // trained keys meanwhile.
+        let shares: Vec<Vec<u64>> = (0..4)
+            .map(|t| all.iter().copied().filter(|k| k % 4 == t).collect())
+            .collect();
+        std::thread::scope(|s| {
+            for share in &shares {
+                let index = &index;
+                s.spawn(move || {
+                    for &k in share {
+                        index.put(k, value_of(k));
+                    }
+                });
+            }
+            s.spawn(|| {
+                for &(k, _) in trained.iter().cycle().take(50_000) {
+                    let v = index.get(k);
+                    assert!(v == Some(1) || v == Some(value_of(k)), "key {k}: {v:?}");
+                }
+            });
+        });
+        for &k in &all {
+            want.insert(k, value_of(k));
+        }
+        for (&k, &v) in &want {
+            assert_eq!(index.get(k), Some(v), "key {k} seed {seed}");
+        }
+        // The buffers were compacted into the arrays: the groups hold far
+        // more than the trained keys.
+        let mut in_arrays = 0;
+        for g in &index.groups {
+            let v = g.version();
+            assert!(v.frozen.is_none());
+            in_arrays += v.keys.len();
+            assert!(v.keys.windows(2).all(|w| w[0] < w[1]));
+        }
+        assert!(
+            in_arrays > 4 * trained.len(),
+            "{in_arrays} vs {}",
+            trained.len()
+        );
+        assert_eq!(index.get(u64::MAX), None);
     }
 }

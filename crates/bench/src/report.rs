@@ -59,6 +59,60 @@ pub struct ModelFigures {
     pub max_error: f64,
 }
 
+/// Counters a FineStore server keeps over the measured phase: how often
+/// the hints of its pipelined operations (§4) held, so a reader sees what
+/// the extra window READ before a write or scan bought.
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
+pub struct HintCounters {
+    /// Pipelined writes whose hint held (no model lookup on the server).
+    pub hinted_writes: u64,
+    /// Pipelined writes whose hint was stale or wrong (the server looked
+    /// the key up itself).
+    pub stale_write_hints: u64,
+    /// Pipelined scans whose hint held.
+    pub hinted_scans: u64,
+    /// Pipelined scans whose hint was stale or wrong.
+    pub stale_scan_hints: u64,
+    /// Bin lookups that went straight to the named slot.
+    pub bin_gets: u64,
+    /// Versions (retrained models and arrays) published.
+    pub versions: u64,
+}
+
+impl HintCounters {
+    /// The counts from `before` to `self` (counters only grow; a server
+    /// restarted in between reads as 0, not as a wrapped count).
+    pub fn since(&self, before: &HintCounters) -> HintCounters {
+        HintCounters {
+            hinted_writes: self.hinted_writes.saturating_sub(before.hinted_writes),
+            stale_write_hints: self
+                .stale_write_hints
+                .saturating_sub(before.stale_write_hints),
+            hinted_scans: self.hinted_scans.saturating_sub(before.hinted_scans),
+            stale_scan_hints: self
+                .stale_scan_hints
+                .saturating_sub(before.stale_scan_hints),
+            bin_gets: self.bin_gets.saturating_sub(before.bin_gets),
+            versions: self.versions.saturating_sub(before.versions),
+        }
+    }
+
+    /// Share of hinted operations whose hint was stale (`None` if none).
+    fn miss_rate(held: u64, stale: u64) -> Option<f64> {
+        (held + stale > 0).then(|| stale as f64 / (held + stale) as f64)
+    }
+
+    /// Share of pipelined writes whose hint missed.
+    pub fn write_miss_rate(&self) -> Option<f64> {
+        Self::miss_rate(self.hinted_writes, self.stale_write_hints)
+    }
+
+    /// Share of pipelined scans whose hint missed.
+    pub fn scan_miss_rate(&self) -> Option<f64> {
+        Self::miss_rate(self.hinted_scans, self.stale_scan_hints)
+    }
+}
+
 /// Checked reads.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Correctness {
@@ -131,6 +185,9 @@ pub struct Report {
     pub fallback_rate: Option<f64>,
     /// Stale translation-table entries found per client-direct read.
     pub invalidation_rate: Option<f64>,
+    /// FineStore's server counters over the measured phase (beyond the
+    /// contract's keys; `null` for other designs and remote servers).
+    pub hints: Option<HintCounters>,
     /// Checked reads.
     pub correctness: Correctness,
 }
@@ -213,6 +270,38 @@ impl Report {
             "invalidation rate",
             opt(self.invalidation_rate.map(|r| r * 100.0), 3) + " %",
         ));
+        if let Some(h) = self.hints {
+            let missed = |r: Option<f64>| {
+                r.map_or("none hinted".into(), |r| {
+                    format!("{:.3} % missed", r * 100.0)
+                })
+            };
+            rows.push((
+                "write hints",
+                format!(
+                    "{} held  {} stale  ({})",
+                    h.hinted_writes,
+                    h.stale_write_hints,
+                    missed(h.write_miss_rate())
+                ),
+            ));
+            rows.push((
+                "scan hints",
+                format!(
+                    "{} held  {} stale  ({})",
+                    h.hinted_scans,
+                    h.stale_scan_hints,
+                    missed(h.scan_miss_rate())
+                ),
+            ));
+            rows.push((
+                "server",
+                format!(
+                    "{} bin lookups  {} versions published",
+                    h.bin_gets, h.versions
+                ),
+            ));
+        }
         rows.push((
             "checked reads",
             format!(

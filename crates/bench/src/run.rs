@@ -21,7 +21,7 @@ use ycsb::{Distribution, Op, OpStream, Workload};
 
 use crate::history::{History, OpKind, Operation, Recorder};
 use crate::ledger::{Ledger, Verdict};
-use crate::report::{Correctness, Latency, PerGet, PerOp, Report, ServerSplit};
+use crate::report::{Correctness, HintCounters, Latency, PerGet, PerOp, Report, ServerSplit};
 use crate::system::{DirectStats, InFlight, KvClient, ServerTime, System};
 use crate::values::value_for;
 use crate::BenchError;
@@ -140,7 +140,7 @@ fn run_inner(
     let barrier = Barrier::new(threads as usize + 1);
     let stop = AtomicBool::new(false);
     let per_thread = config.ops.div_ceil(threads as u64);
-    let (results, seconds, server) = std::thread::scope(|scope| -> Result<_, BenchError> {
+    let (results, seconds, server, hints) = std::thread::scope(|scope| -> Result<_, BenchError> {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let loaded = loaded.clone();
@@ -225,6 +225,7 @@ fn run_inner(
         barrier.wait();
         // Warm-up is over: the measured phase starts after this barrier.
         let server_before = system.server_time();
+        let hints_before = system.hints();
         barrier.wait();
         let start = Instant::now();
         barrier.wait();
@@ -232,6 +233,10 @@ fn run_inner(
         // that follows is not measured.
         let seconds = start.elapsed().as_secs_f64();
         let server_after = system.server_time();
+        let hints = match (hints_before, system.hints()) {
+            (Some(a), Some(b)) => Some(b.since(&a)),
+            _ => None,
+        };
         let mut results = Vec::new();
         let mut first_err = None;
         for h in handles {
@@ -255,7 +260,7 @@ fn run_inner(
         };
         match first_err {
             Some(e) => Err(e),
-            None => Ok((results, seconds, server)),
+            None => Ok((results, seconds, server, hints)),
         }
     })?;
     let mut history = History::default();
@@ -281,6 +286,7 @@ fn run_inner(
         &results,
         seconds,
         server,
+        hints,
     );
     Ok((report, history))
 }
@@ -720,6 +726,7 @@ fn summarize(
     results: &[ThreadResult],
     seconds: f64,
     server: Option<ServerTime>,
+    hints: Option<HintCounters>,
 ) -> Report {
     let mut all = Counters::default();
     let mut get_costs = Counters::default();
@@ -796,6 +803,7 @@ fn summarize(
         model: system.model(),
         fallback_rate: direct.map(|d| per(d.fallbacks, d.reads)),
         invalidation_rate: direct.map(|d| per(d.invalidations, d.reads)),
+        hints,
         correctness,
     }
 }

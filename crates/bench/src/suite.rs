@@ -52,7 +52,7 @@ use xstore::CacheMode;
 use ycsb::{Dataset, Distribution, Workload};
 
 use crate::plot::{self, PlotError};
-use crate::report::{Correctness, Latency, ModelFigures, PerOp, Report};
+use crate::report::{Correctness, HintCounters, Latency, ModelFigures, PerOp, Report};
 use crate::run::{run, Progress, RunConfig};
 use crate::system::{DirectStats, KvClient, ServerTime, System};
 use crate::values::value_for;
@@ -494,6 +494,7 @@ impl SuiteRow {
             model: None,
             fallback_rate: None,
             invalidation_rate: None,
+            hints: None,
             correctness: Correctness::default(),
         }
     }
@@ -949,6 +950,10 @@ impl System for Tracker<'_> {
 
     fn server_time(&self) -> Option<ServerTime> {
         self.inner.server_time()
+    }
+
+    fn hints(&self) -> Option<HintCounters> {
+        self.inner.hints()
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 use fabric::{Counters, LocalFabric, NodeId, RpcHandler};
 use xstore::{CacheMode, Client, ClientConfig, Server, ServerConfig, Write};
 
-use crate::report::ModelFigures;
+use crate::report::{HintCounters, ModelFigures};
 use crate::BenchError;
 
 /// What a client-direct design reports about its reads.
@@ -106,6 +106,11 @@ pub trait System: Sync {
     fn model(&self) -> Option<ModelFigures>;
     /// Server time spent so far: (soft NIC, RPC workers) nanoseconds.
     fn server_time(&self) -> Option<ServerTime>;
+    /// FineStore's server counters so far (hints held and missed); `None`
+    /// for designs without them.
+    fn hints(&self) -> Option<HintCounters> {
+        None
+    }
 }
 
 /// Server busy time, split by who spent it.

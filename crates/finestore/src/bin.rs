@@ -11,12 +11,25 @@
 //! a small model (level-bin retraining, §3.3.1). Bins never grow a third
 //! level.
 //!
-//! One seqlock covers the whole bin (root and children): the bin under a
-//! record is the unit writers contend on, and bins under different
-//! records share nothing. The word: bit 0 locked, bit 1 retired (its
-//! keys now live in a small model published in its slot), version in
-//! steps of 4. Readers follow `xtree::leaf`'s protocol and treat anything
-//! out of bounds as a torn read that the version check throws away.
+//! Locks are per child, as the paper's are per bin (§3.2): a write that
+//! stays inside one child (an update, a delete that leaves the child
+//! non-empty, an insert into a child with room) locks only that child's
+//! seqlock, so inserts into different children of one root do not
+//! serialize. A write that changes the root (a move into a neighbour, a
+//! split, an emptied child leaving the root, the bin's retirement) takes
+//! the root's seqlock and then every child's, in slot order.
+//!
+//! The root word: bit 0 locked, bit 1 retired (its keys now live in a
+//! small model published in its slot), version in steps of 4. A child
+//! word: bit 0 locked, version in steps of 2. A child writer reads the
+//! root unlocked, locks its child, and checks the root is unchanged: the
+//! child word is where it meets a root writer (both CAS it), so either
+//! the root writer waits for the child writer, or the child writer
+//! acquires the child after the root writer released it and sees the
+//! root's new version (stored before the children are released). Readers
+//! follow `xtree::leaf`'s protocol on both words: each child's version
+//! around its entries, the root's around the whole pass; anything out of
+//! bounds is a torn read that the version checks throw away.
 
 use std::sync::OnceLock;
 
@@ -25,6 +38,8 @@ use crate::sync::{fence, seq_lock, spin_wait, AtomicU64, AtomicU8, Ordering};
 const LOCKED: u64 = 1;
 const RETIRED: u64 = 2;
 const VERSION: u64 = 4;
+/// A child word's version step (bit 0 is its lock).
+const CHILD_VERSION: u64 = 2;
 
 /// Every child is full and the root has no room for another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +50,8 @@ pub struct Full;
 pub struct Retired;
 
 struct Child {
+    /// The child's seqlock (bit 0 locked, version in steps of 2).
+    seq: AtomicU64,
     len: AtomicU64,
     keys: Box<[AtomicU64]>,
     vals: Box<[AtomicU64]>,
@@ -43,12 +60,13 @@ struct Child {
 impl Child {
     fn new(n: usize) -> Child {
         Child {
+            seq: AtomicU64::new(0),
             len: AtomicU64::new(0),
             keys: (0..n).map(|_| AtomicU64::new(0)).collect(),
             vals: (0..n).map(|_| AtomicU64::new(0)).collect(),
         }
     }
-    // Writer-side accessors (under the bin lock).
+    // Writer-side accessors (under the child's lock).
     fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed) as usize
     }
@@ -127,7 +145,7 @@ impl LevelBin {
     pub fn bytes(&self) -> usize {
         let made = self.kids.iter().filter(|k| k.get().is_some()).count();
         16 + self.order.len() * (1 + std::mem::size_of::<OnceLock<Box<Child>>>())
-            + made * (8 + 16 * self.child_slots)
+            + made * (16 + 16 * self.child_slots)
     }
 
     /// Runs `read` over the children in key order as a seqlock reader:
@@ -148,19 +166,36 @@ impl LevelBin {
                 let mut out = fresh();
                 let mut torn = false;
                 let nc = (self.nchild.load(Ordering::Relaxed) as usize).min(self.kids.len());
-                'children: for i in 0..nc {
+                for i in 0..nc {
                     let p = self.order[i].load(Ordering::Relaxed) as usize;
                     let Some(kid) = self.kids.get(p).and_then(OnceLock::get) else {
                         torn = true;
                         break;
                     };
+                    let c1 = kid.seq.load(Ordering::Acquire);
+                    if c1 & LOCKED != 0 {
+                        torn = true;
+                        break;
+                    }
                     let len = (kid.len.load(Ordering::Relaxed) as usize).min(self.child_slots);
+                    let mut stop = false;
                     for j in 0..len {
                         let k = kid.keys[j].load(Ordering::Relaxed);
                         let v = kid.vals[j].load(Ordering::Relaxed);
                         if !visit(&mut out, k, v) {
-                            break 'children;
+                            stop = true;
+                            break;
                         }
+                    }
+                    // A child writer may have run meanwhile without
+                    // touching the root: its own version says so.
+                    fence(Ordering::Acquire);
+                    if kid.seq.load(Ordering::Relaxed) != c1 {
+                        torn = true;
+                        break;
+                    }
+                    if stop {
+                        break;
                     }
                 }
                 fence(Ordering::Acquire);
@@ -206,23 +241,207 @@ impl LevelBin {
         Ok(past)
     }
 
-    /// Locks the bin for writing (held for at most one insert's moves, or
-    /// a level-bin retraining of `m·n` keys).
+    /// Locks the whole bin for writing, root and every child (held for at
+    /// most one insert's moves, or a level-bin retraining of `m·n` keys).
     pub fn lock(&self) -> BinGuard<'_> {
         let s = seq_lock(&self.seq);
+        // Children in slot order, after the root: child writers never
+        // wait for a second lock, so no cycle.
+        let kids = self
+            .kids
+            .iter()
+            .filter_map(OnceLock::get)
+            .map(|kid| (&**kid, seq_lock(&kid.seq)))
+            .collect();
         BinGuard {
             bin: self,
             seq: s,
+            kids,
             retire: false,
             changed: false,
         }
     }
+
+    /// A write confined to the child that holds (or would take) `key`,
+    /// under that child's lock only. `None`: it needs the whole bin (an
+    /// insert into a full child, a delete that would empty a child that
+    /// is not alone), and nothing was changed; go through [`lock`].
+    ///
+    /// [`lock`]: LevelBin::lock
+    pub fn write_child(&self, key: u64, op: ChildWrite) -> Result<Option<bool>, Retired> {
+        let mut round = 0;
+        loop {
+            match self.try_child(key, op) {
+                Attempt::Done(r) => return Ok(r),
+                Attempt::Retired => return Err(Retired),
+                Attempt::Again => spin_wait(&mut round),
+            }
+        }
+    }
+
+    fn try_child(&self, key: u64, op: ChildWrite) -> Attempt {
+        let s = self.seq.load(Ordering::Acquire);
+        if s & RETIRED != 0 {
+            return Attempt::Retired;
+        }
+        if s & LOCKED != 0 {
+            return Attempt::Again;
+        }
+        // Route with plain reads; the root check below throws away a
+        // route read across a root change, and the neighbour check a torn
+        // one.
+        let nc = (self.nchild.load(Ordering::Relaxed) as usize).clamp(1, self.kids.len());
+        let kid_at = |i: usize| {
+            let p = self.order[i].load(Ordering::Relaxed) as usize;
+            self.kids.get(p).and_then(OnceLock::get)
+        };
+        let mut c = nc - 1;
+        for i in 0..nc {
+            let Some(kid) = kid_at(i) else {
+                return Attempt::Again;
+            };
+            let len = (kid.len.load(Ordering::Relaxed) as usize).min(self.child_slots);
+            if len == 0 || kid.keys[len - 1].load(Ordering::Relaxed) >= key {
+                c = i;
+                break;
+            }
+        }
+        let Some(kid) = kid_at(c) else {
+            return Attempt::Again;
+        };
+        let cs = seq_lock(&kid.seq);
+        let unlock = |changed: bool| {
+            let next = if changed {
+                (cs & !LOCKED) + CHILD_VERSION
+            } else {
+                cs
+            };
+            kid.seq.store(next, Ordering::Release);
+        };
+        // The child lock is taken (Acquire): a root writer that held it
+        // before published its new root first.
+        if self.seq.load(Ordering::Acquire) != s {
+            unlock(false);
+            return Attempt::Again;
+        }
+        // The root is as routed, so `c` is child `c` and the children are
+        // those routed over; check `key` belongs to `c`: at most its
+        // largest key (unless last) and above the previous child's.
+        let len = kid.len();
+        let last = c + 1 == nc;
+        if len > self.child_slots || (len == 0 && nc > 1) {
+            unlock(false);
+            return Attempt::Again;
+        }
+        if !last && kid.key(len - 1) < key {
+            unlock(false);
+            return Attempt::Again;
+        }
+        // At least our smallest key, it is above every key of the
+        // previous child; only a key in the gap below needs that child's
+        // largest key, read as a seqlock reader.
+        if c > 0 && (len == 0 || key < kid.key(0)) {
+            let Some(prev) = kid_at(c - 1) else {
+                unlock(false);
+                return Attempt::Again;
+            };
+            let mut round = 0;
+            let prev_max = loop {
+                if let Some(k) = prev.max_unlocked() {
+                    break k;
+                }
+                // A child writer there never waits for us (it only ever
+                // reads its own previous child); a root writer holding
+                // it may be waiting for ours: the root says which.
+                if self.seq.load(Ordering::Acquire) != s {
+                    unlock(false);
+                    return Attempt::Again;
+                }
+                spin_wait(&mut round);
+            };
+            if prev_max >= key {
+                // The route was read across a write there.
+                unlock(false);
+                return Attempt::Again;
+            }
+        }
+        let pos = (0..len).find(|&i| kid.key(i) >= key).unwrap_or(len);
+        let present = pos < len && kid.key(pos) == key;
+        let (result, changed) = match op {
+            ChildWrite::Insert(_) if present => (Some(true), false),
+            ChildWrite::Update(v) | ChildWrite::Upsert(v) if present => {
+                kid.vals[pos].store(v, Ordering::Relaxed);
+                (Some(true), true)
+            }
+            ChildWrite::Update(_) => (Some(false), false),
+            ChildWrite::Insert(v) | ChildWrite::Upsert(v) => {
+                if len < self.child_slots {
+                    kid.insert_at(pos, key, v);
+                    (Some(false), true)
+                } else {
+                    (None, false)
+                }
+            }
+            ChildWrite::Remove if !present => (Some(false), false),
+            ChildWrite::Remove => {
+                if len > 1 || nc == 1 {
+                    kid.remove_at(pos);
+                    (Some(true), true)
+                } else {
+                    (None, false)
+                }
+            }
+        };
+        unlock(changed);
+        Attempt::Done(result)
+    }
 }
 
-/// Exclusive access to a bin; the new version is published on drop.
+/// A write [`LevelBin::write_child`] does under one child's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildWrite {
+    /// Insert if absent (answers whether it was present).
+    Insert(u64),
+    /// Overwrite if present (answers whether it was).
+    Update(u64),
+    /// Overwrite or insert (answers whether it was present).
+    Upsert(u64),
+    /// Remove if present (answers whether it was).
+    Remove,
+}
+
+enum Attempt {
+    Done(Option<bool>),
+    Retired,
+    Again,
+}
+
+impl Child {
+    /// The largest key, read as a seqlock reader without waiting: `None`
+    /// if the child is locked or changed while read (or empty, which a
+    /// child that is not alone never is outside a root writer).
+    fn max_unlocked(&self) -> Option<u64> {
+        let c1 = self.seq.load(Ordering::Acquire);
+        if c1 & LOCKED != 0 {
+            return None;
+        }
+        let len = self.len.load(Ordering::Relaxed) as usize;
+        let k = match len.checked_sub(1) {
+            Some(i) if i < self.keys.len() => self.keys[i].load(Ordering::Relaxed),
+            _ => return None,
+        };
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == c1).then_some(k)
+    }
+}
+
+/// Exclusive access to a bin (root and every child made when it was
+/// locked); the new versions are published on drop.
 pub struct BinGuard<'a> {
     bin: &'a LevelBin,
     seq: u64,
+    /// The children locked, with their words as they were.
+    kids: Vec<(&'a Child, u64)>,
     retire: bool,
     changed: bool,
 }
@@ -398,7 +617,13 @@ impl Drop for BinGuard<'_> {
         } else {
             self.seq
         };
+        // The root first: a child writer that takes a child after this
+        // guard releases it must see the root's new version.
         self.bin.seq.store(next, Ordering::Release);
+        for &(kid, cs) in &self.kids {
+            let next = if self.changed { cs + CHILD_VERSION } else { cs };
+            kid.seq.store(next, Ordering::Release);
+        }
     }
 }
 
@@ -433,5 +658,59 @@ mod tests {
         assert!(bin.lock().is_empty());
         bin.lock().insert(3, 3).unwrap();
         assert_eq!(bin.get(3), Ok(Some(3)));
+    }
+
+    #[test]
+    fn a_write_into_one_child_does_not_wait_for_another_child() {
+        let (m, n) = (4, 4);
+        let bin = std::sync::Arc::new(LevelBin::new(m, n, 10, 10));
+        for k in [20, 30, 40, 50] {
+            bin.lock().insert(k, k).unwrap();
+        }
+        // Five keys in children of four: two children, [10, 20] and
+        // [30, 40, 50] after the split.
+        assert_eq!(bin.nchild.load(Ordering::Relaxed), 2);
+        let first = bin.kids[bin.order[0].load(Ordering::Relaxed) as usize]
+            .get()
+            .unwrap();
+        assert_eq!(first.len(), 2);
+        // Hold the first child's lock, as a writer in it would.
+        let held = seq_lock(&first.seq);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let other = {
+            let bin = bin.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                tx.send(("second", bin.write_child(45, ChildWrite::Insert(45))))
+                    .unwrap()
+            })
+        };
+        let (who, r) = rx.recv().unwrap();
+        assert_eq!((who, r), ("second", Ok(Some(false))));
+        other.join().unwrap();
+        // A write into the held child waits for it.
+        let same = {
+            let bin = bin.clone();
+            std::thread::spawn(move || {
+                tx.send(("first", bin.write_child(15, ChildWrite::Insert(15))))
+                    .unwrap()
+            })
+        };
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_millis(50))
+            .is_err());
+        first.seq.store(held, Ordering::Release);
+        assert_eq!(rx.recv().unwrap(), ("first", Ok(Some(false))));
+        same.join().unwrap();
+        assert_eq!(
+            bin.lock().entries(),
+            [10, 15, 20, 30, 40, 45, 50].map(|k| (k, k)).to_vec()
+        );
+        // The second child is full: an insert there needs the whole bin
+        // (nothing changed, `None`), an update does not.
+        assert_eq!(bin.write_child(35, ChildWrite::Insert(35)), Ok(None));
+        assert_eq!(bin.get(35), Ok(None));
+        assert_eq!(bin.write_child(45, ChildWrite::Upsert(7)), Ok(Some(true)));
+        assert_eq!(bin.get(45), Ok(Some(7)));
     }
 }

@@ -26,7 +26,6 @@
 //! See `docs/finestore.md` for the structures, byte counts, the RCU rule,
 //! the array layout, the protocol and the barrier's rule.
 
-#[cfg(not(loom))]
 pub mod bin;
 pub mod dist;
 #[cfg(not(loom))]

@@ -99,7 +99,7 @@ mod tests {
         // docs/finestore.md: 16 + 16 bytes a trained key besides the key.
         assert_eq!(std::mem::size_of::<Record>(), 16);
         assert_eq!(std::mem::size_of::<Slot<Under>>(), 16);
-        assert_eq!(LevelBin::new(8, 16, 1, 1).bytes(), 416);
+        assert_eq!(LevelBin::new(8, 16, 1, 1).bytes(), 424);
     }
 
     #[test]

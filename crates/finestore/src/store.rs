@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use learned::lpa::{Lpa, LpaParams};
 
-use crate::bin::LevelBin;
+use crate::bin::{ChildWrite, LevelBin, Retired};
 use crate::mirror::{Mirror, MirrorFactory};
 use crate::model::{Model, Under};
 use crate::rcu::ArcCell;
@@ -551,6 +551,12 @@ fn delete_in(m: &Model, key: u64, at: Option<Result<usize, usize>>) -> Step<bool
         match content.as_deref() {
             None => return Step::Done(false),
             Some(Under::Bin(b)) => {
+                // Most deletes stay inside one child: lock only it.
+                match b.write_child(key, ChildWrite::Remove) {
+                    Err(Retired) => continue,
+                    Ok(Some(present)) => return Step::Done(present),
+                    Ok(None) => {}
+                }
                 let mut g = b.lock();
                 if g.retired() {
                     continue;
@@ -755,6 +761,20 @@ impl Inner {
                     }
                 }
                 Some(Under::Bin(b)) => {
+                    // Inserts into different children of one root bin do
+                    // not serialize (§3.2): first under the child's lock
+                    // alone; the whole bin only for moves, splits and its
+                    // retraining.
+                    let op = match mode {
+                        Mode::Insert => ChildWrite::Insert(value),
+                        Mode::Update => ChildWrite::Update(value),
+                        Mode::Upsert => ChildWrite::Upsert(value),
+                    };
+                    match b.write_child(key, op) {
+                        Err(Retired) => continue,
+                        Ok(Some(present)) => return Ok(WriteStep::Done(present)),
+                        Ok(None) => {}
+                    }
                     let mut g = b.lock();
                     if g.retired() {
                         continue;

@@ -178,3 +178,51 @@ fn a_cut_off_client_is_refused_after_its_memory_is_freed() {
         client.join().unwrap();
     });
 }
+
+/// Per-child bin locks (§3.2): a child writer inserting into the first
+/// child races a root writer that empties that child (it leaves the root,
+/// the second child becomes the first). The insert must land in a child
+/// that is in the root (never in the one taken out): the bin ends with
+/// exactly the expected entries. (Readers are left out to keep the
+/// model small; `tests/bin_children.rs` runs them against writers.)
+#[test]
+fn a_child_write_is_never_lost_to_a_root_change() {
+    use finestore::bin::{ChildWrite, LevelBin};
+
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.max_branches = 100_000;
+    builder.check(|| {
+        // Children [10, 20] and [30, 40, 50] (4 slots each).
+        let bin = Arc::new(LevelBin::new(4, 4, 10, 10));
+        for k in [20, 30, 40, 50] {
+            bin.lock().insert(k, k).unwrap();
+        }
+        let writer = {
+            let bin = bin.clone();
+            loom::thread::spawn(move || bin.write_child(15, ChildWrite::Insert(15)))
+        };
+        {
+            let mut g = bin.lock();
+            assert!(g.remove(10));
+            // Empty unless the writer got in first; either way a root
+            // change when it empties the child.
+            assert!(g.remove(20));
+        }
+        let inserted = writer.join().unwrap();
+        let inserted = match inserted {
+            Ok(Some(present)) => {
+                assert!(!present);
+                true
+            }
+            // The child was full (never here) or needed the whole bin.
+            Ok(None) => false,
+            Err(_) => panic!("never retired here"),
+        };
+        let mut want = vec![(30, 30), (40, 40), (50, 50)];
+        if inserted {
+            want.insert(0, (15, 15));
+        }
+        assert_eq!(bin.lock().entries(), want);
+    });
+}
