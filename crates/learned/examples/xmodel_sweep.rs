@@ -9,7 +9,8 @@
 //! keys). Environment: `TOPE=E` the training spline's corridor (`top_error`); `KNOTS=1`
 //! knots of the plain corridor at several errors; `HIST=1` where the extra
 //! leaf reads come from; `WORST=1` each new widest lookup; `DUMP=I` the
-//! leaves of sub-model I; `CURVES=1` leaves per lookup by kind of curve.
+//! leaves of sub-model I; `CURVES=1` leaves per lookup by kind of curve;
+//! `RETRAIN_CPU=1` CPU time (not wall time) per sub-model retraining.
 
 use learned::{LeafInfo, TrainParams, XModel};
 
@@ -114,6 +115,9 @@ fn main() {
             }
         }
     }
+    if std::env::var("RETRAIN_CPU").is_ok() {
+        retrain_cpu(&model, &leaves);
+    }
     let t = std::time::Instant::now();
     let reps = m.min(2000);
     for r in 0..reps {
@@ -178,4 +182,30 @@ pub fn curves_report(model: &XModel, keys: &[u64]) {
             a.0 as f64 / a.1.max(1) as f64
         );
     }
+}
+
+/// This thread's time on a CPU so far, in ns (`/proc/thread-self/schedstat`):
+/// unlike wall time, not inflated by other processes on a loaded machine.
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Retrains every sub-model, round after round for at least a second of
+/// this thread's CPU time, and prints the CPU time per retraining.
+pub fn retrain_cpu(model: &XModel, leaves: &[LeafInfo]) {
+    let m = model.submodels();
+    let start = thread_cpu_ns();
+    let mut done = 0u64;
+    while thread_cpu_ns() - start < 1_000_000_000 {
+        for i in 0..m {
+            let first = model.tt(i).first().map_or(0, |e| e.aln()) as usize;
+            std::hint::black_box(model.retrain_sub(i, leaves[first..].iter().copied()));
+            done += 1;
+        }
+    }
+    let ns = (thread_cpu_ns() - start) as f64 / done as f64;
+    println!("retrain: {done} sub-models, {:.2} us of CPU each", ns / 1e3);
 }

@@ -208,8 +208,29 @@ fn narrowest_span(
         .enumerate()
         .filter(|&(l, _)| l < last || !free.1)
         .map(|(l, &(_, xb))| (xb, (first + l + 1) as f64 * n - slack));
-    let upper = hull(lows, 1.0);
-    let lower = hull(highs, -1.0);
+    // The hulls live in this thread's scratch buffers: training fits a
+    // dozen spans per sub-model, and fresh vectors for each were a tenth
+    // of the retraining time.
+    HULLS.with(|cell| {
+        let (upper, lower) = &mut *cell.borrow_mut();
+        hull_into(lows, 1.0, upper);
+        hull_into(highs, -1.0, lower);
+        narrowest_of(upper, lower, hint, cap)
+    })
+}
+
+/// Points of a hull, left to right.
+type Hull = Vec<(f64, f64)>;
+
+thread_local! {
+    /// Scratch for [`narrowest_span`]'s two hulls.
+    static HULLS: std::cell::RefCell<(Hull, Hull)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The narrowest line given the upper hull of the low-fence points and
+/// the lower hull of the high-fence points (see [`narrowest_span`]).
+fn narrowest_of(upper: &[(f64, f64)], lower: &[(f64, f64)], hint: f64, cap: f64) -> (Linear, f64) {
     let s = match (upper.is_empty(), lower.is_empty()) {
         // No bound either way (a one-leaf table): any slope; keep the hint.
         (true, true) => hint.clamp(0.0, cap),
@@ -217,7 +238,7 @@ fn narrowest_span(
         // best; only U: it falls, so the cap.
         (true, false) => 0.0,
         (false, true) => cap,
-        (false, false) => hull_walk(&upper, &lower, cap),
+        (false, false) => hull_walk(upper, lower, cap),
     };
     let u = upper
         .iter()
@@ -239,9 +260,10 @@ fn narrowest_span(
 }
 
 /// The upper (`side = 1`) or lower (`side = -1`) convex hull of points
-/// given in non-decreasing `x`, left to right (Andrew's monotone chain).
-fn hull(points: impl Iterator<Item = (f64, f64)>, side: f64) -> Vec<(f64, f64)> {
-    let mut h: Vec<(f64, f64)> = Vec::new();
+/// given in non-decreasing `x`, left to right (Andrew's monotone chain),
+/// into `h` (cleared first).
+fn hull_into(points: impl Iterator<Item = (f64, f64)>, side: f64, h: &mut Vec<(f64, f64)>) {
+    h.clear();
     for p in points {
         while h.len() >= 2 {
             let (a, b) = (h[h.len() - 2], h[h.len() - 1]);
@@ -256,7 +278,6 @@ fn hull(points: impl Iterator<Item = (f64, f64)>, side: f64) -> Vec<(f64, f64)> 
         }
         h.push(p);
     }
-    h
 }
 
 /// The slope in `[0, cap]` minimizing `max_P(y − s·x) + max_Q(s·x − y)`,
@@ -1112,6 +1133,7 @@ fn narrowest_through(
     n: f64,
     free: (bool, bool),
     (k, v): (f64, f64),
+    guess: f64,
     cap: f64,
 ) -> (f64, f64) {
     let last = xs.len().saturating_sub(1);
@@ -1128,35 +1150,54 @@ fn narrowest_through(
         }
         u + w
     };
-    const PHI: f64 = 0.618_033_988_749_895;
-    let (mut lo, mut hi) = (0.0f64, cap);
-    let (mut a, mut b) = (hi - PHI * (hi - lo), lo + PHI * (hi - lo));
-    let (mut fa, mut fb) = (width(a), width(b));
     let spread = match (xs.first(), xs.last()) {
         (Some(f), Some(l)) => (l.1 - f.0).max(1e-12),
         _ => 1.0,
     };
-    for _ in 0..64 {
-        // A slope known to a thousandth of a position over the span is
-        // exact enough.
-        if (hi - lo) * spread < 1e-3 {
-            break;
+    // The width is convex in the slope: a golden-section search over
+    // [lo, hi], to a slope known to a hundredth of a position over the
+    // span.
+    let search = |mut lo: f64, mut hi: f64| {
+        const PHI: f64 = 0.618_033_988_749_895;
+        let (mut a, mut b) = (hi - PHI * (hi - lo), lo + PHI * (hi - lo));
+        let (mut fa, mut fb) = (width(a), width(b));
+        // Bounded too: at huge slopes f64 stops the interval shrinking
+        // before the tolerance is reached (100 steps leave 1e-21 of it).
+        for _ in 0..100 {
+            if (hi - lo) * spread < 1e-2 {
+                break;
+            }
+            if fa <= fb {
+                hi = b;
+                b = a;
+                fb = fa;
+                a = hi - PHI * (hi - lo);
+                fa = width(a);
+            } else {
+                lo = a;
+                a = b;
+                fa = fb;
+                b = lo + PHI * (hi - lo);
+                fb = width(b);
+            }
         }
-        if fa <= fb {
-            hi = b;
-            b = a;
-            fb = fa;
-            a = hi - PHI * (hi - lo);
-            fa = width(a);
+        (lo + hi) / 2.0
+    };
+    // The free line's slope is a close guess: search a factor of two
+    // either side of it first, and the whole range only if the minimum
+    // came out at an edge of that (it may lie beyond).
+    let s = if guess > 0.0 && 2.0 * guess < cap {
+        let (lo, hi) = (guess / 2.0, 2.0 * guess);
+        let s = search(lo, hi);
+        let edge = (hi - lo) * 0.01;
+        if s - lo < edge || hi - s < edge {
+            search(0.0, cap)
         } else {
-            lo = a;
-            a = b;
-            fa = fb;
-            b = lo + PHI * (hi - lo);
-            fb = width(b);
+            s
         }
-    }
-    let s = (lo + hi) / 2.0;
+    } else {
+        search(0.0, cap)
+    };
     (s, width(s))
 }
 
@@ -1334,8 +1375,9 @@ fn bent(splits: &mut Splits) -> Vec<Bent> {
     [j as f64 * n, (a.predict(k) + b.predict(k)) / 2.0]
         .into_iter()
         .map(|v| {
-            let (sa, _) = narrowest_through(&xs[..j], 0, n, (true, false), (k, v), cap(k));
-            let (sb, _) = narrowest_through(&xs[j..], j, n, (false, true), (k, v), cap(1.0 - k));
+            let (sa, _) = narrowest_through(&xs[..j], 0, n, (true, false), (k, v), a.slope, cap(k));
+            let (sb, _) =
+                narrowest_through(&xs[j..], j, n, (false, true), (k, v), b.slope, cap(1.0 - k));
             let q = |p: f64| Bent::quantize(p / n, len as u32);
             let codes = [q(v - sa * k), q(v), q(v + sb * (1.0 - k))];
             Bent::pack(knot, codes, (ErrorCode(0), ErrorCode(0)))
