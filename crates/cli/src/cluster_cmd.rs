@@ -150,19 +150,9 @@ struct HistoreUpArgs {
     /// HiStore: the group's name ([A-Za-z0-9_-]).
     #[arg(long, default_value = "g0")]
     group: String,
-    /// HiStore: lease TTL in seconds (a dead server is noticed this long
-    /// after it died).
-    #[arg(long, default_value_t = 2)]
-    lease_ttl_s: u64,
-    /// HiStore: MiB of each data server's record region.
-    #[arg(long, default_value_t = 256)]
-    data_mib: u64,
-    /// HiStore: main buckets of the hash table (a power of two).
-    #[arg(long, default_value_t = 1 << 16)]
-    main_buckets: u64,
-    /// HiStore: overflow buckets of the hash table.
-    #[arg(long, default_value_t = 1 << 14)]
-    overflow_buckets: u64,
+    /// Lease, record region and table sizes of every server.
+    #[command(flatten)]
+    shape: crate::server_cmd::HistoreShape,
 }
 
 /// Arguments of `xstore cluster status`.
@@ -545,20 +535,20 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
     for (role, node) in data.chain(index) {
         let id = format!("{}{node}", &role[..1]);
         let role_args = if role == "data" {
-            vec!["--data-mib".to_string(), h.data_mib.to_string()]
+            vec!["--data-mib".to_string(), h.shape.data_mib.to_string()]
         } else {
             vec![
                 "--main-buckets".to_string(),
-                h.main_buckets.to_string(),
+                h.shape.main_buckets.to_string(),
                 "--overflow-buckets".to_string(),
-                h.overflow_buckets.to_string(),
+                h.shape.overflow_buckets.to_string(),
             ]
         };
         let mut child = Command::new(&exe)
             .args(["server", "--system", "histore", "--role", role])
             .args(["--listen", "127.0.0.1:0", "--etcd", &url])
             .args(["--group", &h.group, "--node", &node.to_string()])
-            .args(["--lease-ttl-s", &h.lease_ttl_s.to_string()])
+            .args(["--lease-ttl-s", &h.shape.lease_ttl_s.to_string()])
             .args(["--index-servers", &h.index_servers.to_string()])
             .args(["--data-servers", &h.data_servers.to_string()])
             .args(role_args)

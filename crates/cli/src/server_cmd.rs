@@ -157,26 +157,37 @@ pub struct HistoreArgs {
     /// index and data servers; the view names servers by it).
     #[arg(long)]
     node: Option<u16>,
-    /// Lease TTL in seconds: a dead server is noticed this long after it
-    /// died.
-    #[arg(long, default_value_t = 2)]
-    lease_ttl_s: u64,
-    /// Data server: MiB of its record region (records are never reused).
-    #[arg(long, default_value_t = 256)]
-    data_mib: u64,
-    /// Index server: main buckets of the hash table (same on every index
-    /// server of the group).
-    #[arg(long, default_value_t = 1 << 16)]
-    main_buckets: u64,
-    /// Index server: overflow buckets of the hash table.
-    #[arg(long, default_value_t = 1 << 14)]
-    overflow_buckets: u64,
+    /// Lease, record region and table sizes.
+    #[command(flatten)]
+    pub shape: HistoreShape,
     /// Index servers registered before the group forms.
     #[arg(long, default_value_t = 3)]
     index_servers: usize,
     /// Data servers registered before the group forms.
     #[arg(long, default_value_t = 1)]
     data_servers: usize,
+}
+
+/// What every server of a HiStore group is started with: shared by
+/// `xstore server --system histore` and `xstore cluster up --system
+/// histore`, which passes it on to each server it starts.
+#[derive(Args, Debug, Clone)]
+pub struct HistoreShape {
+    /// HiStore: lease TTL in seconds (a dead server is noticed this long
+    /// after it died).
+    #[arg(long, default_value_t = 2)]
+    pub lease_ttl_s: u64,
+    /// HiStore data server: MiB of its record region (records are never
+    /// reused).
+    #[arg(long, default_value_t = 256)]
+    pub data_mib: u64,
+    /// HiStore index server: main buckets of the hash table (a power of
+    /// two, the same on every index server of the group).
+    #[arg(long, default_value_t = 1 << 16)]
+    pub main_buckets: u64,
+    /// HiStore index server: overflow buckets of the hash table.
+    #[arg(long, default_value_t = 1 << 14)]
+    pub overflow_buckets: u64,
 }
 
 /// Runs `xstore server`.
@@ -464,7 +475,7 @@ fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
             .as_deref()
             .context("--system histore needs --etcd URL")?;
         let node = fabric::NodeId(h.node.context("--system histore needs --node N")?);
-        let ttl = Duration::from_secs(h.lease_ttl_s.max(1));
+        let ttl = Duration::from_secs(h.shape.lease_ttl_s.max(1));
         let stop = Arc::new(AtomicBool::new(false));
         for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             signal_hook::flag::register(signal, stop.clone())
@@ -477,7 +488,7 @@ fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
         };
         match h.role.as_deref() {
             Some("data") => {
-                let bytes = h.data_mib.max(1) << 20;
+                let bytes = h.shape.data_mib.max(1) << 20;
                 let mut data = histore::node::DataNode::start(host, node, bytes, etcd, &h.group)
                     .context("starting the data server")?;
                 let url = listen(host)?;
@@ -496,8 +507,8 @@ fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
                 let config = histore::node::IndexNodeConfig {
                     token: args.token.resolve()?,
                     lease_ttl: ttl,
-                    main_buckets: h.main_buckets,
-                    overflow_buckets: h.overflow_buckets,
+                    main_buckets: h.shape.main_buckets,
+                    overflow_buckets: h.shape.overflow_buckets,
                     index_servers: h.index_servers,
                     data_servers: h.data_servers,
                     ..histore::node::IndexNodeConfig::new(node, etcd, &h.group)
