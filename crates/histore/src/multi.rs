@@ -94,6 +94,15 @@ impl<E: fabric::Endpoint> MultiClient<E> {
         &self.clients
     }
 
+    /// The fabric counters of all groups' clients, summed.
+    pub fn counters(&self) -> fabric::Counters {
+        let mut total = fabric::Counters::default();
+        for c in &self.clients {
+            total += c.counters();
+        }
+        total
+    }
+
     /// The stats of all groups' clients, summed.
     pub fn stats(&self) -> ClientStats {
         self.clients.iter().fold(ClientStats::default(), |a, c| {
