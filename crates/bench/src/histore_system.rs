@@ -1,5 +1,6 @@
-//! HiStore over the local fabric: one index group (a hash-table primary,
-//! two sorted backups) and one data server, in this process.
+//! HiStore over the local fabric: one or more index groups (each a
+//! hash-table primary, two sorted backups and a data server), keys hashed
+//! to groups, in this process.
 //!
 //! The harness speaks u64 keys and values; HiStore stores byte strings.
 //! Keys become 20-byte zero-padded decimal strings (order-preserving, so
@@ -7,7 +8,7 @@
 //! are the u64, little-endian — the paper's ~20 B keys and 32 B values.
 
 use fabric::{Counters, LocalEndpoint};
-use histore::{Client, ClientConfig, GroupConfig, HiError, LocalGroup};
+use histore::{ClientConfig, GroupConfig, HiError, LocalGroups, MultiClient};
 
 use crate::report::ModelFigures;
 use crate::system::{DirectStats, KvClient, ServerTime, System, XStoreOptions};
@@ -61,15 +62,26 @@ pub fn value_of(bytes: &[u8]) -> Result<u64, BenchError> {
 
 /// HiStore on a local fabric (adversarial with a seed).
 pub struct HiStoreLocal {
-    group: LocalGroup,
+    groups: LocalGroups,
 }
 
 impl HiStoreLocal {
-    /// Starts a group sized for `pairs` and loads them through clients
-    /// (every pair is logged, replicated to both backups and indexed, as a
-    /// PUT would be), on two threads.
-    pub fn load(pairs: &[(u64, u64)], o: XStoreOptions) -> Result<HiStoreLocal, BenchError> {
-        let n = pairs.len() as u64;
+    /// Starts `groups` groups (at least one), each sized for its share of
+    /// `pairs`, and loads them through clients (every pair is logged,
+    /// replicated to both backups and indexed, as a PUT would be), on two
+    /// threads.
+    pub fn load(
+        pairs: &[(u64, u64)],
+        o: XStoreOptions,
+        groups: usize,
+    ) -> Result<HiStoreLocal, BenchError> {
+        let groups = groups.max(1);
+        // A group's share, with room for the hash's unevenness (one group:
+        // exactly the keys, as before groups existed).
+        let n = match groups {
+            1 => pairs.len() as u64,
+            g => (pairs.len() as u64).div_ceil(g as u64) * 5 / 4 + 64,
+        };
         // Room for a record per loaded key and for 3n + 4 M more writes
         // (records are not reclaimed yet); regions are committed lazily.
         let config = GroupConfig {
@@ -77,16 +89,16 @@ impl HiStoreLocal {
             ..GroupConfig::sized(n, 3 * n + (4 << 20), KEY_BYTES as u64, VALUE_BYTES as u64)
         };
         let load = |e: HiError| BenchError::Load(e.to_string());
-        let group = LocalGroup::start(config).map_err(load)?;
+        let all = LocalGroups::start(groups, config).map_err(load)?;
         let threads = 2;
         let chunk = pairs.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
             let handles: Vec<_> = pairs
                 .chunks(chunk)
                 .map(|part| {
-                    let group = &group;
+                    let all = &all;
                     s.spawn(move || -> Result<(), HiError> {
-                        let mut c = group.client(ClientConfig::default());
+                        let mut c = all.client(ClientConfig::default());
                         for &(k, v) in part {
                             c.put(&key_bytes(k), &value_bytes(v))?;
                         }
@@ -100,19 +112,19 @@ impl HiStoreLocal {
                     .map_err(load)
             })
         })?;
-        Ok(HiStoreLocal { group })
+        Ok(HiStoreLocal { groups: all })
     }
 
-    /// The group (to kill servers and fail over during a run).
-    pub fn group(&self) -> &LocalGroup {
-        &self.group
+    /// The groups (to kill servers and fail over during a run).
+    pub fn groups(&self) -> &LocalGroups {
+        &self.groups
     }
 }
 
 impl System for HiStoreLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
         Ok(Box::new(HiStoreClient {
-            client: self.group.client(ClientConfig::default()),
+            client: self.groups.client(ClientConfig::default()),
             scans: 0,
         }))
     }
@@ -129,7 +141,7 @@ impl System for HiStoreLocal {
 }
 
 struct HiStoreClient {
-    client: Client<LocalEndpoint>,
+    client: MultiClient<LocalEndpoint>,
     scans: u64,
 }
 
@@ -186,7 +198,7 @@ impl KvClient for HiStoreClient {
     }
 
     fn cache_bytes(&self) -> Option<u64> {
-        // Clients cache only the group's view.
+        // Clients cache only each group's view.
         None
     }
 }
@@ -211,6 +223,15 @@ mod tests {
 
     #[test]
     fn a_loaded_group_answers_the_harness() {
+        answers_the_harness(1);
+    }
+
+    #[test]
+    fn three_loaded_groups_answer_the_harness() {
+        answers_the_harness(3);
+    }
+
+    fn answers_the_harness(groups: usize) {
         let pairs: Vec<(u64, u64)> = (0..500)
             .map(|k| (k * 3, crate::value_for(k * 3, 0)))
             .collect();
@@ -225,8 +246,10 @@ mod tests {
                 adversary: Some(7),
                 server_workers: None,
             },
+            groups,
         )
         .unwrap();
+        assert_eq!(sys.groups().len(), groups);
         let mut c = sys.client().unwrap();
         assert_eq!(c.get(30).unwrap(), Some(crate::value_for(30, 0)));
         assert_eq!(c.get(31).unwrap(), None);

@@ -471,6 +471,8 @@ pub struct BaselineOptions {
     /// ROLEX: memory nodes the key space is spread over (§3.6), each with
     /// its own regions and retrainer thread.
     pub memory_nodes: usize,
+    /// HiStore: index groups, keys hashed to groups.
+    pub histore_groups: usize,
 }
 
 impl Default for BaselineOptions {
@@ -481,6 +483,7 @@ impl Default for BaselineOptions {
             // Small nodes, like Cell's, so traversals cost what they did there.
             inner_fanout: 16,
             memory_nodes: 1,
+            histore_groups: 1,
         }
     }
 }
@@ -511,7 +514,9 @@ pub fn load_local(
         }
         "histore" => {
             return Ok(Box::new(crate::histore_system::HiStoreLocal::load(
-                pairs, o,
+                pairs,
+                o,
+                b.histore_groups,
             )?))
         }
         "finestore" => {

@@ -124,6 +124,10 @@ pub struct BenchArgs {
     /// each with its own leaf and table regions and retrainer thread.
     #[arg(long, default_value_t = 1)]
     memory_nodes: usize,
+    /// histore: index groups, each with its own primary, backups and data
+    /// server; a key's hash picks its group, SCANs merge across groups.
+    #[arg(long, default_value_t = 1)]
+    groups: usize,
     /// Tear READs adversarially (slow; for checking correctness).
     #[arg(long)]
     adversarial: bool,
@@ -206,6 +210,7 @@ fn local_system(
             },
             inner_fanout: args.inner_fanout,
             memory_nodes: args.memory_nodes,
+            histore_groups: args.groups,
         },
     )
 }

@@ -16,6 +16,7 @@
 //! * [`view`] — the group's membership and epochs.
 //! * [`client`] — GET, PUT, DELETE, SCAN.
 //! * [`group`] — an in-process group with its failover coordinator.
+//! * [`multi`] — several in-process groups, keys hashed to groups.
 //! * [`etcd`], [`net`], [`node`] — groups of processes: the view and
 //!   leases in etcd, one endpoint to every node, and the index and data
 //!   server processes with their watcher (failover, joins).
@@ -28,6 +29,7 @@ pub mod error;
 pub mod etcd;
 pub mod group;
 pub mod layout;
+pub mod multi;
 pub mod net;
 pub mod node;
 pub mod server;
@@ -39,4 +41,5 @@ pub mod wire;
 pub use client::{Client, ClientConfig, ClientStats, Pairs};
 pub use error::HiError;
 pub use group::{GroupConfig, LocalGroup};
+pub use multi::{group_of, LocalGroups, MultiClient};
 pub use view::{DataServer, GroupView, LocalMembership, Membership};

@@ -1,0 +1,172 @@
+//! Several index groups in this process, keys hashed to groups (§3.2.1,
+//! Fig. 5): each group is a [`LocalGroup`] with its own primary, backups,
+//! data servers and fabric; a key's GET, PUT and DELETE go to its group
+//! only, and a SCAN asks every group's backup and merges the answers.
+//!
+//! Each group keeps its own data servers (rather than sharing one) because
+//! a group's failover coordinator, its fabric and its adversary are per
+//! group: sharing a data server would tie one group's fabric to another's,
+//! and a group's records would outlive its view. It costs a region per
+//! group, which is what a deployment with one data server per group pays.
+
+use fabric::LocalEndpoint;
+
+use crate::client::{Client, ClientConfig, ClientStats, Pairs};
+use crate::error::HiError;
+use crate::group::{GroupConfig, LocalGroup};
+use crate::layout::key_hash;
+
+/// The group of `key` among `groups` groups.
+///
+/// Uses hash bits 32..56: the bucket index takes the low bits (a table has
+/// fewer than 2^32 main buckets) and the slot signature bits 56..64, so
+/// which group holds a key says nothing about its bucket or signature
+/// within the group, and every group's table stays evenly loaded.
+pub fn group_of(key: &[u8], groups: usize) -> usize {
+    let bits = (key_hash(key) >> 32) & 0x00FF_FFFF;
+    (bits % groups.max(1) as u64) as usize
+}
+
+/// `groups` in-process index groups.
+#[derive(Debug)]
+pub struct LocalGroups {
+    groups: Vec<LocalGroup>,
+}
+
+impl LocalGroups {
+    /// Starts `groups` (at least one) groups of `config`; with an
+    /// adversary, group `i` tears with seed `seed + i` so the groups do
+    /// not tear in lockstep.
+    pub fn start(groups: usize, config: GroupConfig) -> Result<LocalGroups, HiError> {
+        let groups = (0..groups.max(1))
+            .map(|i| {
+                LocalGroup::start(GroupConfig {
+                    adversary: config.adversary.map(|s| s.wrapping_add(i as u64)),
+                    ..config
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LocalGroups { groups })
+    }
+
+    /// How many groups.
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Whether there are no groups (never: `start` makes at least one).
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Group `i` (to kill its servers and fail it over).
+    pub fn group(&self, i: usize) -> &LocalGroup {
+        &self.groups[i]
+    }
+
+    /// A client of every group.
+    pub fn client(&self, config: ClientConfig) -> MultiClient<LocalEndpoint> {
+        MultiClient::new(self.groups.iter().map(|g| g.client(config)).collect())
+    }
+}
+
+/// A client of several groups: one [`Client`] per group.
+pub struct MultiClient<E: fabric::Endpoint> {
+    clients: Vec<Client<E>>,
+}
+
+impl<E: fabric::Endpoint> MultiClient<E> {
+    /// A client over one client per group, in group order (group `i` of
+    /// [`group_of`] is `clients[i]`). Panics on an empty list, a
+    /// programming error.
+    pub fn new(clients: Vec<Client<E>>) -> MultiClient<E> {
+        assert!(!clients.is_empty(), "a multi-group client needs a group");
+        MultiClient { clients }
+    }
+
+    fn of(&mut self, key: &[u8]) -> &mut Client<E> {
+        let g = group_of(key, self.clients.len());
+        &mut self.clients[g]
+    }
+
+    /// The per-group clients, in group order.
+    pub fn clients(&self) -> &[Client<E>] {
+        &self.clients
+    }
+
+    /// The fabric counters of all groups' clients, summed.
+    pub fn counters(&self) -> fabric::Counters {
+        let mut total = fabric::Counters::default();
+        for c in &self.clients {
+            total += c.counters();
+        }
+        total
+    }
+
+    /// The stats of all groups' clients, summed.
+    pub fn stats(&self) -> ClientStats {
+        self.clients.iter().fold(ClientStats::default(), |a, c| {
+            let s = c.stats();
+            ClientStats {
+                direct_gets: a.direct_gets + s.direct_gets,
+                rpc_gets: a.rpc_gets + s.rpc_gets,
+                torn: a.torn + s.torn,
+                refreshes: a.refreshes + s.refreshes,
+            }
+        })
+    }
+
+    /// [`Client::put`] at the key's group.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), HiError> {
+        self.of(key).put(key, value)
+    }
+
+    /// [`Client::insert`] at the key's group.
+    pub fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, HiError> {
+        self.of(key).insert(key, value)
+    }
+
+    /// [`Client::update`] at the key's group.
+    pub fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, HiError> {
+        self.of(key).update(key, value)
+    }
+
+    /// [`Client::delete`] at the key's group.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, HiError> {
+        self.of(key).delete(key)
+    }
+
+    /// [`Client::get`] at the key's group.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
+        self.of(key).get(key)
+    }
+
+    /// Up to `n` pairs with keys at or after `start`, in key order: each
+    /// group's first `n` (any of them may hold all `n`), merged. Groups
+    /// hold disjoint keys, so the merge never sees a key twice.
+    pub fn scan(&mut self, start: &[u8], n: usize) -> Result<Pairs, HiError> {
+        if self.clients.len() == 1 {
+            return self.clients[0].scan(start, n);
+        }
+        let mut runs = Vec::with_capacity(self.clients.len());
+        for c in &mut self.clients {
+            runs.push(c.scan(start, n)?.into_iter().peekable());
+        }
+        let mut out = Vec::new();
+        while out.len() < n {
+            // The run whose head is smallest; G is small, so a linear pick
+            // beats a heap.
+            let next = runs
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, r)| r.peek().map(|(k, _)| (i, k.clone())))
+                .min_by(|a, b| a.1.cmp(&b.1))
+                .map(|(i, _)| i);
+            match next.and_then(|i| runs[i].next()) {
+                Some(pair) => out.push(pair),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+}
