@@ -1137,19 +1137,42 @@ fn narrowest_through(
     cap: f64,
 ) -> (f64, f64) {
     let last = xs.len().saturating_sub(1);
-    let width = |s: f64| {
-        let (mut u, mut w) = (0.0f64, 0.0f64);
-        for (l, &(xa, xb)) in xs.iter().enumerate() {
-            let start = (first + l) as f64 * n;
-            if l > 0 || !free.0 {
-                u = u.max(start - (v + s * (xa - k)));
-            }
-            if l < last || !free.1 {
-                w = w.max(v + s * (xb - k) - (start + n - LEAF_END_SLACK));
-            }
-        }
-        u + w
-    };
+    // Relative to (k, v) the bounds are u(s) = max(dy − s·dx) over the low
+    // fences and w(s) = max(s·dx − dy) over the high ones: only the upper
+    // hull of the first and the lower hull of the second can hold a
+    // maximum, so the search evaluates those few points (as
+    // [`narrowest_span`] does), in this thread's scratch buffers.
+    let lows = xs
+        .iter()
+        .enumerate()
+        .filter(|&(l, _)| l > 0 || !free.0)
+        .map(|(l, &(xa, _))| (xa - k, (first + l) as f64 * n - v));
+    let highs = xs
+        .iter()
+        .enumerate()
+        .filter(|&(l, _)| l < last || !free.1)
+        .map(|(l, &(_, xb))| (xb - k, (first + l + 1) as f64 * n - LEAF_END_SLACK - v));
+    HULLS.with(|cell| {
+        let (upper, lower) = &mut *cell.borrow_mut();
+        hull_into(lows, 1.0, upper);
+        hull_into(highs, -1.0, lower);
+        let width = |s: f64| {
+            let u = upper.iter().fold(0.0f64, |u, p| u.max(p.1 - s * p.0));
+            let w = lower.iter().fold(0.0f64, |w, q| w.max(s * q.0 - q.1));
+            u + w
+        };
+        through_search(xs, width, guess, cap)
+    })
+}
+
+/// The golden-section search of [`narrowest_through`] over the convex
+/// `width`, and the slope with its width.
+fn through_search(
+    xs: &[(f64, f64)],
+    width: impl Fn(f64) -> f64,
+    guess: f64,
+    cap: f64,
+) -> (f64, f64) {
     let spread = match (xs.first(), xs.last()) {
         (Some(f), Some(l)) => (l.1 - f.0).max(1e-12),
         _ => 1.0,
