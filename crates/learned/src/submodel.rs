@@ -120,6 +120,32 @@ pub const FORMAT_TWO_PIECE: u8 = 1;
 /// The curve format byte of two joined pieces with bounds of their own.
 pub const FORMAT_BENT: u8 = 2;
 
+/// The code nearest `leaves` (a position in leaves) for a table of
+/// `tt_len` leaves, in a scale where code `zero` is 0 and `steps` codes
+/// span the table, clamped to the `codes` there are.
+fn quantize(leaves: f64, tt_len: u32, codes: u64, zero: f64, steps: f64) -> u64 {
+    let c = (leaves * steps / tt_len.max(1) as f64 + zero).round();
+    c.clamp(0.0, (codes - 1) as f64) as u64
+}
+
+/// The position in leaves that `code` stands for in [`quantize`]'s scale.
+#[inline]
+fn code_value(code: u64, tt_len: u32, zero: f64, steps: f64) -> f64 {
+    (code as f64 - zero) * tt_len as f64 / steps
+}
+
+/// The value at `frac` of the line from `(x0, a)` to `(x1, b)`, extended
+/// beyond its ends; `a` when the line is a point (piece 0 of a knot at 0,
+/// which holds no fraction).
+#[inline]
+fn interpolate((x0, a): (f64, f64), (x1, b): (f64, f64), frac: f64) -> f64 {
+    if x1 > x0 {
+        a + (b - a) * ((frac - x0) / (x1 - x0))
+    } else {
+        a
+    }
+}
+
 /// The piece (0 or 1) of a two-piece curve with knot `k` that holds
 /// `frac`: the second from the knot on, and everything when the knot is 0
 /// (the first holds fractions in `[0, k)` only).
@@ -167,14 +193,13 @@ impl TwoPiece {
     /// The code nearest `leaves` (a position in leaves) for a table of
     /// `tt_len` leaves, clamped to the codes there are.
     pub fn quantize(leaves: f64, tt_len: u32) -> u64 {
-        let c = (leaves * Self::STEPS / tt_len.max(1) as f64 + Self::ZERO).round();
-        c.clamp(0.0, (Self::CODES - 1) as f64) as u64
+        quantize(leaves, tt_len, Self::CODES, Self::ZERO, Self::STEPS)
     }
 
     /// The position in leaves that `code` stands for.
     #[inline]
     fn value(code: u64, tt_len: u32) -> f64 {
-        (code as f64 - Self::ZERO) * tt_len as f64 / Self::STEPS
+        code_value(code, tt_len, Self::ZERO, Self::STEPS)
     }
 
     /// Position (in leaves) of piece `piece`'s line at `frac`; a piece
@@ -188,12 +213,7 @@ impl TwoPiece {
             (k, 1.0, self.code(2), self.code(3))
         };
         let (a, b) = (Self::value(a, tt_len), Self::value(b, tt_len));
-        if x1 > x0 {
-            a + (b - a) * ((frac - x0) / (x1 - x0))
-        } else {
-            // Piece 0 of a knot at 0 holds no fraction.
-            a
-        }
+        interpolate((x0, a), (x1, b), frac)
     }
 
     /// Position (in leaves) at `frac`.
@@ -253,8 +273,7 @@ impl Bent {
     /// The code nearest `leaves` (a position in leaves) for a table of
     /// `tt_len` leaves, clamped to the codes there are.
     pub fn quantize(leaves: f64, tt_len: u32) -> u64 {
-        let c = (leaves * Self::STEPS / tt_len.max(1) as f64 + Self::ZERO).round();
-        c.clamp(0.0, (Self::CODES - 1) as f64) as u64
+        quantize(leaves, tt_len, Self::CODES, Self::ZERO, Self::STEPS)
     }
 
     /// The value in leaves of code `i` (0 at fraction 0, 1 at the knot, 2
@@ -262,7 +281,7 @@ impl Bent {
     #[inline]
     fn value(self, i: u32, tt_len: u32) -> f64 {
         let code = (self.0 >> (16 + 10 * i)) & (Self::CODES - 1);
-        (code as f64 - Self::ZERO) * tt_len as f64 / Self::STEPS
+        code_value(code, tt_len, Self::ZERO, Self::STEPS)
     }
 
     /// Position (in leaves) of piece `piece`'s line at `frac`; a piece
@@ -275,12 +294,7 @@ impl Bent {
         } else {
             (k, 1.0, self.value(1, tt_len), self.value(2, tt_len))
         };
-        if x1 > x0 {
-            a + (b - a) * ((frac - x0) / (x1 - x0))
-        } else {
-            // Piece 0 of a knot at 0 holds no fraction.
-            a
-        }
+        interpolate((x0, a), (x1, b), frac)
     }
 }
 

@@ -197,25 +197,43 @@ fn narrowest_span(
     hint: f64,
     cap: f64,
 ) -> (Linear, f64) {
+    with_fence_hulls(xs, first, n, slack, free, (0.0, 0.0), |upper, lower| {
+        narrowest_of(upper, lower, hint, cap)
+    })
+}
+
+/// Calls `f` with the upper hull of the low-fence points
+/// `(x_low − k, l·n − v)` and the lower hull of the high-fence points
+/// `(x_high − k, (l+1)·n − slack − v)` of the leaves `first..` (fence
+/// fractions `xs`; `free` as in [`narrowest_span`]), relative to `(k, v)`.
+/// The hulls live in this thread's scratch buffers: training fits a dozen
+/// spans per sub-model, and fresh vectors for each were a tenth of the
+/// retraining time.
+fn with_fence_hulls<R>(
+    xs: &[(f64, f64)],
+    first: usize,
+    n: f64,
+    slack: f64,
+    free: (bool, bool),
+    (k, v): (f64, f64),
+    f: impl FnOnce(&[(f64, f64)], &[(f64, f64)]) -> R,
+) -> R {
     let last = xs.len().saturating_sub(1);
     let lows = xs
         .iter()
         .enumerate()
         .filter(|&(l, _)| l > 0 || !free.0)
-        .map(|(l, &(xa, _))| (xa, (first + l) as f64 * n));
+        .map(|(l, &(xa, _))| (xa - k, (first + l) as f64 * n - v));
     let highs = xs
         .iter()
         .enumerate()
         .filter(|&(l, _)| l < last || !free.1)
-        .map(|(l, &(_, xb))| (xb, (first + l + 1) as f64 * n - slack));
-    // The hulls live in this thread's scratch buffers: training fits a
-    // dozen spans per sub-model, and fresh vectors for each were a tenth
-    // of the retraining time.
+        .map(|(l, &(_, xb))| (xb - k, (first + l + 1) as f64 * n - slack - v));
     HULLS.with(|cell| {
         let (upper, lower) = &mut *cell.borrow_mut();
         hull_into(lows, 1.0, upper);
         hull_into(highs, -1.0, lower);
-        narrowest_of(upper, lower, hint, cap)
+        f(upper, lower)
     })
 }
 
@@ -223,7 +241,7 @@ fn narrowest_span(
 type Hull = Vec<(f64, f64)>;
 
 thread_local! {
-    /// Scratch for [`narrowest_span`]'s two hulls.
+    /// Scratch for [`with_fence_hulls`]'s two hulls.
     static HULLS: std::cell::RefCell<(Hull, Hull)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
@@ -1136,33 +1154,27 @@ fn narrowest_through(
     guess: f64,
     cap: f64,
 ) -> (f64, f64) {
-    let last = xs.len().saturating_sub(1);
     // Relative to (k, v) the bounds are u(s) = max(dy − s·dx) over the low
     // fences and w(s) = max(s·dx − dy) over the high ones: only the upper
     // hull of the first and the lower hull of the second can hold a
     // maximum, so the search evaluates those few points (as
-    // [`narrowest_span`] does), in this thread's scratch buffers.
-    let lows = xs
-        .iter()
-        .enumerate()
-        .filter(|&(l, _)| l > 0 || !free.0)
-        .map(|(l, &(xa, _))| (xa - k, (first + l) as f64 * n - v));
-    let highs = xs
-        .iter()
-        .enumerate()
-        .filter(|&(l, _)| l < last || !free.1)
-        .map(|(l, &(_, xb))| (xb - k, (first + l + 1) as f64 * n - LEAF_END_SLACK - v));
-    HULLS.with(|cell| {
-        let (upper, lower) = &mut *cell.borrow_mut();
-        hull_into(lows, 1.0, upper);
-        hull_into(highs, -1.0, lower);
-        let width = |s: f64| {
-            let u = upper.iter().fold(0.0f64, |u, p| u.max(p.1 - s * p.0));
-            let w = lower.iter().fold(0.0f64, |w, q| w.max(s * q.0 - q.1));
-            u + w
-        };
-        through_search(xs, width, guess, cap)
-    })
+    // [`narrowest_span`] does).
+    with_fence_hulls(
+        xs,
+        first,
+        n,
+        LEAF_END_SLACK,
+        free,
+        (k, v),
+        |upper, lower| {
+            let width = |s: f64| {
+                let u = upper.iter().fold(0.0f64, |u, p| u.max(p.1 - s * p.0));
+                let w = lower.iter().fold(0.0f64, |w, q| w.max(s * q.0 - q.1));
+                u + w
+            };
+            through_search(xs, width, guess, cap)
+        },
+    )
 }
 
 /// The golden-section search of [`narrowest_through`] over the convex
@@ -1232,6 +1244,8 @@ struct Splits<'a> {
     hint: f64,
     /// `(j, left line, its width, right line, its width)` per split tried.
     seen: Vec<(usize, Linear, f64, Linear, f64)>,
+    /// [`Splits::minimax`]'s answer once found: both piece forms ask.
+    minimax: Option<Option<usize>>,
 }
 
 impl<'a> Splits<'a> {
@@ -1241,6 +1255,7 @@ impl<'a> Splits<'a> {
             n: slots as f64,
             hint,
             seen: Vec::with_capacity(8),
+            minimax: None,
         }
     }
 
@@ -1286,6 +1301,16 @@ impl<'a> Splits<'a> {
     /// up (each adds or drops constraints), so it is where the two cross: a
     /// bisection, not a scan.
     fn minimax(&mut self) -> Option<usize> {
+        if let Some(m) = self.minimax {
+            return m;
+        }
+        let m = self.find_minimax();
+        self.minimax = Some(m);
+        m
+    }
+
+    /// [`Splits::minimax`], computed.
+    fn find_minimax(&mut self) -> Option<usize> {
         let first = self.first()?;
         let (mut lo, mut hi) = (first, self.xs.len() - 1);
         while lo < hi {
