@@ -88,6 +88,20 @@ fn main() {
     if std::env::var("CURVES").is_ok() {
         curves_report(&model, &keys);
     }
+    if std::env::var("KNOTHIST").is_ok() {
+        let mut h = std::collections::BTreeMap::<(u32, usize), (u32, f64)>::new();
+        for i in 0..m {
+            let s = model.sub(i);
+            if let learned::Curve::Knots(k) = s.curve {
+                let e = h.entry((s.tt_len, k.pieces())).or_default();
+                e.0 += 1;
+                e.1 += s.err_lo.bound() + s.err_hi.bound();
+            }
+        }
+        for ((l, p), (c, w)) in h {
+            println!("L={l} P={p}: {c} subs, mean width {:.1}", w / c as f64);
+        }
+    }
     if std::env::var("HIST").is_ok() {
         let small = (0..m).filter(|&i| model.tt(i).len() <= 2).count();
         println!("{small} of {m} sub-models hold at most 2 leaves");
@@ -155,13 +169,14 @@ pub fn knots_vs_error(leaves: &[LeafInfo]) {
 
 /// Leaves a lookup reads, per kind of sub-model curve.
 pub fn curves_report(model: &XModel, keys: &[u64]) {
-    let mut agg = [(0u64, 0u64, 0u32); 3];
+    let mut agg = [(0u64, 0u64, 0u32); 4];
     for &k in keys {
         let p = model.predict(k).unwrap();
         let kind = match model.sub(p.sub).curve {
             learned::Curve::Line(_) => 0,
             learned::Curve::TwoPiece(_) => 1,
             learned::Curve::Bent(_) => 2,
+            learned::Curve::Knots(_) => 3,
         };
         agg[kind].0 += (p.last - p.first + 1) as u64;
         agg[kind].1 += 1;
@@ -171,10 +186,11 @@ pub fn curves_report(model: &XModel, keys: &[u64]) {
             learned::Curve::Line(_) => 0,
             learned::Curve::TwoPiece(_) => 1,
             learned::Curve::Bent(_) => 2,
+            learned::Curve::Knots(_) => 3,
         };
         agg[kind].2 += 1;
     }
-    for (name, a) in ["line", "two pieces", "bent"].iter().zip(agg) {
+    for (name, a) in ["line", "two pieces", "bent", "knots"].iter().zip(agg) {
         println!(
             "{name}: {} sub-models, {} keys, {:.3} leaves per lookup",
             a.2,

@@ -62,8 +62,8 @@ pub use linear::Linear;
 pub use router::{Router, RouterError};
 pub use spline::{Knot, Spline};
 pub use submodel::{
-    piece_of, Bent, Curve, ErrorCode, SubModel, TwoPiece, FORMAT_BENT, FORMAT_LINE,
-    FORMAT_TWO_PIECE, MAX_TT_LEN, SUBMODEL_BYTES,
+    piece_of, Bent, Curve, ErrorCode, Knots, StepCode, SubModel, TwoPiece, FORMAT_BENT,
+    FORMAT_KNOTS, FORMAT_LINE, FORMAT_TWO_PIECE, MAX_KNOTS_TT_LEN, MAX_TT_LEN, SUBMODEL_BYTES,
 };
 pub use tt::{TtEntry, TT_ENTRY_BYTES};
 pub use xmodel::{LeafInfo, ModelError, Prediction, TrainParams, XModel, MAX_SUBMODELS};

@@ -1,6 +1,7 @@
 //! The compact sub-model: a curve over the top model's fraction (one line,
-//! or two linear pieces, split or joined at a knot), leaf-granular error
-//! bounds and the size of its translation table.
+//! two linear pieces split or joined at a knot, or up to 17 pieces joined
+//! at the starts of evenly spaced leaves), leaf-granular error bounds and
+//! the size of its translation table.
 //!
 //! # Byte diagram (14 bytes, little-endian)
 //!
@@ -9,7 +10,9 @@
 //! 0       8     curve      (see below; format from bits 30..32 of tt_len)
 //! 8       4     tt_len     u32: bits 0..30 leaves in this sub-model's
 //!                          translation table, bits 30..32 the curve format
-//!                          (0 line, 1 two pieces, 2 bent)
+//!                          (0 line, 1 two pieces, 2 bent, 3 knots); with
+//!                          knots, bits 0..8 the leaves (at most 255) and
+//!                          bits 8..30 the curve's bits 64..86
 //! 12      1     err_lo     error code (see ErrorCode)
 //! 13      1     err_hi     error code
 //!
@@ -21,6 +24,16 @@
 //!                      bits 52..64 piece 2 at 1      bits 46..48 0
 //!                                                    bits 48..56 piece 2 err_lo
 //!                                                    bits 56..64 piece 2 err_hi
+//!
+//! format 3 (knots), 86 bits: the curve word is bits 0..64, bits 8..30 of
+//! tt_len are bits 64..86
+//! bits 0..4            P − 2: P pieces (2..=17), P − 1 inner knots
+//! bits 4 ..            the inner knots' codes, knot 1 first, each the
+//!                      step from the knot before as a small float (below):
+//!                      b = min(32, 82 / (P − 1)) bits each, plus one for
+//!                      each of the first s = 82 − (P − 1)·b knots when
+//!                      b < 32
+//! rest                 0
 //! ```
 //!
 //! A sub-model maps the fraction `f = top(key) - i` in `[0, 1]` to a
@@ -36,6 +49,20 @@
 //! meaning `(c − 128) · tt_len / 768` leaves. The key's leaf lies among
 //! logical leaves `floor((p - err_lo)/N) ..= floor((p + err_hi)/N)`, with
 //! the bounds of the piece that holds `f`.
+//!
+//! Knots: knot `j` (0..=P) sits at fraction `x_j` (`x_0 = 0`, `x_P = 1`,
+//! each inner one `x_{j−1}` plus its step, at most 1) and position
+//! `l_j·N` with `l_j = (j·tt_len + P/2) / P` (integer division): the curve
+//! passes through the starts of evenly spaced leaves, so only the knots'
+//! fractions are stored. A step is a float of `b` bits (`b` at least 5;
+//! the bits `82 − (P−1)·b` left over give the first knots one more
+//! mantissa bit each) with `E` exponent bits (5 from 10 bits, else 4) and
+//! `M = b − E` mantissa bits: code `(e, m)` is `(2^M + m)·2^−(e+1+M)` for
+//! `e < 2^E − 1`, and `m·2^−(e+M)` for `e = 2^E − 1` (the smallest steps,
+//! down to 0), so a step is stored to `2^−M` of itself, whatever its
+//! scale: a knot inside a dense cluster right after a wide gap lands
+//! inside the cluster. Position at `f`: the piece `q` whose knots hold it
+//! (the last with `x_q <= f`), linear from `l_q·N` to `l_{q+1}·N`.
 //!
 //! Why pieces: at about a dozen leaves per sub-model, a CDF that bends
 //! once inside a sub-model (a cluster, a gap) costs one line a range as wide
@@ -119,6 +146,15 @@ pub const FORMAT_LINE: u8 = 0;
 pub const FORMAT_TWO_PIECE: u8 = 1;
 /// The curve format byte of two joined pieces with bounds of their own.
 pub const FORMAT_BENT: u8 = 2;
+/// The curve format byte of knots at evenly spaced leaves.
+pub const FORMAT_KNOTS: u8 = 3;
+
+/// Most leaves the table of a sub-model with knots may hold: its length
+/// has 8 bits, the other 22 carry knots.
+pub const MAX_KNOTS_TT_LEN: u32 = 255;
+
+/// Bits of the length that a sub-model with knots keeps for its table.
+const KNOTS_LEN_BITS: u32 = 8;
 
 /// The code nearest `leaves` (a position in leaves) for a table of
 /// `tt_len` leaves, in a scale where code `zero` is 0 and `steps` codes
@@ -298,6 +334,211 @@ impl Bent {
     }
 }
 
+/// `2^k` for `k` in `-1022..=1023`, exactly.
+#[inline]
+fn pow2(k: i32) -> f64 {
+    debug_assert!((-1022..=1023).contains(&k));
+    f64::from_bits(((1023 + k) as u64) << 52)
+}
+
+/// A knot's step as a small unsigned float: `eb` exponent bits, `mb`
+/// mantissa bits (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepCode {
+    eb: u32,
+    mb: u32,
+}
+
+impl StepCode {
+    /// Exponent bits of a code of `bits` bits.
+    fn exponent_bits(bits: u32) -> u32 {
+        // Five bits of exponent reach steps of 2^-31 (clusters in a wide
+        // range); with fewer bits a code keeps its mantissa and loses
+        // reach (4 bits: 2^-15 before the steps go linear), which costs
+        // less on real sets than the mantissa would.
+        debug_assert!(bits >= 5);
+        if bits >= 10 {
+            5
+        } else {
+            4
+        }
+    }
+
+    /// Bits of a code.
+    #[inline]
+    pub fn bits(self) -> u32 {
+        self.eb + self.mb
+    }
+
+    /// The step that code `c` stands for: `(2^M + m)·2^−(e+1+M)`, or
+    /// `m·2^−(e+M)` at the largest exponent.
+    #[inline]
+    pub fn value(self, c: u64) -> f64 {
+        let emax = (1u64 << self.eb) - 1;
+        let mb = self.mb as u64;
+        let (e, m) = (c >> mb, c & ((1 << mb) - 1));
+        if e == emax {
+            m as f64 * pow2(-((emax + mb) as i32))
+        } else {
+            ((1u64 << mb) + m) as f64 * pow2(-((e + 1 + mb) as i32))
+        }
+    }
+
+    /// The code of the largest step at most `d`, and of the smallest at
+    /// least `d` (`None` when `d` is beyond every code).
+    pub fn codes(self, d: f64) -> (u64, Option<u64>) {
+        let (eb, mb) = (self.eb, self.mb);
+        let emax = (1u64 << eb) - 1;
+        let full = (1u64 << mb) - 1;
+        let d = if d.is_nan() { 0.0 } else { d.max(0.0) };
+        let down = if d >= 1.0 {
+            full // e = 0: the largest step, below 1
+        } else if d < pow2(-(emax as i32)) {
+            let m = (d * pow2((emax + mb as u64) as i32)).floor() as u64;
+            emax << mb | m.min(full)
+        } else {
+            // d in [2^exp, 2^(exp+1)) with exp in -emax..=-1: e = -exp - 1,
+            // and the scalings by powers of two are exact.
+            let exp = ((d.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+            let e = (-exp - 1) as u64;
+            let m = ((d * pow2(-exp) - 1.0) * pow2(mb as i32)).floor() as u64;
+            e << mb | m.min(full)
+        };
+        if self.value(down) >= d {
+            return (down, Some(down));
+        }
+        let (e, m) = (down >> mb, down & full);
+        let up = if m < full {
+            Some(e << mb | (m + 1))
+        } else if e > 0 {
+            Some((e - 1) << mb)
+        } else {
+            None
+        };
+        (down, up)
+    }
+}
+
+/// Up to 17 pieces joined at knots that sit at the starts of evenly spaced
+/// leaves, with the knots' fractions stored as steps (format 3; see the
+/// module docs for the bit layout and the step code). 86 bits: 64 in the
+/// curve word, 22 in the table length's word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Knots(u128);
+
+impl Knots {
+    /// Bits of the whole curve.
+    pub const BITS: u32 = 86;
+    /// Most pieces.
+    pub const MAX_PIECES: usize = 17;
+    /// Bits before the first knot's code: the piece count.
+    const HEAD: u32 = 4;
+
+    /// Knot `j`'s code (`j` in `1..pieces`) with `pieces` pieces: its
+    /// first bit in the curve, and its float format. Each code has `b =
+    /// min(32, 82 / (P − 1))` bits; the bits that leaves over give the
+    /// first knots one more mantissa bit each.
+    #[inline]
+    pub fn knot_code(pieces: usize, j: usize) -> (u32, StepCode) {
+        debug_assert!((2..=Self::MAX_PIECES).contains(&pieces) && (1..pieces).contains(&j));
+        let room = Self::BITS - Self::HEAD;
+        let k = pieces as u32 - 1;
+        let b = (room / k).min(32);
+        let spare = if b == 32 { 0 } else { room - k * b };
+        let i = j as u32 - 1;
+        let eb = StepCode::exponent_bits(b);
+        let mb = b - eb + u32::from(i < spare);
+        (Self::HEAD + i * b + i.min(spare), StepCode { eb, mb })
+    }
+
+    /// Packs `codes.len() + 1` pieces (2..=17) whose knots' step codes are
+    /// `codes` (knot `j` in the format [`Knots::knot_code`] gives it).
+    pub fn pack(codes: &[u64]) -> Knots {
+        let pieces = codes.len() + 1;
+        assert!((2..=Self::MAX_PIECES).contains(&pieces), "2..=17 pieces");
+        let mut bits = (pieces - 2) as u128;
+        for (i, &c) in codes.iter().enumerate() {
+            let (at, code) = Self::knot_code(pieces, i + 1);
+            debug_assert!(c < 1 << code.bits());
+            bits |= ((c & ((1 << code.bits()) - 1)) as u128) << at;
+        }
+        Knots(bits)
+    }
+
+    /// The curve from its low 64 bits and its high 22 (`None` if bits
+    /// past the last knot are set).
+    pub fn from_words(low: u64, high: u32) -> Option<Knots> {
+        if high >= 1 << (Self::BITS - 64) {
+            return None;
+        }
+        let k = Knots(low as u128 | (high as u128) << 64);
+        let p = k.pieces();
+        let (at, code) = Self::knot_code(p, p - 1);
+        (k.0 >> (at + code.bits()) == 0).then_some(k)
+    }
+
+    /// The low 64 bits and the high 22.
+    pub fn words(self) -> (u64, u32) {
+        (self.0 as u64, (self.0 >> 64) as u32)
+    }
+
+    /// Number of pieces (2..=17).
+    #[inline]
+    pub fn pieces(self) -> usize {
+        (self.0 & 0xf) as usize + 2
+    }
+
+    /// Knot `j`'s leaf for a table of `tt_len` leaves: `(j·tt_len +
+    /// P/2) / P`.
+    #[inline]
+    pub fn knot_leaf(j: usize, pieces: usize, tt_len: u32) -> u64 {
+        (j as u64 * tt_len as u64 + pieces as u64 / 2) / pieces as u64
+    }
+
+    /// The knots' fractions `x_0..=x_P` into `out`; returns `P`.
+    #[inline]
+    pub fn fractions(self, out: &mut [f64; Self::MAX_PIECES + 1]) -> usize {
+        let p = self.pieces();
+        out[0] = 0.0;
+        for j in 1..p {
+            let (at, code) = Self::knot_code(p, j);
+            let c = (self.0 >> at) as u64 & ((1 << code.bits()) - 1);
+            out[j] = (out[j - 1] + code.value(c)).min(1.0);
+        }
+        out[p] = 1.0;
+        p
+    }
+
+    /// Position (in leaves) at `frac` for a table of `tt_len` leaves:
+    /// non-decreasing in `frac`.
+    #[inline]
+    pub fn predict_leaves(self, frac: f64, tt_len: u32) -> f64 {
+        let mut x = [0.0; Self::MAX_PIECES + 1];
+        let p = self.fractions(&mut x);
+        // The last piece whose start is at most frac (piece 0 below x_1).
+        let q = x[1..p].partition_point(|&k| k <= frac);
+        let leaves = (
+            Self::knot_leaf(q, p, tt_len) as f64,
+            Self::knot_leaf(q + 1, p, tt_len) as f64,
+        );
+        Self::on_piece(&x, q, leaves, frac)
+    }
+
+    /// Position (in leaves) at `frac` on piece `q` of a curve with knots
+    /// at fractions `x` ([`Knots::fractions`]), where `q` is the number of
+    /// inner knots at most `frac` and `(a, b)` are knots `q` and `q + 1`'s
+    /// leaves ([`Knots::knot_leaf`]). Training computes bounds with this
+    /// same arithmetic.
+    #[inline]
+    pub fn on_piece(x: &[f64], q: usize, (a, b): (f64, f64), frac: f64) -> f64 {
+        if x[q + 1] > x[q] {
+            a + (b - a) * ((frac - x[q]) / (x[q + 1] - x[q])).min(1.0)
+        } else {
+            b
+        }
+    }
+}
+
 /// How a sub-model maps a fraction to a position.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Curve {
@@ -307,6 +548,8 @@ pub enum Curve {
     TwoPiece(TwoPiece),
     /// Two pieces joined at a knot, with bounds of their own.
     Bent(Bent),
+    /// Up to 17 pieces joined at the starts of evenly spaced leaves.
+    Knots(Knots),
 }
 
 impl Default for Curve {
@@ -346,11 +589,12 @@ impl SubModel {
         self.piece_position(self.piece(frac), frac, slots)
     }
 
-    /// The knot of a two-piece curve (`None` for a line).
+    /// The knot of a two-piece curve (`None` for a line, and for knots,
+    /// whose pieces share one pair of bounds).
     #[inline]
     pub fn knot(&self) -> Option<f64> {
         match self.curve {
-            Curve::Line(_) => None,
+            Curve::Line(_) | Curve::Knots(_) => None,
             Curve::TwoPiece(t) => Some(t.knot()),
             Curve::Bent(b) => Some(b.knot()),
         }
@@ -370,6 +614,7 @@ impl SubModel {
             Curve::Line(line) => line.predict(frac),
             Curve::TwoPiece(t) => t.piece_leaves(piece, frac, self.tt_len) * n,
             Curve::Bent(b) => b.piece_leaves(piece, frac, self.tt_len) * n,
+            Curve::Knots(k) => k.predict_leaves(frac, self.tt_len) * n,
         }
     }
 
@@ -405,7 +650,8 @@ impl SubModel {
 
     /// The curve as one word and its format byte ([`FORMAT_LINE`]: slope
     /// f32 in the low half, intercept f32 in the high half;
-    /// [`FORMAT_TWO_PIECE`]: the packed [`TwoPiece`]).
+    /// [`FORMAT_TWO_PIECE`], [`FORMAT_BENT`]: the packed curve;
+    /// [`FORMAT_KNOTS`]: its low 64 bits, the rest in [`SubModel::len_word`]).
     pub fn curve_bits(&self) -> (u64, u8) {
         match self.curve {
             Curve::Line(l) => (
@@ -414,23 +660,35 @@ impl SubModel {
             ),
             Curve::TwoPiece(t) => (t.0, FORMAT_TWO_PIECE),
             Curve::Bent(b) => (b.0, FORMAT_BENT),
+            Curve::Knots(k) => (k.words().0, FORMAT_KNOTS),
         }
     }
 
-    /// Rebuilds a sub-model from [`SubModel::curve_bits`] and the other
-    /// fields; `None` for an unknown format, a table longer than
-    /// [`MAX_TT_LEN`], or a line with a non-finite or negative slope or a
-    /// non-finite intercept.
+    /// The table length's word without the format: the length, and with
+    /// knots the curve's high 22 bits above its 8 bits.
+    pub fn len_word(&self) -> u32 {
+        match self.curve {
+            Curve::Knots(k) => self.tt_len | k.words().1 << KNOTS_LEN_BITS,
+            _ => self.tt_len,
+        }
+    }
+
+    /// Rebuilds a sub-model from [`SubModel::curve_bits`],
+    /// [`SubModel::len_word`] and the error codes; `None` for an unknown
+    /// format, a table longer than [`MAX_TT_LEN`], a line with a
+    /// non-finite or negative slope or a non-finite intercept, or stray
+    /// bits in a packed curve.
     pub fn from_parts(
         bits: u64,
         format: u8,
-        tt_len: u32,
+        len_word: u32,
         err_lo: ErrorCode,
         err_hi: ErrorCode,
     ) -> Option<SubModel> {
-        if tt_len > MAX_TT_LEN {
+        if len_word > MAX_TT_LEN {
             return None;
         }
+        let mut tt_len = len_word;
         let curve = match format {
             FORMAT_LINE => {
                 let slope = f32::from_bits(bits as u32) as f64;
@@ -442,6 +700,10 @@ impl SubModel {
             }
             FORMAT_TWO_PIECE => Curve::TwoPiece(TwoPiece(bits)),
             FORMAT_BENT if bits & (3 << 46) == 0 => Curve::Bent(Bent(bits)),
+            FORMAT_KNOTS => {
+                tt_len = len_word & MAX_KNOTS_TT_LEN;
+                Curve::Knots(Knots::from_words(bits, len_word >> KNOTS_LEN_BITS)?)
+            }
             _ => return None,
         };
         Some(SubModel {
@@ -455,15 +717,19 @@ impl SubModel {
     /// Appends the 14-byte encoding.
     pub fn encode(&self, out: &mut Vec<u8>) {
         assert!(self.tt_len <= MAX_TT_LEN, "tt_len {} too long", self.tt_len);
+        assert!(
+            !matches!(self.curve, Curve::Knots(_)) || self.tt_len <= MAX_KNOTS_TT_LEN,
+            "knots over {} leaves",
+            self.tt_len
+        );
         let (bits, format) = self.curve_bits();
         out.extend_from_slice(&bits.to_le_bytes());
-        out.extend_from_slice(&(self.tt_len | (format as u32) << FORMAT_SHIFT).to_le_bytes());
+        out.extend_from_slice(&(self.len_word() | (format as u32) << FORMAT_SHIFT).to_le_bytes());
         out.push(self.err_lo.0);
         out.push(self.err_hi.0);
     }
 
-    /// Decodes 14 bytes; `None` for a line with a non-finite or negative
-    /// slope or a non-finite intercept.
+    /// Decodes 14 bytes; `None` where [`SubModel::from_parts`] refuses.
     pub fn decode(b: &[u8; SUBMODEL_BYTES]) -> Option<SubModel> {
         let bits = le::u64_at(b, 0)?;
         let len = le::u32_at(b, 8)?;
@@ -513,6 +779,95 @@ mod tests {
                 assert!(ErrorCode(code.0 - 1).bound() < e, "smallest code for {e}");
             }
         }
+    }
+
+    /// A step rounds to the codes either side of it, over every code
+    /// format knots use and steps of every scale. Seeded; prints the seed.
+    #[test]
+    fn step_codes_bracket_the_step() {
+        use rand::{Rng, SeedableRng};
+        let seed = testkit::seed();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for p in 2..=Knots::MAX_PIECES {
+            for j in 1..p {
+                let code = Knots::knot_code(p, j).1;
+                assert!(code.bits() >= 5 && code.bits() <= 33, "{p} {j}");
+                for _ in 0..200 {
+                    let d = rng.random::<f64>() * 2f64.powi(-rng.random_range(0..40));
+                    let (down, up) = code.codes(d);
+                    let v = code.value(down);
+                    assert!(v <= d, "{p}/{j}: {d} down to {v}");
+                    if let Some(up) = up {
+                        let u = code.value(up);
+                        assert!(u >= d, "{p}/{j}: {d} up to {u}");
+                        // Adjacent: nothing between the two codes.
+                        if u > v {
+                            let mid = code.codes((u + v) / 2.0);
+                            assert!(mid.0 == down || mid.1 == Some(up), "{p}/{j}: {d}");
+                        }
+                    }
+                    assert!(down < 1 << code.bits());
+                }
+                assert_eq!(code.value(code.codes(0.0).0), 0.0);
+                assert!(code.value(code.codes(5.0).0) < 1.0);
+            }
+        }
+    }
+
+    /// Knots survive the 14-byte encoding and the slot's two words, pass
+    /// through their leaves' starts and rise; stray bits and long tables
+    /// are refused.
+    #[test]
+    fn knots_round_trip_and_rise() {
+        let tt = 12u32;
+        // Eleven steps of 1/12 rounded down: knots near the leaves' starts.
+        let p = 12;
+        let codes: Vec<u64> = (1..p)
+            .map(|j| Knots::knot_code(p, j).1.codes(1.0 / 12.0).0)
+            .collect();
+        let k = Knots::pack(&codes);
+        assert_eq!(k.pieces(), 12);
+        let sub = SubModel {
+            curve: Curve::Knots(k),
+            tt_len: tt,
+            err_lo: ErrorCode::encode(1.0),
+            err_hi: ErrorCode::encode(2.0),
+        };
+        let mut buf = Vec::new();
+        sub.encode(&mut buf);
+        assert_eq!(buf.len(), SUBMODEL_BYTES);
+        assert_eq!(u32::from_le_bytes(buf[8..12].try_into().unwrap()) >> 30, 3);
+        let back = SubModel::decode(buf.as_slice().try_into().unwrap()).unwrap();
+        assert_eq!(back, sub);
+        let (bits, format) = sub.curve_bits();
+        assert_eq!(format, FORMAT_KNOTS);
+        assert_eq!(
+            SubModel::from_parts(bits, format, sub.len_word(), sub.err_lo, sub.err_hi),
+            Some(sub)
+        );
+        let mut x = [0.0; Knots::MAX_PIECES + 1];
+        assert_eq!(k.fractions(&mut x), 12);
+        for (j, &xj) in x.iter().enumerate().take(13) {
+            let at = k.predict_leaves(xj, tt);
+            assert_eq!(at, Knots::knot_leaf(j, 12, tt) as f64, "knot {j}");
+        }
+        let mut last = f64::NEG_INFINITY;
+        for i in 0..=4096 {
+            let f = i as f64 / 4096.0;
+            let v = k.predict_leaves(f, tt);
+            assert!(v >= last && v <= tt as f64, "{f}: {v} after {last}");
+            last = v;
+        }
+        // A high word past 22 bits; a bit past the last code.
+        let low = k.words().0;
+        assert!(Knots::from_words(low, 1 << 22).is_none());
+        let two = Knots::pack(&[Knots::knot_code(2, 1).1.codes(0.5).0]);
+        let (low, high) = two.words();
+        assert!(Knots::from_words(low, high).is_some());
+        assert!(Knots::from_words(low | 1 << 63, high).is_none());
+        // Knots keep 8 bits of length: a longer table is refused.
+        let long = SubModel { tt_len: 256, ..sub };
+        assert!(std::panic::catch_unwind(|| long.encode(&mut Vec::new())).is_err());
     }
 
     #[test]

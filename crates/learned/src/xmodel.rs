@@ -55,7 +55,9 @@ use crate::linear::Linear;
 use crate::plr::Grower;
 use crate::router::Router;
 use crate::spline::{Knot, Spline};
-use crate::submodel::{piece_of, Bent, Curve, ErrorCode, SubModel, TwoPiece, SUBMODEL_BYTES};
+use crate::submodel::{
+    piece_of, Bent, Curve, ErrorCode, Knots, SubModel, TwoPiece, MAX_KNOTS_TT_LEN, SUBMODEL_BYTES,
+};
 use crate::tt::{TtEntry, TT_ENTRY_BYTES};
 
 /// The most sub-models a model may have (a bound on client memory).
@@ -1433,6 +1435,117 @@ fn bent(splits: &mut Splits) -> Vec<Bent> {
         .collect()
 }
 
+/// The knots (at most [`Knots::MAX_PIECES`] pieces, one per leaf at most)
+/// whose lookups read fewest leaves for a sub-model's leaves (fence
+/// fractions `xs`, at least three), with their bounds (below, above) as
+/// [`leaf_errors`] computes them. Each knot sits at its leaf's low fence;
+/// its step rounds down or up, whichever costs less: rounding a knot down
+/// moves keys of the leaf before it onto the next piece, by the rounding
+/// over that piece's width; rounding up moves keys of its own leaf onto
+/// the piece before, by the rounding over that piece's width, unless it
+/// passes the next knot's fence.
+fn best_knots(xs: &[(f64, f64)], slots: usize) -> Option<(Knots, f64, f64)> {
+    let len = xs.len();
+    if len < 3 {
+        return None;
+    }
+    let tt_len = len as u32;
+    const MOST: usize = Knots::MAX_PIECES;
+    // The best so far: its codes, pieces and bounds.
+    let mut best: Option<([u64; MOST], usize, f64, f64)> = None;
+    let mut codes = [0u64; MOST];
+    let mut x = [0.0; MOST + 1];
+    let mut at_leaf = [0.0; MOST + 1];
+    // Most pieces first: they win most often, and a narrow best lets the
+    // others stop early.
+    for p in (2..=len.min(MOST)).rev() {
+        for (j, l) in at_leaf[..=p].iter_mut().enumerate() {
+            *l = Knots::knot_leaf(j, p, tt_len) as f64;
+        }
+        let fence = |j: usize| {
+            if j >= p {
+                1.0
+            } else {
+                xs[at_leaf[j] as usize].0
+            }
+        };
+        // Each knot as lookups decode it: the one before plus its step.
+        for j in 1..p {
+            let (prev, want, next) = (x[j - 1], fence(j), fence(j + 1));
+            let code = Knots::knot_code(p, j).1;
+            let (down, up) = code.codes(want - prev);
+            let at = |c: u64| (prev + code.value(c)).min(1.0);
+            let (mut pick, mut xp) = (down, at(down));
+            if let Some(up) = up {
+                let xu = at(up);
+                let cost_down = (want - xp) / (next - want);
+                let cost_up = (xu - want) / (want - prev);
+                if xu <= next && cost_up < cost_down {
+                    (pick, xp) = (up, xu);
+                }
+            }
+            codes[j - 1] = pick;
+            x[j] = xp;
+        }
+        x[p] = 1.0;
+        let cap = best.map_or(f64::INFINITY, |b| b.2 + b.3);
+        if let Some((lo, hi)) = knots_errors(&x, &at_leaf[..=p], xs, slots, cap) {
+            best = Some((codes, p, lo, hi));
+        }
+    }
+    let (codes, p, lo, hi) = best?;
+    let k = Knots::pack(&codes[..p - 1]);
+    debug_assert!({
+        let mut y = [0.0; MOST + 1];
+        k.fractions(&mut y);
+        let l: Vec<f64> = (0..=p)
+            .map(|j| Knots::knot_leaf(j, p, tt_len) as f64)
+            .collect();
+        knots_errors(&y, &l, xs, slots, f64::INFINITY) == Some((lo, hi))
+    });
+    Some((k, lo, hi))
+}
+
+/// [`leaf_errors`] of a curve with knots at fractions `x` and at leaves
+/// `at_leaf` (one more than its pieces), in one walk: the fences rise, so
+/// the piece that holds them does too. `None` once the width reaches
+/// `cap` (a better curve is known).
+fn knots_errors(
+    x: &[f64],
+    at_leaf: &[f64],
+    xs: &[(f64, f64)],
+    slots: usize,
+    cap: f64,
+) -> Option<(f64, f64)> {
+    let n = slots as f64;
+    let p = at_leaf.len() - 1;
+    let last = xs.len() - 1;
+    let (mut lo, mut hi) = (0.0f64, 0.0f64);
+    let (mut qa, mut qb) = (0, 0);
+    let on = |q: usize, f: f64| Knots::on_piece(x, q, (at_leaf[q], at_leaf[q + 1]), f) * n;
+    for (l, &(xa, xb)) in xs.iter().enumerate() {
+        while qa + 1 < p && x[qa + 1] <= xa {
+            qa += 1;
+        }
+        while qb + 1 < p && x[qb + 1] <= xb {
+            qb += 1;
+        }
+        let start = l as f64 * n;
+        // The curve rises, so a leaf's lowest prediction is at its low
+        // fence and its highest at its high one.
+        if l > 0 {
+            hi = hi.max(start - on(qa, xa));
+        }
+        if l < last {
+            lo = lo.max(on(qb, xb) - (start + n - LEAF_END_SLACK));
+        }
+        if lo + hi >= cap {
+            return None;
+        }
+    }
+    Some((lo, hi))
+}
+
 /// The largest key `leaf` may hold: its high fence − 1, or `u64::MAX`
 /// itself for the last leaf.
 fn high_point(leaf: &LeafInfo) -> u64 {
@@ -1774,7 +1887,7 @@ impl XModel {
             let [(lo, hi), (lo2, hi2)] = leaf_errors(&xs, self.slots, &sub);
             let code = |e: f64| ErrorCode::encode(e + margin);
             let width = match &mut sub.curve {
-                Curve::Line(_) => {
+                Curve::Line(_) | Curve::Knots(_) => {
                     (sub.err_lo, sub.err_hi) = (code(lo), code(hi));
                     sub.err_lo.bound() + sub.err_hi.bound()
                 }
@@ -1814,7 +1927,30 @@ impl XModel {
         }
         // Two pieces only where they save a tenth of a leaf: a line is
         // cheaper to retrain and to reason about.
-        if best.1 > n / 4.0 {
+        // Knots where the line reads more than a quarter leaf; two
+        // pieces where knots do not fit (a table of over 255 leaves) or
+        // do not beat the line. Either only where it saves a tenth of a
+        // leaf: a line is cheaper to retrain and to reason about.
+        if best.1 > n / 4.0 && tt_len <= MAX_KNOTS_TT_LEN {
+            if let Some((k, lo, hi)) = best_knots(&xs, self.slots) {
+                let (err_lo, err_hi) = (
+                    ErrorCode::encode(lo + margin),
+                    ErrorCode::encode(hi + margin),
+                );
+                let width = err_lo.bound() + err_hi.bound();
+                if width + n / 10.0 < best.1 {
+                    let sub = SubModel {
+                        curve: Curve::Knots(k),
+                        tt_len,
+                        err_lo,
+                        err_hi,
+                    };
+                    debug_assert_eq!(leaf_errors(&xs, self.slots, &sub)[0], (lo, hi));
+                    best = (sub, width);
+                }
+            }
+        }
+        if best.1 > n / 4.0 && !matches!(best.0.curve, Curve::Knots(_)) {
             let mut splits = Splits::new(&xs, self.slots, least_squares.slope);
             let mut pieces: Vec<Curve> = two_piece(&mut splits)
                 .map(Curve::TwoPiece)
@@ -1975,7 +2111,7 @@ impl XModel {
 }
 
 const MAGIC: &[u8; 4] = b"XMDL";
-const FORMAT_VERSION: u16 = 3;
+const FORMAT_VERSION: u16 = 4;
 const HEADER_BYTES: usize = 24;
 
 #[cfg(test)]
@@ -2152,9 +2288,10 @@ mod tests {
     #[test]
     fn a_bend_inside_a_submodel_takes_two_pieces() {
         // One sub-model spans the whole key space: half the keys evenly
-        // over its first sixteenth, half over the rest.
-        let mut keys: Vec<u64> = (0..96).map(|k| k * ((1u64 << 60) / 96)).collect();
-        keys.extend((0..96).map(|k| (1u64 << 60) + k * ((15u64 << 60) / 96)));
+        // over its first sixteenth, half over the rest; 300 leaves, too
+        // many for knots.
+        let mut keys: Vec<u64> = (0..2400).map(|k| k * ((1u64 << 60) / 2400)).collect();
+        keys.extend((0..2400).map(|k| (1u64 << 60) + k * ((15u64 << 60) / 2400)));
         let leaves = LeafInfo::packed(&keys, 16);
         let model = XModel::train(&leaves, 16, TrainParams::new(1)).unwrap();
         assert!(
@@ -2163,7 +2300,91 @@ mod tests {
             model.sub(0)
         );
         let widest = check(&model, &keys, 16);
-        assert!(widest <= 2, "a lookup reads {widest} leaves");
+        assert!(widest <= 3, "a lookup reads {widest} leaves");
+    }
+
+    /// A staircase inside one sub-model (clusters of keys, each a leaf or
+    /// two, across gaps of every width): no line or pair of pieces
+    /// follows it, knots at the leaves' starts do.
+    #[test]
+    fn a_staircase_inside_a_submodel_takes_knots() {
+        let mut keys = Vec::new();
+        let mut base = 0u64;
+        for c in 0..12u64 {
+            let len = 16 + (c % 3) * 8;
+            keys.extend((0..len).map(|k| base + k * (1 + c)));
+            base += (1u64 << (40 + c % 7 * 3)) + (c << 20);
+        }
+        let leaves = LeafInfo::packed(&keys, 16);
+        let model = XModel::train(&leaves, 16, TrainParams::new(1)).unwrap();
+        assert!(
+            matches!(model.sub(0).curve, Curve::Knots(_)),
+            "{:?}",
+            model.sub(0)
+        );
+        let widest = check(&model, &keys, 16);
+        assert!(widest <= 4, "a lookup reads {widest} leaves");
+        // Absent keys between and beyond the clusters find the leaf that
+        // would hold them.
+        for probe in [1u64, base - 1, base + 12345, keys[40] + 1, u64::MAX] {
+            let p = model.predict(probe).unwrap();
+            let leaf = leaves.partition_point(|l| l.low <= probe) - 1;
+            assert!(
+                (p.first..=p.last).any(|l| model.tt(p.sub)[l as usize].aln() == leaf as u32),
+                "absent key {probe} misses leaf {leaf}"
+            );
+        }
+    }
+
+    /// The knots' bounds computed in one walk are exactly what
+    /// [`leaf_errors`] computes from the stored curve, over random fence
+    /// sets with clusters and gaps; and every leaf is reached from both of
+    /// its fences. Seeded; prints the seed.
+    #[test]
+    fn knots_bounds_are_the_stored_curves() {
+        use rand::{Rng, SeedableRng};
+        let seed = testkit::seed();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for case in 0..500 {
+            let len = rng.random_range(3..40usize);
+            let mut cuts: Vec<f64> = (0..len)
+                .map(|_| {
+                    let scale = 10f64.powi(-rng.random_range(0..9));
+                    rng.random::<f64>() * scale
+                })
+                .collect();
+            cuts.sort_by(f64::total_cmp);
+            cuts.dedup();
+            if cuts.len() < 3 {
+                continue;
+            }
+            // Leaf l spans [cuts[l], cuts[l+1]); the first starts at 0
+            // and the last ends at 1.
+            cuts[0] = 0.0;
+            let xs: Vec<(f64, f64)> = (0..cuts.len())
+                .map(|l| {
+                    let hi = cuts.get(l + 1).map_or(1.0, |&c| c - (c - cuts[l]) * 1e-3);
+                    (cuts[l], hi)
+                })
+                .collect();
+            let (k, lo, hi) = best_knots(&xs, 16).expect("three leaves or more");
+            let sub = SubModel {
+                curve: Curve::Knots(k),
+                tt_len: xs.len() as u32,
+                err_lo: ErrorCode::encode(lo + 1e-6),
+                err_hi: ErrorCode::encode(hi + 1e-6),
+            };
+            assert_eq!(leaf_errors(&xs, 16, &sub)[0], (lo, hi), "case {case}");
+            for (l, &(a, b)) in xs.iter().enumerate() {
+                for f in [a, (a + b) / 2.0, b] {
+                    let (first, last) = sub.leaves(f, 16).unwrap();
+                    assert!(
+                        (first..=last).contains(&(l as u32)),
+                        "case {case}: leaf {l} at {f} reads {first}..={last}"
+                    );
+                }
+            }
+        }
     }
 
     /// Dense keys at the bottom of the key space under one sub-model: the

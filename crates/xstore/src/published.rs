@@ -51,12 +51,13 @@ pub fn slot_sum(sub: u32, w: [u64; 3]) -> u64 {
         .wrapping_add(word_hash(3, sub as u64))
 }
 
-/// The three data words of a slot: the curve, then the table length with
-/// the error codes at bits 32 and 40 and the curve format at bit 48, then
-/// the table's offset.
+/// The three data words of a slot: the curve, then the table length's
+/// word ([`SubModel::len_word`]: the length, and with knots the curve's
+/// high bits) with the error codes at bits 32 and 40 and the curve format
+/// at bit 48, then the table's offset.
 pub fn slot_words(model: &SubModel, tt_offset: u64) -> [u64; 3] {
     let (w0, format) = model.curve_bits();
-    let w1 = model.tt_len as u64
+    let w1 = model.len_word() as u64
         | (model.err_lo.0 as u64) << 32
         | (model.err_hi.0 as u64) << 40
         | (format as u64) << 48;
