@@ -434,21 +434,51 @@ impl Knots {
     /// Bits before the first knot's code: the piece count.
     const HEAD: u32 = 4;
 
-    /// Knot `j`'s code (`j` in `1..pieces`) with `pieces` pieces: its
-    /// first bit in the curve, and its float format. Each code has `b =
-    /// min(32, 82 / (P − 1))` bits; the bits that leaves over give the
-    /// first knots one more mantissa bit each.
+    /// The codes' layout with `pieces` pieces: `b = min(32, 82 / (P −
+    /// 1))` bits a code, the number `s` of first codes that have one more
+    /// mantissa bit (the bits that leaves over), and the exponent bits.
     #[inline]
-    pub fn knot_code(pieces: usize, j: usize) -> (u32, StepCode) {
-        debug_assert!((2..=Self::MAX_PIECES).contains(&pieces) && (1..pieces).contains(&j));
+    fn layout(pieces: usize) -> (u32, u32, u32) {
+        debug_assert!((2..=Self::MAX_PIECES).contains(&pieces));
         let room = Self::BITS - Self::HEAD;
         let k = pieces as u32 - 1;
         let b = (room / k).min(32);
         let spare = if b == 32 { 0 } else { room - k * b };
+        (b, spare, StepCode::exponent_bits(b))
+    }
+
+    /// Knot `j`'s code (`j` in `1..pieces`) with `pieces` pieces: its
+    /// first bit in the curve, and its float format ([`Knots::layout`]).
+    #[inline]
+    pub fn knot_code(pieces: usize, j: usize) -> (u32, StepCode) {
+        debug_assert!((1..pieces).contains(&j));
+        let (b, spare, eb) = Self::layout(pieces);
         let i = j as u32 - 1;
-        let eb = StepCode::exponent_bits(b);
         let mb = b - eb + u32::from(i < spare);
         (Self::HEAD + i * b + i.min(spare), StepCode { eb, mb })
+    }
+
+    /// Decodes the inner knots in order, `x_j` = `x_{j−1}` plus its step
+    /// (at most 1), handing each `(j, x_j)` to `f` until it returns false;
+    /// returns the number of pieces.
+    #[inline]
+    fn walk(self, mut f: impl FnMut(usize, f64) -> bool) -> usize {
+        let p = self.pieces();
+        let (b, spare, eb) = Self::layout(p);
+        let (mut at, mut x) = (Self::HEAD, 0.0f64);
+        for j in 1..p {
+            let code = StepCode {
+                eb,
+                mb: b - eb + u32::from(((j - 1) as u32) < spare),
+            };
+            let c = (self.0 >> at) as u64 & ((1 << code.bits()) - 1);
+            x = (x + code.value(c)).min(1.0);
+            if !f(j, x) {
+                break;
+            }
+            at += code.bits();
+        }
+        p
     }
 
     /// Packs `codes.len() + 1` pieces (2..=17) whose knots' step codes are
@@ -498,41 +528,47 @@ impl Knots {
     /// The knots' fractions `x_0..=x_P` into `out`; returns `P`.
     #[inline]
     pub fn fractions(self, out: &mut [f64; Self::MAX_PIECES + 1]) -> usize {
-        let p = self.pieces();
         out[0] = 0.0;
-        for j in 1..p {
-            let (at, code) = Self::knot_code(p, j);
-            let c = (self.0 >> at) as u64 & ((1 << code.bits()) - 1);
-            out[j] = (out[j - 1] + code.value(c)).min(1.0);
-        }
+        let p = self.walk(|j, x| {
+            out[j] = x;
+            true
+        });
         out[p] = 1.0;
         p
     }
 
     /// Position (in leaves) at `frac` for a table of `tt_len` leaves:
-    /// non-decreasing in `frac`.
+    /// non-decreasing in `frac`. Decodes the knots only as far as the
+    /// first beyond `frac`.
     #[inline]
     pub fn predict_leaves(self, frac: f64, tt_len: u32) -> f64 {
-        let mut x = [0.0; Self::MAX_PIECES + 1];
-        let p = self.fractions(&mut x);
-        // The last piece whose start is at most frac (piece 0 below x_1).
-        let q = x[1..p].partition_point(|&k| k <= frac);
+        // The piece q whose start is the last knot at most frac (piece 0
+        // below x_1), and its two ends.
+        let (mut q, mut ends) = (0, (0.0, 1.0));
+        let p = self.walk(|j, x| {
+            if x > frac {
+                ends.1 = x;
+                return false;
+            }
+            (q, ends.0) = (j, x);
+            true
+        });
         let leaves = (
             Self::knot_leaf(q, p, tt_len) as f64,
             Self::knot_leaf(q + 1, p, tt_len) as f64,
         );
-        Self::on_piece(&x, q, leaves, frac)
+        Self::on_piece(ends, leaves, frac)
     }
 
-    /// Position (in leaves) at `frac` on piece `q` of a curve with knots
-    /// at fractions `x` ([`Knots::fractions`]), where `q` is the number of
-    /// inner knots at most `frac` and `(a, b)` are knots `q` and `q + 1`'s
-    /// leaves ([`Knots::knot_leaf`]). Training computes bounds with this
-    /// same arithmetic.
+    /// Position (in leaves) at `frac` on a piece from fraction `x0` to
+    /// `x1` (knots `q` and `q + 1`, where `q` is the number of inner
+    /// knots at most `frac`), whose knots are at leaves `(a, b)`
+    /// ([`Knots::knot_leaf`]). Training computes bounds with this same
+    /// arithmetic.
     #[inline]
-    pub fn on_piece(x: &[f64], q: usize, (a, b): (f64, f64), frac: f64) -> f64 {
-        if x[q + 1] > x[q] {
-            a + (b - a) * ((frac - x[q]) / (x[q + 1] - x[q])).min(1.0)
+    pub fn on_piece((x0, x1): (f64, f64), (a, b): (f64, f64), frac: f64) -> f64 {
+        if x1 > x0 {
+            a + (b - a) * ((frac - x0) / (x1 - x0)).min(1.0)
         } else {
             b
         }

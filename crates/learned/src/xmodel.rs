@@ -13,8 +13,10 @@
 //!
 //! # Where the sub-models go
 //!
-//! A sub-model is one line over its keys, so accuracy on skewed keys
-//! (clusters, gaps, steps) is decided by where its boundaries sit. The
+//! A sub-model is a line, two pieces, or up to 17 pieces through the
+//! starts of evenly spaced leaves (knots; [`crate::submodel`]), whichever
+//! reads fewest leaves, so accuracy on skewed keys (clusters, gaps, steps)
+//! is decided both by its curve and by where its boundaries sit. The
 //! router places every boundary where training says, for about 1.7-2 bytes
 //! per sub-model (a spline top costs 12 bytes a knot and could afford one
 //! knot per six sub-models). Training builds several routings and keeps
@@ -1522,7 +1524,8 @@ fn knots_errors(
     let last = xs.len() - 1;
     let (mut lo, mut hi) = (0.0f64, 0.0f64);
     let (mut qa, mut qb) = (0, 0);
-    let on = |q: usize, f: f64| Knots::on_piece(x, q, (at_leaf[q], at_leaf[q + 1]), f) * n;
+    let on =
+        |q: usize, f: f64| Knots::on_piece((x[q], x[q + 1]), (at_leaf[q], at_leaf[q + 1]), f) * n;
     for (l, &(xa, xb)) in xs.iter().enumerate() {
         while qa + 1 < p && x[qa + 1] <= xa {
             qa += 1;
@@ -1866,10 +1869,9 @@ impl XModel {
             points.extend_from_slice(&anchors);
         }
         // Candidate curves: the least-squares line, the line minimizing the
-        // range a lookup reads, and two pieces; keep whichever reads fewer
-        // positions as clients evaluate it (lines rounded to f32, pieces
-        // quantized). The pieces only when they save a tenth of a leaf:
-        // a line is cheaper to retrain and to reason about.
+        // range a lookup reads, knots, and two pieces; keep whichever reads
+        // fewer positions as clients evaluate it (lines rounded to f32,
+        // knots and pieces quantized).
         let tt_len = tt.len() as u32;
         // Margin for rounding in the client's arithmetic.
         let margin = 1e-6 + tt.len() as f64 * n * 1e-12;
