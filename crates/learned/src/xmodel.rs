@@ -1106,6 +1106,17 @@ fn allocate(
 /// a wide gap at a sub-model's end (its high fence far to the right of its
 /// keys) widen every lookup of the sub-model. A line has piece 0 only.
 fn leaf_errors(xs: &[(f64, f64)], slots: usize, sub: &SubModel) -> [(f64, f64); 2] {
+    if let Curve::Knots(k) = sub.curve {
+        // One rising curve: one walk ([`knots_errors`]).
+        let mut x = [0.0; Knots::MAX_PIECES + 1];
+        let p = k.fractions(&mut x);
+        let mut at_leaf = [0.0; Knots::MAX_PIECES + 1];
+        for (j, l) in at_leaf[..=p].iter_mut().enumerate() {
+            *l = Knots::knot_leaf(j, p, sub.tt_len) as f64;
+        }
+        let errs = knots_errors(&x, &at_leaf[..=p], xs, slots, f64::INFINITY);
+        return [errs.expect("no cap"), (0.0, 0.0)];
+    }
     let n = slots as f64;
     let last = xs.len().saturating_sub(1);
     // Piece 0 holds [0, knot), piece 1 [knot, ..); a knot at 0 leaves
@@ -1439,21 +1450,21 @@ fn bent(splits: &mut Splits) -> Vec<Bent> {
 
 /// The knots (at most [`Knots::MAX_PIECES`] pieces, one per leaf at most)
 /// whose lookups read fewest leaves for a sub-model's leaves (fence
-/// fractions `xs`, at least three), with their bounds (below, above) as
+/// fractions `xs`, at least three), ranked by their bounds as
 /// [`leaf_errors`] computes them. Each knot sits at its leaf's low fence;
 /// its step rounds down or up, whichever costs less: rounding a knot down
 /// moves keys of the leaf before it onto the next piece, by the rounding
 /// over that piece's width; rounding up moves keys of its own leaf onto
 /// the piece before, by the rounding over that piece's width, unless it
 /// passes the next knot's fence.
-fn best_knots(xs: &[(f64, f64)], slots: usize) -> Option<(Knots, f64, f64)> {
+fn best_knots(xs: &[(f64, f64)], slots: usize) -> Option<Knots> {
     let len = xs.len();
     if len < 3 {
         return None;
     }
     let tt_len = len as u32;
     const MOST: usize = Knots::MAX_PIECES;
-    // The best so far: its codes, pieces and bounds.
+    // The best so far: its codes, pieces and bounds (below, above).
     let mut best: Option<([u64; MOST], usize, f64, f64)> = None;
     let mut codes = [0u64; MOST];
     let mut x = [0.0; MOST + 1];
@@ -1495,17 +1506,7 @@ fn best_knots(xs: &[(f64, f64)], slots: usize) -> Option<(Knots, f64, f64)> {
             best = Some((codes, p, lo, hi));
         }
     }
-    let (codes, p, lo, hi) = best?;
-    let k = Knots::pack(&codes[..p - 1]);
-    debug_assert!({
-        let mut y = [0.0; MOST + 1];
-        k.fractions(&mut y);
-        let l: Vec<f64> = (0..=p)
-            .map(|j| Knots::knot_leaf(j, p, tt_len) as f64)
-            .collect();
-        knots_errors(&y, &l, xs, slots, f64::INFINITY) == Some((lo, hi))
-    });
-    Some((k, lo, hi))
+    best.map(|(codes, p, _, _)| Knots::pack(&codes[..p - 1]))
 }
 
 /// [`leaf_errors`] of a curve with knots at fractions `x` and at leaves
@@ -1927,28 +1928,15 @@ impl XModel {
         if c.1 <= best.1 {
             best = c;
         }
-        // Two pieces only where they save a tenth of a leaf: a line is
-        // cheaper to retrain and to reason about.
         // Knots where the line reads more than a quarter leaf; two
         // pieces where knots do not fit (a table of over 255 leaves) or
         // do not beat the line. Either only where it saves a tenth of a
         // leaf: a line is cheaper to retrain and to reason about.
         if best.1 > n / 4.0 && tt_len <= MAX_KNOTS_TT_LEN {
-            if let Some((k, lo, hi)) = best_knots(&xs, self.slots) {
-                let (err_lo, err_hi) = (
-                    ErrorCode::encode(lo + margin),
-                    ErrorCode::encode(hi + margin),
-                );
-                let width = err_lo.bound() + err_hi.bound();
-                if width + n / 10.0 < best.1 {
-                    let sub = SubModel {
-                        curve: Curve::Knots(k),
-                        tt_len,
-                        err_lo,
-                        err_hi,
-                    };
-                    debug_assert_eq!(leaf_errors(&xs, self.slots, &sub)[0], (lo, hi));
-                    best = (sub, width);
+            if let Some(k) = best_knots(&xs, self.slots) {
+                let c = candidate(Curve::Knots(k));
+                if c.1 + n / 10.0 < best.1 {
+                    best = c;
                 }
             }
         }
@@ -2338,10 +2326,10 @@ mod tests {
         }
     }
 
-    /// The knots' bounds computed in one walk are exactly what
-    /// [`leaf_errors`] computes from the stored curve, over random fence
-    /// sets with clusters and gaps; and every leaf is reached from both of
-    /// its fences. Seeded; prints the seed.
+    /// The knots' bounds computed in one walk are exactly their definition
+    /// evaluated leaf by leaf with the client's prediction, over random
+    /// fence sets with clusters and gaps; and every leaf is reached from
+    /// both of its fences. Seeded; prints the seed.
     #[test]
     fn knots_bounds_are_the_stored_curves() {
         use rand::{Rng, SeedableRng};
@@ -2369,14 +2357,27 @@ mod tests {
                     (cuts[l], hi)
                 })
                 .collect();
-            let (k, lo, hi) = best_knots(&xs, 16).expect("three leaves or more");
-            let sub = SubModel {
+            let k = best_knots(&xs, 16).expect("three leaves or more");
+            let mut sub = SubModel {
                 curve: Curve::Knots(k),
                 tt_len: xs.len() as u32,
-                err_lo: ErrorCode::encode(lo + 1e-6),
-                err_hi: ErrorCode::encode(hi + 1e-6),
+                err_lo: ErrorCode(0),
+                err_hi: ErrorCode(0),
             };
+            // The bounds from their definition, leaf by leaf, with the
+            // client's own prediction.
+            let (mut lo, mut hi) = (0.0f64, 0.0f64);
+            for (l, &(a, b)) in xs.iter().enumerate() {
+                let start = l as f64 * 16.0;
+                if l > 0 {
+                    hi = hi.max(start - sub.position(a, 16));
+                }
+                if l + 1 < xs.len() {
+                    lo = lo.max(sub.position(b, 16) - (start + 16.0 - LEAF_END_SLACK));
+                }
+            }
             assert_eq!(leaf_errors(&xs, 16, &sub)[0], (lo, hi), "case {case}");
+            (sub.err_lo, sub.err_hi) = (ErrorCode::encode(lo + 1e-6), ErrorCode::encode(hi + 1e-6));
             for (l, &(a, b)) in xs.iter().enumerate() {
                 for f in [a, (a + b) / 2.0, b] {
                     let (first, last) = sub.leaves(f, 16).unwrap();
