@@ -10,7 +10,9 @@
 //! knots of the plain corridor at several errors; `HIST=1` where the extra
 //! leaf reads come from; `WORST=1` each new widest lookup; `DUMP=I` the
 //! leaves of sub-model I; `CURVES=1` leaves per lookup by kind of curve;
-//! `RETRAIN_CPU=1` CPU time (not wall time) per sub-model retraining.
+//! `RETRAIN_CPU=1` CPU time (not wall time) per sub-model retraining;
+//! `KNOTHIST=1` sub-models with knots by table length and piece count,
+//! with their mean width.
 
 use learned::{LeafInfo, TrainParams, XModel};
 

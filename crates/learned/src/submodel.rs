@@ -525,6 +525,14 @@ impl Knots {
         (j as u64 * tt_len as u64 + pieces as u64 / 2) / pieces as u64
     }
 
+    /// Every knot's leaf ([`Knots::knot_leaf`]) with `pieces` pieces, as
+    /// positions in leaves, into `out[..=pieces]`.
+    pub fn knot_leaves(pieces: usize, tt_len: u32, out: &mut [f64; Self::MAX_PIECES + 1]) {
+        for (j, l) in out[..=pieces].iter_mut().enumerate() {
+            *l = Self::knot_leaf(j, pieces, tt_len) as f64;
+        }
+    }
+
     /// The knots' fractions `x_0..=x_P` into `out`; returns `P`.
     #[inline]
     pub fn fractions(self, out: &mut [f64; Self::MAX_PIECES + 1]) -> usize {

@@ -1111,9 +1111,7 @@ fn leaf_errors(xs: &[(f64, f64)], slots: usize, sub: &SubModel) -> [(f64, f64); 
         let mut x = [0.0; Knots::MAX_PIECES + 1];
         let p = k.fractions(&mut x);
         let mut at_leaf = [0.0; Knots::MAX_PIECES + 1];
-        for (j, l) in at_leaf[..=p].iter_mut().enumerate() {
-            *l = Knots::knot_leaf(j, p, sub.tt_len) as f64;
-        }
+        Knots::knot_leaves(p, sub.tt_len, &mut at_leaf);
         let errs = knots_errors(&x, &at_leaf[..=p], xs, slots, f64::INFINITY);
         return [errs.expect("no cap"), (0.0, 0.0)];
     }
@@ -1472,9 +1470,7 @@ fn best_knots(xs: &[(f64, f64)], slots: usize) -> Option<Knots> {
     // Most pieces first: they win most often, and a narrow best lets the
     // others stop early.
     for p in (2..=len.min(MOST)).rev() {
-        for (j, l) in at_leaf[..=p].iter_mut().enumerate() {
-            *l = Knots::knot_leaf(j, p, tt_len) as f64;
-        }
+        Knots::knot_leaves(p, tt_len, &mut at_leaf);
         let fence = |j: usize| {
             if j >= p {
                 1.0
