@@ -11,8 +11,8 @@ use fabric::{Batch, Counters, Endpoint, MAX_BATCH_OPS};
 use crate::error::HiError;
 use crate::layout::{
     self, bucket_offset, decode_record, encode_record, key_hash, record_words_of, signature,
-    split_slot, TableHeader, ValuePtr, BUCKET_BYTES, D_CURSOR, NEXT_WORD, RECORD_HEADER_WORDS,
-    SLOTS, STATE_SERVING,
+    split_slot, wall_ms, TableHeader, ValuePtr, BUCKET_BYTES, D_CURSOR, HEADER_READ_BYTES,
+    NEXT_WORD, RECORD_HEADER_WORDS, SLOTS, STATE_SERVING,
 };
 use crate::view::{GroupView, Membership};
 use crate::wire::{self, PutMode, Request};
@@ -262,25 +262,33 @@ impl<E: Endpoint> Client<E> {
         let hash = key_hash(key);
         let sig = signature(hash);
         let mut bucket = hash & (self.view.main - 1);
-        let mut first = true;
+        let mut header = None;
         // Chains are bounded by the table size; a cycle is corruption.
         for _ in 0..(1u64 << 20) {
             self.batch.clear();
-            let header = first.then(|| self.batch.read(self.view.table, 0, 24));
+            let h_header = header
+                .is_none()
+                .then(|| self.batch.read(self.view.table, 0, HEADER_READ_BYTES));
             let h = self
                 .batch
                 .read(self.view.table, bucket_offset(bucket), BUCKET_BYTES);
             self.ep.post(self.view.primary, &mut self.batch)?;
-            if let Some(header) = header {
-                let header = TableHeader::decode(self.batch.read_bytes(header)?)?;
-                if header.epoch != self.view.epoch || header.state != STATE_SERVING {
+            if let Some(h_header) = h_header {
+                let read = TableHeader::decode(self.batch.read_bytes(h_header)?)?;
+                if read.epoch != self.view.epoch || read.state != STATE_SERVING {
                     return Err(HiError::Fenced {
                         ours: self.view.epoch,
-                        current: header.epoch,
+                        current: read.epoch,
                     });
                 }
+                header = Some(read);
             }
-            first = false;
+            // Every READ of the table so far ended before this clock read:
+            // if the lease still holds, no newer primary has acknowledged a
+            // write yet (docs/histore.md, "Reads are never stale").
+            if !header.as_ref().is_some_and(|h| h.lease_holds(wall_ms())) {
+                return Err(HiError::Unavailable("the primary's read lease expired"));
+            }
             let words: Vec<u64> = {
                 let bytes = self.batch.read_bytes(h)?;
                 (0..=SLOTS)
@@ -341,6 +349,19 @@ impl<E: Endpoint> Client<E> {
         }
         self.next_backup += 1;
         Ok(self.view.backups[self.next_backup % self.view.backups.len()])
+    }
+
+    /// The value of `key` as a backup answers it by RPC (what
+    /// [`Client::get`] falls back to while the primary is unreachable),
+    /// with the same retries: the backups' read path on its own, for
+    /// diagnostics and tests.
+    pub fn get_from_backup(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
+        layout::check_lengths(key.len(), 0)?;
+        self.retrying(|c| {
+            let v = c.get_rpc(key)?;
+            c.stats.rpc_gets += 1;
+            Ok(v)
+        })
     }
 
     fn get_rpc(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {

@@ -15,7 +15,9 @@
 //!           |  w2: commit seq u64 (last log seq applied to the table)    |
 //!           |  w3: main buckets u64 (a power of two)                     |
 //!           |  w4: overflow buckets u64                                  |
-//!           |  w5..w7: 0                                                 |
+//!           |  w5: read lease u64: wall-clock ms (UNIX epoch) until which |
+//!           |      the table may be trusted; u64::MAX = no lease         |
+//!           |  w6..w7: 0                                                 |
 //! byte 64   +------------------------------------------------------------+
 //!           | bucket 0, 64 B: slot 0 .. slot 6 (8 B each), next (8 B)    |
 //!           | bucket 1 ...                                               |
@@ -84,6 +86,13 @@ pub const H_COMMIT: usize = 2;
 pub const H_MAIN: usize = 3;
 /// Header word of the overflow bucket count.
 pub const H_OVERFLOW: usize = 4;
+/// Header word of the read lease (see [`TableHeader::lease_until`]).
+pub const H_LEASE: usize = 5;
+/// Bytes of the header a reader READs: words 0..=[`H_LEASE`].
+pub const HEADER_READ_BYTES: u64 = (H_LEASE as u64 + 1) * 8;
+/// A read lease that never ends: a table whose primary is fenced
+/// synchronously by its coordinator (in-process groups), not by time.
+pub const LEASE_FOREVER: u64 = u64::MAX;
 
 /// Longest key.
 pub const MAX_KEY: usize = 1024;
@@ -106,6 +115,7 @@ pub const D_CAPACITY: usize = 1;
 
 const _: () = assert!(SLOTS * 8 + 8 == BUCKET_BYTES as usize);
 const _: () = assert!(TABLE_HEADER_BYTES == 8 * 8);
+const _: () = assert!(HEADER_READ_BYTES <= TABLE_HEADER_BYTES);
 const _: () = assert!(RECORD_HEADER_WORDS * 8 + MAX_KEY + MAX_VALUE < 128 << 10);
 const _: () = assert!(MAX_KEY <= u16::MAX as usize && MAX_VALUE <= u32::MAX as usize);
 
@@ -189,22 +199,44 @@ pub struct TableHeader {
     pub epoch: u64,
     /// Last log seq applied to the table.
     pub commit: u64,
+    /// The primary's read lease: the table may be trusted by a reader
+    /// whose clock, read *after* its READs of the table returned, is
+    /// before this (wall-clock milliseconds since the UNIX epoch).
+    /// [`LEASE_FOREVER`] for tables fenced synchronously; 0 until opened.
+    /// docs/histore.md, "Reads are never stale", gives the argument.
+    pub lease_until: u64,
 }
 
 impl TableHeader {
-    /// Decodes the first three header words (24 bytes, as a READ returns
-    /// them).
+    /// Decodes the header words a reader READs ([`HEADER_READ_BYTES`]).
     pub fn decode(bytes: &[u8]) -> Result<TableHeader, HiError> {
-        let w0 = le::u64_at(bytes, 0).ok_or(HiError::Corrupt("short table header"))?;
+        let word =
+            |i: usize| le::u64_at(bytes, i * 8).ok_or(HiError::Corrupt("short table header"));
+        let w0 = word(H_MAGIC_STATE)?;
         if w0 as u32 != TABLE_MAGIC {
             return Err(HiError::Corrupt("table magic"));
         }
         Ok(TableHeader {
             state: (w0 >> 32) as u32,
-            epoch: le::u64_at(bytes, 8).ok_or(HiError::Corrupt("short table header"))?,
-            commit: le::u64_at(bytes, 16).ok_or(HiError::Corrupt("short table header"))?,
+            epoch: word(H_EPOCH)?,
+            commit: word(H_COMMIT)?,
+            lease_until: word(H_LEASE)?,
         })
     }
+
+    /// Whether the read lease still held at wall-clock `now_ms`, taken
+    /// after the table was read.
+    pub fn lease_holds(&self, now_ms: u64) -> bool {
+        self.lease_until == LEASE_FOREVER || now_ms < self.lease_until
+    }
+}
+
+/// This machine's wall clock in milliseconds since the UNIX epoch (0 if it
+/// is set before 1970, which no lease trusts).
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX - 1))
 }
 
 /// Header word 0 for a state.

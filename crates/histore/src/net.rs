@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fabric::{Batch, Counters, Endpoint, FabricError, NodeId};
+use fabric::{Batch, CallTicket, Counters, Endpoint, FabricError, NodeId};
 
 /// Where each node listens.
 pub trait Directory: Send + Sync {
@@ -98,6 +98,29 @@ impl Endpoint for NetEndpoint {
             self.drop_conn(node);
         }
         result
+    }
+
+    fn call_start(&mut self, node: NodeId, request: &[u8]) -> Result<CallTicket, FabricError> {
+        let result = self
+            .conn(node)
+            .and_then(|ep| ep.call_start(NodeId(0), request));
+        if result.is_err() {
+            self.drop_conn(node);
+        }
+        result
+    }
+
+    fn call_finish(&mut self, ticket: CallTicket, reply: &mut Vec<u8>) -> Result<(), FabricError> {
+        // The ticket does not say which connection it came from: counted
+        // here. A connection that failed under it fails its next use too,
+        // and is dropped then.
+        let len = ticket.request_len();
+        let (result, counted) = ticket.wait();
+        *reply = result?;
+        if !counted {
+            self.retired.record_call(len, reply.len());
+        }
+        Ok(())
     }
 
     fn counters(&self) -> Counters {

@@ -70,6 +70,17 @@ pub struct IndexNodeConfig {
     pub data_servers: usize,
     /// How often the watcher looks at etcd.
     pub tick: Duration,
+    /// How long past its last renewal a primary's read lease runs: readers
+    /// trust its table that long after the primary last knew its etcd
+    /// lease fresh, and a coordinator waits this long (plus
+    /// `clock_skew`) after that lease is gone before a new primary
+    /// serves. Renewed every few milliseconds, so it need only ride out
+    /// scheduling stalls.
+    pub read_lease: Duration,
+    /// The largest difference between the wall clocks of any two machines
+    /// of the group and its clients (NTP keeps it to milliseconds): the
+    /// timing assumption the read leases rest on.
+    pub clock_skew: Duration,
 }
 
 impl IndexNodeConfig {
@@ -87,6 +98,8 @@ impl IndexNodeConfig {
             index_servers: 3,
             data_servers: 1,
             tick: Duration::from_millis(20),
+            read_lease: Duration::from_millis(250),
+            clock_skew: Duration::from_millis(50),
         }
     }
 }
@@ -102,6 +115,8 @@ struct Shared {
     /// authority. A lapse followed by registering again gives a new lease,
     /// which is no authority (a new primary may exist meanwhile).
     authority: Arc<AtomicI64>,
+    /// The read-lease renewer thread ([`renew_leases`]).
+    renewer: Mutex<Option<JoinHandle<()>>>,
     /// (epoch, primary, table) this backup last followed.
     followed: Mutex<Option<(u64, NodeId, RegionId)>>,
     exit: Mutex<Option<String>>,
@@ -152,6 +167,10 @@ impl IndexNode {
             Box::new(net(&directory, &config.token)),
         );
         server.set_control(Box::new(net(&directory, &config.token)));
+        // Failover is driven by etcd leases here, not by a coordinator
+        // that closes the old table first: readers trust a table only
+        // under the read lease its primary renews.
+        server.use_read_leases();
         host.set_handler(server.clone());
         Ok(IndexNode {
             config,
@@ -193,9 +212,16 @@ impl IndexNode {
             server: self.server.clone(),
             registration,
             authority,
+            renewer: Mutex::new(None),
             followed: Mutex::new(None),
             exit: Mutex::new(None),
         });
+        let (s, stop) = (shared.clone(), self.stop.clone());
+        let renewer = std::thread::Builder::new()
+            .name("histore-lease".into())
+            .spawn(move || renew_leases(&s, &stop))
+            .map_err(|e| HiError::BadMessage(format!("lease thread: {e}")))?;
+        *shared.renewer.lock().unwrap_or_else(|e| e.into_inner()) = Some(renewer);
         let (s, stop) = (shared.clone(), self.stop.clone());
         self.watcher = Some(
             std::thread::Builder::new()
@@ -227,6 +253,11 @@ impl Drop for IndexNode {
         if let Some(w) = self.watcher.take() {
             let _ = w.join();
         }
+        if let Some(s) = &self.shared {
+            if let Some(r) = s.renewer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                let _ = r.join();
+            }
+        }
         // Dropping the last registration revokes the lease: the group
         // notices this server is gone at once.
         self.shared = None;
@@ -247,6 +278,34 @@ fn watch(s: &Shared, stop: &AtomicBool) {
             }
         }
         std::thread::sleep(s.config.tick);
+    }
+}
+
+/// How often the renewer extends a primary's read lease: a tenth of it,
+/// at most every 5 ms.
+fn renew_every(s: &Shared) -> Duration {
+    (s.config.read_lease / 10).max(Duration::from_millis(5))
+}
+
+/// Extends the primary's read lease while its authority holds, until
+/// `stop`. Its own thread, so that a watcher waiting on etcd does not let
+/// the lease lapse.
+fn renew_leases(s: &Shared, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        renew_lease(s);
+        std::thread::sleep(renew_every(s));
+    }
+}
+
+/// One renewal: the lease runs `read_lease` past a clock reading taken
+/// *before* the authority check, so however long this thread stalls after
+/// the check (a SIGSTOP), the lease it writes ends at most `read_lease`
+/// after a moment when the etcd lease was still certainly alive.
+fn renew_lease(s: &Shared) {
+    let before = crate::layout::wall_ms();
+    if s.server.is_primary() && authorized(s) {
+        let lease = u64::try_from(s.config.read_lease.as_millis()).unwrap_or(u64::MAX / 2);
+        s.server.renew_read_lease(before.saturating_add(lease));
     }
 }
 
@@ -379,6 +438,8 @@ fn become_primary(s: &Shared, view: &GroupView) -> Result<(), HiError> {
         view.backups.clone(),
         Box::new(net(&s.directory, &s.config.token)),
     )?;
+    // Opened with an expired read lease; grant the first at once.
+    renew_lease(s);
     tracing::info!(epoch = view.epoch, backups = ?view.backups, "serving as the primary");
     Ok(())
 }
@@ -407,9 +468,14 @@ fn rpc_u64(ep: &mut NetEndpoint, node: NodeId, req: &Request) -> Result<u64, HiE
 /// RPCs to the other backups).
 fn fail_over(s: &Shared, view: &GroupView, live: &BTreeMap<NodeId, Live>) -> Result<(), HiError> {
     let me = s.config.node;
-    // The old primary closes its table within a tick of its lease going
-    // stale (which is before etcd drops it); give it two.
-    std::thread::sleep(s.config.tick * 2);
+    // The old primary renewed its read lease only while its etcd lease was
+    // certainly alive, so the last one it wrote ends at most `read_lease`
+    // after etcd dropped it (before `live` was read), by its clock: once
+    // this wait is over, no reader trusts the old table any more, so the
+    // new primary's writes cannot be missed by a read there
+    // (docs/histore.md, "Reads are never stale"). A live old primary also
+    // closes its table within a tick of its lease going stale.
+    std::thread::sleep((s.config.read_lease + s.config.clock_skew).max(s.config.tick * 2));
     let epoch = view.epoch + 1;
     tracing::warn!(
         old = view.primary.0,

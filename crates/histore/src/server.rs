@@ -17,7 +17,7 @@ use std::time::Duration;
 use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
 
 use crate::error::HiError;
-use crate::layout::{IndexPairs, TableHeader, ValuePtr};
+use crate::layout::{IndexPairs, TableHeader, ValuePtr, HEADER_READ_BYTES, LEASE_FOREVER};
 use crate::sorted::SortedIndex;
 use crate::table::HashTable;
 use crate::wire::{self, EntryOp, LogEntry, PutMode, Request};
@@ -27,6 +27,14 @@ const APPLY_EVERY: Duration = Duration::from_millis(2);
 
 /// Entries a primary sends to a backup in one REPLICATE at most.
 const MAX_BATCH_ENTRIES: usize = 256;
+
+/// How long a replicating primary waits for its backups before it starts
+/// asking whether each is still in its replica set (a lock per look).
+const REPLICATE_PATIENCE: Duration = Duration::from_millis(1);
+
+/// The first and the longest pause between looks at REPLICATE replies.
+const REPLICATE_POLL_MIN: Duration = Duration::from_micros(10);
+const REPLICATE_POLL_MAX: Duration = Duration::from_millis(1);
 
 /// A primary's state.
 struct Primary {
@@ -91,6 +99,10 @@ pub struct IndexServer {
     /// Asked before a primary takes or acknowledges a write: false once
     /// the server's authority may have lapsed (its etcd lease).
     ack_guard: RwLock<Option<AckGuard>>,
+    /// Whether this server's tables are trusted only under a read lease
+    /// ([`IndexServer::use_read_leases`]); otherwise for good, until the
+    /// coordinator closes them.
+    leased: AtomicBool,
 }
 
 /// See [`IndexServer::set_ack_guard`].
@@ -139,6 +151,7 @@ impl IndexServer {
             replicated: Condvar::new(),
             control: Mutex::new(None),
             ack_guard: RwLock::new(None),
+            leased: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&server);
         std::thread::Builder::new()
@@ -164,6 +177,7 @@ impl IndexServer {
         reader: Box<dyn Endpoint>,
     ) -> Arc<IndexServer> {
         table.set_commit(0);
+        table.set_lease_until(LEASE_FOREVER);
         table.set_serving(true);
         Arc::new(IndexServer {
             node,
@@ -183,6 +197,7 @@ impl IndexServer {
             replicated: Condvar::new(),
             control: Mutex::new(None),
             ack_guard: RwLock::new(None),
+            leased: AtomicBool::new(false),
         })
     }
 
@@ -199,6 +214,28 @@ impl IndexServer {
     /// so a primary whose lease may have lapsed acknowledges nothing.
     pub fn set_ack_guard(&self, guard: AckGuard) {
         *self.ack_guard.write().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+    }
+
+    /// Makes every table this server opens from now on trusted by readers
+    /// only under a read lease that [`IndexServer::renew_read_lease`]
+    /// extends (processes, whose failover is driven by etcd leases, not by
+    /// a coordinator that closes the old table first). Call before the
+    /// server can be promoted.
+    pub fn use_read_leases(&self) {
+        self.leased.store(true, Ordering::SeqCst);
+    }
+
+    /// Extends a serving primary's read lease to wall-clock `until_ms`
+    /// (docs/histore.md, "Reads are never stale": the caller took
+    /// `until_ms` from a clock read *before* it checked its authority).
+    /// Does nothing in any other role. An earlier time than the one
+    /// published only makes readers retry sooner, which is safe.
+    pub fn renew_read_lease(&self, until_ms: u64) {
+        if let Role::Primary(p) = &*lock(&self.role) {
+            if !p.deposed {
+                p.table.set_lease_until(until_ms);
+            }
+        }
     }
 
     fn authorized(&self) -> bool {
@@ -242,6 +279,7 @@ impl IndexServer {
         let mut role = lock(&self.role);
         if let Role::Primary(p) = &mut *role {
             p.table.set_serving(false);
+            p.table.set_lease_until(0);
             let epoch = p.epoch;
             *role = Role::Deposed { epoch };
         }
@@ -413,6 +451,13 @@ impl IndexServer {
         built?;
         let commit = b.last_seq;
         table.set_commit(commit);
+        // A leased table opens with an expired lease: readers trust it from
+        // the first renewal on.
+        table.set_lease_until(if self.leased.load(Ordering::SeqCst) {
+            0
+        } else {
+            LEASE_FOREVER
+        });
         table.set_serving(true);
         let old = std::mem::replace(
             &mut *role,
@@ -801,7 +846,7 @@ impl IndexServer {
             let result = if backups.is_empty() {
                 Err(HiError::Unavailable("no live backup"))
             } else {
-                replicate(&mut *ep, &backups, epoch, commit, &batch)
+                self.replicate(&mut *ep, &backups, epoch, commit, &batch)
             };
             role = lock(&self.role);
             if let Role::Primary(p) = &mut *role {
@@ -835,8 +880,86 @@ impl IndexServer {
         }
     }
 
+    /// Sends `entries` to every backup in `backups`, all at once; Ok once
+    /// every one still in the replica set logged them. A backup dropped
+    /// from the replica set meanwhile (its lease lapsed: it may be frozen,
+    /// and its reply may not come for the fabric's whole request time-out)
+    /// is no longer waited for: the entries are committed without it, as
+    /// [`IndexServer::remove_backup`] does, and that backup refuses reads
+    /// from then on (its log is behind the commit).
+    fn replicate(
+        &self,
+        ep: &mut dyn Endpoint,
+        backups: &[NodeId],
+        epoch: u64,
+        commit: u64,
+        entries: &[LogEntry],
+    ) -> Result<(), HiError> {
+        let mut buf = Vec::new();
+        let mut reply = Vec::new();
+        for chunk in entries.chunks(MAX_BATCH_ENTRIES) {
+            Request::Replicate {
+                epoch,
+                commit,
+                entries: chunk.to_vec(),
+            }
+            .encode(&mut buf);
+            let want = chunk.last().map_or(0, |e| e.seq);
+            let mut waiting = Vec::with_capacity(backups.len());
+            for &b in backups {
+                let ticket = ep
+                    .call_start(b, &buf)
+                    .map_err(|_| HiError::Unavailable("backup unreachable"))?;
+                waiting.push((b, ticket));
+            }
+            let started = std::time::Instant::now();
+            let mut pause = REPLICATE_POLL_MIN;
+            loop {
+                let mut i = 0;
+                while i < waiting.len() {
+                    if !waiting[i].1.is_ready() {
+                        i += 1;
+                        continue;
+                    }
+                    let (_, ticket) = waiting.swap_remove(i);
+                    ep.call_finish(ticket, &mut reply)
+                        .map_err(|_| HiError::Unavailable("backup unreachable"))?;
+                    let mut body = wire::reply_body(&reply).map_err(|e| match e {
+                        HiError::Fenced { .. } => e,
+                        _ => HiError::Unavailable("backup refused the log"),
+                    })?;
+                    if body.u64("last seq")? < want {
+                        return Err(HiError::Unavailable("backup log behind"));
+                    }
+                }
+                if waiting.is_empty() {
+                    break;
+                }
+                if started.elapsed() >= REPLICATE_PATIENCE {
+                    // Abandoned calls' replies are dropped when they come.
+                    let set = self.replica_set();
+                    waiting.retain(|(b, _)| set.contains(b));
+                    if waiting.is_empty() {
+                        break;
+                    }
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(REPLICATE_POLL_MAX);
+            }
+        }
+        Ok(())
+    }
+
     /// A backup's sorted index with every entry up to its primary's current
-    /// commit applied (§4.2: a SCAN first applies the pending log).
+    /// commit applied (§4.2: a SCAN first applies the pending log), if this
+    /// backup may answer a read that starts now: its primary's table must
+    /// be serving this backup's epoch under a read lease that still holds
+    /// after the header was read (so no newer primary has acknowledged
+    /// anything yet, and the commit read covers every write acknowledged
+    /// before the read began), and this backup's own log must reach that
+    /// commit (a backup dropped from the replica set while alive lacks the
+    /// writes acknowledged since). docs/histore.md, "Reads are never
+    /// stale".
     fn caught_up(&self) -> Result<Arc<SortedIndex>, HiError> {
         let (primary, epoch) = {
             let role = lock(&self.role);
@@ -852,7 +975,7 @@ impl IndexServer {
         let commit = {
             let mut ep = lock(&self.reader);
             let mut batch = Batch::new();
-            let h = batch.read(region, 0, 24);
+            let h = batch.read(region, 0, HEADER_READ_BYTES);
             ep.post(node, &mut batch)
                 .map_err(|_| HiError::Unavailable("primary unreachable"))?;
             let bytes = batch
@@ -862,13 +985,28 @@ impl IndexServer {
             if header.epoch != epoch || header.state != crate::layout::STATE_SERVING {
                 return Err(HiError::Unavailable("primary not serving this epoch"));
             }
+            // The clock is read after the READ returned.
+            if !header.lease_holds(crate::layout::wall_ms()) {
+                return Err(HiError::Unavailable("the primary's read lease expired"));
+            }
             header.commit
         };
-        self.apply_up_to(commit)
+        self.apply_committed(epoch, commit)
+    }
+
+    /// Applies logged entries up to `commit` of `epoch`'s primary, if this
+    /// backup is still of that epoch and its log reaches `commit` (checked
+    /// under the same locks as the apply); the sorted index.
+    fn apply_committed(&self, epoch: u64, commit: u64) -> Result<Arc<SortedIndex>, HiError> {
+        self.apply_checked(commit, Some(epoch))
     }
 
     /// Applies logged entries with seq <= `commit`; the sorted index.
     fn apply_up_to(&self, commit: u64) -> Result<Arc<SortedIndex>, HiError> {
+        self.apply_checked(commit, None)
+    }
+
+    fn apply_checked(&self, commit: u64, reach: Option<u64>) -> Result<Arc<SortedIndex>, HiError> {
         let _apply = lock(&self.apply);
         let (entries, sorted) = {
             let mut role = lock(&self.role);
@@ -877,6 +1015,19 @@ impl IndexServer {
             };
             if b.installing {
                 return Err(HiError::WrongRole("installing a snapshot"));
+            }
+            if let Some(epoch) = reach {
+                if b.epoch != epoch {
+                    return Err(HiError::Unavailable("the backup's epoch changed"));
+                }
+                if b.last_seq < commit {
+                    // Every backup in the primary's replica set logged the
+                    // entries up to `commit`: this one is no longer in it
+                    // (dropped while alive), and lacks acknowledged writes.
+                    return Err(HiError::Unavailable(
+                        "the backup's log is behind the primary's commit",
+                    ));
+                }
             }
             let n = b.pending.iter().take_while(|e| e.seq <= commit).count();
             (b.pending.drain(..n).collect::<Vec<_>>(), b.sorted.clone())
@@ -916,39 +1067,6 @@ fn log_entries(
     }
     b.commit_hint = b.commit_hint.max(commit.min(b.last_seq));
     Ok(b.last_seq)
-}
-
-/// Sends `entries` to every backup; Ok once all logged them.
-fn replicate(
-    ep: &mut dyn Endpoint,
-    backups: &[NodeId],
-    epoch: u64,
-    commit: u64,
-    entries: &[LogEntry],
-) -> Result<(), HiError> {
-    let mut buf = Vec::new();
-    let mut reply = Vec::new();
-    for chunk in entries.chunks(MAX_BATCH_ENTRIES) {
-        Request::Replicate {
-            epoch,
-            commit,
-            entries: chunk.to_vec(),
-        }
-        .encode(&mut buf);
-        let want = chunk.last().map_or(0, |e| e.seq);
-        for &b in backups {
-            ep.call(b, &buf, &mut reply)
-                .map_err(|_| HiError::Unavailable("backup unreachable"))?;
-            let mut body = wire::reply_body(&reply).map_err(|e| match e {
-                HiError::Fenced { .. } => e,
-                _ => HiError::Unavailable("backup refused the log"),
-            })?;
-            if body.u64("last seq")? < want {
-                return Err(HiError::Unavailable("backup log behind"));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Whether the table is sure to have room for a put of `key` once every

@@ -13,7 +13,7 @@ use fabric::Region;
 use crate::error::HiError;
 use crate::layout::{
     bucket_offset, key_hash, magic_state, signature, slot_word, split_slot, ValuePtr, BUCKET_WORDS,
-    H_COMMIT, H_EPOCH, H_MAGIC_STATE, H_MAIN, H_OVERFLOW, NEXT_WORD, SLOTS, STATE_DEPOSED,
+    H_COMMIT, H_EPOCH, H_LEASE, H_MAGIC_STATE, H_MAIN, H_OVERFLOW, NEXT_WORD, SLOTS, STATE_DEPOSED,
     STATE_SERVING,
 };
 
@@ -57,6 +57,8 @@ impl HashTable {
         region.store(H_COMMIT, 0);
         region.store(H_MAIN, main);
         region.store(H_OVERFLOW, overflow);
+        // No reader trusts the table before its primary grants a lease.
+        region.store(H_LEASE, 0);
         region.store(H_MAGIC_STATE, magic_state(STATE_DEPOSED));
         let slots = usize::try_from((main + overflow) * SLOTS as u64)
             .map_err(|_| HiError::Corrupt("table too large"))?;
@@ -94,6 +96,12 @@ impl HashTable {
             STATE_DEPOSED
         };
         self.region.store(H_MAGIC_STATE, magic_state(state));
+    }
+
+    /// Publishes the primary's read lease: readers trust the table until
+    /// wall-clock `until_ms` ([`crate::layout::LEASE_FOREVER`]: for good).
+    pub fn set_lease_until(&self, until_ms: u64) {
+        self.region.store(H_LEASE, until_ms);
     }
 
     /// Publishes the last applied log seq (read by backups before a SCAN).
