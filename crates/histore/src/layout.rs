@@ -12,11 +12,11 @@
 //!           | header, 64 B (8 words)                                     |
 //!           |  w0: magic u32 "HSTB" | state u32 (1 serving, 2 deposed)   |
 //!           |  w1: epoch u64 (of the primary that owns the table)        |
-//!           |  w2: commit seq u64 (last log seq applied to the table)    |
+//!           |  w2: read lease u64: wall-clock ms (UNIX epoch) until which|
+//!           |      the table may be trusted; u64::MAX = no lease         |
 //!           |  w3: main buckets u64 (a power of two)                     |
 //!           |  w4: overflow buckets u64                                  |
-//!           |  w5: read lease u64: wall-clock ms (UNIX epoch) until which |
-//!           |      the table may be trusted; u64::MAX = no lease         |
+//!           |  w5: commit seq u64 (last log seq applied to the table)    |
 //!           |  w6..w7: 0                                                 |
 //! byte 64   +------------------------------------------------------------+
 //!           | bucket 0, 64 B: slot 0 .. slot 6 (8 B each), next (8 B)    |
@@ -81,15 +81,18 @@ pub const H_MAGIC_STATE: usize = 0;
 /// Header word of the epoch.
 pub const H_EPOCH: usize = 1;
 /// Header word of the commit seq.
-pub const H_COMMIT: usize = 2;
+pub const H_COMMIT: usize = 5;
 /// Header word of the main bucket count.
 pub const H_MAIN: usize = 3;
 /// Header word of the overflow bucket count.
 pub const H_OVERFLOW: usize = 4;
 /// Header word of the read lease (see [`TableHeader::lease_until`]).
-pub const H_LEASE: usize = 5;
-/// Bytes of the header a reader READs: words 0..=[`H_LEASE`].
+pub const H_LEASE: usize = 2;
+/// Bytes of the header a GET READs: words 0..=[`H_LEASE`] (state, epoch,
+/// read lease), as many as before there was a lease.
 pub const HEADER_READ_BYTES: u64 = (H_LEASE as u64 + 1) * 8;
+/// Bytes of the header a backup READs before a SCAN: up to the commit.
+pub const HEADER_COMMIT_BYTES: u64 = (H_COMMIT as u64 + 1) * 8;
 /// A read lease that never ends: a table whose primary is fenced
 /// synchronously by its coordinator (in-process groups), not by time.
 pub const LEASE_FOREVER: u64 = u64::MAX;
@@ -115,7 +118,8 @@ pub const D_CAPACITY: usize = 1;
 
 const _: () = assert!(SLOTS * 8 + 8 == BUCKET_BYTES as usize);
 const _: () = assert!(TABLE_HEADER_BYTES == 8 * 8);
-const _: () = assert!(HEADER_READ_BYTES <= TABLE_HEADER_BYTES);
+const _: () = assert!(HEADER_READ_BYTES <= HEADER_COMMIT_BYTES);
+const _: () = assert!(HEADER_COMMIT_BYTES <= TABLE_HEADER_BYTES);
 const _: () = assert!(RECORD_HEADER_WORDS * 8 + MAX_KEY + MAX_VALUE < 128 << 10);
 const _: () = assert!(MAX_KEY <= u16::MAX as usize && MAX_VALUE <= u32::MAX as usize);
 
@@ -197,8 +201,9 @@ pub struct TableHeader {
     pub state: u32,
     /// Epoch of the owning primary.
     pub epoch: u64,
-    /// Last log seq applied to the table.
-    pub commit: u64,
+    /// Last log seq applied to the table, if the READ covered it
+    /// ([`HEADER_COMMIT_BYTES`]).
+    pub commit: Option<u64>,
     /// The primary's read lease: the table may be trusted by a reader
     /// whose clock, read *after* its READs of the table returned, is
     /// before this (wall-clock milliseconds since the UNIX epoch).
@@ -208,7 +213,8 @@ pub struct TableHeader {
 }
 
 impl TableHeader {
-    /// Decodes the header words a reader READs ([`HEADER_READ_BYTES`]).
+    /// Decodes the header words a reader READs: at least
+    /// [`HEADER_READ_BYTES`]; the commit too if the bytes reach it.
     pub fn decode(bytes: &[u8]) -> Result<TableHeader, HiError> {
         let word =
             |i: usize| le::u64_at(bytes, i * 8).ok_or(HiError::Corrupt("short table header"));
@@ -219,7 +225,7 @@ impl TableHeader {
         Ok(TableHeader {
             state: (w0 >> 32) as u32,
             epoch: word(H_EPOCH)?,
-            commit: word(H_COMMIT)?,
+            commit: word(H_COMMIT).ok(),
             lease_until: word(H_LEASE)?,
         })
     }
@@ -339,6 +345,29 @@ pub fn decode_record(bytes: &[u8]) -> Result<(&[u8], &[u8]), HiError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn table_headers_decode_with_and_without_the_commit() {
+        let words = [magic_state(STATE_SERVING), 7, 1_000, 16, 4, 42, 0, 0];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let short = TableHeader::decode(&bytes[..HEADER_READ_BYTES as usize]).unwrap();
+        assert_eq!(
+            (short.state, short.epoch, short.lease_until),
+            (STATE_SERVING, 7, 1_000)
+        );
+        assert_eq!(short.commit, None);
+        let long = TableHeader::decode(&bytes[..HEADER_COMMIT_BYTES as usize]).unwrap();
+        assert_eq!(long.commit, Some(42));
+        for cut in 0..HEADER_READ_BYTES as usize {
+            assert!(TableHeader::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        assert!(short.lease_holds(999) && !short.lease_holds(1_000));
+        let forever = TableHeader {
+            lease_until: LEASE_FOREVER,
+            ..short
+        };
+        assert!(forever.lease_holds(u64::MAX));
+    }
 
     proptest! {
         #[test]

@@ -281,8 +281,8 @@ fn watch(s: &Shared, stop: &AtomicBool) {
     }
 }
 
-/// How often the renewer extends a primary's read lease: a tenth of it,
-/// at most every 5 ms.
+/// How often the renewer extends a primary's read lease: every tenth of
+/// it, but no more often than every 5 ms.
 fn renew_every(s: &Shared) -> Duration {
     (s.config.read_lease / 10).max(Duration::from_millis(5))
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
 
 use crate::error::HiError;
-use crate::layout::{IndexPairs, TableHeader, ValuePtr, HEADER_READ_BYTES, LEASE_FOREVER};
+use crate::layout::{IndexPairs, TableHeader, ValuePtr, HEADER_COMMIT_BYTES, LEASE_FOREVER};
 use crate::sorted::SortedIndex;
 use crate::table::HashTable;
 use crate::wire::{self, EntryOp, LogEntry, PutMode, Request};
@@ -975,7 +975,7 @@ impl IndexServer {
         let commit = {
             let mut ep = lock(&self.reader);
             let mut batch = Batch::new();
-            let h = batch.read(region, 0, HEADER_READ_BYTES);
+            let h = batch.read(region, 0, HEADER_COMMIT_BYTES);
             ep.post(node, &mut batch)
                 .map_err(|_| HiError::Unavailable("primary unreachable"))?;
             let bytes = batch
@@ -989,7 +989,9 @@ impl IndexServer {
             if !header.lease_holds(crate::layout::wall_ms()) {
                 return Err(HiError::Unavailable("the primary's read lease expired"));
             }
-            header.commit
+            header
+                .commit
+                .ok_or(HiError::Corrupt("short table header"))?
         };
         self.apply_committed(epoch, commit)
     }
