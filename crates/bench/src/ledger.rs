@@ -75,7 +75,7 @@
 //! Reads of written keys, and writes, take the key's shard lock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -176,6 +176,10 @@ pub struct Ledger {
     /// key in the bit's class enters the ledger: a clear bit means no
     /// write of the key was begun, so its read is judged without a lock.
     written: Box<[AtomicU64]>,
+    /// Whether any bit of `written` was ever set: read-only (one cached
+    /// line) until the first write, so a read-only run never touches the
+    /// filter.
+    any_written: AtomicBool,
     /// log2 of the filter's bits.
     filter_bits: u32,
     /// The loaded keys, sorted: present from the start with version 0.
@@ -188,8 +192,13 @@ impl Ledger {
     /// A ledger for `threads` threads over the sorted `loaded` keys.
     pub fn new(threads: usize, loaded: Arc<[u64]>) -> Ledger {
         debug_assert!(loaded.windows(2).all(|w| w[0] < w[1]), "loaded keys sorted");
-        let filter_bits = (loaded.len().saturating_mul(4).max(1).next_power_of_two().trailing_zeros())
-            .clamp(FILTER_MIN_BITS, FILTER_MAX_BITS);
+        let filter_bits = (loaded
+            .len()
+            .saturating_mul(4)
+            .max(1)
+            .next_power_of_two()
+            .trailing_zeros())
+        .clamp(FILTER_MIN_BITS, FILTER_MAX_BITS);
         Ledger {
             epoch: Instant::now(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -197,6 +206,7 @@ impl Ledger {
             written: (0..(1usize << filter_bits) / 64)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            any_written: AtomicBool::new(false),
             filter_bits,
             loaded,
             as_found: false,
@@ -208,10 +218,16 @@ impl Ledger {
     /// that state explains are [`Verdict::Unknown`].
     pub fn as_found(threads: usize, about: usize) -> Ledger {
         let mut l = Ledger::new(threads, Arc::from(Vec::new()));
-        let bits = (about.saturating_mul(4).max(1).next_power_of_two().trailing_zeros())
-            .clamp(FILTER_MIN_BITS, FILTER_MAX_BITS);
+        let bits = (about
+            .saturating_mul(4)
+            .max(1)
+            .next_power_of_two()
+            .trailing_zeros())
+        .clamp(FILTER_MIN_BITS, FILTER_MAX_BITS);
         l.filter_bits = bits;
-        l.written = (0..(1usize << bits) / 64).map(|_| AtomicU64::new(0)).collect();
+        l.written = (0..(1usize << bits) / 64)
+            .map(|_| AtomicU64::new(0))
+            .collect();
         l.as_found = true;
         l
     }
@@ -253,6 +269,10 @@ impl Ledger {
     /// hence before its answer, the read's start, the read's reply, and
     /// this load, on every multi-copy-atomic machine Rust targets.
     fn maybe_written(&self, key: u64) -> bool {
+        // Same argument: the flag is set before the first bit.
+        if !self.any_written.load(Ordering::Relaxed) {
+            return false;
+        }
         let (w, b) = self.filter_bit(key);
         self.written[w].load(Ordering::Relaxed) & b != 0
     }
@@ -288,7 +308,11 @@ impl Ledger {
         let inv = self.at(inv);
         let (w, b) = self.filter_bit(key);
         // Before the entry, and so before the write is sent: see
-        // `maybe_written`.
+        // `maybe_written`. The flag is stored once (a check first keeps
+        // its line shared among readers afterwards).
+        if !self.any_written.load(Ordering::Relaxed) {
+            self.any_written.swap(true, Ordering::Relaxed);
+        }
         self.written[w].fetch_or(b, Ordering::Relaxed);
         let mut map = self.shard(key);
         let log = self.log(&mut map, key);
@@ -486,7 +510,11 @@ impl Ledger {
         }
         // As found, a value not naming its key can only be from before
         // the run.
-        let version = if foreign { BEFORE_RUN } else { version_of(value) };
+        let version = if foreign {
+            BEFORE_RUN
+        } else {
+            version_of(value)
+        };
         let entry = log
             .writes
             .iter()

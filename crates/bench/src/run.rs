@@ -1051,7 +1051,14 @@ mod tests {
             out: &mut Vec<(u64, u64)>,
         ) -> Result<(), BenchError> {
             std::thread::sleep(SLOW);
-            out.extend(self.0.lock().unwrap().range(start..).take(n).map(|(&k, &v)| (k, v)));
+            out.extend(
+                self.0
+                    .lock()
+                    .unwrap()
+                    .range(start..)
+                    .take(n)
+                    .map(|(&k, &v)| (k, v)),
+            );
             Ok(())
         }
         fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
@@ -1166,7 +1173,10 @@ mod tests {
         r.seconds = 7.1e-6;
         r.throughput_ops_per_s = 40.0 / r.seconds;
         let e = check_possible(&r, &results).unwrap_err().to_string();
-        assert!(e.contains("impossible figures") && e.contains("clock"), "{e}");
+        assert!(
+            e.contains("impossible figures") && e.contains("clock"),
+            "{e}"
+        );
         // Through the throughput bound alone (no latency sums).
         for r in &mut results {
             r.busy_ns = 0;

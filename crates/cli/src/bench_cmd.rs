@@ -543,8 +543,9 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         let r = match &args.history {
             Some(_) => bench::run_recorded(&*system, loaded.clone(), &config, &live)
                 .map(|(r, h)| (r, Some(h))),
-            None => bench::run_with(&*system, loaded.clone(), &config, judge, &live)
-                .map(|r| (r, None)),
+            None => {
+                bench::run_with(&*system, loaded.clone(), &config, judge, &live).map(|r| (r, None))
+            }
         };
         done.store(true, Ordering::Relaxed);
         r

@@ -242,7 +242,11 @@ pub fn run(args: &ServerArgs) -> Result<()> {
             (Some(p), _) => format!("--keys-file {}", p.display()),
             (None, 0) => "no keys (started without --keys)".to_string(),
             (None, n) => format!("--dataset {} --keys {n} --seed {}", args.dataset, args.seed),
-        } + if shard.is_some() { " (its shard's part)" } else { "" },
+        } + if shard.is_some() {
+            " (its shard's part)"
+        } else {
+            ""
+        },
     };
     drop(keys);
     let defaults = HostConfig::default();

@@ -35,13 +35,18 @@ impl ServerKind {
 
 /// Asks the server at `url` what it is, over a connection of its own.
 pub fn probe(url: &Url, token: Option<&str>) -> Result<ServerKind> {
-    let mut ep = fabric::remote::connect(url, token).with_context(|| format!("connecting to {url:?}"))?;
+    let mut ep =
+        fabric::remote::connect(url, token).with_context(|| format!("connecting to {url:?}"))?;
     let mut reply = Vec::new();
-    match ep.call(NodeId(0), &{
-        let mut req = Vec::new();
-        Request::Info.encode(&mut req);
-        req
-    }, &mut reply) {
+    match ep.call(
+        NodeId(0),
+        &{
+            let mut req = Vec::new();
+            Request::Info.encode(&mut req);
+            req
+        },
+        &mut reply,
+    ) {
         Ok(()) => {}
         // Only a ROLEX memory node serves memory without RPCs; its
         // directory, read with verbs, confirms it.
@@ -64,7 +69,8 @@ pub fn probe(url: &Url, token: Option<&str>) -> Result<ServerKind> {
     }
     // Not XStore's reply: a FineStore server answers a request it cannot
     // parse with its own header; joining it confirms.
-    let ep = fabric::remote::connect(url, token).with_context(|| format!("connecting to {url:?}"))?;
+    let ep =
+        fabric::remote::connect(url, token).with_context(|| format!("connecting to {url:?}"))?;
     match finestore::dist::client::Client::connect(ep, NodeId(0)) {
         Ok(client) => {
             let _ = client.leave();

@@ -181,9 +181,7 @@ impl Store for Target {
             Target::Server { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
             Target::Cluster(r) => r.scan(k, n, out).map_err(|e| e.to_string()),
             Target::Rolex { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
-            Target::FineStore { client, .. } => {
-                client.scan(k, n, out).map_err(|e| e.to_string())
-            }
+            Target::FineStore { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
         }
     }
 

@@ -61,23 +61,45 @@ fn a_server_with_another_key_set_is_refused_in_one_line() {
     for (what, args) in [
         ("other --keys", ["--keys", "21000", "--seed", "7"]),
         ("other --seed", ["--keys", "20000", "--seed", "8"]),
-        ("other --dataset", ["--keys", "20000", "--dataset", "lognormal"]),
+        (
+            "other --dataset",
+            ["--keys", "20000", "--dataset", "lognormal"],
+        ),
     ] {
-        let out = bench(&server.tcp, &[args[0], args[1], args[2], args[3], "--workload", "a"]);
+        let out = bench(
+            &server.tcp,
+            &[args[0], args[1], args[2], args[3], "--workload", "a"],
+        );
         let err = text(&out.stderr);
         assert!(!out.status.success(), "{what}: ran");
         assert!(
-            err.contains("loaded another key set (20000 keys, --dataset ycsb --keys 20000 --seed 7)")
-                && err.contains("--data existing"),
+            err.contains(
+                "loaded another key set (20000 keys, --dataset ycsb --keys 20000 --seed 7)"
+            ) && err.contains("--data existing"),
             "{what}: {err}"
         );
         assert!(!err.contains("lost write"), "{what}: {err}");
-        assert!(err.lines().count() <= 2, "{what}: more than one line: {err}");
+        assert!(
+            err.lines().count() <= 2,
+            "{what}: more than one line: {err}"
+        );
     }
     // The same flags run, every read judged.
     let v = support::bench_judged(&[
-        "--fabric", "tcp", "--server", &server.tcp, "--keys", "20000", "--seed", "7", "--ops",
-        "3000", "--warmup", "0", "--workload", "a",
+        "--fabric",
+        "tcp",
+        "--server",
+        &server.tcp,
+        "--keys",
+        "20000",
+        "--seed",
+        "7",
+        "--ops",
+        "3000",
+        "--warmup",
+        "0",
+        "--workload",
+        "a",
     ]);
     assert_eq!(v["data"], "loaded");
     server.stop();
@@ -112,7 +134,16 @@ fn existing_data_put_through_the_shell_is_benched_and_own_writes_judged() {
     for (workload, seed) in [("a", "1"), ("d", "2")] {
         let out = bench(
             &server.tcp,
-            &["--data", "existing", "--workload", workload, "--op-seed", seed, "--json", "-"],
+            &[
+                "--data",
+                "existing",
+                "--workload",
+                workload,
+                "--op-seed",
+                seed,
+                "--json",
+                "-",
+            ],
         );
         assert!(out.status.success(), "{workload}: {}", text(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -124,7 +155,10 @@ fn existing_data_put_through_the_shell_is_benched_and_own_writes_judged() {
             assert_eq!(c[field], 0, "{workload}: {v}");
         }
         assert!(c["unknown"].as_u64().unwrap() > 0, "{workload}: {v}");
-        assert!(c["checked_reads"].as_u64().unwrap() > 100, "{workload}: {v}");
+        assert!(
+            c["checked_reads"].as_u64().unwrap() > 100,
+            "{workload}: {v}"
+        );
     }
     // The run's writes are there: a key it updated holds a value naming it.
     let out = xstore(&["shell", &server.tcp], "scan 0 400\n");
@@ -142,8 +176,7 @@ fn existing_data_put_through_the_shell_is_benched_and_own_writes_judged() {
 #[test]
 fn shell_and_stats_speak_to_rolex_and_finestore_servers() {
     for system in ["rolex", "finestore"] {
-        let server =
-            ServerProcess::start(&["--system", system, "--keys", "5000", "--seed", "3"]);
+        let server = ServerProcess::start(&["--system", system, "--keys", "5000", "--seed", "3"]);
         let out = xstore(
             &["shell", &server.tcp],
             "put 12345 678\nget 12345\nscan 12345 1\ndel 12345\nget 12345\nstats\n",
@@ -151,7 +184,11 @@ fn shell_and_stats_speak_to_rolex_and_finestore_servers() {
         let stdout = text(&out.stdout);
         assert!(out.status.success(), "{system}: {}", text(&out.stderr));
         let lines: Vec<&str> = stdout.lines().collect();
-        assert_eq!(lines[..5], ["OK", "678", "12345=678", "OK", "NOT_FOUND"], "{system}");
+        assert_eq!(
+            lines[..5],
+            ["OK", "678", "12345=678", "OK", "NOT_FOUND"],
+            "{system}"
+        );
         assert!(
             lines[5].starts_with(&format!("system={system} ")),
             "{system}: {}",
@@ -167,7 +204,9 @@ fn shell_and_stats_speak_to_rolex_and_finestore_servers() {
         let err = text(&out.stderr);
         assert!(!out.status.success());
         assert!(
-            err.contains(&format!("is a {system} server, not xstore: run with --system {system}")),
+            err.contains(&format!(
+                "is a {system} server, not xstore: run with --system {system}"
+            )),
             "{err}"
         );
         server.stop();

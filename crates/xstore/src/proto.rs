@@ -1239,15 +1239,17 @@ mod tests {
         later.version = INFO_VERSION + 1;
         let mut b = Reply::Info(later.clone()).to_vec();
         b.extend_from_slice(&[7; 9]);
-        assert_eq!(Reply::decode(&Request::Info, &b).unwrap(), Reply::Info(later));
+        assert_eq!(
+            Reply::decode(&Request::Info, &b).unwrap(),
+            Reply::Info(later)
+        );
         // ...but version 1 has none, and bounds hold.
         let mut bad = sample_info();
         bad.version = 0;
         assert!(Reply::decode(&Request::Info, &Reply::Info(bad).to_vec()).is_err());
         let mut long = sample_info();
         long.loaded.from = "é".repeat(400);
-        let Reply::Info(cut) =
-            Reply::decode(&Request::Info, &Reply::Info(long).to_vec()).unwrap()
+        let Reply::Info(cut) = Reply::decode(&Request::Info, &Reply::Info(long).to_vec()).unwrap()
         else {
             panic!("not info")
         };

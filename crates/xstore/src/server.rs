@@ -500,7 +500,11 @@ impl Server {
     /// a benchmark can check it runs against the key set it generates).
     /// Until set, INFO says the loaded set is not known.
     pub fn set_loaded(&self, loaded: crate::proto::LoadedKeys) {
-        *self.shared.loaded.write().unwrap_or_else(|e| e.into_inner()) = loaded;
+        *self
+            .shared
+            .loaded
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = loaded;
     }
 
     /// Makes this server one shard of a range-partitioned cluster: FENCED
