@@ -212,3 +212,105 @@ fn shell_and_stats_speak_to_rolex_and_finestore_servers() {
         server.stop();
     }
 }
+
+/// `xstore cluster up` (etcd and `servers` servers), stopped on drop.
+struct ClusterUp {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for ClusterUp {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cluster_up(servers: &str, keys: &str, seed: &str) -> Option<ClusterUp> {
+    use std::io::BufRead;
+    if cluster::etcd_binary().is_none() {
+        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args(["cluster", "up", "--servers", servers, "--dir"])
+        .arg(dir.path().join("cluster"))
+        .args(["--keys", keys, "--seed", seed])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn cluster up");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = match lines.next() {
+        Some(Ok(l)) if l.starts_with("etcd://") => l,
+        other => {
+            let _ = child.kill();
+            panic!("cluster up did not print its URL: {other:?}");
+        }
+    };
+    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    Some(ClusterUp {
+        child,
+        url,
+        _dir: dir,
+    })
+}
+
+#[test]
+fn a_cluster_with_another_key_set_is_refused_in_one_line() {
+    let Some(up) = cluster_up("2", "20000", "7") else {
+        return;
+    };
+    // The shards' key counts and fingerprints add up to the run's set.
+    support::bench_judged(&[
+        "--cluster",
+        &up.url,
+        "--keys",
+        "20000",
+        "--seed",
+        "7",
+        "--ops",
+        "3000",
+        "--warmup",
+        "0",
+        "--workload",
+        "a",
+    ]);
+    let out = xstore(
+        &[
+            "bench",
+            "--cluster",
+            &up.url,
+            "--keys",
+            "20000",
+            "--seed",
+            "8",
+            "--ops",
+            "3000",
+        ],
+        "",
+    );
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("the 2 servers loaded another key set (20000 keys")
+            && err.contains("--seed 8")
+            && err.contains("--data existing"),
+        "{err}"
+    );
+    assert!(!err.contains("lost write"), "{err}");
+}
