@@ -663,6 +663,7 @@ fn check_servers(
     use crate::server_kind::{probe, ServerKind};
     let (mut count, mut fingerprint) = (0u64, 0u64);
     let mut described = None;
+    let mut unannounced = false;
     for (label, url) in servers {
         let kind = probe(url, token)?;
         if kind.name() != system {
@@ -688,11 +689,14 @@ fn check_servers(
             ServerKind::XStoreBeforeInfo => bail!(
                 "{label} predates INFO and cannot say which keys it holds: bench it with --data existing, or restart it with this xstore"
             ),
-            // ROLEX and FineStore servers announce no key set.
-            ServerKind::Rolex | ServerKind::FineStore => return Ok(()),
+            // ROLEX and FineStore servers announce no key set: only
+            // their design is checked.
+            ServerKind::Rolex | ServerKind::FineStore => unannounced = true,
         }
     }
-    let Some(keys) = expect else { return Ok(()) };
+    let Some(keys) = expect.filter(|_| !unannounced) else {
+        return Ok(());
+    };
     let want = xstore::proto::fingerprint_keys(keys.iter().copied());
     if (count, fingerprint) != (keys.len() as u64, want) {
         let who = match servers {
