@@ -49,6 +49,15 @@ impl ClusterSystem {
         })
     }
 
+    /// Every member server's id and URL, as registered in etcd.
+    pub fn member_urls(&self) -> Result<Vec<(String, String)>, BenchError> {
+        let members = self
+            .etcd
+            .members()
+            .map_err(|e| BenchError::Load(e.to_string()))?;
+        Ok(members.into_iter().map(|(id, m)| (id, m.url)).collect())
+    }
+
     /// A handle on the requests each server answered, as counted by the
     /// clients that have ended (it outlives the system).
     pub fn shares(&self) -> ServerShares {

@@ -24,7 +24,7 @@ pub mod values;
 
 pub use cluster_system::ClusterSystem;
 pub use report::Report;
-pub use run::{run, run_recorded, Progress, RunConfig, MAX_PIPELINE};
+pub use run::{run, run_recorded, run_with, Judge, Progress, RunConfig, MAX_PIPELINE};
 pub use suite::{
     run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions, SuiteRow,
     SuiteSummary, SystemFactory, SystemSpec,
@@ -47,6 +47,9 @@ pub enum BenchError {
     /// A client operation failed.
     #[error("client error: {0}")]
     Client(String),
+    /// The run's figures are impossible (its clock missed part of it).
+    #[error("impossible figures: {0}")]
+    Impossible(String),
     /// An operation stream could not be made.
     #[error(transparent)]
     Workload(#[from] ycsb::DistError),

@@ -129,6 +129,11 @@ pub struct Correctness {
     /// keys whose value at the end of the run is not their last write
     /// (must be 0).
     pub lost_writes: u64,
+    /// Answers not judged because only the state from before the run
+    /// could explain them, and that state is unknown (`--data existing`):
+    /// reads (and scanned pairs) of keys this run did not write, and
+    /// refused writes of such keys. Always 0 when the run loaded its keys.
+    pub unknown: u64,
     /// The first few wrong answers, described (key and versions).
     pub examples: Vec<String>,
 }
@@ -188,6 +193,13 @@ pub struct Report {
     /// FineStore's server counters over the measured phase (beyond the
     /// contract's keys; `null` for other designs and remote servers).
     pub hints: Option<HintCounters>,
+    /// Whether answers were judged at all: `false` only with `--no-judge`,
+    /// which exists to measure the judge's cost; such a run is never a
+    /// published figure.
+    pub judged: bool,
+    /// What the system held: `loaded` (the run's key set, checked before
+    /// a remote run) or `existing` (whatever it held, `--data existing`).
+    pub data: String,
     /// Checked reads.
     pub correctness: Correctness,
 }
@@ -304,14 +316,27 @@ impl Report {
         }
         rows.push((
             "checked reads",
-            format!(
-                "{} ({} mismatches, {} stale, {} lost writes)",
-                self.correctness.checked_reads,
-                self.correctness.mismatches,
-                self.correctness.stale_reads,
-                self.correctness.lost_writes
-            ),
+            if self.judged {
+                format!(
+                    "{} ({} mismatches, {} stale, {} lost writes)",
+                    self.correctness.checked_reads,
+                    self.correctness.mismatches,
+                    self.correctness.stale_reads,
+                    self.correctness.lost_writes
+                )
+            } else {
+                "none: --no-judge (a measurement of the judge's cost, not a figure)".to_string()
+            },
         ));
+        if self.data != "loaded" {
+            rows.push((
+                "unknown",
+                format!(
+                    "{} answers only the data found before the run explains (--data {}: not judged)",
+                    self.correctness.unknown, self.data
+                ),
+            ));
+        }
         rows.iter()
             .map(|(k, v)| format!("{k:>18}  {v}\n"))
             .collect()

@@ -59,6 +59,24 @@ pub struct RunConfig {
     pub seed: u64,
 }
 
+/// How a run's answers are judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Judge {
+    /// Every read is judged against the ledger; the system holds the
+    /// loaded keys, each with its version-0 value (or a value from an
+    /// earlier run of this harness).
+    #[default]
+    Full,
+    /// The system holds data this run did not load (`--data existing`):
+    /// answers only the state before the run explains are counted as
+    /// unknown, the run's own writes are judged.
+    AsFound,
+    /// Nothing is judged (`--no-judge`): only to measure what the judge
+    /// costs; such a report says `"judged": false` and is never a
+    /// published figure.
+    Off,
+}
+
 /// Most writes a thread may keep in flight.
 pub const MAX_PIPELINE: u32 = 1024;
 
@@ -79,6 +97,8 @@ struct ThreadResult {
     hist: Histogram<u64>,
     correctness: Correctness,
     recorded: Vec<Operation>,
+    /// Sum of the measured operations' latencies, ns.
+    busy_ns: u64,
 }
 
 /// Wrong answers described in a report, at most.
@@ -91,7 +111,18 @@ pub fn run(
     config: &RunConfig,
     progress: &Progress,
 ) -> Result<Report, BenchError> {
-    run_inner(system, loaded, config, progress, false).map(|(r, _)| r)
+    run_inner(system, loaded, config, progress, false, Judge::Full).map(|(r, _)| r)
+}
+
+/// [`run`], judged as `judge` says.
+pub fn run_with(
+    system: &dyn System,
+    loaded: Arc<[u64]>,
+    config: &RunConfig,
+    judge: Judge,
+    progress: &Progress,
+) -> Result<Report, BenchError> {
+    run_inner(system, loaded, config, progress, false, judge).map(|(r, _)| r)
 }
 
 /// Most operations [`run_recorded`] keeps: a history is for short runs.
@@ -114,7 +145,19 @@ pub fn run_recorded(
             "a recorded history needs --ops (not --seconds) and at most {MAX_HISTORY_OPS} operations"
         )));
     }
-    run_inner(system, loaded, config, progress, true)
+    run_inner(system, loaded, config, progress, true, Judge::Full)
+}
+
+/// The measured window as the coordinating thread sees it: the clock
+/// starts before `release` lets the workers go and stops once `wait_end`
+/// returns, when every worker has ended its measured phase. However late
+/// the coordinator runs after releasing them, the window covers every
+/// measured operation.
+fn measure_window(release: impl FnOnce(), wait_end: impl FnOnce()) -> f64 {
+    let start = Instant::now();
+    release();
+    wait_end();
+    start.elapsed().as_secs_f64()
 }
 
 fn run_inner(
@@ -123,6 +166,7 @@ fn run_inner(
     config: &RunConfig,
     progress: &Progress,
     record: bool,
+    judge: Judge,
 ) -> Result<(Report, History), BenchError> {
     if config.threads == 0 {
         return Err(BenchError::Config("--threads must be at least 1".into()));
@@ -135,8 +179,16 @@ fn run_inner(
     if config.ops == 0 && config.seconds.is_none() {
         return Err(BenchError::Config("--ops must be at least 1".into()));
     }
+    if record && judge != Judge::Full {
+        return Err(BenchError::Config(
+            "a recorded history is of a fully judged run".into(),
+        ));
+    }
     let threads = config.threads;
-    let ledger = Ledger::new(threads as usize, loaded.clone());
+    let ledger = match judge {
+        Judge::AsFound => Ledger::as_found(threads as usize, loaded.len()),
+        Judge::Full | Judge::Off => Ledger::new(threads as usize, loaded.clone()),
+    };
     let barrier = Barrier::new(threads as usize + 1);
     let stop = AtomicBool::new(false);
     let per_thread = config.ops.div_ceil(threads as u64);
@@ -170,7 +222,11 @@ fn run_inner(
                         }
                     };
                     let mut w = Worker::new(t, threads, config.pipeline, ledger);
+                    w.judging = judge != Judge::Off;
                     w.recorder = record.then(Recorder::default);
+                    if w.judging {
+                        ledger.join(t as usize);
+                    }
                     let warmed = (0..config.warmup_ops)
                         .try_for_each(|_| w.step(&mut *client, &mut stream, false))
                         .and_then(|()| w.drain(&mut *client));
@@ -212,12 +268,17 @@ fn run_inner(
                         }
                         w.drain(&mut *client)
                     })();
+                    // This thread reads nothing until the audit: it holds
+                    // no write of the ledger back from pruning meanwhile.
+                    ledger.leave(t as usize);
                     // Every thread's writes are answered past this barrier:
                     // the audit sees the final state.
                     barrier.wait();
                     measured?;
                     let direct = client.direct_stats();
-                    w.audit(&mut *client)?;
+                    if w.judging {
+                        w.audit(&mut *client)?;
+                    }
                     Ok(w.finish(&*client, direct))
                 })
             })
@@ -226,12 +287,16 @@ fn run_inner(
         // Warm-up is over: the measured phase starts after this barrier.
         let server_before = system.server_time();
         let hints_before = system.hints();
-        barrier.wait();
-        let start = Instant::now();
-        barrier.wait();
         // The measured phase ends when every thread is done; the audit
         // that follows is not measured.
-        let seconds = start.elapsed().as_secs_f64();
+        let seconds = measure_window(
+            || {
+                barrier.wait();
+            },
+            || {
+                barrier.wait();
+            },
+        );
         let server_after = system.server_time();
         let hints = match (hints_before, system.hints()) {
             (Some(a), Some(b)) => Some(b.since(&a)),
@@ -279,7 +344,7 @@ fn run_inner(
             })
             .collect();
     }
-    let report = summarize(
+    let mut report = summarize(
         system,
         config,
         loaded.len() as u64,
@@ -288,6 +353,13 @@ fn run_inner(
         server,
         hints,
     );
+    report.judged = judge != Judge::Off;
+    report.data = match judge {
+        Judge::AsFound => "existing",
+        Judge::Full | Judge::Off => "loaded",
+    }
+    .to_string();
+    check_possible(&report, &results)?;
     Ok((report, history))
 }
 
@@ -311,6 +383,10 @@ struct Worker<'l> {
     recorder: Option<Recorder>,
     pipeline: usize,
     in_flight: VecDeque<Flight>,
+    /// Whether answers go to the ledger (not with `--no-judge`).
+    judging: bool,
+    /// Sum of the measured operations' latencies, ns.
+    busy_ns: u64,
 }
 
 /// A write in flight (`--pipeline`).
@@ -347,6 +423,8 @@ impl<'l> Worker<'l> {
             recorder: None,
             pipeline: pipeline.max(1) as usize,
             in_flight: VecDeque::new(),
+            judging: true,
+            busy_ns: 0,
         }
     }
 
@@ -373,12 +451,16 @@ impl<'l> Worker<'l> {
     fn complete(&mut self, client: &mut dyn KvClient, f: Flight) -> Result<(), BenchError> {
         let before = client.counters();
         let took = client.finish_write(f.write)?;
-        let res = self.ledger.end_write(f.key, f.value, took);
-        self.record_write(f.key, f.value, f.insert, f.inv, res, took);
-        self.check_write(f.key, f.insert, took);
+        let end = Instant::now();
+        if self.judging {
+            let res = self.ledger.end_write_at(f.key, f.value, took, end);
+            self.record_write(f.key, f.value, f.insert, f.inv, res, took);
+            self.check_write(f.key, f.insert, took);
+        }
         if f.measured {
-            let nanos = f.start.elapsed().as_nanos() as u64;
+            let nanos = end.duration_since(f.start).as_nanos() as u64;
             self.hist.saturating_record(nanos.max(1));
+            self.busy_ns += nanos;
             self.all += f.cost;
             self.all += client.counters() - before;
             self.ops += 1;
@@ -407,7 +489,11 @@ impl<'l> Worker<'l> {
         };
         let start = Instant::now();
         let before = client.counters();
-        let inv = self.ledger.begin_write(key, value);
+        let inv = if self.judging {
+            self.ledger.begin_write_at(key, value, start)
+        } else {
+            0
+        };
         let started = client.start_write(write)?;
         self.in_flight.push_back(Flight {
             start,
@@ -429,6 +515,7 @@ impl<'l> Worker<'l> {
         self.get_costs = Counters::default();
         self.ops = 0;
         self.gets = 0;
+        self.busy_ns = 0;
         self.hist.reset();
         self.correctness = Correctness::default();
     }
@@ -445,6 +532,7 @@ impl<'l> Worker<'l> {
     fn judge(&mut self, verdict: Verdict, audit: bool) {
         match verdict {
             Verdict::Ok => {}
+            Verdict::Unknown => self.correctness.unknown += 1,
             Verdict::Mismatch(m) => {
                 self.correctness.mismatches += 1;
                 self.note(format!("mismatch: {m}"));
@@ -478,31 +566,42 @@ impl<'l> Worker<'l> {
             let got = got?;
             self.record_read(key, s, got);
             let verdict = verdict.expect("judged when the read succeeded");
-            self.correctness.checked_reads += 1;
+            if verdict != Verdict::Unknown {
+                self.correctness.checked_reads += 1;
+            }
             self.judge(verdict, true);
         }
         Ok(())
     }
 
-    /// Writes, then judges, one synchronous write.
+    /// Writes, then judges, one synchronous write begun at `start` (the
+    /// operation's start): returns when its answer was seen.
     fn write_now(
         &mut self,
         client: &mut dyn KvClient,
         key: u64,
         insert: bool,
-    ) -> Result<(), BenchError> {
+        start: Instant,
+    ) -> Result<Instant, BenchError> {
         let value = value_for(key, self.version);
-        let inv = self.ledger.begin_write(key, value);
+        let inv = if self.judging {
+            self.ledger.begin_write_at(key, value, start)
+        } else {
+            0
+        };
         let took = if insert {
             client.insert(key, value)
         } else {
             client.update(key, value)
         };
         let took = took?;
-        let res = self.ledger.end_write(key, value, took);
-        self.record_write(key, value, insert, inv, res, took);
-        self.check_write(key, insert, took);
-        Ok(())
+        let end = Instant::now();
+        if self.judging {
+            let res = self.ledger.end_write_at(key, value, took, end);
+            self.record_write(key, value, insert, inv, res, took);
+            self.check_write(key, insert, took);
+        }
+        Ok(end)
     }
 
     fn record_write(&mut self, key: u64, value: u64, insert: bool, inv: u64, res: u64, took: bool) {
@@ -540,23 +639,36 @@ impl<'l> Worker<'l> {
         }
     }
 
-    /// Reads `key` and judges the answer.
-    fn read_now(&mut self, client: &mut dyn KvClient, key: u64) -> Result<(), BenchError> {
-        let s = self.ledger.begin_read(self.thread as usize);
-        let got = client.get(key);
-        // Judged before the read ends: until then the ledger keeps every
-        // write this read may have seen.
-        if let Ok(got) = got {
+    /// Reads `key` in an operation that began at ledger time `s` (see
+    /// [`Ledger::enter`]) and judges the answer: returns when the answer
+    /// was seen (judging is not in the latency).
+    fn read_now(
+        &mut self,
+        client: &mut dyn KvClient,
+        key: u64,
+        s: u64,
+    ) -> Result<Instant, BenchError> {
+        let got = client.get(key)?;
+        let end = Instant::now();
+        // Judged before this thread's next operation publishes a later
+        // start: until then the ledger keeps every write this read may
+        // have seen.
+        if self.judging {
             self.record_read(key, s, got);
             self.check_read(key, s, got);
         }
-        self.ledger.end_read(self.thread as usize);
-        got.map(|_| ())
+        Ok(end)
     }
 
-    /// An insert must find its key fresh, an update must find it present.
+    /// An insert must find its key fresh, an update must find it present
+    /// (as found: unless the key was never written by this run, whose
+    /// presence before the run is unknown).
     fn check_write(&mut self, key: u64, insert: bool, took: bool) {
         if took {
+            return;
+        }
+        if self.ledger.is_as_found() && !self.ledger.written_by_run(key) {
+            self.correctness.unknown += 1;
             return;
         }
         self.correctness.mismatches += 1;
@@ -572,13 +684,15 @@ impl<'l> Worker<'l> {
     /// A read must find its key (streams read only acknowledged keys) with
     /// a value the ledger accepts.
     fn check_read(&mut self, key: u64, s: u64, got: Option<u64>) {
-        self.correctness.checked_reads += 1;
         let verdict = match self.ledger.check(key, s, got) {
             Verdict::Ok if got.is_none() => Verdict::Mismatch(format!(
                 "key {key}: read found nothing, and no insert of it was answered yet"
             )),
             v => v,
         };
+        if verdict != Verdict::Unknown {
+            self.correctness.checked_reads += 1;
+        }
         self.judge(verdict, false);
     }
 
@@ -640,23 +754,30 @@ impl<'l> Worker<'l> {
             }
         }
         let before = client.counters();
+        // The one start instant of the operation: its latency's, and (in
+        // ledger time) its reads' start.
         let start = Instant::now();
-        match op {
-            Op::Read(k) => self.read_now(client, k)?,
-            Op::Update(k) => self.write_now(client, k, false)?,
-            Op::Insert(k) => self.write_now(client, k, true)?,
+        let s = if self.judging {
+            self.ledger.enter(self.thread as usize, start)
+        } else {
+            0
+        };
+        let end = match op {
+            Op::Read(k) => self.read_now(client, k, s)?,
+            Op::Update(k) => self.write_now(client, k, false, start)?,
+            Op::Insert(k) => self.write_now(client, k, true, start)?,
             Op::ReadModifyWrite(k) => {
-                self.read_now(client, k)?;
-                self.write_now(client, k, false)?;
+                self.read_now(client, k, s)?;
+                self.write_now(client, k, false, start)?
             }
             Op::Scan { start: from, len } => {
                 let mut buf = std::mem::take(&mut self.scan_buf);
                 buf.clear();
-                let s = self.ledger.begin_read(self.thread as usize);
-                let scanned = client.scan(from, len as usize, &mut buf);
-                if let Err(e) = scanned {
-                    self.ledger.end_read(self.thread as usize);
-                    return Err(e);
+                client.scan(from, len as usize, &mut buf)?;
+                let end = Instant::now();
+                if !self.judging {
+                    self.scan_buf = buf;
+                    return self.measured(client, op, measured, before, start, end);
                 }
                 self.correctness.checked_reads += 1;
                 let sorted = buf.windows(2).all(|w| w[0].0 < w[1].0);
@@ -676,13 +797,27 @@ impl<'l> Worker<'l> {
                     let verdict = self.ledger.check(k, s, Some(v));
                     self.judge(verdict, false);
                 }
-                self.ledger.end_read(self.thread as usize);
                 self.scan_buf = buf;
+                end
             }
-        }
+        };
+        self.measured(client, op, measured, before, start, end)
+    }
+
+    /// Counts a synchronous operation that ran from `start` to `end`.
+    fn measured(
+        &mut self,
+        client: &mut dyn KvClient,
+        op: Op,
+        measured: bool,
+        before: Counters,
+        start: Instant,
+        end: Instant,
+    ) -> Result<(), BenchError> {
         if measured {
-            let nanos = start.elapsed().as_nanos() as u64;
+            let nanos = end.duration_since(start).as_nanos() as u64;
             self.hist.saturating_record(nanos.max(1));
+            self.busy_ns += nanos;
             let cost = client.counters() - before;
             self.all += cost;
             self.ops += 1;
@@ -715,6 +850,7 @@ impl<'l> Worker<'l> {
             hist: self.hist,
             correctness: self.correctness,
             recorded: self.recorder.map_or_else(Vec::new, |r| r.ops),
+            busy_ns: self.busy_ns,
         }
     }
 }
@@ -745,6 +881,7 @@ fn summarize(
         correctness.mismatches += c.mismatches;
         correctness.stale_reads += c.stale_reads;
         correctness.lost_writes += c.lost_writes;
+        correctness.unknown += c.unknown;
         for e in &c.examples {
             if correctness.examples.len() < MAX_EXAMPLES {
                 correctness.examples.push(e.clone());
@@ -804,6 +941,264 @@ fn summarize(
         fallback_rate: direct.map(|d| per(d.fallbacks, d.reads)),
         invalidation_rate: direct.map(|d| per(d.invalidations, d.reads)),
         hints,
+        judged: true,
+        data: "loaded".to_string(),
         correctness,
+    }
+}
+
+/// Slack of [`check_possible`]: the latency histogram rounds to 3
+/// significant digits, and a latency of 0 ns is recorded as 1.
+const POSSIBLE_SLACK: f64 = 0.02;
+
+/// Fails a run whose figures no execution could produce: a thread runs
+/// its operations one after another (with `--pipeline P`, at most P
+/// writes and one read at once), so the latencies of one thread's
+/// measured operations add up to at most the concurrency times the
+/// measured seconds; and the run's throughput is at most threads x
+/// concurrency / the smallest latency.
+fn check_possible(report: &Report, results: &[ThreadResult]) -> Result<(), BenchError> {
+    let concurrency = if report.pipeline <= 1 {
+        1.0
+    } else {
+        report.pipeline as f64 + 1.0
+    };
+    let window_ns = report.seconds * 1e9 * concurrency * (1.0 + POSSIBLE_SLACK);
+    for (t, r) in results.iter().enumerate() {
+        if r.busy_ns as f64 > window_ns + r.ops as f64 {
+            return Err(BenchError::Impossible(format!(
+                "thread {t}'s {} measured operations took {:.6} s of latency in all, but the run measured {:.6} s (x {concurrency} in flight): the clock missed part of the run",
+                r.ops,
+                r.busy_ns as f64 / 1e9,
+                report.seconds
+            )));
+        }
+    }
+    let min_ns = results
+        .iter()
+        .filter(|r| r.ops > 0)
+        .map(|r| r.hist.min())
+        .min();
+    if let Some(min_ns) = min_ns {
+        let bound = report.threads as f64 * concurrency / (min_ns.max(1) as f64 / 1e9);
+        if report.throughput_ops_per_s > bound * (1.0 + POSSIBLE_SLACK) {
+            return Err(BenchError::Impossible(format!(
+                "{:.0} ops/s from {} threads x {concurrency} in flight whose fastest operation took {} ns (at most {:.0} ops/s)",
+                report.throughput_ops_per_s, report.threads, min_ns, bound
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    #[test]
+    fn the_window_covers_workers_released_before_the_coordinator_runs_again() {
+        // The coordinator releases the workers and is then descheduled
+        // (30 ms) while they work (50 ms): the window must still hold all
+        // of their work. Started after the release, it held 20 ms.
+        let barrier = Barrier::new(2);
+        let seconds = std::thread::scope(|s| {
+            s.spawn(|| {
+                barrier.wait();
+                std::thread::sleep(Duration::from_millis(50));
+                barrier.wait();
+            });
+            measure_window(
+                || {
+                    barrier.wait();
+                    std::thread::sleep(Duration::from_millis(30));
+                },
+                || {
+                    barrier.wait();
+                },
+            )
+        });
+        assert!(seconds >= 0.050, "window {seconds} s");
+    }
+
+    /// A store whose every operation takes at least [`SLOW`].
+    struct Slow(Arc<Mutex<BTreeMap<u64, u64>>>);
+    struct SlowClient(Arc<Mutex<BTreeMap<u64, u64>>>);
+    const SLOW: Duration = Duration::from_micros(300);
+
+    impl System for Slow {
+        fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
+            Ok(Box::new(SlowClient(self.0.clone())))
+        }
+        fn model(&self) -> Option<crate::report::ModelFigures> {
+            None
+        }
+        fn server_time(&self) -> Option<ServerTime> {
+            None
+        }
+    }
+
+    impl KvClient for SlowClient {
+        fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+            std::thread::sleep(SLOW);
+            Ok(self.0.lock().unwrap().get(&key).copied())
+        }
+        fn scan(
+            &mut self,
+            start: u64,
+            n: usize,
+            out: &mut Vec<(u64, u64)>,
+        ) -> Result<(), BenchError> {
+            std::thread::sleep(SLOW);
+            out.extend(
+                self.0
+                    .lock()
+                    .unwrap()
+                    .range(start..)
+                    .take(n)
+                    .map(|(&k, &v)| (k, v)),
+            );
+            Ok(())
+        }
+        fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+            std::thread::sleep(SLOW);
+            let mut m = self.0.lock().unwrap();
+            if m.contains_key(&key) {
+                return Ok(false);
+            }
+            m.insert(key, value);
+            Ok(true)
+        }
+        fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+            std::thread::sleep(SLOW);
+            Ok(self
+                .0
+                .lock()
+                .unwrap()
+                .get_mut(&key)
+                .map(|v| *v = value)
+                .is_some())
+        }
+        fn counters(&self) -> Counters {
+            Counters::default()
+        }
+        fn direct_stats(&self) -> Option<DirectStats> {
+            None
+        }
+        fn cache_bytes(&self) -> Option<u64> {
+            None
+        }
+    }
+
+    fn slow(keys: &[u64]) -> Slow {
+        Slow(Arc::new(Mutex::new(
+            keys.iter().map(|&k| (k, value_for(k, 0))).collect(),
+        )))
+    }
+
+    fn config(workload: Workload, ops: u64, threads: u32) -> RunConfig {
+        RunConfig {
+            system: "slow".into(),
+            fabric: "local".into(),
+            dataset: "test".into(),
+            workload,
+            dist: Distribution::Uniform,
+            ops,
+            seconds: None,
+            warmup_ops: 0,
+            threads,
+            pipeline: 1,
+            seed: 3,
+        }
+    }
+
+    #[test]
+    fn a_run_of_slow_operations_takes_at_least_their_time() {
+        let keys: Vec<u64> = (1..=500).map(|k| k * 7).collect();
+        let system = slow(&keys);
+        for (workload, threads) in [(Workload::C, 2), (Workload::A, 3)] {
+            let ops = 120;
+            let r = run(
+                &system,
+                keys.clone().into(),
+                &config(workload, ops, threads),
+                &Progress::default(),
+            )
+            .unwrap();
+            let floor = ops as f64 * SLOW.as_secs_f64() / threads as f64;
+            assert!(
+                r.seconds >= floor,
+                "{workload:?}: {} s for {ops} ops of >= {SLOW:?} on {threads} threads",
+                r.seconds
+            );
+            assert!(r.latency_us.p50 >= SLOW.as_micros() as f64);
+            assert_eq!(r.correctness.errors(), 0);
+            assert!(r.judged);
+        }
+    }
+
+    #[test]
+    fn impossible_figures_fail_the_run() {
+        let keys: Vec<u64> = (1..=100).collect();
+        let system = slow(&keys);
+        let mut r = run(
+            &system,
+            keys.clone().into(),
+            &config(Workload::C, 40, 2),
+            &Progress::default(),
+        )
+        .unwrap();
+        // The same operations, as if the clock had missed most of them.
+        let mut results = Vec::new();
+        for busy_ms in [6, 6] {
+            let mut hist = Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+            for _ in 0..20 {
+                hist.record(300_000).unwrap();
+            }
+            results.push(ThreadResult {
+                ops: 20,
+                gets: 20,
+                all: Counters::default(),
+                get_costs: Counters::default(),
+                direct: None,
+                cache_bytes: None,
+                hist,
+                correctness: Correctness::default(),
+                recorded: Vec::new(),
+                busy_ns: busy_ms * 1_000_000,
+            });
+        }
+        assert!(check_possible(&r, &results).is_ok(), "{} s", r.seconds);
+        r.seconds = 7.1e-6;
+        r.throughput_ops_per_s = 40.0 / r.seconds;
+        let e = check_possible(&r, &results).unwrap_err().to_string();
+        assert!(
+            e.contains("impossible figures") && e.contains("clock"),
+            "{e}"
+        );
+        // Through the throughput bound alone (no latency sums).
+        for r in &mut results {
+            r.busy_ns = 0;
+        }
+        let e = check_possible(&r, &results).unwrap_err().to_string();
+        assert!(e.contains("fastest operation took"), "{e}");
+    }
+
+    #[test]
+    fn no_judge_judges_nothing_and_says_so() {
+        let keys: Vec<u64> = (1..=100).collect();
+        let system = slow(&keys);
+        let r = run_with(
+            &system,
+            keys.clone().into(),
+            &config(Workload::A, 40, 2),
+            Judge::Off,
+            &Progress::default(),
+        )
+        .unwrap();
+        assert!(!r.judged);
+        assert_eq!(r.correctness.checked_reads, 0);
+        assert_eq!(r.ops, 40);
     }
 }

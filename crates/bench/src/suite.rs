@@ -495,6 +495,8 @@ impl SuiteRow {
             fallback_rate: None,
             invalidation_rate: None,
             hints: None,
+            judged: true,
+            data: "loaded".to_string(),
             correctness: Correctness::default(),
         }
     }

@@ -48,6 +48,20 @@ pub struct BenchArgs {
     /// `xstore cluster up` does).
     #[arg(long, value_name = "URL", conflicts_with_all = ["suite", "server"])]
     cluster: Option<String>,
+    /// What the server holds: `loaded` (the run's key set, as --dataset,
+    /// --keys and --seed or --keys-file make it; a server is first checked
+    /// to hold it, by the key count and fingerprint it announces) or
+    /// `existing` (whatever a running server holds, e.g. keys put through
+    /// `xstore shell`: the run reads the keys it finds there; answers only
+    /// that data explains are counted as `unknown`, not judged; the run's
+    /// own writes are judged).
+    #[arg(long, default_value = "loaded", value_parser = ["loaded", "existing"], conflicts_with = "suite")]
+    data: String,
+    /// Judge nothing. Exists only to measure what the judge costs (run the
+    /// same command with and without it); the report says "judged": false
+    /// and is never a published figure. Suites always judge.
+    #[arg(long, conflicts_with_all = ["suite", "history"])]
+    no_judge: bool,
     /// Access token for --server.
     #[command(flatten)]
     token: TokenArgs,
@@ -402,7 +416,19 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     if args.cluster.is_some() && (system_name != "xstore" || args.fabric == "shm") {
         bail!("--cluster runs xstore over tcp only");
     }
-    let keys = args.keys.load()?;
+    let as_found = args.data == "existing";
+    if as_found && remote.is_none() && args.cluster.is_none() {
+        bail!("--data existing benches a running server: give --server URL or --cluster URL");
+    }
+    if as_found && args.history.is_some() {
+        bail!("--history records a run from a known load, not --data existing");
+    }
+    // As found, the keys are the server's, read below.
+    let keys = if as_found {
+        Vec::new()
+    } else {
+        args.keys.load()?
+    };
     let cluster = args
         .cluster
         .as_deref()
@@ -412,6 +438,32 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         })
         .transpose()?;
     let shares = cluster.as_ref().map(|c| c.shares());
+    // The servers must be the design asked for, and (unless as found)
+    // hold this run's key set: a mismatch is refused here in one line,
+    // not reported as thousands of lost writes.
+    let servers: Vec<(String, fabric::Url)> = match (&remote, &cluster) {
+        (_, Some(c)) => c
+            .member_urls()?
+            .into_iter()
+            .map(|(id, url)| Ok((format!("server {id} at {url}"), url.parse()?)))
+            .collect::<Result<_>>()?,
+        (Some(urls), None) => urls
+            .iter()
+            .zip(args.server.as_deref().unwrap_or_default().split(','))
+            .map(|(u, s)| (s.trim().to_string(), u.clone()))
+            .collect(),
+        (None, None) => Vec::new(),
+    };
+    if !servers.is_empty() {
+        let token = args.token.resolve()?;
+        check_servers(
+            &servers,
+            token.as_deref(),
+            system_name,
+            (!as_found).then_some(&keys[..]),
+            &args.keys,
+        )?;
+    }
     let system: Box<dyn bench::System> = match remote {
         _ if cluster.is_some() => Box::new(cluster.expect("checked")),
         Some(urls) if system_name == "rolex" => Box::new(bench::rolex_system::RolexRemote::new(
@@ -443,7 +495,19 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
             system
         }
     };
+    let keys = if as_found {
+        let keys = snapshot_keys(&*system)?;
+        eprintln!("--data existing: the server holds {} keys", keys.len());
+        keys
+    } else {
+        keys
+    };
     let loaded: Arc<[u64]> = keys.into();
+    let judge = match (args.no_judge, as_found) {
+        (true, _) => bench::Judge::Off,
+        (false, true) => bench::Judge::AsFound,
+        (false, false) => bench::Judge::Full,
+    };
     let config = RunConfig {
         system: system_name.to_string(),
         fabric: if shares.is_some() {
@@ -451,7 +515,11 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         } else {
             args.fabric.clone()
         },
-        dataset: args.keys.name(),
+        dataset: if as_found {
+            "existing".to_string()
+        } else {
+            args.keys.name()
+        },
         workload,
         dist,
         ops: args.ops,
@@ -475,7 +543,9 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         let r = match &args.history {
             Some(_) => bench::run_recorded(&*system, loaded.clone(), &config, &live)
                 .map(|(r, h)| (r, Some(h))),
-            None => bench::run(&*system, loaded.clone(), &config, &live).map(|r| (r, None)),
+            None => {
+                bench::run_with(&*system, loaded.clone(), &config, judge, &live).map(|r| (r, None))
+            }
         };
         done.store(true, Ordering::Relaxed);
         r
@@ -523,6 +593,12 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         }
     }
     let c = &report.correctness;
+    if as_found {
+        eprintln!(
+            "--data existing: {} answers only the data found there explains (not judged); {} judged",
+            c.unknown, c.checked_reads
+        );
+    }
     if c.errors() > 0 {
         bail!(
             "wrong answers: {} mismatches, {} stale reads, {} lost writes; first: {}",
@@ -533,6 +609,108 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         );
     }
     Ok(report)
+}
+
+/// Most keys `--data existing` reads from a server before a run.
+const MAX_SNAPSHOT_KEYS: usize = 200_000_000;
+
+/// Every key `system` holds, in order, by scanning it from the first key.
+fn snapshot_keys(system: &dyn System) -> Result<Vec<u64>> {
+    const BATCH: usize = 4096;
+    let mut client = system.client()?;
+    let mut keys = Vec::new();
+    let mut out = Vec::with_capacity(BATCH);
+    let mut from = 0u64;
+    loop {
+        out.clear();
+        client.scan(from, BATCH, &mut out)?;
+        keys.extend(out.iter().map(|p| p.0).filter(|&k| k >= from));
+        if keys.len() > MAX_SNAPSHOT_KEYS {
+            bail!("--data existing reads at most {MAX_SNAPSHOT_KEYS} keys from a server");
+        }
+        match out.last() {
+            Some(&(last, _)) if out.len() == BATCH && last < u64::MAX => from = last + 1,
+            _ => break,
+        }
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
+}
+
+/// The flags that make `keys`, as a user would type them.
+fn key_flags(keys: &KeyArgs) -> String {
+    match &keys.keys_file {
+        Some(p) => format!("--keys-file {}", p.display()),
+        None => format!(
+            "--dataset {} --keys {} --seed {}",
+            keys.dataset, keys.keys, keys.seed
+        ),
+    }
+}
+
+/// Checks that every server is the `system` design and, with `expect`,
+/// that together they loaded exactly that key set (INFO's key counts and
+/// fingerprints add up over a cluster's shards). Fails with one line
+/// naming the flags to fix.
+fn check_servers(
+    servers: &[(String, fabric::Url)],
+    token: Option<&str>,
+    system: &str,
+    expect: Option<&[u64]>,
+    key_args: &KeyArgs,
+) -> Result<()> {
+    use crate::server_kind::{probe, ServerKind};
+    let (mut count, mut fingerprint) = (0u64, 0u64);
+    let mut described = None;
+    let mut unannounced = false;
+    for (label, url) in servers {
+        let kind = probe(url, token)?;
+        if kind.name() != system {
+            bail!(
+                "{label} is a {} server, not {system}: run with --system {}",
+                kind.name(),
+                kind.name()
+            );
+        }
+        let Some(_) = expect else { continue };
+        match kind {
+            ServerKind::XStore(info) => {
+                if !info.loaded.known {
+                    bail!(
+                        "{label} {} and cannot say which keys it holds: bench it with --data existing",
+                        info.loaded.from
+                    );
+                }
+                count += info.loaded.count;
+                fingerprint = fingerprint.wrapping_add(info.loaded.fingerprint);
+                described.get_or_insert(info.loaded.from);
+            }
+            ServerKind::XStoreBeforeInfo => bail!(
+                "{label} predates INFO and cannot say which keys it holds: bench it with --data existing, or restart it with this xstore"
+            ),
+            // ROLEX and FineStore servers announce no key set: only
+            // their design is checked.
+            ServerKind::Rolex | ServerKind::FineStore => unannounced = true,
+        }
+    }
+    let Some(keys) = expect.filter(|_| !unannounced) else {
+        return Ok(());
+    };
+    let want = xstore::proto::fingerprint_keys(keys.iter().copied());
+    if (count, fingerprint) != (keys.len() as u64, want) {
+        let who = match servers {
+            [(label, _)] => label.clone(),
+            _ => format!("the {} servers", servers.len()),
+        };
+        bail!(
+            "{who} loaded another key set ({count} keys, {}) than this run's ({} keys, {}): give bench the server's --dataset/--keys/--seed (or --keys-file), or --data existing to bench what it holds",
+            described.unwrap_or_default(),
+            keys.len(),
+            key_flags(key_args)
+        );
+    }
+    Ok(())
 }
 
 /// `xstore bench --suite NAMES --out DIR`.

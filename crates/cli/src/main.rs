@@ -21,6 +21,7 @@ mod keys;
 mod model;
 mod progress;
 mod server_cmd;
+mod server_kind;
 mod shell;
 mod stats_cmd;
 mod token;

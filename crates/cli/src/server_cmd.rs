@@ -232,6 +232,22 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     };
     // Values encode their key, so benchmark clients can check every read.
     let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    // What INFO says this server loaded: a benchmark checks it holds the
+    // key set it generates (docs/wire.md, INFO).
+    let mut loaded = xstore::proto::LoadedKeys {
+        count: keys.len() as u64,
+        fingerprint: xstore::proto::fingerprint_keys(keys.iter().copied()),
+        known: true,
+        from: match (&args.keys_file, args.keys) {
+            (Some(p), _) => format!("--keys-file {}", p.display()),
+            (None, 0) => "no keys (started without --keys)".to_string(),
+            (None, n) => format!("--dataset {} --keys {n} --seed {}", args.dataset, args.seed),
+        } + if shard.is_some() {
+            " (its shard's part)"
+        } else {
+            ""
+        },
+    };
     drop(keys);
     let defaults = HostConfig::default();
     let host = Host::new(HostConfig {
@@ -301,6 +317,17 @@ pub fn run(args: &ServerArgs) -> Result<()> {
             return Err(e).context("starting the server");
         }
     };
+    if let Some(r) = server.recovery() {
+        if !r.fresh {
+            loaded = xstore::proto::LoadedKeys {
+                count: r.keys,
+                fingerprint: 0,
+                known: false,
+                from: "recovered from its --data-dir".to_string(),
+            };
+        }
+    }
+    server.set_loaded(loaded);
     if let Some(r) = server.recovery() {
         if r.fresh {
             println!(

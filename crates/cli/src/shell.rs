@@ -2,6 +2,10 @@
 //! a cluster (`etcd://host:port`: every command is routed by the shard
 //! map, scans cross servers, `stats` prints a line per server).
 //!
+//! A `tcp://` or `shm://` URL may reach an XStore server, a ROLEX memory
+//! node or a FineStore server: the shell asks which first
+//! ([`crate::server_kind`]) and speaks its protocol.
+//!
 //! Commands: `get K`, `put K V` (insert or update), `del K`, `scan K N`,
 //! `stats`, `help`, `quit`. Keys and values are decimal u64. Every command
 //! prints exactly one line: `OK`, the value, `NOT_FOUND`, `ERR <reason>`,
@@ -91,6 +95,34 @@ enum Target {
     },
     /// A range-partitioned cluster, through the routing client.
     Cluster(Box<cluster::Router>),
+    /// A ROLEX memory node, through a compute node of this process.
+    Rolex {
+        client: Box<rolex::MultiClient<Box<dyn Endpoint>>>,
+        range: (u64, u64),
+        url: Url,
+        token: Option<String>,
+    },
+    /// A FineStore server.
+    FineStore {
+        client: Box<finestore::dist::client::Client<Box<dyn Endpoint>>>,
+        url: Url,
+        token: Option<String>,
+    },
+}
+
+/// The fabric host's counters of `url`, as `key=value` words.
+fn host_words(url: &Url, token: Option<&str>) -> Result<String, String> {
+    let h = fabric::remote::host_stats(url, token).map_err(|e| e.to_string())?;
+    Ok(format!(
+        "nic_requests={} nic_verbs={} nic_busy_us={} worker_requests={} worker_busy_us={} bad_frames={} connections={}",
+        h.nic_requests,
+        h.nic_verbs,
+        h.nic_busy_ns / 1000,
+        h.worker_requests,
+        h.worker_busy_ns / 1000,
+        h.bad_frames,
+        h.connections
+    ))
 }
 
 /// The operations the shell's commands map to; errors are the text of
@@ -109,6 +141,8 @@ impl Store for Target {
         match self {
             Target::Server { client, .. } => client.get(k).map_err(|e| e.to_string()),
             Target::Cluster(r) => r.get(k).map_err(|e| e.to_string()),
+            Target::Rolex { client, .. } => client.get(k).map_err(|e| e.to_string()),
+            Target::FineStore { client, .. } => client.get(k).map_err(|e| e.to_string()),
         }
     }
 
@@ -118,6 +152,18 @@ impl Store for Target {
                 client.upsert(k, v).map(drop).map_err(|e| e.to_string())
             }
             Target::Cluster(r) => r.upsert(k, v).map(drop).map_err(|e| e.to_string()),
+            // ROLEX has no upsert: update, else insert; a racing insert
+            // of the same key makes the update the one that lands.
+            Target::Rolex { client, .. } => {
+                let e = |e: rolex::RolexError| e.to_string();
+                if !client.update(k, v).map_err(e)? && !client.insert(k, v).map_err(e)? {
+                    client.update(k, v).map_err(e)?;
+                }
+                Ok(())
+            }
+            Target::FineStore { client, .. } => {
+                client.upsert(k, v).map(drop).map_err(|e| e.to_string())
+            }
         }
     }
 
@@ -125,6 +171,8 @@ impl Store for Target {
         match self {
             Target::Server { client, .. } => client.delete(k).map_err(|e| e.to_string()),
             Target::Cluster(r) => r.delete(k).map_err(|e| e.to_string()),
+            Target::Rolex { client, .. } => client.delete(k).map_err(|e| e.to_string()),
+            Target::FineStore { client, .. } => client.delete(k).map_err(|e| e.to_string()),
         }
     }
 
@@ -132,6 +180,8 @@ impl Store for Target {
         match self {
             Target::Server { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
             Target::Cluster(r) => r.scan(k, n, out).map_err(|e| e.to_string()),
+            Target::Rolex { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
+            Target::FineStore { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
         }
     }
 
@@ -161,6 +211,19 @@ impl Store for Target {
                 })
                 .collect::<Vec<_>>()
                 .join("; ")),
+            Target::Rolex {
+                range, url, token, ..
+            } => Ok(format!(
+                "system=rolex memory_node_keys={}..={} {}",
+                range.0,
+                range.1,
+                host_words(url, token.as_deref())?
+            )),
+            Target::FineStore { client, url, token } => Ok(format!(
+                "system=finestore model_version={} {}",
+                client.version(),
+                host_words(url, token.as_deref())?
+            )),
         }
     }
 }
@@ -220,14 +283,46 @@ pub fn run(args: &ShellArgs) -> Result<()> {
         )?))
     } else {
         let url: Url = args.url.parse()?;
+        let kind = crate::server_kind::probe(&url, token.as_deref())?;
         let ep = fabric::remote::connect(&url, token.as_deref())
             .with_context(|| format!("connecting to {}", args.url))?;
-        let client = Box::new(Client::connect(
-            ep,
-            fabric::NodeId(0),
-            ClientConfig::default(),
-        )?);
-        Target::Server { client, url, token }
+        match kind {
+            crate::server_kind::ServerKind::Rolex => {
+                let mut ep = ep;
+                let node = rolex::ComputeNode::connect(&mut ep, fabric::NodeId(0))
+                    .context("joining the ROLEX memory node")?;
+                let range = node.key_range();
+                let pool = rolex::MultiNode::new(vec![node]).with_context(|| {
+                    format!(
+                        "{} is one ROLEX memory node of a pool (keys {}..={}): bench the pool with xstore bench --system rolex --fabric tcp --server URL1,URL2,...",
+                        args.url, range.0, range.1
+                    )
+                })?;
+                Target::Rolex {
+                    client: Box::new(pool.client(vec![ep])?),
+                    range,
+                    url,
+                    token,
+                }
+            }
+            crate::server_kind::ServerKind::FineStore => Target::FineStore {
+                client: Box::new(
+                    finestore::dist::client::Client::connect(ep, fabric::NodeId(0))
+                        .context("joining the FineStore server")?,
+                ),
+                url,
+                token,
+            },
+            crate::server_kind::ServerKind::XStore(_)
+            | crate::server_kind::ServerKind::XStoreBeforeInfo => {
+                let client = Box::new(Client::connect(
+                    ep,
+                    fabric::NodeId(0),
+                    ClientConfig::default(),
+                )?);
+                Target::Server { client, url, token }
+            }
+        }
     };
     repl("xstore> ", |line| execute(&mut target, line))
 }

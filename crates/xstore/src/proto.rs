@@ -9,7 +9,7 @@
 //! ```text
 //! byte 0      opcode (see Opcode)
 //! bytes 1..   fields of that opcode, fixed width, little-endian:
-//!   META, FETCH_TOP, STATS          (none)
+//!   META, FETCH_TOP, STATS, INFO    (none)
 //!   FETCH_SUBS   version u64, first u32, count u32
 //!   GET          key u64
 //!   GET_VALUE    key u64
@@ -130,6 +130,10 @@ pub enum Opcode {
     GetValue = 11,
     /// A keyed request with the shard-map revision it was routed by.
     Fenced = 12,
+    /// What the server is and which key set it loaded ([`ServerInfo`]).
+    /// New with info version 1: a server that predates it answers
+    /// [`Status::BadRequest`], as to any unknown opcode.
+    Info = 13,
 }
 
 /// A request.
@@ -137,6 +141,8 @@ pub enum Opcode {
 pub enum Request {
     /// [`Opcode::Meta`].
     Meta,
+    /// [`Opcode::Info`].
+    Info,
     /// [`Opcode::FetchTop`].
     FetchTop,
     /// [`Opcode::FetchSubs`].
@@ -219,6 +225,7 @@ impl Request {
             | Request::Update { key, .. }
             | Request::Scan { start: key, .. } => Some(key),
             Request::Meta
+            | Request::Info
             | Request::FetchTop
             | Request::FetchSubs { .. }
             | Request::Stats
@@ -230,6 +237,7 @@ impl Request {
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Request::Meta => out.push(Opcode::Meta as u8),
+            Request::Info => out.push(Opcode::Info as u8),
             Request::FetchTop => out.push(Opcode::FetchTop as u8),
             Request::Stats => out.push(Opcode::Stats as u8),
             Request::FetchSubs {
@@ -315,6 +323,7 @@ impl Request {
             1 => Request::Meta,
             2 => Request::FetchTop,
             10 => Request::Stats,
+            13 => Request::Info,
             3 => Request::FetchSubs {
                 version: r.u64("version")?,
                 first: r.u32("first")?,
@@ -687,6 +696,140 @@ impl ServerStats {
     }
 }
 
+/// The info version this build speaks (see [`ServerInfo`]).
+pub const INFO_VERSION: u8 = 1;
+
+/// Longest system name in an INFO reply.
+pub const MAX_SYSTEM_NAME: usize = 32;
+
+/// Longest description of a loaded key set in an INFO reply.
+pub const MAX_LOADED_FROM: usize = 512;
+
+/// An order-independent fingerprint of a key set: the wrapping sum of a
+/// mixed image of each key. Sums add, so the fingerprints of the parts of
+/// a partitioned set add up to the whole set's.
+pub fn fingerprint_keys(keys: impl IntoIterator<Item = u64>) -> u64 {
+    keys.into_iter().fold(0u64, |acc, k| {
+        // The splitmix64 finalizer: every key bit moves every output bit.
+        let mut z = k.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        acc.wrapping_add(z ^ (z >> 31))
+    })
+}
+
+/// The key set a server loaded at start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LoadedKeys {
+    /// Keys loaded.
+    pub count: u64,
+    /// [`fingerprint_keys`] of them.
+    pub fingerprint: u64,
+    /// Whether the server's data is that set (plus what clients wrote
+    /// since): `false` when it recovered other data from its log.
+    pub known: bool,
+    /// How they were loaded, as the server's flags (for messages; at most
+    /// [`MAX_LOADED_FROM`] bytes).
+    pub from: String,
+}
+
+/// What a server is (the INFO reply).
+///
+/// ```text
+/// offset  size  field (little-endian)
+/// 0       1     info version V (1)
+/// 1       1     system name length S (<= 32)
+/// 2       S     system name, UTF-8 ("xstore")
+/// ..      8     keys stored now
+/// ..      8     keys loaded at start
+/// ..      8     fingerprint of the loaded key set (fingerprint_keys)
+/// ..      1     1 if the data is that set, 0 if not known (recovered)
+/// ..      2     description length D (<= 512)
+/// ..      D     how the keys were loaded, UTF-8
+/// ..            (V > 1: fields of later versions, skipped by this build)
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// Info version of the sender.
+    pub version: u8,
+    /// The design the server serves.
+    pub system: String,
+    /// Keys stored now.
+    pub keys: u64,
+    /// The key set loaded at start.
+    pub loaded: LoadedKeys,
+}
+
+impl ServerInfo {
+    /// Appends the encoding (see the type's byte diagram); long strings
+    /// are cut at a character boundary within their bound.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        fn cut(s: &str, max: usize) -> &str {
+            let mut end = s.len().min(max);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            &s[..end]
+        }
+        out.push(self.version);
+        let name = cut(&self.system, MAX_SYSTEM_NAME);
+        out.push(name.len() as u8);
+        out.extend_from_slice(name.as_bytes());
+        put_u64(out, self.keys);
+        put_u64(out, self.loaded.count);
+        put_u64(out, self.loaded.fingerprint);
+        out.push(self.loaded.known as u8);
+        let from = cut(&self.loaded.from, MAX_LOADED_FROM);
+        out.extend_from_slice(&(from.len() as u16).to_le_bytes());
+        out.extend_from_slice(from.as_bytes());
+    }
+
+    /// Decodes from `r`, skipping the fields of later info versions.
+    pub fn decode(r: &mut Reader<'_>) -> Result<ServerInfo, ProtoError> {
+        let version = r.u8("info version")?;
+        if version == 0 {
+            return Err(ProtoError::Bad("info version 0"));
+        }
+        let n = r.u8("system name length")? as usize;
+        if n > MAX_SYSTEM_NAME {
+            return Err(ProtoError::Bad("system name too long"));
+        }
+        let system = std::str::from_utf8(r.take(n, "system name")?)
+            .map_err(|_| ProtoError::Bad("system name not UTF-8"))?
+            .to_string();
+        let keys = r.u64("keys")?;
+        let count = r.u64("loaded keys")?;
+        let fingerprint = r.u64("loaded fingerprint")?;
+        let known = match r.u8("loaded known")? {
+            0 => false,
+            1 => true,
+            _ => return Err(ProtoError::Bad("loaded known flag")),
+        };
+        let d = r.u16("description length")? as usize;
+        if d > MAX_LOADED_FROM {
+            return Err(ProtoError::Bad("description too long"));
+        }
+        let from = std::str::from_utf8(r.take(d, "description")?)
+            .map_err(|_| ProtoError::Bad("description not UTF-8"))?
+            .to_string();
+        if version > INFO_VERSION {
+            let rest = r.remaining();
+            r.take(rest, "later info fields")?;
+        }
+        Ok(ServerInfo {
+            version,
+            system,
+            keys,
+            loaded: LoadedKeys {
+                count,
+                fingerprint,
+                known,
+                from,
+            },
+        })
+    }
+}
+
 /// Smallest encoding of one [`SubPayload`] (no TT entries): what a count
 /// of them in a reply must leave room for.
 const MIN_SUB_PAYLOAD_BYTES: usize = 4 + SUBMODEL_BYTES + 8 + 4;
@@ -742,6 +885,8 @@ pub enum Reply {
     },
     /// STATS.
     Stats(ServerStats),
+    /// INFO.
+    Info(ServerInfo),
     /// Refused by a range-partitioned server (to any request; FENCED ones
     /// in practice): `revision` is the server's shard-map revision.
     WrongOwner {
@@ -793,6 +938,7 @@ impl Reply {
             }
             Reply::Upserted { new } => out.push(*new as u8),
             Reply::Stats(s) => s.encode(out),
+            Reply::Info(i) => i.encode(out),
             Reply::WrongOwner { revision } => put_u64(out, *revision),
         }
     }
@@ -865,6 +1011,7 @@ impl Reply {
                     _ => return Err(ProtoError::Bad("upsert flag")),
                 },
                 Request::Stats => Reply::Stats(ServerStats::decode(&mut r)?),
+                Request::Info => Reply::Info(ServerInfo::decode(&mut r)?),
                 Request::Insert { .. } | Request::Update { .. } | Request::Delete { .. } => {
                     Reply::Status(Status::Ok)
                 }
@@ -1060,7 +1207,65 @@ mod tests {
                     ..ServerStats::default()
                 }),
             ),
+            (Request::Info, Reply::Info(sample_info())),
         ]
+    }
+
+    fn sample_info() -> ServerInfo {
+        ServerInfo {
+            version: INFO_VERSION,
+            system: "xstore".into(),
+            keys: 12,
+            loaded: LoadedKeys {
+                count: 10,
+                fingerprint: fingerprint_keys([1, 2, 3]),
+                known: true,
+                from: "--dataset ycsb --keys 10 --seed 42".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn info_is_versioned_both_ways() {
+        // A server that predates INFO refuses it like any unknown opcode.
+        let old = Reply::Status(Status::BadRequest).to_vec();
+        assert_eq!(
+            Reply::decode(&Request::Info, &old).unwrap(),
+            Reply::Status(Status::BadRequest)
+        );
+        assert_eq!(Request::decode(&[13]).unwrap(), Request::Info);
+        // A later server's fields past version 1 are skipped...
+        let mut later = sample_info();
+        later.version = INFO_VERSION + 1;
+        let mut b = Reply::Info(later.clone()).to_vec();
+        b.extend_from_slice(&[7; 9]);
+        assert_eq!(
+            Reply::decode(&Request::Info, &b).unwrap(),
+            Reply::Info(later)
+        );
+        // ...but version 1 has none, and bounds hold.
+        let mut bad = sample_info();
+        bad.version = 0;
+        assert!(Reply::decode(&Request::Info, &Reply::Info(bad).to_vec()).is_err());
+        let mut long = sample_info();
+        long.loaded.from = "é".repeat(400);
+        let Reply::Info(cut) = Reply::decode(&Request::Info, &Reply::Info(long).to_vec()).unwrap()
+        else {
+            panic!("not info")
+        };
+        assert!(cut.loaded.from.len() <= MAX_LOADED_FROM);
+    }
+
+    #[test]
+    fn key_fingerprints_ignore_order_and_add_over_parts() {
+        let all = fingerprint_keys([5, 1, 9, 3]);
+        assert_eq!(all, fingerprint_keys([1, 3, 5, 9]));
+        assert_eq!(
+            all,
+            fingerprint_keys([1, 3]).wrapping_add(fingerprint_keys([5, 9]))
+        );
+        assert_ne!(all, fingerprint_keys([1, 3, 5, 10]));
+        assert_ne!(all, fingerprint_keys([1, 3, 5]));
     }
 
     #[test]

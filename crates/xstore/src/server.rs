@@ -317,6 +317,8 @@ struct Shared {
     recovery: Option<crate::durable::RecoveryReport>,
     /// Ownership in a range-partitioned cluster (see [`Server::set_fence`]).
     fence: RwLock<Option<Arc<dyn Fence>>>,
+    /// The key set loaded at start, for INFO (see [`Server::set_loaded`]).
+    loaded: RwLock<crate::proto::LoadedKeys>,
 }
 
 /// A running XStore server.
@@ -446,6 +448,7 @@ impl Server {
             durable,
             recovery,
             fence: RwLock::new(None),
+            loaded: RwLock::new(crate::proto::LoadedKeys::default()),
             config,
         });
         if let Some(d) = &shared.durable {
@@ -491,6 +494,17 @@ impl Server {
     /// The RPC handler to install on the fabric.
     pub fn handler(&self) -> Arc<dyn RpcHandler> {
         Arc::new(Handler(self.shared.clone()))
+    }
+
+    /// Says which key set this server loaded at start (INFO answers it, so
+    /// a benchmark can check it runs against the key set it generates).
+    /// Until set, INFO says the loaded set is not known.
+    pub fn set_loaded(&self, loaded: crate::proto::LoadedKeys) {
+        *self
+            .shared
+            .loaded
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = loaded;
     }
 
     /// Makes this server one shard of a range-partitioned cluster: FENCED
@@ -874,6 +888,19 @@ impl Shared {
                 self.found_or_not(done)
             }
             Request::Stats => (Reply::Stats(self.stats()), None),
+            Request::Info => (
+                Reply::Info(crate::proto::ServerInfo {
+                    version: crate::proto::INFO_VERSION,
+                    system: "xstore".to_string(),
+                    keys: self.tree.len(),
+                    loaded: self
+                        .loaded
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone(),
+                }),
+                None,
+            ),
             // The handler unwraps FENCED before serving; one reaching here
             // was never admitted.
             Request::Fenced { .. } => (Reply::Status(Status::BadRequest), None),
