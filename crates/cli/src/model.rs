@@ -54,6 +54,10 @@ pub struct ModelArgs {
     /// Sub-models timed for the partial-retraining figure.
     #[arg(long, default_value_t = 2000)]
     retrain_samples: u32,
+    /// Threads that train the XModel (default: the available cores). The
+    /// model is the same whatever the count; only the time changes.
+    #[arg(long)]
+    train_threads: Option<usize>,
     /// Also write the report as one JSON object to PATH (`-` for stdout).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -72,6 +76,10 @@ struct Report {
     max_error: f64,
     mean_leaves_per_lookup: f64,
     train_seconds: f64,
+    /// Threads the training ran on.
+    train_threads: usize,
+    /// Wall-clock time per sub-model retrained, one after another on one
+    /// thread (as a server's training thread retrains after a split).
     retrain_us_per_submodel: f64,
     cache_fill_seconds: f64,
 }
@@ -109,9 +117,18 @@ pub fn run(args: &ModelArgs) -> Result<()> {
     pb.finish_and_clear();
     drop(pairs);
 
+    let threads = args.train_threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    ensure!(
+        (1..=learned::tasks::MAX_THREADS).contains(&threads),
+        "--train-threads {threads}: must be in 1..={}",
+        learned::tasks::MAX_THREADS
+    );
     let params = TrainParams {
         submodels,
         top_error: args.top_error,
+        threads,
     };
     let start = Instant::now();
     let model = xstore::train_model(&tree, params)?;
@@ -172,6 +189,7 @@ pub fn run(args: &ModelArgs) -> Result<()> {
         max_error: acc.max_error,
         mean_leaves_per_lookup: acc.mean_leaves,
         train_seconds,
+        train_threads: threads,
         retrain_us_per_submodel: retrain_us,
         cache_fill_seconds,
     };
@@ -226,6 +244,7 @@ fn table(r: &Report) -> Vec<(&'static str, String)> {
             format!("{:.4}", r.mean_leaves_per_lookup),
         ),
         ("train_seconds", format!("{:.4}", r.train_seconds)),
+        ("train_threads", r.train_threads.to_string()),
         (
             "retrain_us_per_submodel",
             format!("{:.3}", r.retrain_us_per_submodel),

@@ -1665,6 +1665,23 @@ fn knots_errors(
     Some((lo, hi))
 }
 
+/// The buffers of one sub-model's fit ([`XModel::fit_sub`]), kept per
+/// thread: training fits tens of thousands of sub-models per routing, and
+/// fresh vectors for each cost a tenth of the fit.
+#[derive(Default)]
+struct FitScratch {
+    tt: Vec<TtEntry>,
+    xs: Vec<(f64, f64)>,
+    points: Vec<(f64, f64)>,
+    anchors: Vec<(f64, f64)>,
+}
+
+thread_local! {
+    /// This thread's [`FitScratch`].
+    static FIT_SCRATCH: std::cell::RefCell<FitScratch> =
+        std::cell::RefCell::new(FitScratch::default());
+}
+
 /// The largest key `leaf` may hold: its high fence − 1, or `u64::MAX`
 /// itself for the last leaf.
 fn high_point(leaf: &LeafInfo) -> u64 {
@@ -1971,9 +1988,32 @@ impl XModel {
         i: u32,
         leaves: impl Iterator<Item = Fences>,
     ) -> (SubModel, Box<[TtEntry]>, f64) {
+        // This thread's buffers, taken out for the fit (a nested fit would
+        // find them empty, not borrowed) and put back after it.
+        let mut scratch = FIT_SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
+        let fitted = self.fit_sub_with(i, leaves, &mut scratch);
+        FIT_SCRATCH.with(|c| *c.borrow_mut() = scratch);
+        fitted
+    }
+
+    /// [`XModel::fit_sub`] in `scratch`'s buffers.
+    fn fit_sub_with(
+        &self,
+        i: u32,
+        leaves: impl Iterator<Item = Fences>,
+        scratch: &mut FitScratch,
+    ) -> (SubModel, Box<[TtEntry]>, f64) {
         let n = self.slots as f64;
-        let mut tt = Vec::new();
-        let mut xs = Vec::new();
+        let FitScratch {
+            tt,
+            xs,
+            points,
+            anchors,
+        } = scratch;
+        tt.clear();
+        xs.clear();
+        points.clear();
+        anchors.clear();
         // Regression on the fences that route here; the anchors at 0 and 1
         // stand for fences in a neighbouring sub-model, whose true position
         // on this line is outside [0, 1], so fitting them would bend the
@@ -1981,8 +2021,6 @@ impl XModel {
         // The first leaf's low fence and the last leaf's high fence bound
         // nothing (see `leaf_errors`) and may lie across a wide gap, so they
         // stay out of the regression too.
-        let mut points = Vec::new();
-        let mut anchors = Vec::new();
         let mut last_high = None;
         for (l, Fences { leaf, low, high }) in leaves.enumerate() {
             let p = l as f64 * n;
@@ -2014,7 +2052,7 @@ impl XModel {
             points.remove(at);
         }
         if points.len() < 2 || points.iter().all(|p| p.0 == points[0].0) {
-            points.extend_from_slice(&anchors);
+            points.extend_from_slice(anchors);
         }
         // Candidate curves: the least-squares line, the line minimizing the
         // range a lookup reads, knots, and two pieces; keep whichever reads
@@ -2034,7 +2072,7 @@ impl XModel {
                 err_lo: ErrorCode(0),
                 err_hi: ErrorCode(0),
             };
-            let [(lo, hi), (lo2, hi2)] = leaf_errors(&xs, self.slots, &sub);
+            let [(lo, hi), (lo2, hi2)] = leaf_errors(xs, self.slots, &sub);
             let code = |e: f64| ErrorCode::encode(e + margin);
             let width = match &mut sub.curve {
                 Curve::Line(_) | Curve::Knots(_) => {
@@ -2065,8 +2103,8 @@ impl XModel {
             };
             (sub, width)
         };
-        let least_squares = Linear::fit(&points).rounded_f32();
-        let narrowest = narrowest_line(&xs, n, LEAF_END_SLACK, least_squares.slope).rounded_f32();
+        let least_squares = Linear::fit(points).rounded_f32();
+        let narrowest = narrowest_line(xs, n, LEAF_END_SLACK, least_squares.slope).rounded_f32();
         let mut best = candidate(Curve::Line(least_squares));
         // On a tie (bounds round to the same codes) the narrowest line: the
         // least-squares one of a tiny table can be flat, stacking every
@@ -2084,7 +2122,7 @@ impl XModel {
             // each, so knots whose true bounds sum to this or more cannot
             // save the tenth of a leaf: the search drops them early.
             let cap = best.1 - n / 10.0 + margin;
-            if let Some(k) = best_knots(&xs, self.slots, cap) {
+            if let Some(k) = best_knots(xs, self.slots, cap) {
                 let c = candidate(Curve::Knots(k));
                 if c.1 + n / 10.0 < best.1 {
                     best = c;
@@ -2092,7 +2130,7 @@ impl XModel {
             }
         }
         if best.1 > n / 4.0 && !matches!(best.0.curve, Curve::Knots(_)) {
-            let mut splits = Splits::new(&xs, self.slots, least_squares.slope);
+            let mut splits = Splits::new(xs, self.slots, least_squares.slope);
             let mut pieces: Vec<Curve> = two_piece(&mut splits)
                 .map(Curve::TwoPiece)
                 .into_iter()
@@ -2105,7 +2143,7 @@ impl XModel {
                 }
             }
         }
-        (best.0, tt.into_boxed_slice(), best.1)
+        (best.0, tt.as_slice().into(), best.1)
     }
 
     /// Retrains sub-model `i` alone (after a split), keeping the top model.
