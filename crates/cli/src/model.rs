@@ -54,6 +54,10 @@ pub struct ModelArgs {
     /// Sub-models timed for the partial-retraining figure.
     #[arg(long, default_value_t = 2000)]
     retrain_samples: u32,
+    /// Threads that train the XModel (default: the available cores). The
+    /// model is the same whatever the count; only the time changes.
+    #[arg(long)]
+    train_threads: Option<usize>,
     /// Also write the report as one JSON object to PATH (`-` for stdout).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -72,8 +76,41 @@ struct Report {
     max_error: f64,
     mean_leaves_per_lookup: f64,
     train_seconds: f64,
+    /// Threads the training ran on.
+    train_threads: usize,
+    /// CPU time of the training, all threads (`null` where the OS does
+    /// not tell): unlike `train_seconds`, not stretched by other processes.
+    train_cpu_seconds: Option<f64>,
+    /// Wall-clock time per sub-model retrained, one after another on one
+    /// thread (as a server's training thread retrains after a split).
     retrain_us_per_submodel: f64,
+    /// This thread's CPU time per sub-model retrained (`null` where the OS
+    /// does not tell).
+    retrain_cpu_us_per_submodel: Option<f64>,
     cache_fill_seconds: f64,
+}
+
+/// CPU seconds this process has used, every thread (Linux:
+/// `/proc/self/stat`, in clock ticks of 10 ms).
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // After the command's closing parenthesis: utime and stime are the
+    // 12th and 13th fields.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let utime: f64 = fields.next()?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// CPU nanoseconds this thread has used (Linux:
+/// `/proc/thread-self/schedstat`).
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Runs `xstore model`.
@@ -109,13 +146,24 @@ pub fn run(args: &ModelArgs) -> Result<()> {
     pb.finish_and_clear();
     drop(pairs);
 
+    let threads = args.train_threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    ensure!(
+        (1..=learned::tasks::MAX_THREADS).contains(&threads),
+        "--train-threads {threads}: must be in 1..={}",
+        learned::tasks::MAX_THREADS
+    );
     let params = TrainParams {
         submodels,
         top_error: args.top_error,
+        threads,
     };
     let start = Instant::now();
+    let cpu = process_cpu_seconds();
     let model = xstore::train_model(&tree, params)?;
     let train_seconds = start.elapsed().as_secs_f64();
+    let train_cpu_seconds = process_cpu_seconds().zip(cpu).map(|(b, a)| b - a);
 
     // Partial retraining: time sub-models spread over the key space; with
     // no writes in between each must come out exactly as trained.
@@ -126,12 +174,16 @@ pub fn run(args: &ModelArgs) -> Result<()> {
         .filter(|&i| i < submodels)
         .collect();
     let start = Instant::now();
+    let cpu = thread_cpu_ns();
     let mut same = true;
     for &i in &picks {
         let (sub, tt) = xstore::retrain_submodel(&tree, &model, i);
         same &= sub == *model.sub(i) && *tt == *model.tt(i);
     }
     let retrain_us = start.elapsed().as_secs_f64() * 1e6 / picks.len() as f64;
+    let retrain_cpu_us = thread_cpu_ns()
+        .zip(cpu)
+        .map(|(b, a)| b.saturating_sub(a) as f64 / 1e3 / picks.len() as f64);
     ensure!(
         same,
         "retraining a sub-model of an unchanged tree changed it"
@@ -172,7 +224,10 @@ pub fn run(args: &ModelArgs) -> Result<()> {
         max_error: acc.max_error,
         mean_leaves_per_lookup: acc.mean_leaves,
         train_seconds,
+        train_threads: threads,
+        train_cpu_seconds,
         retrain_us_per_submodel: retrain_us,
+        retrain_cpu_us_per_submodel: retrain_cpu_us,
         cache_fill_seconds,
     };
     emit(args, &report, table(&report))
@@ -226,9 +281,20 @@ fn table(r: &Report) -> Vec<(&'static str, String)> {
             format!("{:.4}", r.mean_leaves_per_lookup),
         ),
         ("train_seconds", format!("{:.4}", r.train_seconds)),
+        ("train_threads", r.train_threads.to_string()),
+        (
+            "train_cpu_seconds",
+            r.train_cpu_seconds
+                .map_or("n/a".into(), |s| format!("{s:.4}")),
+        ),
         (
             "retrain_us_per_submodel",
             format!("{:.3}", r.retrain_us_per_submodel),
+        ),
+        (
+            "retrain_cpu_us_per_submodel",
+            r.retrain_cpu_us_per_submodel
+                .map_or("n/a".into(), |s| format!("{s:.3}")),
         ),
         ("cache_fill_seconds", format!("{:.4}", r.cache_fill_seconds)),
     ]

@@ -11,6 +11,8 @@
 //! leaf reads come from; `WORST=1` each new widest lookup; `DUMP=I` the
 //! leaves of sub-model I; `CURVES=1` leaves per lookup by kind of curve;
 //! `RETRAIN_CPU=1` CPU time (not wall time) per sub-model retraining;
+//! `THREADS=T` training threads; `TRAIN_ONLY=1` stop after training
+//! (its time, CPU time and the model's fingerprint);
 //! `KNOTHIST=1` sub-models with knots by table length and piece count,
 //! with their mean width.
 
@@ -44,15 +46,28 @@ fn main() {
     }
     let m = (keys.len() / per_sub).max(1) as u32;
     let t = std::time::Instant::now();
+    let cpu0 = process_cpu_s();
     let model = XModel::train(&leaves, slots, {
         let mut p = TrainParams::new(m);
         if let Ok(b) = std::env::var("TOPE") {
             p.top_error = b.parse().unwrap();
         }
+        if let Ok(t) = std::env::var("THREADS") {
+            p.threads = t.parse().unwrap();
+        }
         p
     })
     .unwrap();
     let train = t.elapsed().as_secs_f64();
+    let train_cpu = process_cpu_s() - cpu0;
+    if std::env::var("TRAIN_ONLY").is_ok() {
+        println!(
+            "{name} n={} m={m} train={train:.2}s cpu={train_cpu:.2}s model={:016x}",
+            keys.len(),
+            digest(&model)
+        );
+        return;
+    }
     let (mut sum, mut max, mut missed) = (0u64, 0u32, 0u64);
     for (i, &k) in keys.iter().enumerate() {
         let p = model.predict(k).unwrap();
@@ -142,8 +157,9 @@ fn main() {
         let _ = model.retrain_sub(i, leaves[start..].iter().copied());
     }
     let retrain_us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+    let digest = digest(&model);
     println!(
-        "{name} n={} m={m} top={}B bytes/sub={:.2} leaves={:.3} maxw={max} missed={missed} train={train:.2}s retrain={retrain_us:.2}us",
+        "{name} n={} m={m} top={}B bytes/sub={:.2} leaves={:.3} maxw={max} missed={missed} train={train:.2}s cpu={train_cpu:.2}s retrain={retrain_us:.2}us model={digest:016x}",
         keys.len(),
         model.top().encoded_bytes(),
         model.model_bytes() as f64 / m as f64,
@@ -209,6 +225,30 @@ fn thread_cpu_ns() -> u64 {
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// A fingerprint of the model's whole encoding (SipHash with fixed keys):
+/// two builds or thread counts that train the same model print the same.
+fn digest(model: &XModel) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    model.encode().hash(&mut h);
+    h.finish()
+}
+
+/// CPU seconds of the whole process so far (every thread; 10 ms ticks).
+fn process_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis: utime and stime are
+    // the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |r| r.1);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    f.get(11)
+        .zip(f.get(12))
+        .map_or(0.0, |(u, s)| (u + s) / 100.0)
 }
 
 /// Retrains every sub-model, round after round for at least a second of

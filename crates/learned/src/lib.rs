@@ -50,6 +50,7 @@ pub mod rmi;
 pub mod router;
 pub mod spline;
 pub mod submodel;
+pub mod tasks;
 pub mod tt;
 pub mod xindex;
 pub mod xmodel;

@@ -311,6 +311,24 @@ impl Router {
         (i, frac)
     }
 
+    /// A cursor that routes keys given in non-decreasing order with
+    /// [`Router::bucket`]'s answers, bit for bit, walking the boundaries
+    /// once instead of searching per key: training routes both fences of
+    /// every leaf, in key order, for each routing it tries.
+    pub fn sorted(&self) -> SortedBuckets<'_> {
+        let mut c = SortedBuckets {
+            router: self,
+            i: 0,
+            lo: 0,
+            hi: None,
+            g: 0,
+            k: self.starts.first().map_or(0, |&s| s as usize),
+            last_key: 0,
+        };
+        c.hi = c.next_boundary();
+        c
+    }
+
     /// Bytes of the encoding when every distance takes one unit: the
     /// fewest `m` sub-models can take.
     pub fn min_bytes(m: u32) -> usize {
@@ -415,6 +433,69 @@ impl Router {
             units,
             starts,
         })
+    }
+}
+
+/// [`Router::sorted`]'s cursor: sub-model `i` owns `[lo, hi)` (`hi`
+/// `None` for the last), and the unit at `k` of group `g` holds the
+/// distance to the boundary after `hi`.
+#[derive(Debug, Clone)]
+pub struct SortedBuckets<'a> {
+    router: &'a Router,
+    i: u32,
+    lo: u64,
+    hi: Option<u64>,
+    g: usize,
+    k: usize,
+    /// The last key routed: keys must not fall below it.
+    last_key: u64,
+}
+
+impl SortedBuckets<'_> {
+    /// The boundary after `hi` (where sub-model `i + 1` starts, reading
+    /// from the unit at `k`), or `None` past the last sub-model.
+    fn next_boundary(&mut self) -> Option<u64> {
+        let r = self.router;
+        let next = self.i as usize + 1;
+        if next >= r.m as usize {
+            return None;
+        }
+        if next.is_multiple_of(GROUP) {
+            // A group's first boundary is its base; its units follow.
+            self.g = next / GROUP;
+            self.k = r.starts[self.g] as usize;
+            return Some(r.bases[self.g]);
+        }
+        let end = r.starts[self.g + 1] as usize;
+        let d = read_distance(&r.units[..end], &mut self.k).expect("checked units");
+        Some(self.lo + d)
+    }
+
+    /// [`Router::bucket`]`(key)` for a key at least the last one routed
+    /// (a key below it is routed by a search, as [`Router::bucket`]).
+    #[inline]
+    pub fn bucket(&mut self, key: u64) -> (u32, f64) {
+        if key < self.last_key {
+            debug_assert!(false, "keys out of order: {key} after {}", self.last_key);
+            return self.router.bucket(key);
+        }
+        self.last_key = key;
+        // The largest i whose start is at most key: bucket's answer, as
+        // boundaries never decrease.
+        while let Some(hi) = self.hi {
+            if hi > key {
+                return (self.i, fraction(key, self.lo, hi));
+            }
+            self.lo = hi;
+            self.i += 1;
+            self.hi = self.next_boundary();
+        }
+        let frac = if key == u64::MAX {
+            1.0
+        } else {
+            fraction(key, self.lo, u64::MAX)
+        };
+        (self.i, frac)
     }
 }
 
@@ -574,6 +655,56 @@ mod tests {
                 } else {
                     assert!((b < i) == (n < i) && n != i, "key {k}: {b} vs {n} for {i}");
                 }
+            }
+        }
+    }
+
+    /// The sorted cursor answers as `bucket` does, bit for bit, over
+    /// random boundaries (repeats, groups of equal bases, gaps that need
+    /// the wide forms) and sorted keys that hit the boundaries. Seeded.
+    #[test]
+    fn sorted_cursor_agrees_with_bucket() {
+        use rand::{Rng, SeedableRng};
+        let seed = testkit::seed();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for round in 0..200 {
+            let m = rng.random_range(1..200u32);
+            let mut t: Vec<u64> = (1..m)
+                .map(|_| match rng.random_range(0..4) {
+                    0 => rng.random_range(0..1000),
+                    1 => rng.random(),
+                    2 => u64::MAX - rng.random_range(0..3),
+                    _ => {
+                        let bits = rng.random_range(1..64);
+                        rng.random_range(0..1u64 << bits)
+                    }
+                })
+                .collect();
+            t.sort_unstable();
+            let targets: Vec<(u64, u64)> = t
+                .iter()
+                .map(|&k| (k, rng.random_range(0..3) * (k / 64)))
+                .collect();
+            let r = Router::from_targets(m, &targets);
+            let mut keys: Vec<u64> = (0..rng.random_range(0..500))
+                .map(|_| rng.random())
+                .chain(
+                    r.boundaries()
+                        .into_iter()
+                        .flat_map(|b| [b.saturating_sub(1), b, b.saturating_add(1)]),
+                )
+                .chain([0, 1, u64::MAX - 1, u64::MAX])
+                .collect();
+            keys.sort_unstable();
+            let mut c = r.sorted();
+            for &k in &keys {
+                let (a, f) = r.bucket(k);
+                let (b, g) = c.bucket(k);
+                assert_eq!(
+                    (a, f.to_bits()),
+                    (b, g.to_bits()),
+                    "seed {seed} round {round}: key {k}"
+                );
             }
         }
     }

@@ -394,14 +394,16 @@ impl StepCode {
         let down = if d >= 1.0 {
             full // e = 0: the largest step, below 1
         } else if d < pow2(-(emax as i32)) {
-            let m = (d * pow2((emax + mb as u64) as i32)).floor() as u64;
+            // `as` truncates, which is the floor here (the product is at
+            // least 0), without a call to libm's floor per knot.
+            let m = (d * pow2((emax + mb as u64) as i32)) as u64;
             emax << mb | m.min(full)
         } else {
             // d in [2^exp, 2^(exp+1)) with exp in -emax..=-1: e = -exp - 1,
             // and the scalings by powers of two are exact.
             let exp = ((d.to_bits() >> 52) & 0x7ff) as i32 - 1023;
             let e = (-exp - 1) as u64;
-            let m = ((d * pow2(-exp) - 1.0) * pow2(mb as i32)).floor() as u64;
+            let m = ((d * pow2(-exp) - 1.0) * pow2(mb as i32)) as u64;
             e << mb | m.min(full)
         };
         if self.value(down) >= d {
@@ -438,7 +440,7 @@ impl Knots {
     /// 1))` bits a code, the number `s` of first codes that have one more
     /// mantissa bit (the bits that leaves over), and the exponent bits.
     #[inline]
-    fn layout(pieces: usize) -> (u32, u32, u32) {
+    pub(crate) fn layout(pieces: usize) -> (u32, u32, u32) {
         debug_assert!((2..=Self::MAX_PIECES).contains(&pieces));
         let room = Self::BITS - Self::HEAD;
         let k = pieces as u32 - 1;
@@ -452,10 +454,25 @@ impl Knots {
     #[inline]
     pub fn knot_code(pieces: usize, j: usize) -> (u32, StepCode) {
         debug_assert!((1..pieces).contains(&j));
-        let (b, spare, eb) = Self::layout(pieces);
+        let (b, spare, _) = Self::layout(pieces);
         let i = j as u32 - 1;
-        let mb = b - eb + u32::from(i < spare);
-        (Self::HEAD + i * b + i.min(spare), StepCode { eb, mb })
+        (
+            Self::HEAD + i * b + i.min(spare),
+            Self::step_code(Self::layout(pieces), j),
+        )
+    }
+
+    /// Knot `j`'s float format given [`Knots::layout`]'s answer for its
+    /// piece count: [`Knots::knot_code`]'s without a division per knot,
+    /// for training, which places every knot of a dozen counts per
+    /// sub-model.
+    #[inline]
+    pub(crate) fn step_code((b, spare, eb): (u32, u32, u32), j: usize) -> StepCode {
+        let i = j as u32 - 1;
+        StepCode {
+            eb,
+            mb: b - eb + u32::from(i < spare),
+        }
     }
 
     /// Decodes the inner knots in order, `x_j` = `x_{j−1}` plus its step
@@ -528,8 +545,21 @@ impl Knots {
     /// Every knot's leaf ([`Knots::knot_leaf`]) with `pieces` pieces, as
     /// positions in leaves, into `out[..=pieces]`.
     pub fn knot_leaves(pieces: usize, tt_len: u32, out: &mut [f64; Self::MAX_PIECES + 1]) {
+        // The numerators j·tt_len + P/2 step by tt_len: carry the quotient
+        // and remainder instead of dividing once per knot (training does
+        // this for a dozen piece counts per sub-model).
+        let p = pieces as u64;
+        let (step, carry) = (tt_len as u64 / p, tt_len as u64 % p);
+        let (mut q, mut r) = (0u64, p / 2);
         for (j, l) in out[..=pieces].iter_mut().enumerate() {
-            *l = Self::knot_leaf(j, pieces, tt_len) as f64;
+            debug_assert_eq!(q, Self::knot_leaf(j, pieces, tt_len));
+            *l = q as f64;
+            q += step;
+            r += carry;
+            if r >= p {
+                q += 1;
+                r -= p;
+            }
         }
     }
 

@@ -52,6 +52,7 @@
 //! incarnation check detects), and a lookup needs no per-key training data.
 
 use std::ops::Range;
+use std::sync::Mutex;
 
 use crate::linear::Linear;
 use crate::plr::Grower;
@@ -60,6 +61,7 @@ use crate::spline::{Knot, Spline};
 use crate::submodel::{
     piece_of, Bent, Curve, ErrorCode, Knots, SubModel, TwoPiece, MAX_KNOTS_TT_LEN, SUBMODEL_BYTES,
 };
+use crate::tasks::{job, Job, Tasks};
 use crate::tt::{TtEntry, TT_ENTRY_BYTES};
 
 /// The most sub-models a model may have (a bound on client memory).
@@ -146,6 +148,10 @@ pub struct TrainParams {
     /// boundaries where the CDF bends may stray from a leaf's ideal
     /// routing (its corridor). Smaller follows the CDF more closely.
     pub top_error: f64,
+    /// Threads whole-model training runs on (clamped to
+    /// `1..=`[`crate::tasks::MAX_THREADS`]): the routings it tries are fitted
+    /// side by side. The model is the same bit for bit whatever the count.
+    pub threads: usize,
 }
 
 impl TrainParams {
@@ -154,7 +160,13 @@ impl TrainParams {
         TrainParams {
             submodels,
             top_error: 0.25,
+            threads: 1,
         }
+    }
+
+    /// These parameters, training on `threads` threads.
+    pub fn with_threads(self, threads: usize) -> TrainParams {
+        TrainParams { threads, ..self }
     }
 }
 
@@ -1449,39 +1461,106 @@ fn bent(splits: &mut Splits) -> Vec<Bent> {
 /// The knots (at most [`Knots::MAX_PIECES`] pieces, one per leaf at most)
 /// whose lookups read fewest leaves for a sub-model's leaves (fence
 /// fractions `xs`, at least three), ranked by their bounds as
-/// [`leaf_errors`] computes them. Each knot sits at its leaf's low fence;
+/// [`leaf_errors`] computes them; `None` when no knots are narrower than
+/// `cap` (their bounds' sum, in positions: the caller's best curve, which
+/// knots must beat). Each knot sits at its leaf's low fence;
 /// its step rounds down or up, whichever costs less: rounding a knot down
 /// moves keys of the leaf before it onto the next piece, by the rounding
 /// over that piece's width; rounding up moves keys of its own leaf onto
 /// the piece before, by the rounding over that piece's width, unless it
 /// passes the next knot's fence.
-fn best_knots(xs: &[(f64, f64)], slots: usize) -> Option<Knots> {
+///
+/// Cost: every piece count is tried, from the most down (they win most
+/// often, and a narrow best lets the others stop early), and each walk of
+/// the leaves places the knots only as far as it gets ([`KnotWalk`]): a
+/// count that passes `cap` (or the best so far) in its first leaves costs
+/// a few knots, not all of them. The answer is the one a walk of every
+/// count in full would give.
+fn best_knots(xs: &[(f64, f64)], slots: usize, cap: f64) -> Option<Knots> {
     let len = xs.len();
     if len < 3 {
         return None;
     }
-    let tt_len = len as u32;
-    const MOST: usize = Knots::MAX_PIECES;
-    // The best so far: its codes, pieces and bounds (below, above).
-    let mut best: Option<([u64; MOST], usize, f64, f64)> = None;
-    let mut codes = [0u64; MOST];
-    let mut x = [0.0; MOST + 1];
-    let mut at_leaf = [0.0; MOST + 1];
-    // Most pieces first: they win most often, and a narrow best lets the
-    // others stop early.
-    for p in (2..=len.min(MOST)).rev() {
-        Knots::knot_leaves(p, tt_len, &mut at_leaf);
-        let fence = |j: usize| {
-            if j >= p {
-                1.0
-            } else {
-                xs[at_leaf[j] as usize].0
-            }
-        };
-        // Each knot as lookups decode it: the one before plus its step.
-        for j in 1..p {
-            let (prev, want, next) = (x[j - 1], fence(j), fence(j + 1));
-            let code = Knots::knot_code(p, j).1;
+    // The best so far: its codes, pieces and width (bounds' sum).
+    let mut best: Option<([u64; Knots::MAX_PIECES], usize, f64)> = None;
+    for p in (2..=len.min(Knots::MAX_PIECES)).rev() {
+        let mut walk = KnotWalk::new(xs, p);
+        let cap = best.map_or(cap, |b| b.2);
+        if let Some((lo, hi)) = walk.errors(slots, cap) {
+            best = Some((walk.finish(), p, lo + hi));
+        }
+    }
+    best.map(|(codes, p, _)| Knots::pack(&codes[..p - 1]))
+}
+
+/// One piece count's knots for [`best_knots`], placed lazily: knot `j`
+/// needs only knot `j − 1` and the fences, so a walk of the leaves that
+/// stops early has placed only the knots it reached.
+struct KnotWalk<'a> {
+    xs: &'a [(f64, f64)],
+    /// Pieces.
+    p: usize,
+    /// Knot `j`'s leaf as a position in leaves ([`Knots::knot_leaves`]).
+    at_leaf: [f64; Knots::MAX_PIECES + 1],
+    /// Knot `j`'s fraction as lookups decode it, for `j <= placed` (and
+    /// `x[p] = 1` from the start).
+    x: [f64; Knots::MAX_PIECES + 1],
+    /// Knot `j`'s step code at `j − 1`, for `j <= placed`.
+    codes: [u64; Knots::MAX_PIECES],
+    /// Knots placed so far (knot 0 sits at 0 from the start; `p` once
+    /// every inner knot is).
+    placed: usize,
+    /// The step codes' layout ([`Knots::layout`]).
+    layout: (u32, u32, u32),
+}
+
+impl<'a> KnotWalk<'a> {
+    fn new(xs: &'a [(f64, f64)], p: usize) -> KnotWalk<'a> {
+        debug_assert!((2..=Knots::MAX_PIECES).contains(&p) && p <= xs.len());
+        let mut at_leaf = [0.0; Knots::MAX_PIECES + 1];
+        Knots::knot_leaves(p, xs.len() as u32, &mut at_leaf);
+        let mut x = [0.0; Knots::MAX_PIECES + 1];
+        x[p] = 1.0;
+        KnotWalk {
+            xs,
+            p,
+            at_leaf,
+            x,
+            codes: [0; Knots::MAX_PIECES],
+            placed: 0,
+            layout: Knots::layout(p),
+        }
+    }
+
+    /// Where knot `j` wants to sit: its leaf's low fence (1 for the end).
+    #[inline]
+    fn fence(&self, j: usize) -> f64 {
+        if j >= self.p {
+            1.0
+        } else {
+            self.xs[self.at_leaf[j] as usize].0
+        }
+    }
+
+    /// Knot `k`'s fraction, placing the knots up to it first.
+    #[inline(always)]
+    fn x(&mut self, k: usize) -> f64 {
+        if k > self.placed {
+            self.place_to(k);
+        }
+        self.x[k]
+    }
+
+    /// Places the knots up to `k`, each as lookups decode it: the one
+    /// before plus its step. Once every inner knot is placed, so is the
+    /// end (`x[p] = 1` from the start).
+    #[inline(never)]
+    fn place_to(&mut self, k: usize) {
+        while self.placed < k.min(self.p - 1) {
+            let j = self.placed + 1;
+            let (prev, want, next) = (self.x[j - 1], self.fence(j), self.fence(j + 1));
+            let code = Knots::step_code(self.layout, j);
+            debug_assert_eq!(code, Knots::knot_code(self.p, j).1);
             let (down, up) = code.codes(want - prev);
             let at = |c: u64| (prev + code.value(c)).min(1.0);
             let (mut pick, mut xp) = (down, at(down));
@@ -1493,16 +1572,56 @@ fn best_knots(xs: &[(f64, f64)], slots: usize) -> Option<Knots> {
                     (pick, xp) = (up, xu);
                 }
             }
-            codes[j - 1] = pick;
-            x[j] = xp;
+            self.codes[j - 1] = pick;
+            self.x[j] = xp;
+            self.placed = j;
         }
-        x[p] = 1.0;
-        let cap = best.map_or(f64::INFINITY, |b| b.2 + b.3);
-        if let Some((lo, hi)) = knots_errors(&x, &at_leaf[..=p], xs, slots, cap) {
-            best = Some((codes, p, lo, hi));
+        if self.placed + 1 == self.p {
+            self.placed = self.p;
         }
     }
-    best.map(|(codes, p, _, _)| Knots::pack(&codes[..p - 1]))
+
+    /// [`knots_errors`] of these knots, placing them as the walk reaches
+    /// them: the same arithmetic in the same order.
+    fn errors(&mut self, slots: usize, cap: f64) -> Option<(f64, f64)> {
+        let n = slots as f64;
+        let (p, xs) = (self.p, self.xs);
+        let last = xs.len() - 1;
+        let (mut lo, mut hi) = (0.0f64, 0.0f64);
+        let (mut qa, mut qb) = (0, 0);
+        for (l, &(xa, xb)) in xs.iter().enumerate() {
+            while qa + 1 < p && self.x(qa + 1) <= xa {
+                qa += 1;
+            }
+            while qb + 1 < p && self.x(qb + 1) <= xb {
+                qb += 1;
+            }
+            let start = l as f64 * n;
+            if l > 0 {
+                hi = hi.max(start - self.on(qa, xa) * n);
+            }
+            if l < last {
+                lo = lo.max(self.on(qb, xb) * n - (start + n - LEAF_END_SLACK));
+            }
+            if lo + hi >= cap {
+                return None;
+            }
+        }
+        Some((lo, hi))
+    }
+
+    /// Position in leaves at `f` on piece `q` ([`Knots::on_piece`]).
+    #[inline]
+    fn on(&mut self, q: usize, f: f64) -> f64 {
+        let ends = (self.x(q), self.x(q + 1));
+        Knots::on_piece(ends, (self.at_leaf[q], self.at_leaf[q + 1]), f)
+    }
+
+    /// Every knot's step code, placing the ones the walk did not reach.
+    fn finish(&mut self) -> [u64; Knots::MAX_PIECES] {
+        self.x(self.p - 1);
+        self.codes
+    }
 }
 
 /// [`leaf_errors`] of a curve with knots at fractions `x` and at leaves
@@ -1544,6 +1663,23 @@ fn knots_errors(
         }
     }
     Some((lo, hi))
+}
+
+/// The buffers of one sub-model's fit ([`XModel::fit_sub`]), kept per
+/// thread: training fits tens of thousands of sub-models per routing, and
+/// fresh vectors for each cost a tenth of the fit.
+#[derive(Default)]
+struct FitScratch {
+    tt: Vec<TtEntry>,
+    xs: Vec<(f64, f64)>,
+    points: Vec<(f64, f64)>,
+    anchors: Vec<(f64, f64)>,
+}
+
+thread_local! {
+    /// This thread's [`FitScratch`].
+    static FIT_SCRATCH: std::cell::RefCell<FitScratch> =
+        std::cell::RefCell::new(FitScratch::default());
 }
 
 /// The largest key `leaf` may hold: its high fence − 1, or `u64::MAX`
@@ -1656,58 +1792,89 @@ impl XModel {
         // Several routings: equal counts suit CDFs that are smooth at the
         // scale of a sub-model; the spline's and the covers' suit skew.
         // Keep whichever model reads fewer leaves over the keys it was
-        // trained on.
-        let balanced = router_for(leaves, m, &equal_count_targets(leaves, m));
-        let balanced = XModel::fit_all(leaves, slots, m, balanced);
-        let bends = spline_targets(&top_spline(leaves, m, &params), m);
-        let allocated = XModel::fit_all(leaves, slots, m, router_for(leaves, m, &bends));
-        let mut best = if allocated.1 < balanced.1 {
-            allocated
-        } else {
-            balanced
+        // trained on, the first in the order below on a tie.
+        //
+        // Each routing is a job ([`Tasks`]): its fit is the same on any
+        // thread, and `offer` keeps the least (reads, rank), so the model
+        // does not depend on the thread count or on which job ends first.
+        let best: Mutex<Option<(f64, usize, XModel)>> = Mutex::new(None);
+        let offer = |rank: usize, (model, reads): (XModel, f64)| {
+            let mut best = best.lock().unwrap_or_else(|e| e.into_inner());
+            if best
+                .as_ref()
+                .is_none_or(|b| reads < b.0 || (reads == b.0 && rank < b.1))
+            {
+                *best = Some((reads, rank, model));
+            }
         };
-        // Fence covers with a share of the sub-models as pieces, the rest
-        // spread by leaves or by cost.
-        // Shares fall, so each cover's bound is at least the last one's.
-        let mut below = 0;
-        for share in COVER_SHARES {
-            let pieces = ((m as f64 * share) as usize).clamp(1, m as usize);
-            let (bounds, eps) = cover_bounds(leaves, pieces, below);
-            below = eps.saturating_sub(1);
-            let lens: Vec<usize> = bounds.windows(2).map(|w| w[1] - w[0]).collect();
-            for counts in [
-                spread_by_leaves(&lens, m as usize),
-                spread_by_cost(leaves, &bounds, m as usize),
-            ] {
-                let targets = piece_targets(leaves, &bounds, &counts);
-                let covered = XModel::fit_all(leaves, slots, m, router_for(leaves, m, &targets));
-                if covered.1 < best.1 {
-                    best = covered;
+        let offer = &offer;
+        let fit = move |targets: &[u64]| {
+            XModel::fit_all(leaves, slots, m, router_for(leaves, m, targets))
+        };
+        // Ranks: equal counts 0, the spline 1, the covers 2.. (two per
+        // share, by leaves then by cost), the paired covers after them.
+        let paired_rank = 2 + 2 * COVER_SHARES.len();
+        let mut jobs: Vec<Job> = Vec::new();
+        // The longest chain first: the covers' bounds are found one after
+        // another (each search starts from the last bound), and each
+        // spawns its two fits as soon as it is known.
+        jobs.push(job(move |tasks| {
+            // Shares fall, so each cover's bound is at least the last one's.
+            let mut below = 0;
+            for (s, share) in COVER_SHARES.into_iter().enumerate() {
+                let pieces = ((m as f64 * share) as usize).clamp(1, m as usize);
+                let (bounds, eps) = cover_bounds(leaves, pieces, below);
+                below = eps.saturating_sub(1);
+                let bounds = std::sync::Arc::new(bounds);
+                for by_cost in [false, true] {
+                    let bounds = bounds.clone();
+                    tasks.spawn(job(move |_| {
+                        // The rest of the sub-models spread by leaves or
+                        // by cost.
+                        let counts = if by_cost {
+                            spread_by_cost(leaves, &bounds, m as usize)
+                        } else {
+                            let lens: Vec<usize> = bounds.windows(2).map(|w| w[1] - w[0]).collect();
+                            spread_by_leaves(&lens, m as usize)
+                        };
+                        let rank = 2 + 2 * s + usize::from(by_cost);
+                        offer(rank, fit(&piece_targets(leaves, &bounds, &counts)));
+                    }));
                 }
             }
-        }
+        }));
         // Covers with more pieces than sub-models, each sub-model taking
         // one or two consecutive pieces: two-piece sub-models follow a
         // pair of pieces where one line follows one.
-        for share in PAIRED_SHARES {
-            let pieces = ((m as f64 * share) as usize).max(m as usize);
-            let (bounds, _) = cover_bounds(leaves, pieces, 0);
-            let p = bounds.len() - 1;
-            if p <= m as usize {
-                continue;
-            }
-            let targets: Vec<u64> = (1..m as usize)
-                .map(|i| {
-                    let b = bounds[(i * p + m as usize / 2) / m as usize];
-                    leaves.get(b).map_or(u64::MAX, |l| l.low)
-                })
-                .collect();
-            let covered = XModel::fit_all(leaves, slots, m, router_for(leaves, m, &targets));
-            if covered.1 < best.1 {
-                best = covered;
-            }
+        for (s, share) in PAIRED_SHARES.into_iter().enumerate() {
+            jobs.push(job(move |_| {
+                let pieces = ((m as f64 * share) as usize).max(m as usize);
+                let (bounds, _) = cover_bounds(leaves, pieces, 0);
+                let p = bounds.len() - 1;
+                if p <= m as usize {
+                    return;
+                }
+                let targets: Vec<u64> = (1..m as usize)
+                    .map(|i| {
+                        let b = bounds[(i * p + m as usize / 2) / m as usize];
+                        leaves.get(b).map_or(u64::MAX, |l| l.low)
+                    })
+                    .collect();
+                offer(paired_rank + s, fit(&targets));
+            }));
         }
-        Ok(best.0)
+        jobs.push(job(move |_| {
+            let bends = spline_targets(&top_spline(leaves, m, &params), m);
+            offer(1, fit(&bends));
+        }));
+        jobs.push(job(move |_| {
+            offer(0, fit(&equal_count_targets(leaves, m)));
+        }));
+        Tasks::run(params.threads, jobs);
+        let best = best.into_inner().unwrap_or_else(|e| e.into_inner());
+        Ok(best
+            .expect("the equal-count routing always offers a model")
+            .2)
     }
 
     /// Fits every sub-model under `top`; with the model, the leaves a
@@ -1726,7 +1893,17 @@ impl XModel {
         };
         // Each leaf belongs to the sub-models its fences route to; those
         // ranges are monotone, so each sub-model's leaves are contiguous.
-        let located: Vec<Fences> = leaves.iter().map(|l| model.fences(l)).collect();
+        // The fences rise (low, high − 1, next low, ...): one walk of the
+        // router's boundaries routes them all.
+        let mut route = model.top.sorted();
+        let located: Vec<Fences> = leaves
+            .iter()
+            .map(|&leaf| {
+                let low = route.bucket(leaf.low);
+                let high = route.bucket(high_point(&leaf));
+                Fences { leaf, low, high }
+            })
+            .collect();
         let n = slots as f64;
         let (mut keys, mut reads) = (0.0, 0.0);
         let mut start = 0;
@@ -1746,15 +1923,6 @@ impl XModel {
             model.tts.push(tt);
         }
         (model, reads / keys.max(1.0))
-    }
-
-    /// Where a leaf's two fences route.
-    fn fences(&self, leaf: &LeafInfo) -> Fences {
-        Fences {
-            leaf: *leaf,
-            low: self.locate(leaf.low),
-            high: self.locate(high_point(leaf)),
-        }
     }
 
     /// Number of sub-models.
@@ -1820,9 +1988,32 @@ impl XModel {
         i: u32,
         leaves: impl Iterator<Item = Fences>,
     ) -> (SubModel, Box<[TtEntry]>, f64) {
+        // This thread's buffers, taken out for the fit (a nested fit would
+        // find them empty, not borrowed) and put back after it.
+        let mut scratch = FIT_SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
+        let fitted = self.fit_sub_with(i, leaves, &mut scratch);
+        FIT_SCRATCH.with(|c| *c.borrow_mut() = scratch);
+        fitted
+    }
+
+    /// [`XModel::fit_sub`] in `scratch`'s buffers.
+    fn fit_sub_with(
+        &self,
+        i: u32,
+        leaves: impl Iterator<Item = Fences>,
+        scratch: &mut FitScratch,
+    ) -> (SubModel, Box<[TtEntry]>, f64) {
         let n = self.slots as f64;
-        let mut tt = Vec::new();
-        let mut xs = Vec::new();
+        let FitScratch {
+            tt,
+            xs,
+            points,
+            anchors,
+        } = scratch;
+        tt.clear();
+        xs.clear();
+        points.clear();
+        anchors.clear();
         // Regression on the fences that route here; the anchors at 0 and 1
         // stand for fences in a neighbouring sub-model, whose true position
         // on this line is outside [0, 1], so fitting them would bend the
@@ -1830,8 +2021,6 @@ impl XModel {
         // The first leaf's low fence and the last leaf's high fence bound
         // nothing (see `leaf_errors`) and may lie across a wide gap, so they
         // stay out of the regression too.
-        let mut points = Vec::new();
-        let mut anchors = Vec::new();
         let mut last_high = None;
         for (l, Fences { leaf, low, high }) in leaves.enumerate() {
             let p = l as f64 * n;
@@ -1863,7 +2052,7 @@ impl XModel {
             points.remove(at);
         }
         if points.len() < 2 || points.iter().all(|p| p.0 == points[0].0) {
-            points.extend_from_slice(&anchors);
+            points.extend_from_slice(anchors);
         }
         // Candidate curves: the least-squares line, the line minimizing the
         // range a lookup reads, knots, and two pieces; keep whichever reads
@@ -1883,7 +2072,7 @@ impl XModel {
                 err_lo: ErrorCode(0),
                 err_hi: ErrorCode(0),
             };
-            let [(lo, hi), (lo2, hi2)] = leaf_errors(&xs, self.slots, &sub);
+            let [(lo, hi), (lo2, hi2)] = leaf_errors(xs, self.slots, &sub);
             let code = |e: f64| ErrorCode::encode(e + margin);
             let width = match &mut sub.curve {
                 Curve::Line(_) | Curve::Knots(_) => {
@@ -1914,8 +2103,8 @@ impl XModel {
             };
             (sub, width)
         };
-        let least_squares = Linear::fit(&points).rounded_f32();
-        let narrowest = narrowest_line(&xs, n, LEAF_END_SLACK, least_squares.slope).rounded_f32();
+        let least_squares = Linear::fit(points).rounded_f32();
+        let narrowest = narrowest_line(xs, n, LEAF_END_SLACK, least_squares.slope).rounded_f32();
         let mut best = candidate(Curve::Line(least_squares));
         // On a tie (bounds round to the same codes) the narrowest line: the
         // least-squares one of a tiny table can be flat, stacking every
@@ -1929,7 +2118,11 @@ impl XModel {
         // do not beat the line. Either only where it saves a tenth of a
         // leaf: a line is cheaper to retrain and to reason about.
         if best.1 > n / 4.0 && tt_len <= MAX_KNOTS_TT_LEN {
-            if let Some(k) = best_knots(&xs, self.slots) {
+            // Stored bounds round up from the true ones plus `margin`
+            // each, so knots whose true bounds sum to this or more cannot
+            // save the tenth of a leaf: the search drops them early.
+            let cap = best.1 - n / 10.0 + margin;
+            if let Some(k) = best_knots(xs, self.slots, cap) {
                 let c = candidate(Curve::Knots(k));
                 if c.1 + n / 10.0 < best.1 {
                     best = c;
@@ -1937,7 +2130,7 @@ impl XModel {
             }
         }
         if best.1 > n / 4.0 && !matches!(best.0.curve, Curve::Knots(_)) {
-            let mut splits = Splits::new(&xs, self.slots, least_squares.slope);
+            let mut splits = Splits::new(xs, self.slots, least_squares.slope);
             let mut pieces: Vec<Curve> = two_piece(&mut splits)
                 .map(Curve::TwoPiece)
                 .into_iter()
@@ -1950,7 +2143,7 @@ impl XModel {
                 }
             }
         }
-        (best.0, tt.into_boxed_slice(), best.1)
+        (best.0, tt.as_slice().into(), best.1)
     }
 
     /// Retrains sub-model `i` alone (after a split), keeping the top model.
@@ -2353,7 +2546,7 @@ mod tests {
                     (cuts[l], hi)
                 })
                 .collect();
-            let k = best_knots(&xs, 16).expect("three leaves or more");
+            let k = best_knots(&xs, 16, f64::INFINITY).expect("three leaves or more");
             let mut sub = SubModel {
                 curve: Curve::Knots(k),
                 tt_len: xs.len() as u32,
@@ -2384,6 +2577,105 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The search as it was before [`KnotWalk`]: every knot of every
+    /// piece count placed up front, then [`knots_errors`]. The reference
+    /// the lazy search must match.
+    fn best_knots_eager(xs: &[(f64, f64)], slots: usize) -> Option<(Knots, f64)> {
+        let len = xs.len();
+        if len < 3 {
+            return None;
+        }
+        const MOST: usize = Knots::MAX_PIECES;
+        let mut best: Option<([u64; MOST], usize, f64)> = None;
+        let (mut codes, mut x, mut at_leaf) = ([0u64; MOST], [0.0; MOST + 1], [0.0; MOST + 1]);
+        for p in (2..=len.min(MOST)).rev() {
+            // The knots' leaves straight from their definition.
+            for (j, l) in at_leaf[..=p].iter_mut().enumerate() {
+                *l = Knots::knot_leaf(j, p, len as u32) as f64;
+            }
+            let fence = |j: usize| {
+                if j >= p {
+                    1.0
+                } else {
+                    xs[at_leaf[j] as usize].0
+                }
+            };
+            for j in 1..p {
+                let (prev, want, next) = (x[j - 1], fence(j), fence(j + 1));
+                let code = Knots::knot_code(p, j).1;
+                let (down, up) = code.codes(want - prev);
+                let at = |c: u64| (prev + code.value(c)).min(1.0);
+                let (mut pick, mut xp) = (down, at(down));
+                if let Some(up) = up {
+                    let xu = at(up);
+                    let cost_down = (want - xp) / (next - want);
+                    let cost_up = (xu - want) / (want - prev);
+                    if xu <= next && cost_up < cost_down {
+                        (pick, xp) = (up, xu);
+                    }
+                }
+                codes[j - 1] = pick;
+                x[j] = xp;
+            }
+            x[p] = 1.0;
+            let cap = best.map_or(f64::INFINITY, |b| b.2);
+            if let Some((lo, hi)) = knots_errors(&x, &at_leaf[..=p], xs, slots, cap) {
+                best = Some((codes, p, lo + hi));
+            }
+        }
+        best.map(|(codes, p, w)| (Knots::pack(&codes[..p - 1]), w))
+    }
+
+    /// The lazy knot search ([`best_knots`] over [`KnotWalk`]) answers as
+    /// the eager one, bit for bit, with and without a cap (none when the
+    /// best is not under it), over random fence sets with clusters, gaps
+    /// and fences shared by neighbours. Seeded; prints the seed.
+    #[test]
+    fn lazy_knots_match_the_eager_search() {
+        use rand::{Rng, SeedableRng};
+        let seed = testkit::seed();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut capped = 0;
+        for case in 0..3000 {
+            let len = rng.random_range(3..30usize);
+            let mut cuts: Vec<f64> = (0..len)
+                .map(|_| match rng.random_range(0..3) {
+                    0 => rng.random::<f64>() * 10f64.powi(-rng.random_range(0..9)),
+                    1 => rng.random_range(0..8) as f64 / 8.0,
+                    _ => rng.random::<f64>(),
+                })
+                .collect();
+            cuts.sort_by(f64::total_cmp);
+            cuts[0] = 0.0;
+            // Fences as a sub-model sees them: a leaf's high fence just
+            // below the next one's low, or both at 1 past the end.
+            let xs: Vec<(f64, f64)> = (0..cuts.len())
+                .map(|l| {
+                    let hi = cuts.get(l + 1).map_or(1.0, |&c| c - (c - cuts[l]) * 1e-3);
+                    (cuts[l], hi)
+                })
+                .collect();
+            let slots = [4, 16, 64][case % 3];
+            let eager = best_knots_eager(&xs, slots);
+            assert_eq!(
+                best_knots(&xs, slots, f64::INFINITY),
+                eager.map(|e| e.0),
+                "seed {seed} case {case}: {xs:?}"
+            );
+            let (_, width) = eager.expect("three leaves or more");
+            for cap in [width, width * 1.000_001, width * rng.random::<f64>(), 0.0] {
+                let want = (width < cap).then(|| eager.unwrap().0);
+                capped += usize::from(want.is_none());
+                assert_eq!(
+                    best_knots(&xs, slots, cap),
+                    want,
+                    "seed {seed} case {case} cap {cap}: {xs:?}"
+                );
+            }
+        }
+        assert!(capped > 1000, "the caps cut {capped} searches");
     }
 
     /// Dense keys at the bottom of the key space under one sub-model: the

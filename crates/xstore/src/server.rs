@@ -417,10 +417,12 @@ impl Server {
             (pairs.len() as u64 / config.submodel_keys).clamp(1, learned::MAX_SUBMODELS as u64)
                 as u32
         });
+        // The whole-model training runs on as many threads as the
+        // background training will (at least one): the model is the same.
         let model = XModel::train(
             &collect_leaves(&tree)?,
             tree.layout().slots(),
-            TrainParams::new(m),
+            TrainParams::new(m).with_threads(config.train_threads.max(1)),
         )?;
         let published = Arc::new(Published::new(1, model, &alloc)?);
         registrar.register(published.tt_region.clone())?;
@@ -716,7 +718,7 @@ impl Shared {
         let model = XModel::train(
             &collect_leaves(&self.tree)?,
             self.tree.layout().slots(),
-            TrainParams::new(submodels),
+            TrainParams::new(submodels).with_threads(self.config.train_threads.max(1)),
         )?;
         let old = self.published();
         let alloc = |id, bytes, rights| self.registrar.alloc(id, bytes, rights);
