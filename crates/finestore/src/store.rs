@@ -1304,3 +1304,60 @@ impl From<Step<bool>> for WriteStep {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model retraining that fails after its last step that can fail
+    /// (the hook) leaves nothing frozen: the writes that follow, to
+    /// trained records, empty slots and full bins, finish in one pass.
+    #[test]
+    fn a_failed_merge_freezes_nothing() {
+        let pairs: Vec<(u64, u64)> = (0..200u64).map(|i| (i * 10, i)).collect();
+        let config = Config {
+            root_slots: 2,
+            child_slots: 2,
+            threshold: 4,
+            max_depth: 8,
+            background: false,
+        };
+        let store = FineStore::bulk_load(&pairs, config).unwrap();
+        // Small models under even gaps, full bins under odd ones.
+        for g in 0..200u64 {
+            for j in 1..=(if g % 2 == 0 { 5 } else { 4 }) {
+                assert!(store.insert(g * 10 + j, j).unwrap());
+            }
+        }
+        assert!(store.shape().depth >= 1);
+        for force in [false, true] {
+            *store.inner.fault.lock().unwrap() = Some(FineError::Busy(0));
+            let r = if force {
+                store.retrain_all()
+            } else {
+                store.merge_all()
+            };
+            assert!(matches!(r, Err(FineError::Busy(0))), "{r:?}");
+        }
+        let before = store.stats();
+        assert_eq!(before.root_merges, 0);
+        for g in 0..200u64 {
+            assert!(store.update(g * 10, 7).unwrap());
+            // Odd gaps: the fifth key retrains the full bin.
+            assert!(store.insert(g * 10 + 6, 6).unwrap());
+            assert!(store.delete(g * 10 + 1).unwrap());
+        }
+        let after = store.stats();
+        assert!(after.bin_retrains >= before.bin_retrains + 100);
+        assert_eq!(
+            (after.forwards, after.retries),
+            (before.forwards, before.retries)
+        );
+        store.merge_all().unwrap();
+        for g in 0..200u64 {
+            assert_eq!(store.get(g * 10).unwrap(), Some(7));
+            assert_eq!(store.get(g * 10 + 1).unwrap(), None);
+            assert_eq!(store.get(g * 10 + 6).unwrap(), Some(6));
+        }
+    }
+}
