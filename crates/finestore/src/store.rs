@@ -1282,8 +1282,28 @@ impl Inner {
         if let Some(m) = mirror {
             m.published();
         }
+        drop(_one);
+        // The merged small models go with `subs`, here too.
+        release(root);
         Ok(())
     }
+}
+
+/// How long a retraining waits for the operations still on an old model
+/// to let go of it, so that it frees the old model itself.
+const RELEASE_WAIT: Duration = Duration::from_secs(1);
+
+/// Frees an old top model (and the small models merged out of it) in the
+/// retraining's thread: otherwise the operation that lets go of it last
+/// pays for dropping millions of records and slots. Operations hold it
+/// for one operation each; past [`RELEASE_WAIT`] (a stalled one) it is
+/// left to them.
+fn release(old: Arc<Model>) {
+    let t = Instant::now();
+    while Arc::strong_count(&old) > 1 && t.elapsed() < RELEASE_WAIT {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    drop(old);
 }
 
 enum WriteStep {
