@@ -139,7 +139,7 @@ fn main() {
     // gaps, so each lands in a level bin under a trained key.
     let pairs: Vec<(u64, u64)> = (0..trained).map(|i| (i * 4, i)).collect();
     let mut keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
-    let step = if extra > 0 { trained / extra } else { 1 };
+    let step = trained.checked_div(extra).unwrap_or(1);
     let inserted: Vec<u64> = (0..extra).map(|j| j * step * 4 + 2).collect();
     let config = Config::default();
     let t0 = Instant::now();

@@ -1161,12 +1161,7 @@ impl Inner {
     /// there is nothing to merge and not `force`. Every step that can
     /// fail is here, so a failure leaves nothing to undo: writers never
     /// noticed the retraining.
-    fn build_merged(
-        &self,
-        m: &Model,
-        force: bool,
-        top: bool,
-    ) -> Result<Option<(Model, Vec<Arc<Under>>)>, FineError> {
+    fn build_merged(&self, m: &Model, force: bool, top: bool) -> Result<Option<Merged>, FineError> {
         let mut plan = Plan::default();
         collect(m, &mut plan);
         if plan.subs.is_empty() && !force {
@@ -1288,6 +1283,10 @@ impl Inner {
         Ok(())
     }
 }
+
+/// A model retraining's new model, built, with the small models merged
+/// into it (frozen next).
+type Merged = (Model, Vec<Arc<Under>>);
 
 /// How long a retraining waits for the operations still on an old model
 /// to let go of it, so that it frees the old model itself.
