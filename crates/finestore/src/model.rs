@@ -9,7 +9,7 @@
 //! (slot 0: below the first, the last slot: above the last): nothing, a
 //! [`LevelBin`], or a small [`Model`] made by a level-bin retraining.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use learned::lpa::{Lpa, LpaParams};
 use learned::KeyIndex;
@@ -30,6 +30,31 @@ pub(crate) enum Under {
     Model(Model),
 }
 
+/// The model a retraining copied a frozen model into (§3.3.2): the new
+/// top model, or the merged small model for a slot of the top model.
+/// Held by the frozen model so that operations which meet one of its
+/// frozen records or slots go on there at once.
+#[derive(Debug, Clone)]
+pub(crate) enum Succ {
+    /// A new top model.
+    Top(Arc<Model>),
+    /// A merged small model (always `Under::Model`).
+    Sub(Arc<Under>),
+}
+
+impl Succ {
+    /// The model.
+    pub fn model(&self) -> &Model {
+        match self {
+            Succ::Top(m) => m,
+            Succ::Sub(u) => match &**u {
+                Under::Model(m) => m,
+                Under::Bin(_) => unreachable!("a successor is always a model"),
+            },
+        }
+    }
+}
+
 /// A trained array with its models and slots.
 #[derive(Debug)]
 pub(crate) struct Model {
@@ -43,6 +68,12 @@ pub(crate) struct Model {
     /// Where the top model's array is mirrored for remote readers (§4);
     /// `None` for small models and for stores without one.
     pub mirror: Option<Arc<dyn Mirror>>,
+    /// Set by a model retraining that merges this model into a new one,
+    /// before it freezes the first record or slot here: a frozen record
+    /// or slot's content is already in `next`, where the operation that
+    /// met it goes on (a model is retrained at most once: afterwards it
+    /// is no longer published).
+    pub next: OnceLock<Succ>,
 }
 
 impl Model {
@@ -69,6 +100,7 @@ impl Model {
             recs: vals.into_iter().map(Record::new).collect(),
             slots: slots.into_iter().map(Slot::new).collect(),
             mirror: None,
+            next: OnceLock::new(),
         })
     }
 
@@ -98,6 +130,7 @@ mod tests {
     fn byte_counts_match_the_docs() {
         // docs/finestore.md: 16 + 16 bytes a trained key besides the key.
         assert_eq!(std::mem::size_of::<Record>(), 16);
+        assert_eq!(std::mem::size_of::<Succ>(), 16);
         assert_eq!(std::mem::size_of::<Slot<Under>>(), 16);
         assert_eq!(LevelBin::new(8, 16, 1, 1).bytes(), 424);
     }

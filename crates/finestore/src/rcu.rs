@@ -10,8 +10,10 @@
 //! defers the free past every reader still holding a guard: the grace
 //! period). Writers never write into a version that has been frozen for
 //! a copy: every writable word of a frozen version carries a "moved" mark
-//! set under that word's own lock, and a writer that finds it retries
-//! from the root, where the new version is published.
+//! set under that word's own lock, after the word's content was copied
+//! into the new version (under the same lock); a writer or reader that
+//! finds the mark goes on in the new version at once, without waiting
+//! for it to be published.
 //!
 //! Under `--cfg loom` the cell is a loom mutex around the `Arc`, so the
 //! model checker explores the publication protocol (the slot lock and the
@@ -164,10 +166,21 @@ impl<T> Slot<T> {
     /// Freezes the slot for a copy and returns its content: no writer
     /// changes it afterwards.
     pub fn seal(&self) -> Option<Arc<T>> {
+        self.seal_with(Clone::clone)
+    }
+
+    /// Freezes the slot, handing its content to `copy` under the slot's
+    /// lock first: `copy` stores it into the new version, so a writer
+    /// that finds the slot moved (it takes the same lock) finds the copy
+    /// already there and goes on in the new version without waiting.
+    pub fn seal_with<R>(&self, copy: impl FnOnce(&Option<Arc<T>>) -> R) -> R {
         let s = self.lock();
-        let content = self.cell.load().clone();
+        debug_assert!(s & MOVED == 0, "a slot is frozen once");
+        let content = self.cell.load();
+        let r = copy(&content);
+        drop(content);
         self.unlock(s | MOVED);
-        content
+        r
     }
 }
 

@@ -1,7 +1,7 @@
 //! The store: operations over the published models, level-bin retraining
 //! by writers, and model retraining by a background thread.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -11,14 +11,16 @@ use learned::lpa::{Lpa, LpaParams};
 
 use crate::bin::{ChildWrite, LevelBin, Retired};
 use crate::mirror::{Mirror, MirrorFactory};
-use crate::model::{Model, Under};
+use crate::model::{Model, Succ, Under};
 use crate::rcu::ArcCell;
 use crate::{Config, FineError};
 
-/// How long an operation may keep retrying from the root. A retry waits
-/// for a model retraining that froze what the operation reached to
-/// publish; a freeze lasts one copy of the merged arrays, so this bound
-/// is only ever reached by a bug.
+/// How long an operation may keep retrying. An operation that meets a
+/// record or slot frozen by a model retraining does not wait: it goes on
+/// in the new model (`Step::Forward`), where the frozen content already
+/// is. A retry from the root happens only when a slot's bin was retired
+/// under it [`SLOT_RELOADS`] times in a row, so this bound is only ever
+/// reached by a bug.
 const RETRY_BOUND: Duration = Duration::from_secs(60);
 
 /// Reloads of one slot before retrying from the root: a retired bin's
@@ -27,7 +29,23 @@ const SLOT_RELOADS: usize = 4;
 
 enum Step<T> {
     Done(T),
+    /// Met a record or slot that a model retraining froze: its content
+    /// is already in the successor, so go on there at once.
+    Forward(Succ),
+    /// Start again from the published top model.
     Retry,
+}
+
+/// Where an operation that met a frozen record or slot of `m` goes on.
+fn forward<T>(m: &Model) -> Step<T> {
+    match m.next.get() {
+        Some(s) => Step::Forward(s.clone()),
+        None => {
+            // `next` is set before anything of `m` is frozen.
+            debug_assert!(false, "a frozen model without a successor");
+            Step::Retry
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +64,11 @@ pub struct Stats {
     pub model_retrains: u64,
     /// Of those, merges of everything into the top model.
     pub root_merges: u64,
-    /// Operations that retried from the root (met a frozen version).
+    /// Operations that met a record or slot frozen by a model retraining
+    /// and went on in the new model at once (no wait).
+    pub forwards: u64,
+    /// Operations that started again from the root (a slot's bin retired
+    /// under them repeatedly). Never a wait for a retraining.
     pub retries: u64,
 }
 
@@ -132,8 +154,13 @@ struct Inner {
     bin_retrains: AtomicU64,
     model_retrains: AtomicU64,
     root_merges: AtomicU64,
+    forwards: AtomicU64,
     retries: AtomicU64,
     stopped: AtomicBool,
+    /// A failure for the next model retraining to end with, after its
+    /// last step that can fail (tests of the rollback).
+    #[cfg(test)]
+    fault: Mutex<Option<FineError>>,
 }
 
 /// FineStore's concurrent learned index. Every method takes `&self`; share
@@ -152,48 +179,117 @@ impl std::fmt::Debug for FineStore {
     }
 }
 
-/// The merged content of a model and every small model under it.
+/// What a model retraining reads of a model and the small models under
+/// it before it freezes anything: the merged keys, values and slots in
+/// key order, and the small models merged.
 #[derive(Default)]
-struct Flat {
+struct Plan {
     keys: Vec<u64>,
     vals: Vec<Option<u64>>,
     slots: Vec<Option<Arc<Under>>>,
-    nested: bool,
+    /// The small models whose arrays are merged (each is frozen later,
+    /// and points to the new model).
+    subs: Vec<Arc<Under>>,
 }
 
-/// Appends `m`'s keys and slots to `out` in key order, a small model in
-/// a slot standing in for that slot. With `freeze`, every slot and record
-/// is marked moved first (values are read then); without, only keys and
-/// slot contents are read, for training ahead of the freeze.
-fn collect(m: &Model, freeze: bool, out: &mut Flat) {
+/// Appends `m`'s keys, values and slots to `out` in key order, a small
+/// model in a slot standing in for that slot. Nothing is frozen: values
+/// written after they are read here are copied again by [`freeze`].
+fn collect(m: &Model, out: &mut Plan) {
     let n = m.keys.len();
     for i in 0..=n {
-        if freeze {
-            if let Some(mirror) = &m.mirror {
-                // Remote readers stop trusting the entry before the
-                // version stops taking writes to it.
-                mirror.retire(i);
-            }
-        }
-        let content = if freeze {
-            m.slots[i].seal()
-        } else {
-            m.slots[i].load().clone()
-        };
+        let content = m.slots[i].load().clone();
         match content.as_deref() {
             Some(Under::Model(sub)) => {
-                out.nested = true;
-                collect(sub, freeze, out);
+                collect(sub, out);
+                out.subs.extend(content.clone());
             }
             _ => out.slots.push(content),
         }
         if i < n {
             out.keys.push(m.keys[i]);
-            if freeze {
-                let mut g = m.recs[i].lock();
-                g.mark_moved();
-                out.vals.push(g.value());
+            let r = m.recs[i].read();
+            // Only a published model is merged, and a model is frozen
+            // only once it is no longer published.
+            debug_assert!(!r.moved, "a model being merged is not frozen");
+            out.vals.push(r.value);
+        }
+    }
+}
+
+fn addr(u: &Arc<Under>) -> usize {
+    Arc::as_ptr(u) as usize
+}
+
+/// Freezes `m` and the small models under it that were merged (`merged`:
+/// their addresses), in key order, into `new`, whose records and slots
+/// are in the same order (`at`: the next record and slot of `new`). Each
+/// record and slot is frozen under its own lock, after its current
+/// content was copied into `new` under the same lock, so an operation
+/// that finds it moved finds the copy in `new` (the model's `next`). A
+/// slot that did not hold a merged model is copied as a pointer: bins
+/// (and small models made since the plan) are shared by both versions.
+fn freeze(m: &Model, new: &Model, merged: &HashSet<usize>, at: &mut (usize, usize)) {
+    let n = m.keys.len();
+    for i in 0..=n {
+        if let Some(mirror) = &m.mirror {
+            // Remote readers stop trusting the entry before the
+            // version stops taking writes to it.
+            mirror.retire(i);
+        }
+        // A slot that holds a merged model keeps it: only a model
+        // retraining replaces a model in a slot, and they are serialized.
+        let content = m.slots[i].load().clone();
+        match content.as_ref() {
+            Some(u) if merged.contains(&addr(u)) => {
+                let Under::Model(sub) = &**u else {
+                    unreachable!("only models are merged")
+                };
+                freeze(sub, new, merged, at);
             }
+            _ => {
+                let j = at.1;
+                at.1 += 1;
+                m.slots[i].seal_with(|now| {
+                    new.slots[j]
+                        .update(|cur| {
+                            let same = match (now, cur) {
+                                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                                (None, None) => true,
+                                _ => false,
+                            };
+                            // A slot never becomes empty again.
+                            debug_assert!(now.is_some() || cur.is_none());
+                            if same {
+                                return (None, ());
+                            }
+                            if let Some(mirror) = &new.mirror {
+                                mirror.set_bin(j);
+                            }
+                            (Some(now.clone()), ())
+                        })
+                        .expect("a model not yet published is not frozen")
+                });
+            }
+        }
+        if i < n {
+            let q = at.0;
+            at.0 += 1;
+            assert_eq!(new.keys[q], m.keys[i], "the plan and the freeze agree");
+            let mut g = m.recs[i].lock();
+            let v = g.value();
+            let mut h = new.recs[q].lock();
+            if h.value() != v {
+                match v {
+                    Some(x) => h.set(x),
+                    None => h.delete(),
+                }
+                if let Some(mirror) = &new.mirror {
+                    mirror.set_value(q, v);
+                }
+            }
+            drop(h);
+            g.mark_moved();
         }
     }
 }
@@ -240,8 +336,11 @@ impl FineStore {
             bin_retrains: AtomicU64::new(0),
             model_retrains: AtomicU64::new(0),
             root_merges: AtomicU64::new(0),
+            forwards: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
+            #[cfg(test)]
+            fault: Mutex::new(None),
         });
         let merger = config.background.then(|| {
             let inner = inner.clone();
@@ -273,6 +372,7 @@ impl FineStore {
             bin_retrains: i.bin_retrains.load(Ordering::Relaxed),
             model_retrains: i.model_retrains.load(Ordering::Relaxed),
             root_merges: i.root_merges.load(Ordering::Relaxed),
+            forwards: i.forwards.load(Ordering::Relaxed),
             retries: i.retries.load(Ordering::Relaxed),
         }
     }
@@ -339,7 +439,7 @@ impl FineStore {
         let hint = Hint { version, pos: slot };
         self.inner
             .retrying(key, |root| match verify(root, key, hint) {
-                Some(Ok(p)) => Step::Done(root.recs[p].read().value),
+                Some(Ok(p)) => read_rec(root, p),
                 Some(Err(s)) => get_slot(root, s, key),
                 None => get_in(root, key),
             })
@@ -422,8 +522,9 @@ impl FineStore {
         }
         self.inner.retrying(lo, |root| {
             let mut out = Vec::new();
-            match range_in(root, lo, hi, usize::MAX, &mut out, None) {
+            match range_in(root, lo, hi, usize::MAX, &mut out, None, (None, None)) {
                 Step::Done(_) => Step::Done(out),
+                Step::Forward(s) => Step::Forward(s),
                 Step::Retry => Step::Retry,
             }
         })
@@ -436,11 +537,12 @@ impl FineStore {
         }
         self.inner.retrying(start, |root| {
             let mut out = Vec::new();
-            match range_in(root, start, u64::MAX, n, &mut out, None) {
+            match range_in(root, start, u64::MAX, n, &mut out, None, (None, None)) {
                 Step::Done(_) => {
                     out.truncate(n);
                     Step::Done(out)
                 }
+                Step::Forward(s) => Step::Forward(s),
                 Step::Retry => Step::Retry,
             }
         })
@@ -466,11 +568,12 @@ impl FineStore {
                 HintUse::Stale
             };
             let mut out = Vec::new();
-            match range_in(root, start, u64::MAX, n, &mut out, at) {
+            match range_in(root, start, u64::MAX, n, &mut out, at, (None, None)) {
                 Step::Done(_) => {
                     out.truncate(n);
                     Step::Done(out)
                 }
+                Step::Forward(s) => Step::Forward(s),
                 Step::Retry => Step::Retry,
             }
         })?;
@@ -483,9 +586,19 @@ impl FineStore {
         self.inner.drain()
     }
 
-    /// Merges everything into one top model now.
+    /// Merges everything into one top model now (nothing to do when
+    /// there are no small models).
     pub fn merge_all(&self) -> Result<(), FineError> {
-        self.inner.merge_root()
+        self.inner.merge_root(false)
+    }
+
+    /// A model retraining of everything into a new top model now, even
+    /// when there are no small models to merge: the LPA is trained again
+    /// over every trained key and a new array (and its mirror) is built.
+    /// For measuring what writers see during a retraining, and for
+    /// compacting tombstones' models after a load.
+    pub fn retrain_all(&self) -> Result<(), FineError> {
+        self.inner.merge_root(true)
     }
 }
 
@@ -505,19 +618,51 @@ impl Drop for FineStore {
 
 fn get_in(m: &Model, key: u64) -> Step<Option<u64>> {
     match m.locate(key) {
-        Ok(p) => Step::Done(m.recs[p].read().value),
+        Ok(p) => read_rec(m, p),
         Err(s) => get_slot(m, s, key),
     }
 }
 
+/// The value of record `p` of `m`, or on to the successor if a model
+/// retraining froze it (a write may have gone on there since).
+fn read_rec(m: &Model, p: usize) -> Step<Option<u64>> {
+    let r = m.recs[p].read();
+    if r.moved {
+        forward(m)
+    } else {
+        Step::Done(r.value)
+    }
+}
+
+/// Follows a point read of `key` along the successors to its end (each
+/// step is a newer model; a few retrainings at most).
+fn get_through(mut step: Step<Option<u64>>, key: u64) -> Step<Option<u64>> {
+    loop {
+        match step {
+            Step::Forward(s) => step = get_in(s.model(), key),
+            other => return other,
+        }
+    }
+}
+
 /// `key`'s value in slot `s` of `m`, where it belongs.
+///
+/// An empty slot, or a bin retired under us, in a frozen slot: the slot's
+/// content went on in the successor (and may have changed there), so the
+/// read goes on there. The moved mark is read after the content: if it
+/// is not set, no write to the successor's copy can have finished before
+/// this read began.
 fn get_slot(m: &Model, s: usize, key: u64) -> Step<Option<u64>> {
+    let slot = &m.slots[s];
     for _ in 0..SLOT_RELOADS {
-        let content = m.slots[s].load();
+        let content = slot.load();
         match content.as_deref() {
+            None if slot.is_moved() => return forward(m),
             None => return Step::Done(None),
+            // A bin is shared with the successor: current until retired.
             Some(Under::Bin(b)) => match b.get(key) {
                 Ok(v) => return Step::Done(v),
+                Err(_) if slot.is_moved() => return forward(m),
                 Err(_) => continue,
             },
             Some(Under::Model(sub)) => return get_in(sub, key),
@@ -533,7 +678,8 @@ fn delete_in(m: &Model, key: u64, at: Option<Result<usize, usize>>) -> Step<bool
         Ok(p) => {
             let mut g = m.recs[p].lock();
             if g.moved() {
-                return Step::Retry;
+                drop(g);
+                return forward(m);
             }
             let present = g.value().is_some();
             if present {
@@ -546,19 +692,26 @@ fn delete_in(m: &Model, key: u64, at: Option<Result<usize, usize>>) -> Step<bool
         }
         Err(s) => s,
     };
+    let slot = &m.slots[s];
     for _ in 0..SLOT_RELOADS {
-        let content = m.slots[s].load();
+        let content = slot.load();
         match content.as_deref() {
+            None if slot.is_moved() => return forward(m),
             None => return Step::Done(false),
             Some(Under::Bin(b)) => {
                 // Most deletes stay inside one child: lock only it.
                 match b.write_child(key, ChildWrite::Remove) {
+                    Err(Retired) if slot.is_moved() => return forward(m),
                     Err(Retired) => continue,
                     Ok(Some(present)) => return Step::Done(present),
                     Ok(None) => {}
                 }
                 let mut g = b.lock();
                 if g.retired() {
+                    drop(g);
+                    if slot.is_moved() {
+                        return forward(m);
+                    }
                     continue;
                 }
                 return Step::Done(g.remove(key));
@@ -569,10 +722,17 @@ fn delete_in(m: &Model, key: u64, at: Option<Result<usize, usize>>) -> Step<bool
     Step::Retry
 }
 
+/// Exclusive bounds of the keys a model (or one of its slots) holds: the
+/// trained keys around it in its parents (`None`: unbounded).
+type Bounds = (Option<u64>, Option<u64>);
+
 /// Appends `m`'s entries in `[lo, hi]`; `Done(true)` once past `hi` or
-/// once `out` holds `limit` entries.
+/// once `out` holds `limit` entries. Never `Forward`: a frozen record or
+/// slot is read in the successor in place (its key, or its gap), and the
+/// walk goes on in `m`.
 ///
-/// `at`: where `lo` was located in `m` already (else `m.locate` says).
+/// `at`: where `lo` was located in `m` already (else `m.locate` says);
+/// `bounds`: those of `m`.
 fn range_in(
     m: &Model,
     lo: u64,
@@ -580,28 +740,43 @@ fn range_in(
     limit: usize,
     out: &mut Vec<(u64, u64)>,
     at: Option<Result<usize, usize>>,
+    bounds: Bounds,
 ) -> Step<bool> {
     let n = m.keys.len();
     let start = match at.unwrap_or_else(|| m.locate(lo)) {
         Ok(p) | Err(p) => p,
     };
     for i in start..=n {
+        let gap = (
+            if i > 0 { Some(m.keys[i - 1]) } else { bounds.0 },
+            if i < n { Some(m.keys[i]) } else { bounds.1 },
+        );
+        let slot = &m.slots[i];
         let mut reloads = 0;
         loop {
-            let content = m.slots[i].load();
-            match content.as_deref() {
-                None => break,
+            let content = slot.load();
+            let frozen = match content.as_deref() {
+                None => slot.is_moved(),
                 Some(Under::Bin(b)) => match b.range(lo, hi, out) {
                     Ok(true) => return Step::Done(true),
                     Ok(false) if out.len() >= limit => return Step::Done(true),
                     Ok(false) => break,
-                    Err(_) => {}
+                    Err(_) => slot.is_moved(),
                 },
-                Some(Under::Model(sub)) => match range_in(sub, lo, hi, limit, out, None) {
+                Some(Under::Model(sub)) => match range_in(sub, lo, hi, limit, out, None, gap) {
                     Step::Done(true) => return Step::Done(true),
                     Step::Done(false) => break,
-                    Step::Retry => return Step::Retry,
+                    other => return other,
                 },
+            };
+            if frozen {
+                match range_moved(m, lo, hi, limit, out, gap) {
+                    Step::Done(false) => break,
+                    other => return other,
+                }
+            }
+            if content.is_none() {
+                break;
             }
             reloads += 1;
             if reloads == SLOT_RELOADS {
@@ -612,15 +787,69 @@ fn range_in(
             if m.keys[i] > hi {
                 return Step::Done(true);
             }
-            if let Some(v) = m.recs[i].read().value {
-                out.push((m.keys[i], v));
-                if out.len() >= limit {
-                    return Step::Done(true);
+            match get_through(read_rec(m, i), m.keys[i]) {
+                Step::Done(Some(v)) => {
+                    out.push((m.keys[i], v));
+                    if out.len() >= limit {
+                        return Step::Done(true);
+                    }
                 }
+                Step::Done(None) => {}
+                other => return other.map_done(),
             }
         }
     }
     Step::Done(false)
+}
+
+/// The entries in `[lo, hi]` of the gap `gap` of `m`, a frozen slot: the
+/// same gap of `m`'s successor (its trained keys are `m`'s and those of
+/// the small models merged with it, so the gap is one slot there, or a
+/// small model made there since). `Done(true)` once `out` holds `limit`.
+fn range_moved(
+    m: &Model,
+    lo: u64,
+    hi: u64,
+    limit: usize,
+    out: &mut Vec<(u64, u64)>,
+    gap: Bounds,
+) -> Step<bool> {
+    let from = match gap.0 {
+        Some(k) => match k.checked_add(1) {
+            Some(k) => lo.max(k),
+            None => return Step::Done(false),
+        },
+        None => lo,
+    };
+    let to = match gap.1 {
+        Some(k) => match k.checked_sub(1) {
+            Some(k) => hi.min(k),
+            None => return Step::Done(false),
+        },
+        None => hi,
+    };
+    if from > to {
+        return Step::Done(false);
+    }
+    let Some(next) = m.next.get() else {
+        debug_assert!(false, "a frozen model without a successor");
+        return Step::Retry;
+    };
+    match range_in(next.model(), from, to, limit, out, None, gap) {
+        Step::Done(_) => Step::Done(out.len() >= limit),
+        other => other,
+    }
+}
+
+impl<T> Step<T> {
+    /// A step that did not finish, as a step of another result.
+    fn map_done<U>(self) -> Step<U> {
+        match self {
+            Step::Done(_) => unreachable!("only unfinished steps are mapped"),
+            Step::Forward(s) => Step::Forward(s),
+            Step::Retry => Step::Retry,
+        }
+    }
 }
 
 impl Inner {
@@ -631,16 +860,36 @@ impl Inner {
             .expect("the top model is always published")
     }
 
-    /// Runs `op` from the published top model until it is not told to
-    /// retry, within [`RETRY_BOUND`].
+    /// Runs `op` from the published top model until it is done, going
+    /// on at once in a retraining's new model when told to (`Forward`:
+    /// no wait), and starting again from the root when told to retry,
+    /// within [`RETRY_BOUND`].
     fn retrying<T>(&self, key: u64, mut op: impl FnMut(&Model) -> Step<T>) -> Result<T, FineError> {
         let mut start: Option<Instant> = None;
         let mut round = 0u32;
+        let mut from: Option<Succ> = None;
         loop {
-            let root = self.root.load();
-            let root = root.as_deref().expect("the top model is always published");
-            if let Step::Done(r) = op(root) {
-                return Ok(r);
+            let step = match from.take() {
+                Some(s) => op(s.model()),
+                None => {
+                    let root = self.root.load();
+                    op(root.as_deref().expect("the top model is always published"))
+                }
+            };
+            match step {
+                Step::Done(r) => return Ok(r),
+                Step::Forward(s) => {
+                    // Each step is to a newer model: as many as model
+                    // retrainings ran meanwhile.
+                    self.forwards.fetch_add(1, Ordering::Relaxed);
+                    from = Some(s);
+                    let t0 = *start.get_or_insert_with(Instant::now);
+                    if t0.elapsed() > RETRY_BOUND {
+                        return Err(FineError::Busy(key));
+                    }
+                    continue;
+                }
+                Step::Retry => {}
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
             let t0 = *start.get_or_insert_with(Instant::now);
@@ -683,6 +932,7 @@ impl Inner {
                     help = Some(());
                     Step::Done(e)
                 }
+                Ok(WriteStep::Forward(s)) => Step::Forward(s),
                 Ok(WriteStep::Retry) => Step::Retry,
                 Err(e) => {
                     failed = Some(e);
@@ -695,8 +945,10 @@ impl Inner {
         }
         if help.is_some() {
             // Past max_depth: merge now rather than let depth grow while
-            // the background thread is busy.
-            self.merge_depth1(key)?;
+            // the background thread is busy with others; but never wait
+            // for a retraining that runs (with a background thread, the
+            // request made with the small model is served after it).
+            self.merge_depth1(key, !self.config.background)?;
         }
         Ok((existed, used))
     }
@@ -717,7 +969,8 @@ impl Inner {
             Ok(p) => {
                 let mut g = m.recs[p].lock();
                 if g.moved() {
-                    return Ok(WriteStep::Retry);
+                    drop(g);
+                    return Ok(forward(m).into());
                 }
                 let present = g.value().is_some();
                 let write = match mode {
@@ -739,6 +992,9 @@ impl Inner {
         for _ in 0..SLOT_RELOADS {
             let content = slot.load();
             match content.as_deref() {
+                // Frozen: the slot went on in the successor, where a write
+                // may have given it content since.
+                None if slot.is_moved() => return Ok(forward(m).into()),
                 None => {
                     if mode == Mode::Update {
                         return Ok(WriteStep::Done(false));
@@ -755,7 +1011,7 @@ impl Inner {
                         (Some(Some(Arc::new(Under::Bin(bin)))), true)
                     });
                     match made {
-                        Err(_) => return Ok(WriteStep::Retry),
+                        Err(_) => return Ok(forward(m).into()),
                         Ok(true) => return Ok(WriteStep::Done(false)),
                         Ok(false) => continue,
                     }
@@ -771,12 +1027,17 @@ impl Inner {
                         Mode::Upsert => ChildWrite::Upsert(value),
                     };
                     match b.write_child(key, op) {
+                        Err(Retired) if slot.is_moved() => return Ok(forward(m).into()),
                         Err(Retired) => continue,
                         Ok(Some(present)) => return Ok(WriteStep::Done(present)),
                         Ok(None) => {}
                     }
                     let mut g = b.lock();
                     if g.retired() {
+                        drop(g);
+                        if slot.is_moved() {
+                            return Ok(forward(m).into());
+                        }
                         continue;
                     }
                     if g.find(key).is_some() {
@@ -809,9 +1070,10 @@ impl Inner {
                     )?;
                     let sub = Arc::new(Under::Model(sub));
                     if slot.update(|_| (Some(Some(sub)), ())).is_err() {
-                        // Frozen by a model retraining: the bin (shared
-                        // with the new version) is unchanged; go again.
-                        return Ok(WriteStep::Retry);
+                        // Frozen by a model retraining: the bin, unchanged,
+                        // is shared with the new model; go on there.
+                        drop(g);
+                        return Ok(forward(m).into());
                     }
                     g.retire();
                     drop(g);
@@ -881,47 +1143,99 @@ impl Inner {
             )
         };
         if root {
-            return self.merge_root();
+            return self.merge_root(false);
         }
         for k in keys {
             if self.stopped.load(Ordering::Relaxed) {
                 break;
             }
-            self.merge_depth1(k)?;
+            self.merge_depth1(k, true)?;
         }
         Ok(())
     }
 
-    /// Merges `m` and the small models under it into one model of the
-    /// same depth: trains on the keys first, then freezes and copies, and
-    /// retrains only if a level-bin retraining changed the keys between.
-    fn flatten(&self, m: &Model) -> Result<Option<Model>, FineError> {
-        let mut ahead = Flat::default();
-        collect(m, false, &mut ahead);
-        if !ahead.nested {
+    /// Phase one of a model retraining (§3.3.2), with nothing frozen:
+    /// reads `m` and the small models under it and builds the merged
+    /// model, trained and whole, with its mirror when `top` and the
+    /// store has one (the registered array is filled here). `None` when
+    /// there is nothing to merge and not `force`. Every step that can
+    /// fail is here, so a failure leaves nothing to undo: writers never
+    /// noticed the retraining.
+    fn build_merged(&self, m: &Model, force: bool, top: bool) -> Result<Option<Merged>, FineError> {
+        let mut plan = Plan::default();
+        collect(m, &mut plan);
+        if plan.subs.is_empty() && !force {
             return Ok(None);
         }
+        let factory = self.factory.as_ref().filter(|_| top);
+        let mirrored = factory.map(|_| {
+            let has_bin: Vec<bool> = plan.slots.iter().map(Option::is_some).collect();
+            (plan.vals.clone(), has_bin)
+        });
         let params = LpaParams::with_threshold(self.config.threshold);
-        let lpa = Lpa::train(&ahead.keys, params)?;
-        let mut flat = Flat::default();
-        collect(m, true, &mut flat);
-        let lpa = (flat.keys == ahead.keys).then_some(lpa);
-        let merged = Model::build(
+        let lpa = Lpa::train(&plan.keys, params)?;
+        let mut merged = Model::build(
             m.depth,
-            flat.keys,
-            flat.vals,
-            flat.slots,
+            plan.keys,
+            plan.vals,
+            plan.slots,
             self.config.threshold,
-            lpa,
+            Some(lpa),
         )?;
+        if let (Some(f), Some((values, has_bin))) = (factory, mirrored) {
+            merged.mirror = Some(f.make(&merged.keys, &values, &has_bin, &merged.lpa)?);
+        }
+        #[cfg(test)]
+        if let Some(e) = self.fault.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            // The test's failure, after every other step could fail.
+            return Err(e);
+        }
+        Ok(Some((merged, plan.subs)))
+    }
+
+    /// Phase two, which cannot fail: points `m` and the merged small
+    /// models `subs` to `succ` and freezes them into it, one record or
+    /// slot at a time (see [`freeze`]). Afterwards `succ` holds
+    /// everything; the caller publishes it.
+    fn move_into(&self, m: &Model, succ: &Succ, subs: &[Arc<Under>]) {
+        let first = m.next.set(succ.clone()).is_ok();
+        assert!(first, "a model is merged at most once");
+        for u in subs {
+            let Under::Model(sub) = &**u else {
+                unreachable!("only models are merged")
+            };
+            let first = sub.next.set(succ.clone()).is_ok();
+            assert!(first, "a model is merged at most once");
+        }
+        let merged: HashSet<usize> = subs.iter().map(addr).collect();
+        let new = succ.model();
+        let mut at = (0, 0);
+        freeze(m, new, &merged, &mut at);
+        assert_eq!(
+            at,
+            (new.keys.len(), new.keys.len() + 1),
+            "the freeze covered the new model"
+        );
         self.model_retrains.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(merged))
     }
 
     /// Model retraining of the depth-1 model holding `key` (§3.3.2),
-    /// published in its slot of the top model.
-    fn merge_depth1(&self, key: u64) -> Result<(), FineError> {
-        let _one = self.merging.lock().unwrap_or_else(|e| e.into_inner());
+    /// published in its slot of the top model. With `wait` false, a
+    /// retraining already running means this one is left to the
+    /// background thread (asked for again) instead of waited for.
+    fn merge_depth1(&self, key: u64, wait: bool) -> Result<(), FineError> {
+        let _one = if wait {
+            self.merging.lock().unwrap_or_else(|e| e.into_inner())
+        } else {
+            match self.merging.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    self.request(Some(key));
+                    return Ok(());
+                }
+            }
+        };
         let root = self.root();
         let Err(s) = root.locate(key) else {
             return Ok(());
@@ -931,10 +1245,11 @@ impl Inner {
         let Some(Under::Model(sub)) = content.as_deref() else {
             return Ok(());
         };
-        let Some(merged) = self.flatten(sub)? else {
+        let Some((merged, subs)) = self.build_merged(sub, false, false)? else {
             return Ok(());
         };
         let merged = Arc::new(Under::Model(merged));
+        self.move_into(sub, &Succ::Sub(merged.clone()), &subs);
         // Top-model slots are frozen only by a merge into the top model,
         // which holds `merging` as this one does.
         slot.update(|_| (Some(Some(merged)), ()))
@@ -942,35 +1257,126 @@ impl Inner {
         Ok(())
     }
 
-    /// Model retraining of everything into the top model.
-    fn merge_root(&self) -> Result<(), FineError> {
+    /// Model retraining of everything into a new top model (with `force`,
+    /// even when there are no small models).
+    fn merge_root(&self, force: bool) -> Result<(), FineError> {
         let _one = self.merging.lock().unwrap_or_else(|e| e.into_inner());
         let root = self.root();
-        let Some(mut merged) = self.flatten(&root)? else {
+        let Some((merged, subs)) = self.build_merged(&root, force, true)? else {
             return Ok(());
         };
-        if let Some(f) = &self.factory {
-            let values: Vec<Option<u64>> = merged.recs.iter().map(|r| r.read().value).collect();
-            let has_bin: Vec<bool> = merged.slots.iter().map(|s| s.load().is_some()).collect();
-            // As with training the merged model above, a failure leaves
-            // the old version frozen (writers end with `Busy`); a factory
-            // fails only when it cannot make a region.
-            merged.mirror = Some(f.make(&merged.keys, &values, &has_bin, &merged.lpa)?);
-        }
         let mirror = merged.mirror.clone();
+        let new = Arc::new(merged);
+        self.move_into(&root, &Succ::Top(new.clone()), &subs);
+        // The publication: one pointer store. Operations that loaded the
+        // old top model meanwhile go on in `new` where they meet frozen
+        // records and slots.
         self.retrained_keys.store(0, Ordering::Relaxed);
-        self.root.store(Some(Arc::new(merged)));
+        self.root.store(Some(new));
         self.root_merges.fetch_add(1, Ordering::Relaxed);
         if let Some(m) = mirror {
             m.published();
         }
+        drop(_one);
+        // The merged small models go with `subs`, here too.
+        release(root);
         Ok(())
     }
+}
+
+/// A model retraining's new model, built, with the small models merged
+/// into it (frozen next).
+type Merged = (Model, Vec<Arc<Under>>);
+
+/// How long a retraining waits for the operations still on an old model
+/// to let go of it, so that it frees the old model itself.
+const RELEASE_WAIT: Duration = Duration::from_secs(1);
+
+/// Frees an old top model (and the small models merged out of it) in the
+/// retraining's thread: otherwise the operation that lets go of it last
+/// pays for dropping millions of records and slots. Operations hold it
+/// for one operation each; past [`RELEASE_WAIT`] (a stalled one) it is
+/// left to them.
+fn release(old: Arc<Model>) {
+    let t = Instant::now();
+    while Arc::strong_count(&old) > 1 && t.elapsed() < RELEASE_WAIT {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    drop(old);
 }
 
 enum WriteStep {
     Done(bool),
     /// Done, and the write made a small model deeper than `max_depth`.
     DoneTooDeep(bool),
+    /// Met a frozen record or slot: go on in the successor.
+    Forward(Succ),
     Retry,
+}
+
+impl From<Step<bool>> for WriteStep {
+    fn from(s: Step<bool>) -> WriteStep {
+        match s {
+            Step::Done(b) => WriteStep::Done(b),
+            Step::Forward(s) => WriteStep::Forward(s),
+            Step::Retry => WriteStep::Retry,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model retraining that fails after its last step that can fail
+    /// (the hook) leaves nothing frozen: the writes that follow, to
+    /// trained records, empty slots and full bins, finish in one pass.
+    #[test]
+    fn a_failed_merge_freezes_nothing() {
+        let pairs: Vec<(u64, u64)> = (0..200u64).map(|i| (i * 10, i)).collect();
+        let config = Config {
+            root_slots: 2,
+            child_slots: 2,
+            threshold: 4,
+            max_depth: 8,
+            background: false,
+        };
+        let store = FineStore::bulk_load(&pairs, config).unwrap();
+        // Small models under even gaps, full bins under odd ones.
+        for g in 0..200u64 {
+            for j in 1..=(if g % 2 == 0 { 5 } else { 4 }) {
+                assert!(store.insert(g * 10 + j, j).unwrap());
+            }
+        }
+        assert!(store.shape().depth >= 1);
+        for force in [false, true] {
+            *store.inner.fault.lock().unwrap() = Some(FineError::Busy(0));
+            let r = if force {
+                store.retrain_all()
+            } else {
+                store.merge_all()
+            };
+            assert!(matches!(r, Err(FineError::Busy(0))), "{r:?}");
+        }
+        let before = store.stats();
+        assert_eq!(before.root_merges, 0);
+        for g in 0..200u64 {
+            assert!(store.update(g * 10, 7).unwrap());
+            // Odd gaps: the fifth key retrains the full bin.
+            assert!(store.insert(g * 10 + 6, 6).unwrap());
+            assert!(store.delete(g * 10 + 1).unwrap());
+        }
+        let after = store.stats();
+        assert!(after.bin_retrains >= before.bin_retrains + 100);
+        assert_eq!(
+            (after.forwards, after.retries),
+            (before.forwards, before.retries)
+        );
+        store.merge_all().unwrap();
+        for g in 0..200u64 {
+            assert_eq!(store.get(g * 10).unwrap(), Some(7));
+            assert_eq!(store.get(g * 10 + 1).unwrap(), None);
+            assert_eq!(store.get(g * 10 + 6).unwrap(), Some(6));
+        }
+    }
 }
