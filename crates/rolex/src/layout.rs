@@ -60,14 +60,46 @@
 //! [32, 40)                  leaf capacity
 //! [40, 48)                  N: CirQ slots
 //! [48, 56)                  retrain trigger: slot_use that queues a model
-//! [56, 64)                  block bump pointer (memory node only)
+//! [56, 64)                  block grace, in milliseconds (see below)
 //! [64, 64+8M)               directory: word m = byte offset of model m's
 //!                           current block (changes only when retrained)
 //! [64+8M, 72+8M)            CirQ head (memory node only)
 //! [72+8M, 80+8M)            CirQ tail (FAA by 1 reserves a slot)
 //! [80+8M, 80+8M+8N)         CirQ slots: 0 empty, else (m+1) << 40 | block
-//! [80+8M+8N, ..)            model blocks, bump-allocated, never reused
+//! [80+8M+8N, ..)            model blocks
 //! ```
+//!
+//! ## Block space is reused after a grace period
+//!
+//! The retrainer allocates a retrained block from the space of blocks it
+//! retired at least a *block grace* ago (first fit, adjacent free spans
+//! merged), and from never-used space only when none fits. Reuse is safe
+//! because no compute node acts on a retired block's words after the
+//! grace:
+//!
+//! * Reads of a cached block's words (refreshing the LT and SLT, with the
+//!   directory word in the same doorbell) are thrown away when the
+//!   directory names another block; a cache keeps copies of the LT and
+//!   SLT, not pointers into the region, so reused space is never read as
+//!   a table.
+//! * The one verb that acts on a block without holding one of its locks
+//!   is the lock CAS. A compute node remembers, per cached block, when it
+//!   last posted a doorbell that found the directory naming the block
+//!   (`checked`), and before a lock CAS re-reads the directory word (one
+//!   round trip) unless that is less than a quarter of the grace ago. The
+//!   block was still current when that read ran, so it was retired after
+//!   `checked`; the CAS is posted within a quarter grace of `checked` and
+//!   lands within half a lock lease (the lease rule's bound on a posted
+//!   doorbell's delay), well before the retrainer reuses the space a full
+//!   grace after the retirement.
+//! * Every other verb on a block (the FAAs of a split, the write
+//!   doorbell, a stealer's replay) is made under a chain lock of the
+//!   block, within half a lease of taking it; the retrainer retires a
+//!   block only once it holds all its locks, so after these land.
+//!
+//! As with leases, this assumes clocks that run at about the same rate
+//! and doorbells not delayed beyond half a lease; the grace (10 s by
+//! default, at least four lock leases) leaves a wide margin over both.
 //!
 //! A model block (n = LT entries, B = (8 + 2n + 256) * 8 bytes):
 //!
@@ -121,8 +153,8 @@ pub const TABLE_HEADER: u64 = 64;
 pub const SLT_SLOTS: usize = 256;
 /// Words of a model block before its leaf table.
 pub const BLOCK_HEAD_WORDS: usize = 8;
-/// Header word of the block bump pointer.
-pub const BUMP_WORD: usize = 7;
+/// Header word of the block grace, in milliseconds.
+pub const GRACE_WORD: usize = 7;
 
 /// "No next synonym leaf" in a leaf's meta word.
 pub const NO_LEAF: u64 = (1 << 48) - 1;

@@ -13,10 +13,13 @@ use learned::plr::{Plr, PlrParams};
 
 use crate::error::RolexError;
 use crate::layout::{
-    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, ALLOC_NUM_WORD, BUMP_WORD, CAPACITY_WORD,
-    NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, ALLOC_NUM_WORD, CAPACITY_WORD,
+    GRACE_WORD, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
-use crate::lease::{LockWord, LogLayout, MAX_OWNER, OWNERS_WORD, SLOTS_WORD, SLOT_BYTES_WORD};
+use crate::lease::{
+    LockWord, LogLayout, DEFAULT_OWNER_LEASE_MS, MAX_OWNER, MIN_OWNER_LEASE_MS, OWNER_LEASE_WORD,
+    SLOTS_WORD, SLOT_BYTES_WORD,
+};
 
 /// Region id of the leaf region.
 pub const LEAF_REGION: RegionId = RegionId(0x524F_0001);
@@ -45,11 +48,20 @@ pub struct RolexConfig {
     /// A model whose `slot_use` reaches this is queued for retraining (the
     /// paper's half of the SLT: 128).
     pub retrain_at: u64,
-    /// Bytes of the table region for retrained blocks.
+    /// Bytes of the table region for retrained blocks (a retired block's
+    /// space is reused once its grace has passed, [`crate::layout`]).
     pub retrain_bytes: u64,
-    /// Redo slots of the log region: writer clients that may ever connect
-    /// to this memory node (each takes an owner id for good).
+    /// How long a retired block's space stays unused, in milliseconds
+    /// (at least four lock leases).
+    pub block_grace_ms: u32,
+    /// Redo slots of the log region: writer clients that may be connected
+    /// to this memory node at once (each holds an owner id while it lives
+    /// and gives it back when dropped; a dead one's id is taken back after
+    /// the owner lease, [`crate::lease`]).
     pub owners: u64,
+    /// The owner lease, in milliseconds (at least
+    /// [`MIN_OWNER_LEASE_MS`]).
+    pub owner_lease_ms: u16,
 }
 
 impl Default for RolexConfig {
@@ -62,7 +74,9 @@ impl Default for RolexConfig {
             spare_leaves: 1 << 16,
             retrain_at: (SLT_SLOTS / 2) as u64,
             retrain_bytes: 16 << 20,
+            block_grace_ms: 10_000,
             owners: 4096,
+            owner_lease_ms: DEFAULT_OWNER_LEASE_MS,
         }
     }
 }
@@ -112,6 +126,9 @@ pub struct MemoryNode {
     trained: usize,
     /// The keys this memory node holds: `(low, high)`, inclusive.
     range: (u64, u64),
+    /// End of the blocks laid out at load: where never-used table space
+    /// starts.
+    pub(crate) blocks_end: u64,
 }
 
 impl std::fmt::Debug for MemoryNode {
@@ -255,6 +272,18 @@ impl MemoryNode {
                 config.owners
             )));
         }
+        if config.block_grace_ms < MIN_OWNER_LEASE_MS as u32 {
+            return Err(RolexError::Config(format!(
+                "block grace {} ms below {MIN_OWNER_LEASE_MS} ms (four lock leases)",
+                config.block_grace_ms
+            )));
+        }
+        if config.owner_lease_ms < MIN_OWNER_LEASE_MS {
+            return Err(RolexError::Config(format!(
+                "owner lease {} ms below {MIN_OWNER_LEASE_MS} ms (four lock leases)",
+                config.owner_lease_ms
+            )));
+        }
         if pairs.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err(RolexError::Load("pairs must be sorted and distinct".into()));
         }
@@ -286,7 +315,7 @@ impl MemoryNode {
         let tables = host.alloc(TABLE_REGION, table_bytes.next_multiple_of(64), Rights::ALL)?;
         let log_layout = LogLayout::new(layout, config.owners);
         let log = host.alloc(LOG_REGION, log_layout.region_bytes(), Rights::ALL)?;
-        log.store(OWNERS_WORD, 0);
+        log.store(OWNER_LEASE_WORD, config.owner_lease_ms as u64);
         log.store(SLOTS_WORD, log_layout.slots());
         log.store(SLOT_BYTES_WORD, log_layout.slot_bytes());
 
@@ -339,12 +368,12 @@ impl MemoryNode {
             capacity,
             tl.cirq_slots() as u64,
             config.retrain_at,
-            off,
+            config.block_grace_ms as u64,
         ];
         for (i, w) in header.into_iter().enumerate() {
             tables.store(i, w);
         }
-        debug_assert_eq!(header.len(), BUMP_WORD + 1);
+        debug_assert_eq!(header.len(), GRACE_WORD + 1);
         host.register(leaves.clone())?;
         host.register(tables.clone())?;
         host.register(log.clone())?;
@@ -357,6 +386,7 @@ impl MemoryNode {
             tl,
             trained,
             range,
+            blocks_end: off,
         })
     }
 

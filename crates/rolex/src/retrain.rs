@@ -31,6 +31,18 @@
 //! owned by exactly one lock at a time.
 //!
 //! The retrainer touches only the two regions; it serves no request.
+//!
+//! # Table space
+//!
+//! A retired block's bytes go on a free list with the time of the
+//! directory swap; a new block takes the first free span that has aged
+//! for the block grace and is large enough (adjacent spans merged), else
+//! never-used space. Why no compute node still acts on the old block
+//! after the grace: [`crate::layout`], "Block space is reused after a
+//! grace period". Live blocks are bounded by the table region, so a
+//! store whose models keep being retrained never runs out; only one
+//! whose live models outgrow `retrain_bytes` does (then retraining is
+//! abandoned and writes end in `SltFull` retries).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,8 +52,7 @@ use std::time::{Duration, Instant};
 use fabric::Region;
 
 use crate::layout::{
-    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, BLOCK_HEAD_WORDS, BUMP_WORD, NO_LEAF,
-    SLT_SLOTS,
+    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, BLOCK_HEAD_WORDS, NO_LEAF, SLT_SLOTS,
 };
 use crate::lease::{LockWord, LogLayout, RedoRecord, Target};
 use crate::memory::{fit_leaves, write_block, MemoryNode};
@@ -58,13 +69,22 @@ pub struct RetrainStats {
     pub retrained: AtomicU64,
     /// CirQ entries for blocks already retired.
     pub skipped: AtomicU64,
-    /// Rebuilds abandoned (lock not free in time, no table space, or
-    /// chains that were not sorted); the old block stays in service.
+    /// Rebuilds abandoned (lock not free in time, or chains that were not
+    /// sorted); the old block stays in service.
     pub abandoned: AtomicU64,
     /// Locks stolen from writers whose lease ran out.
     pub steals: AtomicU64,
     /// Redo records replayed after a steal.
     pub replays: AtomicU64,
+    /// Retrainings put off for want of table space (retried once retired
+    /// blocks' space has aged).
+    pub deferred: AtomicU64,
+    /// Blocks retired (their space freed after the grace).
+    pub retired: AtomicU64,
+    /// Blocks placed in the space of retired ones.
+    pub reused: AtomicU64,
+    /// Bytes of table space never used so far.
+    pub fresh_bytes_left: AtomicU64,
 }
 
 /// The retrainer thread; stopped and joined on drop.
@@ -98,6 +118,14 @@ impl Drop for Retrainer {
     }
 }
 
+/// How a retraining ended.
+enum Outcome {
+    Done,
+    Abandoned,
+    /// No table space now: retried later.
+    NoSpace,
+}
+
 /// What the retrainer works on.
 struct Pool {
     leaves: Arc<Region>,
@@ -106,6 +134,16 @@ struct Pool {
     leaf: LeafLayout,
     tl: TableLayout,
     log_layout: LogLayout,
+    /// Where never-used table space starts.
+    bump: u64,
+    /// Bytes allocated for each block the retrainer placed, by offset.
+    placed: std::collections::HashMap<u64, u64>,
+    /// Models whose retraining found no table space: (model, block).
+    deferred: Vec<(usize, u64)>,
+    last_retry: Instant,
+    /// Retired blocks' spans: (offset, bytes, when retired).
+    free: Vec<(u64, u64, Instant)>,
+    grace: Duration,
 }
 
 impl MemoryNode {
@@ -118,10 +156,21 @@ impl MemoryNode {
             leaf: self.leaf,
             tl: self.tl,
             log_layout: LogLayout::new(self.leaf, self.config().owners),
+            bump: self.blocks_end,
+            placed: Default::default(),
+            deferred: Vec::new(),
+            last_retry: Instant::now(),
+            free: Vec::new(),
+            grace: Duration::from_millis(self.config().block_grace_ms as u64),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(RetrainStats::default());
+        stats.fresh_bytes_left.store(
+            self.tables.len_bytes().saturating_sub(pool.bump),
+            Ordering::Relaxed,
+        );
         let (s, st) = (stop.clone(), stats.clone());
+        let mut pool = pool;
         let thread = std::thread::Builder::new()
             .name("rolex-retrainer".into())
             .spawn(move || pool.run(&s, &st))
@@ -139,7 +188,7 @@ fn word(off: u64) -> usize {
 }
 
 impl Pool {
-    fn run(&self, stop: &AtomicBool, stats: &RetrainStats) {
+    fn run(&mut self, stop: &AtomicBool, stats: &RetrainStats) {
         let head_w = word(self.tl.cirq_head_offset());
         let n = self.tl.cirq_slots() as u64;
         while !stop.load(Ordering::Acquire) {
@@ -148,6 +197,7 @@ impl Pool {
             let v = self.tables.load(slot_w);
             if v == 0 {
                 // Empty, or a pusher between its FAA and its WRITE.
+                self.retry_deferred(stats);
                 std::thread::sleep(Duration::from_micros(100));
                 continue;
             }
@@ -159,13 +209,48 @@ impl Pool {
                 stats.skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let c = if self.retrain(m, off, stats) {
-                &stats.retrained
-            } else {
-                &stats.abandoned
-            };
-            c.fetch_add(1, Ordering::Relaxed);
+            self.settle(m, off, stats);
         }
+    }
+
+    /// Retrains model `m` from block `off` and counts the outcome; one
+    /// that found no table space is retried once retired space has aged.
+    fn settle(&mut self, m: usize, off: u64, stats: &RetrainStats) {
+        let c = match self.retrain(m, off, stats) {
+            Outcome::Done => &stats.retrained,
+            Outcome::Abandoned => &stats.abandoned,
+            Outcome::NoSpace => {
+                if !self.deferred.iter().any(|d| d.0 == m) {
+                    self.deferred.push((m, off));
+                }
+                &stats.deferred
+            }
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Retries the retrainings deferred for want of table space (those
+    /// whose block is still current), at most every eighth of the grace.
+    fn retry_deferred(&mut self, stats: &RetrainStats) {
+        if self.deferred.is_empty() || self.last_retry.elapsed() < self.grace / 8 {
+            return;
+        }
+        self.last_retry = Instant::now();
+        for (m, off) in std::mem::take(&mut self.deferred) {
+            if self.tables.load(word(self.tl.dir_offset(m))) == off {
+                self.settle(m, off, stats);
+            }
+        }
+    }
+
+    /// Bytes the block of `n` entries at `off` takes: what was allocated
+    /// for it if the retrainer placed it (a power of two: retrained
+    /// blocks come in size classes, so a retired one fits the next block
+    /// of its class), else its exact size (laid out at load).
+    fn span_bytes(&mut self, off: u64, n: usize) -> u64 {
+        self.placed
+            .remove(&off)
+            .unwrap_or_else(|| self.tl.block_bytes(n))
     }
 
     fn head(&self, off: u64) -> Option<BlockHead> {
@@ -178,13 +263,13 @@ impl Pool {
     }
 
     /// Rebuilds model `m` from its block at `off`; false if abandoned.
-    fn retrain(&self, m: usize, off: u64, stats: &RetrainStats) -> bool {
+    fn retrain(&mut self, m: usize, off: u64, stats: &RetrainStats) -> Outcome {
         let Some(head) = self.head(off) else {
-            return false;
+            return Outcome::Abandoned;
         };
         let n = head.n;
         if TableLayout::lk_offset(off, n, n) > self.tables.len_bytes() {
-            return false;
+            return Outcome::Abandoned;
         }
         let lk = word(TableLayout::lk_offset(off, n, 0));
         // 1. Lock every chain.
@@ -213,7 +298,7 @@ impl Pool {
                 }
                 if start.elapsed() > LOCK_PATIENCE {
                     self.unlock(lk, i);
-                    return false;
+                    return Outcome::Abandoned;
                 }
                 std::thread::yield_now();
             }
@@ -221,7 +306,7 @@ impl Pool {
         // 2. Every leaf of every chain, in key order.
         let Some(seq) = self.chains(off, n) else {
             self.unlock(lk, n);
-            return false;
+            return Outcome::Abandoned;
         };
         let mut kept: Vec<(u64, LeafImage)> = seq
             .iter()
@@ -239,7 +324,7 @@ impl Pool {
             .all(|w| w[0] < w[1]);
         if !sorted {
             self.unlock(lk, n);
-            return false;
+            return Outcome::Abandoned;
         }
         let lows: Vec<u64> = kept
             .iter()
@@ -249,16 +334,11 @@ impl Pool {
                 (_, Some(p)) => p.0,
             })
             .collect();
-        let bytes = self.tl.block_bytes(kept.len());
-        let new = self.tables.load(BUMP_WORD);
-        if new
-            .checked_add(bytes)
-            .is_none_or(|end| end > self.tables.len_bytes())
-        {
+        let bytes = self.tl.block_bytes(kept.len()).next_power_of_two();
+        let Some(new) = self.alloc_block(bytes, stats) else {
             self.unlock(lk, n);
-            return false;
-        }
-        self.tables.store(BUMP_WORD, new + bytes);
+            return Outcome::NoSpace;
+        };
         let (line, err) = fit_leaves(head.smallest, &lows);
         let new_head = BlockHead {
             n: kept.len(),
@@ -303,11 +383,71 @@ impl Pool {
         }
         // 4. Redirect, 5. open the new block.
         self.tables.store(word(self.tl.dir_offset(m)), new);
+        // The grace of the old block starts after the swap.
+        let span = self.span_bytes(off, n);
+        self.free.push((off, span, Instant::now()));
+        stats.retired.fetch_add(1, Ordering::Relaxed);
         let new_lk = word(TableLayout::lk_offset(new, numbers.len(), 0));
         for i in 0..numbers.len() {
             self.tables.store(new_lk + i, LockWord::FREE);
         }
-        true
+        Outcome::Done
+    }
+
+    /// Table space for a block of `bytes`: the first free span aged past
+    /// the grace that holds it (its front part), else never-used space.
+    fn alloc_block(&mut self, bytes: u64, stats: &RetrainStats) -> Option<u64> {
+        self.merge_free();
+        let now = Instant::now();
+        if let Some(k) = self
+            .free
+            .iter()
+            .position(|&(_, len, at)| len >= bytes && now.duration_since(at) >= self.grace)
+        {
+            let (off, len, at) = self.free[k];
+            if len == bytes {
+                self.free.remove(k);
+            } else {
+                self.free[k] = (off + bytes, len - bytes, at);
+            }
+            stats.reused.fetch_add(1, Ordering::Relaxed);
+            self.placed.insert(off, bytes);
+            return Some(off);
+        }
+        let end = self.bump.checked_add(bytes)?;
+        if end > self.tables.len_bytes() {
+            return None;
+        }
+        let off = self.bump;
+        self.bump = end;
+        self.placed.insert(off, bytes);
+        stats.fresh_bytes_left.store(
+            self.tables.len_bytes().saturating_sub(end),
+            Ordering::Relaxed,
+        );
+        Some(off)
+    }
+
+    /// Merges adjacent free spans that have both aged past the grace
+    /// (a young span stays apart, so it never keeps an old one young).
+    fn merge_free(&mut self) {
+        if self.free.len() < 2 {
+            return;
+        }
+        let now = Instant::now();
+        let aged = |at: Instant| now.duration_since(at) >= self.grace;
+        self.free.sort_unstable_by_key(|s| s.0);
+        let mut out: Vec<(u64, u64, Instant)> = Vec::with_capacity(self.free.len());
+        for &(off, len, at) in &self.free {
+            match out.last_mut() {
+                Some(last) if last.0 + last.1 == off && aged(last.2) && aged(at) => {
+                    last.1 += len;
+                    last.2 = last.2.max(at);
+                }
+                _ => out.push((off, len, at)),
+            }
+        }
+        self.free = out;
     }
 
     /// Frees the first `upto` lock words from word `lk` on.

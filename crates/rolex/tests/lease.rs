@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use fabric::{Adversary, Batch, Counters, Endpoint, FabricError, LocalFabric, NodeId, OpKind};
 use rolex::layout::{LeafImage, LeafLayout, LeafReject};
 use rolex::lease::DEFAULT_LEASE_MS;
-use rolex::{Client, ComputeNode, LocalHost, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION};
+use rolex::{
+    Client, ComputeNode, LocalHost, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION,
+};
 use testkit::seed;
 use testkit::stall::{Cut, StallEndpoint};
 
@@ -205,6 +207,7 @@ impl Endpoint for PauseAfterLock {
         self.inner.post(node, batch)?;
         let locked = batch.ops().iter().enumerate().any(|(i, o)| {
             o.kind == OpKind::Cas
+                && o.region == TABLE_REGION
                 && o.arg0 == 0
                 && batch.atomic_result(fabric::batch_handle(i)).ok() == Some(0)
         });
