@@ -62,7 +62,7 @@
 //! "other threads of C_node can leverage the acquired lock").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -71,7 +71,8 @@ use xtree::layout::le_word;
 
 use crate::error::RolexError;
 use crate::layout::{
-    BlockHead, Entry, LeafImage, LeafLayout, LeafReject, TableLayout, ALLOC_NUM_WORD,
+    leaf_region_id, BlockHead, Entry, LeafImage, LeafLayout, LeafReject, LeafSpace, TableLayout,
+    ALLOC_NUM_WORD, CAPACITY_WORD, CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, MAX_LEAVES_WORD,
     BLOCK_HEAD_WORDS, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
 use crate::lease::{
@@ -144,7 +145,10 @@ pub struct ComputeNode {
     node: NodeId,
     leaf: LeafLayout,
     tl: TableLayout,
-    capacity: u64,
+    /// Where leaves live (regions added as they run out).
+    space: LeafSpace,
+    /// Leaves usable as last read (the memory node raises it).
+    capacity: AtomicU64,
     retrain_at: u64,
     /// Smallest key of each model (fixed for the store's life): the top
     /// level of the index, searched by bisection.
@@ -270,6 +274,21 @@ impl ComputeNode {
             )));
         }
         let tl = TableLayout::new(models as usize, cirq as usize);
+        b.clear();
+        let h = b.read(LEAF_REGION, 0, 40);
+        ep.post(node, &mut b)?;
+        let (space, capacity) = {
+            let bytes = b.read_bytes(h)?;
+            let w = |i| le_word(bytes, i);
+            let space = LeafSpace::new(
+                leaf,
+                w(FIRST_LEAVES_WORD),
+                w(CHUNK_LEAVES_WORD),
+                w(MAX_LEAVES_WORD),
+            )
+            .ok_or_else(|| bad(format!("leaf space {:?}", [w(2), w(3), w(4)])))?;
+            (space, w(CAPACITY_WORD).min(space.max))
+        };
         // Untrusted: the lock CAS rule needs a grace of four lock leases.
         let grace = Duration::from_millis(w(7).max(MIN_OWNER_LEASE_MS as u64));
         b.clear();
@@ -332,7 +351,8 @@ impl ComputeNode {
             node,
             leaf,
             tl,
-            capacity,
+            space,
+            capacity: AtomicU64::new(capacity),
             retrain_at,
             smallest,
             range: (low, high),
@@ -774,8 +794,8 @@ impl<E: Endpoint> Client<E> {
             let handles = links
                 .iter()
                 .map(|l| {
-                    self.batch
-                        .read(LEAF_REGION, self.cn.leaf.leaf_offset(l.leaf), lb)
+                    let (region, at) = self.cn.space.place(l.leaf);
+                    self.batch.read(leaf_region_id(region), at, lb)
                 })
                 .collect();
             out.push(Fetched {
@@ -1080,10 +1100,7 @@ impl<E: Endpoint> Client<E> {
             self.writes
                 .push(self.batch.write(LOG_REGION, at, &self.buf));
             for w in &record.writes {
-                let region = match w.target {
-                    Target::Leaves => LEAF_REGION,
-                    Target::Tables => TABLE_REGION,
-                };
+                let region = w.target.region();
                 self.writes
                     .push(self.batch.write(region, w.offset, &w.data));
             }
@@ -1264,10 +1281,7 @@ impl<E: Endpoint> Client<E> {
         self.batch.clear();
         self.writes.clear();
         for w in &record.writes {
-            let region = match w.target {
-                Target::Leaves => LEAF_REGION,
-                Target::Tables => TABLE_REGION,
-            };
+            let region = w.target.region();
             self.writes
                 .push(self.batch.write(region, w.offset, &w.data));
         }
@@ -1521,10 +1535,7 @@ impl<E: Endpoint> Client<E> {
         self.batch.clear();
         self.writes.clear();
         for w in &record.writes {
-            let region = match w.target {
-                Target::Leaves => LEAF_REGION,
-                Target::Tables => TABLE_REGION,
-            };
+            let region = w.target.region();
             self.writes
                 .push(self.batch.write(region, w.offset, &w.data));
         }
@@ -1683,9 +1694,10 @@ impl<E: Endpoint> Client<E> {
                 };
                 let succ_slot = c.links.get(k + 1).map_or(0, |l| l.slot);
                 syn.encode(layout, &mut self.buf);
+                let (region, at) = self.cn.space.place(leaf);
                 self.plan.push(RedoWrite {
-                    target: Target::Leaves,
-                    offset: layout.leaf_offset(leaf),
+                    target: Target::Leaves(region),
+                    offset: at,
                     data: self.buf.clone(),
                 });
                 self.push_slt(m, off, n, slot, Entry::new(leaf, succ_slot).encode());
@@ -1754,16 +1766,42 @@ impl<E: Endpoint> Client<E> {
         if used + 1 == self.cn.retrain_at {
             self.enqueue(m, off)?;
         }
-        if leaf >= self.cn.capacity {
-            return Err(RolexError::LeafRegionFull {
-                capacity: self.cn.capacity,
-            });
-        }
+        self.wait_capacity(leaf)?;
         let slot = used + 1;
         if slot >= SLT_SLOTS as u64 {
             return Err(RolexError::SltFull { model: m });
         }
         Ok((leaf, slot as u8))
+    }
+
+    /// Waits until leaf `leaf` is in a registered leaf region: the memory
+    /// node adds regions ahead of `alloc_num`, so this re-reads the
+    /// capacity word only when allocation outran it.
+    fn wait_capacity(&mut self, leaf: u64) -> Result<(), RolexError> {
+        let max = self.cn.space.max;
+        if leaf >= max {
+            return Err(RolexError::LeafRegionFull { capacity: max });
+        }
+        let started = Instant::now();
+        while leaf >= self.cn.capacity.load(Ordering::Acquire) {
+            if started.elapsed() > 4 * self.cn.owner_lease {
+                return Err(RolexError::LeafRegionFull {
+                    capacity: self.cn.capacity.load(Ordering::Acquire),
+                });
+            }
+            self.batch.clear();
+            let h = self
+                .batch
+                .read(LEAF_REGION, (CAPACITY_WORD * 8) as u64, 8);
+            self.ep.post(self.cn.node, &mut self.batch)?;
+            // Untrusted: never past the most leaves.
+            let cap = le_word(self.batch.read_bytes(h)?, 0).min(max);
+            self.cn.capacity.fetch_max(cap, Ordering::AcqRel);
+            if leaf >= cap {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
     }
 
     /// Pushes block `off` of model `m` at the CirQ's tail.
@@ -1791,9 +1829,10 @@ impl<E: Endpoint> Client<E> {
     /// Plans the WRITE of chain leaf `k`.
     fn push_leaf(&mut self, c: &Chain, k: usize) {
         c.images[k].encode(self.cn.leaf, &mut self.buf);
+        let (region, at) = self.cn.space.place(c.links[k].leaf);
         self.plan.push(RedoWrite {
-            target: Target::Leaves,
-            offset: self.cn.leaf.leaf_offset(c.links[k].leaf),
+            target: Target::Leaves(region),
+            offset: at,
             data: self.buf.clone(),
         });
     }

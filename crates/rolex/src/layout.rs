@@ -2,14 +2,24 @@
 //! region, both registered on the memory node and read and written by
 //! compute nodes with one-sided verbs. Every field is a little-endian u64.
 //!
-//! # Leaf region
+//! # Leaf regions
+//!
+//! The first leaf region holds the header and the first `F` leaves;
+//! leaves `F + (k-1)C ..F + kC` live in added region `k` (1..=127, each
+//! of `C` leaves, no header), which the memory node registers as
+//! `alloc_num` approaches the capacity, as XStore's leaf store grows by
+//! chunk regions. A leaf number is global: [`LeafSpace::place`] finds its
+//! region and byte offset.
 //!
 //! ```text
 //! byte            field
 //! [0, 8)          alloc_num: leaves allocated so far (FAA by 1 allocates one)
-//! [8, 16)         capacity: leaves the region can hold
-//! [16, 64)        reserved (0), so leaves start on a cache line
-//! [64 + n*B, ..)  leaf n, B = leaf bytes (Equation 3: phy = n * B + 64)
+//! [8, 16)         capacity: leaves usable now (registered); grows
+//! [16, 24)        F: leaves of the first region
+//! [24, 32)        C: leaves of each added region (0: never grows)
+//! [32, 40)        most leaves (F + 127 C at most)
+//! [40, 64)        reserved (0), so leaves start on a cache line
+//! [64 + n*B, ..)  leaf n < F, B = leaf bytes (Equation 3: phy = n * B + 64)
 //! ```
 //!
 //! # Leaf (S = slots per leaf, the paper's δ; B = (5 + 2S) * 8, 296 at S = 16)
@@ -146,6 +156,78 @@ pub const LEAF_REGION_HEADER: u64 = 64;
 pub const ALLOC_NUM_WORD: usize = 0;
 /// Word of the capacity in the leaf region.
 pub const CAPACITY_WORD: usize = 1;
+/// Word of the first region's leaves.
+pub const FIRST_LEAVES_WORD: usize = 2;
+/// Word of the leaves of each added region.
+pub const CHUNK_LEAVES_WORD: usize = 3;
+/// Word of the most leaves.
+pub const MAX_LEAVES_WORD: usize = 4;
+/// Most added leaf regions.
+pub const MAX_ADDED_REGIONS: u64 = 127;
+/// Most bytes of one added leaf region.
+pub const MAX_CHUNK_BYTES: u64 = 1 << 32;
+
+/// Region id of added leaf region `k` (1..=127); 0 is the first one.
+pub fn leaf_region_id(k: u8) -> fabric::RegionId {
+    if k == 0 {
+        crate::memory::LEAF_REGION
+    } else {
+        fabric::RegionId(0x524F_1000 + k as u32)
+    }
+}
+
+/// Where leaves live: the first region's leaves, the leaves of each
+/// added region, and the most leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeafSpace {
+    /// Leaf layout.
+    pub layout: LeafLayout,
+    /// Leaves of the first region (F).
+    pub first: u64,
+    /// Leaves of each added region (C; 0 = no added regions).
+    pub chunk: u64,
+    /// Most leaves.
+    pub max: u64,
+}
+
+impl LeafSpace {
+    /// From header words (untrusted): `None` unless `1 <= first`, `max`
+    /// lies in `first..=first + 127 chunk` and below [`NO_LEAF`], and an
+    /// added region is at most [`MAX_CHUNK_BYTES`].
+    pub fn new(layout: LeafLayout, first: u64, chunk: u64, max: u64) -> Option<LeafSpace> {
+        let top = chunk
+            .checked_mul(MAX_ADDED_REGIONS)?
+            .checked_add(first)?;
+        let ok = first >= 1
+            && (first..=top).contains(&max)
+            && max < NO_LEAF
+            && chunk.checked_mul(layout.leaf_bytes() as u64)? <= MAX_CHUNK_BYTES;
+        ok.then_some(LeafSpace {
+            layout,
+            first,
+            chunk,
+            max,
+        })
+    }
+
+    /// Region number and byte offset of leaf `n`. A number at or above
+    /// the most leaves (a corrupt entry) maps past the first region's
+    /// end, so the verb fails its bounds check instead of reading a
+    /// wrong leaf.
+    pub fn place(&self, n: u64) -> (u8, u64) {
+        if n < self.first || n >= self.max || self.chunk == 0 {
+            return (0, self.layout.leaf_offset(n.min(NO_LEAF)));
+        }
+        let d = n - self.first;
+        let k = 1 + d / self.chunk;
+        (k as u8, (d % self.chunk) * self.layout.leaf_bytes() as u64)
+    }
+
+    /// Bytes of added region `k` (`k >= 1`).
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk * self.layout.leaf_bytes() as u64
+    }
+}
 
 /// Bytes of the table region header.
 pub const TABLE_HEADER: u64 = 64;

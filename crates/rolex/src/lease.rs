@@ -39,7 +39,8 @@
 //! 1               byte offset of that lock word in the table region
 //! 2               w: WRITEs (1..=MAX_REDO_WRITES)
 //! then w times    [target << 56 | n, byte offset], then n data words
-//!                 (target 0 = leaf region, 1 = table region)
+//!                 (target 0 = first leaf region, 1 = table region,
+//!                 0x80 | k = added leaf region k)
 //! last            checksum = SUM(i < last) H(i, word i)
 //! ```
 //!
@@ -304,10 +305,20 @@ impl LogLayout {
 /// Which region a redo WRITE goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// The leaf region.
-    Leaves,
+    /// Leaf region `k` (0 the first, [`crate::layout::LeafSpace`]).
+    Leaves(u8),
     /// The table region.
     Tables,
+}
+
+impl Target {
+    /// The region's id.
+    pub fn region(self) -> fabric::RegionId {
+        match self {
+            Target::Leaves(k) => crate::layout::leaf_region_id(k),
+            Target::Tables => crate::memory::TABLE_REGION,
+        }
+    }
 }
 
 /// One WRITE of a redo record.
@@ -352,8 +363,9 @@ impl RedoRecord {
         let mut words = vec![self.token, self.lock, self.writes.len() as u64];
         for w in &self.writes {
             let tag = match w.target {
-                Target::Leaves => 0u64,
+                Target::Leaves(0) => 0u64,
                 Target::Tables => 1,
+                Target::Leaves(k) => 0x80 | (k & 0x7F) as u64,
             };
             debug_assert_eq!(w.data.len() % 8, 0);
             let n = (w.data.len() / 8) as u64;
@@ -402,8 +414,9 @@ impl RedoRecord {
         let mut writes = Vec::with_capacity(spans.len());
         for (tag, offset, from, n) in spans {
             let target = match tag {
-                0 => Target::Leaves,
+                0 => Target::Leaves(0),
                 1 => Target::Tables,
+                0x81..=0xFF => Target::Leaves((tag & 0x7F) as u8),
                 _ => return Err(RedoReject::Corrupt),
             };
             writes.push(RedoWrite {
@@ -451,7 +464,7 @@ mod tests {
             lock: 4096 + 64,
             writes: vec![
                 RedoWrite {
-                    target: Target::Leaves,
+                    target: Target::Leaves(0),
                     offset: 64,
                     data: (0..40u8).collect(),
                 },
@@ -494,7 +507,7 @@ mod tests {
         let mut r = RedoRecord::default();
         for d in [&img, &word, &word, &img, &img, &word] {
             r.writes.push(RedoWrite {
-                target: Target::Leaves,
+                target: Target::Leaves(0),
                 offset: 0,
                 data: d.clone(),
             });

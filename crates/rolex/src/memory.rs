@@ -13,8 +13,9 @@ use learned::plr::{Plr, PlrParams};
 
 use crate::error::RolexError;
 use crate::layout::{
-    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, ALLOC_NUM_WORD, CAPACITY_WORD,
-    GRACE_WORD, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+    BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, TableLayout, ALLOC_NUM_WORD,
+    CAPACITY_WORD, CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, GRACE_WORD, MAX_ADDED_REGIONS,
+    MAX_LEAVES_WORD, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
 use crate::lease::{
     LockWord, LogLayout, DEFAULT_OWNER_LEASE_MS, MAX_OWNER, MIN_OWNER_LEASE_MS, OWNER_LEASE_WORD,
@@ -43,8 +44,15 @@ pub struct RolexConfig {
     /// Most trained leaves per model at load; a model has at least a
     /// quarter of that unless the keys run out.
     pub group: usize,
-    /// Leaves of the leaf region beyond the trained ones (synonym leaves).
+    /// Leaves of the first leaf region beyond the trained ones (synonym
+    /// leaves).
     pub spare_leaves: u64,
+    /// Leaves of each leaf region added as the leaves run out (0: the
+    /// first region is all there is).
+    pub leaf_chunk: u64,
+    /// Most leaves in all (capped at the first region's plus 127 added
+    /// regions').
+    pub max_leaves: u64,
     /// A model whose `slot_use` reaches this is queued for retraining (the
     /// paper's half of the SLT: 128).
     pub retrain_at: u64,
@@ -72,6 +80,8 @@ impl Default for RolexConfig {
             epsilon: 16,
             group: 64,
             spare_leaves: 1 << 16,
+            leaf_chunk: 1 << 17,
+            max_leaves: u64::MAX,
             retrain_at: (SLT_SLOTS / 2) as u64,
             retrain_bytes: 16 << 20,
             block_grace_ms: 10_000,
@@ -89,6 +99,11 @@ pub trait RegionHost {
     }
     /// Makes `region` reachable by verbs.
     fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
+    /// A handle the memory node keeps to add leaf regions later; `None`
+    /// (the default): the leaf space never grows past the first region.
+    fn shared(&self) -> Option<Arc<dyn RegionHost + Send + Sync>> {
+        None
+    }
 }
 
 /// A node of a [`LocalFabric`].
@@ -104,6 +119,9 @@ impl RegionHost for LocalHost {
     fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
         self.fabric.register(self.node, region)
     }
+    fn shared(&self) -> Option<Arc<dyn RegionHost + Send + Sync>> {
+        Some(Arc::new(self.clone()))
+    }
 }
 
 impl RegionHost for fabric::Host {
@@ -112,6 +130,9 @@ impl RegionHost for fabric::Host {
     }
     fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
         fabric::Host::register(self, region)
+    }
+    fn shared(&self) -> Option<Arc<dyn RegionHost + Send + Sync>> {
+        Some(Arc::new(self.clone()))
     }
 }
 
@@ -129,6 +150,21 @@ pub struct MemoryNode {
     /// End of the blocks laid out at load: where never-used table space
     /// starts.
     pub(crate) blocks_end: u64,
+    pub(crate) space: LeafSpace,
+    /// Where added leaf regions come from (none: no growth).
+    pub(crate) host: Option<Arc<dyn RegionHost + Send + Sync>>,
+}
+
+impl MemoryNode {
+    /// Leaves usable now (those of the registered leaf regions).
+    pub fn leaf_capacity(&self) -> u64 {
+        self.leaves.load(CAPACITY_WORD)
+    }
+
+    /// Most leaves the leaf space may grow to.
+    pub fn max_leaves(&self) -> u64 {
+        self.space.max
+    }
 }
 
 impl std::fmt::Debug for MemoryNode {
@@ -293,6 +329,23 @@ impl MemoryNode {
         if capacity >= NO_LEAF {
             return Err(RolexError::Config("too many leaves".into()));
         }
+        let host_handle = host.shared();
+        let chunk = if host_handle.is_some() {
+            config.leaf_chunk
+        } else {
+            0
+        };
+        let most = chunk
+            .saturating_mul(MAX_ADDED_REGIONS)
+            .saturating_add(capacity)
+            .min(config.max_leaves.max(capacity))
+            .min(NO_LEAF - 1);
+        let space = LeafSpace::new(layout, capacity, chunk, most).ok_or_else(|| {
+            RolexError::Config(format!(
+                "leaf chunk {chunk} of {} bytes too large",
+                layout.leaf_bytes()
+            ))
+        })?;
         // Low fence of trained leaf j.
         let low = |j: usize| {
             if j == 0 {
@@ -360,6 +413,9 @@ impl MemoryNode {
         }
         leaves.store(ALLOC_NUM_WORD, trained as u64);
         leaves.store(CAPACITY_WORD, capacity);
+        leaves.store(FIRST_LEAVES_WORD, capacity);
+        leaves.store(CHUNK_LEAVES_WORD, chunk);
+        leaves.store(MAX_LEAVES_WORD, most);
         let header = [
             TABLE_MAGIC,
             models as u64,
@@ -387,6 +443,8 @@ impl MemoryNode {
             trained,
             range,
             blocks_end: off,
+            space,
+            host: host_handle,
         })
     }
 

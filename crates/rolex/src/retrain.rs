@@ -49,13 +49,16 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fabric::Region;
+use std::sync::RwLock;
+
+use fabric::{Region, Rights};
 
 use crate::layout::{
-    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, BLOCK_HEAD_WORDS, NO_LEAF, SLT_SLOTS,
+    leaf_region_id, BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, TableLayout,
+    ALLOC_NUM_WORD, BLOCK_HEAD_WORDS, CAPACITY_WORD, NO_LEAF, SLT_SLOTS,
 };
 use crate::lease::{LockWord, LogLayout, RedoRecord, Target};
-use crate::memory::{fit_leaves, write_block, MemoryNode};
+use crate::memory::{fit_leaves, write_block, MemoryNode, RegionHost};
 
 /// How long the retrainer waits for a writer's lock before it gives the
 /// model up (the writer's lock then stays the writer's): well above any
@@ -85,13 +88,17 @@ pub struct RetrainStats {
     pub reused: AtomicU64,
     /// Bytes of table space never used so far.
     pub fresh_bytes_left: AtomicU64,
+    /// Leaf regions added.
+    pub leaf_regions_added: AtomicU64,
 }
 
-/// The retrainer thread; stopped and joined on drop.
+/// The retrainer thread (and the thread that adds leaf regions); both
+/// stopped and joined on drop.
 pub struct Retrainer {
     stop: Arc<AtomicBool>,
     stats: Arc<RetrainStats>,
     thread: Option<JoinHandle<()>>,
+    grower: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Retrainer {
@@ -112,7 +119,7 @@ impl Retrainer {
 impl Drop for Retrainer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
+        for t in [self.thread.take(), self.grower.take()].into_iter().flatten() {
             let _ = t.join();
         }
     }
@@ -128,7 +135,9 @@ enum Outcome {
 
 /// What the retrainer works on.
 struct Pool {
-    leaves: Arc<Region>,
+    /// Leaf regions: the first, then the added ones (the grower appends).
+    leaves: Arc<RwLock<Vec<Arc<Region>>>>,
+    space: LeafSpace,
     tables: Arc<Region>,
     log: Arc<Region>,
     leaf: LeafLayout,
@@ -149,8 +158,10 @@ struct Pool {
 impl MemoryNode {
     /// Starts the retrainer thread.
     pub fn start_retrainer(&self) -> Retrainer {
+        let regions = Arc::new(RwLock::new(vec![self.leaves.clone()]));
         let pool = Pool {
-            leaves: self.leaves.clone(),
+            leaves: regions.clone(),
+            space: self.space,
             tables: self.tables.clone(),
             log: self.log.clone(),
             leaf: self.leaf,
@@ -175,10 +186,58 @@ impl MemoryNode {
             .name("rolex-retrainer".into())
             .spawn(move || pool.run(&s, &st))
             .ok();
+        let grower = self.host.clone().filter(|_| self.space.chunk > 0).and_then(|host| {
+            let (s, st) = (stop.clone(), stats.clone());
+            let space = self.space;
+            std::thread::Builder::new()
+                .name("rolex-grower".into())
+                .spawn(move || grow(&*host, space, &regions, &s, &st))
+                .ok()
+        });
         Retrainer {
             stop,
             stats,
             thread,
+            grower,
+        }
+    }
+}
+
+/// Adds a leaf region whenever fewer than half a region's leaves are left
+/// to allocate, until the most leaves are registered; then raises the
+/// capacity word, so a client never gets a leaf number of a region not
+/// yet registered.
+fn grow(
+    host: &dyn RegionHost,
+    space: LeafSpace,
+    regions: &RwLock<Vec<Arc<Region>>>,
+    stop: &AtomicBool,
+    stats: &RetrainStats,
+) {
+    let first = regions.read().unwrap_or_else(|e| e.into_inner())[0].clone();
+    while !stop.load(Ordering::Acquire) {
+        let (alloc, cap) = (first.load(ALLOC_NUM_WORD), first.load(CAPACITY_WORD));
+        if cap >= space.max || alloc.saturating_add(space.chunk / 2) < cap {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        let k = regions.read().unwrap_or_else(|e| e.into_inner()).len() as u8;
+        let added = host
+            .alloc(leaf_region_id(k), space.chunk_bytes(), Rights::ALL)
+            .and_then(|r| host.register(r.clone()).map(|()| r));
+        match added {
+            Ok(r) => {
+                regions
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(r);
+                first.store(CAPACITY_WORD, (cap + space.chunk).min(space.max));
+                stats.leaf_regions_added.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                eprintln!("rolex: adding leaf region {k} failed, the leaves stop at {cap}: {e}");
+                return;
+            }
         }
     }
 }
@@ -251,6 +310,41 @@ impl Pool {
         self.placed
             .remove(&off)
             .unwrap_or_else(|| self.tl.block_bytes(n))
+    }
+
+    fn first(&self) -> Arc<Region> {
+        self.leaves.read().unwrap_or_else(|e| e.into_inner())[0].clone()
+    }
+
+    /// Leaf region `k`, if registered.
+    fn region(&self, k: u8) -> Option<Arc<Region>> {
+        self.leaves
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(k as usize)
+            .cloned()
+    }
+
+    /// Copies leaf `n` out; false if its region or bytes are not there.
+    fn leaf_out(&self, n: u64, out: &mut [u8]) -> bool {
+        let (k, off) = self.space.place(n);
+        match self.region(k) {
+            Some(r) if off + out.len() as u64 <= r.len_bytes() => {
+                r.copy_out(off, out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Writes leaf `n` (a leaf of a chain read before: its region exists).
+    fn leaf_in(&self, n: u64, data: &[u8]) {
+        let (k, off) = self.space.place(n);
+        if let Some(r) = self.region(k) {
+            if off + data.len() as u64 <= r.len_bytes() {
+                r.copy_in(off, data);
+            }
+        }
     }
 
     fn head(&self, off: u64) -> Option<BlockHead> {
@@ -360,7 +454,7 @@ impl Pool {
                 pairs: img.pairs.clone(),
             }
             .encode(self.leaf, &mut buf);
-            self.leaves.copy_in(self.leaf.leaf_offset(*leaf), &buf);
+            self.leaf_in(*leaf, &buf);
         }
         // A dropped (empty) leaf keeps no key, but a reader whose cache
         // still holds the old block may take it, alone, for the chain of
@@ -379,7 +473,7 @@ impl Pool {
                 pairs: Vec::new(),
             }
             .encode(self.leaf, &mut buf);
-            self.leaves.copy_in(self.leaf.leaf_offset(*leaf), &buf);
+            self.leaf_in(*leaf, &buf);
         }
         // 4. Redirect, 5. open the new block.
         self.tables.store(word(self.tl.dir_offset(m)), new);
@@ -479,8 +573,11 @@ impl Pool {
         }
         for w in &record.writes {
             let region = match w.target {
-                Target::Leaves => &self.leaves,
-                Target::Tables => &self.tables,
+                Target::Leaves(k) => match self.region(k) {
+                    Some(r) => r,
+                    None => continue,
+                },
+                Target::Tables => self.tables.clone(),
             };
             // A record out of bounds is corrupt: skip the write rather
             // than fault (the fabric would refuse it too).
@@ -500,7 +597,7 @@ impl Pool {
     fn chains(&self, off: u64, n: usize) -> Option<Vec<(u64, LeafImage)>> {
         let lt = word(TableLayout::lt_offset(off, 0));
         let slt = word(TableLayout::slt_offset(off, n, 0));
-        let capacity = self.leaves.load(crate::layout::CAPACITY_WORD);
+        let capacity = self.first().load(crate::layout::CAPACITY_WORD);
         let mut out = Vec::new();
         let mut bytes = vec![0u8; self.leaf.leaf_bytes()];
         for i in 0..n {
@@ -512,8 +609,9 @@ impl Pool {
                 if leaf >= capacity {
                     return None;
                 }
-                self.leaves
-                    .copy_out(self.leaf.leaf_offset(leaf), &mut bytes);
+                if !self.leaf_out(leaf, &mut bytes) {
+                    return None;
+                }
                 let mut img = LeafImage::decode(self.leaf, &bytes).ok()?;
                 let v = *chain_ver.get_or_insert(img.ver);
                 img.ver = v;

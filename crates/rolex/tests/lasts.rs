@@ -283,3 +283,56 @@ fn retired_blocks_space_is_reused_after_the_grace() {
     c.scan(0, want.len() + 1, &mut out).unwrap();
     assert_eq!(out, want.into_iter().collect::<Vec<_>>());
 }
+
+/// An insert-only run that grows the store twentyfold from a leaf region
+/// with little room: the memory node adds leaf regions as the leaves run
+/// out (and retrains throughout), every key reads back. A memory node
+/// whose leaf region is fixed fails with `LeafRegionFull`.
+#[test]
+fn the_leaf_space_grows_by_added_regions() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let fabric = LocalFabric::with_adversary(Adversary {
+        seed,
+        ..Adversary::default()
+    });
+    let pairs: Vec<(u64, u64)> = (0..1000u64).map(|i| (i << 20, i)).collect();
+    let config = RolexConfig {
+        slots: 8,
+        fill: 6,
+        group: 16,
+        spare_leaves: 64,
+        leaf_chunk: 512,
+        ..RolexConfig::default()
+    };
+    let (node, mem) = load(&fabric, &pairs, config);
+    let first = mem.leaf_capacity();
+    let retrainer = mem.start_retrainer();
+    let cn = ComputeNode::connect(&mut fabric.endpoint(), node).unwrap();
+    let mut c = cn.client(fabric.endpoint());
+    let mut want: BTreeMap<u64, u64> = pairs.iter().copied().collect();
+    while want.len() < 20_000 {
+        let k = rng.random_range(0..1000u64 << 20);
+        if want.contains_key(&k) {
+            continue;
+        }
+        assert!(c.insert(k, k ^ seed).unwrap(), "insert {k}");
+        want.insert(k, k ^ seed);
+    }
+    let s = retrainer.stats();
+    let added = s.leaf_regions_added.load(Ordering::Relaxed);
+    eprintln!(
+        "seed {seed}: leaves {} of {} (first region {first}), {s:?}",
+        mem.allocated_leaves(),
+        mem.leaf_capacity()
+    );
+    assert!(added >= 2, "leaf regions added: {added}");
+    assert!(mem.allocated_leaves() > first);
+    assert_eq!(s.abandoned.load(Ordering::Relaxed), 0);
+    // A compute node that joins now reads leaves of every region.
+    let cn2 = ComputeNode::connect(&mut fabric.endpoint(), node).unwrap();
+    let mut d = cn2.client(fabric.endpoint());
+    let mut out = Vec::new();
+    d.scan(0, want.len() + 1, &mut out).unwrap();
+    assert_eq!(out, want.into_iter().collect::<Vec<_>>());
+}
