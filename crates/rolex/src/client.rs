@@ -71,7 +71,7 @@ use xtree::layout::le_word;
 
 use crate::error::RolexError;
 use crate::layout::{
-    leaf_region_id, BlockHead, Entry, LeafImage, LeafLayout, LeafReject, LeafSpace, TableLayout,
+    leaf_region_id, predict, BlockHead, Entry, Piece, PIECE_WORDS, LeafImage, LeafLayout, LeafReject, LeafSpace, TableLayout,
     ALLOC_NUM_WORD, CAPACITY_WORD, CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, MAX_LEAVES_WORD,
     BLOCK_HEAD_WORDS, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
@@ -102,6 +102,8 @@ struct ModelCache {
     /// Byte offset of the block in the table region.
     off: u64,
     head: BlockHead,
+    /// The model's pieces (fixed for the block's life).
+    pieces: Vec<Piece>,
     /// LT entries, lock bit cleared.
     lt: Vec<u64>,
     /// SLT slots; slot 0 is `slot_use`.
@@ -235,11 +237,26 @@ fn load_block<E: Endpoint>(
     b.clear();
     let len = ((head.n + SLT_SLOTS) * 8) as u64;
     let h = b.read(TABLE_REGION, TableLayout::lt_offset(off, 0), len);
+    let p = b.read(
+        TABLE_REGION,
+        TableLayout::piece_offset(off, head.n, 0),
+        (head.pieces * PIECE_WORDS * 8) as u64,
+    );
     ep.post(node, b)?;
     let (lt, slt) = decode_tables(b.read_bytes(h)?, head.n);
+    let bytes = b.read_bytes(p)?;
+    let pieces: Vec<Piece> = (0..head.pieces)
+        .map(|k| Piece::decode(std::array::from_fn(|i| le_word(bytes, k * PIECE_WORDS + i))))
+        .collect();
+    if pieces.first().map(|p| p.key) != Some(head.smallest)
+        || pieces.windows(2).any(|w| w[0].key >= w[1].key)
+    {
+        return Err(corrupt("model block", format!("pieces at {off}")));
+    }
     Ok(ModelCache {
         off,
         head,
+        pieces,
         lt,
         slt,
         checked,
@@ -387,22 +404,33 @@ impl ComputeNode {
             .iter()
             .map(|m| {
                 let c = m.read().unwrap_or_else(|e| e.into_inner());
-                (BLOCK_HEAD_WORDS + c.lt.len() + SLT_SLOTS) as u64 * 8
+                (BLOCK_HEAD_WORDS + c.lt.len() + SLT_SLOTS + PIECE_WORDS * c.pieces.len()) as u64
+                    * 8
             })
             .sum()
     }
 
     /// Models, and the largest and mean prediction error (in trained
-    /// leaves) of the cached blocks.
+    /// leaves beyond the one predicted: a piece's window less one) of the
+    /// cached blocks' pieces.
     pub fn model_errors(&self) -> (usize, u64, f64) {
-        let errs: Vec<u64> = self
-            .models
-            .iter()
-            .map(|m| m.read().unwrap_or_else(|e| e.into_inner()).head.err)
-            .collect();
+        let mut errs: Vec<u64> = Vec::new();
+        for m in &self.models {
+            let c = m.read().unwrap_or_else(|e| e.into_inner());
+            errs.extend(c.pieces.iter().map(|p| (p.hi as i64 - p.lo as i64) as u64));
+        }
         let max = errs.iter().copied().max().unwrap_or(0);
         let mean = errs.iter().sum::<u64>() as f64 / errs.len().max(1) as f64;
-        (errs.len(), max, mean)
+        (self.models.len(), max, mean)
+    }
+
+    /// Pieces of all cached models (the models a grown model was split
+    /// into).
+    pub fn pieces(&self) -> usize {
+        self.models
+            .iter()
+            .map(|m| m.read().unwrap_or_else(|e| e.into_inner()).pieces.len())
+            .sum()
     }
 
     /// The keys the memory node holds, `(low, high)` inclusive.
@@ -914,7 +942,10 @@ impl<E: Endpoint> Client<E> {
             }
             let (n, (a, b)) = {
                 let c = self.cn.model(m);
-                (c.lt.len(), window.unwrap_or_else(|| c.head.predict(key)))
+                (
+                    c.lt.len(),
+                    window.unwrap_or_else(|| predict(&c.pieces, c.lt.len(), key)),
+                )
             };
             let (a, b) = (a.min(n - 1), b.min(n - 1));
             let fetched = self.fetch(m, a, b)?;

@@ -8,12 +8,11 @@
 use std::sync::Arc;
 
 use fabric::{FabricError, LocalFabric, NodeId, Region, RegionId, Rights};
-use learned::keyline::KeyLine;
 use learned::plr::{Plr, PlrParams};
 
 use crate::error::RolexError;
 use crate::layout::{
-    BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, TableLayout, ALLOC_NUM_WORD,
+    fit_pieces, BlockHead, Entry, LeafImage, Piece, LeafLayout, LeafSpace, TableLayout, ALLOC_NUM_WORD,
     CAPACITY_WORD, CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, GRACE_WORD, MAX_ADDED_REGIONS,
     MAX_LEAVES_WORD, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
@@ -213,8 +212,10 @@ pub(crate) fn write_block(
     off: u64,
     head: &BlockHead,
     leaves: &[u64],
+    pieces: &[Piece],
     locked: bool,
 ) {
+    debug_assert_eq!(head.pieces, pieces.len());
     let base = (off / 8) as usize;
     for (i, w) in head.encode().into_iter().enumerate() {
         tables.store(base + i, w);
@@ -236,15 +237,14 @@ pub(crate) fn write_block(
     for i in 0..leaves.len() {
         tables.store(lk + i, word);
     }
+    for (k, p) in pieces.iter().enumerate() {
+        let at = (TableLayout::piece_offset(off, leaves.len(), k) / 8) as usize;
+        for (i, w) in p.encode().into_iter().enumerate() {
+            tables.store(at + i, w);
+        }
+    }
 }
 
-/// The line from keys to trained leaves of a model whose leaves start at
-/// `lows`, and its error bound.
-pub(crate) fn fit_leaves(smallest: u64, lows: &[u64]) -> (KeyLine, u64) {
-    let line = KeyLine::fit(smallest, lows, 0);
-    let err = line.max_error(lows, 0);
-    (line, err)
-}
 
 impl MemoryNode {
     /// Lays out `pairs` (sorted by key, distinct) in regions of `host`
@@ -359,8 +359,19 @@ impl MemoryNode {
         // Every model may be queued once per life; twice covers a model
         // queued again while its first entry waits.
         let tl = TableLayout::new(models, (2 * models).next_power_of_two().max(64));
-        let initial: u64 = (0..models)
-            .map(|m| tl.block_bytes(starts.get(m + 1).unwrap_or(&trained) - starts[m]))
+        // Each model's trained leaves `a..b`, its largest key and pieces.
+        let fits: Vec<(usize, usize, u64, Vec<Piece>)> = (0..models)
+            .map(|m| {
+                let (a, b) = (starts[m], *starts.get(m + 1).unwrap_or(&trained));
+                let lows: Vec<u64> = (a..b).map(low).collect();
+                let largest = if b < trained { low(b) - 1 } else { range_high };
+                let pieces = fit_pieces(&lows, largest);
+                (a, b, largest, pieces)
+            })
+            .collect();
+        let initial: u64 = fits
+            .iter()
+            .map(|(a, b, _, p)| tl.block_bytes(b - a, p.len()))
             .sum();
         let table_bytes = tl.blocks_start() + initial + config.retrain_bytes;
 
@@ -393,23 +404,18 @@ impl MemoryNode {
             leaves.copy_in(layout.leaf_offset(j as u64), &buf);
         }
         let mut off = tl.blocks_start();
-        for m in 0..models {
-            let (a, b) = (starts[m], *starts.get(m + 1).unwrap_or(&trained));
-            let lows: Vec<u64> = (a..b).map(low).collect();
-            let smallest = lows[0];
-            let largest = if b < trained { low(b) - 1 } else { range_high };
-            let (line, err) = fit_leaves(smallest, &lows);
+        for (m, (a, b, largest, pieces)) in fits.iter().enumerate() {
+            let (a, b) = (*a, *b);
             let head = BlockHead {
-                smallest,
-                largest,
+                smallest: low(a),
+                largest: *largest,
                 n: b - a,
-                err,
-                line,
+                pieces: pieces.len(),
             };
             let numbers: Vec<u64> = (a as u64..b as u64).collect();
-            write_block(&tables, off, &head, &numbers, false);
+            write_block(&tables, off, &head, &numbers, pieces, false);
             tables.store((tl.dir_offset(m) / 8) as usize, off);
-            off += tl.block_bytes(b - a);
+            off += tl.block_bytes(b - a, pieces.len());
         }
         leaves.store(ALLOC_NUM_WORD, trained as u64);
         leaves.store(CAPACITY_WORD, capacity);

@@ -58,7 +58,8 @@ use crate::layout::{
     ALLOC_NUM_WORD, BLOCK_HEAD_WORDS, CAPACITY_WORD, NO_LEAF, SLT_SLOTS,
 };
 use crate::lease::{LockWord, LogLayout, RedoRecord, Target};
-use crate::memory::{fit_leaves, write_block, MemoryNode, RegionHost};
+use crate::layout::fit_pieces;
+use crate::memory::{write_block, MemoryNode, RegionHost};
 
 /// How long the retrainer waits for a writer's lock before it gives the
 /// model up (the writer's lock then stays the writer's): well above any
@@ -306,10 +307,10 @@ impl Pool {
     /// for it if the retrainer placed it (a power of two: retrained
     /// blocks come in size classes, so a retired one fits the next block
     /// of its class), else its exact size (laid out at load).
-    fn span_bytes(&mut self, off: u64, n: usize) -> u64 {
+    fn span_bytes(&mut self, off: u64, n: usize, pieces: usize) -> u64 {
         self.placed
             .remove(&off)
-            .unwrap_or_else(|| self.tl.block_bytes(n))
+            .unwrap_or_else(|| self.tl.block_bytes(n, pieces))
     }
 
     fn first(&self) -> Arc<Region> {
@@ -362,7 +363,7 @@ impl Pool {
             return Outcome::Abandoned;
         };
         let n = head.n;
-        if TableLayout::lk_offset(off, n, n) > self.tables.len_bytes() {
+        if TableLayout::piece_offset(off, n, head.pieces) > self.tables.len_bytes() {
             return Outcome::Abandoned;
         }
         let lk = word(TableLayout::lk_offset(off, n, 0));
@@ -428,20 +429,22 @@ impl Pool {
                 (_, Some(p)) => p.0,
             })
             .collect();
-        let bytes = self.tl.block_bytes(kept.len()).next_power_of_two();
+        let pieces = fit_pieces(&lows, head.largest);
+        let bytes = self
+            .tl
+            .block_bytes(kept.len(), pieces.len())
+            .next_power_of_two();
         let Some(new) = self.alloc_block(bytes, stats) else {
             self.unlock(lk, n);
             return Outcome::NoSpace;
         };
-        let (line, err) = fit_leaves(head.smallest, &lows);
         let new_head = BlockHead {
             n: kept.len(),
-            err,
-            line,
+            pieces: pieces.len(),
             ..head
         };
         let numbers: Vec<u64> = kept.iter().map(|(l, _)| *l).collect();
-        write_block(&self.tables, new, &new_head, &numbers, true);
+        write_block(&self.tables, new, &new_head, &numbers, &pieces, true);
         // 3. Every kept leaf gets its own fences and no link.
         let mut buf = Vec::new();
         for (k, (leaf, img)) in kept.iter().enumerate() {
@@ -478,7 +481,7 @@ impl Pool {
         // 4. Redirect, 5. open the new block.
         self.tables.store(word(self.tl.dir_offset(m)), new);
         // The grace of the old block starts after the swap.
-        let span = self.span_bytes(off, n);
+        let span = self.span_bytes(off, n, head.pieces);
         self.free.push((off, span, Instant::now()));
         stats.retired.fetch_add(1, Ordering::Relaxed);
         let new_lk = word(TableLayout::lk_offset(new, numbers.len(), 0));
