@@ -71,9 +71,9 @@ use xtree::layout::le_word;
 
 use crate::error::RolexError;
 use crate::layout::{
-    leaf_region_id, predict, BlockHead, Entry, Piece, PIECE_WORDS, LeafImage, LeafLayout, LeafReject, LeafSpace, TableLayout,
-    ALLOC_NUM_WORD, CAPACITY_WORD, CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, MAX_LEAVES_WORD,
-    BLOCK_HEAD_WORDS, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+    leaf_region_id, predict, BlockHead, Entry, LeafImage, LeafLayout, LeafReject, LeafSpace, Piece,
+    TableLayout, ALLOC_NUM_WORD, BLOCK_HEAD_WORDS, CAPACITY_WORD, CHUNK_LEAVES_WORD,
+    FIRST_LEAVES_WORD, MAX_LEAVES_WORD, NO_LEAF, PIECE_WORDS, SLT_SLOTS, TABLE_MAGIC,
 };
 use crate::lease::{
     LockWord, LogLayout, OwnerWord, RedoRecord, RedoReject, RedoWrite, Target, DEFAULT_LEASE_MS,
@@ -1821,9 +1821,7 @@ impl<E: Endpoint> Client<E> {
                 });
             }
             self.batch.clear();
-            let h = self
-                .batch
-                .read(LEAF_REGION, (CAPACITY_WORD * 8) as u64, 8);
+            let h = self.batch.read(LEAF_REGION, (CAPACITY_WORD * 8) as u64, 8);
             self.ep.post(self.cn.node, &mut self.batch)?;
             // Untrusted: never past the most leaves.
             let cap = le_word(self.batch.read_bytes(h)?, 0).min(max);

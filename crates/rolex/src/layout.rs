@@ -209,9 +209,7 @@ impl LeafSpace {
     /// lies in `first..=first + 127 chunk` and below [`NO_LEAF`], and an
     /// added region is at most [`MAX_CHUNK_BYTES`].
     pub fn new(layout: LeafLayout, first: u64, chunk: u64, max: u64) -> Option<LeafSpace> {
-        let top = chunk
-            .checked_mul(MAX_ADDED_REGIONS)?
-            .checked_add(first)?;
+        let top = chunk.checked_mul(MAX_ADDED_REGIONS)?.checked_add(first)?;
         let ok = first >= 1
             && (first..=top).contains(&max)
             && max < NO_LEAF
@@ -720,7 +718,9 @@ mod tests {
         let mut lows = vec![1000u64];
         for _ in 0..3000 {
             // Leaves of uneven widths, as splits leave them.
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let w = 50 + (x >> 33) % 400;
             lows.push(lows.last().unwrap() + w);
         }
@@ -739,8 +739,16 @@ mod tests {
                 width += b - a + 1;
             }
         }
-        assert!(pieces.len() < n / 2, "{} pieces for {n} leaves", pieces.len());
-        eprintln!("{} pieces, mean window {:.2}", pieces.len(), width as f64 / (3 * n) as f64);
+        assert!(
+            pieces.len() < n / 2,
+            "{} pieces for {n} leaves",
+            pieces.len()
+        );
+        eprintln!(
+            "{} pieces, mean window {:.2}",
+            pieces.len(),
+            width as f64 / (3 * n) as f64
+        );
         // A corrupt piece never names a leaf out of range.
         let bad = [Piece {
             key: 0,

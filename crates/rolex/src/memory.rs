@@ -12,9 +12,9 @@ use learned::plr::{Plr, PlrParams};
 
 use crate::error::RolexError;
 use crate::layout::{
-    fit_pieces, BlockHead, Entry, LeafImage, Piece, LeafLayout, LeafSpace, TableLayout, ALLOC_NUM_WORD,
-    CAPACITY_WORD, CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, GRACE_WORD, MAX_ADDED_REGIONS,
-    MAX_LEAVES_WORD, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+    fit_pieces, BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, Piece, TableLayout,
+    ALLOC_NUM_WORD, CAPACITY_WORD, CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, GRACE_WORD,
+    MAX_ADDED_REGIONS, MAX_LEAVES_WORD, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
 use crate::lease::{
     LockWord, LogLayout, DEFAULT_OWNER_LEASE_MS, MAX_OWNER, MIN_OWNER_LEASE_MS, OWNER_LEASE_WORD,
@@ -244,7 +244,6 @@ pub(crate) fn write_block(
         }
     }
 }
-
 
 impl MemoryNode {
     /// Lays out `pairs` (sorted by key, distinct) in regions of `host`

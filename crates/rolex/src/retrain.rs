@@ -53,12 +53,12 @@ use std::sync::RwLock;
 
 use fabric::{Region, Rights};
 
+use crate::layout::fit_pieces;
 use crate::layout::{
     leaf_region_id, BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, TableLayout,
     ALLOC_NUM_WORD, BLOCK_HEAD_WORDS, CAPACITY_WORD, NO_LEAF, SLT_SLOTS,
 };
 use crate::lease::{LockWord, LogLayout, RedoRecord, Target};
-use crate::layout::fit_pieces;
 use crate::memory::{write_block, MemoryNode, RegionHost};
 
 /// How long the retrainer waits for a writer's lock before it gives the
@@ -120,7 +120,10 @@ impl Retrainer {
 impl Drop for Retrainer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        for t in [self.thread.take(), self.grower.take()].into_iter().flatten() {
+        for t in [self.thread.take(), self.grower.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = t.join();
         }
     }
@@ -187,14 +190,18 @@ impl MemoryNode {
             .name("rolex-retrainer".into())
             .spawn(move || pool.run(&s, &st))
             .ok();
-        let grower = self.host.clone().filter(|_| self.space.chunk > 0).and_then(|host| {
-            let (s, st) = (stop.clone(), stats.clone());
-            let space = self.space;
-            std::thread::Builder::new()
-                .name("rolex-grower".into())
-                .spawn(move || grow(&*host, space, &regions, &s, &st))
-                .ok()
-        });
+        let grower = self
+            .host
+            .clone()
+            .filter(|_| self.space.chunk > 0)
+            .and_then(|host| {
+                let (s, st) = (stop.clone(), stats.clone());
+                let space = self.space;
+                std::thread::Builder::new()
+                    .name("rolex-grower".into())
+                    .spawn(move || grow(&*host, space, &regions, &s, &st))
+                    .ok()
+            });
         Retrainer {
             stop,
             stats,
@@ -228,10 +235,7 @@ fn grow(
             .and_then(|r| host.register(r.clone()).map(|()| r));
         match added {
             Ok(r) => {
-                regions
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(r);
+                regions.write().unwrap_or_else(|e| e.into_inner()).push(r);
                 first.store(CAPACITY_WORD, (cap + space.chunk).min(space.max));
                 stats.leaf_regions_added.fetch_add(1, Ordering::Relaxed);
             }

@@ -34,7 +34,11 @@ fn owner_words(fabric: &LocalFabric, node: NodeId, config: &RolexConfig) -> Vec<
     ep.post(node, &mut b).unwrap();
     let bytes = b.read_bytes(h).unwrap();
     (0..config.owners as usize)
-        .map(|o| OwnerWord::decode(u64::from_le_bytes(bytes[o * 8..o * 8 + 8].try_into().unwrap())))
+        .map(|o| {
+            OwnerWord::decode(u64::from_le_bytes(
+                bytes[o * 8..o * 8 + 8].try_into().unwrap(),
+            ))
+        })
         .collect()
 }
 
