@@ -561,8 +561,8 @@ pub fn fit_pieces(lows: &[u64], largest: u64) -> Vec<Piece> {
             slope: (e + 1 - s) as f64 / span,
         };
         let (mut lo, mut hi) = (0i64, 0i64);
-        for j in s..=e {
-            hi = hi.max(j as i64 - p.position(lows[j]));
+        for (j, &low) in lows.iter().enumerate().take(e + 1).skip(s) {
+            hi = hi.max(j as i64 - p.position(low));
             lo = lo.min(j as i64 - p.position(end(j)));
         }
         p.lo = lo.clamp(i16::MIN as i64, 0) as i16;

@@ -340,3 +340,81 @@ fn the_leaf_space_grows_by_added_regions() {
     d.scan(0, want.len() + 1, &mut out).unwrap();
     assert_eq!(out, want.into_iter().collect::<Vec<_>>());
 }
+
+/// The growth run at small scale: 2,000 keys grown to 50,000 by two
+/// writer threads on two memory nodes, retrainers running throughout:
+/// no write fails, every key reads back, and GETs read about two leaves
+/// (a model refit as one line over its grown leaves read over five).
+#[test]
+fn growth_on_two_memory_nodes_keeps_every_key_and_few_leaves_per_get() {
+    let seed = seed();
+    let fabric = LocalFabric::with_adversary(Adversary {
+        seed,
+        ..Adversary::default()
+    });
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut all = std::collections::BTreeSet::new();
+    while all.len() < 50_000 {
+        all.insert(rng.random::<u64>());
+    }
+    let mut all: Vec<u64> = all.into_iter().collect();
+    // Random order: the first 2,000 are loaded, the rest inserted.
+    for i in (1..all.len()).rev() {
+        all.swap(i, rng.random_range(0..=i));
+    }
+    let value = |k: u64| k.rotate_left(7) ^ seed;
+    let mut loaded: Vec<(u64, u64)> = all[..2000].iter().map(|&k| (k, value(k))).collect();
+    loaded.sort_unstable();
+    let ranges = rolex::multi::split(&loaded, 2).unwrap();
+    let mut memory = Vec::new();
+    let mut retrainers = Vec::new();
+    let mut compute = Vec::new();
+    let config = RolexConfig {
+        spare_leaves: 256,
+        leaf_chunk: 1024,
+        ..RolexConfig::default()
+    };
+    for (part, &range) in rolex::multi::parts(&loaded, &ranges).into_iter().zip(&ranges) {
+        let node = fabric.add_node();
+        let host = LocalHost {
+            fabric: fabric.clone(),
+            node,
+        };
+        let m = MemoryNode::load_range(part, config, range, &host).unwrap();
+        retrainers.push(m.start_retrainer());
+        compute.push(ComputeNode::connect(&mut fabric.endpoint(), node).unwrap());
+        memory.push(m);
+    }
+    let pool = rolex::MultiNode::new(compute).unwrap();
+    std::thread::scope(|s| {
+        for part in all[2000..].chunks(24_000) {
+            let (pool, fabric) = (pool.clone(), fabric.clone());
+            s.spawn(move || {
+                let mut c = pool.client(vec![fabric.endpoint(), fabric.endpoint()]).unwrap();
+                for &k in part {
+                    assert!(c.insert(k, value(k)).unwrap(), "insert {k}");
+                }
+            });
+        }
+    });
+    let mut c = pool.client(vec![fabric.endpoint(), fabric.endpoint()]).unwrap();
+    for &k in &all {
+        assert_eq!(c.get(k).unwrap(), Some(value(k)), "key {k}");
+    }
+    let s = c.stats();
+    let per_get = s.get_leaves as f64 / s.reads as f64;
+    let retrained: u64 = retrainers
+        .iter()
+        .map(|r| r.stats().retrained.load(Ordering::Relaxed))
+        .sum();
+    let regions: u64 = retrainers
+        .iter()
+        .map(|r| r.stats().leaf_regions_added.load(Ordering::Relaxed))
+        .sum();
+    eprintln!(
+        "seed {seed}: {per_get:.3} leaves per GET, {retrained} retrained, {regions} leaf regions added, {} pieces",
+        pool.nodes().iter().map(|n| n.pieces()).sum::<usize>()
+    );
+    assert!(retrained > 0 && regions > 0);
+    assert!(per_get <= 3.0, "{per_get:.3} leaves per GET");
+}
