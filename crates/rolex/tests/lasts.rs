@@ -374,7 +374,10 @@ fn growth_on_two_memory_nodes_keeps_every_key_and_few_leaves_per_get() {
         leaf_chunk: 1024,
         ..RolexConfig::default()
     };
-    for (part, &range) in rolex::multi::parts(&loaded, &ranges).into_iter().zip(&ranges) {
+    for (part, &range) in rolex::multi::parts(&loaded, &ranges)
+        .into_iter()
+        .zip(&ranges)
+    {
         let node = fabric.add_node();
         let host = LocalHost {
             fabric: fabric.clone(),
@@ -390,14 +393,18 @@ fn growth_on_two_memory_nodes_keeps_every_key_and_few_leaves_per_get() {
         for part in all[2000..].chunks(24_000) {
             let (pool, fabric) = (pool.clone(), fabric.clone());
             s.spawn(move || {
-                let mut c = pool.client(vec![fabric.endpoint(), fabric.endpoint()]).unwrap();
+                let mut c = pool
+                    .client(vec![fabric.endpoint(), fabric.endpoint()])
+                    .unwrap();
                 for &k in part {
                     assert!(c.insert(k, value(k)).unwrap(), "insert {k}");
                 }
             });
         }
     });
-    let mut c = pool.client(vec![fabric.endpoint(), fabric.endpoint()]).unwrap();
+    let mut c = pool
+        .client(vec![fabric.endpoint(), fabric.endpoint()])
+        .unwrap();
     for &k in &all {
         assert_eq!(c.get(k).unwrap(), Some(value(k)), "key {k}");
     }
