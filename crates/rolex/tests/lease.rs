@@ -244,8 +244,10 @@ fn a_writer_paused_past_its_lease_writes_nothing_after_the_stealer() {
         let mut ep = fabric.endpoint();
         let cn = ComputeNode::connect(&mut ep, node).unwrap();
         let mut c = cn.client(ep);
-        // Let the paused writer take the lock first.
-        std::thread::sleep(LEASE / 4);
+        // Let the paused writer take the lock first (after its owner id:
+        // a whole lease leaves room for a loaded machine; it stays paused
+        // for two more).
+        std::thread::sleep(LEASE);
         assert!(c.update(20, 222).unwrap());
         c.stats()
     });
