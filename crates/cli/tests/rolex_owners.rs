@@ -47,7 +47,7 @@ fn ten_thousand_rolex_clients_one_after_another() {
         .collect();
     let endpoint = |i: usize| -> Box<dyn Endpoint> {
         let c = (i / 2) % 200;
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             Box::new(tcp[c].share())
         } else {
             Box::new(shm[c].share())
