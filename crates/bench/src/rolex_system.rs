@@ -60,13 +60,17 @@ impl RolexLocal {
             let node = fabric.add_node();
             let trained = part.len().div_ceil(fill) as u64;
             // Retraining moves no pair between leaves, so nothing but a
-            // delete frees a leaf: room for inserts of about twice the
-            // loaded pairs, and for 256 Ki synonym leaves at the least
-            // (an insert-only run on a small key set grows it tenfold).
+            // delete frees a leaf: room in the first leaf region for
+            // inserts of about twice the loaded pairs, and for 256 Ki
+            // synonym leaves at the least; past that the memory node adds
+            // leaf regions. The table region holds the live retrained
+            // blocks of a store grown a hundredfold (retired blocks'
+            // space is reused).
             let config = RolexConfig {
                 slots,
                 fill,
                 spare_leaves: (2 * trained).max(1 << 18),
+                retrain_bytes: 256 << 20,
                 ..RolexConfig::default()
             };
             let host = LocalHost {

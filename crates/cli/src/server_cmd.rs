@@ -424,6 +424,9 @@ fn serve_rolex(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<(
             slots,
             fill: (slots * 3 / 4).max(1),
             spare_leaves: (part.len() as u64).max(1 << 16),
+            // Live retrained blocks of a store grown a hundredfold; leaf
+            // regions are added as the leaves run out.
+            retrain_bytes: 256 << 20,
             ..rolex::RolexConfig::default()
         };
         let memory =

@@ -19,7 +19,11 @@
 //!   doorbell of two FAAs (`alloc_num`, `slot_use`): 4 round trips; the
 //!   split that takes the model's `retrain_at`-th SLT slot also queues the
 //!   model in the CirQ (an FAA of the tail, then a WRITE of the slot: 2
-//!   more). A client's first write takes its owner id (one FAA, once).
+//!   more). A client's first write takes an owner id (one READ of the
+//!   owner table, one CAS with the id's redo slot read in its doorbell,
+//!   one READ of a lock word the slot's record names: 3 round trips,
+//!   once), renews it every half owner lease (one CAS) and gives it back
+//!   when dropped (one CAS), [`crate::lease`].
 //!
 //! # Leases
 //!
@@ -58,7 +62,7 @@
 //! "other threads of C_node can leverage the acquired lock").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -67,12 +71,13 @@ use xtree::layout::le_word;
 
 use crate::error::RolexError;
 use crate::layout::{
-    BlockHead, Entry, LeafImage, LeafLayout, LeafReject, TableLayout, ALLOC_NUM_WORD,
-    BLOCK_HEAD_WORDS, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+    leaf_region_id, predict, BlockHead, Entry, LeafImage, LeafLayout, LeafReject, LeafSpace, Piece,
+    TableLayout, ALLOC_NUM_WORD, BLOCK_HEAD_WORDS, CAPACITY_WORD, CHUNK_LEAVES_WORD,
+    FIRST_LEAVES_WORD, MAX_LEAVES_WORD, NO_LEAF, PIECE_WORDS, SLT_SLOTS, TABLE_MAGIC,
 };
 use crate::lease::{
-    self, LockWord, LogLayout, RedoRecord, RedoReject, RedoWrite, Target, DEFAULT_LEASE_MS,
-    SLOTS_WORD, SLOT_BYTES_WORD,
+    LockWord, LogLayout, OwnerWord, RedoRecord, RedoReject, RedoWrite, Target, DEFAULT_LEASE_MS,
+    MIN_OWNER_LEASE_MS, OWNER_LEASE_WORD, SEQ_JUMP, SLOTS_WORD, SLOT_BYTES_WORD,
 };
 use crate::memory::{LEAF_REGION, LOG_REGION, TABLE_REGION};
 
@@ -97,10 +102,16 @@ struct ModelCache {
     /// Byte offset of the block in the table region.
     off: u64,
     head: BlockHead,
+    /// The model's pieces (fixed for the block's life).
+    pieces: Vec<Piece>,
     /// LT entries, lock bit cleared.
     lt: Vec<u64>,
     /// SLT slots; slot 0 is `slot_use`.
     slt: Vec<u64>,
+    /// When a doorbell last posted found the directory naming this block:
+    /// a lock CAS on the block is safe within a quarter of the block
+    /// grace of it ([`crate::layout`]).
+    checked: Instant,
 }
 
 /// The local half of a chain lock, shared by the node's threads.
@@ -136,7 +147,10 @@ pub struct ComputeNode {
     node: NodeId,
     leaf: LeafLayout,
     tl: TableLayout,
-    capacity: u64,
+    /// Where leaves live (regions added as they run out).
+    space: LeafSpace,
+    /// Leaves usable as last read (the memory node raises it).
+    capacity: AtomicU64,
     retrain_at: u64,
     /// Smallest key of each model (fixed for the store's life): the top
     /// level of the index, searched by bisection.
@@ -152,6 +166,11 @@ pub struct ComputeNode {
     log: LogLayout,
     /// The lease this node's writers name in their lock words.
     lease: Duration,
+    /// The owner lease of the memory node's owner ids.
+    owner_lease: Duration,
+    /// The memory node's block grace: a retired block's space is reused
+    /// this long after the directory stopped naming it.
+    grace: Duration,
 }
 
 /// One leaf of a chain: its number and the SLT slot naming it (0 for the
@@ -201,12 +220,14 @@ fn corrupt(what: &'static str, detail: String) -> RolexError {
     RolexError::Corrupt { what, detail }
 }
 
-/// Reads the head and then the tables of the block at `off`.
+/// Reads the head and then the tables of the block at `off`, which the
+/// directory named in a doorbell posted at `checked`.
 fn load_block<E: Endpoint>(
     ep: &mut E,
     node: NodeId,
     b: &mut Batch,
     off: u64,
+    checked: Instant,
 ) -> Result<ModelCache, RolexError> {
     b.clear();
     let h = b.read(TABLE_REGION, off, (BLOCK_HEAD_WORDS * 8) as u64);
@@ -216,9 +237,30 @@ fn load_block<E: Endpoint>(
     b.clear();
     let len = ((head.n + SLT_SLOTS) * 8) as u64;
     let h = b.read(TABLE_REGION, TableLayout::lt_offset(off, 0), len);
+    let p = b.read(
+        TABLE_REGION,
+        TableLayout::piece_offset(off, head.n, 0),
+        (head.pieces * PIECE_WORDS * 8) as u64,
+    );
     ep.post(node, b)?;
     let (lt, slt) = decode_tables(b.read_bytes(h)?, head.n);
-    Ok(ModelCache { off, head, lt, slt })
+    let bytes = b.read_bytes(p)?;
+    let pieces: Vec<Piece> = (0..head.pieces)
+        .map(|k| Piece::decode(std::array::from_fn(|i| le_word(bytes, k * PIECE_WORDS + i))))
+        .collect();
+    if pieces.first().map(|p| p.key) != Some(head.smallest)
+        || pieces.windows(2).any(|w| w[0].key >= w[1].key)
+    {
+        return Err(corrupt("model block", format!("pieces at {off}")));
+    }
+    Ok(ModelCache {
+        off,
+        head,
+        pieces,
+        lt,
+        slt,
+        checked,
+    })
 }
 
 impl ComputeNode {
@@ -250,14 +292,37 @@ impl ComputeNode {
         }
         let tl = TableLayout::new(models as usize, cirq as usize);
         b.clear();
+        let h = b.read(LEAF_REGION, 0, 40);
+        ep.post(node, &mut b)?;
+        let (space, capacity) = {
+            let bytes = b.read_bytes(h)?;
+            let w = |i| le_word(bytes, i);
+            let space = LeafSpace::new(
+                leaf,
+                w(FIRST_LEAVES_WORD),
+                w(CHUNK_LEAVES_WORD),
+                w(MAX_LEAVES_WORD),
+            )
+            .ok_or_else(|| bad(format!("leaf space {:?}", [w(2), w(3), w(4)])))?;
+            (space, w(CAPACITY_WORD).min(space.max))
+        };
+        // Untrusted: the lock CAS rule needs a grace of four lock leases.
+        let grace = Duration::from_millis(w(7).max(MIN_OWNER_LEASE_MS as u64));
+        b.clear();
         let h = b.read(LOG_REGION, 0, 24);
         ep.post(node, &mut b)?;
-        let log = {
+        let (log, owner_lease_ms) = {
             let bytes = b.read_bytes(h)?;
+            // Untrusted: never below the floor the lease rule needs.
+            let owner_lease_ms =
+                le_word(bytes, OWNER_LEASE_WORD).clamp(MIN_OWNER_LEASE_MS as u64, u16::MAX as u64);
             let (slots, slot_bytes) = (le_word(bytes, SLOTS_WORD), le_word(bytes, SLOT_BYTES_WORD));
-            LogLayout::from_header(leaf, slots, slot_bytes).ok_or_else(|| {
-                corrupt("log header", format!("{slots} slots of {slot_bytes} bytes"))
-            })?
+            let log = LogLayout::from_header(leaf, slots, slot_bytes)
+                .filter(|l| l.slots() > 0)
+                .ok_or_else(|| {
+                    corrupt("log header", format!("{slots} slots of {slot_bytes} bytes"))
+                })?;
+            (log, owner_lease_ms)
         };
         // The directory, in READs of at most MAX_VERB_BYTES.
         let mut dir = Vec::with_capacity(models as usize);
@@ -277,10 +342,11 @@ impl ComputeNode {
                 dir.extend((0..n).map(|i| le_word(bytes, i)));
             }
         }
+        let dir_read = Instant::now();
         let mut caches = Vec::with_capacity(dir.len());
         let mut smallest = Vec::with_capacity(dir.len());
         for (m, &off) in dir.iter().enumerate() {
-            let c = load_block(ep, node, &mut b, off)?;
+            let c = load_block(ep, node, &mut b, off, dir_read)?;
             if smallest.last().is_some_and(|&s| s >= c.head.smallest) {
                 return Err(corrupt("model block", format!("model {m} out of order")));
             }
@@ -302,7 +368,8 @@ impl ComputeNode {
             node,
             leaf,
             tl,
-            capacity,
+            space,
+            capacity: AtomicU64::new(capacity),
             retrain_at,
             smallest,
             range: (low, high),
@@ -310,6 +377,8 @@ impl ComputeNode {
             locks: Mutex::new(HashMap::new()),
             log,
             lease: Duration::from_millis(DEFAULT_LEASE_MS as u64),
+            owner_lease: Duration::from_millis(owner_lease_ms),
+            grace,
         }))
     }
 
@@ -324,6 +393,7 @@ impl ComputeNode {
             plan: Vec::new(),
             owner: None,
             seq: 0,
+            dirty: false,
             stats: ClientStats::default(),
         }
     }
@@ -334,22 +404,33 @@ impl ComputeNode {
             .iter()
             .map(|m| {
                 let c = m.read().unwrap_or_else(|e| e.into_inner());
-                (BLOCK_HEAD_WORDS + c.lt.len() + SLT_SLOTS) as u64 * 8
+                (BLOCK_HEAD_WORDS + c.lt.len() + SLT_SLOTS + PIECE_WORDS * c.pieces.len()) as u64
+                    * 8
             })
             .sum()
     }
 
     /// Models, and the largest and mean prediction error (in trained
-    /// leaves) of the cached blocks.
+    /// leaves beyond the one predicted: a piece's window less one) of the
+    /// cached blocks' pieces.
     pub fn model_errors(&self) -> (usize, u64, f64) {
-        let errs: Vec<u64> = self
-            .models
-            .iter()
-            .map(|m| m.read().unwrap_or_else(|e| e.into_inner()).head.err)
-            .collect();
+        let mut errs: Vec<u64> = Vec::new();
+        for m in &self.models {
+            let c = m.read().unwrap_or_else(|e| e.into_inner());
+            errs.extend(c.pieces.iter().map(|p| (p.hi as i64 - p.lo as i64) as u64));
+        }
         let max = errs.iter().copied().max().unwrap_or(0);
         let mean = errs.iter().sum::<u64>() as f64 / errs.len().max(1) as f64;
-        (errs.len(), max, mean)
+        (self.models.len(), max, mean)
+    }
+
+    /// Pieces of all cached models (the models a grown model was split
+    /// into).
+    pub fn pieces(&self) -> usize {
+        self.models
+            .iter()
+            .map(|m| m.read().unwrap_or_else(|e| e.into_inner()).pieces.len())
+            .sum()
     }
 
     /// The keys the memory node holds, `(low, high)` inclusive.
@@ -440,6 +521,20 @@ pub struct ClientStats {
     pub renewals: u64,
     /// Chains that stayed torn and whose lock a GET took to repair them.
     pub repairs: u64,
+    /// Owner ids taken (free ones and lapsed ones).
+    pub owner_claims: u64,
+    /// Owner ids taken back from a holder whose owner lease ran out.
+    pub owner_steals: u64,
+    /// Owner leases renewed.
+    pub owner_renewals: u64,
+    /// Owner ids this client lost (taken back while it was idle).
+    pub owner_losses: u64,
+    /// Redo records of a previous holder of an owner id replayed when
+    /// the id was taken over.
+    pub takeover_replays: u64,
+    /// Directory words re-read before a lock CAS because the cached
+    /// block had not been seen current for a quarter of the grace.
+    pub block_checks: u64,
 }
 
 impl std::ops::AddAssign for ClientStats {
@@ -460,6 +555,12 @@ impl std::ops::AddAssign for ClientStats {
         self.replays += o.replays;
         self.renewals += o.renewals;
         self.repairs += o.repairs;
+        self.owner_claims += o.owner_claims;
+        self.owner_steals += o.owner_steals;
+        self.owner_renewals += o.owner_renewals;
+        self.owner_losses += o.owner_losses;
+        self.takeover_replays += o.takeover_replays;
+        self.block_checks += o.block_checks;
     }
 }
 
@@ -502,11 +603,32 @@ pub struct Client<E: Endpoint> {
     writes: Vec<OpHandle>,
     /// WRITEs a lock holder plans, posted after their redo record.
     plan: Vec<RedoWrite>,
-    /// Owner id (its redo slot), taken on the first write.
-    owner: Option<u16>,
+    /// Owner id (its redo slot) and its lease, taken on the first write.
+    owner: Option<Owner>,
     /// Lock words taken so far (the sequence of the next one).
     seq: u32,
+    /// An operation failed: a lock may be held with its writes half made,
+    /// so the owner id is not given back on drop but left to lapse (its
+    /// next holder then replays the record, [`crate::lease`]).
+    dirty: bool,
     stats: ClientStats,
+}
+
+/// An owner id held: its owner word as last written, and when the CAS
+/// that wrote it was posted (on this client's clock).
+#[derive(Debug, Clone, Copy)]
+struct Owner {
+    id: u16,
+    word: u64,
+    since: Instant,
+}
+
+impl<E: Endpoint> Drop for Client<E> {
+    /// Gives the owner id back (one CAS; nothing if the endpoint fails).
+    fn drop(&mut self) {
+        // A failure leaves the id to lapse, which is always safe.
+        let _ = self.release_owner();
+    }
 }
 
 impl<E: Endpoint> std::fmt::Debug for Client<E> {
@@ -537,7 +659,7 @@ impl<E: Endpoint> Client<E> {
     pub fn get(&mut self, key: u64) -> Result<Option<u64>, RolexError> {
         self.cn.in_range(key)?;
         self.stats.reads += 1;
-        let chain = self.locate(key, true)?;
+        let chain = self.locate(key, true).inspect_err(|_| self.dirty = true)?;
         Ok(chain.find(key).map(|(i, s)| chain.images[i].pairs[s].1))
     }
 
@@ -551,6 +673,19 @@ impl<E: Endpoint> Client<E> {
     ) -> Result<(), RolexError> {
         self.cn.in_range(start)?;
         self.stats.reads += 1;
+        let r = self.scan_inner(start, n, out);
+        if r.is_err() {
+            self.dirty = true;
+        }
+        r
+    }
+
+    fn scan_inner(
+        &mut self,
+        start: u64,
+        n: usize,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), RolexError> {
         out.clear();
         if n == 0 {
             return Ok(());
@@ -687,8 +822,8 @@ impl<E: Endpoint> Client<E> {
             let handles = links
                 .iter()
                 .map(|l| {
-                    self.batch
-                        .read(LEAF_REGION, self.cn.leaf.leaf_offset(l.leaf), lb)
+                    let (region, at) = self.cn.space.place(l.leaf);
+                    self.batch.read(leaf_region_id(region), at, lb)
                 })
                 .collect();
             out.push(Fetched {
@@ -748,6 +883,7 @@ impl<E: Endpoint> Client<E> {
             TableLayout::lt_offset(off, 0),
             ((n + SLT_SLOTS) * 8) as u64,
         );
+        let posted = Instant::now();
         self.ep.post(self.cn.node, &mut self.batch)?;
         let now = le_word(self.batch.read_bytes(d)?, 0);
         if now == off {
@@ -755,10 +891,11 @@ impl<E: Endpoint> Client<E> {
             let mut c = self.cn.model_mut(m);
             if c.off == off {
                 (c.lt, c.slt) = (lt, slt);
+                c.checked = c.checked.max(posted);
             }
             return Ok(());
         }
-        let fresh = load_block(&mut self.ep, self.cn.node, &mut self.batch, now)?;
+        let fresh = load_block(&mut self.ep, self.cn.node, &mut self.batch, now, posted)?;
         if fresh.head.smallest != self.cn.smallest[m] {
             return Err(corrupt("model block", format!("model {m} moved its range")));
         }
@@ -805,7 +942,10 @@ impl<E: Endpoint> Client<E> {
             }
             let (n, (a, b)) = {
                 let c = self.cn.model(m);
-                (c.lt.len(), window.unwrap_or_else(|| c.head.predict(key)))
+                (
+                    c.lt.len(),
+                    window.unwrap_or_else(|| predict(&c.pieces, c.lt.len(), key)),
+                )
             };
             let (a, b) = (a.min(n - 1), b.min(n - 1));
             let fetched = self.fetch(m, a, b)?;
@@ -876,6 +1016,14 @@ impl<E: Endpoint> Client<E> {
     }
 
     fn write(&mut self, key: u64, op: WriteOp) -> Result<bool, RolexError> {
+        let r = self.write_inner(key, op);
+        if r.is_err() {
+            self.dirty = true;
+        }
+        r
+    }
+
+    fn write_inner(&mut self, key: u64, op: WriteOp) -> Result<bool, RolexError> {
         for restart in 0..MAX_RESTARTS {
             if restart > 0 {
                 self.stats.restarts += 1;
@@ -974,6 +1122,7 @@ impl<E: Endpoint> Client<E> {
         if !self.plan.is_empty() {
             let record = RedoRecord {
                 token,
+                lock: lease.lk,
                 writes: std::mem::take(&mut self.plan),
             };
             record.encode(&mut self.buf);
@@ -982,10 +1131,7 @@ impl<E: Endpoint> Client<E> {
             self.writes
                 .push(self.batch.write(LOG_REGION, at, &self.buf));
             for w in &record.writes {
-                let region = match w.target {
-                    Target::Leaves => LEAF_REGION,
-                    Target::Tables => TABLE_REGION,
-                };
+                let region = w.target.region();
                 self.writes
                     .push(self.batch.write(region, w.offset, &w.data));
             }
@@ -1003,24 +1149,205 @@ impl<E: Endpoint> Client<E> {
         Ok(())
     }
 
-    /// This client's owner id, taken from the log region on first use.
+    /// This client's owner id: taken on first use, renewed past half its
+    /// owner lease (a lost one is replaced), [`crate::lease`].
     fn owner(&mut self) -> Result<u16, RolexError> {
         if let Some(o) = self.owner {
-            return Ok(o);
+            if o.since.elapsed() < self.cn.owner_lease / 2 {
+                return Ok(o.id);
+            }
+            self.seq = self.seq.wrapping_add(1);
+            let word = self.owner_word(true);
+            let since = Instant::now();
+            self.batch.clear();
+            let h = self
+                .batch
+                .cas(LOG_REGION, self.cn.log.owner_offset(o.id), o.word, word);
+            self.ep.post(self.cn.node, &mut self.batch)?;
+            self.owner = None;
+            if self.batch.atomic_result(h)? == o.word {
+                self.stats.owner_renewals += 1;
+                self.owner = Some(Owner { word, since, ..o });
+                return Ok(o.id);
+            }
+            // Idle past the owner lease: the id was taken back.
+            self.stats.owner_losses += 1;
         }
+        self.claim_owner()
+    }
+
+    /// The owner word for this client's lock sequence now.
+    fn owner_word(&self, held: bool) -> u64 {
+        OwnerWord {
+            held,
+            lease_ms: self.cn.owner_lease.as_millis().min(u16::MAX as u128) as u16,
+            seq: self.seq,
+        }
+        .encode()
+    }
+
+    /// Takes an owner id: a free one if there is one, else the first
+    /// whose owner word stands still for longer than the owner lease;
+    /// then settles the record its previous holder left in its redo slot.
+    fn claim_owner(&mut self) -> Result<u16, RolexError> {
+        let log = self.cn.log;
+        let r = log.slots() as usize;
+        let lease = self.cn.owner_lease;
+        // Where to start looking: spread over the table, so that clients
+        // connecting at once do not all race for the same free id.
+        let start = {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos() as usize);
+            (t ^ (self as *const Self as usize >> 4)) % r
+        };
+        let started = Instant::now();
+        // Each owner word as first seen unchanged, and since when.
+        let mut seen: Vec<(u64, Instant)> = Vec::new();
+        loop {
+            self.batch.clear();
+            let h = self
+                .batch
+                .read(LOG_REGION, log.owner_offset(1), 8 * r as u64);
+            self.ep.post(self.cn.node, &mut self.batch)?;
+            let table: Vec<u64> = {
+                let bytes = self.batch.read_bytes(h)?;
+                (0..r).map(|o| le_word(bytes, o)).collect()
+            };
+            let now = Instant::now();
+            if seen.is_empty() {
+                seen = table.iter().map(|&w| (w, now)).collect();
+            }
+            for k in 0..r {
+                let o = (start + k) % r;
+                let w = table[o];
+                if seen[o].0 != w {
+                    seen[o] = (w, now);
+                }
+                let ow = OwnerWord::decode(w);
+                // The word's lease is client-written: never shorter than
+                // the memory node's.
+                let lapse = lease.max(Duration::from_millis(ow.lease_ms as u64));
+                let (seq, stolen) = if !ow.held {
+                    (ow.seq.wrapping_add(1), false)
+                } else if seen[o].1.elapsed() > lapse {
+                    (ow.seq.wrapping_add(SEQ_JUMP), true)
+                } else {
+                    continue;
+                };
+                let id = o as u16 + 1;
+                self.seq = seq;
+                let word = self.owner_word(true);
+                let since = Instant::now();
+                self.batch.clear();
+                let c = self.batch.cas(LOG_REGION, log.owner_offset(id), w, word);
+                let rd = self
+                    .batch
+                    .read(LOG_REGION, log.slot_offset(id), log.slot_bytes());
+                self.ep.post(self.cn.node, &mut self.batch)?;
+                if self.batch.atomic_result(c)? != w {
+                    continue;
+                }
+                self.owner = Some(Owner { id, word, since });
+                self.stats.owner_claims += 1;
+                if stolen {
+                    self.stats.owner_steals += 1;
+                }
+                let bytes = self.batch.read_bytes(rd)?.to_vec();
+                self.settle_record(&bytes)?;
+                return Ok(id);
+            }
+            // Wait for an id to be given back or to lapse: a few owner
+            // leases at most.
+            if started.elapsed() > 3 * lease {
+                return Err(RolexError::OwnersExhausted { slots: log.slots() });
+            }
+            std::thread::sleep(lease / 16);
+        }
+    }
+
+    /// The take-over rule of [`crate::lease`]: if `bytes` (the redo slot
+    /// of the id just taken) hold a whole record whose lock word still
+    /// holds its token, the previous holder stopped with that lock held:
+    /// wait out the lock's lease, steal it, replay the record and
+    /// release the lock, so the slot may be overwritten.
+    fn settle_record(&mut self, bytes: &[u8]) -> Result<(), RolexError> {
+        let Ok(record) = RedoRecord::decode(bytes) else {
+            return Ok(());
+        };
+        let lk = record.lock;
+        if lk % 8 != 0 {
+            return Ok(());
+        }
+        // A lock word that names a lease above a quarter of the owner
+        // lease breaks the rule every writer keeps: not a writer's, leave it.
+        let lock_lease = Duration::from_millis(LockWord::decode(record.token).lease_ms as u64);
+        if lock_lease > self.cn.owner_lease / 4 {
+            return Ok(());
+        }
+        let seen = Instant::now();
+        loop {
+            self.batch.clear();
+            let h = self.batch.read(TABLE_REGION, lk, 8);
+            self.ep.post(self.cn.node, &mut self.batch)?;
+            // Out of the region (a corrupt record): nothing to settle.
+            let Ok(bytes) = self.batch.read_bytes(h) else {
+                return Ok(());
+            };
+            if le_word(bytes, 0) != record.token {
+                return Ok(());
+            }
+            if LockWord::stealable(record.token, seen.elapsed().as_millis()) {
+                break;
+            }
+            std::thread::sleep(lock_lease / 8 + Duration::from_millis(1));
+        }
+        let token = self.next_token()?;
+        self.batch.clear();
+        let c = self.batch.cas(TABLE_REGION, lk, record.token, token);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        if self.batch.atomic_result(c)? != record.token {
+            return Ok(());
+        }
+        self.batch.clear();
+        self.writes.clear();
+        for w in &record.writes {
+            let region = w.target.region();
+            self.writes
+                .push(self.batch.write(region, w.offset, &w.data));
+        }
+        let release = self
+            .batch
+            .write(TABLE_REGION, lk, &LockWord::FREE.to_le_bytes());
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        self.stats.takeover_replays += 1;
+        for h in &self.writes {
+            self.batch.status(*h)?;
+        }
+        self.batch.status(release)?;
+        Ok(())
+    }
+
+    /// Gives this client's owner id back (done on drop): CAS of its owner
+    /// word to a free word carrying the lock sequence reached. Nothing is
+    /// given back after a failed operation (the id then lapses).
+    pub fn release_owner(&mut self) -> Result<(), RolexError> {
+        let Some(o) = self.owner.take() else {
+            return Ok(());
+        };
+        if self.dirty {
+            return Ok(());
+        }
+        self.seq = self.seq.wrapping_add(1);
+        let free = self.owner_word(false);
         self.batch.clear();
         let h = self
             .batch
-            .faa(LOG_REGION, (lease::OWNERS_WORD * 8) as u64, 1);
+            .cas(LOG_REGION, self.cn.log.owner_offset(o.id), o.word, free);
         self.ep.post(self.cn.node, &mut self.batch)?;
-        let o = self.batch.atomic_result(h)? + 1;
-        if o > self.cn.log.slots() {
-            return Err(RolexError::OwnersExhausted {
-                slots: self.cn.log.slots(),
-            });
-        }
-        self.owner = Some(o as u16);
-        Ok(o as u16)
+        // A different word: the id was taken back already.
+        self.batch.atomic_result(h)?;
+        Ok(())
     }
 
     /// A lock word never written before by this client.
@@ -1045,6 +1372,12 @@ impl<E: Endpoint> Client<E> {
     /// `None` if the lock was stolen (nothing may be written).
     fn renew(&mut self, lease: Lease) -> Result<Option<Lease>, RolexError> {
         let next = self.next_token()?;
+        if LockWord::decode(next).owner != LockWord::decode(lease.token).owner {
+            // Our owner id lapsed (and another was taken): a record under
+            // the old id may be another client's now. Write nothing.
+            self.plan.clear();
+            return Ok(None);
+        }
         let since = Instant::now();
         self.batch.clear();
         let h = self.batch.cas(TABLE_REGION, lease.lk, lease.token, next);
@@ -1090,6 +1423,11 @@ impl<E: Endpoint> Client<E> {
         let mut expected = handed.unwrap_or(LockWord::FREE);
         let mut seen = (expected, Instant::now());
         for attempt in 0..MAX_LOCK_ATTEMPTS {
+            // The CAS may be posted only on a block known current within
+            // a quarter of the grace (its space is never reused sooner).
+            if !self.block_current(m, off)? {
+                return Ok(Locked::Moved);
+            }
             let token = self.next_token()?;
             let stealing = expected != LockWord::FREE && handed.is_none();
             self.batch.clear();
@@ -1109,6 +1447,9 @@ impl<E: Endpoint> Client<E> {
             self.ep.post(self.cn.node, &mut self.batch)?;
             let old = self.batch.atomic_result(h)?;
             let dir = le_word(self.batch.read_bytes(d)?, 0);
+            if dir == off {
+                self.mark_checked(m, off, since);
+            }
             if old == expected {
                 let lease = Lease { token, lk, since };
                 let mut entry = le_word(self.batch.read_bytes(e)?, 0) & !(1 << 63);
@@ -1168,6 +1509,49 @@ impl<E: Endpoint> Client<E> {
         })
     }
 
+    /// Whether model `m`'s cached block is `off` and the directory named
+    /// it within a quarter of the block grace; past that, re-reads the
+    /// directory word (one round trip) to tell.
+    fn block_current(&mut self, m: usize, off: u64) -> Result<bool, RolexError> {
+        let checked = {
+            let c = self.cn.model(m);
+            if c.off != off {
+                return Ok(false);
+            }
+            c.checked
+        };
+        if checked.elapsed() < self.cn.grace / 4 {
+            return Ok(true);
+        }
+        self.stats.block_checks += 1;
+        let posted = Instant::now();
+        self.batch.clear();
+        let d = self.batch.read(TABLE_REGION, self.cn.tl.dir_offset(m), 8);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        if le_word(self.batch.read_bytes(d)?, 0) != off {
+            return Ok(false);
+        }
+        self.mark_checked(m, off, posted);
+        Ok(true)
+    }
+
+    /// Notes that a doorbell posted at `at` found the directory naming
+    /// block `off` of model `m` (a write lock only when it moves the
+    /// mark by a sixteenth of the grace or more).
+    fn mark_checked(&self, m: usize, off: u64, at: Instant) {
+        let step = self.cn.grace / 16;
+        let stale = {
+            let c = self.cn.model(m);
+            c.off == off && at.saturating_duration_since(c.checked) >= step
+        };
+        if stale {
+            let mut c = self.cn.model_mut(m);
+            if c.off == off && c.checked < at {
+                c.checked = at;
+            }
+        }
+    }
+
     /// The stealer's rule: if `bytes` (the stolen owner's redo slot) hold
     /// a record written under `stolen`, WRITE it all again, in order, and
     /// return the LT entry read after it (at byte `lt`).
@@ -1182,10 +1566,7 @@ impl<E: Endpoint> Client<E> {
         self.batch.clear();
         self.writes.clear();
         for w in &record.writes {
-            let region = match w.target {
-                Target::Leaves => LEAF_REGION,
-                Target::Tables => TABLE_REGION,
-            };
+            let region = w.target.region();
             self.writes
                 .push(self.batch.write(region, w.offset, &w.data));
         }
@@ -1344,9 +1725,10 @@ impl<E: Endpoint> Client<E> {
                 };
                 let succ_slot = c.links.get(k + 1).map_or(0, |l| l.slot);
                 syn.encode(layout, &mut self.buf);
+                let (region, at) = self.cn.space.place(leaf);
                 self.plan.push(RedoWrite {
-                    target: Target::Leaves,
-                    offset: layout.leaf_offset(leaf),
+                    target: Target::Leaves(region),
+                    offset: at,
                     data: self.buf.clone(),
                 });
                 self.push_slt(m, off, n, slot, Entry::new(leaf, succ_slot).encode());
@@ -1415,16 +1797,40 @@ impl<E: Endpoint> Client<E> {
         if used + 1 == self.cn.retrain_at {
             self.enqueue(m, off)?;
         }
-        if leaf >= self.cn.capacity {
-            return Err(RolexError::LeafRegionFull {
-                capacity: self.cn.capacity,
-            });
-        }
+        self.wait_capacity(leaf)?;
         let slot = used + 1;
         if slot >= SLT_SLOTS as u64 {
             return Err(RolexError::SltFull { model: m });
         }
         Ok((leaf, slot as u8))
+    }
+
+    /// Waits until leaf `leaf` is in a registered leaf region: the memory
+    /// node adds regions ahead of `alloc_num`, so this re-reads the
+    /// capacity word only when allocation outran it.
+    fn wait_capacity(&mut self, leaf: u64) -> Result<(), RolexError> {
+        let max = self.cn.space.max;
+        if leaf >= max {
+            return Err(RolexError::LeafRegionFull { capacity: max });
+        }
+        let started = Instant::now();
+        while leaf >= self.cn.capacity.load(Ordering::Acquire) {
+            if started.elapsed() > 4 * self.cn.owner_lease {
+                return Err(RolexError::LeafRegionFull {
+                    capacity: self.cn.capacity.load(Ordering::Acquire),
+                });
+            }
+            self.batch.clear();
+            let h = self.batch.read(LEAF_REGION, (CAPACITY_WORD * 8) as u64, 8);
+            self.ep.post(self.cn.node, &mut self.batch)?;
+            // Untrusted: never past the most leaves.
+            let cap = le_word(self.batch.read_bytes(h)?, 0).min(max);
+            self.cn.capacity.fetch_max(cap, Ordering::AcqRel);
+            if leaf >= cap {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
     }
 
     /// Pushes block `off` of model `m` at the CirQ's tail.
@@ -1452,9 +1858,10 @@ impl<E: Endpoint> Client<E> {
     /// Plans the WRITE of chain leaf `k`.
     fn push_leaf(&mut self, c: &Chain, k: usize) {
         c.images[k].encode(self.cn.leaf, &mut self.buf);
+        let (region, at) = self.cn.space.place(c.links[k].leaf);
         self.plan.push(RedoWrite {
-            target: Target::Leaves,
-            offset: self.cn.leaf.leaf_offset(c.links[k].leaf),
+            target: Target::Leaves(region),
+            offset: at,
             data: self.buf.clone(),
         });
     }

@@ -2,14 +2,24 @@
 //! region, both registered on the memory node and read and written by
 //! compute nodes with one-sided verbs. Every field is a little-endian u64.
 //!
-//! # Leaf region
+//! # Leaf regions
+//!
+//! The first leaf region holds the header and the first `F` leaves;
+//! leaves `F + (k-1)C ..F + kC` live in added region `k` (1..=127, each
+//! of `C` leaves, no header), which the memory node registers as
+//! `alloc_num` approaches the capacity, as XStore's leaf store grows by
+//! chunk regions. A leaf number is global: [`LeafSpace::place`] finds its
+//! region and byte offset.
 //!
 //! ```text
 //! byte            field
 //! [0, 8)          alloc_num: leaves allocated so far (FAA by 1 allocates one)
-//! [8, 16)         capacity: leaves the region can hold
-//! [16, 64)        reserved (0), so leaves start on a cache line
-//! [64 + n*B, ..)  leaf n, B = leaf bytes (Equation 3: phy = n * B + 64)
+//! [8, 16)         capacity: leaves usable now (registered); grows
+//! [16, 24)        F: leaves of the first region
+//! [24, 32)        C: leaves of each added region (0: never grows)
+//! [32, 40)        most leaves (F + 127 C at most)
+//! [40, 64)        reserved (0), so leaves start on a cache line
+//! [64 + n*B, ..)  leaf n < F, B = leaf bytes (Equation 3: phy = n * B + 64)
 //! ```
 //!
 //! # Leaf (S = slots per leaf, the paper's δ; B = (5 + 2S) * 8, 296 at S = 16)
@@ -60,33 +70,79 @@
 //! [32, 40)                  leaf capacity
 //! [40, 48)                  N: CirQ slots
 //! [48, 56)                  retrain trigger: slot_use that queues a model
-//! [56, 64)                  block bump pointer (memory node only)
+//! [56, 64)                  block grace, in milliseconds (see below)
 //! [64, 64+8M)               directory: word m = byte offset of model m's
 //!                           current block (changes only when retrained)
 //! [64+8M, 72+8M)            CirQ head (memory node only)
 //! [72+8M, 80+8M)            CirQ tail (FAA by 1 reserves a slot)
 //! [80+8M, 80+8M+8N)         CirQ slots: 0 empty, else (m+1) << 40 | block
-//! [80+8M+8N, ..)            model blocks, bump-allocated, never reused
+//! [80+8M+8N, ..)            model blocks
 //! ```
 //!
-//! A model block (n = LT entries, B = (8 + 2n + 256) * 8 bytes):
+//! ## Block space is reused after a grace period
+//!
+//! The retrainer allocates a retrained block from the space of blocks it
+//! retired at least a *block grace* ago (first fit, adjacent free spans
+//! merged), and from never-used space only when none fits. Reuse is safe
+//! because no compute node acts on a retired block's words after the
+//! grace:
+//!
+//! * Reads of a cached block's words (refreshing the LT and SLT, with the
+//!   directory word in the same doorbell) are thrown away when the
+//!   directory names another block; a cache keeps copies of the LT and
+//!   SLT, not pointers into the region, so reused space is never read as
+//!   a table.
+//! * The one verb that acts on a block without holding one of its locks
+//!   is the lock CAS. A compute node remembers, per cached block, when it
+//!   last posted a doorbell that found the directory naming the block
+//!   (`checked`), and before a lock CAS re-reads the directory word (one
+//!   round trip) unless that is less than a quarter of the grace ago. The
+//!   block was still current when that read ran, so it was retired after
+//!   `checked`; the CAS is posted within a quarter grace of `checked` and
+//!   lands within half a lock lease (the lease rule's bound on a posted
+//!   doorbell's delay), well before the retrainer reuses the space a full
+//!   grace after the retirement.
+//! * Every other verb on a block (the FAAs of a split, the write
+//!   doorbell, a stealer's replay) is made under a chain lock of the
+//!   block, within half a lease of taking it; the retrainer retires a
+//!   block only once it holds all its locks, so after these land.
+//!
+//! As with leases, this assumes clocks that run at about the same rate
+//! and doorbells not delayed beyond half a lease; the grace (10 s by
+//! default, at least four lock leases) leaves a wide margin over both.
+//!
+//! A model block (n = LT entries, P pieces, B = (8 + 2n + 256 + 3P) * 8
+//! bytes):
 //!
 //! ```text
 //! word          field
 //! 0             smallest key of the model (inclusive; fixed for its life)
 //! 1             largest key of the model (inclusive; fixed)
 //! 2             n: LT entries
-//! 3             err: largest |predicted - actual| trained leaf, in leaves
-//! 4             line origin (key)
-//! 5             line slope (f64 bits): trained leaves per key
-//! 6             line intercept (f64 bits): trained leaf at the origin
-//! 7             reserved (0)
+//! 3             P: pieces of the model's line (1..=n)
+//! 4..8          reserved (0)
 //! 8..8+n        leaf table (LT), trained leaf i of the model at entry i
 //! 8+n           SLT slot 0: slot_use (slots taken, FAA by 1 takes one)
 //! 9+n..8+n+256  SLT slots 1..=255: synonym leaf entries
 //! 8+n+256..     lock table (LK): lock word of chain i at 8+n+256+i
 //!               ([`crate::lease::LockWord`]: owner, lease, sequence)
+//! 8+2n+256..    pieces, 3 words each ([`Piece`]): first key, first
+//!               trained leaf | lo << 32 | hi << 48, slope (f64 bits)
 //! ```
+//!
+//! ## A model is split into pieces
+//!
+//! A model's leaves grow with its data: every retraining makes all its
+//! leaves trained leaves, so a model loaded with 64 leaves may have
+//! thousands after the data grew a hundredfold, and one line over them
+//! errs by tens of leaves. A model is therefore a piecewise line: each
+//! piece covers a run of trained leaves (at most [`MAX_PIECE_LEAVES`])
+//! and carries its own bounds, and the fit starts a new piece where the
+//! window would pass [`MAX_PIECE_WINDOW`] leaves, at load and at every
+//! retraining. So the pieces grow in number with the leaves and a GET
+//! reads one or two trained leaves at any size. (The paper retrains a
+//! model in place with one line; the pieces are the models a grown model
+//! is split into, found through the block's directory word.)
 //!
 //! The LT and SLT are contiguous so that a compute node refreshes both with
 //! one READ; the lock words follow them, one per chain, because a lock
@@ -114,6 +170,76 @@ pub const LEAF_REGION_HEADER: u64 = 64;
 pub const ALLOC_NUM_WORD: usize = 0;
 /// Word of the capacity in the leaf region.
 pub const CAPACITY_WORD: usize = 1;
+/// Word of the first region's leaves.
+pub const FIRST_LEAVES_WORD: usize = 2;
+/// Word of the leaves of each added region.
+pub const CHUNK_LEAVES_WORD: usize = 3;
+/// Word of the most leaves.
+pub const MAX_LEAVES_WORD: usize = 4;
+/// Most added leaf regions.
+pub const MAX_ADDED_REGIONS: u64 = 127;
+/// Most bytes of one added leaf region.
+pub const MAX_CHUNK_BYTES: u64 = 1 << 32;
+
+/// Region id of added leaf region `k` (1..=127); 0 is the first one.
+pub fn leaf_region_id(k: u8) -> fabric::RegionId {
+    if k == 0 {
+        crate::memory::LEAF_REGION
+    } else {
+        fabric::RegionId(0x524F_1000 + k as u32)
+    }
+}
+
+/// Where leaves live: the first region's leaves, the leaves of each
+/// added region, and the most leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeafSpace {
+    /// Leaf layout.
+    pub layout: LeafLayout,
+    /// Leaves of the first region (F).
+    pub first: u64,
+    /// Leaves of each added region (C; 0 = no added regions).
+    pub chunk: u64,
+    /// Most leaves.
+    pub max: u64,
+}
+
+impl LeafSpace {
+    /// From header words (untrusted): `None` unless `1 <= first`, `max`
+    /// lies in `first..=first + 127 chunk` and below [`NO_LEAF`], and an
+    /// added region is at most [`MAX_CHUNK_BYTES`].
+    pub fn new(layout: LeafLayout, first: u64, chunk: u64, max: u64) -> Option<LeafSpace> {
+        let top = chunk.checked_mul(MAX_ADDED_REGIONS)?.checked_add(first)?;
+        let ok = first >= 1
+            && (first..=top).contains(&max)
+            && max < NO_LEAF
+            && chunk.checked_mul(layout.leaf_bytes() as u64)? <= MAX_CHUNK_BYTES;
+        ok.then_some(LeafSpace {
+            layout,
+            first,
+            chunk,
+            max,
+        })
+    }
+
+    /// Region number and byte offset of leaf `n`. A number at or above
+    /// the most leaves (a corrupt entry) maps past the first region's
+    /// end, so the verb fails its bounds check instead of reading a
+    /// wrong leaf.
+    pub fn place(&self, n: u64) -> (u8, u64) {
+        if n < self.first || n >= self.max || self.chunk == 0 {
+            return (0, self.layout.leaf_offset(n.min(NO_LEAF)));
+        }
+        let d = n - self.first;
+        let k = 1 + d / self.chunk;
+        (k as u8, (d % self.chunk) * self.layout.leaf_bytes() as u64)
+    }
+
+    /// Bytes of added region `k` (`k >= 1`).
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk * self.layout.leaf_bytes() as u64
+    }
+}
 
 /// Bytes of the table region header.
 pub const TABLE_HEADER: u64 = 64;
@@ -121,8 +247,8 @@ pub const TABLE_HEADER: u64 = 64;
 pub const SLT_SLOTS: usize = 256;
 /// Words of a model block before its leaf table.
 pub const BLOCK_HEAD_WORDS: usize = 8;
-/// Header word of the block bump pointer.
-pub const BUMP_WORD: usize = 7;
+/// Header word of the block grace, in milliseconds.
+pub const GRACE_WORD: usize = 7;
 
 /// "No next synonym leaf" in a leaf's meta word.
 pub const NO_LEAF: u64 = (1 << 48) - 1;
@@ -132,7 +258,7 @@ pub const MAX_SLOTS: usize = 255;
 const LEAF_MASK: u64 = (1 << 48) - 1;
 
 const _: () = assert!(LeafLayout::new_const(16).leaf_bytes() == 296);
-const _: () = assert!(TableLayout::new(3, 16).block_bytes(64) == (8 + 2 * 64 + 256) * 8);
+const _: () = assert!(TableLayout::new(3, 16).block_bytes(64, 2) == (8 + 2 * 64 + 256 + 6) * 8);
 const _: () = assert!(TableLayout::new(3, 16).blocks_start() == 64 + 24 + 16 + 128);
 const _: () = assert!(NO_LEAF == LEAF_MASK);
 
@@ -264,9 +390,14 @@ impl TableLayout {
         self.cirq_slot_offset(self.cirq)
     }
 
-    /// Bytes of a block with `n` LT entries.
-    pub const fn block_bytes(&self, n: usize) -> u64 {
-        ((BLOCK_HEAD_WORDS + 2 * n + SLT_SLOTS) * 8) as u64
+    /// Bytes of a block with `n` LT entries and `p` pieces.
+    pub const fn block_bytes(&self, n: usize, p: usize) -> u64 {
+        ((BLOCK_HEAD_WORDS + 2 * n + SLT_SLOTS + PIECE_WORDS * p) * 8) as u64
+    }
+
+    /// Byte offset of piece `k` in the block at `block` with `n` LT entries.
+    pub const fn piece_offset(block: u64, n: usize, k: usize) -> u64 {
+        block + ((BLOCK_HEAD_WORDS + 2 * n + SLT_SLOTS + PIECE_WORDS * k) * 8) as u64
     }
 
     /// Byte offset of LT entry `i` in the block at `block`.
@@ -288,7 +419,7 @@ impl TableLayout {
 }
 
 /// The head of a model block, decoded (untrusted until checked).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockHead {
     /// Smallest key of the model.
     pub smallest: u64,
@@ -296,10 +427,8 @@ pub struct BlockHead {
     pub largest: u64,
     /// LT entries.
     pub n: usize,
-    /// Prediction error bound, in trained leaves.
-    pub err: u64,
-    /// Key → trained leaf line.
-    pub line: learned::keyline::KeyLine,
+    /// Pieces of the model's piecewise line (1..=n).
+    pub pieces: usize,
 }
 
 impl BlockHead {
@@ -309,49 +438,154 @@ impl BlockHead {
             self.smallest,
             self.largest,
             self.n as u64,
-            self.err,
-            self.line.origin,
-            self.line.slope.to_bits(),
-            self.line.intercept.to_bits(),
+            self.pieces as u64,
+            0,
+            0,
+            0,
             0,
         ]
     }
 
     /// Decodes head words fetched from a block; `None` when the LT size is
-    /// beyond `max_n` or the range is inverted.
+    /// beyond `max_n`, the pieces are not in `1..=n` or the range is
+    /// inverted.
     pub fn decode(bytes: &[u8], max_n: u64) -> Option<BlockHead> {
         if bytes.len() < BLOCK_HEAD_WORDS * 8 {
             return None;
         }
         let w = |i| le_word(bytes, i);
         let n = w(2);
-        if n == 0 || n > max_n || w(0) > w(1) {
+        if n == 0 || n > max_n || w(0) > w(1) || !(1..=n).contains(&w(3)) {
             return None;
         }
         Some(BlockHead {
             smallest: w(0),
             largest: w(1),
             n: n as usize,
-            err: w(3).min(max_n),
-            line: learned::keyline::KeyLine {
-                origin: w(4),
-                slope: f64::from_bits(w(5)),
-                intercept: f64::from_bits(w(6)),
-            },
+            pieces: w(3) as usize,
         })
     }
+}
 
-    /// The trained leaves (inclusive) that may hold `key`: the line's
-    /// leaf ± err, one more below because an untrained key sits between
-    /// two trained lows.
-    pub fn predict(&self, key: u64) -> (usize, usize) {
-        let last = self.n as i64 - 1;
-        let c = self.line.rounded(key);
-        let e = self.err as i64;
-        let lo = c.saturating_sub(e + 1).clamp(0, last);
-        let hi = c.saturating_add(e).clamp(lo, last);
-        (lo as usize, hi as usize)
+/// Most trained leaves one piece covers (bounds the fit's work).
+pub const MAX_PIECE_LEAVES: usize = 256;
+/// Most trained leaves a piece's window may name: the fit ends a piece
+/// before its window would grow past this.
+pub const MAX_PIECE_WINDOW: i64 = 2;
+
+/// One piece of a model: from its first key on, trained leaf `first + ⌊(key
+/// - key) · slope⌋` give or take its bounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Piece {
+    /// Its first key: the low fence of trained leaf `first`.
+    pub key: u64,
+    /// Its first trained leaf.
+    pub first: u32,
+    /// Smallest `leaf - prediction` of a key of the piece (≤ 0).
+    pub lo: i16,
+    /// Largest `leaf - prediction` (≥ 0).
+    pub hi: i16,
+    /// Trained leaves per key.
+    pub slope: f64,
+}
+
+impl Piece {
+    /// The three words.
+    pub fn encode(&self) -> [u64; PIECE_WORDS] {
+        [
+            self.key,
+            self.first as u64 | (self.lo as u16 as u64) << 32 | (self.hi as u16 as u64) << 48,
+            self.slope.to_bits(),
+        ]
     }
+
+    /// From three words (every pattern decodes; [`predict`] clamps).
+    pub fn decode(w: [u64; PIECE_WORDS]) -> Piece {
+        Piece {
+            key: w[0],
+            first: w[1] as u32,
+            lo: (w[1] >> 32) as u16 as i16,
+            hi: (w[1] >> 48) as u16 as i16,
+            slope: f64::from_bits(w[2]),
+        }
+    }
+
+    /// The trained leaf the piece's line gives `key` (≥ its key): the one
+    /// expression the fit and every lookup use, so both agree bit for bit.
+    pub fn position(&self, key: u64) -> i64 {
+        let x = key.saturating_sub(self.key) as f64 * self.slope;
+        // `as` saturates: a NaN or huge slope from a corrupt block gives
+        // a position the caller clamps.
+        self.first as i64 + x.floor() as i64
+    }
+}
+
+/// Words of a piece.
+pub const PIECE_WORDS: usize = 3;
+
+/// The trained leaves (inclusive, within `0..n`) that may hold `key`:
+/// its piece's position plus the piece's bounds.
+pub fn predict(pieces: &[Piece], n: usize, key: u64) -> (usize, usize) {
+    let last = n as i64 - 1;
+    let k = pieces.partition_point(|p| p.key <= key).saturating_sub(1);
+    let Some(p) = pieces.get(k) else {
+        return (0, last.max(0) as usize);
+    };
+    let f = p.position(key);
+    let lo = f.saturating_add(p.lo.min(0) as i64).clamp(0, last);
+    let hi = f.saturating_add(p.hi.max(0) as i64).clamp(lo, last);
+    (lo as usize, hi as usize)
+}
+
+/// Fits pieces to a model's trained leaves: `lows[j]` is leaf j's low
+/// fence (ascending, `lows[0]` the model's smallest key), `largest` the
+/// model's largest key. Greedy: each piece's line runs from its first
+/// leaf's low fence to the end of its last leaf, and a piece grows while
+/// its window stays within [`MAX_PIECE_WINDOW`] leaves.
+pub fn fit_pieces(lows: &[u64], largest: u64) -> Vec<Piece> {
+    let n = lows.len();
+    let end = |j: usize| -> u64 {
+        if j + 1 < n {
+            lows[j + 1] - 1
+        } else {
+            largest
+        }
+    };
+    let piece = |s: usize, e: usize| -> Piece {
+        let span = (end(e) - lows[s]) as f64 + 1.0;
+        let mut p = Piece {
+            key: lows[s],
+            first: s as u32,
+            lo: 0,
+            hi: 0,
+            slope: (e + 1 - s) as f64 / span,
+        };
+        let (mut lo, mut hi) = (0i64, 0i64);
+        for (j, &low) in lows.iter().enumerate().take(e + 1).skip(s) {
+            hi = hi.max(j as i64 - p.position(low));
+            lo = lo.min(j as i64 - p.position(end(j)));
+        }
+        p.lo = lo.clamp(i16::MIN as i64, 0) as i16;
+        p.hi = hi.clamp(0, i16::MAX as i64) as i16;
+        p
+    };
+    let mut out = Vec::new();
+    let mut s = 0;
+    while s < n {
+        let mut best = (piece(s, s), s);
+        let mut e = s + 1;
+        while e < n && e - s < MAX_PIECE_LEAVES {
+            let p = piece(s, e);
+            if p.hi as i64 - p.lo as i64 + 1 > MAX_PIECE_WINDOW {
+                break;
+            }
+            best = (p, e);
+            e += 1;
+        }
+        out.push(best.0);
+        s = best.1 + 1;
+    }
+    out
 }
 
 /// A leaf's contents, as written or as decoded from fetched bytes.
@@ -462,12 +696,7 @@ mod tests {
             smallest: 100,
             largest: 999,
             n: 9,
-            err: 1,
-            line: learned::keyline::KeyLine {
-                origin: 100,
-                slope: 0.01,
-                intercept: 0.0,
-            },
+            pieces: 2,
         };
         let bytes: Vec<u8> = head.encode().iter().flat_map(|w| w.to_le_bytes()).collect();
         assert_eq!(BlockHead::decode(&bytes, 64), Some(head));
@@ -477,10 +706,59 @@ mod tests {
             "more entries than allowed"
         );
         assert_eq!(BlockHead::decode(&bytes[..56], 64), None, "short");
-        // 640 lies at 5.4 on the line: leaves 5 ± err, one more below.
-        assert_eq!(head.predict(640), (3, 6));
-        assert_eq!(head.predict(0), (0, 1));
-        assert_eq!(head.predict(u64::MAX), (8, 8));
+        let mut no_pieces = bytes.clone();
+        no_pieces[24] = 0;
+        assert_eq!(BlockHead::decode(&no_pieces, 64), None, "no piece");
+    }
+
+    #[test]
+    fn pieces_cover_every_key_of_their_leaves_within_their_window() {
+        let seed = 7u64;
+        let mut x = seed;
+        let mut lows = vec![1000u64];
+        for _ in 0..3000 {
+            // Leaves of uneven widths, as splits leave them.
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let w = 50 + (x >> 33) % 400;
+            lows.push(lows.last().unwrap() + w);
+        }
+        let largest = lows.last().unwrap() + 77;
+        let pieces = fit_pieces(&lows, largest);
+        let p = Piece::decode(pieces[1].encode());
+        assert_eq!(p, pieces[1], "a piece round trips");
+        let n = lows.len();
+        let mut width = 0;
+        for j in 0..n {
+            let end = if j + 1 < n { lows[j + 1] - 1 } else { largest };
+            for key in [lows[j], (lows[j] + end) / 2, end] {
+                let (a, b) = predict(&pieces, n, key);
+                assert!(a <= j && j <= b, "key {key} of leaf {j}: window {a}..={b}");
+                assert!(b - a < MAX_PIECE_WINDOW as usize, "window {a}..={b}");
+                width += b - a + 1;
+            }
+        }
+        assert!(
+            pieces.len() < n / 2,
+            "{} pieces for {n} leaves",
+            pieces.len()
+        );
+        eprintln!(
+            "{} pieces, mean window {:.2}",
+            pieces.len(),
+            width as f64 / (3 * n) as f64
+        );
+        // A corrupt piece never names a leaf out of range.
+        let bad = [Piece {
+            key: 0,
+            first: u32::MAX,
+            lo: i16::MIN,
+            hi: i16::MAX,
+            slope: f64::NAN,
+        }];
+        let (a, b) = predict(&bad, 10, 5);
+        assert!(a <= b && b < 10);
     }
 
     #[test]

@@ -36,11 +36,16 @@
 //! ```text
 //! word            field
 //! 0               token: the lock word the writes were made under
-//! 1               w: WRITEs (1..=MAX_REDO_WRITES)
+//! 1               byte offset of that lock word in the table region
+//! 2               w: WRITEs (1..=MAX_REDO_WRITES)
 //! then w times    [target << 56 | n, byte offset], then n data words
-//!                 (target 0 = leaf region, 1 = table region)
+//!                 (target 0 = first leaf region, 1 = table region,
+//!                 0x80 | k = added leaf region k)
 //! last            checksum = SUM(i < last) H(i, word i)
 //! ```
+//!
+//! The lock word's offset lets whoever takes over the owner id (below)
+//! find the one lock its record may still be needed for.
 //!
 //! A holder's write doorbell is: the redo record, then the leaf and table
 //! WRITEs it lists in the same order (the new LT entry last among them),
@@ -57,15 +62,65 @@
 //! again, in order, before reading the chain; otherwise the chain is as
 //! the last release left it. Only then build on the chain.
 //!
+//! # Owner ids are leased ([`OwnerWord`])
+//!
+//! An owner id is a redo slot, so there are only R of them: a writer
+//! client takes one on its first write and gives it back when it is
+//! dropped, and the id of a client that died is taken back once its
+//! owner lease has run out. Each id has an *owner word* in the log
+//! region's owner table:
+//!
+//! ```text
+//! bit 63       held
+//! bits 32..48  owner lease, in milliseconds (the log header's)
+//! bits 0..32   seq: the lock sequence the holder had reached when it
+//!              wrote the word (its next tokens are above it)
+//! ```
+//!
+//! * *Take a free id*: CAS(free word → held, seq + 1), reading the id's
+//!   redo slot in the same doorbell.
+//! * *Keep it*: past half its owner lease since it last wrote its word,
+//!   a holder renews it (CAS to the same word with seq + 1) before it
+//!   takes a lock; a failed renewal means the id was taken back: the
+//!   client takes another one, and a lock renewal under the lost id
+//!   fails (nothing written).
+//! * *Give it back*: on drop, CAS(held word → free word with the seq
+//!   reached). A client whose write failed midway does not give it back:
+//!   it lets the lease run out, like a dead one.
+//! * *Take back a dead holder's id*: a client that finds no free id reads
+//!   the table again and again; an owner word it has seen unchanged for
+//!   longer than the owner lease (on its clock) is stolen with CAS(word →
+//!   held, seq + 2^28), so no token of the dead holder is ever made again.
+//!
+//! The owner lease is at least four lock leases: a holder checks before
+//! each lock CAS that half its owner lease is left, and writes under that
+//! lock within half a lock lease, so every record it writes lands before
+//! a stealer of its id (who waited a whole owner lease) writes one.
+//!
+//! *Redo replay on take-over*: whoever takes an id (free or stolen) reads
+//! the id's redo slot. If it holds a whole record whose lock word still
+//! holds the record's token, the previous holder died (or failed) with
+//! that lock and its writes perhaps half made: the new holder applies the
+//! stealer's rule to that lock (waiting out its lock lease, stealing it,
+//! replaying the record, releasing it) before it writes a record of its
+//! own into the slot. Any other lock word naming the old id was released
+//! with its writes complete (a lock handed to a sibling thread) or was
+//! stolen and replayed already, so no other record is needed.
+//!
+//! The memory node never reads the owner table; the words are written by
+//! clients only and every client checks what it reads (a held bit, a seq)
+//! only against words it compares by CAS.
+//!
 //! # Log region
 //!
 //! ```text
 //! byte                 field
-//! [0, 8)               owners taken (FAA by 1 takes the next owner id)
+//! [0, 8)               owner lease, in milliseconds
 //! [8, 16)              R: redo slots (owner ids 1..=R)
 //! [16, 24)             slot bytes
 //! [24, 64)             reserved (0)
-//! [64 + (o-1)*slot..)  redo slot of owner o
+//! [64, 64 + 8R)        owner table: owner word of id o at 64 + 8(o-1)
+//! [T + (o-1)*slot..)   redo slot of owner o, T = 64 + 8R rounded up to 64
 //! ```
 
 use xtree::layout::{le_word, word_hash};
@@ -95,15 +150,54 @@ pub const MAX_REDO_WRITES: usize = 6;
 const MAX_REDO_LEAVES: usize = 3;
 /// Bytes before the first redo slot.
 pub const LOG_HEADER: u64 = 64;
-/// Word of the owner counter in the log region.
-pub const OWNERS_WORD: usize = 0;
+/// Word of the owner lease (milliseconds) in the log region.
+pub const OWNER_LEASE_WORD: usize = 0;
+/// The owner lease by default, in milliseconds: far above the lock lease
+/// (the rule above needs four times), so that a client idle for a few
+/// seconds keeps its id, while a dead client's id is free again after ten.
+pub const DEFAULT_OWNER_LEASE_MS: u16 = 10_000;
+/// Smallest owner lease: four lock leases ([`DEFAULT_LEASE_MS`]).
+pub const MIN_OWNER_LEASE_MS: u16 = 4 * DEFAULT_LEASE_MS;
+/// How far a stolen owner id's sequence jumps: more lock words than a
+/// holder takes within one owner lease, so the new holder's tokens are
+/// never the dead holder's.
+pub const SEQ_JUMP: u32 = 1 << 28;
 /// Word of the number of redo slots.
 pub const SLOTS_WORD: usize = 1;
 /// Word of the bytes per redo slot.
 pub const SLOT_BYTES_WORD: usize = 2;
 
 const _: () = assert!(LockWord::held(1, 200, 7).encode() == 1 << 48 | 200 << 32 | 7);
-const _: () = assert!(LogLayout::new(LeafLayout::new_const(16), 4).slot_bytes() == 129 * 8);
+const _: () = assert!(LogLayout::new(LeafLayout::new_const(16), 4).slot_bytes() == 130 * 8);
+const _: () = assert!(LogLayout::new(LeafLayout::new_const(16), 9).slots_start() == 64 + 128);
+
+/// An owner word of the log region's owner table, unpacked (see above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerWord {
+    /// Whether a client holds the id.
+    pub held: bool,
+    /// The owner lease, in milliseconds.
+    pub lease_ms: u16,
+    /// The holder's lock sequence when it wrote the word.
+    pub seq: u32,
+}
+
+impl OwnerWord {
+    /// Packs into the 8-byte word.
+    pub const fn encode(self) -> u64 {
+        (self.held as u64) << 63 | (self.lease_ms as u64) << 32 | self.seq as u64
+    }
+
+    /// Unpacks a word (every bit pattern decodes; stray bits are ignored,
+    /// and the word is compared whole by CAS, so they do no harm).
+    pub const fn decode(w: u64) -> OwnerWord {
+        OwnerWord {
+            held: w >> 63 == 1,
+            lease_ms: (w >> 32) as u16,
+            seq: w as u32,
+        }
+    }
+}
 
 /// A chain's lock word, unpacked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +257,7 @@ pub struct LogLayout {
 impl LogLayout {
     /// The log of `slots` writers over leaves of `leaf`.
     pub const fn new(leaf: LeafLayout, slots: u64) -> LogLayout {
-        let words = 2 + 2 * MAX_REDO_WRITES + MAX_REDO_LEAVES * leaf.leaf_words() + 3 + 1;
+        let words = 3 + 2 * MAX_REDO_WRITES + MAX_REDO_LEAVES * leaf.leaf_words() + 3 + 1;
         LogLayout {
             slot_bytes: (words * 8) as u64,
             slots,
@@ -187,24 +281,44 @@ impl LogLayout {
         self.slots
     }
 
+    /// Byte offset of owner `o`'s owner word (`o` in `1..=slots`).
+    pub const fn owner_offset(&self, o: u16) -> u64 {
+        LOG_HEADER + (o as u64 - 1) * 8
+    }
+
+    /// Byte offset of the first redo slot (after the owner table).
+    pub const fn slots_start(&self) -> u64 {
+        (LOG_HEADER + 8 * self.slots).next_multiple_of(64)
+    }
+
     /// Byte offset of owner `o`'s redo slot (`o` in `1..=slots`).
     pub const fn slot_offset(&self, o: u16) -> u64 {
-        LOG_HEADER + (o as u64 - 1) * self.slot_bytes
+        self.slots_start() + (o as u64 - 1) * self.slot_bytes
     }
 
     /// Bytes of the region.
     pub const fn region_bytes(&self) -> u64 {
-        LOG_HEADER + self.slots * self.slot_bytes
+        self.slots_start() + self.slots * self.slot_bytes
     }
 }
 
 /// Which region a redo WRITE goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// The leaf region.
-    Leaves,
+    /// Leaf region `k` (0 the first, [`crate::layout::LeafSpace`]).
+    Leaves(u8),
     /// The table region.
     Tables,
+}
+
+impl Target {
+    /// The region's id.
+    pub fn region(self) -> fabric::RegionId {
+        match self {
+            Target::Leaves(k) => crate::layout::leaf_region_id(k),
+            Target::Tables => crate::memory::TABLE_REGION,
+        }
+    }
 }
 
 /// One WRITE of a redo record.
@@ -234,6 +348,9 @@ pub enum RedoReject {
 pub struct RedoRecord {
     /// The lock word held while writing.
     pub token: u64,
+    /// Byte offset of that lock word in the table region (untrusted when
+    /// read back: checked before it is used).
+    pub lock: u64,
     /// The WRITEs, in the order they are made.
     pub writes: Vec<RedoWrite>,
 }
@@ -243,11 +360,12 @@ impl RedoRecord {
     /// most the slot size of a log over leaves with at most
     /// `MAX_REDO_LEAVES` leaf images among the writes.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut words = vec![self.token, self.writes.len() as u64];
+        let mut words = vec![self.token, self.lock, self.writes.len() as u64];
         for w in &self.writes {
             let tag = match w.target {
-                Target::Leaves => 0u64,
+                Target::Leaves(0) => 0u64,
                 Target::Tables => 1,
+                Target::Leaves(k) => 0x80 | (k & 0x7F) as u64,
             };
             debug_assert_eq!(w.data.len() % 8, 0);
             let n = (w.data.len() / 8) as u64;
@@ -266,16 +384,16 @@ impl RedoRecord {
     pub fn decode(bytes: &[u8]) -> Result<RedoRecord, RedoReject> {
         let words = bytes.len() / 8;
         let w = |i: usize| le_word(bytes, i);
-        if words < 3 {
+        if words < 4 {
             return Err(RedoReject::Corrupt);
         }
-        let count = w(1);
+        let count = w(2);
         if count == 0 || count > MAX_REDO_WRITES as u64 {
             // A half-written record can show any count: only a checksum
             // can tell, and there is none to find without a sane count.
             return Err(RedoReject::Incomplete);
         }
-        let mut at = 2;
+        let mut at = 3;
         let mut spans = Vec::with_capacity(count as usize);
         for _ in 0..count {
             if at + 2 > words {
@@ -296,8 +414,9 @@ impl RedoRecord {
         let mut writes = Vec::with_capacity(spans.len());
         for (tag, offset, from, n) in spans {
             let target = match tag {
-                0 => Target::Leaves,
+                0 => Target::Leaves(0),
                 1 => Target::Tables,
+                0x81..=0xFF => Target::Leaves((tag & 0x7F) as u8),
                 _ => return Err(RedoReject::Corrupt),
             };
             writes.push(RedoWrite {
@@ -308,6 +427,7 @@ impl RedoRecord {
         }
         Ok(RedoRecord {
             token: w(0),
+            lock: w(1),
             writes,
         })
     }
@@ -341,9 +461,10 @@ mod tests {
     fn record() -> RedoRecord {
         RedoRecord {
             token: LockWord::held(2, 200, 5).encode(),
+            lock: 4096 + 64,
             writes: vec![
                 RedoWrite {
-                    target: Target::Leaves,
+                    target: Target::Leaves(0),
                     offset: 64,
                     data: (0..40u8).collect(),
                 },
@@ -386,7 +507,7 @@ mod tests {
         let mut r = RedoRecord::default();
         for d in [&img, &word, &word, &img, &img, &word] {
             r.writes.push(RedoWrite {
-                target: Target::Leaves,
+                target: Target::Leaves(0),
                 offset: 0,
                 data: d.clone(),
             });

@@ -13,12 +13,17 @@
 //!   retraining, shadow redirection.
 //! * [`lease`] — beyond the paper: lock words with an owner and a lease,
 //!   redo records, and the rule by which a lapsed lock is stolen and its
-//!   chain repaired, so a crashed compute node never blocks a chain.
+//!   chain repaired, so a crashed compute node never blocks a chain; owner
+//!   ids leased, given back and taken back, so any number of clients may
+//!   come and go.
 //! * [`multi`] — several memory nodes (§3.6): the key space split into
 //!   ranges, each with its own regions, models and retrainer, and a
 //!   compute node that sends each operation to the node of its key.
 //!
-//! Not built yet: more than one leaf region per memory node.
+//! Built to last (docs/rolex.md): owner ids are leased, retired model
+//! blocks' space is reused after a grace period, the leaf space grows by
+//! added regions, and a model is a piecewise line refit into more pieces
+//! as its leaves grow.
 
 pub mod client;
 pub mod error;

@@ -8,15 +8,18 @@
 use std::sync::Arc;
 
 use fabric::{FabricError, LocalFabric, NodeId, Region, RegionId, Rights};
-use learned::keyline::KeyLine;
 use learned::plr::{Plr, PlrParams};
 
 use crate::error::RolexError;
 use crate::layout::{
-    BlockHead, Entry, LeafImage, LeafLayout, TableLayout, ALLOC_NUM_WORD, BUMP_WORD, CAPACITY_WORD,
-    NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+    fit_pieces, BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, Piece, TableLayout,
+    ALLOC_NUM_WORD, CAPACITY_WORD, CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, GRACE_WORD,
+    MAX_ADDED_REGIONS, MAX_LEAVES_WORD, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
-use crate::lease::{LockWord, LogLayout, MAX_OWNER, OWNERS_WORD, SLOTS_WORD, SLOT_BYTES_WORD};
+use crate::lease::{
+    LockWord, LogLayout, DEFAULT_OWNER_LEASE_MS, MAX_OWNER, MIN_OWNER_LEASE_MS, OWNER_LEASE_WORD,
+    SLOTS_WORD, SLOT_BYTES_WORD,
+};
 
 /// Region id of the leaf region.
 pub const LEAF_REGION: RegionId = RegionId(0x524F_0001);
@@ -40,16 +43,32 @@ pub struct RolexConfig {
     /// Most trained leaves per model at load; a model has at least a
     /// quarter of that unless the keys run out.
     pub group: usize,
-    /// Leaves of the leaf region beyond the trained ones (synonym leaves).
+    /// Leaves of the first leaf region beyond the trained ones (synonym
+    /// leaves).
     pub spare_leaves: u64,
+    /// Leaves of each leaf region added as the leaves run out (0: the
+    /// first region is all there is).
+    pub leaf_chunk: u64,
+    /// Most leaves in all (capped at the first region's plus 127 added
+    /// regions').
+    pub max_leaves: u64,
     /// A model whose `slot_use` reaches this is queued for retraining (the
     /// paper's half of the SLT: 128).
     pub retrain_at: u64,
-    /// Bytes of the table region for retrained blocks.
+    /// Bytes of the table region for retrained blocks (a retired block's
+    /// space is reused once its grace has passed, [`crate::layout`]).
     pub retrain_bytes: u64,
-    /// Redo slots of the log region: writer clients that may ever connect
-    /// to this memory node (each takes an owner id for good).
+    /// How long a retired block's space stays unused, in milliseconds
+    /// (at least four lock leases).
+    pub block_grace_ms: u32,
+    /// Redo slots of the log region: writer clients that may be connected
+    /// to this memory node at once (each holds an owner id while it lives
+    /// and gives it back when dropped; a dead one's id is taken back after
+    /// the owner lease, [`crate::lease`]).
     pub owners: u64,
+    /// The owner lease, in milliseconds (at least
+    /// [`MIN_OWNER_LEASE_MS`]).
+    pub owner_lease_ms: u16,
 }
 
 impl Default for RolexConfig {
@@ -60,9 +79,13 @@ impl Default for RolexConfig {
             epsilon: 16,
             group: 64,
             spare_leaves: 1 << 16,
+            leaf_chunk: 1 << 17,
+            max_leaves: u64::MAX,
             retrain_at: (SLT_SLOTS / 2) as u64,
             retrain_bytes: 16 << 20,
+            block_grace_ms: 10_000,
             owners: 4096,
+            owner_lease_ms: DEFAULT_OWNER_LEASE_MS,
         }
     }
 }
@@ -75,6 +98,11 @@ pub trait RegionHost {
     }
     /// Makes `region` reachable by verbs.
     fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
+    /// A handle the memory node keeps to add leaf regions later; `None`
+    /// (the default): the leaf space never grows past the first region.
+    fn shared(&self) -> Option<Arc<dyn RegionHost + Send + Sync>> {
+        None
+    }
 }
 
 /// A node of a [`LocalFabric`].
@@ -90,6 +118,9 @@ impl RegionHost for LocalHost {
     fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
         self.fabric.register(self.node, region)
     }
+    fn shared(&self) -> Option<Arc<dyn RegionHost + Send + Sync>> {
+        Some(Arc::new(self.clone()))
+    }
 }
 
 impl RegionHost for fabric::Host {
@@ -98,6 +129,9 @@ impl RegionHost for fabric::Host {
     }
     fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
         fabric::Host::register(self, region)
+    }
+    fn shared(&self) -> Option<Arc<dyn RegionHost + Send + Sync>> {
+        Some(Arc::new(self.clone()))
     }
 }
 
@@ -112,6 +146,24 @@ pub struct MemoryNode {
     trained: usize,
     /// The keys this memory node holds: `(low, high)`, inclusive.
     range: (u64, u64),
+    /// End of the blocks laid out at load: where never-used table space
+    /// starts.
+    pub(crate) blocks_end: u64,
+    pub(crate) space: LeafSpace,
+    /// Where added leaf regions come from (none: no growth).
+    pub(crate) host: Option<Arc<dyn RegionHost + Send + Sync>>,
+}
+
+impl MemoryNode {
+    /// Leaves usable now (those of the registered leaf regions).
+    pub fn leaf_capacity(&self) -> u64 {
+        self.leaves.load(CAPACITY_WORD)
+    }
+
+    /// Most leaves the leaf space may grow to.
+    pub fn max_leaves(&self) -> u64 {
+        self.space.max
+    }
 }
 
 impl std::fmt::Debug for MemoryNode {
@@ -160,8 +212,10 @@ pub(crate) fn write_block(
     off: u64,
     head: &BlockHead,
     leaves: &[u64],
+    pieces: &[Piece],
     locked: bool,
 ) {
+    debug_assert_eq!(head.pieces, pieces.len());
     let base = (off / 8) as usize;
     for (i, w) in head.encode().into_iter().enumerate() {
         tables.store(base + i, w);
@@ -183,14 +237,12 @@ pub(crate) fn write_block(
     for i in 0..leaves.len() {
         tables.store(lk + i, word);
     }
-}
-
-/// The line from keys to trained leaves of a model whose leaves start at
-/// `lows`, and its error bound.
-pub(crate) fn fit_leaves(smallest: u64, lows: &[u64]) -> (KeyLine, u64) {
-    let line = KeyLine::fit(smallest, lows, 0);
-    let err = line.max_error(lows, 0);
-    (line, err)
+    for (k, p) in pieces.iter().enumerate() {
+        let at = (TableLayout::piece_offset(off, leaves.len(), k) / 8) as usize;
+        for (i, w) in p.encode().into_iter().enumerate() {
+            tables.store(at + i, w);
+        }
+    }
 }
 
 impl MemoryNode {
@@ -255,6 +307,18 @@ impl MemoryNode {
                 config.owners
             )));
         }
+        if config.block_grace_ms < MIN_OWNER_LEASE_MS as u32 {
+            return Err(RolexError::Config(format!(
+                "block grace {} ms below {MIN_OWNER_LEASE_MS} ms (four lock leases)",
+                config.block_grace_ms
+            )));
+        }
+        if config.owner_lease_ms < MIN_OWNER_LEASE_MS {
+            return Err(RolexError::Config(format!(
+                "owner lease {} ms below {MIN_OWNER_LEASE_MS} ms (four lock leases)",
+                config.owner_lease_ms
+            )));
+        }
         if pairs.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err(RolexError::Load("pairs must be sorted and distinct".into()));
         }
@@ -264,6 +328,23 @@ impl MemoryNode {
         if capacity >= NO_LEAF {
             return Err(RolexError::Config("too many leaves".into()));
         }
+        let host_handle = host.shared();
+        let chunk = if host_handle.is_some() {
+            config.leaf_chunk
+        } else {
+            0
+        };
+        let most = chunk
+            .saturating_mul(MAX_ADDED_REGIONS)
+            .saturating_add(capacity)
+            .min(config.max_leaves.max(capacity))
+            .min(NO_LEAF - 1);
+        let space = LeafSpace::new(layout, capacity, chunk, most).ok_or_else(|| {
+            RolexError::Config(format!(
+                "leaf chunk {chunk} of {} bytes too large",
+                layout.leaf_bytes()
+            ))
+        })?;
         // Low fence of trained leaf j.
         let low = |j: usize| {
             if j == 0 {
@@ -277,8 +358,19 @@ impl MemoryNode {
         // Every model may be queued once per life; twice covers a model
         // queued again while its first entry waits.
         let tl = TableLayout::new(models, (2 * models).next_power_of_two().max(64));
-        let initial: u64 = (0..models)
-            .map(|m| tl.block_bytes(starts.get(m + 1).unwrap_or(&trained) - starts[m]))
+        // Each model's trained leaves `a..b`, its largest key and pieces.
+        let fits: Vec<(usize, usize, u64, Vec<Piece>)> = (0..models)
+            .map(|m| {
+                let (a, b) = (starts[m], *starts.get(m + 1).unwrap_or(&trained));
+                let lows: Vec<u64> = (a..b).map(low).collect();
+                let largest = if b < trained { low(b) - 1 } else { range_high };
+                let pieces = fit_pieces(&lows, largest);
+                (a, b, largest, pieces)
+            })
+            .collect();
+        let initial: u64 = fits
+            .iter()
+            .map(|(a, b, _, p)| tl.block_bytes(b - a, p.len()))
             .sum();
         let table_bytes = tl.blocks_start() + initial + config.retrain_bytes;
 
@@ -286,7 +378,7 @@ impl MemoryNode {
         let tables = host.alloc(TABLE_REGION, table_bytes.next_multiple_of(64), Rights::ALL)?;
         let log_layout = LogLayout::new(layout, config.owners);
         let log = host.alloc(LOG_REGION, log_layout.region_bytes(), Rights::ALL)?;
-        log.store(OWNERS_WORD, 0);
+        log.store(OWNER_LEASE_WORD, config.owner_lease_ms as u64);
         log.store(SLOTS_WORD, log_layout.slots());
         log.store(SLOT_BYTES_WORD, log_layout.slot_bytes());
 
@@ -311,26 +403,24 @@ impl MemoryNode {
             leaves.copy_in(layout.leaf_offset(j as u64), &buf);
         }
         let mut off = tl.blocks_start();
-        for m in 0..models {
-            let (a, b) = (starts[m], *starts.get(m + 1).unwrap_or(&trained));
-            let lows: Vec<u64> = (a..b).map(low).collect();
-            let smallest = lows[0];
-            let largest = if b < trained { low(b) - 1 } else { range_high };
-            let (line, err) = fit_leaves(smallest, &lows);
+        for (m, (a, b, largest, pieces)) in fits.iter().enumerate() {
+            let (a, b) = (*a, *b);
             let head = BlockHead {
-                smallest,
-                largest,
+                smallest: low(a),
+                largest: *largest,
                 n: b - a,
-                err,
-                line,
+                pieces: pieces.len(),
             };
             let numbers: Vec<u64> = (a as u64..b as u64).collect();
-            write_block(&tables, off, &head, &numbers, false);
+            write_block(&tables, off, &head, &numbers, pieces, false);
             tables.store((tl.dir_offset(m) / 8) as usize, off);
-            off += tl.block_bytes(b - a);
+            off += tl.block_bytes(b - a, pieces.len());
         }
         leaves.store(ALLOC_NUM_WORD, trained as u64);
         leaves.store(CAPACITY_WORD, capacity);
+        leaves.store(FIRST_LEAVES_WORD, capacity);
+        leaves.store(CHUNK_LEAVES_WORD, chunk);
+        leaves.store(MAX_LEAVES_WORD, most);
         let header = [
             TABLE_MAGIC,
             models as u64,
@@ -339,12 +429,12 @@ impl MemoryNode {
             capacity,
             tl.cirq_slots() as u64,
             config.retrain_at,
-            off,
+            config.block_grace_ms as u64,
         ];
         for (i, w) in header.into_iter().enumerate() {
             tables.store(i, w);
         }
-        debug_assert_eq!(header.len(), BUMP_WORD + 1);
+        debug_assert_eq!(header.len(), GRACE_WORD + 1);
         host.register(leaves.clone())?;
         host.register(tables.clone())?;
         host.register(log.clone())?;
@@ -357,6 +447,9 @@ impl MemoryNode {
             tl,
             trained,
             range,
+            blocks_end: off,
+            space,
+            host: host_handle,
         })
     }
 

@@ -126,7 +126,12 @@ fn run(memory_nodes: usize) {
         // old models while the retrainer swaps them.
         retrain_at: 3,
         retrain_bytes: 64 << 20,
+        // Retired blocks' space is reused as soon as the rule allows, so
+        // compute nodes with old blocks run into reused space if the
+        // rule is broken.
+        block_grace_ms: rolex::lease::MIN_OWNER_LEASE_MS as u32,
         owners: 64,
+        ..RolexConfig::default()
     };
     let mut rng = StdRng::seed_from_u64(seed);
     let loaded: Vec<(u64, u64)> = (0..DOMAIN)

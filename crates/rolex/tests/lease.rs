@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use fabric::{Adversary, Batch, Counters, Endpoint, FabricError, LocalFabric, NodeId, OpKind};
 use rolex::layout::{LeafImage, LeafLayout, LeafReject};
 use rolex::lease::DEFAULT_LEASE_MS;
-use rolex::{Client, ComputeNode, LocalHost, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION};
+use rolex::{
+    Client, ComputeNode, LocalHost, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION,
+};
 use testkit::seed;
 use testkit::stall::{Cut, StallEndpoint};
 
@@ -205,6 +207,7 @@ impl Endpoint for PauseAfterLock {
         self.inner.post(node, batch)?;
         let locked = batch.ops().iter().enumerate().any(|(i, o)| {
             o.kind == OpKind::Cas
+                && o.region == TABLE_REGION
                 && o.arg0 == 0
                 && batch.atomic_result(fabric::batch_handle(i)).ok() == Some(0)
         });
@@ -241,8 +244,10 @@ fn a_writer_paused_past_its_lease_writes_nothing_after_the_stealer() {
         let mut ep = fabric.endpoint();
         let cn = ComputeNode::connect(&mut ep, node).unwrap();
         let mut c = cn.client(ep);
-        // Let the paused writer take the lock first.
-        std::thread::sleep(LEASE / 4);
+        // Let the paused writer take the lock first (after its owner id:
+        // a whole lease leaves room for a loaded machine; it stays paused
+        // for two more).
+        std::thread::sleep(LEASE);
         assert!(c.update(20, 222).unwrap());
         c.stats()
     });

@@ -1,0 +1,226 @@
+//! Growth run: loads `--keys` random keys into `--nodes` ROLEX memory
+//! nodes (local fabric, retrainers running), inserts distinct random keys
+//! with `--threads` clients until the store holds `--to` keys, then reads
+//! every key back. Prints (and with `--json FILE` appends) one JSON line:
+//! errors, wrong or lost reads, leaves per GET of the read-back, models
+//! retrained, blocks reused, leaf regions added.
+//!
+//! ```sh
+//! cargo run --release -p rolex --example growth -- \
+//!     --keys 100000 --to 10000000 --nodes 1 --threads 2 --json out.jsonl
+//! ```
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use fabric::LocalFabric;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rolex::{multi, ComputeNode, LocalHost, MemoryNode, MultiNode, RolexConfig};
+
+fn value(k: u64) -> u64 {
+    k.rotate_left(17) ^ 0x5EED
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str, default: u64| -> u64 {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map_or(default, |v| v.parse().expect("a number"))
+    };
+    let json = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1).cloned());
+    let (keys, to, nodes, threads, seed) = (
+        arg("--keys", 100_000),
+        arg("--to", 1_000_000),
+        arg("--nodes", 1) as usize,
+        arg("--threads", 2),
+        arg("--seed", 42),
+    );
+    assert!(to >= keys && threads >= 1 && nodes >= 1);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut seen = HashSet::with_capacity(to as usize);
+    let mut all: Vec<u64> = Vec::with_capacity(to as usize);
+    while all.len() < to as usize {
+        let k = rng.random::<u64>();
+        if seen.insert(k) {
+            all.push(k);
+        }
+    }
+    drop(seen);
+    let mut loaded: Vec<(u64, u64)> = all[..keys as usize]
+        .iter()
+        .map(|&k| (k, value(k)))
+        .collect();
+    loaded.sort_unstable();
+    let inserts = &all[keys as usize..];
+
+    let fabric = LocalFabric::new();
+    let ranges = multi::split(&loaded, nodes).expect("split");
+    let mut memory = Vec::new();
+    let mut retrainers = Vec::new();
+    let mut compute = Vec::new();
+    for (part, &range) in multi::parts(&loaded, &ranges).into_iter().zip(&ranges) {
+        let node = fabric.add_node();
+        let host = LocalHost {
+            fabric: fabric.clone(),
+            node,
+        };
+        // As the bench's rolex system: three quarters full, room for the
+        // live retrained blocks of a store grown a hundredfold.
+        let config = RolexConfig {
+            slots: 16,
+            fill: 12,
+            retrain_bytes: 256 << 20,
+            ..RolexConfig::default()
+        };
+        let m = MemoryNode::load_range(part, config, range, &host).expect("load");
+        retrainers.push(m.start_retrainer());
+        compute.push(ComputeNode::connect(&mut fabric.endpoint(), node).expect("connect"));
+        memory.push(m);
+    }
+    let pool = MultiNode::new(compute).expect("pool");
+    eprintln!(
+        "loaded {keys} keys on {nodes} memory node(s), {} models; inserting {} keys with {threads} threads",
+        pool.model_errors().0,
+        inserts.len()
+    );
+
+    let t = Instant::now();
+    let chunk = inserts.len().div_ceil(threads as usize).max(1);
+    let errors: u64 = std::thread::scope(|s| {
+        let hs: Vec<_> = inserts
+            .chunks(chunk)
+            .enumerate()
+            .map(|(i, part)| {
+                let pool = pool.clone();
+                let fabric = fabric.clone();
+                s.spawn(move || {
+                    let eps = (0..nodes).map(|_| fabric.endpoint()).collect();
+                    let mut c = pool.client(eps).expect("client");
+                    let mut errors = 0u64;
+                    for (j, &k) in part.iter().enumerate() {
+                        match c.insert(k, value(k)) {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                errors += 1;
+                                eprintln!("insert {k}: present already");
+                            }
+                            Err(e) => {
+                                errors += 1;
+                                if errors < 10 {
+                                    eprintln!("insert {k}: {e}");
+                                }
+                            }
+                        }
+                        if i == 0 && j % (part.len() / 10).max(1) == 0 {
+                            eprintln!(
+                                "  {:.0}% after {:.1} s",
+                                100.0 * j as f64 / part.len() as f64,
+                                t.elapsed().as_secs_f64()
+                            );
+                        }
+                    }
+                    errors
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).sum()
+    });
+    let insert_s = t.elapsed().as_secs_f64();
+
+    // Read every key back, each thread a share.
+    let t = Instant::now();
+    let chunk = all.len().div_ceil(threads as usize).max(1);
+    let (wrong, lost, read_errors, gets, leaves) = std::thread::scope(|s| {
+        let hs: Vec<_> = all
+            .chunks(chunk)
+            .map(|part| {
+                let pool = pool.clone();
+                let fabric = fabric.clone();
+                s.spawn(move || {
+                    let eps = (0..nodes).map(|_| fabric.endpoint()).collect();
+                    let mut c = pool.client(eps).expect("client");
+                    let (mut wrong, mut lost, mut errors) = (0u64, 0u64, 0u64);
+                    for &k in part {
+                        match c.get(k) {
+                            Ok(Some(v)) if v == value(k) => {}
+                            Ok(Some(_)) => wrong += 1,
+                            Ok(None) => lost += 1,
+                            Err(_) => errors += 1,
+                        }
+                    }
+                    let st = c.stats();
+                    (wrong, lost, errors, st.reads, st.get_leaves)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("thread"))
+            .fold((0, 0, 0, 0, 0), |a, b| {
+                (a.0 + b.0, a.1 + b.1, a.2 + b.2, a.3 + b.3, a.4 + b.4)
+            })
+    });
+    let read_s = t.elapsed().as_secs_f64();
+    let sum = |f: &dyn Fn(&rolex::RetrainStats) -> u64| -> u64 {
+        retrainers.iter().map(|r| f(r.stats())).sum()
+    };
+    let retrained = sum(&|s| s.retrained.load(Ordering::Relaxed));
+    let abandoned = sum(&|s| s.abandoned.load(Ordering::Relaxed));
+    let deferred = sum(&|s| s.deferred.load(Ordering::Relaxed));
+    let reused = sum(&|s| s.reused.load(Ordering::Relaxed));
+    let regions = sum(&|s| s.leaf_regions_added.load(Ordering::Relaxed));
+    let leaves_now: u64 = memory.iter().map(|m| m.allocated_leaves()).sum();
+    let (models, max_err, mean_err) = pool.model_errors();
+    let line = format!(
+        concat!(
+            "{{\"keys\":{},\"to\":{},\"memory_nodes\":{},\"threads\":{},\"seed\":{},",
+            "\"insert_seconds\":{:.2},\"insert_ops_per_s\":{:.0},\"insert_errors\":{},",
+            "\"read_back\":{},\"read_seconds\":{:.2},\"wrong\":{},\"lost\":{},\"read_errors\":{},",
+            "\"leaves_per_get\":{:.3},\"models\":{},\"max_model_error_leaves\":{},",
+            "\"mean_model_error_leaves\":{:.2},\"retrained\":{},\"retrain_abandoned\":{},",
+            "\"retrain_deferred\":{},\"blocks_reused\":{},\"leaf_regions_added\":{},\"leaves\":{}}}"
+        ),
+        keys,
+        to,
+        nodes,
+        threads,
+        seed,
+        insert_s,
+        inserts.len() as f64 / insert_s.max(1e-9),
+        errors,
+        all.len(),
+        read_s,
+        wrong,
+        lost,
+        read_errors,
+        leaves as f64 / gets.max(1) as f64,
+        models,
+        max_err,
+        mean_err,
+        retrained,
+        abandoned,
+        deferred,
+        reused,
+        regions,
+        leaves_now
+    );
+    println!("{line}");
+    if let Some(path) = json {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("json file");
+        writeln!(f, "{line}").expect("write");
+    }
+    let bad = errors + wrong + lost + read_errors;
+    drop(retrainers);
+    std::process::exit(if bad == 0 { 0 } else { 1 });
+}
