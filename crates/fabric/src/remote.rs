@@ -43,11 +43,25 @@ struct Slot {
 }
 
 /// A framed, multiplexed connection to a serving node.
+///
+/// The reader thread holds only a weak reference, so the connection is
+/// closed (its socket shut down, the node's connection slot freed) when the
+/// last endpoint sharing it is dropped: a client process that connects and
+/// drops endpoints one after another holds one socket at a time, not one
+/// per endpoint it ever made.
 pub struct Connection {
     writer: Mutex<Box<dyn Write + Send>>,
     pending: Mutex<HashMap<u64, Arc<Slot>>>,
     next_id: AtomicU64,
     closed: AtomicBool,
+    /// Shuts the socket down in both directions (ends the reader's read).
+    shutdown: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        (self.shutdown)();
+    }
 }
 
 impl std::fmt::Debug for Connection {
@@ -60,10 +74,13 @@ impl std::fmt::Debug for Connection {
 
 impl Connection {
     /// Starts the reader thread over `read`, says hello with `token` on
-    /// `write`, and waits for the node to accept it.
+    /// `write`, and waits for the node to accept it. `shutdown` shuts the
+    /// underlying socket down in both directions; it runs when the last
+    /// reference to the connection is dropped.
     pub fn open<R, W>(
         read: R,
         write: W,
+        shutdown: Box<dyn Fn() + Send + Sync>,
         token: Option<&str>,
     ) -> Result<Arc<Connection>, FabricError>
     where
@@ -75,11 +92,12 @@ impl Connection {
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
+            shutdown,
         });
-        let reader = conn.clone();
+        let reader = Arc::downgrade(&conn);
         std::thread::Builder::new()
             .name("fabric-reader".into())
-            .spawn(move || reader.read_loop(read))?;
+            .spawn(move || Connection::read_loop(&reader, read))?;
         let (kind, payload) = conn.request(Kind::Hello, token.unwrap_or("").as_bytes())?;
         match kind {
             Kind::HelloOk => Ok(conn),
@@ -93,7 +111,11 @@ impl Connection {
         }
     }
 
-    fn read_loop(&self, read: impl Read) {
+    /// Reads replies until the socket ends or the connection is dropped.
+    /// Holds the connection only while it hands a reply over: a strong
+    /// reference kept across the blocking read would keep the socket open
+    /// for ever after the last endpoint is gone.
+    fn read_loop(conn: &std::sync::Weak<Connection>, read: impl Read) {
         // Replies that arrive together (a group commit's, or several in
         // flight) are read with one system call, not two per frame.
         let mut read = std::io::BufReader::with_capacity(READ_BUFFER, read);
@@ -110,7 +132,9 @@ impl Connection {
             if let Err(e) = read.read_exact(&mut payload) {
                 break format!("connection closed mid-frame: {e}");
             }
-            let slot = self
+            // Every endpoint is gone: no one waits for this reply.
+            let Some(this) = conn.upgrade() else { return };
+            let slot = this
                 .pending
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -128,8 +152,9 @@ impl Connection {
                 None => tracing::debug!(id = header.id, "reply to no pending request"),
             }
         };
-        self.closed.store(true, Ordering::Release);
-        let pending: Vec<Arc<Slot>> = self
+        let Some(this) = conn.upgrade() else { return };
+        this.closed.store(true, Ordering::Release);
+        let pending: Vec<Arc<Slot>> = this
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -334,8 +359,12 @@ impl TcpEndpoint {
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
         let write = stream.try_clone()?;
+        let closer = stream.try_clone()?;
+        let shutdown = Box::new(move || {
+            let _ = closer.shutdown(std::net::Shutdown::Both);
+        });
         Ok(TcpEndpoint {
-            conn: Connection::open(stream, write, token)?,
+            conn: Connection::open(stream, write, shutdown, token)?,
             counters: Counters::default(),
             frame: Vec::new(),
         })
@@ -430,8 +459,12 @@ impl ShmEndpoint {
     pub fn connect(dir: &std::path::Path, token: Option<&str>) -> Result<ShmEndpoint, FabricError> {
         let stream = UnixStream::connect(dir.join(SOCKET_NAME))?;
         let write = stream.try_clone()?;
+        let closer = stream.try_clone()?;
+        let shutdown = Box::new(move || {
+            let _ = closer.shutdown(std::net::Shutdown::Both);
+        });
         Ok(ShmEndpoint {
-            conn: Connection::open(stream, write, token)?,
+            conn: Connection::open(stream, write, shutdown, token)?,
             mapped: Mapped::default(),
             counters: Counters::default(),
         })

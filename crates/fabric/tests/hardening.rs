@@ -610,3 +610,35 @@ fn real_clients_get_in_while_a_flood_of_silent_connections_goes_on() {
     assert!(host.open_connections().1 <= fabric::host::MAX_PREAUTH);
     host.shutdown();
 }
+
+#[test]
+fn a_dropped_endpoint_closes_its_connection() {
+    // Eight connection slots, forty clients one after another: a client
+    // endpoint that kept its socket open after being dropped would be
+    // refused from the ninth on.
+    let (host, addr) = host(HostConfig {
+        max_connections: 8,
+        ..HostConfig::default()
+    });
+    let mut reply = Vec::new();
+    for i in 0..40 {
+        let mut ep = TcpEndpoint::connect(addr, None).unwrap_or_else(|e| panic!("client {i}: {e}"));
+        ep.call(NodeId(0), b"ab", &mut reply)
+            .unwrap_or_else(|e| panic!("client {i}: {e}"));
+        assert_eq!(reply, b"ba");
+        let shared = ep.share();
+        drop(ep);
+        // A shared endpoint keeps the connection open.
+        shared
+            .connection()
+            .host_stats()
+            .unwrap_or_else(|e| panic!("client {i}, shared: {e}"));
+        drop(shared);
+        wait_for(
+            "the dropped client's connection to close",
+            Duration::from_secs(5),
+            || host.open_connections() == (0, 0),
+        );
+    }
+    host.shutdown();
+}
