@@ -733,7 +733,10 @@ async fn renew(
     loop {
         tokio::time::sleep(period).await;
         let asked_at = base.elapsed().as_millis() as u64;
-        let answer = tokio::time::timeout(period, renew_once(rpc, &mut keeper, lease)).await;
+        // Opening the stream is one more round trip: a period for it and
+        // one for the answer, as on a stream already open.
+        let bound = if keeper.is_some() { period } else { 2 * period };
+        let answer = tokio::time::timeout(bound, renew_once(rpc, &mut keeper, lease)).await;
         match answer {
             Ok(Ok(Some(r))) if r.ttl > 0 => {
                 renewed_at = tokio::time::Instant::now();
