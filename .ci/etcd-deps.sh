@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
-# Installs what the `cluster` crate and its tests need on Debian.
+# Installs what the `cluster` crate's tests need on Debian.
 #
 # * etcd-server: the `etcd` binary the cluster tests and `xstore cluster up`
 #   start on loopback (Debian bookworm ships 3.4.23).
-# * protobuf-compiler: `protoc`, which the `etcd-client` crate's build
-#   script runs to generate its gRPC stubs (tonic-build), and
-#   libprotobuf-dev for the well-known types it imports
-#   (google/protobuf/descriptor.proto, struct.proto). Debian's package
-#   is used rather than a crate that downloads or bundles a protoc binary:
-#   the build then uses only registry packages the machine already trusts.
+#
+# Building needs nothing from here: the etcd gRPC stubs are committed
+# (crates/etcd-rpc). Only the check that they are current runs protoc:
+# .ci/protoc-deps.sh, for that step alone.
 #
 # Fast when everything is present: only packages that are missing are
 # installed, and apt's lists are refreshed only then.
 set -euo pipefail
 
-packages=(etcd-server protobuf-compiler libprotobuf-dev)
+packages=(etcd-server)
 
 bash "$(dirname "$0")/apt-missing.sh" etcd-deps "${packages[@]}"

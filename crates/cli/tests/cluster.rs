@@ -53,10 +53,7 @@ fn up_with(extra: &[&str]) -> Option<Up> {
 
 /// `xstore cluster up` with `extra` arguments and `env` variables.
 fn up_env(extra: &[&str], env: &[(&str, &str)]) -> Option<Up> {
-    if cluster::etcd_binary().is_none() {
-        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
-        return None;
-    }
+    cluster::etcd_for_test()?;
     let dir = tempfile::tempdir().expect("temp dir");
     let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["cluster", "up", "--servers", "3", "--dir"])

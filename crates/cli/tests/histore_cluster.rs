@@ -70,8 +70,7 @@ fn xstore(args: &[&str], stdin: &str) -> String {
 
 #[test]
 fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everything() {
-    if cluster::etcd_binary().is_none() {
-        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
+    if cluster::etcd_for_test().is_none() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");

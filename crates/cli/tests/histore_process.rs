@@ -142,8 +142,7 @@ struct Load {
 
 #[test]
 fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
-    if cluster::etcd_binary().is_none() {
-        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
+    if cluster::etcd_for_test().is_none() {
         return;
     }
     let seed = testkit::seed();
@@ -405,8 +404,7 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
 /// answer line per command line, against a group of processes.
 #[test]
 fn the_shell_talks_to_a_group_with_string_keys() {
-    if cluster::etcd_binary().is_none() {
-        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
+    if cluster::etcd_for_test().is_none() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");

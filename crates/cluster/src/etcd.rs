@@ -22,17 +22,175 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
-    WatchOptions,
+use etcd_rpc::etcdserverpb::{
+    compare::{CompareResult, CompareTarget, TargetUnion},
+    kv_client::KvClient,
+    lease_client::LeaseClient,
+    request_op,
+    watch_client::WatchClient,
+    watch_request, Compare, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseRevokeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseHeader,
+    TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest,
 };
+use etcd_rpc::mvccpb::event::EventType;
 use tokio::runtime::Runtime;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
 
 use crate::map::{valid_id, Member, ShardMap, MAP_FORMAT};
 use crate::ClusterError;
 
 /// How long one etcd request may take before it is an error.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest gRPC message accepted from etcd (a prefix listing of
+/// raw keys is the biggest answer; etcd's own request limit is 1.5 MiB
+/// per value).
+const MAX_MESSAGE: usize = 64 << 20;
+
+/// What failed in a request to etcd.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// No connection could be made (or the address is not a valid URI).
+    #[error("cannot connect: {}", chain(.0))]
+    Connect(tonic::transport::Error),
+    /// etcd, or the gRPC layer on the way, refused or failed the request.
+    #[error("{}: {}", .0.code(), .0.message())]
+    Status(Box<tonic::Status>),
+    /// etcd answered outside the protocol (a stream ended early, an
+    /// error string in a reply).
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl From<tonic::Status> for EtcdError {
+    fn from(s: tonic::Status) -> EtcdError {
+        EtcdError::Status(Box::new(s))
+    }
+}
+
+/// An error and its sources, `: `-separated (a transport error alone
+/// says only "transport error").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+/// The gRPC calls the cluster layer makes, over one HTTP/2 channel (it
+/// reconnects by itself after etcd comes back).
+#[derive(Clone)]
+struct Rpc {
+    channel: Channel,
+}
+
+impl Rpc {
+    fn kv(&self) -> KvClient<Channel> {
+        KvClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE)
+    }
+
+    fn lease(&self) -> LeaseClient<Channel> {
+        LeaseClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE)
+    }
+
+    /// The key `key`, or every key starting with it if `prefix`.
+    async fn range(&self, key: Vec<u8>, prefix: bool) -> Result<RangeResponse, EtcdError> {
+        let range_end = if prefix { prefix_end(&key) } else { Vec::new() };
+        let req = RangeRequest {
+            key,
+            range_end,
+            ..Default::default()
+        };
+        Ok(self.kv().range(req).await?.into_inner())
+    }
+
+    /// Runs `then` if every compare in `when` holds (else nothing).
+    async fn txn(
+        &self,
+        when: Vec<Compare>,
+        then: Vec<RequestOp>,
+    ) -> Result<TxnResponse, EtcdError> {
+        let req = TxnRequest {
+            compare: when,
+            success: then,
+            failure: Vec::new(),
+        };
+        Ok(self.kv().txn(req).await?.into_inner())
+    }
+
+    /// A new lease of `ttl_s` seconds: its id.
+    async fn lease_grant(&self, ttl_s: i64) -> Result<i64, EtcdError> {
+        let resp = self
+            .lease()
+            .lease_grant(LeaseGrantRequest { ttl: ttl_s, id: 0 })
+            .await?
+            .into_inner();
+        if !resp.error.is_empty() {
+            return Err(EtcdError::Protocol(format!("lease grant: {}", resp.error)));
+        }
+        Ok(resp.id)
+    }
+
+    async fn lease_revoke(&self, id: i64) -> Result<(), EtcdError> {
+        self.lease().lease_revoke(LeaseRevokeRequest { id }).await?;
+        Ok(())
+    }
+}
+
+/// The end of the range of keys starting with `key` (etcd's `range_end`
+/// for a prefix): `key` with its last byte below 0xff incremented and
+/// what follows cut; `[0]` (every key) if there is no such byte.
+fn prefix_end(key: &[u8]) -> Vec<u8> {
+    match key.iter().rposition(|&b| b < 0xff) {
+        Some(i) => {
+            let mut end = key[..=i].to_vec();
+            end[i] += 1;
+            end
+        }
+        None => vec![0],
+    }
+}
+
+/// A compare on `key`'s create revision, mod revision or value, by
+/// `union` (which also picks the target).
+fn compare(key: &str, union: TargetUnion) -> Compare {
+    let target = match &union {
+        TargetUnion::CreateRevision(_) => CompareTarget::Create,
+        TargetUnion::ModRevision(_) => CompareTarget::Mod,
+        TargetUnion::Value(_) => CompareTarget::Value,
+        TargetUnion::Version(_) => CompareTarget::Version,
+        TargetUnion::Lease(_) => CompareTarget::Lease,
+    };
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: target as i32,
+        key: key.as_bytes().to_vec(),
+        range_end: Vec::new(),
+        target_union: Some(union),
+    }
+}
+
+/// A put of `value` at `key`, attached to `lease` (0: none).
+fn put(key: &str, value: Vec<u8>, lease: i64) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestPut(PutRequest {
+            key: key.as_bytes().to_vec(),
+            value,
+            lease,
+            ..Default::default()
+        })),
+    }
+}
+
+/// The store revision a reply was made at.
+fn revision_of(header: Option<&ResponseHeader>) -> u64 {
+    header.map_or(0, |h| h.revision.max(0) as u64)
+}
 
 /// A parsed cluster URL: `etcd://host:port[/prefix]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,8 +235,10 @@ impl std::str::FromStr for ClusterUrl {
 #[derive(Clone)]
 pub struct Etcd {
     rt: Arc<Runtime>,
-    client: Client,
+    rpc: Rpc,
     prefix: String,
+    /// The bound on each request (at most [`REQUEST_TIMEOUT`]).
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -104,32 +264,31 @@ impl Etcd {
             .enable_all()
             .build()
             .map_err(ClusterError::Io)?;
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout);
-        let client = rt.block_on(async {
-            tokio::time::timeout(
-                timeout,
-                Client::connect([url.endpoint.as_str()], Some(opts)),
-            )
-            .await
-        });
-        let client = client.map_err(|_| ClusterError::Timeout(timeout))??;
+        let endpoint = Endpoint::from_shared(format!("http://{}", url.endpoint))
+            .map_err(EtcdError::Connect)?
+            .connect_timeout(timeout)
+            .tcp_nodelay(true);
+        let channel = rt
+            .block_on(async { tokio::time::timeout(timeout, endpoint.connect()).await })
+            .map_err(|_| ClusterError::Timeout(timeout))?
+            .map_err(EtcdError::Connect)?;
         Ok(Etcd {
             rt: Arc::new(rt),
-            client,
+            rpc: Rpc { channel },
             prefix: url.prefix,
+            timeout: timeout.min(REQUEST_TIMEOUT),
         })
     }
 
-    /// Runs `fut` on the runtime, bounded by [`REQUEST_TIMEOUT`].
+    /// Runs `fut` on the runtime, bounded by the request timeout.
     fn run<T>(
         &self,
-        fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+        fut: impl std::future::Future<Output = Result<T, EtcdError>>,
     ) -> Result<T, ClusterError> {
+        let bound = self.timeout;
         self.rt
-            .block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, fut).await })
-            .map_err(|_| ClusterError::Timeout(REQUEST_TIMEOUT))?
+            .block_on(async { tokio::time::timeout(bound, fut).await })
+            .map_err(|_| ClusterError::Timeout(bound))?
             .map_err(ClusterError::from)
     }
 
@@ -143,21 +302,19 @@ impl Etcd {
 
     /// The store's current revision (a liveness probe).
     pub fn revision(&self) -> Result<u64, ClusterError> {
-        let mut c = self.client.clone();
-        let key = self.map_key();
-        let resp = self.run(async move { c.get(key, None).await })?;
-        Ok(resp.header().map_or(0, |h| h.revision().max(0) as u64))
+        let key = self.map_key().into_bytes();
+        let resp = self.run(self.rpc.range(key, false))?;
+        Ok(revision_of(resp.header.as_ref()))
     }
 
     /// The shard map, if one was created.
     pub fn map(&self) -> Result<Option<ShardMap>, ClusterError> {
-        let mut c = self.client.clone();
-        let key = self.map_key();
-        let resp = self.run(async move { c.get(key, None).await })?;
-        match resp.kvs().first() {
+        let key = self.map_key().into_bytes();
+        let resp = self.run(self.rpc.range(key, false))?;
+        match resp.kvs.first() {
             None => Ok(None),
             Some(kv) => {
-                let m = ShardMap::from_json(kv.value(), kv.mod_revision().max(0) as u64);
+                let m = ShardMap::from_json(&kv.value, kv.mod_revision.max(0) as u64);
                 if let Err(e) = &m {
                     tracing::error!(error = %e, "the stored shard map is invalid");
                 }
@@ -176,16 +333,15 @@ impl Etcd {
     pub fn create_map(&self, map: &ShardMap) -> Result<u64, ClusterError> {
         map.validate()?;
         let key = self.map_key();
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, map.to_json(), None)]);
-        let mut c = self.client.clone();
-        let resp = self.run(async move { c.txn(txn).await })?;
-        if !resp.succeeded() {
+        let resp = self.run(self.rpc.txn(
+            vec![compare(&key, TargetUnion::CreateRevision(0))],
+            vec![put(&key, map.to_json(), 0)],
+        ))?;
+        if !resp.succeeded {
             let current = self.map()?.map_or(0, |m| m.revision);
             return Err(ClusterError::MapExists { revision: current });
         }
-        Ok(resp.header().map_or(0, |h| h.revision().max(0) as u64))
+        Ok(revision_of(resp.header.as_ref()))
     }
 
     /// Replaces the map read at revision `map.revision` with `next`: the
@@ -195,20 +351,15 @@ impl Etcd {
         next.validate()?;
         let key = self.map_key();
         let expected = map.revision;
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                key.clone(),
-                CompareOp::Equal,
-                expected as i64,
-            )])
-            .and_then([TxnOp::put(key, next.to_json(), None)]);
-        let mut c = self.client.clone();
-        let resp = self.run(async move { c.txn(txn).await })?;
-        if !resp.succeeded() {
+        let resp = self.run(self.rpc.txn(
+            vec![compare(&key, TargetUnion::ModRevision(expected as i64))],
+            vec![put(&key, next.to_json(), 0)],
+        ))?;
+        if !resp.succeeded {
             let current = self.map()?.map_or(0, |m| m.revision);
             return Err(ClusterError::Fenced { expected, current });
         }
-        Ok(resp.header().map_or(0, |h| h.revision().max(0) as u64))
+        Ok(revision_of(resp.header.as_ref()))
     }
 
     /// Gives `[lo, hi)` to `server` in the current map, fenced on the
@@ -224,13 +375,13 @@ impl Etcd {
     /// key for callers that keep their own records beside the map (the
     /// HiStore group view).
     pub fn get_raw(&self, name: &str) -> Result<Option<(Vec<u8>, u64)>, ClusterError> {
-        let mut c = self.client.clone();
-        let key = format!("{}{name}", self.prefix);
-        let resp = self.run(async move { c.get(key, None).await })?;
+        let key = format!("{}{name}", self.prefix).into_bytes();
+        let resp = self.run(self.rpc.range(key, false))?;
         Ok(resp
-            .kvs()
-            .first()
-            .map(|kv| (kv.value().to_vec(), kv.mod_revision().max(0) as u64)))
+            .kvs
+            .into_iter()
+            .next()
+            .map(|kv| (kv.value, kv.mod_revision.max(0) as u64)))
     }
 
     /// Stores `<prefix><name>` = `value` if `expected` is its mod revision
@@ -245,52 +396,43 @@ impl Etcd {
     ) -> Result<u64, ClusterError> {
         let key = format!("{}{name}", self.prefix);
         let guard = if expected == 0 {
-            Compare::create_revision(key.clone(), CompareOp::Equal, 0)
+            compare(&key, TargetUnion::CreateRevision(0))
         } else {
-            Compare::mod_revision(key.clone(), CompareOp::Equal, expected as i64)
+            compare(&key, TargetUnion::ModRevision(expected as i64))
         };
-        let txn = Txn::new()
-            .when([guard])
-            .and_then([TxnOp::put(key, value, None)]);
-        let mut c = self.client.clone();
-        let resp = self.run(async move { c.txn(txn).await })?;
-        if !resp.succeeded() {
+        let resp = self.run(self.rpc.txn(vec![guard], vec![put(&key, value, 0)]))?;
+        if !resp.succeeded {
             let current = self.get_raw(name)?.map_or(0, |(_, r)| r);
             return Err(ClusterError::Fenced { expected, current });
         }
-        Ok(resp.header().map_or(0, |h| h.revision().max(0) as u64))
+        Ok(revision_of(resp.header.as_ref()))
     }
 
     /// Raw keys under `<prefix><dir>` (names relative to the prefix), with
     /// their values.
     pub fn list_raw(&self, dir: &str) -> Result<Vec<(String, Vec<u8>)>, ClusterError> {
-        let mut c = self.client.clone();
-        let key = format!("{}{dir}", self.prefix);
-        let opts = GetOptions::new().with_prefix();
-        let resp = self.run(async move { c.get(key, Some(opts)).await })?;
+        let key = format!("{}{dir}", self.prefix).into_bytes();
+        let resp = self.run(self.rpc.range(key, true))?;
         Ok(resp
-            .kvs()
-            .iter()
+            .kvs
+            .into_iter()
             .map(|kv| {
-                let k = String::from_utf8_lossy(kv.key());
+                let k = String::from_utf8_lossy(&kv.key);
                 let name = k.get(self.prefix.len()..).unwrap_or("").to_string();
-                (name, kv.value().to_vec())
+                (name, kv.value)
             })
             .collect())
     }
 
     /// Registered servers by id (those whose lease is alive).
     pub fn members(&self) -> Result<BTreeMap<String, Member>, ClusterError> {
-        let mut c = self.client.clone();
         let prefix = self.member_key("");
-        let opts = GetOptions::new().with_prefix();
-        let p = prefix.clone();
-        let resp = self.run(async move { c.get(p, Some(opts)).await })?;
+        let resp = self.run(self.rpc.range(prefix.clone().into_bytes(), true))?;
         let mut out = BTreeMap::new();
-        for kv in resp.kvs() {
-            let key = String::from_utf8_lossy(kv.key()).into_owned();
+        for kv in resp.kvs {
+            let key = String::from_utf8_lossy(&kv.key).into_owned();
             let id = key[prefix.len().min(key.len())..].to_string();
-            match Member::from_json(&key, kv.value()) {
+            match Member::from_json(&key, &kv.value) {
                 Ok(m) if valid_id(&id) => {
                     out.insert(id, m);
                 }
@@ -328,27 +470,33 @@ impl Etcd {
         };
         let value = serde_json::to_vec(&member).expect("member serializes");
         let key = self.member_key(id);
-        let c = self.client.clone();
         // Lease freshness is measured from before each request that
         // granted or renewed it: etcd started the TTL later than that.
         let base = std::time::Instant::now();
         let renewed = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let lease = self
-            .run(put_member(c, key.clone(), value.clone(), ttl_s, false))?
+            .run(put_member(
+                self.rpc.clone(),
+                key.clone(),
+                value.clone(),
+                ttl_s,
+                false,
+            ))?
             .ok_or_else(|| ClusterError::AlreadyRegistered(id.to_string()))?;
         let current = Arc::new(std::sync::atomic::AtomicI64::new(lease));
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let c = self.client.clone();
+        let rpc = self.rpc.clone();
         let id_owned = id.to_string();
         let shared = current.clone();
         let renewed_task = renewed.clone();
+        let bound = self.timeout;
         self.rt.spawn(async move {
             use std::sync::atomic::Ordering;
             let mut lease = lease;
             loop {
                 tokio::select! {
                     _ = &mut stop_rx => break,
-                    () = renew(c.clone(), lease, ttl_s, &id_owned, &renewed_task, base) => {}
+                    () = renew(&rpc, lease, ttl_s, &id_owned, &renewed_task, base) => {}
                 }
                 // The lease is gone: register again, bounded by the stop
                 // signal, backing off up to a TTL between tries.
@@ -360,15 +508,15 @@ impl Etcd {
                     }
                     let asked_at = base.elapsed().as_millis() as u64;
                     let again = tokio::time::timeout(
-                        REQUEST_TIMEOUT,
-                        put_member(c.clone(), key.clone(), value.clone(), ttl_s, true),
+                        bound,
+                        put_member(rpc.clone(), key.clone(), value.clone(), ttl_s, true),
                     )
                     .await;
                     match again {
                         Ok(Ok(Some(l))) => {
                             // The old lease holds nothing now; if etcd
                             // still keeps it, let it go.
-                            let _ = c.clone().lease_revoke(lease).await;
+                            let _ = tokio::time::timeout(bound, rpc.lease_revoke(lease)).await;
                             lease = l;
                             shared.store(l, Ordering::Relaxed);
                             renewed_task.store(asked_at, Ordering::Release);
@@ -389,8 +537,7 @@ impl Etcd {
                     }
                 }
             }
-            let mut c = c;
-            let _ = c.lease_revoke(lease).await;
+            let _ = tokio::time::timeout(bound, rpc.lease_revoke(lease)).await;
         });
         Ok(Registration {
             stop: Some(stop_tx),
@@ -399,7 +546,7 @@ impl Etcd {
             base,
             ttl: Duration::from_secs(ttl_s as u64),
             rt: self.rt.clone(),
-            client: self.client.clone(),
+            rpc: self.rpc.clone(),
         })
     }
 
@@ -416,26 +563,48 @@ impl Etcd {
         if let Some(m) = current {
             let _ = tx.send(Ok(m));
         }
-        let key = self.map_key();
-        let mut c = self.client.clone();
-        let opts = WatchOptions::new().with_start_revision(start as i64);
-        let mut stream = self.run(async move { c.watch(key, Some(opts)).await })?;
+        // The request stream stays open for the watch's life (the sender
+        // lives in the task): one create request, nothing after it.
+        let (req_tx, req_rx) = tokio::sync::mpsc::channel(1);
+        let create = WatchRequest {
+            request_union: Some(watch_request::RequestUnion::CreateRequest(
+                WatchCreateRequest {
+                    key: self.map_key().into_bytes(),
+                    start_revision: start as i64,
+                    ..Default::default()
+                },
+            )),
+        };
+        req_tx
+            .try_send(create)
+            .expect("a new channel has room for one request");
+        let mut client =
+            WatchClient::new(self.rpc.channel.clone()).max_decoding_message_size(MAX_MESSAGE);
+        let mut stream = self.run(async move {
+            Ok::<_, EtcdError>(
+                client
+                    .watch(ReceiverStream::new(req_rx))
+                    .await?
+                    .into_inner(),
+            )
+        })?;
         let task = self.rt.spawn(async move {
+            let _requests = req_tx;
             loop {
                 match stream.message().await {
                     Ok(Some(resp)) => {
-                        if resp.canceled() {
+                        if resp.canceled {
                             let _ = tx.send(Err(ClusterError::WatchEnded(format!(
                                 "canceled: {}",
-                                resp.cancel_reason()
+                                resp.cancel_reason
                             ))));
                             return;
                         }
-                        for ev in resp.events() {
-                            let Some(kv) = ev.kv() else { continue };
-                            let item = match ev.event_type() {
+                        for ev in &resp.events {
+                            let Some(kv) = &ev.kv else { continue };
+                            let item = match ev.r#type() {
                                 EventType::Put => {
-                                    ShardMap::from_json(kv.value(), kv.mod_revision().max(0) as u64)
+                                    ShardMap::from_json(&kv.value, kv.mod_revision.max(0) as u64)
                                 }
                                 EventType::Delete => {
                                     Err(ClusterError::WatchEnded("the map was deleted".into()))
@@ -454,7 +623,7 @@ impl Etcd {
                         return;
                     }
                     Err(e) => {
-                        let _ = tx.send(Err(ClusterError::Etcd(e)));
+                        let _ = tx.send(Err(ClusterError::Etcd(e.into())));
                         return;
                     }
                 }
@@ -469,46 +638,86 @@ impl Etcd {
 /// (this process's own entry, left under a lease it gave up on): the lease
 /// id, or `None` (lease revoked) if the key is taken.
 async fn put_member(
-    mut c: Client,
+    rpc: Rpc,
     key: String,
     value: Vec<u8>,
     ttl_s: i64,
     again: bool,
-) -> Result<Option<i64>, etcd_client::Error> {
-    let lease = c.lease_grant(ttl_s, None).await?.id();
-    let put = || {
-        TxnOp::put(
-            key.clone(),
-            value.clone(),
-            Some(PutOptions::new().with_lease(lease)),
+) -> Result<Option<i64>, EtcdError> {
+    let lease = rpc.lease_grant(ttl_s).await?;
+    let fresh = rpc
+        .txn(
+            vec![compare(&key, TargetUnion::CreateRevision(0))],
+            vec![put(&key, value.clone(), lease)],
         )
-    };
-    let fresh = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([put()]);
-    if c.txn(fresh).await?.succeeded() {
+        .await?;
+    if fresh.succeeded {
         return Ok(Some(lease));
     }
     if !again {
-        let _ = c.lease_revoke(lease).await;
+        let _ = rpc.lease_revoke(lease).await;
         return Ok(None);
     }
     // The pid is in the value: only this process's own entry matches.
-    let ours = Txn::new()
-        .when([Compare::value(key.clone(), CompareOp::Equal, value.clone())])
-        .and_then([put()]);
-    if c.txn(ours).await?.succeeded() {
+    let ours = rpc
+        .txn(
+            vec![compare(&key, TargetUnion::Value(value.clone()))],
+            vec![put(&key, value, lease)],
+        )
+        .await?;
+    if ours.succeeded {
         return Ok(Some(lease));
     }
-    let _ = c.lease_revoke(lease).await;
+    let _ = rpc.lease_revoke(lease).await;
     Ok(None)
+}
+
+/// An open keep-alive stream of one lease: requests go in `requests`,
+/// etcd answers each on `answers`, in order.
+struct Keeper {
+    requests: tokio::sync::mpsc::Sender<LeaseKeepAliveRequest>,
+    answers: tonic::Streaming<LeaseKeepAliveResponse>,
+}
+
+/// One renewal of `lease`: on `keeper`'s stream, opened first if there is
+/// none. etcd's answer, `None` if the stream ended.
+async fn renew_once(
+    rpc: &Rpc,
+    keeper: &mut Option<Keeper>,
+    lease: i64,
+) -> Result<Option<LeaseKeepAliveResponse>, EtcdError> {
+    let ask = LeaseKeepAliveRequest { id: lease };
+    let k = match keeper {
+        Some(k) => {
+            k.requests
+                .send(ask)
+                .await
+                .map_err(|_| EtcdError::Protocol("keep-alive stream closed".into()))?;
+            k
+        }
+        None => {
+            // The first request is queued before the call: etcd's answer
+            // to it is what lets the call return.
+            let (requests, rx) = tokio::sync::mpsc::channel(4);
+            requests
+                .try_send(ask)
+                .expect("a new channel has room for one request");
+            let answers = rpc
+                .lease()
+                .lease_keep_alive(ReceiverStream::new(rx))
+                .await?
+                .into_inner();
+            keeper.insert(Keeper { requests, answers })
+        }
+    };
+    Ok(k.answers.message().await?)
 }
 
 /// Renews `lease` until it is gone: etcd says it expired, or no renewal
 /// got through for a whole TTL (it has expired then, whatever etcd says
 /// later).
 async fn renew(
-    mut c: Client,
+    rpc: &Rpc,
     lease: i64,
     ttl_s: i64,
     id: &str,
@@ -523,25 +732,13 @@ async fn renew(
     let mut keeper = None;
     loop {
         tokio::time::sleep(period).await;
-        if keeper.is_none() {
-            match tokio::time::timeout(period, c.lease_keep_alive(lease)).await {
-                Ok(Ok(k)) => keeper = Some(k),
-                other => tracing::warn!(id, ?other, "could not start renewing the lease"),
-            }
-        }
         let asked_at = base.elapsed().as_millis() as u64;
-        let answer = match keeper.as_mut() {
-            Some((k, stream)) => {
-                tokio::time::timeout(period, async {
-                    k.keep_alive().await?;
-                    stream.message().await
-                })
-                .await
-            }
-            None => Ok(Ok(None)),
-        };
+        // Opening the stream is one more round trip: a period for it and
+        // one for the answer, as on a stream already open.
+        let bound = if keeper.is_some() { period } else { 2 * period };
+        let answer = tokio::time::timeout(bound, renew_once(rpc, &mut keeper, lease)).await;
         match answer {
-            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+            Ok(Ok(Some(r))) if r.ttl > 0 => {
                 renewed_at = tokio::time::Instant::now();
                 renewed.store(asked_at, std::sync::atomic::Ordering::Release);
             }
@@ -575,7 +772,7 @@ pub struct Registration {
     base: std::time::Instant,
     ttl: Duration,
     rt: Arc<Runtime>,
-    client: Client,
+    rpc: Rpc,
 }
 
 impl Registration {
@@ -602,11 +799,11 @@ impl Drop for Registration {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let mut c = self.client.clone();
+        let rpc = self.rpc.clone();
         let lease = self.lease();
         // Bounded: a dead etcd lets the lease expire by itself instead.
         let _ = self.rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(2), c.lease_revoke(lease)).await
+            tokio::time::timeout(Duration::from_secs(2), rpc.lease_revoke(lease)).await
         });
     }
 }
@@ -634,5 +831,26 @@ impl MapWatch {
 impl Drop for MapWatch {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_bounds_exactly_the_keys_with_the_prefix() {
+        assert_eq!(prefix_end(b"/x/"), b"/x0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_end(b""), vec![0]);
+        // Every key with the prefix sorts below the end, the next key
+        // without it does not.
+        let p = b"/xstore/members/".to_vec();
+        let end = prefix_end(&p);
+        let mut with = p.clone();
+        with.extend_from_slice(b"\xff\xff");
+        assert!(with < end);
+        assert!(b"/xstore/members0".to_vec() >= end);
     }
 }

@@ -23,10 +23,10 @@ pub mod rebalance;
 pub mod router;
 pub mod shard;
 
-pub use etcd::{ClusterUrl, Etcd, MapWatch, Registration};
+pub use etcd::{ClusterUrl, Etcd, EtcdError, MapWatch, Registration};
 pub use map::{Member, Range, ShardMap};
 pub use moves::{move_range, MoveError, MoveReport};
-pub use process::{etcd_binary, EtcdProcess};
+pub use process::{etcd_binary, etcd_for_test, EtcdProcess};
 pub use router::{RoutedWrite, Router, RouterError, RouterStats};
 pub use shard::{Ownership, RangeHook, Shard};
 
@@ -40,7 +40,7 @@ pub enum ClusterError {
     Url(String, &'static str),
     /// etcd answered with an error or the connection failed.
     #[error("etcd: {0}")]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(#[from] EtcdError),
     /// etcd did not answer in time.
     #[error("etcd did not answer within {0:?}")]
     Timeout(Duration),

@@ -44,6 +44,28 @@ pub fn etcd_binary() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The environment variable under which a missing `etcd` fails the tests
+/// that need one instead of skipping them (CI sets it to `1`).
+pub const REQUIRE_ETCD_VAR: &str = "XSTORE_REQUIRE_ETCD";
+
+/// For a test that starts etcd: the binary, or `None` after printing one
+/// line that says the test skips and what to install. Under
+/// `XSTORE_REQUIRE_ETCD=1` a missing binary panics (fails the test)
+/// instead: where etcd is supposed to be installed, a skip would hide a
+/// broken setup.
+pub fn etcd_for_test() -> Option<PathBuf> {
+    let found = etcd_binary();
+    if found.is_none() {
+        let what = "no etcd binary: install etcd (Debian: apt-get install etcd-server, \
+                    or .ci/etcd-deps.sh) or set XSTORE_ETCD to its path";
+        if std::env::var_os(REQUIRE_ETCD_VAR).is_some_and(|v| v == "1") {
+            panic!("{REQUIRE_ETCD_VAR}=1 but {what}");
+        }
+        eprintln!("skipped: {what}");
+    }
+    found
+}
+
 fn free_port() -> Result<u16, ClusterError> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(ClusterError::Io)?;
     Ok(l.local_addr().map_err(ClusterError::Io)?.port())

@@ -9,10 +9,7 @@ use std::time::{Duration, Instant};
 use cluster::{ClusterError, Etcd, EtcdProcess, ShardMap};
 
 fn etcd() -> Option<(EtcdProcess, tempfile::TempDir)> {
-    if cluster::etcd_binary().is_none() {
-        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
-        return None;
-    }
+    cluster::etcd_for_test()?;
     let dir = tempfile::tempdir().expect("temp dir");
     let p = EtcdProcess::start(dir.path()).expect("etcd starts");
     Some((p, dir))

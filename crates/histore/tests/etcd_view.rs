@@ -14,8 +14,7 @@ use histore::{DataServer, GroupView, HiError, Membership};
 
 #[test]
 fn the_view_changes_only_by_compare_and_swap() {
-    if cluster::etcd_binary().is_none() {
-        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
+    if cluster::etcd_for_test().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
