@@ -346,8 +346,7 @@ impl Group {
 
 #[test]
 fn a_backup_paused_past_its_lease_answers_nothing_stale() {
-    if cluster::etcd_binary().is_none() {
-        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
+    if cluster::etcd_for_test().is_none() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -444,8 +443,7 @@ fn a_backup_paused_past_its_lease_answers_nothing_stale() {
 
 #[test]
 fn a_primary_paused_past_its_lease_serves_no_stale_one_sided_get() {
-    if cluster::etcd_binary().is_none() {
-        eprintln!("skipped: no etcd binary (install etcd-server or set XSTORE_ETCD)");
+    if cluster::etcd_for_test().is_none() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
