@@ -117,11 +117,12 @@ pub struct WalConfig {
     /// written (buffered or being written), [`Wal::append`] blocks until the
     /// writer catches up. Default 64 MiB. At least `max_batch_bytes`.
     pub max_unflushed_bytes: usize,
-    /// How many checkpoints to keep (at least 1, default 2). Segments are
-    /// deleted only once the *oldest* kept checkpoint covers them, so a
-    /// damaged newest checkpoint can fall back to the previous one without
-    /// losing records. With 1, exactly the newest checkpoint and the
-    /// segments after it are kept.
+    /// How many valid checkpoints to keep (at least 1, default 2).
+    /// Segments are deleted only once the *oldest* kept checkpoint covers
+    /// them, so a damaged newest checkpoint can fall back to the previous
+    /// one without losing records. Only checkpoints that verify count: a
+    /// damaged one never takes the place of a valid older one. With 1,
+    /// exactly the newest checkpoint and the segments after it are kept.
     pub keep_checkpoints: usize,
     /// How segment files are created; replace it to inject faults in tests.
     pub file_factory: FileFactory,
@@ -841,7 +842,9 @@ impl Wal {
     /// caller's call. The snapshot is streamed to
     /// `checkpoint-{upto_lsn:020}.ckpt.tmp`, fsync'd, renamed to
     /// `checkpoint-{upto_lsn:020}.ckpt`, and the directory is fsync'd. Then
-    /// all but the newest [`WalConfig::keep_checkpoints`] checkpoints are
+    /// the newest [`WalConfig::keep_checkpoints`] *valid* checkpoints are
+    /// kept (older ones are re-read and checked, streamed; damaged ones do
+    /// not count), every checkpoint older than the oldest kept one is
     /// deleted, and so are the segments whose records are all covered by
     /// the oldest kept checkpoint (never the segment being written; a
     /// covered segment the writer had not yet created when the checkpoint
