@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use crate::dir::{self, checkpoint_name, segment_name};
 use crate::file::{FileFactory, LogFile};
 use crate::format::{
-    decode_segment, encode_checkpoint_header, encode_frame, encode_segment_header, Defect, Op,
-    ScanEnd, CHECKPOINT_PAIR_BYTES, RECORD_BYTES, SEGMENT_HEADER_BYTES,
+    check_checkpoint_stream, decode_segment, encode_checkpoint_header, encode_frame,
+    encode_segment_header, Defect, Op, ScanEnd, CHECKPOINT_PAIR_BYTES, RECORD_BYTES,
+    SEGMENT_HEADER_BYTES,
 };
 use crate::WalError;
 
@@ -116,11 +117,12 @@ pub struct WalConfig {
     /// written (buffered or being written), [`Wal::append`] blocks until the
     /// writer catches up. Default 64 MiB. At least `max_batch_bytes`.
     pub max_unflushed_bytes: usize,
-    /// How many checkpoints to keep (at least 1, default 2). Segments are
-    /// deleted only once the *oldest* kept checkpoint covers them, so a
-    /// damaged newest checkpoint can fall back to the previous one without
-    /// losing records. With 1, exactly the newest checkpoint and the
-    /// segments after it are kept.
+    /// How many valid checkpoints to keep (at least 1, default 2).
+    /// Segments are deleted only once the *oldest* kept checkpoint covers
+    /// them, so a damaged newest checkpoint can fall back to the previous
+    /// one without losing records. Only checkpoints that verify count: a
+    /// damaged one never takes the place of a valid older one. With 1,
+    /// exactly the newest checkpoint and the segments after it are kept.
     pub keep_checkpoints: usize,
     /// How segment files are created; replace it to inject faults in tests.
     pub file_factory: FileFactory,
@@ -840,7 +842,9 @@ impl Wal {
     /// caller's call. The snapshot is streamed to
     /// `checkpoint-{upto_lsn:020}.ckpt.tmp`, fsync'd, renamed to
     /// `checkpoint-{upto_lsn:020}.ckpt`, and the directory is fsync'd. Then
-    /// all but the newest [`WalConfig::keep_checkpoints`] checkpoints are
+    /// the newest [`WalConfig::keep_checkpoints`] *valid* checkpoints are
+    /// kept (older ones are re-read and checked, streamed; damaged ones do
+    /// not count), every checkpoint older than the oldest kept one is
     /// deleted, and so are the segments whose records are all covered by
     /// the oldest kept checkpoint (never the segment being written; a
     /// covered segment the writer had not yet created when the checkpoint
@@ -918,20 +922,17 @@ impl Wal {
         dir::sync_dir(dir)?;
         sh.counters.fsyncs.fetch_add(2, Ordering::Relaxed);
 
-        // Retention.
+        // Retention: only checkpoints that verify count as kept ones, so a
+        // damaged checkpoint never pushes the only valid older one (and the
+        // segments it needs) out.
         let listing = dir::list(dir)?;
-        let drop_n = listing
-            .checkpoints
-            .len()
-            .saturating_sub(self.keep_checkpoints);
+        let retain_lsn = retention_boundary(&listing.checkpoints, upto_lsn, self.keep_checkpoints);
         let mut checkpoints_deleted = 0;
-        for (_, old) in &listing.checkpoints[..drop_n] {
+        for (lsn, old) in listing.checkpoints.iter().filter(|(l, _)| *l < retain_lsn) {
+            tracing::info!(checkpoint = %old.display(), lsn, "deleting a checkpoint older than the kept ones");
             dir::remove(old)?;
             checkpoints_deleted += 1;
         }
-        let retain_lsn = listing.checkpoints[drop_n..]
-            .first()
-            .map_or(upto_lsn, |(lsn, _)| *lsn);
         let mut segments_deleted = 0;
         for pair in listing.segments.windows(2) {
             // Segment 0 holds LSNs [first0, first1 - 1]: all covered iff
@@ -1049,6 +1050,61 @@ impl Drop for Wal {
 
 /// Checks that appending at `next_lsn` after the existing last segment
 /// keeps the log consistent.
+/// The LSN of the oldest checkpoint a rotation keeps: walking from the
+/// newest, the `keep`-th checkpoint that is valid (the one just written at
+/// `written` counts without being re-read; older ones are checked with
+/// [`check_checkpoint_file`]). Damaged checkpoints are skipped and do not
+/// count. With fewer than `keep` valid ones, the oldest valid one. Every
+/// checkpoint older than the boundary and every segment it covers may be
+/// deleted; everything from it on must stay, since recovery may fall back
+/// to it.
+fn retention_boundary(checkpoints: &[(u64, PathBuf)], written: u64, keep: usize) -> u64 {
+    debug_assert!(keep >= 1);
+    let mut boundary = written;
+    let mut valid = 0;
+    for (lsn, path) in checkpoints.iter().rev() {
+        let ok = if *lsn == written {
+            true
+        } else {
+            match check_checkpoint_file(path, *lsn) {
+                Ok(()) => true,
+                Err(reason) => {
+                    tracing::warn!(
+                        checkpoint = %path.display(),
+                        %reason,
+                        "damaged checkpoint does not count as a kept one"
+                    );
+                    false
+                }
+            }
+        };
+        if ok {
+            boundary = boundary.min(*lsn);
+            valid += 1;
+            if valid >= keep {
+                break;
+            }
+        }
+    }
+    boundary
+}
+
+/// Checks a checkpoint file the way recovery would accept it (see
+/// [`crate::format::check_checkpoint_stream`]), streaming it in bounded
+/// chunks, and that its header LSN matches its name. Returns the reason it
+/// is unusable, I/O errors included.
+fn check_checkpoint_file(path: &Path, lsn: u64) -> Result<(), String> {
+    let mut f = fs::File::open(path).map_err(|e| format!("open failed: {e}"))?;
+    let len = f.metadata().map_err(|e| format!("stat failed: {e}"))?.len();
+    let header_lsn = check_checkpoint_stream(&mut f, len)?;
+    if header_lsn != lsn {
+        return Err(format!(
+            "header LSN {header_lsn} does not match the file name"
+        ));
+    }
+    Ok(())
+}
+
 fn check_last_segment(first: u64, path: &Path, next_lsn: u64) -> Result<(), WalError> {
     if first > next_lsn {
         return Err(WalError::invalid(format!(
