@@ -111,7 +111,7 @@ impl PeerKey {
     /// Parses hex text (surrounding white space ignored).
     pub fn from_hex(text: &str) -> Result<PeerKey, HiError> {
         let text = text.trim();
-        if text.len() % 2 != 0 || !text.bytes().all(|c| c.is_ascii_hexdigit()) {
+        if !text.len().is_multiple_of(2) || !text.bytes().all(|c| c.is_ascii_hexdigit()) {
             return Err(HiError::BadMessage("a peer key is hex digits".into()));
         }
         let bytes: Vec<u8> = (0..text.len())
