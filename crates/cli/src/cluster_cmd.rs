@@ -119,7 +119,8 @@ struct UpArgs {
     #[arg(long)]
     durability: Option<String>,
     /// The access token every server requires (passed to them in their
-    /// environment, never on their command line).
+    /// environment, never on their command line). With --system histore
+    /// one is generated into DIR/token (mode 0600) when none is given.
     #[command(flatten)]
     token: TokenArgs,
     /// Run the rebalancer while up: a round every --rebalance-window-s
@@ -525,6 +526,27 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
         // A HiStore group starts empty and keeps no log on disk.
         bail!("--weights, --durability, --rebalance and --keys-file are for --system xstore");
     }
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    // Never without a token: a generated one, in a file only its owner
+    // reads. The group's peer key likewise: clients never get it.
+    let (token, token_file) = match token {
+        Some(t) => (t, None),
+        None => {
+            let path = args.dir.join("token");
+            let t: String = rand::random::<[u8; 32]>()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            write_private(&path, &t).context("writing the generated token")?;
+            (t, Some(path))
+        }
+    };
+    let peer_key_file = args.dir.join("histore-peer.key");
+    let _ = std::fs::remove_file(&peer_key_file);
+    histore::peer::PeerKey::generate()
+        .write_new_file(&peer_key_file)
+        .with_context(|| format!("writing the peer key {}", peer_key_file.display()))?;
     let etcd_proc = cluster::EtcdProcess::start(&args.dir).context("starting etcd")?;
     let url = etcd_proc.url();
     let exe = std::env::current_exe().context("locating the xstore binary")?;
@@ -542,6 +564,8 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
                 h.shape.main_buckets.to_string(),
                 "--overflow-buckets".to_string(),
                 h.shape.overflow_buckets.to_string(),
+                "--peer-key-file".to_string(),
+                peer_key_file.display().to_string(),
             ]
         };
         let mut child = Command::new(&exe)
@@ -553,7 +577,7 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
             .args(["--data-servers", &h.data_servers.to_string()])
             .args(role_args)
             // In the environment: a command line is visible to every user.
-            .envs(token.iter().map(|t| ("XSTORE_TOKEN", t)))
+            .env("XSTORE_TOKEN", &token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -599,7 +623,17 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
         println!("server {id} pid {}", child.id());
     }
     println!("{}", view_line(&h.group, &view));
-    println!("xstore shell {url} --histore {}", h.group);
+    match &token_file {
+        Some(path) => {
+            println!("token file {} (generated)", path.display());
+            println!(
+                "xstore shell {url} --histore {} --token-file {}",
+                h.group,
+                path.display()
+            );
+        }
+        None => println!("xstore shell {url} --histore {} (with the token)", h.group),
+    }
     println!(
         "cluster up: etcd pid {}, histore group {}: {} index and {} data servers",
         etcd_proc.pid(),
@@ -617,6 +651,23 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
     eprintln!("stopping {} servers and etcd", servers.0.len());
     drop(servers);
     drop(etcd_proc);
+    Ok(())
+}
+
+/// Writes `text` and a newline to a new file at `path` (replacing an old
+/// one) that only its owner can read, from its creation on.
+fn write_private(path: &std::path::Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    writeln!(f, "{text}")?;
+    f.sync_all()?;
     Ok(())
 }
 

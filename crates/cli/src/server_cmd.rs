@@ -166,6 +166,12 @@ pub struct HistoreArgs {
     /// Data servers registered before the group forms.
     #[arg(long, default_value_t = 1)]
     data_servers: usize,
+    /// The group's peer key (hex, mode 0600; required with --role index):
+    /// control-plane messages between index servers are sealed with it, and
+    /// clients, which lack it, get the data plane only. `cluster up`
+    /// generates one into its --dir.
+    #[arg(long, value_name = "FILE", env = "XSTORE_HISTORE_PEER_KEY_FILE")]
+    peer_key_file: Option<std::path::PathBuf>,
 }
 
 /// What every server of a HiStore group is started with: shared by
@@ -534,8 +540,13 @@ fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
                 }
             }
             Some("index") => {
+                let path = h.peer_key_file.as_ref().context(
+                    "--role index needs --peer-key-file FILE (the group's secret; cluster up makes one)",
+                )?;
+                let peer_key = histore::peer::PeerKey::read_file(path)?;
                 let config = histore::node::IndexNodeConfig {
                     token: args.token.resolve()?,
+                    peer_key: Some(peer_key),
                     lease_ttl: ttl,
                     main_buckets: h.shape.main_buckets,
                     overflow_buckets: h.shape.overflow_buckets,

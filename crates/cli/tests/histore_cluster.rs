@@ -132,7 +132,10 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
         .unwrap_or_else(|| panic!("no view line: {lines:?}"));
     // The lowest index server founds the group, the next two back it up.
     assert!(view.ends_with("primary 2, backups 3,4, data 1"), "{view}");
-    let shell = format!("xstore shell {url} --histore t1");
+    // No token was given: cluster up generated one and says where.
+    let token_file = dir.path().join("cluster").join("token");
+    let token_file = token_file.to_str().expect("utf-8 path");
+    let shell = format!("xstore shell {url} --histore t1 --token-file {token_file}");
     assert!(lines.contains(&shell), "{lines:?}");
     let last = lines.last().expect("lines");
     let etcd_pid: u32 = last
@@ -145,7 +148,10 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
     // The printed shell line, run with a script: writes, then reads back.
     let script = "put user:1 alice\nput user:2 bob\nput user:1 carol\nget user:1\n\
                   scan \"\" 10\ndel user:2\nget user:2\nget nobody\nstats\n";
-    let out = xstore(&["shell", &url, "--histore", "t1"], script);
+    let out = xstore(
+        &["shell", &url, "--histore", "t1", "--token-file", token_file],
+        script,
+    );
     let answers: Vec<&str> = out.lines().collect();
     assert_eq!(
         &answers[..8],
@@ -166,7 +172,10 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
         "{out}"
     );
     // A second shell (a new client) sees what the first wrote.
-    let out = xstore(&["shell", &url, "--histore", "t1"], "get user:1\n");
+    let out = xstore(
+        &["shell", &url, "--histore", "t1", "--token-file", token_file],
+        "get user:1\n",
+    );
     assert_eq!(out.lines().next(), Some("carol"), "{out}");
 
     let status = xstore(&["cluster", "status", &url, "--histore", "t1"], "");

@@ -41,6 +41,20 @@ impl Drop for Proc {
     }
 }
 
+/// The group's peer key file (index servers need it), made once per test
+/// process, mode 0600.
+fn peer_key_file() -> &'static std::path::Path {
+    static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir").keep();
+        let path = dir.join("peer.key");
+        histore::peer::PeerKey::generate()
+            .write_new_file(&path)
+            .expect("peer key file");
+        path
+    })
+}
+
 /// Starts `xstore server --system histore` with `args` and waits (bounded)
 /// until it says it serves.
 fn server(etcd: &str, args: &[&str]) -> Proc {
@@ -49,6 +63,7 @@ fn server(etcd: &str, args: &[&str]) -> Proc {
         .args(["--etcd", etcd, "--group", GROUP, "--lease-ttl-s", "1"])
         .args(["--main-buckets", "4096", "--overflow-buckets", "4096"])
         .args(args)
+        .env("XSTORE_HISTORE_PEER_KEY_FILE", peer_key_file())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -58,12 +58,27 @@ impl Drop for Proc {
     }
 }
 
+/// The group's peer key file (index servers need it), made once per test
+/// process, mode 0600.
+fn peer_key_file() -> &'static std::path::Path {
+    static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir").keep();
+        let path = dir.join("peer.key");
+        histore::peer::PeerKey::generate()
+            .write_new_file(&path)
+            .expect("peer key file");
+        path
+    })
+}
+
 fn server(etcd: &str, args: &[&str]) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["server", "--system", "histore", "--listen", "127.0.0.1:0"])
         .args(["--etcd", etcd, "--group", GROUP, "--lease-ttl-s", "1"])
         .args(["--main-buckets", "1024", "--overflow-buckets", "1024"])
         .args(args)
+        .env("XSTORE_HISTORE_PEER_KEY_FILE", peer_key_file())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

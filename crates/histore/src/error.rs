@@ -49,6 +49,10 @@ pub enum HiError {
         /// The seq that arrived.
         got: u64,
     },
+    /// A control-plane message without a valid seal of the group's peer
+    /// key (sent by a client, forged, stale or replayed; peer.rs).
+    #[error("unauthorized: {0}")]
+    Unauthorized(&'static str),
     /// The fabric failed.
     #[error("fabric: {0}")]
     Fabric(String),

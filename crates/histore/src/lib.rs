@@ -32,6 +32,7 @@ pub mod layout;
 pub mod multi;
 pub mod net;
 pub mod node;
+pub mod peer;
 pub mod server;
 pub mod sorted;
 pub mod table;

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::peer::PeerKey;
 use fabric::{Batch, CallTicket, Counters, Endpoint, FabricError, NodeId};
 
 /// Where each node listens.
@@ -24,6 +25,10 @@ pub trait Directory: Send + Sync {
 pub struct NetEndpoint {
     directory: Arc<dyn Directory>,
     token: Option<String>,
+    /// Seals control-plane requests (an index server's endpoints; peer.rs).
+    peer: Option<PeerKey>,
+    /// Where a sealed request is built.
+    sealed: Vec<u8>,
     conns: HashMap<NodeId, Box<dyn Endpoint>>,
     /// Counters of connections dropped since.
     retired: Counters,
@@ -43,8 +48,33 @@ impl NetEndpoint {
         NetEndpoint {
             directory,
             token,
+            peer: None,
+            sealed: Vec::new(),
             conns: HashMap::new(),
             retired: Counters::default(),
+        }
+    }
+
+    /// Seals every control-plane request sent from now on with the group's
+    /// peer key (an index server's endpoints; clients have none).
+    pub fn with_peer_key(mut self, key: PeerKey) -> NetEndpoint {
+        self.peer = Some(key);
+        self
+    }
+
+    /// `request` as it goes out: sealed if it is a control-plane request
+    /// and this endpoint has the peer key.
+    fn outgoing<'a>(
+        peer: &Option<PeerKey>,
+        sealed: &'a mut Vec<u8>,
+        request: &'a [u8],
+    ) -> &'a [u8] {
+        match (peer, request.first()) {
+            (Some(key), Some(&tag)) if crate::wire::is_control_tag(tag) => {
+                key.seal(request, sealed);
+                sealed
+            }
+            _ => request,
         }
     }
 
@@ -91,9 +121,12 @@ impl Endpoint for NetEndpoint {
         request: &[u8],
         reply: &mut Vec<u8>,
     ) -> Result<(), FabricError> {
+        let mut sealed = std::mem::take(&mut self.sealed);
+        let out = NetEndpoint::outgoing(&self.peer, &mut sealed, request);
         let result = self
             .conn(node)
-            .and_then(|ep| ep.call(NodeId(0), request, reply));
+            .and_then(|ep| ep.call(NodeId(0), out, reply));
+        self.sealed = sealed;
         if result.is_err() {
             self.drop_conn(node);
         }
@@ -101,9 +134,10 @@ impl Endpoint for NetEndpoint {
     }
 
     fn call_start(&mut self, node: NodeId, request: &[u8]) -> Result<CallTicket, FabricError> {
-        let result = self
-            .conn(node)
-            .and_then(|ep| ep.call_start(NodeId(0), request));
+        let mut sealed = std::mem::take(&mut self.sealed);
+        let out = NetEndpoint::outgoing(&self.peer, &mut sealed, request);
+        let result = self.conn(node).and_then(|ep| ep.call_start(NodeId(0), out));
+        self.sealed = sealed;
         if result.is_err() {
             self.drop_conn(node);
         }

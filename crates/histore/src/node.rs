@@ -39,6 +39,7 @@ use crate::etcd::{member_id, EtcdDirectory, EtcdMembership, Kind, Live};
 use crate::group::table_id;
 use crate::layout::{DATA_HEADER_BYTES, D_CAPACITY, D_CURSOR};
 use crate::net::NetEndpoint;
+use crate::peer::PeerKey;
 use crate::server::IndexServer;
 use crate::table::HashTable;
 use crate::view::{DataServer, GroupView, Membership};
@@ -55,6 +56,10 @@ pub struct IndexNodeConfig {
     pub group: String,
     /// Token presented to the other processes.
     pub token: Option<String>,
+    /// The group's peer key: seals this server's control-plane requests
+    /// and is required on the ones it takes (peer.rs). Required:
+    /// [`IndexNode::start`] refuses to start without it.
+    pub peer_key: Option<PeerKey>,
     /// Lease TTL (whole seconds, at least 1): how soon a dead server is
     /// noticed.
     pub lease_ttl: Duration,
@@ -91,6 +96,7 @@ impl IndexNodeConfig {
             etcd: etcd.to_string(),
             group: group.to_string(),
             token: None,
+            peer_key: None,
             lease_ttl: Duration::from_secs(2),
             main_buckets: 1 << 16,
             overflow_buckets: 1 << 14,
@@ -142,8 +148,14 @@ impl std::fmt::Debug for IndexNode {
     }
 }
 
-fn net(directory: &Arc<EtcdDirectory>, token: &Option<String>) -> NetEndpoint {
-    NetEndpoint::new(directory.clone(), token.clone())
+/// An endpoint to the group's processes that seals control-plane
+/// requests with the peer key.
+fn net(directory: &Arc<EtcdDirectory>, config: &IndexNodeConfig) -> NetEndpoint {
+    let ep = NetEndpoint::new(directory.clone(), config.token.clone());
+    match &config.peer_key {
+        Some(key) => ep.with_peer_key(key.clone()),
+        None => ep,
+    }
 }
 
 impl IndexNode {
@@ -151,6 +163,11 @@ impl IndexNode {
     /// has no view yet, else a replacement waiting to join) and makes it
     /// `host`'s handler. Call [`IndexNode::register`] once `host` listens.
     pub fn start(config: IndexNodeConfig, host: Host) -> Result<IndexNode, HiError> {
+        // Clients reach this server on the same port as its peers: without
+        // the key, any of them could fence or empty it.
+        let peer_key = config.peer_key.clone().ok_or(HiError::Unauthorized(
+            "an index server process needs the group's peer key",
+        ))?;
         let membership = Arc::new(EtcdMembership::connect(&config.etcd, &config.group)?);
         let directory = Arc::new(EtcdDirectory::new(membership.clone()));
         // Decided before registering: the view's founder only counts
@@ -164,9 +181,10 @@ impl IndexNode {
             0,
             config.partitions,
             joining,
-            Box::new(net(&directory, &config.token)),
+            Box::new(net(&directory, &config)),
         );
-        server.set_control(Box::new(net(&directory, &config.token)));
+        server.require_peer_key(peer_key);
+        server.set_control(Box::new(net(&directory, &config)));
         // Failover is driven by etcd leases here, not by a coordinator
         // that closes the old table first: readers trust a table only
         // under the read lease its primary renews.
@@ -436,7 +454,7 @@ fn become_primary(s: &Shared, view: &GroupView) -> Result<(), HiError> {
         view.epoch,
         table,
         view.backups.clone(),
-        Box::new(net(&s.directory, &s.config.token)),
+        Box::new(net(&s.directory, &s.config)),
     )?;
     // Opened with an expired read lease; grant the first at once.
     renew_lease(s);
@@ -483,7 +501,7 @@ fn fail_over(s: &Shared, view: &GroupView, live: &BTreeMap<NodeId, Live>) -> Res
         "primary's lease lapsed: failing over"
     );
     let mut mine = s.server.fence(epoch)?;
-    let mut ep = net(&s.directory, &s.config.token);
+    let mut ep = net(&s.directory, &s.config);
     let mut others = Vec::new();
     for &o in &view.backups {
         if o == me || !live.contains_key(&o) {
@@ -531,7 +549,7 @@ fn fail_over(s: &Shared, view: &GroupView, live: &BTreeMap<NodeId, Live>) -> Res
 /// the view.
 fn join(s: &Shared, view: &GroupView) -> Result<(), HiError> {
     let me = s.config.node;
-    let mut ep = net(&s.directory, &s.config.token);
+    let mut ep = net(&s.directory, &s.config);
     let body = rpc(&mut ep, view.primary, &Request::Join { node: me })?;
     let mut r = le::Reader::new(&body);
     let seq = r.u64("seq")?;

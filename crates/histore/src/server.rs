@@ -11,13 +11,14 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
 
 use crate::error::HiError;
 use crate::layout::{IndexPairs, TableHeader, ValuePtr, HEADER_COMMIT_BYTES, LEASE_FOREVER};
+use crate::peer::{PeerGate, PeerKey};
 use crate::sorted::SortedIndex;
 use crate::table::HashTable;
 use crate::wire::{self, EntryOp, LogEntry, PutMode, Request};
@@ -103,6 +104,9 @@ pub struct IndexServer {
     /// ([`IndexServer::use_read_leases`]); otherwise for good, until the
     /// coordinator closes them.
     leased: AtomicBool,
+    /// Once set, control-plane requests are taken only sealed with this
+    /// key (peer.rs): a process's clients reach it on the same port.
+    peer: OnceLock<PeerGate>,
 }
 
 /// See [`IndexServer::set_ack_guard`].
@@ -152,6 +156,7 @@ impl IndexServer {
             control: Mutex::new(None),
             ack_guard: RwLock::new(None),
             leased: AtomicBool::new(false),
+            peer: OnceLock::new(),
         });
         let weak = Arc::downgrade(&server);
         std::thread::Builder::new()
@@ -198,6 +203,7 @@ impl IndexServer {
             control: Mutex::new(None),
             ack_guard: RwLock::new(None),
             leased: AtomicBool::new(false),
+            peer: OnceLock::new(),
         })
     }
 
@@ -205,6 +211,45 @@ impl IndexServer {
     /// (processes only; in-process groups call [`IndexServer::add_backup`]).
     pub fn set_control(&self, ep: Box<dyn Endpoint>) {
         *lock(&self.control) = Some(ep);
+    }
+
+    /// From now on takes control-plane requests (REPLICATE, FENCE,
+    /// LOG_AFTER, CATCH_UP, JOIN, PREPARE) only sealed with `key`, and
+    /// refuses them unsealed with [`HiError::Unauthorized`] (peer.rs). A
+    /// process's index server calls this before it serves: its clients
+    /// reach it on the same port. A key set once stays.
+    pub fn require_peer_key(&self, key: PeerKey) {
+        let _ = self.peer.set(PeerGate::new(key));
+    }
+
+    /// The request in `bytes`, if this server may take it from whoever
+    /// sent it (see [`IndexServer::require_peer_key`]).
+    fn admit(&self, bytes: &[u8]) -> Result<Request, HiError> {
+        let gate = self.peer.get();
+        if bytes.first() == Some(&crate::peer::SEALED_TAG) {
+            let opened = gate
+                .ok_or(HiError::Unauthorized("this server has no peer key"))
+                .and_then(|g| g.open(bytes));
+            return match opened {
+                Ok(inner) => Request::decode(inner),
+                Err(e) => {
+                    tracing::warn!(node = self.node.0, error = %e, "sealed request refused");
+                    Err(e)
+                }
+            };
+        }
+        let req = Request::decode(bytes)?;
+        if gate.is_some() && req.is_control() {
+            tracing::warn!(
+                node = self.node.0,
+                tag = bytes.first().copied().unwrap_or(0),
+                "unsealed control-plane request refused (a client, not a group member)"
+            );
+            return Err(HiError::Unauthorized(
+                "control-plane requests are taken from the group's index servers only",
+            ));
+        }
+        Ok(req)
     }
 
     /// Sets a check a primary makes before it takes a write and again
@@ -1134,7 +1179,7 @@ fn applier(server: Weak<IndexServer>) {
 
 impl RpcHandler for IndexServer {
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
-        let result = Request::decode(request).and_then(|req| self.serve(req, reply));
+        let result = self.admit(request).and_then(|req| self.serve(req, reply));
         if let Err(e) = result {
             wire::encode_error(&e, reply);
         }

@@ -16,6 +16,9 @@
 //!   8 CATCH_UP   epoch u64, count u32, entry*count → last seq u64
 //!   9 JOIN       node u16                   → seq u64, count u32, (key, ptr u64)*count
 //!  10 PREPARE    epoch u64, seq u64         → (empty)
+//!  11 SEALED     ts u64, nonce u64, mac [32], request (peer.rs): how a
+//!                control-plane request (3, 6-10) reaches a process; a
+//!                process's index server refuses them unsealed
 //! key      = len u16, bytes
 //! entry    = seq u64, kind u8 (1 put, 2 delete), ptr u64 (0 for delete), key
 //! reply    = status u8 (0 ok, else an error code and its fields), body
@@ -135,6 +138,27 @@ pub enum Request {
         /// The seq the snapshot will reflect.
         seq: u64,
     },
+}
+
+/// Whether a request with this tag belongs to the group's control plane
+/// (REPLICATE, FENCE, LOG_AFTER, CATCH_UP, JOIN, PREPARE): sent only by
+/// the group's own index servers, never by a client.
+pub fn is_control_tag(tag: u8) -> bool {
+    matches!(tag, 3 | 6..=10)
+}
+
+impl Request {
+    /// Whether this request belongs to the control plane
+    /// ([`is_control_tag`]).
+    pub fn is_control(&self) -> bool {
+        !matches!(
+            self,
+            Request::Put { .. }
+                | Request::Delete { .. }
+                | Request::Scan { .. }
+                | Request::Get { .. }
+        )
+    }
 }
 
 /// Appends `count u32, entry*count`.
@@ -341,6 +365,7 @@ pub fn encode_error(e: &HiError, out: &mut Vec<u8>) {
             out.extend_from_slice(&expected.to_le_bytes());
             out.extend_from_slice(&got.to_le_bytes());
         }
+        HiError::Unauthorized(_) => out.push(8),
         other => {
             out.push(7);
             let s = other.to_string();
@@ -370,6 +395,7 @@ pub fn reply_body(bytes: &[u8]) -> Result<Reader<'_>, HiError> {
         7 => Err(HiError::BadMessage(
             String::from_utf8_lossy(r.take(r.remaining(), "text")?).into_owned(),
         )),
+        8 => Err(HiError::Unauthorized("refused by the server")),
         s => Err(HiError::BadMessage(format!("reply status {s}"))),
     }
 }
@@ -472,7 +498,8 @@ mod tests {
         fn requests_round_trip_and_cuts_are_errors(req in request(), junk: u8) {
             let mut buf = Vec::new();
             req.encode(&mut buf);
-            prop_assert_eq!(Request::decode(&buf)?, req);
+            prop_assert_eq!(Request::decode(&buf)?, req.clone());
+            prop_assert_eq!(is_control_tag(buf[0]), req.is_control());
             for cut in 0..buf.len() {
                 prop_assert!(Request::decode(&buf[..cut]).is_err());
             }
