@@ -1,14 +1,14 @@
 #!/bin/sh
 # The judge's cost: interleaved runs, judged and --no-judge (issue 22 item 9).
 set -e
-cd /work/wt/bench
+cd "$(dirname "$0")/../.."
 X=./target/release/xstore
 OUT=bench/results/judge-cost.jsonl
 LOG=bench/results/judge-cost.md
 : > $OUT
 echo "# What the judge costs: runs of $(git rev-parse --short HEAD)" > $LOG
 echo >> $LOG
-echo "Machine: $(nproc) cores, shared with other builds; load before: $(uptime)" >> $LOG
+echo "Machine: $(nproc) cores; load before: $(uptime)" >> $LOG
 echo >> $LOG
 echo '```sh' >> $LOG
 for i in 1 2 3; do
