@@ -16,10 +16,9 @@
 //! (.ci/etcd-deps.sh).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fabric::NodeId;
@@ -29,73 +28,19 @@ use rand::{Rng, SeedableRng};
 
 const GROUP: &str = "g";
 
-/// A server process, SIGKILLed and reaped on drop.
-struct Proc {
-    child: Child,
-}
+mod support;
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::histore::Proc;
 
-/// The group's peer key file (index servers need it), made once per test
-/// process, mode 0600.
-fn peer_key_file() -> &'static std::path::Path {
-    static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    FILE.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("temp dir").keep();
-        let path = dir.join("peer.key");
-        histore::peer::PeerKey::generate()
-            .write_new_file(&path)
-            .expect("peer key file");
-        path
-    })
-}
-
-/// Starts `xstore server --system histore` with `args` and waits (bounded)
-/// until it says it serves.
+/// A server of the group, started and waited for (60 s at most).
 fn server(etcd: &str, args: &[&str]) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
-        .args(["server", "--system", "histore", "--listen", "127.0.0.1:0"])
-        .args(["--etcd", etcd, "--group", GROUP, "--lease-ttl-s", "1"])
-        .args(["--main-buckets", "4096", "--overflow-buckets", "4096"])
-        .args(args)
-        .env("XSTORE_HISTORE_PEER_KEY_FILE", peer_key_file())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn xstore server");
-    let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if line.starts_with("histore ") {
-                let _ = tx.send(line);
-            }
-        }
-    });
-    let mut p = Proc { child };
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(banner) => eprintln!("{banner}"),
-        Err(_) => {
-            let status = p.child.try_wait();
-            panic!("server {args:?} did not start: {status:?}");
-        }
-    }
+    let (p, banner) = support::histore::server(etcd, GROUP, 4096, args, Duration::from_secs(60));
+    eprintln!("{banner}");
     p
 }
 
 fn signal(p: &Proc, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(sig)
-        .arg(p.child.id().to_string())
-        .status()
-        .expect("kill");
-    assert!(ok.success(), "kill {sig}");
+    support::histore::signal(p.child.id(), sig);
 }
 
 fn index(etcd: &str, node: u16) -> Proc {

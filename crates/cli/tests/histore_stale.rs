@@ -26,10 +26,9 @@
 //! Skips (saying why) only when no `etcd` binary exists.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fabric::NodeId;
@@ -46,68 +45,13 @@ const KEYS: u64 = 60;
 /// time so that neither starves the other's renewals.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// A server process, SIGKILLed and reaped on drop.
-struct Proc {
-    child: Child,
-}
+mod support;
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::histore::{signal, Proc};
 
-/// The group's peer key file (index servers need it), made once per test
-/// process, mode 0600.
-fn peer_key_file() -> &'static std::path::Path {
-    static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    FILE.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("temp dir").keep();
-        let path = dir.join("peer.key");
-        histore::peer::PeerKey::generate()
-            .write_new_file(&path)
-            .expect("peer key file");
-        path
-    })
-}
-
+/// A server of the group, started and waited for (30 s at most).
 fn server(etcd: &str, args: &[&str]) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
-        .args(["server", "--system", "histore", "--listen", "127.0.0.1:0"])
-        .args(["--etcd", etcd, "--group", GROUP, "--lease-ttl-s", "1"])
-        .args(["--main-buckets", "1024", "--overflow-buckets", "1024"])
-        .args(args)
-        .env("XSTORE_HISTORE_PEER_KEY_FILE", peer_key_file())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn xstore server");
-    let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if line.starts_with("histore ") {
-                let _ = tx.send(line);
-            }
-        }
-    });
-    let mut p = Proc { child };
-    if rx.recv_timeout(Duration::from_secs(30)).is_err() {
-        let status = p.child.try_wait();
-        panic!("server {args:?} did not start: {status:?}");
-    }
-    p
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(sig)
-        .arg(pid.to_string())
-        .status()
-        .expect("kill");
-    assert!(ok.success(), "kill {sig} {pid}");
+    support::histore::server(etcd, GROUP, 1024, args, Duration::from_secs(30)).0
 }
 
 /// Sends SIGCONT on drop, so that a failing test never leaves a process

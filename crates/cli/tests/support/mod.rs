@@ -208,3 +208,4 @@ pub fn bench_judged(args: &[&str]) -> serde_json::Value {
     );
     v
 }
+pub mod histore;
