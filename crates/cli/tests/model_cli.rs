@@ -65,6 +65,9 @@ fn json_has_exactly_the_contract_keys() {
         "train_seconds",
         "retrain_us_per_submodel",
         "cache_fill_seconds",
+        "train_threads",
+        "train_cpu_seconds",
+        "retrain_cpu_us_per_submodel",
     ];
     want.sort_unstable();
     assert_eq!(keys, want);
