@@ -42,13 +42,8 @@ struct Stats {
     bad_requests: u64,
     checkpoints: u64,
     checkpoint_failures: u64,
-    nic_requests: u64,
-    nic_verbs: u64,
-    nic_cpu_us: f64,
-    worker_requests: u64,
-    worker_cpu_us: f64,
-    bad_frames: u64,
-    connections: u64,
+    #[serde(flatten)]
+    host: HostFigures,
 }
 
 /// A server of another design: what it is, and its host's figures.
@@ -63,6 +58,13 @@ struct OtherStats {
     /// FineStore: the published model version.
     #[serde(skip_serializing_if = "Option::is_none")]
     model_version: Option<u64>,
+    #[serde(flatten)]
+    host: HostFigures,
+}
+
+/// The serving host's figures, the same for every design.
+#[derive(Serialize)]
+struct HostFigures {
     nic_requests: u64,
     nic_verbs: u64,
     nic_cpu_us: f64,
@@ -70,6 +72,20 @@ struct OtherStats {
     worker_cpu_us: f64,
     bad_frames: u64,
     connections: u64,
+}
+
+impl From<fabric::wire::HostStats> for HostFigures {
+    fn from(h: fabric::wire::HostStats) -> HostFigures {
+        HostFigures {
+            nic_requests: h.nic_requests,
+            nic_verbs: h.nic_verbs,
+            nic_cpu_us: h.nic_busy_ns as f64 / 1000.0,
+            worker_requests: h.worker_requests,
+            worker_cpu_us: h.worker_busy_ns as f64 / 1000.0,
+            bad_frames: h.bad_frames,
+            connections: h.connections,
+        }
+    }
 }
 
 /// Runs `xstore stats`.
@@ -104,13 +120,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
                 keys_from,
                 keys_to,
                 model_version,
-                nic_requests: h.nic_requests,
-                nic_verbs: h.nic_verbs,
-                nic_cpu_us: h.nic_busy_ns as f64 / 1000.0,
-                worker_requests: h.worker_requests,
-                worker_cpu_us: h.worker_busy_ns as f64 / 1000.0,
-                bad_frames: h.bad_frames,
-                connections: h.connections,
+                host: h.into(),
             })?
         }
     };
@@ -148,12 +158,6 @@ fn xstore_stats(url: &Url, token: Option<&str>, ep: Box<dyn fabric::Endpoint>) -
         bad_requests: s.bad_requests,
         checkpoints: s.checkpoints,
         checkpoint_failures: s.checkpoint_failures,
-        nic_requests: h.nic_requests,
-        nic_verbs: h.nic_verbs,
-        nic_cpu_us: h.nic_busy_ns as f64 / 1000.0,
-        worker_requests: h.worker_requests,
-        worker_cpu_us: h.worker_busy_ns as f64 / 1000.0,
-        bad_frames: h.bad_frames,
-        connections: h.connections,
+        host: h.into(),
     })
 }
