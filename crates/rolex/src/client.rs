@@ -1309,13 +1309,7 @@ impl<E: Endpoint> Client<E> {
         if self.batch.atomic_result(c)? != record.token {
             return Ok(());
         }
-        self.batch.clear();
-        self.writes.clear();
-        for w in &record.writes {
-            let region = w.target.region();
-            self.writes
-                .push(self.batch.write(region, w.offset, &w.data));
-        }
+        self.queue_redo_writes(&record);
         let release = self
             .batch
             .write(TABLE_REGION, lk, &LockWord::FREE.to_le_bytes());
@@ -1552,6 +1546,19 @@ impl<E: Endpoint> Client<E> {
         }
     }
 
+    /// Starts a fresh batch with a redo record's WRITEs, in order (their
+    /// handles in `self.writes`): what a stealer and an id's new holder both
+    /// replay.
+    fn queue_redo_writes(&mut self, record: &RedoRecord) {
+        self.batch.clear();
+        self.writes.clear();
+        for w in &record.writes {
+            let region = w.target.region();
+            self.writes
+                .push(self.batch.write(region, w.offset, &w.data));
+        }
+    }
+
     /// The stealer's rule: if `bytes` (the stolen owner's redo slot) hold
     /// a record written under `stolen`, WRITE it all again, in order, and
     /// return the LT entry read after it (at byte `lt`).
@@ -1563,13 +1570,7 @@ impl<E: Endpoint> Client<E> {
                 return Err(corrupt("redo record", format!("token {stolen:#x}")))
             }
         };
-        self.batch.clear();
-        self.writes.clear();
-        for w in &record.writes {
-            let region = w.target.region();
-            self.writes
-                .push(self.batch.write(region, w.offset, &w.data));
-        }
+        self.queue_redo_writes(&record);
         let e = self.batch.read(TABLE_REGION, lt, 8);
         self.ep.post(self.cn.node, &mut self.batch)?;
         for h in &self.writes {
