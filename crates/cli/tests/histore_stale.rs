@@ -159,6 +159,29 @@ impl Load {
             ));
         }
     }
+
+    /// Counts one GET's outcome and checks its answer (a refusal is
+    /// allowed: it is never stale).
+    fn judge_get(
+        &self,
+        before: &BTreeMap<Vec<u8>, u64>,
+        k: &[u8],
+        got: Result<Option<Vec<u8>>, histore::HiError>,
+    ) {
+        match got {
+            Ok(v) => {
+                self.answered.fetch_add(1, Ordering::Relaxed);
+                self.check("GET", before, k, v.as_deref());
+            }
+            Err(_) => self.count_refusal(),
+        }
+    }
+
+    /// Counts a refused read and backs off a little before the next.
+    fn count_refusal(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 struct Group {
@@ -335,23 +358,11 @@ fn a_backup_paused_past_its_lease_answers_nothing_stale() {
                                 load.check("SCAN", &before, k, got.get(k).map(|v| &v[..]));
                             }
                         }
-                        Err(_) => {
-                            load.refused.fetch_add(1, Ordering::Relaxed);
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
+                        Err(_) => load.count_refusal(),
                     }
                 } else {
                     let k = key(rng.random_range(0..3), rng.random_range(0..KEYS));
-                    match c.get_from_backup(&k) {
-                        Ok(v) => {
-                            load.answered.fetch_add(1, Ordering::Relaxed);
-                            load.check("GET", &before, &k, v.as_deref());
-                        }
-                        Err(_) => {
-                            load.refused.fetch_add(1, Ordering::Relaxed);
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                    }
+                    load.judge_get(&before, &k, c.get_from_backup(&k));
                 }
             }
         }));
@@ -418,16 +429,7 @@ fn a_primary_paused_past_its_lease_serves_no_stale_one_sided_get() {
             while !load.stop.load(Ordering::Relaxed) {
                 let before = load.snapshot();
                 let k = key(rng.random_range(0..6), rng.random_range(0..KEYS));
-                match c.get(&k) {
-                    Ok(v) => {
-                        load.answered.fetch_add(1, Ordering::Relaxed);
-                        load.check("GET", &before, &k, v.as_deref());
-                    }
-                    Err(_) => {
-                        load.refused.fetch_add(1, Ordering::Relaxed);
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
+                load.judge_get(&before, &k, c.get(&k));
             }
         }));
     }
