@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use common::{checkpoints, config, random_op, rng, seed, segments, TempDir};
+use common::{checkpoints, config, rng, seed, segments, TempDir};
 use rand::rngs::StdRng;
 use rand::Rng;
-use wal::{apply_record, recover, replay_into, Record, Wal, WalConfig};
+use wal::{recover, replay_into, Wal, WalConfig};
 
 /// Segments of 20 records (20-byte header + 33 bytes a record), so
 /// rotations have segments to delete.
@@ -24,20 +24,7 @@ fn small(dir: &Path) -> WalConfig {
 /// Appends `n` random writes (keys above the bulk load's, and some of the
 /// bulk load's) durably, applying them to `truth`.
 fn write_on(wal: &Wal, n: usize, truth: &mut BTreeMap<u64, u64>, r: &mut StdRng) {
-    for _ in 0..n {
-        let (op, key, value) = random_op(r, 2_000);
-        let lsn = wal.append(op, key, value).unwrap();
-        apply_record(
-            truth,
-            &Record {
-                op,
-                key,
-                value,
-                lsn,
-            },
-        );
-    }
-    wal.wait_durable(wal.last_lsn()).unwrap();
+    common::append_random(wal, n, 2_000, truth, r);
 }
 
 /// Flips one random bit in the body of a checkpoint file (past its

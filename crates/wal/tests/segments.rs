@@ -22,20 +22,7 @@ fn small(dir: &std::path::Path) -> WalConfig {
 
 /// Appends `n` records, applying them to `truth`.
 fn append_n(wal: &Wal, n: usize, truth: &mut BTreeMap<u64, u64>, r: &mut rand::rngs::StdRng) {
-    for _ in 0..n {
-        let (op, key, value) = random_op(r, 40);
-        let lsn = wal.append(op, key, value).unwrap();
-        apply_record(
-            truth,
-            &Record {
-                op,
-                key,
-                value,
-                lsn,
-            },
-        );
-    }
-    wal.wait_durable(wal.last_lsn()).unwrap();
+    common::append_random(wal, n, 40, truth, r);
 }
 
 #[test]

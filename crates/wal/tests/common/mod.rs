@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use wal::{apply_record, Op, Record, WalConfig};
+use wal::{apply_record, Op, Record, Wal, WalConfig};
 
 /// A unique directory under the system temp dir, removed on drop.
 pub struct TempDir(tempfile::TempDir);
@@ -50,6 +50,31 @@ pub fn random_op(rng: &mut StdRng, keys: u64) -> (Op, u64, u64) {
         _ => Op::Upsert,
     };
     (op, rng.random_range(0..keys), rng.random())
+}
+
+/// Appends `n` random writes over keys `0..keys` and waits until they are
+/// durable, applying each to `truth` as it is acknowledged.
+pub fn append_random(
+    wal: &Wal,
+    n: usize,
+    keys: u64,
+    truth: &mut BTreeMap<u64, u64>,
+    rng: &mut StdRng,
+) {
+    for _ in 0..n {
+        let (op, key, value) = random_op(rng, keys);
+        let lsn = wal.append(op, key, value).unwrap();
+        apply_record(
+            truth,
+            &Record {
+                op,
+                key,
+                value,
+                lsn,
+            },
+        );
+    }
+    wal.wait_durable(wal.last_lsn()).unwrap();
 }
 
 /// The BTreeMap model of a list of records applied in LSN order.
