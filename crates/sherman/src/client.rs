@@ -916,10 +916,14 @@ impl<E: Endpoint> Client<E> {
                     why: "the lock stayed held",
                 });
             }
-            if attempts % 4 == 0 {
+            // Back off: a holder writes back within a round trip, unless
+            // it lost its core (then spinning only keeps it from running).
+            if attempts < 8 {
+                std::hint::spin_loop();
+            } else if attempts < 64 {
                 std::thread::yield_now();
             } else {
-                std::hint::spin_loop();
+                std::thread::sleep(Duration::from_micros(20 * (attempts as u64 / 64).min(50)));
             }
         }
     }

@@ -42,7 +42,7 @@ fn setup(
 fn model_run(opts: Options, seed: u64) -> ClientStats {
     const THREADS: u64 = 6;
     const KEYS: u64 = 3_000;
-    const OPS: usize = 1_500;
+    const OPS: usize = 2_000;
     let mut rng = StdRng::seed_from_u64(seed);
     let loaded: BTreeMap<u64, u64> = (0..KEYS)
         .filter(|_| rng.random_bool(0.3))
@@ -123,6 +123,8 @@ fn model_run(opts: Options, seed: u64) -> ClientStats {
         stats.combined += s.combined;
         stats.torn += s.torn;
         stats.hops += s.hops;
+        stats.lock_retries += s.lock_retries;
+        stats.steals += s.steals;
     }
     // The whole tree, scanned by a fresh client of a fresh compute node
     // (cold cache), is the union of the models.
@@ -179,7 +181,8 @@ fn one_client_grows_an_empty_tree_and_matches_the_model() {
         }
         let mut all = Vec::new();
         c.scan(0, 1 << 20, &mut all).unwrap();
-        assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+        assert_eq!(all, model.iter().map(|(&k, &v)| (k, v)).collect::<Vec<_>>());
+        c.delete(0).unwrap();
         assert_eq!(c.counters().rpcs, 0);
         // The largest key and u64::MAX are keys like any other.
         assert!(c.insert(u64::MAX, 1).unwrap());
