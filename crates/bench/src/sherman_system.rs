@@ -52,8 +52,8 @@ impl ShermanLocal {
             spare_nodes: (4 * loaded).max(1 << 16),
             ..TreeConfig::default()
         };
-        let memory = MemoryNode::load(pairs, config, &mut |r| fabric.register(node, r))
-            .map_err(load)?;
+        let memory =
+            MemoryNode::load(pairs, config, &mut |r| fabric.register(node, r)).map_err(load)?;
         let opts = Options {
             cache_bytes,
             ..if combining {
@@ -89,7 +89,9 @@ impl Drop for ShermanLocal {
 impl System for ShermanLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
         Ok(Box::new(ShermanClient(
-            self.tree.client(self.fabric.endpoint()).map_err(client_error)?,
+            self.tree
+                .client(self.fabric.endpoint())
+                .map_err(client_error)?,
         )))
     }
 

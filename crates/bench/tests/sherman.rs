@@ -65,7 +65,10 @@ fn sherman_and_fg_record_linearizable_histories_over_a_tearing_fabric() {
             // Reads and writes alike are one-sided.
             assert_eq!(report.per_op.rpcs, 0.0, "{name} {w:?}");
             if w != Workload::E {
-                assert!(report.per_op.bytes_written > 0.0, "{name} {w:?}: writes are WRITEs");
+                assert!(
+                    report.per_op.bytes_written > 0.0,
+                    "{name} {w:?}: writes are WRITEs"
+                );
             }
         }
     }

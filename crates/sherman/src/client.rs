@@ -974,9 +974,7 @@ impl<E: Endpoint> Client<E> {
             return Ok(cached);
         }
         self.batch.clear();
-        let h = self
-            .batch
-            .read(HEADER_REGION, ROOT_WORD as u64 * 8, 8);
+        let h = self.batch.read(HEADER_REGION, ROOT_WORD as u64 * 8, 8);
         self.ep.post(self.tree.node, &mut self.batch)?;
         let root = xtree::layout::le_word(self.batch.read_bytes(h)?, 0);
         self.check_no(root)?;

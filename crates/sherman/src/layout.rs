@@ -277,7 +277,9 @@ impl Node {
         }
         let meta = w(2);
         if meta & META_VALID == 0 {
-            return Err(Reject::Corrupt(format!("meta word {meta:#x} lacks the valid bit")));
+            return Err(Reject::Corrupt(format!(
+                "meta word {meta:#x} lacks the valid bit"
+            )));
         }
         let count = (meta & 0xFFFF) as usize;
         let level = ((meta >> 16) & 0xFF) as u8;
@@ -320,9 +322,7 @@ impl Node {
                 ));
             }
             if let Some(c) = vals.iter().find(|&&c| c == NO_NODE || c >= capacity) {
-                return Err(Reject::Corrupt(format!(
-                    "child {c} outside 1..{capacity}"
-                )));
+                return Err(Reject::Corrupt(format!("child {c} outside 1..{capacity}")));
             }
         }
         Ok(Node {
@@ -453,16 +453,25 @@ mod tests {
         let mut n = sample();
         n.sibling = 1000;
         let bytes = image(&n, 8);
-        assert!(matches!(Node::decode(&bytes, 8, 100), Err(Reject::Corrupt(_))));
+        assert!(matches!(
+            Node::decode(&bytes, 8, 100),
+            Err(Reject::Corrupt(_))
+        ));
         let mut n = sample();
         n.level = 1;
         n.vals = vec![1, 0, 3];
         let bytes = image(&n, 8);
-        assert!(matches!(Node::decode(&bytes, 8, 100), Err(Reject::Corrupt(_))));
+        assert!(matches!(
+            Node::decode(&bytes, 8, 100),
+            Err(Reject::Corrupt(_))
+        ));
         let mut n = sample();
         n.keys = vec![10, 10, 30];
         let bytes = image(&n, 8);
-        assert!(matches!(Node::decode(&bytes, 8, 100), Err(Reject::Corrupt(_))));
+        assert!(matches!(
+            Node::decode(&bytes, 8, 100),
+            Err(Reject::Corrupt(_))
+        ));
         assert!(matches!(
             Node::decode(&bytes[..16], 8, 100),
             Err(Reject::Corrupt(_))

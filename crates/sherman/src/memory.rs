@@ -91,12 +91,7 @@ impl MemoryNode {
         // Level by level: each level's nodes as (node, number).
         let mut next_no = 1u64;
         let mut built: Vec<(u64, Node)> = Vec::new();
-        let mut level_nodes = build_level(
-            0,
-            pairs.iter().copied().collect::<Vec<_>>().as_slice(),
-            config.fill,
-            &mut next_no,
-        );
+        let mut level_nodes = build_level(0, pairs, config.fill, &mut next_no);
         loop {
             let entries: Vec<(u64, u64)> = level_nodes.iter().map(|(no, n)| (n.low, *no)).collect();
             let level = level_nodes[0].1.level;
@@ -106,7 +101,9 @@ impl MemoryNode {
                 break;
             }
             if level >= layout::MAX_LEVEL {
-                return Err(ShermanError::Load("tree deeper than the level bound".into()));
+                return Err(ShermanError::Load(
+                    "tree deeper than the level bound".into(),
+                ));
             }
             level_nodes = build_level(level + 1, &entries, config.fill, &mut next_no);
         }
@@ -174,7 +171,12 @@ impl MemoryNode {
 /// One level of the bulk load: `entries` (key, value or child) cut into
 /// nodes of `fill` entries, numbered from `next_no`, linked left to right
 /// and fenced so the level covers every key.
-fn build_level(level: u8, entries: &[(u64, u64)], fill: usize, next_no: &mut u64) -> Vec<(u64, Node)> {
+fn build_level(
+    level: u8,
+    entries: &[(u64, u64)],
+    fill: usize,
+    next_no: &mut u64,
+) -> Vec<(u64, Node)> {
     if entries.is_empty() {
         let no = *next_no;
         *next_no += 1;

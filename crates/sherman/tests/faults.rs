@@ -94,9 +94,15 @@ fn whole_but_impossible_nodes_are_typed_errors() {
         let tree = Tree::connect(&mut fabric.endpoint(), node, Options::sherman()).unwrap();
         let mut c = tree.client(fabric.endpoint()).unwrap();
         let err = c.get(10).unwrap_err();
-        assert!(matches!(err, ShermanError::Corrupt { .. }), "{damage}: {err}");
+        assert!(
+            matches!(err, ShermanError::Corrupt { .. }),
+            "{damage}: {err}"
+        );
         let err = c.insert(15, 1).unwrap_err();
-        assert!(matches!(err, ShermanError::Corrupt { .. }), "{damage}: {err}");
+        assert!(
+            matches!(err, ShermanError::Corrupt { .. }),
+            "{damage}: {err}"
+        );
     }
     // Repaired, the same tree answers again.
     let mut good_image = Vec::new();

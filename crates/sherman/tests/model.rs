@@ -70,21 +70,33 @@ fn model_run(opts: Options, seed: u64) -> ClientStats {
                             if want {
                                 model.insert(key, value);
                             }
-                            assert_eq!(client.insert(key, value).unwrap(), want, "insert {key} (op {i})");
+                            assert_eq!(
+                                client.insert(key, value).unwrap(),
+                                want,
+                                "insert {key} (op {i})"
+                            );
                         }
                         40..=59 => {
                             let want = model.contains_key(&key);
                             if want {
                                 model.insert(key, value);
                             }
-                            assert_eq!(client.update(key, value).unwrap(), want, "update {key} (op {i})");
+                            assert_eq!(
+                                client.update(key, value).unwrap(),
+                                want,
+                                "update {key} (op {i})"
+                            );
                         }
                         60..=69 => {
                             let want = model.remove(&key).is_some();
                             assert_eq!(client.delete(key).unwrap(), want, "delete {key} (op {i})");
                         }
                         70..=89 => {
-                            assert_eq!(client.get(key).unwrap(), model.get(&key).copied(), "get {key} (op {i})");
+                            assert_eq!(
+                                client.get(key).unwrap(),
+                                model.get(&key).copied(),
+                                "get {key} (op {i})"
+                            );
                         }
                         _ => {
                             // Others' keys change meanwhile: a scan is
@@ -94,17 +106,18 @@ fn model_run(opts: Options, seed: u64) -> ClientStats {
                             assert!(scan.len() <= n);
                             assert!(scan.windows(2).all(|w| w[0].0 < w[1].0), "scan order");
                             assert!(scan.first().is_none_or(|p| p.0 >= key));
-                            let mine: Vec<(u64, u64)> =
-                                scan.iter().copied().filter(|p| p.0 % THREADS == t).collect();
+                            let mine: Vec<(u64, u64)> = scan
+                                .iter()
+                                .copied()
+                                .filter(|p| p.0 % THREADS == t)
+                                .collect();
                             // A short scan reached the end of the tree.
                             let upto = match scan.last() {
                                 Some(p) if scan.len() == n => p.0,
                                 _ => u64::MAX,
                             };
-                            let want: Vec<(u64, u64)> = model
-                                .range(key..=upto)
-                                .map(|(&k, &v)| (k, v))
-                                .collect();
+                            let want: Vec<(u64, u64)> =
+                                model.range(key..=upto).map(|(&k, &v)| (k, v)).collect();
                             assert_eq!(mine, want, "scan from {key} (op {i})");
                         }
                     }
@@ -138,7 +151,10 @@ fn model_run(opts: Options, seed: u64) -> ClientStats {
     for (&k, &v) in whole.iter().step_by(7) {
         assert_eq!(c.get(k).unwrap(), Some(v));
     }
-    assert!(memory.allocated_nodes() > memory.loaded_nodes(), "no split happened");
+    assert!(
+        memory.allocated_nodes() > memory.loaded_nodes(),
+        "no split happened"
+    );
     eprintln!("{opts:?}: {stats:?}");
     stats
 }
