@@ -77,11 +77,12 @@ impl Drop for ShermanLocal {
     /// the system is let go (after the run's table).
     fn drop(&mut self) {
         eprintln!(
-            "{}: {} nodes loaded, {} allocated, {} B of internal nodes cached",
+            "{}: {} nodes loaded, {} allocated, {} B of internal nodes cached, {} writes combined into another's WRITE",
             self.name,
             self.memory.loaded_nodes(),
             self.memory.allocated_nodes(),
-            self.tree.cache_bytes()
+            self.tree.cache_bytes(),
+            self.tree.combined_writes()
         );
     }
 }

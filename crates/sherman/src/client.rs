@@ -180,6 +180,8 @@ pub struct Tree {
     root: AtomicU64,
     cache: RwLock<Cache>,
     local: Vec<Mutex<LocalSlot>>,
+    /// Writes carried by another thread's WRITE, over all clients.
+    combined: AtomicU64,
 }
 
 impl std::fmt::Debug for Tree {
@@ -229,6 +231,7 @@ impl Tree {
             root: AtomicU64::new(root),
             cache: RwLock::new(Cache::default()),
             local: (0..LOCAL_SLOTS).map(|_| Mutex::default()).collect(),
+            combined: AtomicU64::new(0),
         }))
     }
 
@@ -260,6 +263,12 @@ impl Tree {
     /// The options.
     pub fn options(&self) -> Options {
         self.opts
+    }
+
+    /// Writes that went to memory in another thread's WRITE (write
+    /// combining), over all clients of this compute node so far.
+    pub fn combined_writes(&self) -> u64 {
+        self.combined.load(Ordering::Relaxed)
     }
 
     /// Bytes of internal nodes cached.
@@ -561,7 +570,9 @@ impl<E: Endpoint> Client<E> {
                 match self.write_leaf(leaf, &ops) {
                     Ok(answers) => {
                         let applied = answers.iter().filter(|a| **a != Answer::Retry).count();
-                        self.stats.combined += applied.saturating_sub(1) as u64;
+                        let carried = applied.saturating_sub(1) as u64;
+                        self.stats.combined += carried;
+                        tree.combined.fetch_add(carried, Ordering::Relaxed);
                         for (r, a) in group.iter().zip(answers) {
                             r.waiter.answer(a);
                         }

@@ -204,6 +204,7 @@ fn queued_writers_ride_on_their_leaders_write_only_when_combining() {
         assert_eq!(c.get(10).unwrap(), Some(100));
         if opts.combining {
             assert_eq!(ls.combined, 2, "{ls:?}");
+            assert_eq!(tree.combined_writes(), 2);
             assert_eq!(lc.writes, 2, "the leader's own WRITE and the combined one");
             for w in &wcs {
                 assert_eq!((w.writes, w.cas), (0, 0), "{w:?}");
