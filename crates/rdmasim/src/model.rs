@@ -34,6 +34,10 @@ const MAX_SERVER_CORES: u32 = 4_096;
 /// Open loop: more operations in flight than this means the offered rate is
 /// beyond what the cluster serves; the run stops with [`SimError::Unstable`].
 const MAX_IN_FLIGHT: u64 = 2_000_000;
+/// Open loop: completing less than this share of the offered rate in the
+/// measured window means the queue grew without bound (a stable run's
+/// window throughput is within a few percent of the offered rate).
+const UNSTABLE_SHARE: f64 = 0.9;
 /// Virtual time beyond this (about 5 virtual hours) means the trace or the
 /// setup is degenerate.
 const MAX_VIRTUAL_PS: u64 = 5 * 3_600 * 1_000_000_000_000;
@@ -281,10 +285,13 @@ const RNIC_STATION_NAMES: [&str; 5] = [
     "pcie-to-host",
 ];
 
-/// A FIFO queue with `free_at.len()` identical servers.
+/// A FIFO queue with `servers` identical servers.
 struct Station {
-    /// When each server is next free, picoseconds.
-    free_at: Vec<u64>,
+    /// When each server is next free, picoseconds: a min-heap, so a
+    /// station with thousands of cores (a client machine's CPU) costs
+    /// O(log c) per visit.
+    free_at: BinaryHeap<Reverse<u64>>,
+    servers: u32,
     /// Service committed so far, picoseconds (work that has started or is
     /// queued with a fixed start).
     committed_ps: u128,
@@ -297,29 +304,22 @@ impl Station {
     fn new(servers: u32, name: String) -> Self {
         debug_assert!(servers >= 1);
         Station {
-            free_at: vec![0; servers as usize],
+            free_at: (0..servers).map(|_| Reverse(0)).collect(),
+            servers,
             committed_ps: 0,
             name,
         }
     }
 
     /// A job arriving now (events come in time order, so this is FIFO):
-    /// returns when its service ends.
+    /// it takes the server that frees first; returns when its service
+    /// ends.
     fn serve(&mut self, now: u64, service_ps: u64) -> u64 {
-        let slot = if self.free_at.len() == 1 {
-            0
-        } else {
-            let mut best = 0;
-            for (i, &f) in self.free_at.iter().enumerate() {
-                if f < self.free_at[best] {
-                    best = i;
-                }
-            }
-            best
-        };
-        let start = now.max(self.free_at[slot]);
+        let mut earliest = self.free_at.peek_mut().expect("a station has servers");
+        let start = now.max(earliest.0);
         let end = start.saturating_add(service_ps);
-        self.free_at[slot] = end;
+        earliest.0 = end;
+        drop(earliest);
         self.committed_ps += u128::from(service_ps);
         end
     }
@@ -331,7 +331,7 @@ impl Station {
         let ahead: u128 = self
             .free_at
             .iter()
-            .map(|&f| u128::from(f.saturating_sub(now)))
+            .map(|f| u128::from(f.0.saturating_sub(now)))
             .sum();
         self.committed_ps - ahead
     }
@@ -454,6 +454,7 @@ struct Sim<'a> {
     k2: u64,
     mark1: Option<Mark>,
     mark2: Option<Mark>,
+    in_flight_at_k2: u64,
     arrival_clock_ps: f64,
 }
 
@@ -554,6 +555,7 @@ impl<'a> Sim<'a> {
             k2,
             mark1: None,
             mark2: None,
+            in_flight_at_k2: 0,
             arrival_clock_ps: 0.0,
         };
         sim.delay_ps = sim.base_delays();
@@ -608,7 +610,10 @@ impl<'a> Sim<'a> {
                 client_rnic: 0,
                 server_rnic: 0,
                 server_cpu: 0,
-                atomic_station: None,
+                // Any station: only the service time counts here. The
+                // base round trip of an atomic includes the RNIC's
+                // per-address serialisation.
+                atomic_station: is_atomic(kind).then_some(0),
             };
             let mut service = 0u64;
             for step in 0..STEPS {
@@ -1004,6 +1009,7 @@ impl<'a> Sim<'a> {
         }
         if self.completed == self.k2 {
             self.mark2 = Some(self.mark());
+            self.in_flight_at_k2 = self.in_flight;
         }
         self.free_ops.push(id);
         if self.setup.load == Load::Closed && self.issued < self.setup.ops {
@@ -1031,6 +1037,17 @@ impl<'a> Sim<'a> {
         let n = self.window_latencies.len();
         debug_assert_eq!(n as u64, self.k2 - self.k1);
         let throughput = n as f64 / window_ps * 1e12;
+        // Open loop: a stable system completes what is offered. Serving
+        // clearly less means the queue grew all run long, and its
+        // latencies say only how long the run was.
+        if let Load::Open { rate_per_s } = self.setup.load {
+            if throughput < UNSTABLE_SHARE * rate_per_s {
+                return Err(SimError::Unstable {
+                    in_flight: self.in_flight_at_k2,
+                    virtual_time_ns: m2.t / PS_PER_NS,
+                });
+            }
+        }
         let mean_ps = self.window_latencies.iter().map(|&l| l as f64).sum::<f64>() / n as f64;
         let p50 = percentile(&mut self.window_latencies, 0.50);
         let p99 = percentile(&mut self.window_latencies, 0.99);
@@ -1040,9 +1057,11 @@ impl<'a> Sim<'a> {
         let mut by_name: Vec<(String, f64)> = Vec::new();
         let mut index: HashMap<&str, usize> = HashMap::new();
         for (i, s) in self.stations.iter().enumerate() {
+            // Atomic-address stations appear when first used: none did
+            // work before it existed.
             let d1 = m1.done.get(i).copied().unwrap_or(0);
-            let d2 = m2.done[i];
-            let u = (d2 - d1) as f64 / (window_ps * s.free_at.len() as f64);
+            let d2 = m2.done.get(i).copied().unwrap_or(0);
+            let u = (d2 - d1) as f64 / (window_ps * f64::from(s.servers));
             debug_assert!(u <= 1.0 + 1e-9, "{} busy {u} of the window", s.name);
             let u = u.min(1.0);
             match index.get(s.name.as_str()) {
