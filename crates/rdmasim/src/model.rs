@@ -345,15 +345,7 @@ struct Hop {
     delay_before_ps: u64,
 }
 
-/// What a job is.
-#[derive(Clone, Copy)]
-enum JobKind {
-    /// Client CPU between round trips.
-    Cpu { station: u32, service_ps: u64 },
-    /// One verb of a round trip.
-    Verb(VerbJob),
-}
-
+/// One verb of a round trip, as the path builder needs it.
 #[derive(Clone, Copy)]
 struct VerbJob {
     kind: VerbKind,
@@ -370,11 +362,46 @@ struct VerbJob {
     atomic_station: Option<u32>,
 }
 
+/// The most station visits one job makes (a verb's path, see
+/// [`Sim::hop`]).
+const MAX_HOPS: usize = STEPS as usize;
+
+/// A job: client CPU between round trips, or one verb. Its path is
+/// computed once when it is posted: the station visits that take time,
+/// each after the pure delay before it.
 #[derive(Clone, Copy)]
 struct Job {
     op: u32,
-    step: u8,
-    kind: JobKind,
+    /// Whether it is a verb (else client CPU).
+    verb: bool,
+    /// The next visit of `hops`.
+    next: u8,
+    len: u8,
+    hops: [Hop; MAX_HOPS],
+    /// Pure delay after the last visit, before the job is done.
+    tail_delay_ps: u64,
+}
+
+impl Job {
+    fn new(op: u32, verb: bool) -> Self {
+        Job {
+            op,
+            verb,
+            next: 0,
+            len: 0,
+            hops: [Hop {
+                station: 0,
+                service_ps: 0,
+                delay_before_ps: 0,
+            }; MAX_HOPS],
+            tail_delay_ps: 0,
+        }
+    }
+
+    fn push(&mut self, hop: Hop) {
+        self.hops[self.len as usize] = hop;
+        self.len += 1;
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -716,35 +743,36 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// From `step` on, finds the job's next station visit that takes time
-    /// and schedules the job's arrival there, or its completion.
-    fn forward(&mut self, id: u32, from_step: u8, t: u64) {
-        let job = self.jobs[id as usize];
-        match job.kind {
-            JobKind::Cpu { .. } => {
-                if from_step == 0 {
-                    self.jobs[id as usize].step = 0;
-                    self.schedule(t, What::Step(id));
-                } else {
-                    self.schedule(t, What::JobDone(id));
+    /// A verb's path: the station visits that take time, each with the
+    /// pure delay before it (delays of skipped steps carry over).
+    fn verb_job(&self, op: u32, v: &VerbJob) -> Job {
+        let mut job = Job::new(op, true);
+        let mut delay = 0u64;
+        for step in 0..STEPS {
+            if let Some(h) = self.hop(v, step) {
+                delay = delay.saturating_add(h.delay_before_ps);
+                if h.service_ps > 0 {
+                    job.push(Hop {
+                        delay_before_ps: delay,
+                        ..h
+                    });
+                    delay = 0;
                 }
             }
-            JobKind::Verb(v) => {
-                let mut delay = 0u64;
-                let mut step = from_step;
-                while step < STEPS {
-                    if let Some(h) = self.hop(&v, step) {
-                        delay = delay.saturating_add(h.delay_before_ps);
-                        if h.service_ps > 0 {
-                            self.jobs[id as usize].step = step;
-                            self.schedule(t.saturating_add(delay), What::Step(id));
-                            return;
-                        }
-                    }
-                    step += 1;
-                }
-                self.schedule(t.saturating_add(delay), What::JobDone(id));
-            }
+        }
+        job.tail_delay_ps = delay;
+        job
+    }
+
+    /// Schedules the job's arrival at its next station, or its completion.
+    fn forward(&mut self, id: u32, t: u64) {
+        let job = &self.jobs[id as usize];
+        if job.next < job.len {
+            let delay = job.hops[job.next as usize].delay_before_ps;
+            self.schedule(t.saturating_add(delay), What::Step(id));
+        } else {
+            let delay = job.tail_delay_ps;
+            self.schedule(t.saturating_add(delay), What::JobDone(id));
         }
     }
 
@@ -771,21 +799,11 @@ impl<'a> Sim<'a> {
             }
             match what {
                 What::Step(id) => {
-                    let job = self.jobs[id as usize];
-                    let (station, service, next) = match job.kind {
-                        JobKind::Cpu {
-                            station,
-                            service_ps,
-                        } => (station, service_ps, 1),
-                        JobKind::Verb(v) => {
-                            let h = self
-                                .hop(&v, job.step)
-                                .expect("a scheduled step is one the verb takes");
-                            (h.station, h.service_ps, job.step + 1)
-                        }
-                    };
-                    let end = self.stations[station as usize].serve(t, service);
-                    self.forward(id, next, end);
+                    let job = &mut self.jobs[id as usize];
+                    let hop = job.hops[job.next as usize];
+                    job.next += 1;
+                    let end = self.stations[hop.station as usize].serve(t, hop.service_ps);
+                    self.forward(id, end);
                 }
                 What::JobDone(id) => self.job_done(id),
                 What::Arrival => {
@@ -872,16 +890,14 @@ impl<'a> Sim<'a> {
                     self.ops[id as usize].phase = Phase::Net;
                     if ns > 0 {
                         let (m, _) = self.machine_of(st.thread);
-                        let job = Job {
-                            op: id,
-                            step: 0,
-                            kind: JobKind::Cpu {
-                                station: self.client_cpu[m as usize],
-                                service_ps: ns_to_ps(ns),
-                            },
-                        };
+                        let mut job = Job::new(id, false);
+                        job.push(Hop {
+                            station: self.client_cpu[m as usize],
+                            service_ps: ns_to_ps(ns),
+                            delay_before_ps: 0,
+                        });
                         let jid = self.new_job(job);
-                        self.forward(jid, 0, self.now);
+                        self.forward(jid, self.now);
                         return;
                     }
                 }
@@ -928,23 +944,20 @@ impl<'a> Sim<'a> {
                 (None, VerbKind::Send) => (0, 0, true, verb.bytes),
                 _ => (0, 0, false, verb.bytes),
             };
-            let job = Job {
-                op: id,
-                step: 0,
-                kind: JobKind::Verb(VerbJob {
-                    kind: verb.kind,
-                    bytes,
-                    reply_bytes,
-                    server_cpu_ps,
-                    is_rpc,
-                    client_rnic,
-                    server_rnic,
-                    server_cpu,
-                    atomic_station,
-                }),
+            let verb_job = VerbJob {
+                kind: verb.kind,
+                bytes,
+                reply_bytes,
+                server_cpu_ps,
+                is_rpc,
+                client_rnic,
+                server_rnic,
+                server_cpu,
+                atomic_station,
             };
+            let job = self.verb_job(id, &verb_job);
             let jid = self.new_job(job);
-            self.forward(jid, 0, self.now);
+            self.forward(jid, self.now);
         }
     }
 
@@ -968,12 +981,11 @@ impl<'a> Sim<'a> {
     }
 
     fn job_done(&mut self, jid: u32) {
-        let job = self.jobs[jid as usize];
+        let (id, verb) = (self.jobs[jid as usize].op, self.jobs[jid as usize].verb);
         self.free_jobs.push(jid);
-        let id = job.op;
-        match job.kind {
-            JobKind::Cpu { .. } => self.advance(id),
-            JobKind::Verb(_) => {
+        match verb {
+            false => self.advance(id),
+            true => {
                 let st = &mut self.ops[id as usize];
                 debug_assert_eq!(st.phase, Phase::Wait);
                 st.outstanding -= 1;
