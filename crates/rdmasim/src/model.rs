@@ -246,7 +246,9 @@ fn check_trace(trace: &Trace) -> Result<(), SimError> {
                     rt.client_cpu_before_ns
                 ));
             }
-            if rt.verbs.is_empty() || rt.verbs.len() > u16::MAX as usize {
+            // An empty batch (nothing posted) is allowed: it costs only
+            // the client CPU around it.
+            if rt.verbs.len() > u16::MAX as usize {
                 return bad(format!("round trip {j}: {} verbs", rt.verbs.len()));
             }
             let sends = rt.verbs.iter().filter(|v| v.kind == VerbKind::Send).count();
@@ -906,6 +908,12 @@ impl<'a> Sim<'a> {
                     if rt >= n {
                         self.complete_op(id);
                         return;
+                    }
+                    if op.round_trips[rt].verbs.is_empty() {
+                        let st = &mut self.ops[id as usize];
+                        st.rt += 1;
+                        st.phase = Phase::Cpu;
+                        continue;
                     }
                     self.post_round_trip(id, st, rt);
                     return;

@@ -342,12 +342,19 @@ fn bad_input_is_a_typed_error() {
         project(&trace(vec![op]), &p, &s),
         Err(SimError::BadTrace { op: 0, .. })
     ));
+    let mut cpu_bomb = rpc_op(0, 10);
+    cpu_bomb.round_trips[0].rpc.as_mut().unwrap().server_cpu_ns = u64::MAX;
+    assert!(matches!(
+        project(&trace(vec![cpu_bomb]), &p, &s),
+        Err(SimError::BadTrace { op: 0, .. })
+    ));
+    // An empty doorbell batch costs only the client CPU around it.
     let mut empty_rt = verb_op(VerbKind::Read, 8, 0, None);
     empty_rt.round_trips[0].verbs.clear();
-    assert!(matches!(
-        project(&trace(vec![empty_rt]), &p, &s),
-        Err(SimError::BadTrace { .. })
-    ));
+    empty_rt.round_trips[0].client_cpu_before_ns = 1_000;
+    let proj = project(&trace(vec![empty_rt]), &p, &s).unwrap();
+    assert!((proj.mean_latency_ns - 1_000.0).abs() < 1.0);
+    assert_eq!(proj.bottleneck, "clients.cpu");
     let t = trace(vec![verb_op(VerbKind::Read, 8, 0, None)]);
     for bad in [
         setup(0, 1, 1, Load::Closed, 1_000, 0),
