@@ -4,7 +4,8 @@
 //! RPCs to one server core is a single FIFO station: open loop with
 //! Poisson arrivals it is an M/G/1 queue (Pollaczek-Khinchine), closed
 //! loop with a fixed client think time it is the machine-repairman model
-//! whose throughput is min(N / (Z + D), 1 / D). Randomized tests print
+//! whose throughput is min(N / (Z + D), 1 / D); with S cores it is an
+//! M/M/S queue (Erlang C). Randomized tests print
 //! their seed; replay with XSTORE_SEED=<seed>.
 
 mod common;
@@ -69,6 +70,53 @@ fn mm1_mean_wait_matches_closed_form() {
         rel_err(cpu.utilisation, 0.5) < 0.03,
         "utilisation {}",
         cpu.utilisation
+    );
+}
+
+/// Mean time in system of an M/M/c queue (Erlang C), ns.
+fn erlang_c_mean_sojourn_ns(mean_service_ns: f64, rate_per_s: f64, c: u32) -> f64 {
+    let lambda = rate_per_s / 1e9;
+    let a = lambda * mean_service_ns; // offered load, in servers
+    assert!(a < f64::from(c));
+    let mut term = 1.0; // a^k / k!
+    let mut sum = 0.0;
+    for k in 0..c {
+        sum += term;
+        term *= a / f64::from(k + 1);
+    }
+    // term is now a^c / c!
+    let tail = term * f64::from(c) / (f64::from(c) - a);
+    let p_wait = tail / (sum + tail);
+    mean_service_ns + p_wait / (f64::from(c) / mean_service_ns - lambda)
+}
+
+#[test]
+fn mmc_mean_wait_matches_erlang_c() {
+    // The memory node's cores are one FIFO queue with S servers (a receive
+    // queue polled by S threads): M/M/S.
+    let seed = testkit::seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let services: Vec<u64> = (0..50_000)
+        .map(|_| {
+            let u: f64 = rng.random();
+            (-(1.0 - u).ln() * 1_000.0).round().max(1.0) as u64
+        })
+        .collect();
+    let mean = services.iter().map(|&s| s as f64).sum::<f64>() / services.len() as f64;
+    let t = trace(services.iter().map(|&s| rpc_op(0, s)).collect());
+    let cores = 4;
+    let rate = 2_400_000.0; // rho = 0.6
+    let s = setup(4, 8, cores, Load::Open { rate_per_s: rate }, 150_000, seed);
+    let proj = project(&t, &ideal_profile(), &s).expect("projection");
+    let expect = erlang_c_mean_sojourn_ns(mean, rate, cores);
+    eprintln!(
+        "M/M/{cores}: simulated W = {:.1} ns, Erlang C {expect:.1} ns",
+        proj.mean_latency_ns
+    );
+    assert!(
+        rel_err(proj.mean_latency_ns, expect) < 0.04,
+        "M/M/{cores} mean sojourn {} vs {expect}",
+        proj.mean_latency_ns
     );
 }
 
