@@ -32,6 +32,8 @@ const MAX_OPS: u64 = 20_000_000;
 const MAX_CLIENT_MACHINES: u32 = 4_096;
 const MAX_THREADS_PER_MACHINE: u32 = 4_096;
 const MAX_SERVER_CORES: u32 = 4_096;
+/// Client threads in all (each holds one operation's state in flight).
+const MAX_THREADS: u64 = 1 << 20;
 /// Open loop: more operations in flight than this means the offered rate is
 /// beyond what the cluster serves; the run stops with [`SimError::Unstable`].
 const MAX_IN_FLIGHT: u64 = 2_000_000;
@@ -200,6 +202,13 @@ fn check_setup(setup: &Setup) -> Result<(), SimError> {
         return bad(format!(
             "threads_per_machine = {} (1..={MAX_THREADS_PER_MACHINE})",
             setup.threads_per_machine
+        ));
+    }
+    let threads = u64::from(setup.client_machines) * u64::from(setup.threads_per_machine);
+    if threads > MAX_THREADS {
+        return bad(format!(
+            "{} x {} client threads (at most {MAX_THREADS} in all)",
+            setup.client_machines, setup.threads_per_machine
         ));
     }
     if !(1..=MAX_SERVER_CORES).contains(&setup.server_cores) {
