@@ -42,6 +42,7 @@ fn sherman_and_fg_record_linearizable_histories_over_a_tearing_fabric() {
                 threads: 6,
                 pipeline: 1,
                 seed,
+                stream: Default::default(),
             };
             let (report, history) =
                 bench::run_recorded(&*system, keys.clone(), &config, &Progress::default()).unwrap();
