@@ -428,7 +428,7 @@ impl<E: Endpoint> Client<E> {
         let (_, mut node) = self.find(start, 0)?;
         let mut next = start;
         // A bound: each leaf yields a key or moves `next` past its range.
-        for _ in 0..n as u64 + self.tree.capacity {
+        for _ in 0..(n as u64).saturating_add(self.tree.capacity) {
             if node.low > next {
                 return Err(ShermanError::corrupt(
                     "node",
@@ -452,7 +452,7 @@ impl<E: Endpoint> Client<E> {
         }
         Err(ShermanError::Exhausted {
             op: "scan",
-            attempts: n as u32,
+            attempts: u32::try_from(n).unwrap_or(u32::MAX),
             why: "more leaves than the tree holds",
         })
     }
