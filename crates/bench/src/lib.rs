@@ -18,6 +18,7 @@ pub mod plot;
 pub mod report;
 pub mod rolex_system;
 pub mod run;
+pub mod sherman_system;
 pub mod suite;
 pub mod system;
 pub mod values;

@@ -448,7 +448,7 @@ impl System for BaselineLocal {
 /// The systems a local run can load, by name. `xstore-d` is XStore with
 /// its server limited to one RPC worker: the ROLEX paper's XStore-D, the
 /// baseline whose memory node has the one weak core ROLEX's retrainer has.
-pub const SYSTEMS: [&str; 8] = [
+pub const SYSTEMS: [&str; 10] = [
     "xstore",
     "server-centric",
     "tree-cache",
@@ -457,6 +457,8 @@ pub const SYSTEMS: [&str; 8] = [
     "histore",
     "finestore",
     "xstore-d",
+    "sherman",
+    "fg",
 ];
 
 /// Options of [`load_local`] beyond the XStore ones.
@@ -522,6 +524,14 @@ pub fn load_local(
         "finestore" => {
             return Ok(Box::new(crate::finestore_system::FineStoreLocal::load(
                 pairs, o,
+            )?))
+        }
+        "sherman" | "fg" => {
+            return Ok(Box::new(crate::sherman_system::ShermanLocal::load(
+                pairs,
+                o,
+                name == "sherman",
+                b.cache_bytes,
             )?))
         }
         "server-centric" => Baseline::ServerCentric,

@@ -26,7 +26,7 @@ use crate::token::TokenArgs;
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Design under test [default: xstore], rolex, histore, finestore, or a baseline:
-    /// server-centric, tree-cache, whole-tree-cache. A comma-separated list runs each
+    /// server-centric, tree-cache, whole-tree-cache, sherman, fg. A comma-separated list runs each
     /// in turn on the same keys and operations and prints them side by side; with
     /// --suite: the designs to run (default: all).
     #[arg(long)]
