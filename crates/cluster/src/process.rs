@@ -124,9 +124,7 @@ impl EtcdProcess {
                     dir.join("etcd.log").display()
                 )));
             }
-            let answered = Etcd::connect_with_timeout(&p.url(), Duration::from_millis(500))
-                .and_then(|e| e.revision());
-            if answered.is_ok() {
+            if Etcd::answers(&p.url(), Duration::from_millis(500)) {
                 return Ok(p);
             }
             if Instant::now() >= deadline {
