@@ -424,7 +424,10 @@ fn until_stopped(servers: &mut Servers, stop: &AtomicBool, consequence: &str) {
 
 /// The token every server of a `cluster up` requires: the one given, else
 /// a generated one in `DIR/token` (0600), whose path is returned too.
-fn token_or_generated(dir: &std::path::Path, token: Option<String>) -> Result<(String, Option<PathBuf>)> {
+fn token_or_generated(
+    dir: &std::path::Path,
+    token: Option<String>,
+) -> Result<(String, Option<PathBuf>)> {
     Ok(match token {
         Some(t) => (t, None),
         None => {
@@ -503,7 +506,8 @@ fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Res
     // clients trust only sealed ones (docs/cluster.md).
     let (token, token_file) = token_or_generated(&args.dir, token)?;
     let (etcd_proc, url, creds, auth_file) = start_secured_etcd(&args.dir)?;
-    let etcd = cluster::Etcd::connect_as(&url, Some(creds.clone()), cluster::etcd::REQUEST_TIMEOUT)?;
+    let etcd =
+        cluster::Etcd::connect_as(&url, Some(creds.clone()), cluster::etcd::REQUEST_TIMEOUT)?;
     etcd.create_map(&map).context("storing the shard map")?;
     let exe = std::env::current_exe().context("locating the xstore binary")?;
     let mut servers = Servers(Vec::new());
@@ -568,9 +572,7 @@ fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Res
             ..Default::default()
         };
         let (stop, url, token) = (stop.clone(), url.clone(), token.clone());
-        std::thread::spawn(move || {
-            rebalance_while_up(&url, creds, Some(&token), &config, &stop)
-        })
+        std::thread::spawn(move || rebalance_while_up(&url, creds, Some(&token), &config, &stop))
     });
     // A server that exits: its lease runs out and clients get a clear
     // error for its ranges; the others keep serving.
@@ -694,12 +696,19 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
         Some(path) => {
             println!("token file {} (generated)", path.display());
             println!(
-                "xstore shell {url} --histore {} --token-file {}",
+                "{}={} xstore shell {url} --histore {} --token-file {}",
+                cluster::AUTH_FILE_VAR,
+                auth_file.display(),
                 h.group,
                 path.display()
             );
         }
-        None => println!("xstore shell {url} --histore {} (with the token)", h.group),
+        None => println!(
+            "{}={} xstore shell {url} --histore {} (with the token)",
+            cluster::AUTH_FILE_VAR,
+            auth_file.display(),
+            h.group
+        ),
     }
     println!(
         "cluster up: etcd pid {}, histore group {}: {} index and {} data servers",
@@ -856,7 +865,10 @@ fn status(args: &StatusArgs) -> Result<()> {
     }
     let token = args.token.resolve()?;
     // With the token, only entries their servers sealed with it are shown.
-    let etcd = args.etcd_auth.connect(&args.url)?.sealed_by(token.as_deref());
+    let etcd = args
+        .etcd_auth
+        .connect(&args.url)?
+        .sealed_by(token.as_deref());
     let map = etcd.require_map()?;
     let members = etcd.members()?;
     if !(args.window_s.is_finite() && (0.0..=600.0).contains(&args.window_s)) {

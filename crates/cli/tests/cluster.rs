@@ -43,7 +43,12 @@ impl Up {
 
     /// A routing client with the token.
     fn router(&self) -> Router {
-        Router::new(self.etcd(), ClientConfig::default(), Some(self.token.clone())).unwrap()
+        Router::new(
+            self.etcd(),
+            ClientConfig::default(),
+            Some(self.token.clone()),
+        )
+        .unwrap()
     }
 
     /// The cluster as a benchmark system.
@@ -189,7 +194,6 @@ fn cluster_run(
 fn keys() -> Vec<u64> {
     ycsb::prepare_keys(ycsb::generate(ycsb::Dataset::Ycsb, KEYS, SEED).unwrap()).unwrap()
 }
-
 
 #[test]
 fn ycsb_over_three_servers_reads_nothing_stale_and_scans_cross_servers_exactly() {
@@ -985,7 +989,10 @@ fn a_member_refuses_plain_requests_for_keys_it_does_not_own() {
     );
     assert_eq!(out.len(), 3, "{out:?}");
     for line in &out {
-        assert!(line.starts_with("ERR ") && line.contains("owner"), "{out:?}");
+        assert!(
+            line.starts_with("ERR ") && line.contains("owner"),
+            "{out:?}"
+        );
     }
     // Nothing was written anywhere: the owner has the old value, and the
     // fresh key is absent everywhere.
@@ -1026,7 +1033,10 @@ fn a_member_refuses_plain_requests_for_keys_it_does_not_own() {
     };
     assert_eq!(out.len(), 2, "{out:?}");
     for line in &out {
-        assert!(line.starts_with("ERR ") && line.contains("owner"), "{out:?}");
+        assert!(
+            line.starts_with("ERR ") && line.contains("owner"),
+            "{out:?}"
+        );
     }
     assert_eq!(r.get(moved).unwrap(), Some(bench::value_for(moved, 0)));
 }
@@ -1123,7 +1133,14 @@ fn etcd_refuses_strangers_and_a_repointed_member_diverts_no_client() {
     );
     // The server wrote its own entry back.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while etcd.sealed_by(Some(&up.token)).members().unwrap().get("s1").map(|m| &m.url) != Some(&real) {
+    while etcd
+        .sealed_by(Some(&up.token))
+        .members()
+        .unwrap()
+        .get("s1")
+        .map(|m| &m.url)
+        != Some(&real)
+    {
         assert!(Instant::now() < deadline, "s1's entry never came back");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -39,7 +39,9 @@ pub struct EtcdAuth {
 impl std::fmt::Debug for EtcdAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the password: errors and logs print this.
-        f.debug_struct("EtcdAuth").field("user", &self.user).finish()
+        f.debug_struct("EtcdAuth")
+            .field("user", &self.user)
+            .finish()
     }
 }
 

@@ -29,9 +29,9 @@ use etcd_rpc::etcdserverpb::{
     lease_client::LeaseClient,
     request_op,
     watch_client::WatchClient,
-    watch_request, AuthenticateRequest, Compare, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseRevokeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseHeader,
-    TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest,
+    watch_request, AuthenticateRequest, Compare, LeaseGrantRequest, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseRevokeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp,
+    ResponseHeader, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest,
 };
 use etcd_rpc::mvccpb::event::EventType;
 use tokio::runtime::Runtime;
@@ -228,7 +228,11 @@ impl Rpc {
         let resp = self
             .authed(|| {
                 let mut lease = self.lease();
-                async move { lease.lease_grant(LeaseGrantRequest { ttl: ttl_s, id: 0 }).await }
+                async move {
+                    lease
+                        .lease_grant(LeaseGrantRequest { ttl: ttl_s, id: 0 })
+                        .await
+                }
             })
             .await?;
         if !resp.error.is_empty() {
@@ -480,14 +484,15 @@ impl Etcd {
         use etcd_rpc::authpb::{permission::Type, Permission};
         use etcd_rpc::etcdserverpb::{
             AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest,
-            AuthRoleListRequest, AuthUserAddRequest, AuthUserGrantRoleRequest,
-            AuthUserListRequest,
+            AuthRoleListRequest, AuthUserAddRequest, AuthUserGrantRoleRequest, AuthUserListRequest,
         };
         if root.user() != "root" {
             return Err(ClusterError::Auth("etcd's root user is named root".into()));
         }
         if user.user() == "root" {
-            return Err(ClusterError::Auth("the cluster's etcd user cannot be root".into()));
+            return Err(ClusterError::Auth(
+                "the cluster's etcd user cannot be root".into(),
+            ));
         }
         let role = user.user().to_string();
         let mut admin = self.rpc.admin();
@@ -1069,10 +1074,7 @@ async fn renew_once(
             requests
                 .try_send(ask)
                 .expect("a new channel has room for one request");
-            let opened = rpc
-                .lease()
-                .lease_keep_alive(ReceiverStream::new(rx))
-                .await;
+            let opened = rpc.lease().lease_keep_alive(ReceiverStream::new(rx)).await;
             let answers = match opened {
                 Ok(a) => a.into_inner(),
                 Err(s) => {
@@ -1119,7 +1121,9 @@ async fn renew(
                 renewed.store(asked_at, std::sync::atomic::Ordering::Release);
                 match tokio::time::timeout(period, reassert(rpc, own)).await {
                     Ok(Ok(())) => {}
-                    other => tracing::warn!(id, ?other, "checking this server's member entry failed"),
+                    other => {
+                        tracing::warn!(id, ?other, "checking this server's member entry failed")
+                    }
                 }
             }
             Ok(Ok(Some(_))) => {

@@ -164,12 +164,17 @@ fn a_rewritten_member_entry_is_ignored_by_readers_and_reasserted_by_its_server()
     let sealed = reader.members().unwrap()["s1"].seal.clone().unwrap();
     for entry in [
         r#"{"format":1,"url":"tcp://127.0.0.1:9","pid":1}"#.to_string(),
-        format!(r#"{{"format":1,"url":"tcp://127.0.0.1:9","pid":{},"seal":"{sealed}"}}"#, std::process::id()),
+        format!(
+            r#"{{"format":1,"url":"tcp://127.0.0.1:9","pid":{},"seal":"{sealed}"}}"#,
+            std::process::id()
+        ),
     ] {
         attack(&entry).unwrap();
         let members = reader.members().unwrap();
         assert!(
-            members.get("s1").is_none_or(|m| m.url == "tcp://127.0.0.1:1"),
+            members
+                .get("s1")
+                .is_none_or(|m| m.url == "tcp://127.0.0.1:1"),
             "{members:?}"
         );
         // Written back by the server, under its lease, within a few

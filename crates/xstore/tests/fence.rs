@@ -128,7 +128,12 @@ fn fenced_requests_are_served_only_for_owned_keys_at_the_same_revision() {
     // Nothing was written outside [0, 1000): asked of a server whose
     // fence admits every key, the refused writes left no trace.
     server.set_fence(Arc::new(Everything));
-    for (key, want) in [(1005, None), (1010, Some(101)), (1015, None), (1020, Some(102))] {
+    for (key, want) in [
+        (1005, None),
+        (1010, Some(101)),
+        (1015, None),
+        (1020, Some(102)),
+    ] {
         assert_eq!(
             ask(&server, &Request::GetValue { key }),
             Reply::Value(want),
