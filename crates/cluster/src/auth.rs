@@ -207,7 +207,7 @@ impl MemberSeal {
 /// `s` as bytes if it is even-length lowercase or uppercase hex of at most
 /// 64 bytes.
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 128 {
+    if !s.len().is_multiple_of(2) || s.len() > 128 {
         return None;
     }
     (0..s.len())
