@@ -188,6 +188,7 @@ fn cluster_run(
         threads: 2,
         pipeline,
         seed,
+        stream: Default::default(),
     }
 }
 
