@@ -498,6 +498,11 @@ pub fn load_local(
     b: BaselineOptions,
 ) -> Result<Box<dyn System>, BenchError> {
     use crate::baselines::Baseline;
+    if let Some(index) = name.strip_prefix(crate::local_index::INDEX_PREFIX) {
+        return Ok(Box::new(crate::local_index::IndexSystem::load(
+            index, pairs,
+        )?));
+    }
     let kind = match name {
         "xstore" => return Ok(Box::new(XStoreLocal::load(pairs, o)?)),
         "xstore-d" => {
@@ -542,8 +547,10 @@ pub fn load_local(
         "whole-tree-cache" => Baseline::WholeTreeCache,
         other => {
             return Err(BenchError::Config(format!(
-                "unknown system '{other}' (available: {})",
-                SYSTEMS.join(", ")
+                "unknown system '{other}' (available: {}, and index:NAME for the \
+                 single-machine indexes {})",
+                SYSTEMS.join(", "),
+                crate::local_index::LOCAL_INDEXES.join(", ")
             )))
         }
     };
