@@ -4,7 +4,11 @@
 //!
 //! # Threads and accounting
 //!
-//! Each authenticated connection has a reader thread that decodes frames. Doorbell
+//! An authenticated connection has a thread that decodes its frames while
+//! it is active; quiet for [`LINGER`] between frames, it goes idle: the
+//! thread ends and the listener's acceptor polls the socket, starting a
+//! thread again when the peer sends. Idle connections cost no thread.
+//! Doorbell
 //! batches are executed by the soft NIC — by default the connection's own
 //! thread, or a shared pool of `nic_threads` — against registered memory,
 //! never calling index code; calls go to the worker pool, which runs the
@@ -17,8 +21,11 @@
 //!
 //! # Security
 //!
-//! A client's first frame must be HELLO with the access token, compared in
-//! constant time; anything else closes the connection. Without a token the
+//! A client must complete the HELLO handshake (version 2, a
+//! challenge-response: [`crate::auth`]) before anything else is read: it
+//! proves it holds the access token with an HMAC of the host's nonce,
+//! compared in constant time, and the host proves the same back; the token
+//! never travels. Anything else closes the connection. Without a token the
 //! host refuses to listen on a non-loopback address. Every frame is bounds
 //! checked ([`crate::wire`]); a malformed payload gets an ERROR reply, a
 //! malformed header closes the connection; the host keeps serving others.
@@ -27,17 +34,24 @@
 //!
 //! * **Connections.** A connection has no thread until it has
 //!   authenticated: the acceptor runs every handshake itself, polling. At
-//!   most [`HostConfig::max_preauth`] connections wait for their HELLO; a
+//!   most [`HostConfig::max_preauth`] connections are in their handshake; a
 //!   new one over that cap closes the oldest waiting one at once. So a
 //!   flood of idle sockets costs no threads, never takes an authenticated
-//!   slot ([`HostConfig::max_connections`], counted apart), and cannot keep
-//!   a real client (whose HELLO follows its connect at once) from being
-//!   heard. HELLO must arrive whole within
-//!   [`HostConfig::handshake_timeout`]; an authenticated connection that
-//!   sends nothing for [`HostConfig::idle_timeout`] is closed.
-//! * **Before authentication** only a HELLO of at most [`MAX_TOKEN`] bytes
-//!   is read, into a fixed buffer, and nothing past it: a header that
-//!   announces more, or another kind, closes the connection unread.
+//!   slot, and cannot keep a real client (whose HELLO follows its connect
+//!   at once) from being heard. The handshake must complete within
+//!   [`HostConfig::handshake_timeout`].
+//! * **Authenticated connections** are capped in total
+//!   ([`HostConfig::max_connections`]) and per peer
+//!   ([`HostConfig::max_per_peer`]: a TCP source address, a Unix-socket
+//!   user). A newcomer over a cap closes the oldest *idle* connection (of
+//!   its own peer, over the per-peer cap) and is refused only if all are
+//!   busy: connections that authenticate and then say nothing can never
+//!   lock clients out. An idle one is closed after
+//!   [`HostConfig::idle_timeout`].
+//! * **Before authentication** only handshake frames of at most
+//!   [`MAX_HANDSHAKE_PAYLOAD`] bytes are read, into a fixed buffer, and
+//!   nothing past them: a header that announces more, or a frame out of
+//!   the handshake's order, closes the connection unread.
 //! * **Memory is charged before it is taken.** Each frame is charged to its
 //!   connection's budget ([`HostConfig::conn_budget`]) and the host's
 //!   ([`HostConfig::global_budget`]) before its payload is read: its length,
@@ -371,6 +385,7 @@ impl Host {
             Some(dir) => Some(prepare_shm_dir(dir, config.group_access)?),
             None => None,
         };
+        give_large_buffers_back();
         let inner = Arc::new(Inner {
             regions: RwLock::new(Arc::new(Table::default())),
             files: Mutex::new(HashMap::new()),
@@ -668,6 +683,32 @@ impl Host {
             }
             drop(lock);
         }
+    }
+}
+
+/// Buffers at least this large come from `mmap` and go back to the system
+/// when freed.
+const MMAP_THRESHOLD: usize = 256 << 10;
+
+/// Makes the allocator give large buffers back at once. glibc raises its
+/// `mmap` threshold to the size of every large block freed, after which
+/// blocks of up to 32 MiB come from per-thread heaps that keep what is
+/// freed: the frames, replies and backlogs of peers (up to 16 MiB each, on
+/// many threads) then pinned memory well past the budgets that charged
+/// them (issue 23, finding 8: 505-864 MiB against 256). A fixed threshold
+/// keeps what the host holds for peers what its budgets say. Process-wide
+/// and idempotent; a no-op outside glibc.
+fn give_large_buffers_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: mallopt only sets a tuning parameter of the
+            // allocator; it is safe to call at any time from any thread.
+            if unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) } != 1 {
+                tracing::debug!("cannot fix the allocator's mmap threshold");
+            }
+        });
     }
 }
 
