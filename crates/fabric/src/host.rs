@@ -100,11 +100,11 @@ use crossbeam_channel::{Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::auth::{self, CLIENT_NONCE_BYTES, NODE_NONCE_BYTES};
 use crate::batch::{Batch, InOrder, MAX_BATCH_OPS};
 use crate::endpoint::RpcHandler;
 use crate::error::FabricError;
 use crate::region::{Region, RegionId, RegionTable, Rights};
-use crate::auth::{self, CLIENT_NONCE_BYTES, NODE_NONCE_BYTES};
 use crate::wire::{
     self, ErrorCode, Header, HostStats, Kind, RegionInfo, HEADER_BYTES, MAX_HANDSHAKE_PAYLOAD,
     MAX_PAYLOAD, MAX_TOKEN, POST_PREFIX_BYTES, POST_VERB_BYTES,
@@ -705,7 +705,8 @@ fn give_large_buffers_back() {
         ONCE.call_once(|| {
             // SAFETY: mallopt only sets a tuning parameter of the
             // allocator; it is safe to call at any time from any thread.
-            if unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) } != 1 {
+            if unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) } != 1
+            {
                 tracing::debug!("cannot fix the allocator's mmap threshold");
             }
         });
@@ -784,6 +785,9 @@ trait Member: Send + Sync {
     fn busy(&self) -> bool;
 }
 
+/// Idle connections a newcomer displaced, for the caller to close.
+type Displaced = Vec<Arc<dyn Member>>;
+
 struct MemberEntry {
     peer: Peer,
     member: Arc<dyn Member>,
@@ -815,7 +819,7 @@ impl Members {
         member: Arc<dyn Member>,
         max_total: usize,
         max_peer: usize,
-    ) -> Result<(u64, Vec<Arc<dyn Member>>), &'static str> {
+    ) -> Result<(u64, Displaced), &'static str> {
         let mut victims: Vec<u64> = Vec::new();
         let mine = self.per_peer.get(&peer).copied().unwrap_or(0);
         if mine >= max_peer {
@@ -2124,7 +2128,8 @@ enum End {
 /// Bytes a connection's thread holds whatever the peer sends: its read
 /// buffer and the most a POST's descriptors take before their cost is
 /// known. Charged to the host-wide budget while the thread runs.
-pub const CONN_FIXED_BYTES: u64 = (READ_BUFFER + POST_PREFIX_BYTES + MAX_BATCH_OPS * POST_VERB_BYTES) as u64;
+pub const CONN_FIXED_BYTES: u64 =
+    (READ_BUFFER + POST_PREFIX_BYTES + MAX_BATCH_OPS * POST_VERB_BYTES) as u64;
 
 /// Bytes of a connection thread's read buffer (requests a client
 /// pipelines arrive together: one read for them all).
@@ -2189,7 +2194,9 @@ impl<S: Stream> FrameReader<'_, S> {
                     }
                     let since = *stalled.get_or_insert_with(Instant::now);
                     if !self.idle.is_zero() && since.elapsed() >= self.idle {
-                        tracing::debug!("a peer stalled mid-frame for the idle timeout; closing it");
+                        tracing::debug!(
+                            "a peer stalled mid-frame for the idle timeout; closing it"
+                        );
                         return Err(End::Closed);
                     }
                 }

@@ -88,6 +88,13 @@ pub const CHALLENGE_BYTES: usize = 8 + crate::auth::NODE_NONCE_BYTES;
 /// the largest handshake frame (a CHALLENGE-sized HELLO2 or AUTH fits).
 pub const MAX_HANDSHAKE_PAYLOAD: usize = 64;
 
+// Every handshake frame fits what a node reads before authentication.
+const _: () = assert!(
+    HELLO2_BYTES <= MAX_HANDSHAKE_PAYLOAD
+        && CHALLENGE_BYTES <= MAX_HANDSHAKE_PAYLOAD
+        && crate::auth::MAC_BYTES <= MAX_HANDSHAKE_PAYLOAD
+);
+
 const VERB_BYTES: usize = 40;
 const RESULT_BYTES: usize = 16;
 
@@ -762,7 +769,6 @@ mod tests {
         assert_eq!(decode_hello2(&p), Err(WireError::Version(3)));
         encode_challenge(&[9; 32], &mut p);
         assert_eq!(p.len(), CHALLENGE_BYTES);
-        assert!(CHALLENGE_BYTES <= MAX_HANDSHAKE_PAYLOAD);
         assert_eq!(decode_challenge(&p).unwrap(), [9; 32]);
         p[3] = 1;
         assert!(decode_challenge(&p).is_err(), "reserved byte");

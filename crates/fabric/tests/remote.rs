@@ -200,7 +200,7 @@ fn the_token_never_travels_and_both_sides_prove_it() {
         s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
             .unwrap();
         let mut got = Vec::new();
-        let mut frame = |s: &mut TcpStream, got: &mut Vec<u8>| {
+        let frame = |s: &mut TcpStream, got: &mut Vec<u8>| {
             let mut head = [0u8; HEADER_BYTES];
             s.read_exact(&mut head).ok()?;
             let h = Header::decode(&head).ok()?;
