@@ -2447,3 +2447,74 @@ fn dispatch<S>(
 pub fn socket_exists(path: &Path) -> bool {
     UnixStream::connect(path).is_ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Fake {
+        closed: AtomicBool,
+        busy: AtomicBool,
+    }
+
+    impl Member for Fake {
+        fn close_member(&self) {
+            self.closed.store(true, Ordering::Relaxed);
+        }
+        fn busy(&self) -> bool {
+            self.busy.load(Ordering::Relaxed)
+        }
+    }
+
+    fn ip(last: u8) -> Peer {
+        Peer::Ip(std::net::IpAddr::from([10, 0, 0, last]))
+    }
+
+    /// The caps against a model: a newcomer over the per-peer cap displaces
+    /// its own peer's oldest idle connection, over the total cap the oldest
+    /// idle one of anyone's, never a busy or active one; refused only when
+    /// none is idle; counts always within the caps.
+    #[test]
+    fn newcomers_displace_the_oldest_idle_connection_within_both_caps() {
+        let mut m = Members::default();
+        let fakes: Vec<Arc<Fake>> = (0..8).map(|_| Arc::new(Fake::default())).collect();
+        let join = |m: &mut Members, peer, i: usize| {
+            m.join(peer, fakes[i].clone(), 4, 2).map(|(id, d)| {
+                d.iter().for_each(|d| d.close_member());
+                (id, d.len())
+            })
+        };
+        let (a0, _) = join(&mut m, ip(1), 0).unwrap();
+        let (a1, _) = join(&mut m, ip(1), 1).unwrap();
+        // Peer 1 is at its cap, both active: refused.
+        assert!(join(&mut m, ip(1), 2).is_err());
+        // a1 idle first, then a0: a newcomer of peer 1 displaces a1.
+        assert!(m.set_idle(a1) && m.set_idle(a0));
+        let (a2, d) = join(&mut m, ip(1), 2).unwrap();
+        assert_eq!(d, 1);
+        assert!(fakes[1].closed.load(Ordering::Relaxed));
+        assert!(!m.set_active(a1), "a displaced connection is gone");
+        assert_eq!(m.per_peer[&ip(1)], 2);
+        // Peer 2 fills the total; peer 3 displaces the oldest idle (a0).
+        let (b0, _) = join(&mut m, ip(2), 3).unwrap();
+        let (_b1, _) = join(&mut m, ip(2), 4).unwrap();
+        assert_eq!(m.all.len(), 4);
+        let (_c0, d) = join(&mut m, ip(3), 5).unwrap();
+        assert_eq!(d, 1);
+        assert!(fakes[0].closed.load(Ordering::Relaxed));
+        // A busy idle connection is not displaced: b0 idle but busy, the
+        // rest active, so a newcomer is refused.
+        assert!(m.set_idle(b0));
+        fakes[3].busy.store(true, Ordering::Relaxed);
+        assert!(join(&mut m, ip(4), 6).is_err());
+        assert!(!fakes[3].closed.load(Ordering::Relaxed));
+        // Leaving frees the slot at once, and twice is harmless.
+        assert!(m.leave(a2).is_some());
+        assert!(m.leave(a2).is_none());
+        join(&mut m, ip(4), 7).unwrap();
+        assert_eq!(m.all.len(), 4);
+        assert!(m.per_peer.values().all(|&n| n <= 2));
+        assert_eq!(m.per_peer.values().sum::<usize>(), m.all.len());
+    }
+}
