@@ -1,6 +1,7 @@
 //! The fabric's frame and payload decoders on arbitrary bytes: a header,
 //! a doorbell batch (decoded, executed against a small region, its reply
-//! encoded and decoded back), region info, stats and errors.
+//! encoded and decoded back), region info, stats, errors, and the HELLO's
+//! handshake payloads (HELLO2 and CHALLENGE).
 #![no_main]
 
 use fabric::wire;
@@ -51,4 +52,15 @@ fuzz_target!(|data: &[u8]| {
     let _ = wire::decode_region_info(data);
     let _ = wire::HostStats::decode(data);
     let _ = wire::decode_error(data);
+    // What decodes re-encodes to the same bytes.
+    if let Ok(nonce) = wire::decode_hello2(data) {
+        let mut again = Vec::new();
+        wire::encode_hello2(&nonce, &mut again);
+        assert_eq!(again, data);
+    }
+    if let Ok(nonce) = wire::decode_challenge(data) {
+        let mut again = Vec::new();
+        wire::encode_challenge(&nonce, &mut again);
+        assert_eq!(again, data);
+    }
 });

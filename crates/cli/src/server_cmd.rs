@@ -78,9 +78,15 @@ pub struct ServerArgs {
     /// seconds (0: never).
     #[arg(long, default_value_t = 600)]
     idle_timeout_s: u64,
-    /// Most authenticated connections served at once.
+    /// Most authenticated connections at once (a new one over the cap
+    /// closes the oldest idle one).
     #[arg(long, default_value_t = fabric::host::MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Most authenticated connections from one peer (TCP source address,
+    /// Unix-socket user) at once (a new one over the cap closes that
+    /// peer's oldest idle one).
+    #[arg(long, default_value_t = fabric::host::MAX_PER_PEER)]
+    max_per_peer: usize,
     /// Most connections waiting for their HELLO at once, per listener (a
     /// new one over the cap closes the oldest waiting one).
     #[arg(long, default_value_t = fabric::host::MAX_PREAUTH)]
@@ -273,6 +279,7 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         handshake_timeout: Duration::from_millis(args.handshake_timeout_ms),
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         max_connections: args.max_connections,
+        max_per_peer: args.max_per_peer,
         max_preauth: args.max_preauth,
         conn_budget: args
             .conn_budget_mib

@@ -60,9 +60,7 @@ fn read_frame(s: &mut TcpStream) -> Option<(Header, Vec<u8>)> {
 fn raw_authed(addr: SocketAddr) -> TcpStream {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&frame(Kind::Hello, 1, &[])).unwrap();
-    let (h, _) = read_frame(&mut s).expect("HELLO_OK");
-    assert_eq!(h.kind, Kind::HelloOk);
+    fabric::remote::hello(&mut s, None).expect("HELLO");
     s
 }
 
@@ -173,7 +171,7 @@ fn half_hellos(addr: SocketAddr, n: usize, sent: usize) -> Vec<TcpStream> {
             let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
             s.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
             let mut h = Header {
-                kind: Kind::Hello,
+                kind: Kind::Hello2,
                 id: 1,
                 len: 0,
             }

@@ -4,7 +4,11 @@
 //!
 //! # Threads and accounting
 //!
-//! Each authenticated connection has a reader thread that decodes frames. Doorbell
+//! An authenticated connection has a thread that decodes its frames while
+//! it is active; quiet for [`LINGER`] between frames, it goes idle: the
+//! thread ends and the listener's acceptor polls the socket, starting a
+//! thread again when the peer sends. Idle connections cost no thread.
+//! Doorbell
 //! batches are executed by the soft NIC — by default the connection's own
 //! thread, or a shared pool of `nic_threads` — against registered memory,
 //! never calling index code; calls go to the worker pool, which runs the
@@ -17,8 +21,11 @@
 //!
 //! # Security
 //!
-//! A client's first frame must be HELLO with the access token, compared in
-//! constant time; anything else closes the connection. Without a token the
+//! A client must complete the HELLO handshake (version 2, a
+//! challenge-response: [`crate::auth`]) before anything else is read: it
+//! proves it holds the access token with an HMAC of the host's nonce,
+//! compared in constant time, and the host proves the same back; the token
+//! never travels. Anything else closes the connection. Without a token the
 //! host refuses to listen on a non-loopback address. Every frame is bounds
 //! checked ([`crate::wire`]); a malformed payload gets an ERROR reply, a
 //! malformed header closes the connection; the host keeps serving others.
@@ -27,17 +34,24 @@
 //!
 //! * **Connections.** A connection has no thread until it has
 //!   authenticated: the acceptor runs every handshake itself, polling. At
-//!   most [`HostConfig::max_preauth`] connections wait for their HELLO; a
+//!   most [`HostConfig::max_preauth`] connections are in their handshake; a
 //!   new one over that cap closes the oldest waiting one at once. So a
 //!   flood of idle sockets costs no threads, never takes an authenticated
-//!   slot ([`HostConfig::max_connections`], counted apart), and cannot keep
-//!   a real client (whose HELLO follows its connect at once) from being
-//!   heard. HELLO must arrive whole within
-//!   [`HostConfig::handshake_timeout`]; an authenticated connection that
-//!   sends nothing for [`HostConfig::idle_timeout`] is closed.
-//! * **Before authentication** only a HELLO of at most [`MAX_TOKEN`] bytes
-//!   is read, into a fixed buffer, and nothing past it: a header that
-//!   announces more, or another kind, closes the connection unread.
+//!   slot, and cannot keep a real client (whose HELLO follows its connect
+//!   at once) from being heard. The handshake must complete within
+//!   [`HostConfig::handshake_timeout`].
+//! * **Authenticated connections** are capped in total
+//!   ([`HostConfig::max_connections`]) and per peer
+//!   ([`HostConfig::max_per_peer`]: a TCP source address, a Unix-socket
+//!   user). A newcomer over a cap closes the oldest *idle* connection (of
+//!   its own peer, over the per-peer cap) and is refused only if all are
+//!   busy: connections that authenticate and then say nothing can never
+//!   lock clients out. An idle one is closed after
+//!   [`HostConfig::idle_timeout`].
+//! * **Before authentication** only handshake frames of at most
+//!   [`MAX_HANDSHAKE_PAYLOAD`] bytes are read, into a fixed buffer, and
+//!   nothing past them: a header that announces more, or a frame out of
+//!   the handshake's order, closes the connection unread.
 //! * **Memory is charged before it is taken.** Each frame is charged to its
 //!   connection's budget ([`HostConfig::conn_budget`]) and the host's
 //!   ([`HostConfig::global_budget`]) before its payload is read: its length,
@@ -86,13 +100,14 @@ use crossbeam_channel::{Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::auth::{self, CLIENT_NONCE_BYTES, NODE_NONCE_BYTES};
 use crate::batch::{Batch, InOrder, MAX_BATCH_OPS};
 use crate::endpoint::RpcHandler;
 use crate::error::FabricError;
 use crate::region::{Region, RegionId, RegionTable, Rights};
 use crate::wire::{
-    self, ErrorCode, Header, HostStats, Kind, RegionInfo, HEADER_BYTES, MAX_PAYLOAD, MAX_TOKEN,
-    POST_PREFIX_BYTES, POST_VERB_BYTES,
+    self, ErrorCode, Header, HostStats, Kind, RegionInfo, HEADER_BYTES, MAX_HANDSHAKE_PAYLOAD,
+    MAX_PAYLOAD, MAX_TOKEN, POST_PREFIX_BYTES, POST_VERB_BYTES,
 };
 
 /// Settings of a serving node. The default serves from each connection's
@@ -118,8 +133,13 @@ pub struct HostConfig {
     /// An authenticated connection that sends nothing for this long is
     /// closed; zero: never.
     pub idle_timeout: Duration,
-    /// Most authenticated connections served at once.
+    /// Most authenticated connections at once; a new one over the cap
+    /// closes the oldest idle one (refused only if none is idle).
     pub max_connections: usize,
+    /// Most authenticated connections from one peer (a TCP source address,
+    /// a Unix-socket user) at once; a new one over the cap closes that
+    /// peer's oldest idle one (refused only if none is idle).
+    pub max_per_peer: usize,
     /// Most connections waiting for their HELLO at once, per listener; a
     /// new connection over the cap closes the oldest waiting one.
     pub max_preauth: usize,
@@ -146,6 +166,7 @@ impl Default for HostConfig {
             handshake_timeout: HANDSHAKE_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
+            max_per_peer: MAX_PER_PEER,
             max_preauth: MAX_PREAUTH,
             conn_budget: CONN_BUDGET,
             global_budget: GLOBAL_BUDGET,
@@ -154,9 +175,19 @@ impl Default for HostConfig {
     }
 }
 
-/// Default cap on authenticated connections served at once (each has a
-/// reader thread).
+/// Default cap on authenticated connections at once (an active one has a
+/// thread, an idle one none).
 pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Default cap on authenticated connections from one peer: half the total,
+/// so one source address or user cannot hold every slot.
+pub const MAX_PER_PEER: usize = MAX_CONNECTIONS / 2;
+
+/// How long a connection's thread waits for the peer's next frame before
+/// the connection goes idle (no thread; its acceptor polls it). A client
+/// that keeps requests coming keeps its thread, with no hand-off per
+/// request.
+pub const LINGER: Duration = Duration::from_millis(50);
 
 /// Default cap on connections that have not said HELLO yet: a handshake
 /// takes one round trip, so a few dozen slots serve a burst of honest
@@ -200,8 +231,8 @@ struct Inner {
     nic_verbs: AtomicU64,
     bad_frames: AtomicU64,
     connections: AtomicU64,
-    /// Authenticated connections open.
-    open_connections: AtomicUsize,
+    /// Authenticated connections, per peer, and which are idle.
+    members: Mutex<Members>,
     /// Connections accepted that have not finished their HELLO.
     preauth: AtomicUsize,
     /// Bytes of frames in flight on all connections.
@@ -215,6 +246,12 @@ struct Inner {
     socket: Mutex<Option<PathBuf>>,
     /// The shm directory's lock file, held (flock) for the host's life.
     dir_lock: Mutex<Option<std::fs::File>>,
+}
+
+impl Inner {
+    fn members(&self) -> std::sync::MutexGuard<'_, Members> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A serving node; cheap to clone.
@@ -336,15 +373,19 @@ impl Host {
                 config.conn_budget, config.global_budget
             )));
         }
-        if config.handshake_timeout.is_zero() || config.max_connections == 0 {
+        if config.handshake_timeout.is_zero()
+            || config.max_connections == 0
+            || config.max_per_peer == 0
+        {
             return Err(FabricError::Refused(
-                "the handshake timeout and the connection cap must be positive".into(),
+                "the handshake timeout and the connection caps must be positive".into(),
             ));
         }
         let dir_lock = match &config.shm_dir {
             Some(dir) => Some(prepare_shm_dir(dir, config.group_access)?),
             None => None,
         };
+        give_large_buffers_back();
         let inner = Arc::new(Inner {
             regions: RwLock::new(Arc::new(Table::default())),
             files: Mutex::new(HashMap::new()),
@@ -354,7 +395,7 @@ impl Host {
             nic_verbs: AtomicU64::new(0),
             bad_frames: AtomicU64::new(0),
             connections: AtomicU64::new(0),
-            open_connections: AtomicUsize::new(0),
+            members: Mutex::new(Members::default()),
             preauth: AtomicUsize::new(0),
             global: Arc::new(Budget::new(config.global_budget)),
             backlogs: Arc::new(Budget::new(config.global_budget)),
@@ -505,7 +546,7 @@ impl Host {
     /// Connections open now: (authenticated, waiting for their HELLO).
     pub fn open_connections(&self) -> (usize, usize) {
         (
-            self.inner.open_connections.load(Ordering::Relaxed),
+            self.inner.members().all.len(),
             self.inner.preauth.load(Ordering::Relaxed),
         )
     }
@@ -645,6 +686,33 @@ impl Host {
     }
 }
 
+/// Buffers at least this large come from `mmap` and go back to the system
+/// when freed.
+const MMAP_THRESHOLD: usize = 256 << 10;
+
+/// Makes the allocator give large buffers back at once. glibc raises its
+/// `mmap` threshold to the size of every large block freed, after which
+/// blocks of up to 32 MiB come from per-thread heaps that keep what is
+/// freed: the frames, replies and backlogs of peers (up to 16 MiB each, on
+/// many threads) then pinned memory well past the budgets that charged
+/// them (issue 23, finding 8: 505-864 MiB against 256). A fixed threshold
+/// keeps what the host holds for peers what its budgets say. Process-wide
+/// and idempotent; a no-op outside glibc.
+fn give_large_buffers_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: mallopt only sets a tuning parameter of the
+            // allocator; it is safe to call at any time from any thread.
+            if unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) } != 1
+            {
+                tracing::debug!("cannot fix the allocator's mmap threshold");
+            }
+        });
+    }
+}
+
 /// Connections the kernel queues for the acceptor (capped by the system's
 /// `somaxconn`). The standard library listens with 128: a burst of
 /// connects (a flood, or many honest clients at once) overflows that, and
@@ -695,33 +763,185 @@ impl RateLimit {
     }
 }
 
-/// Counts a connection in a slot class until dropped.
-struct Slot<'a>(&'a AtomicUsize);
+/// Who a connection comes from, for the per-peer cap on connections: its
+/// source address (tcp, any port) or its user (a Unix socket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Peer {
+    /// A TCP peer's IP address.
+    Ip(std::net::IpAddr),
+    /// A Unix-socket peer's user id (`SO_PEERCRED`).
+    Uid(u32),
+    /// The kernel would not say; all such connections count as one peer.
+    Unknown,
+}
 
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+/// What the connection registry needs of a connection to close it for a
+/// newcomer.
+trait Member: Send + Sync {
+    /// Closes the connection (idempotent).
+    fn close_member(&self);
+    /// Frames in flight or replies waiting for the peer: not idle, whether
+    /// or not a thread reads it now.
+    fn busy(&self) -> bool;
+}
+
+/// Idle connections a newcomer displaced, for the caller to close.
+type Displaced = Vec<Arc<dyn Member>>;
+
+struct MemberEntry {
+    peer: Peer,
+    member: Arc<dyn Member>,
+    /// Set while the connection is idle (parked): its place in `idle`.
+    idle: Option<u64>,
+}
+
+/// The authenticated connections, counted per peer and in total, with the
+/// idle ones in the order they went idle: a newcomer over a cap closes the
+/// oldest idle connection (of its own peer, over the per-peer cap) instead
+/// of being refused, so idle connections can never lock clients out.
+#[derive(Default)]
+struct Members {
+    all: HashMap<u64, MemberEntry>,
+    per_peer: HashMap<Peer, usize>,
+    /// Idle since (a sequence number) -> member id.
+    idle: std::collections::BTreeMap<u64, u64>,
+    /// Member ids and idle sequence numbers both come from here.
+    next: u64,
+}
+
+impl Members {
+    /// Admits a connection from `peer` under the caps, choosing the idle
+    /// connections it displaces (returned, for the caller to close outside
+    /// the lock); refused if the caps are full of busy connections.
+    fn join(
+        &mut self,
+        peer: Peer,
+        member: Arc<dyn Member>,
+        max_total: usize,
+        max_peer: usize,
+    ) -> Result<(u64, Displaced), &'static str> {
+        let mut victims: Vec<u64> = Vec::new();
+        let mine = self.per_peer.get(&peer).copied().unwrap_or(0);
+        if mine >= max_peer {
+            let need = mine + 1 - max_peer;
+            for &id in self.idle.values() {
+                if victims.len() == need {
+                    break;
+                }
+                let m = &self.all[&id];
+                if m.peer == peer && !m.member.busy() {
+                    victims.push(id);
+                }
+            }
+            if victims.len() < need {
+                return Err("too many connections from this peer, none of them idle");
+            }
+        }
+        let after = self.all.len() + 1 - victims.len();
+        if after > max_total {
+            let need = after - max_total;
+            let mut more = Vec::new();
+            for &id in self.idle.values() {
+                if more.len() == need {
+                    break;
+                }
+                if !victims.contains(&id) && !self.all[&id].member.busy() {
+                    more.push(id);
+                }
+            }
+            if more.len() < need {
+                return Err("too many connections, none of them idle");
+            }
+            victims.extend(more);
+        }
+        let closed = victims
+            .into_iter()
+            .filter_map(|id| self.leave(id))
+            .collect();
+        let id = self.next;
+        self.next += 1;
+        self.all.insert(
+            id,
+            MemberEntry {
+                peer,
+                member,
+                idle: None,
+            },
+        );
+        *self.per_peer.entry(peer).or_default() += 1;
+        debug_assert!(self.all.len() <= max_total);
+        Ok((id, closed))
+    }
+
+    /// Forgets a connection (idempotent): its slot is free at once.
+    fn leave(&mut self, id: u64) -> Option<Arc<dyn Member>> {
+        let m = self.all.remove(&id)?;
+        if let Some(seq) = m.idle {
+            self.idle.remove(&seq);
+        }
+        match self.per_peer.get_mut(&m.peer) {
+            Some(n) if *n > 1 => *n -= 1,
+            _ => {
+                self.per_peer.remove(&m.peer);
+            }
+        }
+        Some(m.member)
+    }
+
+    /// Marks a connection idle (parked, no thread); false if it was closed
+    /// for a newcomer meanwhile.
+    fn set_idle(&mut self, id: u64) -> bool {
+        let seq = self.next;
+        match self.all.get_mut(&id) {
+            Some(m) => {
+                if m.idle.is_none() {
+                    m.idle = Some(seq);
+                    self.idle.insert(seq, id);
+                    self.next += 1;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Marks a connection active (a thread reads it); false if it was
+    /// closed for a newcomer meanwhile.
+    fn set_active(&mut self, id: u64) -> bool {
+        match self.all.get_mut(&id) {
+            Some(m) => {
+                if let Some(seq) = m.idle.take() {
+                    self.idle.remove(&seq);
+                }
+                true
+            }
+            None => false,
+        }
     }
 }
 
-/// A connection waiting for its HELLO. It has no thread: the acceptor
-/// polls it, reads exactly the HELLO's bytes (nothing a client pipelines
-/// after it) into this fixed buffer, and hands it on once authenticated.
+/// A connection in its handshake. It has no thread: the acceptor polls
+/// it, reads exactly one handshake frame at a time (nothing a client
+/// pipelines after it) into this fixed buffer, and hands it on once
+/// authenticated.
 struct Pending<S> {
     stream: S,
     deadline: Instant,
-    buf: [u8; HEADER_BYTES + MAX_TOKEN],
+    buf: [u8; HEADER_BYTES + MAX_HANDSHAKE_PAYLOAD],
     got: usize,
     need: usize,
     header: Option<Header>,
+    /// Set once HELLO2 was taken and CHALLENGE sent: (client nonce, node
+    /// nonce), for the AUTH that must come next.
+    challenged: Option<([u8; CLIENT_NONCE_BYTES], [u8; NODE_NONCE_BYTES])>,
 }
 
 /// Where a pending handshake stands after reading what arrived.
 enum Handshake {
     /// More bytes are due.
     Wait,
-    /// A whole HELLO (header and token) is in the buffer.
-    Hello(Header),
+    /// A whole AUTH arrived: its proof is in the buffer.
+    Auth(Header),
     /// Closed, refused or failed: drop the connection.
     Close,
 }
@@ -731,10 +951,11 @@ impl<S: Stream> Pending<S> {
         Pending {
             stream,
             deadline: Instant::now() + timeout,
-            buf: [0; HEADER_BYTES + MAX_TOKEN],
+            buf: [0; HEADER_BYTES + MAX_HANDSHAKE_PAYLOAD],
             got: 0,
             need: HEADER_BYTES,
             header: None,
+            challenged: None,
         }
     }
 
@@ -745,7 +966,7 @@ impl<S: Stream> Pending<S> {
         wire::encode_error(code, msg, &mut p);
         let mut bytes = Vec::new();
         frame(Kind::Error, id, &p, &mut bytes);
-        let _ = send_raw(self.stream.as_raw_fd(), &bytes, false);
+        let _ = send_raw(self.stream.as_raw_fd(), &[&bytes], false);
     }
 
     fn read(&mut self, inner: &Inner) -> Handshake {
@@ -761,7 +982,10 @@ impl<S: Stream> Pending<S> {
                 continue;
             }
             if let Some(h) = self.header {
-                return Handshake::Hello(h);
+                match self.frame(inner, h) {
+                    Handshake::Wait => continue,
+                    other => return other,
+                }
             }
             let head: &[u8; HEADER_BYTES] = self.buf[..HEADER_BYTES].try_into().expect("header");
             let header = match Header::decode(head) {
@@ -773,21 +997,80 @@ impl<S: Stream> Pending<S> {
                     return Handshake::Close;
                 }
             };
-            if header.kind != Kind::Hello || header.len as usize > MAX_TOKEN {
+            let expected = if self.challenged.is_some() {
+                Kind::Auth
+            } else {
+                Kind::Hello2
+            };
+            if header.kind == Kind::Hello {
+                // None of it is read: the token in clear is not wanted.
+                self.refuse(
+                    inner,
+                    header.id,
+                    "a version-1 HELLO (the token in clear)",
+                    "HELLO version 1 (the token in clear) is no longer served: upgrade the client to HELLO version 2",
+                );
+                return Handshake::Close;
+            }
+            if header.kind != expected || header.len as usize > MAX_HANDSHAKE_PAYLOAD {
                 // None of the payload is read: before authentication a
-                // peer gets no more than the 1 KiB a HELLO needs.
-                self.refuse(inner, header.id, "first frame not a HELLO of at most 1 KiB");
+                // peer gets no more than a handshake frame needs.
+                self.refuse(
+                    inner,
+                    header.id,
+                    "a frame out of the handshake's order or size",
+                    "a HELLO2, then an AUTH proving the access token, is required",
+                );
                 return Handshake::Close;
             }
             self.header = Some(header);
             self.need = HEADER_BYTES + header.len as usize;
             if header.len == 0 {
-                return Handshake::Hello(header);
+                match self.frame(inner, header) {
+                    Handshake::Wait => continue,
+                    other => return other,
+                }
             }
         }
     }
 
-    fn refuse(&self, inner: &Inner, id: u64, why: &str) {
+    /// A whole handshake frame is in the buffer: answers a HELLO2 with a
+    /// CHALLENGE (and waits for the AUTH), or hands an AUTH on.
+    fn frame(&mut self, inner: &Inner, header: Header) -> Handshake {
+        let payload = &self.buf[HEADER_BYTES..HEADER_BYTES + header.len as usize];
+        if header.kind == Kind::Auth {
+            return Handshake::Auth(header);
+        }
+        let client_nonce = match wire::decode_hello2(payload) {
+            Ok(n) => n,
+            Err(e) => {
+                let msg = format!(
+                    "bad HELLO2: {e} (this node speaks HELLO version {})",
+                    wire::HELLO_VERSION
+                );
+                self.refuse(inner, header.id, "a bad HELLO2", &msg);
+                return Handshake::Close;
+            }
+        };
+        let node_nonce = auth::nonce::<NODE_NONCE_BYTES>();
+        let mut p = Vec::new();
+        wire::encode_challenge(&node_nonce, &mut p);
+        let mut bytes = Vec::new();
+        frame(Kind::Challenge, header.id, &p, &mut bytes);
+        // A fresh socket's buffer takes 64 bytes at once; one that does
+        // not is no client worth waiting for.
+        if !matches!(send_raw(self.stream.as_raw_fd(), &[&bytes], false), Ok(n) if n == bytes.len())
+        {
+            return Handshake::Close;
+        }
+        self.challenged = Some((client_nonce, node_nonce));
+        self.header = None;
+        self.got = 0;
+        self.need = HEADER_BYTES;
+        Handshake::Wait
+    }
+
+    fn refuse(&self, inner: &Inner, id: u64, why: &str, answer: &str) {
         inner.bad_frames.fetch_add(1, Ordering::Relaxed);
         if let Some(n) = inner.refused_log.check() {
             tracing::warn!(
@@ -795,21 +1078,36 @@ impl<S: Stream> Pending<S> {
                 "{why}; closing the connection"
             );
         }
-        self.send_error(
-            id,
-            ErrorCode::Unauthorized,
-            "a HELLO with a valid access token is required",
-        );
+        self.send_error(id, ErrorCode::Unauthorized, answer);
     }
 }
 
-/// The acceptor: accepts connections and runs their handshakes itself,
-/// polling the listener and the pending connections; an authenticated
-/// connection gets its own thread. At most `max_preauth` connections wait
-/// for their HELLO: a new one over the cap closes the oldest waiting one
-/// (no thread exists for either), so a flood of idle sockets costs no
-/// threads and cannot keep a real client, whose HELLO follows its connect
-/// at once, from being heard.
+/// An authenticated connection with no thread: idle, its socket polled by
+/// its listener's acceptor until the peer sends again.
+struct Parked<S: Stream> {
+    read: S,
+    conn: Arc<Conn<S>>,
+    /// Its id in [`Inner::members`].
+    id: u64,
+    /// When it went idle.
+    since: Instant,
+}
+
+/// How a connection's thread hands it back to its acceptor when it goes
+/// idle: the queue, and a socket whose byte wakes the acceptor's poll.
+struct Parker<S: Stream> {
+    tx: Sender<Parked<S>>,
+    wake: UnixStream,
+}
+
+/// The acceptor: accepts connections, runs their handshakes itself, and
+/// polls the idle authenticated connections of this listener, all in one
+/// `poll`. A connection has a thread only while it is active: from its
+/// HELLO_OK, and from the first byte after an idle spell, until it has
+/// sent nothing for [`LINGER`]. At most `max_preauth` connections are in
+/// their handshake: a new one over the cap closes the oldest waiting one
+/// (one that has not said HELLO2 yet first), so a flood of idle sockets
+/// costs no threads and cannot keep a real client from being heard.
 fn accept_loop<S>(
     inner: &Arc<Inner>,
     listen_fd: RawFd,
@@ -817,25 +1115,38 @@ fn accept_loop<S>(
 ) where
     S: Stream,
 {
+    let (tx, parked_rx) = crossbeam_channel::unbounded::<Parked<S>>();
+    let (wake_rx, wake) = match UnixStream::pair().and_then(|(r, w)| {
+        r.set_nonblocking(true)?;
+        w.set_nonblocking(true)?;
+        Ok((r, w))
+    }) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot make the acceptor's wake-up socket; not accepting");
+            return;
+        }
+    };
+    let parker = Arc::new(Parker { tx, wake });
     let mut pending: VecDeque<Pending<S>> = VecDeque::new();
+    let mut parked: Vec<Parked<S>> = Vec::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let cap = inner.config.max_preauth.max(1);
+    let idle_timeout = inner.config.idle_timeout;
+    let pollfd = |fd: RawFd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     while !inner.stop.load(Ordering::Acquire) {
+        parked.extend(parked_rx.try_iter());
         fds.clear();
-        fds.push(libc::pollfd {
-            fd: listen_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        for p in &pending {
-            fds.push(libc::pollfd {
-                fd: p.stream.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        // Wake for the next deadline, and at least every 50 ms to notice
-        // a shutdown.
+        fds.push(pollfd(listen_fd));
+        fds.push(pollfd(wake_rx.as_raw_fd()));
+        fds.extend(pending.iter().map(|p| pollfd(p.stream.as_raw_fd())));
+        fds.extend(parked.iter().map(|p| pollfd(p.read.as_raw_fd())));
+        // Wake for the next handshake deadline, and at least every 50 ms
+        // to notice a shutdown and idle timeouts.
         let now = Instant::now();
         let wait = pending
             .iter()
@@ -860,13 +1171,40 @@ fn accept_loop<S>(
             }
             continue;
         }
-        // Handshakes first (their indexes in `fds` are those of
-        // `pending`, shifted by the listener's), then new connections.
-        let ready: Vec<bool> = fds[1..].iter().map(|f| f.revents != 0).collect();
+        if fds[1].revents != 0 {
+            let mut sink = [0u8; 256];
+            while matches!((&wake_rx).read(&mut sink), Ok(n) if n > 0) {}
+        }
         let listener_ready = fds[0].revents != 0;
+        let (pending_fds, parked_fds) = fds[2..].split_at(pending.len());
+        let pending_ready: Vec<bool> = pending_fds.iter().map(|f| f.revents != 0).collect();
+        let parked_ready: Vec<bool> = parked_fds.iter().map(|f| f.revents != 0).collect();
         let now = Instant::now();
+        // Idle connections that spoke get a thread again; those idle too
+        // long are closed.
+        let mut still = Vec::with_capacity(parked.len());
+        for (p, ready) in parked.drain(..).zip(parked_ready) {
+            if ready {
+                let active = inner.members().set_active(p.id);
+                if active {
+                    start_conn(inner, p, &parker);
+                } else {
+                    // Closed for a newcomer while idle.
+                    p.conn.close();
+                }
+            } else if !idle_timeout.is_zero() && now.duration_since(p.since) >= idle_timeout {
+                tracing::debug!("connection idle for the idle timeout; closing it");
+                p.conn.close();
+                inner.members().leave(p.id);
+            } else {
+                still.push(p);
+            }
+        }
+        // Connections parked since the poll began join the next round.
+        parked = still;
+        // Handshakes next, then new connections.
         let mut kept = VecDeque::with_capacity(pending.len());
-        for (mut p, ready) in pending.drain(..).zip(ready) {
+        for (mut p, ready) in pending.drain(..).zip(pending_ready) {
             let state = if ready {
                 p.read(inner)
             } else {
@@ -876,7 +1214,7 @@ fn accept_loop<S>(
                 Handshake::Wait if now < p.deadline => kept.push_back(p),
                 Handshake::Wait => {
                     tracing::debug!(
-                        "no HELLO within the handshake timeout; closing the connection"
+                        "no complete handshake within the handshake timeout; closing the connection"
                     );
                     inner.preauth.fetch_sub(1, Ordering::Relaxed);
                     p.stream.close();
@@ -885,9 +1223,9 @@ fn accept_loop<S>(
                     inner.preauth.fetch_sub(1, Ordering::Relaxed);
                     p.stream.close();
                 }
-                Handshake::Hello(h) => {
+                Handshake::Auth(h) => {
                     inner.preauth.fetch_sub(1, Ordering::Relaxed);
-                    admit(inner, p, h);
+                    admit(inner, p, h, &parker);
                 }
             }
         }
@@ -897,7 +1235,7 @@ fn accept_loop<S>(
         }
         // At most `cap` new connections a round: a connection accepted in
         // this round is evicted, if at all, only in a later one, after its
-        // HELLO (sent right after its connect) had a round to be read.
+        // HELLO2 (sent right after its connect) had a round to be read.
         for _ in 0..cap {
             match accept() {
                 Ok(stream) => {
@@ -906,12 +1244,19 @@ fn accept_loop<S>(
                     }
                     inner.connections.fetch_add(1, Ordering::Relaxed);
                     if pending.len() >= cap {
-                        if let Some(old) = pending.pop_front() {
+                        // The oldest that has not said HELLO2 goes first:
+                        // a client between its CHALLENGE and its AUTH is
+                        // one round trip from done.
+                        let at = pending
+                            .iter()
+                            .position(|p| p.challenged.is_none())
+                            .unwrap_or(0);
+                        if let Some(old) = pending.remove(at) {
                             if let Some(n) = inner.refused_log.check() {
                                 tracing::warn!(
                                     cap,
                                     also_closed_since_last_line = n,
-                                    "too many connections waiting for their HELLO; closed the oldest"
+                                    "too many connections in their handshake; closed the oldest"
                                 );
                             }
                             inner.preauth.fetch_sub(1, Ordering::Relaxed);
@@ -936,63 +1281,132 @@ fn accept_loop<S>(
         inner.preauth.fetch_sub(1, Ordering::Relaxed);
         p.stream.close();
     }
+    parked.extend(parked_rx.try_iter());
+    for p in parked {
+        p.conn.close();
+        inner.members().leave(p.id);
+    }
 }
 
-/// A whole HELLO arrived: checks the token (in constant time), takes an
-/// authenticated slot, and starts the connection's thread.
-fn admit<S: Stream>(inner: &Arc<Inner>, p: Pending<S>, header: Header) {
-    let token = &p.buf[HEADER_BYTES..HEADER_BYTES + header.len as usize];
-    let ok = match &inner.config.token {
-        Some(t) => bool::from(subtle::ConstantTimeEq::ct_eq(t.as_bytes(), token)),
-        None => true,
+/// A whole AUTH arrived: checks its proof (in constant time), takes an
+/// authenticated slot (closing the oldest idle connections over the caps),
+/// answers HELLO_OK with the node's own proof, and starts the
+/// connection's thread.
+fn admit<S: Stream>(inner: &Arc<Inner>, p: Pending<S>, header: Header, parker: &Arc<Parker<S>>) {
+    let Some((client_nonce, node_nonce)) = p.challenged else {
+        p.stream.close();
+        return;
     };
+    let proof = &p.buf[HEADER_BYTES..HEADER_BYTES + header.len as usize];
+    let token = inner.config.token.as_deref().unwrap_or("").as_bytes();
+    let ok = inner.config.token.is_none()
+        || auth::verify_hello_proof(token, auth::CLIENT, &client_nonce, &node_nonce, proof);
     if !ok {
-        p.refuse(inner, header.id, "connection without a valid token");
+        p.refuse(
+            inner,
+            header.id,
+            "connection without a valid token",
+            "an AUTH proving the access token is required",
+        );
         p.stream.close();
         return;
     }
-    let cap = inner.config.max_connections;
-    if inner
-        .open_connections
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < cap).then_some(n + 1)
-        })
-        .is_err()
-    {
-        if let Some(n) = inner.refused_log.check() {
-            tracing::warn!(
-                cap,
-                also_refused_since_last_line = n,
-                "connection limit reached; refusing a connection"
-            );
-        }
-        p.send_error(header.id, ErrorCode::Busy, "too many connections");
-        p.stream.close();
-        return;
-    }
-    let slot_taken = || inner.open_connections.fetch_sub(1, Ordering::Relaxed);
+    let peer = p.stream.peer();
     let (read, write) = match p.stream.split() {
         Ok(halves) => halves,
         Err(e) => {
             tracing::warn!(error = %e, "cannot set up an accepted socket");
-            slot_taken();
             return;
         }
     };
     let conn = Conn::new(write, inner);
-    send(&conn, Kind::HelloOk, header.id, &[]);
-    let inner2 = inner.clone();
+    let joined = inner.members().join(
+        peer,
+        conn.clone(),
+        inner.config.max_connections,
+        inner.config.max_per_peer,
+    );
+    let id = match joined {
+        Ok((id, displaced)) => {
+            if !displaced.is_empty() {
+                if let Some(n) = inner.refused_log.check() {
+                    tracing::info!(
+                        closed = displaced.len(),
+                        also_closed_since_last_line = n,
+                        ?peer,
+                        "connection caps reached; closed the oldest idle connections for a new one"
+                    );
+                }
+            }
+            for d in displaced {
+                d.close_member();
+            }
+            id
+        }
+        Err(why) => {
+            if let Some(n) = inner.refused_log.check() {
+                tracing::warn!(
+                    max_connections = inner.config.max_connections,
+                    max_per_peer = inner.config.max_per_peer,
+                    also_refused_since_last_line = n,
+                    ?peer,
+                    "{why}; refusing a connection"
+                );
+            }
+            send_error(&conn, header.id, ErrorCode::Busy, why);
+            conn.close();
+            return;
+        }
+    };
+    let proof = if inner.config.token.is_some() {
+        auth::hello_proof(token, auth::NODE, &client_nonce, &node_nonce).to_vec()
+    } else {
+        Vec::new()
+    };
+    send(&conn, Kind::HelloOk, header.id, &proof);
+    let parked = Parked {
+        read,
+        conn,
+        id,
+        since: Instant::now(),
+    };
+    start_conn(inner, parked, parker);
+}
+
+/// Gives an active connection a thread; closes it if none can be had.
+fn start_conn<S: Stream>(inner: &Arc<Inner>, p: Parked<S>, parker: &Arc<Parker<S>>) {
+    let (id, conn) = (p.id, p.conn.clone());
+    let (inner2, parker2) = (inner.clone(), parker.clone());
     let spawned = std::thread::Builder::new()
         .name("conn".into())
-        .spawn(move || {
-            let _slot = Slot(&inner2.open_connections);
-            serve_frames(&inner2, read, &conn);
-            // A backlog (if any) stays with its flusher; reading is over.
-        });
+        .spawn(move || serve_conn(&inner2, p, &parker2));
     if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot spawn a connection thread");
-        slot_taken();
+        tracing::error!(error = %e, "cannot spawn a connection thread; closing the connection");
+        conn.close();
+        inner.members().leave(id);
     }
+}
+
+/// A connection's thread: serves frames until the peer has been quiet for
+/// [`LINGER`], then hands the connection back to the acceptor (the thread
+/// ends); or until the connection ends.
+fn serve_conn<S: Stream>(inner: &Arc<Inner>, mut p: Parked<S>, parker: &Parker<S>) {
+    if serve_frames(inner, &mut p.read, &p.conn) == End::Idle
+        && !inner.stop.load(Ordering::Acquire)
+        && inner.members().set_idle(p.id)
+    {
+        p.since = Instant::now();
+        match parker.tx.send(p) {
+            Ok(()) => {
+                let _ = (&parker.wake).write(&[1]);
+                return;
+            }
+            Err(crossbeam_channel::SendError(back)) => p = back,
+        }
+    }
+    // A backlog (if any) stays with its flusher; reading is over.
+    p.conn.close();
+    inner.members().leave(p.id);
 }
 
 /// A byte budget that readers wait on. Taking and releasing are one
@@ -1181,20 +1595,57 @@ impl RegionTable for Table {
 /// waits this long; no thread that answers others ever does.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `send(2)` on a connected socket, without SIGPIPE; `wait: false` never
-/// blocks (`WouldBlock` when the socket has no room), `wait: true` blocks
-/// up to the socket's send timeout.
-fn send_raw(fd: RawFd, bytes: &[u8], wait: bool) -> std::io::Result<usize> {
+/// `sendmsg(2)` of `parts`, in order, on a connected socket, without
+/// SIGPIPE; `wait: false` never blocks (`WouldBlock` when the socket has
+/// no room), `wait: true` blocks up to the socket's send timeout. A frame
+/// goes out as its header and its payload, never copied into one buffer.
+fn send_raw(fd: RawFd, parts: &[&[u8]], wait: bool) -> std::io::Result<usize> {
     let flags = libc::MSG_NOSIGNAL | if wait { 0 } else { libc::MSG_DONTWAIT };
-    // SAFETY: `bytes` is a live, readable buffer of `bytes.len()` bytes for
-    // the whole call, and the kernel only reads from it. `fd` is the write
-    // half of a connection, kept open by the `Conn` that calls this.
-    let n = unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), flags) };
+    let mut iov: [libc::iovec; 4] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 4];
+    let mut n_iov = 0;
+    for p in parts.iter().filter(|p| !p.is_empty()) {
+        assert!(n_iov < iov.len(), "at most four parts a send");
+        iov[n_iov] = libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        };
+        n_iov += 1;
+    }
+    if n_iov == 0 {
+        return Ok(0);
+    }
+    // SAFETY: an all-zero msghdr is a valid empty one (no name, no
+    // control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = n_iov as _;
+    // SAFETY: each iovec names a live, readable slice of `parts` for the
+    // whole call, and the kernel only reads from them; `msg` points at
+    // `iov`, which outlives the call. `fd` is the write half of a
+    // connection, kept open by whoever calls this.
+    let n = unsafe { libc::sendmsg(fd, &msg, flags) };
     if n < 0 {
         Err(std::io::Error::last_os_error())
     } else {
         Ok(n as usize)
     }
+}
+
+/// The bytes of `parts` after the first `skip`.
+fn parts_after<'a>(parts: &[&'a [u8]], mut skip: usize) -> Vec<&'a [u8]> {
+    let mut rest = Vec::with_capacity(parts.len());
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
+        } else {
+            rest.push(&p[skip..]);
+            skip = 0;
+        }
+    }
+    rest
 }
 
 /// What waits to be sent on one connection.
@@ -1272,6 +1723,19 @@ impl<S: Stream> Conn<S> {
         })
     }
 
+    /// Charges `n` bytes to the host-wide budget only (a connection
+    /// thread's fixed buffers), waiting for room.
+    fn charge_global(&self, n: u64, stop: &AtomicBool) -> Option<Extra> {
+        let give_up = || self.is_closed() || stop.load(Ordering::Relaxed);
+        if !self.global.acquire(n, &give_up) {
+            return None;
+        }
+        Some(Extra {
+            budget: self.global.clone(),
+            n,
+        })
+    }
+
     /// The flusher: writes the backlog out in order, waiting on the peer
     /// (at most [`SEND_TIMEOUT`] per write that makes no progress), and
     /// ends when the backlog is empty.
@@ -1293,7 +1757,7 @@ impl<S: Stream> Conn<S> {
             };
             let mut sent = 0;
             while sent < chunk.len() {
-                match send_raw(fd, &chunk[sent..], true) {
+                match send_raw(fd, &[&chunk[sent..]], true) {
                     Ok(n) => sent += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
@@ -1322,15 +1786,26 @@ impl<S: Stream> Conn<S> {
 
 /// A connection's sending side, whatever its socket type.
 trait Sink: Send + Sync {
-    /// Sends whole frames without blocking: what the socket does not take
-    /// now is queued for the connection's flusher, in order. A backlog past
-    /// its bounds closes the connection.
-    fn write_frames(&self, bytes: &[u8]);
+    /// Sends whole frames (the concatenation of `parts`) without
+    /// blocking: what the socket does not take now is copied to the
+    /// connection's backlog for its flusher, in order. A backlog past its
+    /// bounds closes the connection.
+    fn write_frames(&self, parts: &[&[u8]]);
+}
+
+impl<S: Stream> Member for Conn<S> {
+    fn close_member(&self) {
+        self.close();
+    }
+    fn busy(&self) -> bool {
+        self.budget.used() > 0
+    }
 }
 
 impl<S: Stream> Sink for Conn<S> {
-    fn write_frames(&self, bytes: &[u8]) {
-        if bytes.is_empty() {
+    fn write_frames(&self, parts: &[&[u8]]) {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total == 0 {
             return;
         }
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
@@ -1342,8 +1817,8 @@ impl<S: Stream> Sink for Conn<S> {
             // The fast path: nothing queued, the socket takes it all in
             // one system call.
             debug_assert!(out.queue.is_empty());
-            while sent < bytes.len() {
-                match send_raw(self.stream.as_raw_fd(), &bytes[sent..], false) {
+            while sent < total {
+                match send_raw(self.stream.as_raw_fd(), &parts_after(parts, sent), false) {
                     Ok(n) => sent += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -1355,12 +1830,12 @@ impl<S: Stream> Sink for Conn<S> {
                     }
                 }
             }
-            if sent == bytes.len() {
+            if sent == total {
                 return;
             }
         }
-        let rest = &bytes[sent..];
-        let n = rest.len() as u64;
+        let rest = parts_after(parts, sent);
+        let n = (total - sent) as u64;
         // The backlog is bounded by the connection's budget, all backlogs
         // by a host-wide bound. Past either, this peer is the one not
         // reading: close it.
@@ -1379,8 +1854,10 @@ impl<S: Stream> Sink for Conn<S> {
         self.budget.add(n);
         out.bytes += n;
         match out.queue.back_mut() {
-            Some(last) if last.len() + rest.len() <= BACKLOG_CHUNK => last.extend_from_slice(rest),
-            _ => out.queue.push_back(rest.to_vec()),
+            Some(last) if last.len() + n as usize <= BACKLOG_CHUNK => {
+                rest.iter().for_each(|p| last.extend_from_slice(p))
+            }
+            _ => out.queue.push_back(rest.concat()),
         }
         if !out.flushing {
             out.flushing = true;
@@ -1411,15 +1888,24 @@ fn frame(kind: Kind, id: u64, payload: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(payload);
 }
 
+/// Sends one frame: its header and its payload in one system call, with
+/// no framed copy of the payload (only what the socket does not take is
+/// copied, to the backlog, charged).
 fn send<S: Stream>(conn: &Conn<S>, kind: Kind, id: u64, payload: &[u8]) {
-    let mut bytes = Vec::new();
-    frame(kind, id, payload, &mut bytes);
-    conn.write_frames(&bytes);
+    let header = Header {
+        kind,
+        id,
+        len: payload.len() as u32,
+    }
+    .encode();
+    conn.write_frames(&[&header, payload]);
 }
 
 /// Replies held back on this thread by [`coalesce_replies`], per
 /// connection, in the order they were sent.
-type Held = Vec<(Arc<dyn Sink>, Vec<u8>)>;
+/// Each connection's framed replies are charged to the host-wide budget
+/// (without waiting: the log writer never waits) until they are sent.
+type Held = Vec<(Arc<dyn Sink>, Vec<u8>, Extra)>;
 
 thread_local! {
     static HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
@@ -1443,8 +1929,10 @@ pub fn coalesce_replies(f: impl FnOnce()) {
     impl Drop for Flush {
         fn drop(&mut self) {
             let held = HELD.with(|h| h.borrow_mut().take()).unwrap_or_default();
-            for (sink, bytes) in held {
-                sink.write_frames(&bytes);
+            for (sink, bytes, charge) in held {
+                sink.write_frames(&[&bytes]);
+                drop(bytes);
+                drop(charge);
             }
         }
     }
@@ -1461,21 +1949,56 @@ fn send_reply<S: Stream>(conn: &Arc<Conn<S>>, id: u64, payload: &[u8]) {
             return false;
         };
         // Few connections per group commit: a linear search is enough.
+        let n = (HEADER_BYTES + payload.len()) as u64;
         match held
             .iter_mut()
-            .find(|(s, _)| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(conn)))
+            .find(|(s, _, _)| std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(conn)))
         {
-            Some((_, bytes)) => frame(Kind::CallReply, id, payload, bytes),
+            Some((_, bytes, charge)) => {
+                frame(Kind::CallReply, id, payload, bytes);
+                charge.add(n);
+            }
             None => {
                 let mut bytes = Vec::new();
                 frame(Kind::CallReply, id, payload, &mut bytes);
-                held.push((conn.clone(), bytes));
+                let mut charge = Extra::new(conn.global.clone());
+                charge.add(n);
+                held.push((conn.clone(), bytes, charge));
             }
         }
         true
     });
     if !held {
+        // The handler's reply is held for this connection until sent.
+        let mut charge = Extra::new(conn.global.clone());
+        charge.add(payload.len() as u64);
         send(conn, Kind::CallReply, id, payload);
+    }
+}
+
+/// Bytes charged to a budget without waiting (by a thread that must not
+/// wait: a reply's sender), released when dropped.
+struct Extra {
+    budget: Arc<Budget>,
+    n: u64,
+}
+
+impl Extra {
+    fn new(budget: Arc<Budget>) -> Extra {
+        Extra { budget, n: 0 }
+    }
+
+    fn add(&mut self, n: u64) {
+        self.budget.add(n);
+        self.n += n;
+    }
+}
+
+impl Drop for Extra {
+    fn drop(&mut self) {
+        if self.n > 0 {
+            self.budget.release(self.n);
+        }
     }
 }
 
@@ -1491,6 +2014,8 @@ pub trait Stream: Read + Write + AsRawFd + Send + Sync + Sized + 'static {
     fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
     /// Makes reads and writes return `WouldBlock` instead of waiting.
     fn set_nonblocking(&self, on: bool) -> std::io::Result<()>;
+    /// Who is at the other end, for the per-peer cap.
+    fn peer(&self) -> Peer;
 }
 
 impl Stream for TcpStream {
@@ -1510,6 +2035,9 @@ impl Stream for TcpStream {
     fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
         TcpStream::set_nonblocking(self, on)
     }
+    fn peer(&self) -> Peer {
+        self.peer_addr().map_or(Peer::Unknown, |a| Peer::Ip(a.ip()))
+    }
 }
 
 impl Stream for UnixStream {
@@ -1527,6 +2055,31 @@ impl Stream for UnixStream {
     }
     fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
         UnixStream::set_nonblocking(self, on)
+    }
+    fn peer(&self) -> Peer {
+        let mut cred = libc::ucred {
+            pid: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred` is a live, writable ucred and `len` its size; the
+        // kernel writes at most `len` bytes to it. The descriptor is this
+        // stream's, open for the call.
+        let r = unsafe {
+            libc::getsockopt(
+                self.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        if r == 0 && len as usize == std::mem::size_of::<libc::ucred>() {
+            Peer::Uid(cred.uid)
+        } else {
+            Peer::Unknown
+        }
     }
 }
 
@@ -1563,43 +2116,142 @@ fn serve_post<S: Stream>(inner: &Inner, conn: &Conn<S>, id: u64, payload: &[u8])
     }
 }
 
-/// Reads and discards `n` bytes (the rest of a refused payload), keeping
-/// the stream in step without buffering them.
-fn skip(read: &mut impl Read, n: u64) -> bool {
-    std::io::copy(&mut read.take(n), &mut std::io::sink()).is_ok_and(|got| got == n)
+/// How a connection's reading ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// Quiet for [`LINGER`] between frames, nothing buffered: park it.
+    Idle,
+    /// Closed, failed, or the host stops.
+    Closed,
 }
 
-fn serve_frames<S>(inner: &Arc<Inner>, read: S, conn: &Arc<Conn<S>>)
+/// Bytes a connection's thread holds whatever the peer sends: its read
+/// buffer and the most a POST's descriptors take before their cost is
+/// known. Charged to the host-wide budget while the thread runs.
+pub const CONN_FIXED_BYTES: u64 =
+    (READ_BUFFER + POST_PREFIX_BYTES + MAX_BATCH_OPS * POST_VERB_BYTES) as u64;
+
+/// Bytes of a connection thread's read buffer (requests a client
+/// pipelines arrive together: one read for them all).
+const READ_BUFFER: usize = 64 << 10;
+
+/// A connection's buffered reader with a short read timeout ([`LINGER`]):
+/// a quiet peer between frames ends the read so its thread can go; a peer
+/// quiet in the middle of a frame is waited for up to the idle timeout.
+struct FrameReader<'a, S: Stream> {
+    s: &'a mut S,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    idle: Duration,
+    stop: &'a AtomicBool,
+}
+
+impl<S: Stream> FrameReader<'_, S> {
+    /// Fills `out`. `boundary`: `out` starts a frame, so a peer quiet for
+    /// [`LINGER`] before its first byte is [`End::Idle`].
+    fn read_exact(&mut self, out: &mut [u8], boundary: bool) -> Result<(), End> {
+        let mut filled = 0;
+        let mut stalled: Option<Instant> = None;
+        while filled < out.len() {
+            if self.start < self.end {
+                let n = (self.end - self.start).min(out.len() - filled);
+                out[filled..filled + n].copy_from_slice(&self.buf[self.start..self.start + n]);
+                self.start += n;
+                filled += n;
+                continue;
+            }
+            let want = out.len() - filled;
+            let got = if want >= self.buf.len() {
+                // Large payloads go straight to their buffer.
+                self.s.read(&mut out[filled..])
+            } else {
+                self.start = 0;
+                self.end = 0;
+                self.s.read(&mut self.buf)
+            };
+            match got {
+                Ok(0) => return Err(End::Closed),
+                Ok(n) => {
+                    stalled = None;
+                    if want >= self.buf.len() {
+                        filled += n;
+                    } else {
+                        self.end = n;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if self.stop.load(Ordering::Relaxed) {
+                        return Err(End::Closed);
+                    }
+                    if boundary && filled == 0 {
+                        return Err(End::Idle);
+                    }
+                    let since = *stalled.get_or_insert_with(Instant::now);
+                    if !self.idle.is_zero() && since.elapsed() >= self.idle {
+                        tracing::debug!(
+                            "a peer stalled mid-frame for the idle timeout; closing it"
+                        );
+                        return Err(End::Closed);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(End::Closed),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and discards `n` bytes (the rest of a refused payload),
+    /// keeping the stream in step without buffering them.
+    fn skip(&mut self, mut n: usize) -> Result<(), End> {
+        let mut sink = [0u8; 4096];
+        while n > 0 {
+            let k = n.min(sink.len());
+            self.read_exact(&mut sink[..k], false)?;
+            n -= k;
+        }
+        Ok(())
+    }
+}
+
+/// Serves frames until the connection ends or goes quiet ([`End`]).
+fn serve_frames<S>(inner: &Arc<Inner>, read: &mut S, conn: &Arc<Conn<S>>) -> End
 where
     S: Stream,
 {
-    let idle = inner.config.idle_timeout;
-    if read
-        .set_read_timeout((!idle.is_zero()).then_some(idle))
-        .is_err()
-    {
-        return;
+    if read.set_read_timeout(Some(LINGER)).is_err() {
+        return End::Closed;
     }
-    // Requests a client pipelines arrive together: one read for them all.
-    let mut read = std::io::BufReader::with_capacity(64 << 10, read);
+    // The thread's fixed buffers are charged like frames (waiting for
+    // room), so the host-wide bound covers them too.
+    let Some(_fixed) = conn.charge_global(CONN_FIXED_BYTES, &inner.stop) else {
+        return End::Closed;
+    };
+    let mut read = FrameReader {
+        s: read,
+        buf: vec![0; READ_BUFFER],
+        start: 0,
+        end: 0,
+        idle: inner.config.idle_timeout,
+        stop: &inner.stop,
+    };
     let mut head = [0u8; HEADER_BYTES];
     // A POST's cost is read off its descriptors before its payload is: at
     // most 8 + 40 * 1024 bytes held here, whatever it asks for, in a
     // buffer the connection reuses.
     let mut prefix = Vec::new();
     loop {
-        if let Err(e) = read.read_exact(&mut head) {
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) {
-                tracing::debug!("connection idle for the idle timeout; closing it");
-                conn.close();
-            }
-            return;
+        if let Err(end) = read.read_exact(&mut head, true) {
+            return end;
         }
         if inner.stop.load(Ordering::Relaxed) {
-            return;
+            return End::Closed;
         }
         let header = match Header::decode(&head) {
             Ok(h) => h,
@@ -1607,7 +2259,7 @@ where
                 inner.bad_frames.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, "bad frame header; closing the connection");
                 send_error(conn, 0, ErrorCode::Malformed, &e.to_string());
-                return;
+                return End::Closed;
             }
         };
         let len = header.len as usize;
@@ -1615,15 +2267,15 @@ where
         let cost = if header.kind == Kind::Post {
             let first = len.min(POST_PREFIX_BYTES);
             prefix.resize(first, 0);
-            if read.read_exact(&mut prefix).is_err() {
-                return;
+            if let Err(end) = read.read_exact(&mut prefix, false) {
+                return end;
             }
             if first == POST_PREFIX_BYTES {
                 let n = u16::from_le_bytes([prefix[0], prefix[1]]) as usize;
                 let want = len.min(POST_PREFIX_BYTES + n.min(MAX_BATCH_OPS) * POST_VERB_BYTES);
                 prefix.resize(want, 0);
-                if read.read_exact(&mut prefix[first..]).is_err() {
-                    return;
+                if let Err(end) = read.read_exact(&mut prefix[first..], false) {
+                    return end;
                 }
             }
             match wire::post_cost(&prefix).and_then(|c| {
@@ -1635,11 +2287,12 @@ where
                     ))
                 }
             }) {
-                Ok(c) => c.serving_bytes(),
+                // The reply goes out with its frame header: charged too.
+                Ok(c) => c.serving_bytes() + HEADER_BYTES as u64,
                 Err(e) => {
                     inner.bad_frames.fetch_add(1, Ordering::Relaxed);
-                    if !skip(&mut read, (len - prefix.len()) as u64) {
-                        return;
+                    if let Err(end) = read.skip(len - prefix.len()) {
+                        return end;
                     }
                     send_error(conn, header.id, ErrorCode::Malformed, &e.to_string());
                     continue;
@@ -1662,17 +2315,19 @@ where
                 "the frame exceeds the connection's budget",
             );
             conn.close();
-            return;
+            return End::Closed;
         }
         let Some(charge) = conn.charge(cost, &inner.stop) else {
-            return;
+            return End::Closed;
         };
         let have = prefix.len();
         let mut payload = Vec::with_capacity(len);
         payload.extend_from_slice(&prefix);
         payload.resize(len, 0);
-        if read.read_exact(&mut payload[have..]).is_err() {
-            return;
+        if let Err(end) = read.read_exact(&mut payload[have..], false) {
+            // Mid-frame: a quiet peer here is not idle.
+            let _ = end;
+            return End::Closed;
         }
         dispatch(inner, conn, header, payload, charge);
     }
@@ -1791,4 +2446,75 @@ fn dispatch<S>(
 /// Whether a path looks like a live socket (for tests and tools).
 pub fn socket_exists(path: &Path) -> bool {
     UnixStream::connect(path).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Fake {
+        closed: AtomicBool,
+        busy: AtomicBool,
+    }
+
+    impl Member for Fake {
+        fn close_member(&self) {
+            self.closed.store(true, Ordering::Relaxed);
+        }
+        fn busy(&self) -> bool {
+            self.busy.load(Ordering::Relaxed)
+        }
+    }
+
+    fn ip(last: u8) -> Peer {
+        Peer::Ip(std::net::IpAddr::from([10, 0, 0, last]))
+    }
+
+    /// The caps against a model: a newcomer over the per-peer cap displaces
+    /// its own peer's oldest idle connection, over the total cap the oldest
+    /// idle one of anyone's, never a busy or active one; refused only when
+    /// none is idle; counts always within the caps.
+    #[test]
+    fn newcomers_displace_the_oldest_idle_connection_within_both_caps() {
+        let mut m = Members::default();
+        let fakes: Vec<Arc<Fake>> = (0..8).map(|_| Arc::new(Fake::default())).collect();
+        let join = |m: &mut Members, peer, i: usize| {
+            m.join(peer, fakes[i].clone(), 4, 2).map(|(id, d)| {
+                d.iter().for_each(|d| d.close_member());
+                (id, d.len())
+            })
+        };
+        let (a0, _) = join(&mut m, ip(1), 0).unwrap();
+        let (a1, _) = join(&mut m, ip(1), 1).unwrap();
+        // Peer 1 is at its cap, both active: refused.
+        assert!(join(&mut m, ip(1), 2).is_err());
+        // a1 idle first, then a0: a newcomer of peer 1 displaces a1.
+        assert!(m.set_idle(a1) && m.set_idle(a0));
+        let (a2, d) = join(&mut m, ip(1), 2).unwrap();
+        assert_eq!(d, 1);
+        assert!(fakes[1].closed.load(Ordering::Relaxed));
+        assert!(!m.set_active(a1), "a displaced connection is gone");
+        assert_eq!(m.per_peer[&ip(1)], 2);
+        // Peer 2 fills the total; peer 3 displaces the oldest idle (a0).
+        let (b0, _) = join(&mut m, ip(2), 3).unwrap();
+        let (_b1, _) = join(&mut m, ip(2), 4).unwrap();
+        assert_eq!(m.all.len(), 4);
+        let (_c0, d) = join(&mut m, ip(3), 5).unwrap();
+        assert_eq!(d, 1);
+        assert!(fakes[0].closed.load(Ordering::Relaxed));
+        // A busy idle connection is not displaced: b0 idle but busy, the
+        // rest active, so a newcomer is refused.
+        assert!(m.set_idle(b0));
+        fakes[3].busy.store(true, Ordering::Relaxed);
+        assert!(join(&mut m, ip(4), 6).is_err());
+        assert!(!fakes[3].closed.load(Ordering::Relaxed));
+        // Leaving frees the slot at once, and twice is harmless.
+        assert!(m.leave(a2).is_some());
+        assert!(m.leave(a2).is_none());
+        join(&mut m, ip(4), 7).unwrap();
+        assert_eq!(m.all.len(), 4);
+        assert!(m.per_peer.values().all(|&n| n <= 2));
+        assert_eq!(m.per_peer.values().sum::<usize>(), m.all.len());
+    }
 }

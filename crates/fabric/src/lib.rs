@@ -61,6 +61,7 @@
 //!
 //! [`AtomicU64`]: std::sync::atomic::AtomicU64
 
+pub mod auth;
 pub mod batch;
 pub mod counters;
 pub mod endpoint;

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use crate::auth;
 use crate::batch::{Batch, InOrder, MAX_BATCH_OPS};
 use crate::counters::Counters;
 use crate::endpoint::{CallTicket, Endpoint, NodeId};
@@ -40,6 +41,89 @@ type Reply = Result<(Kind, Vec<u8>), FabricError>;
 struct Slot {
     reply: Mutex<Option<Reply>>,
     ready: Condvar,
+}
+
+/// What a handshake got instead of the frame it expected.
+fn handshake_refusal(kind: Kind, payload: &[u8], expected: &str) -> FabricError {
+    match kind {
+        Kind::Error => FabricError::Refused(format!(
+            "the node refused the connection: {}",
+            wire::decode_error(payload).1
+        )),
+        other => FabricError::Protocol(format!("expected {expected}, got {other:?}")),
+    }
+}
+
+/// A client that holds a token accepts only a node that proves it holds
+/// the same one: a listener someone pointed the client at (a rewritten
+/// cluster member entry, say) learns nothing and serves nothing.
+fn check_node_proof(
+    token: &[u8],
+    client_nonce: &[u8; auth::CLIENT_NONCE_BYTES],
+    node_nonce: &[u8; auth::NODE_NONCE_BYTES],
+    proof: &[u8],
+) -> Result<(), FabricError> {
+    if token.is_empty()
+        || auth::verify_hello_proof(token, auth::NODE, client_nonce, node_nonce, proof)
+    {
+        Ok(())
+    } else {
+        Err(FabricError::Refused(
+            "the node did not prove it holds the access token: not the server this client's token is for"
+                .into(),
+        ))
+    }
+}
+
+/// The version-2 HELLO on a raw, blocking socket (for tools and tests that
+/// speak frames themselves; [`Connection::open`] does the same over its
+/// reader thread). Set a read timeout on `stream` first: a node that never
+/// answers is waited for as long as the socket lets a read wait.
+pub fn hello<S: Read + Write>(stream: &mut S, token: Option<&str>) -> Result<(), FabricError> {
+    /// Largest handshake reply read: a CHALLENGE, a proof, or an ERROR.
+    const MAX_REPLY: u32 = 4096;
+    fn frame_of<S: Read + Write>(s: &mut S) -> Result<(Kind, Vec<u8>), FabricError> {
+        let mut head = [0u8; HEADER_BYTES];
+        s.read_exact(&mut head)
+            .map_err(|e| FabricError::Disconnected(e.to_string()))?;
+        let h = Header::decode(&head).map_err(|e| FabricError::Protocol(e.to_string()))?;
+        if h.len > MAX_REPLY {
+            return Err(FabricError::Protocol("handshake reply too large".into()));
+        }
+        let mut p = vec![0u8; h.len as usize];
+        s.read_exact(&mut p)
+            .map_err(|e| FabricError::Disconnected(e.to_string()))?;
+        Ok((h.kind, p))
+    }
+    fn send<S: Write>(s: &mut S, kind: Kind, payload: &[u8]) -> Result<(), FabricError> {
+        let mut f = Header {
+            kind,
+            id: 0,
+            len: payload.len() as u32,
+        }
+        .encode()
+        .to_vec();
+        f.extend_from_slice(payload);
+        s.write_all(&f)
+            .and_then(|_| s.flush())
+            .map_err(|e| FabricError::Disconnected(e.to_string()))
+    }
+    let token = token.unwrap_or("").as_bytes();
+    let client_nonce = auth::nonce::<{ auth::CLIENT_NONCE_BYTES }>();
+    let mut p = Vec::new();
+    wire::encode_hello2(&client_nonce, &mut p);
+    send(stream, Kind::Hello2, &p)?;
+    let node_nonce = match frame_of(stream)? {
+        (Kind::Challenge, p) => wire::decode_challenge(&p)
+            .map_err(|e| FabricError::Protocol(format!("the node's CHALLENGE: {e}")))?,
+        (other, p) => return Err(handshake_refusal(other, &p, "CHALLENGE")),
+    };
+    let proof = auth::hello_proof(token, auth::CLIENT, &client_nonce, &node_nonce);
+    send(stream, Kind::Auth, &proof)?;
+    match frame_of(stream)? {
+        (Kind::HelloOk, p) => check_node_proof(token, &client_nonce, &node_nonce, &p),
+        (other, p) => Err(handshake_refusal(other, &p, "HELLO_OK")),
+    }
 }
 
 /// A framed, multiplexed connection to a serving node.
@@ -73,8 +157,10 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Starts the reader thread over `read`, says hello with `token` on
-    /// `write`, and waits for the node to accept it. `shutdown` shuts the
+    /// Starts the reader thread over `read`, says hello (version 2: a
+    /// challenge-response, the token never travels; [`crate::auth`]) on
+    /// `write`, and waits for the node to accept it; with a token, the node
+    /// must prove it holds the same one. `shutdown` shuts the
     /// underlying socket down in both directions; it runs when the last
     /// reference to the connection is dropped.
     pub fn open<R, W>(
@@ -98,16 +184,29 @@ impl Connection {
         std::thread::Builder::new()
             .name("fabric-reader".into())
             .spawn(move || Connection::read_loop(&reader, read))?;
-        let (kind, payload) = conn.request(Kind::Hello, token.unwrap_or("").as_bytes())?;
+        let token = token.unwrap_or("").as_bytes();
+        let client_nonce = auth::nonce::<{ auth::CLIENT_NONCE_BYTES }>();
+        let mut hello = Vec::new();
+        wire::encode_hello2(&client_nonce, &mut hello);
+        let (kind, payload) = conn.request(Kind::Hello2, &hello).map_err(|e| {
+            FabricError::Refused(format!(
+                "saying HELLO (version {}): {e} (a node older than this HELLO version closes the connection)",
+                wire::HELLO_VERSION
+            ))
+        })?;
+        let node_nonce = match kind {
+            Kind::Challenge => wire::decode_challenge(&payload)
+                .map_err(|e| FabricError::Protocol(format!("the node's CHALLENGE: {e}")))?,
+            other => return Err(handshake_refusal(other, &payload, "CHALLENGE")),
+        };
+        let proof = auth::hello_proof(token, auth::CLIENT, &client_nonce, &node_nonce);
+        let (kind, payload) = conn.request(Kind::Auth, &proof)?;
         match kind {
-            Kind::HelloOk => Ok(conn),
-            Kind::Error => Err(FabricError::Refused(format!(
-                "the node refused the connection: {}",
-                wire::decode_error(&payload).1
-            ))),
-            other => Err(FabricError::Protocol(format!(
-                "expected HELLO_OK, got {other:?}"
-            ))),
+            Kind::HelloOk => {
+                check_node_proof(token, &client_nonce, &node_nonce, &payload)?;
+                Ok(conn)
+            }
+            other => Err(handshake_refusal(other, &payload, "HELLO_OK")),
         }
     }
 

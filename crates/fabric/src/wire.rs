@@ -40,7 +40,20 @@
 //! ..     ..   data of every successful READ, concatenated in verb order
 //! ```
 //!
-//! Other payloads: HELLO carries the access token (<= 1 KiB); CALL and
+//! # HELLO (version 2: challenge-response, the token never travels)
+//!
+//! ```text
+//! client -> HELLO2     version u8 (2), 7 reserved, client nonce [16]
+//! node   -> CHALLENGE  version u8 (2), 7 reserved, node nonce [32]
+//! client -> AUTH       HMAC-SHA256(token, "xstore-hello-v2 client" || cn || nn)
+//! node   -> HELLO_OK   HMAC-SHA256(token, "xstore-hello-v2 node" || cn || nn),
+//!                      or empty from a node without a token
+//! ```
+//!
+//! (see [`crate::auth`]). A version-1 HELLO (kind 1, the token in clear)
+//! is answered with an ERROR that says so, and the connection closed.
+//!
+//! Other payloads: CALL and
 //! CALL_REPLY carry the RPC bytes; REGION_INFO a region id u32, answered by
 //! `found u8, rights u8, 2 reserved, len u64, path_len u16, path` (UTF-8);
 //! STATS_REPLY seven u64 counters (see [`HostStats`]); ERROR `code u16,
@@ -62,6 +75,26 @@ pub const MAX_PAYLOAD: u32 = (16 << 20) + 64 * 1024;
 /// Largest access token.
 pub const MAX_TOKEN: usize = 1024;
 
+/// The HELLO version this build speaks (HELLO2 and CHALLENGE carry it).
+pub const HELLO_VERSION: u8 = 2;
+
+/// Bytes of a HELLO2 payload.
+pub const HELLO2_BYTES: usize = 8 + crate::auth::CLIENT_NONCE_BYTES;
+
+/// Bytes of a CHALLENGE payload.
+pub const CHALLENGE_BYTES: usize = 8 + crate::auth::NODE_NONCE_BYTES;
+
+/// Largest payload a node reads before a connection has authenticated:
+/// the largest handshake frame (a CHALLENGE-sized HELLO2 or AUTH fits).
+pub const MAX_HANDSHAKE_PAYLOAD: usize = 64;
+
+// Every handshake frame fits what a node reads before authentication.
+const _: () = assert!(
+    HELLO2_BYTES <= MAX_HANDSHAKE_PAYLOAD
+        && CHALLENGE_BYTES <= MAX_HANDSHAKE_PAYLOAD
+        && crate::auth::MAC_BYTES <= MAX_HANDSHAKE_PAYLOAD
+);
+
 const VERB_BYTES: usize = 40;
 const RESULT_BYTES: usize = 16;
 
@@ -69,9 +102,10 @@ const RESULT_BYTES: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
-    /// Client hello with the access token.
+    /// Version-1 hello, the token in clear: no longer served (a node
+    /// answers it with an ERROR that says to upgrade).
     Hello = 1,
-    /// Hello accepted.
+    /// Hello accepted (version 2: carries the node's proof).
     HelloOk = 2,
     /// A doorbell batch of one-sided verbs.
     Post = 3,
@@ -89,6 +123,12 @@ pub enum Kind {
     Stats = 9,
     /// The answer.
     StatsReply = 10,
+    /// Client hello, version 2: a client nonce.
+    Hello2 = 11,
+    /// The node's challenge: its nonce.
+    Challenge = 12,
+    /// The client's proof that it holds the token.
+    Auth = 13,
     /// A request failed as a whole.
     Error = 15,
 }
@@ -106,6 +146,9 @@ impl Kind {
             8 => Kind::RegionInfoReply,
             9 => Kind::Stats,
             10 => Kind::StatsReply,
+            11 => Kind::Hello2,
+            12 => Kind::Challenge,
+            13 => Kind::Auth,
             15 => Kind::Error,
             _ => return None,
         })
@@ -588,6 +631,47 @@ impl HostStats {
     }
 }
 
+/// Encodes a HELLO2 payload.
+pub fn encode_hello2(client_nonce: &[u8; crate::auth::CLIENT_NONCE_BYTES], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(HELLO_VERSION);
+    out.extend_from_slice(&[0; 7]);
+    out.extend_from_slice(client_nonce);
+}
+
+/// Decodes a HELLO2 payload into its client nonce; a version other than
+/// [`HELLO_VERSION`] is [`WireError::Version`].
+pub fn decode_hello2(p: &[u8]) -> Result<[u8; crate::auth::CLIENT_NONCE_BYTES], WireError> {
+    decode_versioned(p, "HELLO2")
+}
+
+/// Encodes a CHALLENGE payload.
+pub fn encode_challenge(node_nonce: &[u8; crate::auth::NODE_NONCE_BYTES], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(HELLO_VERSION);
+    out.extend_from_slice(&[0; 7]);
+    out.extend_from_slice(node_nonce);
+}
+
+/// Decodes a CHALLENGE payload into the node's nonce.
+pub fn decode_challenge(p: &[u8]) -> Result<[u8; crate::auth::NODE_NONCE_BYTES], WireError> {
+    decode_versioned(p, "CHALLENGE")
+}
+
+fn decode_versioned<const N: usize>(p: &[u8], what: &'static str) -> Result<[u8; N], WireError> {
+    let version = *p.first().ok_or(WireError::Truncated(what))?;
+    if version != HELLO_VERSION {
+        return Err(WireError::Version(version));
+    }
+    if p.len() != 8 + N {
+        return Err(WireError::Truncated(what));
+    }
+    if p[1..8] != [0; 7] {
+        return Err(WireError::Bad("reserved bytes not zero"));
+    }
+    Ok(p[8..].try_into().expect("length checked"))
+}
+
 /// Encodes an ERROR payload.
 pub fn encode_error(code: ErrorCode, message: &str, out: &mut Vec<u8>) {
     out.clear();
@@ -670,6 +754,25 @@ mod tests {
         for cut in 0..r.len() {
             assert!(decode_post_reply(&r[..cut], &mut b).is_err(), "cut {cut}");
         }
+    }
+
+    #[test]
+    fn hello_payloads_round_trip_and_reject() {
+        let mut p = Vec::new();
+        encode_hello2(&[7; 16], &mut p);
+        assert_eq!(p.len(), HELLO2_BYTES);
+        assert_eq!(decode_hello2(&p).unwrap(), [7; 16]);
+        for cut in 0..p.len() {
+            assert!(decode_hello2(&p[..cut]).is_err(), "cut {cut}");
+        }
+        p[0] = 3;
+        assert_eq!(decode_hello2(&p), Err(WireError::Version(3)));
+        encode_challenge(&[9; 32], &mut p);
+        assert_eq!(p.len(), CHALLENGE_BYTES);
+        assert_eq!(decode_challenge(&p).unwrap(), [9; 32]);
+        p[3] = 1;
+        assert!(decode_challenge(&p).is_err(), "reserved byte");
+        assert!(decode_hello2(&[2; 40]).is_err(), "a CHALLENGE is no HELLO2");
     }
 
     #[test]

@@ -47,8 +47,7 @@ fn read_frame(s: &mut TcpStream) -> Option<(Header, Vec<u8>)> {
 fn raw_authed(addr: SocketAddr) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&frame(Kind::Hello, 1, &[])).unwrap();
-    assert_eq!(read_frame(&mut s).unwrap().0.kind, Kind::HelloOk);
+    fabric::remote::hello(&mut s, None).expect("HELLO");
     s
 }
 
@@ -104,7 +103,9 @@ fn silent_connections_are_closed_by_the_handshake_and_idle_timeouts() {
     );
     // A HELLO sent a byte at a time does not extend the deadline.
     let mut slow = TcpStream::connect(addr).unwrap();
-    let hello = frame(Kind::Hello, 1, &[]);
+    let mut p = Vec::new();
+    wire::encode_hello2(&[1; 16], &mut p);
+    let hello = frame(Kind::Hello2, 1, &p);
     let t = Instant::now();
     for b in &hello[..10] {
         if slow.write_all(&[*b]).is_err() {
@@ -151,15 +152,43 @@ fn pre_auth_connections_are_capped_apart_and_oversized_hellos_refused() {
     assert!(closed_within(&mut first, Duration::from_secs(5)));
     // Authenticated slots are apart: both are available.
     let mut a = TcpEndpoint::connect(addr, None).unwrap();
-    let _b = TcpEndpoint::connect(addr, None).unwrap();
+    let mut b = TcpEndpoint::connect(addr, None).unwrap();
+    let mut reply = Vec::new();
+    // b goes idle (after its thread's linger) before a's call.
+    std::thread::sleep(fabric::host::LINGER * 4);
+    a.call(NodeId(0), b"xy", &mut reply).unwrap();
+    assert_eq!(reply, b"yx");
+    // Both idle now: a third takes the slot of the one idle the longest
+    // (b, quiet since its HELLO), instead of being refused.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = TcpEndpoint::connect(addr, None).expect("the cap closes an idle connection");
+    c.call(NodeId(0), b"cd", &mut reply).unwrap();
+    assert!(
+        b.call(NodeId(0), b"xy", &mut reply).is_err(),
+        "the oldest idle connection made room"
+    );
+    a.call(NodeId(0), b"xy", &mut reply).unwrap();
+    // Two connections in the middle of a frame are busy, not idle: a
+    // newcomer is refused rather than closing either.
+    drop((a, c));
+    wait_for("the slots to free", Duration::from_secs(5), || {
+        host.open_connections().0 == 0
+    });
+    let busy: Vec<TcpStream> = (0..2)
+        .map(|i| {
+            let mut s = raw_authed(addr);
+            s.write_all(&frame(Kind::Call, i, &[0; 8])[..HEADER_BYTES + 2])
+                .unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
     match TcpEndpoint::connect(addr, None) {
         Err(FabricError::Refused(m)) => assert!(m.contains("too many connections"), "{m}"),
         Err(e) => panic!("a third authenticated connection: {e}"),
-        Ok(_) => panic!("a third authenticated connection was accepted"),
+        Ok(_) => panic!("a third connection was accepted over two busy ones"),
     }
-    let mut reply = Vec::new();
-    a.call(NodeId(0), b"xy", &mut reply).unwrap();
-    assert_eq!(reply, b"yx");
+    drop(busy);
     // A HELLO announcing more than a token: an ERROR, then the close.
     let mut big = TcpStream::connect(addr).unwrap();
     let mut h = Header {

@@ -180,6 +180,109 @@ fn tokens_are_required_and_checked() {
     host.shutdown();
 }
 
+/// Issue 23, finding 4: a client handed the token to whatever listened at
+/// the address it was given. Now the token never travels: a listener
+/// sees a HELLO2 (a nonce) and an AUTH (a MAC bound to its own nonce),
+/// neither containing the token; a client that holds a token refuses a
+/// node that cannot prove it holds the same; a version-1 HELLO (the token
+/// in clear) gets a refusal that says to upgrade, not a hang. Over `shm`
+/// (its Unix socket) too.
+#[test]
+fn the_token_never_travels_and_both_sides_prove_it() {
+    use std::net::TcpListener;
+    let token = "s3cret-token-never-on-the-wire";
+    // A listener someone pointed the client at: it records what it gets
+    // and answers like a node, without the token.
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake_addr = fake.local_addr().unwrap();
+    let recorder = std::thread::spawn(move || {
+        let (mut s, _) = fake.accept().unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut got = Vec::new();
+        let frame = |s: &mut TcpStream, got: &mut Vec<u8>| {
+            let mut head = [0u8; HEADER_BYTES];
+            s.read_exact(&mut head).ok()?;
+            let h = Header::decode(&head).ok()?;
+            let mut p = vec![0u8; h.len as usize];
+            s.read_exact(&mut p).ok()?;
+            got.extend_from_slice(&head);
+            got.extend_from_slice(&p);
+            Some(h)
+        };
+        let hello = frame(&mut s, &mut got).expect("a HELLO2");
+        assert_eq!(hello.kind, Kind::Hello2);
+        let mut p = Vec::new();
+        fabric::wire::encode_challenge(&[7; 32], &mut p);
+        let mut out = Header {
+            kind: Kind::Challenge,
+            id: hello.id,
+            len: p.len() as u32,
+        }
+        .encode()
+        .to_vec();
+        out.extend_from_slice(&p);
+        s.write_all(&out).unwrap();
+        let auth = frame(&mut s, &mut got).expect("an AUTH");
+        assert_eq!(auth.kind, Kind::Auth);
+        // HELLO_OK without the node's proof.
+        let ok = Header {
+            kind: Kind::HelloOk,
+            id: auth.id,
+            len: 0,
+        }
+        .encode();
+        s.write_all(&ok).unwrap();
+        got
+    });
+    match TcpEndpoint::connect(fake_addr, Some(token)) {
+        Err(FabricError::Refused(m)) => assert!(m.contains("did not prove"), "{m}"),
+        Err(e) => panic!("a client with a token and a node without it: {e}"),
+        Ok(_) => panic!("a client with a token accepted a node without it"),
+    }
+    let seen = recorder.join().unwrap();
+    assert!(
+        !seen.windows(token.len()).any(|w| w == token.as_bytes()),
+        "the token crossed the wire"
+    );
+    // A real node with the token: accepted both ways, tcp and shm.
+    let dir = tempfile::tempdir().unwrap();
+    let shm = dir.path().join("shm");
+    let host = host(Some(&shm), Some(token));
+    let addr = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+    host.listen_unix(&shm.join(fabric::remote::SOCKET_NAME))
+        .unwrap();
+    let mut reply = Vec::new();
+    let mut ok = TcpEndpoint::connect(addr, Some(token)).unwrap();
+    ok.call(NodeId(0), b"ab", &mut reply).unwrap();
+    assert_eq!(reply, b"ba");
+    let mut ok = ShmEndpoint::connect(&shm, Some(token)).unwrap();
+    ok.call(NodeId(0), b"cd", &mut reply).unwrap();
+    assert_eq!(reply, b"dc");
+    match ShmEndpoint::connect(&shm, Some("wrong")) {
+        Err(FabricError::Refused(_)) => {}
+        Err(e) => panic!("a wrong token over shm: {e}"),
+        Ok(_) => panic!("a wrong token over shm was accepted"),
+    }
+    // An old client's HELLO (version 1, the token in clear): a refusal
+    // that names the cause, then the close.
+    let mut old = Header {
+        kind: Kind::Hello,
+        id: 1,
+        len: token.len() as u32,
+    }
+    .encode()
+    .to_vec();
+    old.extend_from_slice(token.as_bytes());
+    let answer = raw(addr, &old);
+    let h = Header::decode(answer[..HEADER_BYTES].try_into().unwrap()).unwrap();
+    assert_eq!(h.kind, Kind::Error);
+    let (code, msg) = fabric::wire::decode_error(&answer[HEADER_BYTES..]);
+    assert_eq!(code, fabric::wire::ErrorCode::Unauthorized as u16);
+    assert!(msg.contains("version 1"), "{msg}");
+    host.shutdown();
+}
+
 #[test]
 fn non_loopback_without_token_refused() {
     let host = host(None, None);

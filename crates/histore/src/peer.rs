@@ -29,9 +29,6 @@ use std::collections::{HashSet, VecDeque};
 use std::path::Path;
 use std::sync::Mutex;
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
 use crate::error::HiError;
 
 /// The request tag of a sealed message.
@@ -164,15 +161,21 @@ impl PeerKey {
         f.sync_all()
     }
 
-    fn mac(&self, ts: u64, nonce: u64, request: &[u8]) -> Hmac<Sha256> {
-        // HMAC takes a key of any length: this cannot fail.
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
-            .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-        mac.update(DOMAIN);
-        mac.update(&ts.to_le_bytes());
-        mac.update(&nonce.to_le_bytes());
-        mac.update(request);
-        mac
+    /// The seal's MAC (the fabric's HMAC-SHA256, [`fabric::auth`]).
+    fn mac(&self, ts: u64, nonce: u64, request: &[u8]) -> [u8; fabric::auth::MAC_BYTES] {
+        fabric::auth::mac(
+            &self.key,
+            &[DOMAIN, &ts.to_le_bytes(), &nonce.to_le_bytes(), request],
+        )
+    }
+
+    /// Whether `tag` is the seal of these fields, in constant time.
+    fn verify(&self, ts: u64, nonce: u64, request: &[u8], tag: &[u8]) -> bool {
+        fabric::auth::verify(
+            &self.key,
+            &[DOMAIN, &ts.to_le_bytes(), &nonce.to_le_bytes(), request],
+            tag,
+        )
     }
 
     /// Seals `request` into `out` (cleared first), stamped now.
@@ -186,7 +189,7 @@ impl PeerKey {
         out.push(SEALED_TAG);
         out.extend_from_slice(&ts.to_le_bytes());
         out.extend_from_slice(&nonce.to_le_bytes());
-        out.extend_from_slice(&self.mac(ts, nonce, request).finalize().into_bytes());
+        out.extend_from_slice(&self.mac(ts, nonce, request));
         out.extend_from_slice(request);
     }
 }
@@ -233,11 +236,9 @@ impl PeerGate {
         let (ts, nonce) = (word(1), word(9));
         let tag = &sealed[17..HEADER];
         let request = &sealed[HEADER..];
-        // verify_slice compares in constant time.
-        self.key
-            .mac(ts, nonce, request)
-            .verify_slice(tag)
-            .map_err(|_| HiError::Unauthorized("bad seal: not the group's peer key"))?;
+        if !self.key.verify(ts, nonce, request, tag) {
+            return Err(HiError::Unauthorized("bad seal: not the group's peer key"));
+        }
         if now.abs_diff(ts) > FRESH_MS {
             return Err(HiError::Unauthorized("stale sealed message"));
         }
