@@ -127,6 +127,15 @@ impl Retrainer {
     pub fn stats(&self) -> &RetrainStats {
         &self.stats
     }
+
+    /// Whether both threads still run: they stop only when dropped, so
+    /// false means one of them panicked (a bug: every word they read is
+    /// checked).
+    pub fn alive(&self) -> bool {
+        [&self.thread, &self.grower]
+            .iter()
+            .all(|t| t.as_ref().is_some_and(|t| !t.is_finished()))
+    }
 }
 
 impl Drop for Retrainer {
