@@ -102,8 +102,9 @@ const MAX_LT: u64 = 1 << 20;
 const ALLOC_PATIENCE: Duration = Duration::from_secs(10);
 /// How long a writer that got a leaf number past the most leaves waits
 /// for the memory node to fence the allocator (it looks every
-/// millisecond) before it takes the store for full.
-const FENCE_NOTICE: Duration = Duration::from_millis(50);
+/// millisecond; a loaded host may run it late) before it takes the store
+/// for full.
+const FENCE_NOTICE: Duration = Duration::from_millis(500);
 
 /// A leaf number taken from `alloc_num`: the allocator epoch read just
 /// before the FAA and when the FAA was posted ([`crate::layout`]).

@@ -11,12 +11,19 @@
 //!
 //! ```text
 //! bits 48..64  owner: 0 = free; 1..=0xFFFE a writer (its redo slot);
-//!              0xFFFF = the memory node (retired or being retrained:
-//!              never stolen)
+//!              0xFFFF = the memory node (a retired block's words, never
+//!              taken; a current block being retrained, renewed within
+//!              half of [`MAX_LOCK_LEASE_MS`] and taken if it stands
+//!              still that long)
 //! bits 32..48  lease, in milliseconds (1..=65535)
 //! bits 0..32   seq: the owner's acquisition number (wraps), so that
 //!              every acquisition writes a word never seen before
 //! ```
+//!
+//! The word is client-writable, so a waiter honours a lease of at most
+//! [`MAX_LOCK_LEASE_MS`] and takes at once a word no honest holder writes
+//! (an owner id the log does not have, owner 0 with other bits set):
+//! [`LockWord::lease_to_steal`].
 //!
 //! A free lock word is 0; a writer takes it with CAS(0 → token). Passive
 //! memory has no clock, so a lease is measured by whoever waits: a client

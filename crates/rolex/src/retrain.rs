@@ -7,9 +7,11 @@
 //! # Shadow redirection, step by step
 //!
 //! 1. Lock every chain of the old block: its lock word becomes the memory
-//!    node's, waiting for writers inside, or stealing (and repairing) the
-//!    lock of a writer whose lease ran out ([`crate::lease`]). The old
-//!    block stays locked for good: it is retired.
+//!    node's (with a lease and a sequence, renewed like a writer's before
+//!    half of it has passed), waiting for writers inside, or stealing (and
+//!    repairing) the lock of a writer whose lease ran out
+//!    ([`crate::lease`]). The old block stays locked for good: it is
+//!    retired.
 //! 2. Read the chains (stable now) and build the new block, its lock
 //!    words the memory node's, in fresh table space; the directory still names the
 //!    old block, so compute nodes keep using the old model.
@@ -30,7 +32,13 @@
 //! SLT; here they wait for the swap instead, which keeps every chain
 //! owned by exactly one lock at a time.
 //!
-//! The retrainer touches only the two regions; it serves no request.
+//! The retrainer touches only the regions; it serves no request. Every
+//! word it reads there is client-writable, so it keeps its own copy of
+//! what it wrote (capacity, current blocks, headers), puts back the words
+//! only it writes, and refuses an impossible chain with a typed error and
+//! a rate-limited log line, leaving the model as it is (docs/rolex.md, "A
+//! memory node trusts nothing a client writes"). A second thread, the
+//! keeper, adds leaf regions and guards the leaf allocator.
 //!
 //! # Table space
 //!
@@ -421,10 +429,11 @@ impl Keeper {
             }
             // Each owner id holds at most one leaf number it has not
             // linked yet: more numbers than that beyond the leaves linked
-            // were not taken by honest writers.
-            let linked = self.linked_top();
-            if alloc > linked.saturating_add(owners) {
-                self.repair_alloc(alloc, linked, stop, stats);
+            // (or, without counting, beyond the leaves registered) were
+            // not taken by honest writers.
+            let linked = if odd { 0 } else { self.linked_top() };
+            if odd || alloc > linked.saturating_add(owners) {
+                self.repair_alloc(alloc, stop, stats);
                 continue;
             }
             self.floor = alloc;
@@ -479,7 +488,7 @@ impl Keeper {
     /// fence is linked or dropped, and resets the word to just past the
     /// leaves linked ([`FENCE_WAIT`]; the writers' side is in
     /// `Client::valid_leaf`).
-    fn repair_alloc(&mut self, alloc: u64, linked: u64, stop: &AtomicBool, stats: &RetrainStats) {
+    fn repair_alloc(&mut self, alloc: u64, stop: &AtomicBool, stats: &RetrainStats) {
         let first = self.first();
         loop {
             let now = first.load(ALLOC_NUM_WORD);
@@ -500,9 +509,10 @@ impl Keeper {
         self.complaints.note(
             "leaf allocator",
             format_args!(
-                "alloc_num {alloc} beyond the {} leaves registered and the {linked} linked: \
-                 fenced, reset to {top} (epoch {epoch})",
-                self.own.capacity.load(Ordering::Acquire)
+                "alloc_num {alloc} beyond what the {} leaves registered and {} owner ids \
+                 explain: fenced, reset to the {top} leaves in use (epoch {epoch})",
+                self.own.capacity.load(Ordering::Acquire),
+                self.log_layout.slots()
             ),
         );
     }
