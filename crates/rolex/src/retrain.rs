@@ -225,6 +225,8 @@ const COMPLAINT_EVERY: Duration = Duration::from_secs(10);
 /// directory, block heads and pieces) and looks for models whose SLT
 /// filled without being queued.
 const SCRUB_EVERY: Duration = Duration::from_millis(50);
+/// Most models one scrub looks at (the next pass goes on from there).
+const SCRUB_MODELS: usize = 1024;
 /// How long `alloc_num` stays fenced before the memory node scans for
 /// the leaves in use: two of the longest lock leases, so every write
 /// doorbell of a writer that took its leaf number before the fence has
@@ -260,6 +262,8 @@ struct Pool {
     log_header: [u64; 3],
     retrain_at: u64,
     last_scrub: Instant,
+    /// The first model the next scrub looks at.
+    scrub_next: usize,
     /// When the scrub last retrained each model for a full SLT.
     swept: HashMap<usize, Instant>,
     complaints: Complaints,
@@ -310,6 +314,7 @@ impl MemoryNode {
             ],
             retrain_at: self.config().retrain_at,
             last_scrub: Instant::now(),
+            scrub_next: 0,
             swept: HashMap::new(),
             complaints: Complaints::default(),
         };
@@ -648,9 +653,17 @@ impl Pool {
         for (w, v) in self.log_header.into_iter().enumerate() {
             put_back(&self.log, w, v, "log header", &mut c);
         }
-        let blocks = self.own.blocks().clone();
+        // A window of the models per pass, so a pass stays short however
+        // many models there are.
+        let blocks: Vec<(usize, OwnBlock)> = {
+            let all = self.own.blocks();
+            let from = self.scrub_next % all.len().max(1);
+            let to = (from + SCRUB_MODELS).min(all.len());
+            self.scrub_next = if to >= all.len() { 0 } else { to };
+            (from..to).map(|m| (m, all[m].clone())).collect()
+        };
         let mut full = Vec::new();
-        for (m, b) in blocks.iter().enumerate() {
+        for (m, b) in blocks {
             put_back(
                 &self.tables,
                 word(self.tl.dir_offset(m)),
