@@ -72,8 +72,9 @@ use xtree::layout::le_word;
 use crate::error::RolexError;
 use crate::layout::{
     leaf_region_id, predict, BlockHead, Entry, LeafImage, LeafLayout, LeafReject, LeafSpace, Piece,
-    TableLayout, ALLOC_NUM_WORD, BLOCK_HEAD_WORDS, CAPACITY_WORD, CHUNK_LEAVES_WORD,
-    FIRST_LEAVES_WORD, MAX_LEAVES_WORD, NO_LEAF, PIECE_WORDS, SLT_SLOTS, TABLE_MAGIC,
+    TableLayout, ALLOC_EPOCH_WORD, ALLOC_FENCE, ALLOC_NUM_WORD, BLOCK_HEAD_WORDS, CAPACITY_WORD,
+    CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, MAX_LEAVES_WORD, NO_LEAF, PIECE_WORDS, SLT_SLOTS,
+    TABLE_MAGIC,
 };
 use crate::lease::{
     LockWord, LogLayout, OwnerWord, RedoRecord, RedoReject, RedoWrite, Target, DEFAULT_LEASE_MS,
@@ -95,6 +96,24 @@ const MAX_RESTARTS: u32 = 100_000;
 /// Most LT entries a block may claim (bounds what a corrupt head makes a
 /// client read).
 const MAX_LT: u64 = 1 << 20;
+/// How long a writer waits for its leaf number's region to be added, or
+/// for the memory node to repair a fenced leaf allocator (it fences for
+/// two long lock leases, then scans).
+const ALLOC_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a writer that got a leaf number past the most leaves waits
+/// for the memory node to fence the allocator (it looks every
+/// millisecond; a loaded host may run it late) before it takes the store
+/// for full.
+const FENCE_NOTICE: Duration = Duration::from_millis(500);
+
+/// A leaf number taken from `alloc_num`: the allocator epoch read just
+/// before the FAA and when the FAA was posted ([`crate::layout`]).
+#[derive(Debug, Clone, Copy)]
+struct Alloc {
+    leaf: u64,
+    epoch: u64,
+    posted: Instant,
+}
 
 /// The cached block of one model.
 #[derive(Debug, Clone)]
@@ -304,7 +323,10 @@ impl ComputeNode {
                 w(MAX_LEAVES_WORD),
             )
             .ok_or_else(|| bad(format!("leaf space {:?}", [w(2), w(3), w(4)])))?;
-            (space, w(CAPACITY_WORD).min(space.max))
+            // The capacity word is client-writable: start from the first
+            // region's leaves (always registered); a client believes more
+            // only once it has read a leaf there (`valid_leaf`).
+            (space, w(CAPACITY_WORD).min(space.first))
         };
         // Untrusted: the lock CAS rule needs a grace of four lock leases.
         let grace = Duration::from_millis(w(7).max(MIN_OWNER_LEASE_MS as u64));
@@ -392,6 +414,7 @@ impl ComputeNode {
             writes: Vec::new(),
             plan: Vec::new(),
             owner: None,
+            alloc: None,
             seq: 0,
             dirty: false,
             stats: ClientStats::default(),
@@ -607,6 +630,9 @@ pub struct Client<E: Endpoint> {
     owner: Option<Owner>,
     /// Lock words taken so far (the sequence of the next one).
     seq: u32,
+    /// The leaf number the write under way allocated, checked before its
+    /// doorbell if it was taken long ago.
+    alloc: Option<Alloc>,
     /// An operation failed: a lock may be held with its writes half made,
     /// so the owner id is not given back on drop but left to lapse (its
     /// next holder then replays the record, [`crate::lease`]).
@@ -1056,10 +1082,17 @@ impl<E: Endpoint> Client<E> {
                 }
                 Locked::Lost => continue,
             };
-            let result = self.locked_write(&chain, got.entry, got.fetched, key, op);
+            self.alloc = None;
+            let mut result = self.locked_write(&chain, got.entry, got.fetched, key, op);
             let Some(lease) = self.keep_lease(got.lease)? else {
                 continue;
             };
+            // A leaf number taken long ago may have been handed out again
+            // by a repair of the allocator: then write nothing, start over.
+            let refenced = result.is_ok() && !self.alloc_still_valid()?;
+            if refenced {
+                result = Err(RolexError::LeafRegionFull { capacity: 0 });
+            }
             // Hand the remote lock to a sibling thread if one waits.
             let keep = lock.waiters.load(Ordering::Acquire) > 0;
             let new_entry = match &result {
@@ -1076,6 +1109,9 @@ impl<E: Endpoint> Client<E> {
             )
             .inspect(|_| *held = handover)?;
             drop(held);
+            if refenced {
+                continue;
+            }
             match result {
                 Ok(r) => {
                     self.stats.splits += r.splits;
@@ -1226,8 +1262,9 @@ impl<E: Endpoint> Client<E> {
                 }
                 let ow = OwnerWord::decode(w);
                 // The word's lease is client-written: never shorter than
-                // the memory node's.
-                let lapse = lease.max(Duration::from_millis(ow.lease_ms as u64));
+                // the memory node's, and never more than twice it (an
+                // inflated word is taken back within two owner leases).
+                let lapse = Duration::from_millis(ow.lease_ms as u64).clamp(lease, 2 * lease);
                 let (seq, stolen) = if !ow.held {
                     (ow.seq.wrapping_add(1), false)
                 } else if seen[o].1.elapsed() > lapse {
@@ -1297,7 +1334,11 @@ impl<E: Endpoint> Client<E> {
             if le_word(bytes, 0) != record.token {
                 return Ok(());
             }
-            if LockWord::stealable(record.token, seen.elapsed().as_millis()) {
+            if LockWord::stealable(
+                record.token,
+                seen.elapsed().as_millis(),
+                self.cn.log.slots(),
+            ) {
                 break;
             }
             std::thread::sleep(lock_lease / 8 + Duration::from_millis(1));
@@ -1429,14 +1470,17 @@ impl<E: Endpoint> Client<E> {
             let h = self.batch.cas(TABLE_REGION, lk, expected, token);
             let d = self.batch.read(TABLE_REGION, self.cn.tl.dir_offset(m), 8);
             let e = self.batch.read(TABLE_REGION, lt, 8);
-            let redo = stealing.then(|| {
-                let owner = LockWord::decode(expected).owner.max(1);
-                let at = self
-                    .cn
-                    .log
-                    .slot_offset(owner.min(self.cn.log.slots() as u16));
-                self.batch.read(LOG_REGION, at, self.cn.log.slot_bytes())
-            });
+            // Only a word an honest writer could have written has a
+            // record to replay (a forged one is just taken).
+            let redo =
+                (stealing && LockWord::is_writer(expected, self.cn.log.slots())).then(|| {
+                    let owner = LockWord::decode(expected).owner.max(1);
+                    let at = self
+                        .cn
+                        .log
+                        .slot_offset(owner.min(self.cn.log.slots() as u16));
+                    self.batch.read(LOG_REGION, at, self.cn.log.slot_bytes())
+                });
             let mut f = self.fetch_into(m, i, i);
             self.ep.post(self.cn.node, &mut self.batch)?;
             let old = self.batch.atomic_result(h)?;
@@ -1490,7 +1534,7 @@ impl<E: Endpoint> Client<E> {
             if old != seen.0 {
                 seen = (old, Instant::now());
                 expected = LockWord::FREE;
-            } else if LockWord::stealable(old, seen.1.elapsed().as_millis()) {
+            } else if LockWord::stealable(old, seen.1.elapsed().as_millis(), self.cn.log.slots()) {
                 expected = old;
             } else if attempt % 4 == 3 {
                 std::thread::yield_now();
@@ -1782,11 +1826,18 @@ impl<E: Endpoint> Client<E> {
             return Err(RolexError::SltFull { model: m });
         }
         self.batch.clear();
+        // The epoch before the FAA: a repair that fenced the allocator
+        // after this READ shows in a later READ of it.
+        let e = self
+            .batch
+            .read(LEAF_REGION, (ALLOC_EPOCH_WORD * 8) as u64, 8);
         let a = self.batch.faa(LEAF_REGION, (ALLOC_NUM_WORD * 8) as u64, 1);
         let s = self
             .batch
             .faa(TABLE_REGION, TableLayout::slt_offset(off, n, 0), 1);
+        let posted = Instant::now();
         self.ep.post(self.cn.node, &mut self.batch)?;
+        let epoch = le_word(self.batch.read_bytes(e)?, 0);
         let leaf = self.batch.atomic_result(a)?;
         let used = self.batch.atomic_result(s)?;
         {
@@ -1798,40 +1849,111 @@ impl<E: Endpoint> Client<E> {
         if used + 1 == self.cn.retrain_at {
             self.enqueue(m, off)?;
         }
-        self.wait_capacity(leaf)?;
         let slot = used + 1;
         if slot >= SLT_SLOTS as u64 {
             return Err(RolexError::SltFull { model: m });
         }
-        Ok((leaf, slot as u8))
+        let got = self.valid_leaf(Alloc {
+            leaf,
+            epoch,
+            posted,
+        })?;
+        self.alloc = Some(got);
+        Ok((got.leaf, slot as u8))
     }
 
-    /// Waits until leaf `leaf` is in a registered leaf region: the memory
-    /// node adds regions ahead of `alloc_num`, so this re-reads the
-    /// capacity word only when allocation outran it.
-    fn wait_capacity(&mut self, leaf: u64) -> Result<(), RolexError> {
+    /// A leaf number this writer may link: `got` once its leaf region is
+    /// registered; a new FAA when the memory node has fenced and repaired
+    /// `alloc_num` since (the allocator epoch moved) or `got` was past the
+    /// most leaves; `LeafRegionFull` when the word stays past the end
+    /// without a fence, or after [`ALLOC_PATIENCE`].
+    ///
+    /// The capacity word is client-writable: a larger capacity is believed
+    /// only once a READ of its last leaf succeeds (the memory node
+    /// registers a region before it raises the word).
+    fn valid_leaf(&mut self, mut got: Alloc) -> Result<Alloc, RolexError> {
         let max = self.cn.space.max;
-        if leaf >= max {
-            return Err(RolexError::LeafRegionFull { capacity: max });
-        }
         let started = Instant::now();
-        while leaf >= self.cn.capacity.load(Ordering::Acquire) {
-            if started.elapsed() > 4 * self.cn.owner_lease {
+        loop {
+            if got.leaf < max && got.leaf < self.cn.capacity.load(Ordering::Acquire) {
+                return Ok(got);
+            }
+            if started.elapsed() > ALLOC_PATIENCE {
                 return Err(RolexError::LeafRegionFull {
                     capacity: self.cn.capacity.load(Ordering::Acquire),
                 });
             }
             self.batch.clear();
-            let h = self.batch.read(LEAF_REGION, (CAPACITY_WORD * 8) as u64, 8);
+            let e = self
+                .batch
+                .read(LEAF_REGION, (ALLOC_EPOCH_WORD * 8) as u64, 8);
+            let a = self.batch.read(LEAF_REGION, (ALLOC_NUM_WORD * 8) as u64, 8);
+            let c = self.batch.read(LEAF_REGION, (CAPACITY_WORD * 8) as u64, 8);
             self.ep.post(self.cn.node, &mut self.batch)?;
-            // Untrusted: never past the most leaves.
-            let cap = le_word(self.batch.read_bytes(h)?, 0).min(max);
-            self.cn.capacity.fetch_max(cap, Ordering::AcqRel);
-            if leaf >= cap {
-                std::thread::sleep(Duration::from_millis(1));
+            let epoch = le_word(self.batch.read_bytes(e)?, 0);
+            let now = le_word(self.batch.read_bytes(a)?, 0);
+            let cap = le_word(self.batch.read_bytes(c)?, 0).min(max);
+            let fenced = now >= ALLOC_FENCE;
+            let moved = epoch != got.epoch;
+            if got.leaf < max && !moved && !fenced {
+                // Our number stands: wait for its region.
+                if cap > got.leaf && self.leaf_registered(cap - 1)? {
+                    self.cn.capacity.fetch_max(cap, Ordering::AcqRel);
+                    continue;
+                }
+            } else if !fenced && now < max {
+                // Repaired since, or ours was past the end: a new number.
+                self.batch.clear();
+                let e = self
+                    .batch
+                    .read(LEAF_REGION, (ALLOC_EPOCH_WORD * 8) as u64, 8);
+                let a = self.batch.faa(LEAF_REGION, (ALLOC_NUM_WORD * 8) as u64, 1);
+                let posted = Instant::now();
+                self.ep.post(self.cn.node, &mut self.batch)?;
+                got = Alloc {
+                    epoch: le_word(self.batch.read_bytes(e)?, 0),
+                    leaf: self.batch.atomic_result(a)?,
+                    posted,
+                };
+                continue;
+            } else if !fenced && started.elapsed() > FENCE_NOTICE {
+                // Past the end and no repair under way: full.
+                return Err(RolexError::LeafRegionFull { capacity: max });
             }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        Ok(())
+    }
+
+    /// Whether the leaf number the write under way allocated may still be
+    /// linked: taken within a quarter lease, or (one round trip) the
+    /// allocator epoch is unchanged and the leaf's region answers. The
+    /// doorbell is then posted at once, well within the two long lock
+    /// leases the memory node waits after it fences the allocator.
+    fn alloc_still_valid(&mut self) -> Result<bool, RolexError> {
+        let Some(got) = self.alloc.take() else {
+            return Ok(true);
+        };
+        if got.posted.elapsed() < self.cn.lease / 4 {
+            return Ok(true);
+        }
+        self.batch.clear();
+        let e = self
+            .batch
+            .read(LEAF_REGION, (ALLOC_EPOCH_WORD * 8) as u64, 8);
+        let (region, at) = self.cn.space.place(got.leaf);
+        let l = self.batch.read(leaf_region_id(region), at, 8);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        let epoch = le_word(self.batch.read_bytes(e)?, 0);
+        Ok(epoch == got.epoch && self.batch.read_bytes(l).is_ok())
+    }
+
+    /// Whether leaf `leaf`'s region is registered (one READ of a word).
+    fn leaf_registered(&mut self, leaf: u64) -> Result<bool, RolexError> {
+        let (region, at) = self.cn.space.place(leaf);
+        self.batch.clear();
+        let h = self.batch.read(leaf_region_id(region), at, 8);
+        self.ep.post(self.cn.node, &mut self.batch)?;
+        Ok(self.batch.read_bytes(h).is_ok())
     }
 
     /// Pushes block `off` of model `m` at the CirQ's tail.

@@ -18,7 +18,9 @@
 //! [16, 24)        F: leaves of the first region
 //! [24, 32)        C: leaves of each added region (0: never grows)
 //! [32, 40)        most leaves (F + 127 C at most)
-//! [40, 64)        reserved (0), so leaves start on a cache line
+//! [40, 48)        allocator epoch: bumped by the memory node when it
+//!                 fences `alloc_num` to repair it (docs/rolex.md)
+//! [48, 64)        reserved (0), so leaves start on a cache line
 //! [64 + n*B, ..)  leaf n < F, B = leaf bytes (Equation 3: phy = n * B + 64)
 //! ```
 //!
@@ -176,6 +178,13 @@ pub const FIRST_LEAVES_WORD: usize = 2;
 pub const CHUNK_LEAVES_WORD: usize = 3;
 /// Word of the most leaves.
 pub const MAX_LEAVES_WORD: usize = 4;
+/// Word of the allocator epoch: the memory node bumps it when it fences
+/// `alloc_num` to repair a word no honest client could have made.
+pub const ALLOC_EPOCH_WORD: usize = 5;
+/// While the memory node repairs `alloc_num`, the word holds at least
+/// this: every number handed out meanwhile is past the most leaves, so
+/// no client links it, and a client that sees one waits for the repair.
+pub const ALLOC_FENCE: u64 = 1 << 62;
 /// Most added leaf regions.
 pub const MAX_ADDED_REGIONS: u64 = 127;
 /// Most bytes of one added leaf region.

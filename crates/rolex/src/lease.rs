@@ -11,12 +11,19 @@
 //!
 //! ```text
 //! bits 48..64  owner: 0 = free; 1..=0xFFFE a writer (its redo slot);
-//!              0xFFFF = the memory node (retired or being retrained:
-//!              never stolen)
+//!              0xFFFF = the memory node (a retired block's words, never
+//!              taken; a current block being retrained, renewed within
+//!              half of [`MAX_LOCK_LEASE_MS`] and taken if it stands
+//!              still that long)
 //! bits 32..48  lease, in milliseconds (1..=65535)
 //! bits 0..32   seq: the owner's acquisition number (wraps), so that
 //!              every acquisition writes a word never seen before
 //! ```
+//!
+//! The word is client-writable, so a waiter honours a lease of at most
+//! [`MAX_LOCK_LEASE_MS`] and takes at once a word no honest holder writes
+//! (an owner id the log does not have, owner 0 with other bits set):
+//! [`LockWord::lease_to_steal`].
 //!
 //! A free lock word is 0; a writer takes it with CAS(0 → token). Passive
 //! memory has no clock, so a lease is measured by whoever waits: a client
@@ -158,6 +165,10 @@ pub const OWNER_LEASE_WORD: usize = 0;
 pub const DEFAULT_OWNER_LEASE_MS: u16 = 10_000;
 /// Smallest owner lease: four lock leases ([`DEFAULT_LEASE_MS`]).
 pub const MIN_OWNER_LEASE_MS: u16 = 4 * DEFAULT_LEASE_MS;
+/// The longest lock lease any waiter honours: a lock word naming a longer
+/// one (no honest writer does) is stolen after this. Four default leases,
+/// so a forged or stuck lock word holds writers up for under a second.
+pub const MAX_LOCK_LEASE_MS: u16 = 4 * DEFAULT_LEASE_MS;
 /// How far a stolen owner id's sequence jumps: more lock words than a
 /// holder takes within one owner lease, so the new holder's tokens are
 /// never the dead holder's.
@@ -239,11 +250,54 @@ impl LockWord {
         }
     }
 
-    /// Whether a client that has seen this word unchanged for `waited_ms`
-    /// may steal it: held by a writer, and its lease is over.
-    pub fn stealable(w: u64, waited_ms: u128) -> bool {
+    /// The memory node's word while it holds the locks of a block the
+    /// directory still names (retraining it): the longest lease, and a
+    /// sequence of its own, so that a word it did not write is told apart.
+    pub const fn memory(seq: u32) -> u64 {
+        LockWord::held(MEMORY_OWNER, MAX_LOCK_LEASE_MS, seq).encode()
+    }
+
+    /// How long a waiter must see word `w` unchanged before it may steal
+    /// it, with `slots` owner ids in the log; `None`: never (free).
+    ///
+    /// The word is client-writable, so nothing in it is trusted past what
+    /// an honest holder writes: a lease above [`MAX_LOCK_LEASE_MS`] counts
+    /// as that; a word no honest holder writes (owner 0 with other bits
+    /// set, an owner id beyond the log's slots) is stolen at once; the
+    /// memory node's word is stolen after [`MAX_LOCK_LEASE_MS`] too (the
+    /// memory node renews its words within half of it, so only a forged
+    /// one stands still that long). Callers steal the memory node's word
+    /// only on a block the directory names (a retired block's words are
+    /// never taken: its CAS doorbell finds the directory moved).
+    pub fn lease_to_steal(w: u64, slots: u64) -> Option<u128> {
         let l = LockWord::decode(w);
-        l.owner != 0 && l.owner != MEMORY_OWNER && waited_ms >= l.lease_ms.max(1) as u128
+        if w == LockWord::FREE {
+            return None;
+        }
+        if l.owner == MEMORY_OWNER {
+            return Some(MAX_LOCK_LEASE_MS as u128);
+        }
+        if l.owner == 0 || l.owner as u64 > slots {
+            return Some(0);
+        }
+        Some(l.lease_ms.clamp(1, MAX_LOCK_LEASE_MS) as u128)
+    }
+
+    /// Whether a waiter that has seen word `w` unchanged for `waited_ms`
+    /// may steal it ([`LockWord::lease_to_steal`]).
+    pub fn stealable(w: u64, waited_ms: u128, slots: u64) -> bool {
+        LockWord::lease_to_steal(w, slots).is_some_and(|l| waited_ms >= l)
+    }
+
+    /// Whether `w` is a writer's word an honest client could have written
+    /// (an owner id of the log, a lease within the bound): only such a
+    /// word's redo record is replayed.
+    pub fn is_writer(w: u64, slots: u64) -> bool {
+        let l = LockWord::decode(w);
+        l.owner != 0
+            && l.owner != MEMORY_OWNER
+            && l.owner as u64 <= slots
+            && (1..=MAX_LOCK_LEASE_MS).contains(&l.lease_ms)
     }
 }
 
@@ -449,13 +503,24 @@ mod tests {
         let l = LockWord::held(MAX_OWNER, 65535, u32::MAX);
         assert_eq!(LockWord::decode(l.encode()), l);
         let w = LockWord::held(3, 200, 9).encode();
-        assert!(!LockWord::stealable(w, 199));
-        assert!(LockWord::stealable(w, 200));
-        assert!(!LockWord::stealable(LockWord::FREE, 1 << 40), "free");
+        assert!(!LockWord::stealable(w, 199, 16));
+        assert!(LockWord::stealable(w, 200, 16));
+        assert!(!LockWord::stealable(LockWord::FREE, 1 << 40, 16), "free");
         assert!(
-            !LockWord::stealable(LockWord::RETIRED, 1 << 40),
-            "the memory node's"
+            !LockWord::stealable(LockWord::RETIRED, 799, 16),
+            "the memory node's, within its lease"
         );
+        assert!(
+            LockWord::stealable(LockWord::RETIRED, 800, 16),
+            "the memory node's word standing still past its lease"
+        );
+        let long = LockWord::held(3, u16::MAX, 9).encode();
+        assert!(LockWord::stealable(long, 800, 16), "lease capped");
+        assert!(!LockWord::is_writer(long, 16));
+        let stranger = LockWord::held(17, 200, 9).encode();
+        assert!(LockWord::stealable(stranger, 0, 16), "no such owner id");
+        assert!(LockWord::stealable(5, 0, 16), "owner 0 but not free");
+        assert!(LockWord::is_writer(w, 16));
     }
 
     fn record() -> RedoRecord {

@@ -152,6 +152,12 @@ pub struct MemoryNode {
     pub(crate) space: LeafSpace,
     /// Where added leaf regions come from (none: no growth).
     pub(crate) host: Option<Arc<dyn RegionHost + Send + Sync>>,
+    /// Each model's block as laid out at load (offset, head, pieces): the
+    /// retrainer's own copy, never read back from the client-writable
+    /// table region.
+    pub(crate) blocks: Vec<(u64, BlockHead, Vec<Piece>)>,
+    /// The table region's header words as written at load.
+    pub(crate) table_header: [u64; 8],
 }
 
 impl MemoryNode {
@@ -206,14 +212,14 @@ fn model_starts(
 }
 
 /// Writes a model block at byte `off` of `tables`: head, LT entries, an
-/// empty SLT and lock words (the memory node's if `locked`, else free).
+/// empty SLT and every lock word `lock`.
 pub(crate) fn write_block(
     tables: &Region,
     off: u64,
     head: &BlockHead,
     leaves: &[u64],
     pieces: &[Piece],
-    locked: bool,
+    lock: u64,
 ) {
     debug_assert_eq!(head.pieces, pieces.len());
     let base = (off / 8) as usize;
@@ -229,13 +235,8 @@ pub(crate) fn write_block(
         tables.store(slt + s, 0);
     }
     let lk = (TableLayout::lk_offset(off, leaves.len(), 0) / 8) as usize;
-    let word = if locked {
-        LockWord::RETIRED
-    } else {
-        LockWord::FREE
-    };
     for i in 0..leaves.len() {
-        tables.store(lk + i, word);
+        tables.store(lk + i, lock);
     }
     for (k, p) in pieces.iter().enumerate() {
         let at = (TableLayout::piece_offset(off, leaves.len(), k) / 8) as usize;
@@ -403,6 +404,7 @@ impl MemoryNode {
             leaves.copy_in(layout.leaf_offset(j as u64), &buf);
         }
         let mut off = tl.blocks_start();
+        let mut blocks = Vec::with_capacity(models);
         for (m, (a, b, largest, pieces)) in fits.iter().enumerate() {
             let (a, b) = (*a, *b);
             let head = BlockHead {
@@ -412,8 +414,9 @@ impl MemoryNode {
                 pieces: pieces.len(),
             };
             let numbers: Vec<u64> = (a as u64..b as u64).collect();
-            write_block(&tables, off, &head, &numbers, pieces, false);
+            write_block(&tables, off, &head, &numbers, pieces, LockWord::FREE);
             tables.store((tl.dir_offset(m) / 8) as usize, off);
+            blocks.push((off, head, pieces.clone()));
             off += tl.block_bytes(b - a, pieces.len());
         }
         leaves.store(ALLOC_NUM_WORD, trained as u64);
@@ -450,6 +453,8 @@ impl MemoryNode {
             blocks_end: off,
             space,
             host: host_handle,
+            blocks,
+            table_header: header,
         })
     }
 

@@ -7,9 +7,11 @@
 //! # Shadow redirection, step by step
 //!
 //! 1. Lock every chain of the old block: its lock word becomes the memory
-//!    node's, waiting for writers inside, or stealing (and repairing) the
-//!    lock of a writer whose lease ran out ([`crate::lease`]). The old
-//!    block stays locked for good: it is retired.
+//!    node's (with a lease and a sequence, renewed like a writer's before
+//!    half of it has passed), waiting for writers inside, or stealing (and
+//!    repairing) the lock of a writer whose lease ran out
+//!    ([`crate::lease`]). The old block stays locked for good: it is
+//!    retired.
 //! 2. Read the chains (stable now) and build the new block, its lock
 //!    words the memory node's, in fresh table space; the directory still names the
 //!    old block, so compute nodes keep using the old model.
@@ -30,7 +32,13 @@
 //! SLT; here they wait for the swap instead, which keeps every chain
 //! owned by exactly one lock at a time.
 //!
-//! The retrainer touches only the two regions; it serves no request.
+//! The retrainer touches only the regions; it serves no request. Every
+//! word it reads there is client-writable, so it keeps its own copy of
+//! what it wrote (capacity, current blocks, headers), puts back the words
+//! only it writes, and refuses an impossible chain with a typed error and
+//! a rate-limited log line, leaving the model as it is (docs/rolex.md, "A
+//! memory node trusts nothing a client writes"). A second thread, the
+//! keeper, adds leaf regions and guards the leaf allocator.
 //!
 //! # Table space
 //!
@@ -44,21 +52,21 @@
 //! whose live models outgrow `retrain_bytes` does (then retraining is
 //! abandoned and writes end in `SltFull` retries).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use std::sync::RwLock;
-
 use fabric::{Region, Rights};
 
-use crate::layout::fit_pieces;
+use crate::error::RolexError;
 use crate::layout::{
-    leaf_region_id, BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, TableLayout,
-    ALLOC_NUM_WORD, BLOCK_HEAD_WORDS, CAPACITY_WORD, NO_LEAF, SLT_SLOTS,
+    fit_pieces, leaf_region_id, BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, Piece,
+    TableLayout, ALLOC_EPOCH_WORD, ALLOC_FENCE, ALLOC_NUM_WORD, CAPACITY_WORD, CHUNK_LEAVES_WORD,
+    FIRST_LEAVES_WORD, MAX_ADDED_REGIONS, MAX_LEAVES_WORD, NO_LEAF, SLT_SLOTS,
 };
-use crate::lease::{LockWord, LogLayout, RedoRecord, Target};
+use crate::lease::{LockWord, LogLayout, RedoRecord, Target, MAX_LOCK_LEASE_MS, MEMORY_OWNER};
 use crate::memory::{write_block, MemoryNode, RegionHost};
 
 /// How long the retrainer waits for a writer's lock before it gives the
@@ -91,6 +99,18 @@ pub struct RetrainStats {
     pub fresh_bytes_left: AtomicU64,
     /// Leaf regions added.
     pub leaf_regions_added: AtomicU64,
+    /// Retrainings refused because a client-written word was impossible
+    /// (a leaf past the capacity, a leaf linked twice, keys out of the
+    /// model's range); the model stays as it is.
+    pub rejected: AtomicU64,
+    /// Words only the memory node writes (headers, directory, block heads,
+    /// pieces, capacity) found changed and put back.
+    pub repairs: AtomicU64,
+    /// Times `alloc_num` was fenced and reset to the leaves in use.
+    pub alloc_repairs: AtomicU64,
+    /// Lock words in the memory node's name that it had not written,
+    /// found on a current block and taken.
+    pub lock_repairs: AtomicU64,
 }
 
 /// The retrainer thread (and the thread that adds leaf regions); both
@@ -115,6 +135,15 @@ impl Retrainer {
     pub fn stats(&self) -> &RetrainStats {
         &self.stats
     }
+
+    /// Whether both threads still run: they stop only when dropped, so
+    /// false means one of them panicked (a bug: every word they read is
+    /// checked).
+    pub fn alive(&self) -> bool {
+        [&self.thread, &self.grower]
+            .iter()
+            .all(|t| t.as_ref().is_some_and(|t| !t.is_finished()))
+    }
 }
 
 impl Drop for Retrainer {
@@ -135,11 +164,78 @@ enum Outcome {
     Abandoned,
     /// No table space now: retried later.
     NoSpace,
+    /// A client-written word was impossible: the model is left as it is.
+    Rejected(RolexError),
 }
+
+/// The memory node's own view of what it laid out, kept server-side and
+/// never read back from the client-writable regions: the retrainer and
+/// the keeper check every word they read against it.
+struct Own {
+    /// Leaves of the registered leaf regions.
+    capacity: AtomicU64,
+    /// Each model's current block.
+    blocks: Mutex<Vec<OwnBlock>>,
+    /// The allocator epoch ([`crate::layout::ALLOC_EPOCH_WORD`]).
+    epoch: AtomicU64,
+}
+
+impl Own {
+    fn blocks(&self) -> std::sync::MutexGuard<'_, Vec<OwnBlock>> {
+        self.blocks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A model's current block as the retrainer wrote it.
+#[derive(Debug, Clone)]
+struct OwnBlock {
+    off: u64,
+    head: BlockHead,
+    pieces: Vec<Piece>,
+}
+
+/// Log lines about client-written words the memory node refused or
+/// repaired: one line per kind at most every ten seconds, with the count
+/// of those not logged, so a client writing garbage cannot flood the log.
+#[derive(Default)]
+struct Complaints {
+    last: HashMap<&'static str, (Instant, u64)>,
+}
+
+impl Complaints {
+    fn note(&mut self, kind: &'static str, detail: impl std::fmt::Display) {
+        let now = Instant::now();
+        match self.last.get_mut(kind) {
+            Some((at, quiet)) if now.duration_since(*at) < COMPLAINT_EVERY => *quiet += 1,
+            Some((at, quiet)) => {
+                eprintln!("rolex: {kind}: {detail} ({quiet} more since the last line)");
+                (*at, *quiet) = (now, 0);
+            }
+            None => {
+                eprintln!("rolex: {kind}: {detail}");
+                self.last.insert(kind, (now, 0));
+            }
+        }
+    }
+}
+
+/// At most one log line per kind this often.
+const COMPLAINT_EVERY: Duration = Duration::from_secs(10);
+/// How often the retrainer puts back the words only it writes (headers,
+/// directory, block heads and pieces) and looks for models whose SLT
+/// filled without being queued.
+const SCRUB_EVERY: Duration = Duration::from_millis(50);
+/// Most models one scrub looks at (the next pass goes on from there).
+const SCRUB_MODELS: usize = 1024;
+/// How long `alloc_num` stays fenced before the memory node scans for
+/// the leaves in use: two of the longest lock leases, so every write
+/// doorbell of a writer that took its leaf number before the fence has
+/// landed (writers post within a quarter lease of taking or checking it).
+const FENCE_WAIT: Duration = Duration::from_millis(2 * MAX_LOCK_LEASE_MS as u64);
 
 /// What the retrainer works on.
 struct Pool {
-    /// Leaf regions: the first, then the added ones (the grower appends).
+    /// Leaf regions: the first, then the added ones (the keeper appends).
     leaves: Arc<RwLock<Vec<Arc<Region>>>>,
     space: LeafSpace,
     tables: Arc<Region>,
@@ -150,19 +246,49 @@ struct Pool {
     /// Where never-used table space starts.
     bump: u64,
     /// Bytes allocated for each block the retrainer placed, by offset.
-    placed: std::collections::HashMap<u64, u64>,
+    placed: HashMap<u64, u64>,
     /// Models whose retraining found no table space: (model, block).
     deferred: Vec<(usize, u64)>,
     last_retry: Instant,
     /// Retired blocks' spans: (offset, bytes, when retired).
     free: Vec<(u64, u64, Instant)>,
     grace: Duration,
+    own: Arc<Own>,
+    /// The CirQ head (the memory node's alone: clients never read it).
+    head: u64,
+    /// The sequence of the memory node's lock words.
+    seq: u32,
+    table_header: [u64; 8],
+    log_header: [u64; 3],
+    retrain_at: u64,
+    last_scrub: Instant,
+    /// The first model the next scrub looks at.
+    scrub_next: usize,
+    /// When the scrub last retrained each model for a full SLT.
+    swept: HashMap<usize, Instant>,
+    complaints: Complaints,
 }
 
 impl MemoryNode {
-    /// Starts the retrainer thread.
+    /// Starts the retrainer thread and the keeper thread (which adds leaf
+    /// regions and guards the leaf allocator).
     pub fn start_retrainer(&self) -> Retrainer {
         let regions = Arc::new(RwLock::new(vec![self.leaves.clone()]));
+        let own = Arc::new(Own {
+            capacity: AtomicU64::new(self.space.first),
+            blocks: Mutex::new(
+                self.blocks
+                    .iter()
+                    .map(|(off, head, pieces)| OwnBlock {
+                        off: *off,
+                        head: *head,
+                        pieces: pieces.clone(),
+                    })
+                    .collect(),
+            ),
+            epoch: AtomicU64::new(self.leaves.load(ALLOC_EPOCH_WORD)),
+        });
+        let log_layout = LogLayout::new(self.leaf, self.config().owners);
         let pool = Pool {
             leaves: regions.clone(),
             space: self.space,
@@ -170,13 +296,27 @@ impl MemoryNode {
             log: self.log.clone(),
             leaf: self.leaf,
             tl: self.tl,
-            log_layout: LogLayout::new(self.leaf, self.config().owners),
+            log_layout,
             bump: self.blocks_end,
             placed: Default::default(),
             deferred: Vec::new(),
             last_retry: Instant::now(),
             free: Vec::new(),
             grace: Duration::from_millis(self.config().block_grace_ms as u64),
+            own: own.clone(),
+            head: self.tables.load(word(self.tl.cirq_head_offset())),
+            seq: 0,
+            table_header: self.table_header,
+            log_header: [
+                self.config().owner_lease_ms as u64,
+                log_layout.slots(),
+                log_layout.slot_bytes(),
+            ],
+            retrain_at: self.config().retrain_at,
+            last_scrub: Instant::now(),
+            scrub_next: 0,
+            swept: HashMap::new(),
+            complaints: Complaints::default(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(RetrainStats::default());
@@ -190,18 +330,23 @@ impl MemoryNode {
             .name("rolex-retrainer".into())
             .spawn(move || pool.run(&s, &st))
             .ok();
-        let grower = self
-            .host
-            .clone()
-            .filter(|_| self.space.chunk > 0)
-            .and_then(|host| {
-                let (s, st) = (stop.clone(), stats.clone());
-                let space = self.space;
-                std::thread::Builder::new()
-                    .name("rolex-grower".into())
-                    .spawn(move || grow(&*host, space, &regions, &s, &st))
-                    .ok()
-            });
+        let mut keeper = Keeper {
+            host: self.host.clone().filter(|_| self.space.chunk > 0),
+            space: self.space,
+            regions,
+            own,
+            tables: self.tables.clone(),
+            log: self.log.clone(),
+            log_layout,
+            floor: self.leaves.load(ALLOC_NUM_WORD),
+            grow_failed: None,
+            complaints: Complaints::default(),
+        };
+        let (s, st) = (stop.clone(), stats.clone());
+        let grower = std::thread::Builder::new()
+            .name("rolex-keeper".into())
+            .spawn(move || keeper.run(&s, &st))
+            .ok();
         Retrainer {
             stop,
             stats,
@@ -211,38 +356,233 @@ impl MemoryNode {
     }
 }
 
-/// Adds a leaf region whenever fewer than half a region's leaves are left
-/// to allocate, until the most leaves are registered; then raises the
-/// capacity word, so a client never gets a leaf number of a region not
-/// yet registered.
-fn grow(
-    host: &dyn RegionHost,
+/// The thread that adds leaf regions and guards `alloc_num`
+/// (docs/rolex.md, "The leaf allocator is the memory node's").
+struct Keeper {
+    /// Where added regions come from (none: the leaves never grow).
+    host: Option<Arc<dyn RegionHost + Send + Sync>>,
     space: LeafSpace,
-    regions: &RwLock<Vec<Arc<Region>>>,
-    stop: &AtomicBool,
-    stats: &RetrainStats,
-) {
-    let first = regions.read().unwrap_or_else(|e| e.into_inner())[0].clone();
-    while !stop.load(Ordering::Acquire) {
-        let (alloc, cap) = (first.load(ALLOC_NUM_WORD), first.load(CAPACITY_WORD));
-        if cap >= space.max || alloc.saturating_add(space.chunk / 2) < cap {
+    regions: Arc<RwLock<Vec<Arc<Region>>>>,
+    own: Arc<Own>,
+    tables: Arc<Region>,
+    log: Arc<Region>,
+    log_layout: LogLayout,
+    /// The largest `alloc_num` seen that was plausible: honest clients
+    /// only add to it, so a smaller word was written by someone else.
+    floor: u64,
+    /// When adding a region last failed (retried after a while).
+    grow_failed: Option<Instant>,
+    complaints: Complaints,
+}
+
+impl Keeper {
+    fn first(&self) -> Arc<Region> {
+        self.regions.read().unwrap_or_else(|e| e.into_inner())[0].clone()
+    }
+
+    /// Every millisecond: puts back the leaf header words, undoes a
+    /// lowered `alloc_num`, and when the word nears the capacity or lies
+    /// beyond any honest use, counts the leaves linked and either adds a
+    /// region or fences and repairs the word.
+    fn run(&mut self, stop: &AtomicBool, stats: &RetrainStats) {
+        let first = self.first();
+        let owners = self.log_layout.slots();
+        while !stop.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(1));
-            continue;
+            let cap = self.own.capacity.load(Ordering::Acquire);
+            let words = [
+                (CAPACITY_WORD, cap),
+                (FIRST_LEAVES_WORD, self.space.first),
+                (CHUNK_LEAVES_WORD, self.space.chunk),
+                (MAX_LEAVES_WORD, self.space.max),
+                (ALLOC_EPOCH_WORD, self.own.epoch.load(Ordering::Acquire)),
+            ];
+            for (w, v) in words {
+                let now = first.load(w);
+                if now != v {
+                    first.store(w, v);
+                    stats.repairs.fetch_add(1, Ordering::Relaxed);
+                    self.complaints.note(
+                        "leaf region header",
+                        format_args!("word {w} was {now}, put back to {v}"),
+                    );
+                }
+            }
+            let alloc = first.load(ALLOC_NUM_WORD);
+            if alloc < self.floor {
+                // Only the memory node lowers the word: put it back (a
+                // CAS, so an FAA landing meanwhile is not undone).
+                if first.compare_exchange(ALLOC_NUM_WORD, alloc, self.floor) == alloc {
+                    stats.repairs.fetch_add(1, Ordering::Relaxed);
+                    self.complaints.note(
+                        "leaf allocator",
+                        format_args!("alloc_num lowered to {alloc}, put back to {}", self.floor),
+                    );
+                }
+                continue;
+            }
+            let can_grow = self.host.is_some()
+                && cap < self.space.max
+                && self
+                    .grow_failed
+                    .is_none_or(|t| t.elapsed() > Duration::from_secs(1));
+            let grow = can_grow && alloc.saturating_add(self.space.chunk / 2) >= cap;
+            let odd = alloc > cap.saturating_add(owners);
+            if !grow && !odd {
+                self.floor = alloc;
+                continue;
+            }
+            // Each owner id holds at most one leaf number it has not
+            // linked yet: more numbers than that beyond the leaves linked
+            // (or, without counting, beyond the leaves registered) were
+            // not taken by honest writers.
+            let linked = if odd { 0 } else { self.linked_top() };
+            if odd || alloc > linked.saturating_add(owners) {
+                self.repair_alloc(alloc, stop, stats);
+                continue;
+            }
+            self.floor = alloc;
+            if grow {
+                self.grow(cap, stats);
+            }
         }
-        let k = regions.read().unwrap_or_else(|e| e.into_inner()).len() as u8;
+    }
+
+    /// Adds the next leaf region, then raises the capacity (a client never
+    /// gets a leaf number of a region not yet registered).
+    fn grow(&mut self, cap: u64, stats: &RetrainStats) {
+        let Some(host) = self.host.clone() else {
+            return;
+        };
+        let k = self.regions.read().unwrap_or_else(|e| e.into_inner()).len();
+        // The capacity is the node's own, so the regions are exactly the
+        // ones it counts: never past the most.
+        debug_assert!(k as u64 <= MAX_ADDED_REGIONS);
+        if k as u64 > MAX_ADDED_REGIONS {
+            return;
+        }
         let added = host
-            .alloc(leaf_region_id(k), space.chunk_bytes(), Rights::ALL)
+            .alloc(
+                leaf_region_id(k as u8),
+                self.space.chunk_bytes(),
+                Rights::ALL,
+            )
             .and_then(|r| host.register(r.clone()).map(|()| r));
         match added {
             Ok(r) => {
-                regions.write().unwrap_or_else(|e| e.into_inner()).push(r);
-                first.store(CAPACITY_WORD, (cap + space.chunk).min(space.max));
+                self.regions
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(r);
+                let next = (cap + self.space.chunk).min(self.space.max);
+                self.own.capacity.store(next, Ordering::Release);
+                self.first().store(CAPACITY_WORD, next);
                 stats.leaf_regions_added.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
-                eprintln!("rolex: adding leaf region {k} failed, the leaves stop at {cap}: {e}");
-                return;
+                self.grow_failed = Some(Instant::now());
+                self.complaints.note(
+                    "adding a leaf region",
+                    format_args!("region {k} failed, the leaves stop at {cap} for now: {e}"),
+                );
             }
+        }
+    }
+
+    /// Fences `alloc_num`, waits until every number handed out before the
+    /// fence is linked or dropped, and resets the word to just past the
+    /// leaves linked ([`FENCE_WAIT`]; the writers' side is in
+    /// `Client::valid_leaf`).
+    fn repair_alloc(&mut self, alloc: u64, stop: &AtomicBool, stats: &RetrainStats) {
+        let first = self.first();
+        loop {
+            let now = first.load(ALLOC_NUM_WORD);
+            if first.compare_exchange(ALLOC_NUM_WORD, now, ALLOC_FENCE) == now {
+                break;
+            }
+        }
+        let epoch = self.own.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        first.store(ALLOC_EPOCH_WORD, epoch);
+        let fenced = Instant::now();
+        while fenced.elapsed() < FENCE_WAIT && !stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let top = self.linked_top();
+        first.store(ALLOC_NUM_WORD, top);
+        self.floor = top;
+        stats.alloc_repairs.fetch_add(1, Ordering::Relaxed);
+        self.complaints.note(
+            "leaf allocator",
+            format_args!(
+                "alloc_num {alloc} beyond what the {} leaves registered and {} owner ids \
+                 explain: fenced, reset to the {top} leaves in use (epoch {epoch})",
+                self.own.capacity.load(Ordering::Acquire),
+                self.log_layout.slots()
+            ),
+        );
+    }
+
+    /// One past the largest registered leaf number that a current block
+    /// links (LT or SLT) or that a redo record still to be replayed
+    /// writes; at least the first region's trained leaves.
+    fn linked_top(&self) -> u64 {
+        let cap = self.own.capacity.load(Ordering::Acquire);
+        let mut top = 0u64;
+        let mut see = |leaf: u64| {
+            if leaf < cap {
+                top = top.max(leaf + 1);
+            }
+        };
+        let blocks: Vec<(u64, usize)> = self
+            .own
+            .blocks()
+            .iter()
+            .map(|b| (b.off, b.head.n))
+            .collect();
+        for (off, n) in blocks {
+            let lt = word(TableLayout::lt_offset(off, 0));
+            for i in 0..n + SLT_SLOTS {
+                let w = self.tables.load(lt + i);
+                // SLT slot 0 is `slot_use`; an empty slot is 0.
+                if i < n || (i > n && w != 0) {
+                    see(Entry::decode(w).leaf);
+                }
+            }
+        }
+        let slots = self.log_layout.slots();
+        let mut bytes = vec![0u8; self.log_layout.slot_bytes() as usize];
+        for o in 1..=slots as u16 {
+            self.log
+                .copy_out(self.log_layout.slot_offset(o), &mut bytes);
+            let Ok(record) = RedoRecord::decode(&bytes) else {
+                continue;
+            };
+            let live = record.lock % 8 == 0
+                && record.lock < self.tables.len_bytes()
+                && LockWord::is_writer(record.token, slots)
+                && self.tables.load(word(record.lock)) == record.token;
+            if !live {
+                continue;
+            }
+            for w in &record.writes {
+                if let Target::Leaves(k) = w.target {
+                    if let Some(leaf) = self.leaf_number(k, w.offset) {
+                        see(leaf);
+                    }
+                }
+            }
+        }
+        top
+    }
+
+    /// The leaf at byte `off` of leaf region `k`.
+    fn leaf_number(&self, k: u8, off: u64) -> Option<u64> {
+        let b = self.space.layout.leaf_bytes() as u64;
+        if k == 0 {
+            Some(off.checked_sub(crate::layout::LEAF_REGION_HEADER)? / b)
+        } else {
+            let before = (k as u64 - 1).checked_mul(self.space.chunk)?;
+            self.space.first.checked_add(before)?.checked_add(off / b)
         }
     }
 }
@@ -256,8 +596,10 @@ impl Pool {
         let head_w = word(self.tl.cirq_head_offset());
         let n = self.tl.cirq_slots() as u64;
         while !stop.load(Ordering::Acquire) {
-            let head = self.tables.load(head_w);
-            let slot_w = word(self.tl.cirq_slot_offset((head % n) as usize));
+            if self.last_scrub.elapsed() >= SCRUB_EVERY {
+                self.scrub(stats);
+            }
+            let slot_w = word(self.tl.cirq_slot_offset((self.head % n) as usize));
             let v = self.tables.load(slot_w);
             if v == 0 {
                 // Empty, or a pusher between its FAA and its WRITE.
@@ -266,14 +608,109 @@ impl Pool {
                 continue;
             }
             self.tables.store(slot_w, 0);
-            self.tables.store(head_w, head + 1);
-            let m = (v >> 40).wrapping_sub(1) as usize;
-            let off = v & ((1 << 40) - 1);
-            if m >= self.tl.models() || self.tables.load(word(self.tl.dir_offset(m))) != off {
-                stats.skipped.fetch_add(1, Ordering::Relaxed);
-                continue;
+            self.head += 1;
+            self.tables.store(head_w, self.head);
+            self.take(v, stats);
+        }
+    }
+
+    /// Acts on a CirQ entry: retrains the model it names if the block it
+    /// names is the model's current one (the entry is client-written).
+    fn take(&mut self, v: u64, stats: &RetrainStats) {
+        let m = (v >> 40).wrapping_sub(1) as usize;
+        let off = v & ((1 << 40) - 1);
+        let current = self.own.blocks().get(m).map(|b| b.off);
+        if current != Some(off) {
+            stats.skipped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.settle(m, off, stats);
+    }
+
+    /// Puts back the words only the memory node writes (the table and log
+    /// headers, every directory word, the heads and pieces of current
+    /// blocks), takes CirQ entries pushed anywhere but at the head, and
+    /// retrains a model whose SLT reached the retrain mark without it
+    /// being queued (a client may FAA `slot_use` and never queue it).
+    fn scrub(&mut self, stats: &RetrainStats) {
+        self.last_scrub = Instant::now();
+        let put_back =
+            |region: &Region, w: usize, v: u64, what: &'static str, c: &mut Complaints| {
+                let now = region.load(w);
+                if now != v {
+                    region.store(w, v);
+                    stats.repairs.fetch_add(1, Ordering::Relaxed);
+                    c.note(
+                        what,
+                        format_args!("word {w} was {now:#x}, put back to {v:#x}"),
+                    );
+                }
+            };
+        let mut c = std::mem::take(&mut self.complaints);
+        for (w, v) in self.table_header.into_iter().enumerate() {
+            put_back(&self.tables, w, v, "table header", &mut c);
+        }
+        for (w, v) in self.log_header.into_iter().enumerate() {
+            put_back(&self.log, w, v, "log header", &mut c);
+        }
+        // A window of the models per pass, so a pass stays short however
+        // many models there are.
+        let blocks: Vec<(usize, OwnBlock)> = {
+            let all = self.own.blocks();
+            let from = self.scrub_next % all.len().max(1);
+            let to = (from + SCRUB_MODELS).min(all.len());
+            self.scrub_next = if to >= all.len() { 0 } else { to };
+            (from..to).map(|m| (m, all[m].clone())).collect()
+        };
+        let mut full = Vec::new();
+        for (m, b) in blocks {
+            put_back(
+                &self.tables,
+                word(self.tl.dir_offset(m)),
+                b.off,
+                "directory",
+                &mut c,
+            );
+            for (i, v) in b.head.encode().into_iter().enumerate() {
+                put_back(&self.tables, word(b.off) + i, v, "block head", &mut c);
             }
-            self.settle(m, off, stats);
+            for (k, p) in b.pieces.iter().enumerate() {
+                let at = word(TableLayout::piece_offset(b.off, b.head.n, k));
+                for (i, v) in p.encode().into_iter().enumerate() {
+                    put_back(&self.tables, at + i, v, "model piece", &mut c);
+                }
+            }
+            let used = self
+                .tables
+                .load(word(TableLayout::slt_offset(b.off, b.head.n, 0)));
+            let recently = self
+                .swept
+                .get(&m)
+                .is_some_and(|t| t.elapsed() < self.grace / 8);
+            if used >= self.retrain_at && !recently {
+                full.push((m, b.off));
+            }
+        }
+        self.complaints = c;
+        // Entries anywhere in the CirQ (a client may have moved the tail).
+        let n = self.tl.cirq_slots();
+        let mut pushed = Vec::new();
+        for i in 0..n {
+            let w = word(self.tl.cirq_slot_offset(i));
+            let v = self.tables.load(w);
+            if v != 0 && i as u64 != self.head % n as u64 {
+                self.tables.store(w, 0);
+                pushed.push(v);
+            }
+        }
+        for v in pushed {
+            self.take(v, stats);
+        }
+        for (m, off) in full {
+            self.swept.insert(m, Instant::now());
+            if self.own.blocks().get(m).map(|b| b.off) == Some(off) {
+                self.settle(m, off, stats);
+            }
         }
     }
 
@@ -283,6 +720,11 @@ impl Pool {
         let c = match self.retrain(m, off, stats) {
             Outcome::Done => &stats.retrained,
             Outcome::Abandoned => &stats.abandoned,
+            Outcome::Rejected(e) => {
+                self.complaints
+                    .note("retraining refused", format_args!("model {m}: {e}"));
+                &stats.rejected
+            }
             Outcome::NoSpace => {
                 if !self.deferred.iter().any(|d| d.0 == m) {
                     self.deferred.push((m, off));
@@ -301,7 +743,7 @@ impl Pool {
         }
         self.last_retry = Instant::now();
         for (m, off) in std::mem::take(&mut self.deferred) {
-            if self.tables.load(word(self.tl.dir_offset(m))) == off {
+            if self.own.blocks().get(m).map(|b| b.off) == Some(off) {
                 self.settle(m, off, stats);
             }
         }
@@ -317,10 +759,6 @@ impl Pool {
             .unwrap_or_else(|| self.tl.block_bytes(n, pieces))
     }
 
-    fn first(&self) -> Arc<Region> {
-        self.leaves.read().unwrap_or_else(|e| e.into_inner())[0].clone()
-    }
-
     /// Leaf region `k`, if registered.
     fn region(&self, k: u8) -> Option<Arc<Region>> {
         self.leaves
@@ -334,7 +772,11 @@ impl Pool {
     fn leaf_out(&self, n: u64, out: &mut [u8]) -> bool {
         let (k, off) = self.space.place(n);
         match self.region(k) {
-            Some(r) if off + out.len() as u64 <= r.len_bytes() => {
+            Some(r)
+                if off
+                    .checked_add(out.len() as u64)
+                    .is_some_and(|end| end <= r.len_bytes()) =>
+            {
                 r.copy_out(off, out);
                 true
             }
@@ -352,60 +794,108 @@ impl Pool {
         }
     }
 
-    fn head(&self, off: u64) -> Option<BlockHead> {
-        let mut bytes = [0u8; BLOCK_HEAD_WORDS * 8];
-        if off + bytes.len() as u64 > self.tables.len_bytes() {
-            return None;
-        }
-        self.tables.copy_out(off, &mut bytes);
-        BlockHead::decode(&bytes, self.tables.len_bytes() / 8)
+    /// A fresh lock word of the memory node's.
+    fn next_word(&mut self) -> u64 {
+        self.seq = self.seq.wrapping_add(1);
+        LockWord::memory(self.seq)
     }
 
-    /// Rebuilds model `m` from its block at `off`; false if abandoned.
+    /// Renews the memory node's words on the first `upto` lock words from
+    /// `lk` (CAS from `mine` to a fresh word), as a writer renews its
+    /// lease; false if one was taken meanwhile: then every word still
+    /// ours is freed.
+    fn renew(&mut self, lk: usize, upto: usize, mine: &mut u64, since: &mut Instant) -> bool {
+        let next = self.next_word();
+        let at = Instant::now();
+        for i in 0..upto {
+            if self.tables.compare_exchange(lk + i, *mine, next) != *mine {
+                self.unlock(lk, i, next);
+                for j in i + 1..upto {
+                    self.tables.compare_exchange(lk + j, *mine, LockWord::FREE);
+                }
+                return false;
+            }
+        }
+        (*mine, *since) = (next, at);
+        true
+    }
+
+    /// Rebuilds model `m` from its block at `off`.
     fn retrain(&mut self, m: usize, off: u64, stats: &RetrainStats) -> Outcome {
-        let Some(head) = self.head(off) else {
+        let Some(own) = self.own.blocks().get(m).cloned().filter(|b| b.off == off) else {
             return Outcome::Abandoned;
         };
+        // The head as the memory node wrote it: the region's copy is
+        // client-writable.
+        let head = own.head;
         let n = head.n;
         if TableLayout::piece_offset(off, n, head.pieces) > self.tables.len_bytes() {
-            return Outcome::Abandoned;
+            return Outcome::Rejected(corrupt(
+                "model block",
+                format!("block {off} past the table"),
+            ));
         }
         let lk = word(TableLayout::lk_offset(off, n, 0));
-        // 1. Lock every chain.
+        let half = Duration::from_millis(MAX_LOCK_LEASE_MS as u64 / 2);
+        let slots = self.log_layout.slots();
+        // 1. Lock every chain, under the memory node's own word, renewed
+        // like a writer's lease so a waiter never sees it stand still
+        // for a whole lease.
+        let mut mine = self.next_word();
+        let mut since = Instant::now();
         let start = Instant::now();
         for i in 0..n {
             // The lock word seen and since when (the lease is measured on
             // our clock: the memory has none).
             let mut seen = (LockWord::FREE, Instant::now());
             loop {
-                let cur = self
-                    .tables
-                    .compare_exchange(lk + i, LockWord::FREE, LockWord::RETIRED);
+                if since.elapsed() >= half && !self.renew(lk, i, &mut mine, &mut since) {
+                    return Outcome::Abandoned;
+                }
+                let cur = self.tables.compare_exchange(lk + i, LockWord::FREE, mine);
                 if cur == LockWord::FREE {
                     break;
                 }
+                if LockWord::decode(cur).owner == MEMORY_OWNER {
+                    // The memory node's word, but not the one it holds:
+                    // written by a client. Take it at once.
+                    if self.tables.compare_exchange(lk + i, cur, mine) == cur {
+                        stats.lock_repairs.fetch_add(1, Ordering::Relaxed);
+                        self.complaints.note(
+                            "lock word",
+                            format_args!(
+                                "{cur:#x} on a current block, not the memory node's: taken"
+                            ),
+                        );
+                        break;
+                    }
+                    continue;
+                }
                 if cur != seen.0 {
                     seen = (cur, Instant::now());
-                } else if LockWord::stealable(cur, seen.1.elapsed().as_millis())
-                    && self.tables.compare_exchange(lk + i, cur, LockWord::RETIRED) == cur
+                } else if LockWord::stealable(cur, seen.1.elapsed().as_millis(), slots)
+                    && self.tables.compare_exchange(lk + i, cur, mine) == cur
                 {
                     stats.steals.fetch_add(1, Ordering::Relaxed);
-                    if self.replay(cur) {
+                    if LockWord::is_writer(cur, slots) && self.replay(cur) {
                         stats.replays.fetch_add(1, Ordering::Relaxed);
                     }
                     break;
                 }
                 if start.elapsed() > LOCK_PATIENCE {
-                    self.unlock(lk, i);
+                    self.unlock(lk, i, mine);
                     return Outcome::Abandoned;
                 }
                 std::thread::yield_now();
             }
         }
         // 2. Every leaf of every chain, in key order.
-        let Some(seq) = self.chains(off, n) else {
-            self.unlock(lk, n);
-            return Outcome::Abandoned;
+        let seq = match self.chains(off, n) {
+            Ok(seq) => seq,
+            Err(e) => {
+                self.unlock(lk, n, mine);
+                return Outcome::Rejected(e);
+            }
         };
         let mut kept: Vec<(u64, LeafImage)> = seq
             .iter()
@@ -415,15 +905,25 @@ impl Pool {
         if kept.is_empty() {
             kept.push(seq[0].clone());
         }
-        let sorted = kept
+        let keys: Vec<u64> = kept
             .iter()
             .flat_map(|(_, img)| img.pairs.iter().map(|p| p.0))
-            .collect::<Vec<_>>()
-            .windows(2)
-            .all(|w| w[0] < w[1]);
-        if !sorted {
-            self.unlock(lk, n);
-            return Outcome::Abandoned;
+            .collect();
+        let sorted = keys.windows(2).all(|w| w[0] < w[1]);
+        let inside = keys
+            .iter()
+            .all(|k| (head.smallest..=head.largest).contains(k));
+        if !sorted || !inside {
+            self.unlock(lk, n, mine);
+            return Outcome::Rejected(corrupt(
+                "model chains",
+                format!(
+                    "keys {} outside [{}, {}]",
+                    if sorted { "lie" } else { "unsorted or" },
+                    head.smallest,
+                    head.largest
+                ),
+            ));
         }
         let lows: Vec<u64> = kept
             .iter()
@@ -433,22 +933,34 @@ impl Pool {
                 (_, Some(p)) => p.0,
             })
             .collect();
+        // Sorted keys inside the model's range make these ascending.
+        debug_assert!(lows.windows(2).all(|w| w[0] < w[1]));
         let pieces = fit_pieces(&lows, head.largest);
         let bytes = self
             .tl
             .block_bytes(kept.len(), pieces.len())
             .next_power_of_two();
         let Some(new) = self.alloc_block(bytes, stats) else {
-            self.unlock(lk, n);
+            self.unlock(lk, n, mine);
             return Outcome::NoSpace;
         };
+        // Steps 3 to 5 are a few stores: renewed here, they end within
+        // half a lease of it.
+        if since.elapsed() >= half / 2 && !self.renew(lk, n, &mut mine, &mut since) {
+            self.free.push((
+                new,
+                self.placed.remove(&new).unwrap_or(bytes),
+                Instant::now(),
+            ));
+            return Outcome::Abandoned;
+        }
         let new_head = BlockHead {
             n: kept.len(),
             pieces: pieces.len(),
             ..head
         };
         let numbers: Vec<u64> = kept.iter().map(|(l, _)| *l).collect();
-        write_block(&self.tables, new, &new_head, &numbers, &pieces, true);
+        write_block(&self.tables, new, &new_head, &numbers, &pieces, mine);
         // 3. Every kept leaf gets its own fences and no link.
         let mut buf = Vec::new();
         for (k, (leaf, img)) in kept.iter().enumerate() {
@@ -484,14 +996,20 @@ impl Pool {
         }
         // 4. Redirect, 5. open the new block.
         self.tables.store(word(self.tl.dir_offset(m)), new);
+        if let Some(b) = self.own.blocks().get_mut(m) {
+            *b = OwnBlock {
+                off: new,
+                head: new_head,
+                pieces,
+            };
+        }
         // The grace of the old block starts after the swap.
         let span = self.span_bytes(off, n, head.pieces);
         self.free.push((off, span, Instant::now()));
         stats.retired.fetch_add(1, Ordering::Relaxed);
         let new_lk = word(TableLayout::lk_offset(new, numbers.len(), 0));
-        for i in 0..numbers.len() {
-            self.tables.store(new_lk + i, LockWord::FREE);
-        }
+        // A CAS: a waiter may have taken a word left standing too long.
+        self.unlock(new_lk, numbers.len(), mine);
         Outcome::Done
     }
 
@@ -551,10 +1069,12 @@ impl Pool {
         self.free = out;
     }
 
-    /// Frees the first `upto` lock words from word `lk` on.
-    fn unlock(&self, lk: usize, upto: usize) {
+    /// Frees the first `upto` lock words from word `lk` on that still
+    /// hold the memory node's word `mine` (a CAS: one a waiter took from
+    /// us is left to it).
+    fn unlock(&self, lk: usize, upto: usize, mine: u64) {
         for i in 0..upto {
-            self.tables.store(lk + i, LockWord::FREE);
+            self.tables.compare_exchange(lk + i, mine, LockWord::FREE);
         }
     }
 
@@ -600,12 +1120,16 @@ impl Pool {
     }
 
     /// Leaves of the block's chains in order, each with its image whose
-    /// `ver` is its chain's; `None` if a link or leaf is impossible.
-    fn chains(&self, off: u64, n: usize) -> Option<Vec<(u64, LeafImage)>> {
+    /// `ver` is its chain's. Every entry and link is client-written: a
+    /// leaf number at or past the node's own capacity, a leaf linked
+    /// twice, a leaf whose bytes do not check (it is locked: no writer
+    /// tears it now) is a typed error.
+    fn chains(&self, off: u64, n: usize) -> Result<Vec<(u64, LeafImage)>, RolexError> {
         let lt = word(TableLayout::lt_offset(off, 0));
         let slt = word(TableLayout::slt_offset(off, n, 0));
-        let capacity = self.first().load(crate::layout::CAPACITY_WORD);
+        let capacity = self.own.capacity.load(Ordering::Acquire);
         let mut out = Vec::new();
+        let mut linked = HashSet::new();
         let mut bytes = vec![0u8; self.leaf.leaf_bytes()];
         for i in 0..n {
             let e = Entry::decode(self.tables.load(lt + i));
@@ -613,13 +1137,18 @@ impl Pool {
             let mut ptr = e.ptr;
             let mut chain_ver = None;
             for _ in 0..SLT_SLOTS {
+                let bad = |why: &str| corrupt("chain", format!("chain {i}: leaf {leaf} {why}"));
                 if leaf >= capacity {
-                    return None;
+                    return Err(bad(&format!("past the {capacity} leaves registered")));
+                }
+                if !linked.insert(leaf) {
+                    return Err(bad("linked twice"));
                 }
                 if !self.leaf_out(leaf, &mut bytes) {
-                    return None;
+                    return Err(bad("not in a registered region"));
                 }
-                let mut img = LeafImage::decode(self.leaf, &bytes).ok()?;
+                let mut img =
+                    LeafImage::decode(self.leaf, &bytes).map_err(|r| bad(&format!("{r:?}")))?;
                 let v = *chain_ver.get_or_insert(img.ver);
                 img.ver = v;
                 out.push((leaf, img));
@@ -631,6 +1160,10 @@ impl Pool {
                 ptr = s.ptr;
             }
         }
-        Some(out)
+        Ok(out)
     }
+}
+
+fn corrupt(what: &'static str, detail: String) -> RolexError {
+    RolexError::Corrupt { what, detail }
 }
