@@ -402,6 +402,24 @@ fn growth_on_two_memory_nodes_keeps_every_key_and_few_leaves_per_get() {
             });
         }
     });
+    // The figure below is of the models the retrainers settle on: wait
+    // until they have been quiet for a while (a loaded machine leaves
+    // retrainings queued when the writers finish), at most 30 s.
+    let retrained_now = || -> u64 {
+        retrainers
+            .iter()
+            .map(|r| r.stats().retrained.load(Ordering::Relaxed))
+            .sum()
+    };
+    let mut last = retrained_now();
+    for _ in 0..60 {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let now = retrained_now();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
     let mut c = pool
         .client(vec![fabric.endpoint(), fabric.endpoint()])
         .unwrap();
