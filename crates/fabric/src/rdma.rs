@@ -10,8 +10,10 @@
 //!   [`RemoteRegion`]s (address, rkey, length, rights).
 //! * A connection is one reliable-connected (RC) queue pair on each side.
 //!   Each side calls [`RdmaContext::create_qp`], sends its [`QpInfo`] to the
-//!   other over an out-of-band channel (the TCP connection that also
-//!   carries RPCs), and calls [`PendingQp::connect`] with the peer's info.
+//!   other over an out-of-band channel (for servers and clients in
+//!   different processes: the door of [`crate::rdma_door`], a TCP exchange
+//!   whose bytes are [`crate::rdma_wire`]), and calls
+//!   [`PendingQp::connect`] with the peer's info.
 //!   The server keeps its [`ConnectedQp`] alive for as long as the client
 //!   uses the connection: dropping it tears the connection down. Nothing
 //!   is ever posted on the server's queue pair; its NIC serves the verbs.

@@ -13,9 +13,13 @@
 //!
 //! # Bounds
 //!
-//! * At most [`DoorConfig::max_connections`] door connections (each one
+//! * At most [`DoorConfig::max_connections`] connected clients (each one
 //!   queue pair and one thread on the server); one over the cap gets a
 //!   REFUSE and is closed.
+//! * At most [`DoorConfig::max_preauth`] connections waiting to prove the
+//!   token (one thread each); a new one over that cap closes the oldest
+//!   waiting one, so a flood of idle sockets cannot keep a real client,
+//!   whose CONNECT follows the greeting at once, out.
 //! * A connection must send its CONNECT within
 //!   [`DoorConfig::handshake_timeout`]; frames are bounded
 //!   ([`crate::rdma_wire::MAX_DOOR_FRAME`]) before they are read.
@@ -54,6 +58,9 @@ use crate::remote::TcpEndpoint;
 /// Default cap on door connections (queue pairs) served at once.
 pub const MAX_DOOR_CONNECTIONS: usize = 1024;
 
+/// Default cap on door connections waiting for their CONNECT.
+pub const MAX_DOOR_PREAUTH: usize = 64;
+
 /// How long a client waits for each step of the exchange.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -66,8 +73,10 @@ pub struct DoorConfig {
     /// Access token a client must prove it holds (`None`: loopback only,
     /// no proof checked).
     pub token: Option<String>,
-    /// Most door connections served at once.
+    /// Most connected clients served at once.
     pub max_connections: usize,
+    /// Most connections waiting for their CONNECT at once.
+    pub max_preauth: usize,
     /// Time a new connection has to send its CONNECT.
     pub handshake_timeout: Duration,
 }
@@ -77,9 +86,18 @@ impl Default for DoorConfig {
         DoorConfig {
             token: None,
             max_connections: MAX_DOOR_CONNECTIONS,
+            max_preauth: MAX_DOOR_PREAUTH,
             handshake_timeout: Duration::from_secs(5),
         }
     }
+}
+
+/// One open door connection, as the acceptor sees it.
+struct Conn {
+    /// A clone of the socket, to shut it down (stop, or evicted unproven).
+    stream: TcpStream,
+    /// Whether it proved the token and holds a queue pair.
+    connected: bool,
 }
 
 struct DoorInner {
@@ -87,8 +105,8 @@ struct DoorInner {
     rpc_port: u16,
     config: DoorConfig,
     stop: AtomicBool,
-    /// Open connections (a clone of each socket, to shut it down at stop).
-    conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Open connections by id (ids grow: the smallest is the oldest).
+    conns: Mutex<HashMap<u64, Conn>>,
     next_id: AtomicU64,
     accepted: AtomicU64,
     refused: AtomicU64,
@@ -136,9 +154,10 @@ impl RdmaDoor {
                 )));
             }
         }
-        if config.max_connections == 0 || config.handshake_timeout.is_zero() {
+        if config.max_connections == 0 || config.max_preauth == 0 || config.handshake_timeout.is_zero()
+        {
             return Err(FabricError::Refused(
-                "the door's connection cap and handshake timeout must be positive".into(),
+                "the door's connection caps and handshake timeout must be positive".into(),
             ));
         }
         let listener = TcpListener::bind(addr)?;
@@ -171,13 +190,12 @@ impl RdmaDoor {
         self.addr
     }
 
-    /// Door connections open now (each holds one queue pair).
-    pub fn open_connections(&self) -> usize {
-        self.inner
-            .conns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+    /// Door connections open now: (connected clients, each holding a
+    /// queue pair; connections still waiting for their CONNECT).
+    pub fn open_connections(&self) -> (usize, usize) {
+        let conns = self.inner.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let connected = conns.values().filter(|c| c.connected).count();
+        (connected, conns.len() - connected)
     }
 
     /// Clients connected so far, and connections refused (bad token,
@@ -200,7 +218,7 @@ impl RdmaDoor {
             .unwrap_or_else(|e| e.into_inner())
             .values()
         {
-            let _ = s.shutdown(std::net::Shutdown::Both);
+            let _ = s.stream.shutdown(std::net::Shutdown::Both);
         }
         let acceptor = self
             .acceptor
@@ -247,7 +265,8 @@ fn admit(inner: &Arc<DoorInner>, stream: TcpStream, peer: SocketAddr) {
     let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
     {
         let mut conns = inner.conns.lock().unwrap_or_else(|e| e.into_inner());
-        if conns.len() >= inner.config.max_connections {
+        let connected = conns.values().filter(|c| c.connected).count();
+        if connected >= inner.config.max_connections {
             drop(conns);
             inner.refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%peer, "rdma door: refused a connection over the cap");
@@ -260,9 +279,24 @@ fn admit(inner: &Arc<DoorInner>, stream: TcpStream, peer: SocketAddr) {
             );
             return;
         }
+        if conns.len() - connected >= inner.config.max_preauth {
+            // The oldest unproven connection goes: its thread's read fails.
+            if let Some(oldest) = conns.iter().filter(|(_, c)| !c.connected).map(|(k, _)| *k).min() {
+                if let Some(c) = conns.get(&oldest) {
+                    let _ = c.stream.shutdown(std::net::Shutdown::Both);
+                }
+                conns.remove(&oldest);
+            }
+        }
         match stream.try_clone() {
             Ok(c) => {
-                conns.insert(id, c);
+                conns.insert(
+                    id,
+                    Conn {
+                        stream: c,
+                        connected: false,
+                    },
+                );
             }
             Err(_) => return,
         }
@@ -271,7 +305,7 @@ fn admit(inner: &Arc<DoorInner>, stream: TcpStream, peer: SocketAddr) {
     let spawned = std::thread::Builder::new()
         .name("rdma-door-conn".into())
         .spawn(move || {
-            if let Err(why) = serve(&i, stream, peer) {
+            if let Err(why) = serve(&i, id, stream, peer) {
                 i.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%peer, "rdma door: {why}");
             }
@@ -297,7 +331,12 @@ fn refuse(stream: &mut TcpStream, why: String) -> Result<(), String> {
 
 /// One door connection: the exchange, then LOOKUPs until the client
 /// closes it. The server's queue pair lives exactly as long.
-fn serve(inner: &DoorInner, mut stream: TcpStream, peer: SocketAddr) -> Result<(), String> {
+fn serve(
+    inner: &DoorInner,
+    id: u64,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+) -> Result<(), String> {
     stream
         .set_read_timeout(Some(inner.config.handshake_timeout))
         .map_err(|e| e.to_string())?;
@@ -326,6 +365,26 @@ fn serve(inner: &DoorInner, mut stream: TcpStream, peer: SocketAddr) -> Result<(
     if let Some(token) = &inner.config.token {
         if !check_proof(token.as_bytes(), &nonce, &qp, &proof) {
             return refuse(&mut stream, "connection without a valid token".into());
+        }
+    }
+    {
+        // Proven: counts against the connected cap from now on, and is no
+        // longer evicted as a waiting one.
+        let mut conns = inner.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let connected = conns.values().filter(|c| c.connected).count();
+        match conns.get_mut(&id) {
+            None => return Err("evicted while waiting for its CONNECT".into()),
+            Some(_) if connected >= inner.config.max_connections => {
+                drop(conns);
+                return refuse(
+                    &mut stream,
+                    format!(
+                        "the server serves at most {} rdma connections",
+                        inner.config.max_connections
+                    ),
+                );
+            }
+            Some(c) => c.connected = true,
         }
     }
     let connected = match inner.ctx.create_qp().and_then(|p| {
