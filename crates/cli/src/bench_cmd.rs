@@ -419,7 +419,8 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         );
     }
     if args.cluster.is_some()
-        && (system_name != "xstore" || matches!(args.fabric.as_str(), "shm" | "rdma")) {
+        && (system_name != "xstore" || matches!(args.fabric.as_str(), "shm" | "rdma"))
+    {
         bail!("--cluster runs xstore over tcp only");
     }
     let as_found = args.data == "existing";

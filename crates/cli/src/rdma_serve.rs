@@ -91,7 +91,12 @@ mod real {
     }
 
     impl xstore::Registrar for Regions {
-        fn alloc(&self, id: RegionId, bytes: u64, rights: Rights) -> Result<Arc<Region>, FabricError> {
+        fn alloc(
+            &self,
+            id: RegionId,
+            bytes: u64,
+            rights: Rights,
+        ) -> Result<Arc<Region>, FabricError> {
             self.host.alloc_region(id, bytes, rights)
         }
         fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
@@ -103,7 +108,12 @@ mod real {
     }
 
     impl rolex::RegionHost for Regions {
-        fn alloc(&self, id: RegionId, bytes: u64, rights: Rights) -> Result<Arc<Region>, FabricError> {
+        fn alloc(
+            &self,
+            id: RegionId,
+            bytes: u64,
+            rights: Rights,
+        ) -> Result<Arc<Region>, FabricError> {
             self.host.alloc_region(id, bytes, rights)
         }
         fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {

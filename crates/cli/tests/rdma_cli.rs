@@ -100,8 +100,15 @@ fn serves_bench_over_rdma() {
     for system in ["xstore", "rolex", "finestore"] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
             .args([
-                "server", "--system", system, "--fabric", "rdma", "--listen", "127.0.0.1:0",
-                "--keys", "20000",
+                "server",
+                "--system",
+                system,
+                "--fabric",
+                "rdma",
+                "--listen",
+                "127.0.0.1:0",
+                "--keys",
+                "20000",
             ])
             .env_remove("XSTORE_TOKEN")
             .stdout(std::process::Stdio::piped())
@@ -112,14 +119,28 @@ fn serves_bench_over_rdma() {
         for line in BufReader::new(stdout).lines() {
             let line = line.unwrap();
             if let Some(rest) = line.strip_prefix("listening on rdma://") {
-                url = Some(format!("rdma://{}", rest.split_whitespace().next().unwrap()));
+                url = Some(format!(
+                    "rdma://{}",
+                    rest.split_whitespace().next().unwrap()
+                ));
                 break;
             }
         }
         let url = url.expect("the server printed its rdma:// URL");
         let out = xstore(&[
-            "bench", "--system", system, "--fabric", "rdma", "--server", &url, "--keys", "20000",
-            "--ops", "20000", "--workload", "a",
+            "bench",
+            "--system",
+            system,
+            "--fabric",
+            "rdma",
+            "--server",
+            &url,
+            "--keys",
+            "20000",
+            "--ops",
+            "20000",
+            "--workload",
+            "a",
         ]);
         let _ = child.kill();
         let _ = child.wait();

@@ -87,8 +87,9 @@ pub const ENV_PORT: &str = "XSTORE_RDMA_PORT";
 /// first one listed).
 pub const ENV_DEVICE: &str = "XSTORE_RDMA_DEVICE";
 
-/// Which device, port and GID index to use.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Which device, port and GID index to use (default: the first device,
+/// port 1, GID index 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceOptions {
     /// Device name (`mlx5_0`, `rxe0`); `None`: the first one listed.
     pub device: Option<String>,
@@ -96,6 +97,16 @@ pub struct DeviceOptions {
     pub port: u8,
     /// GID index for the GRH (RoCE needs a valid one).
     pub gid_index: u8,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> DeviceOptions {
+        DeviceOptions {
+            device: None,
+            port: 1,
+            gid_index: 0,
+        }
+    }
 }
 
 impl DeviceOptions {
@@ -300,7 +311,9 @@ impl RdmaContext {
         let name = opts.device.as_deref();
         let (port, gid_index) = (opts.port, opts.gid_index);
         if port == 0 {
-            return Err(config_error("rdma: device ports are numbered from 1".into()));
+            return Err(config_error(
+                "rdma: device ports are numbered from 1".into(),
+            ));
         }
         let list = DeviceList::new().map_err(|e| {
             FabricError::Io(io::Error::new(

@@ -154,7 +154,9 @@ impl RdmaDoor {
                 )));
             }
         }
-        if config.max_connections == 0 || config.max_preauth == 0 || config.handshake_timeout.is_zero()
+        if config.max_connections == 0
+            || config.max_preauth == 0
+            || config.handshake_timeout.is_zero()
         {
             return Err(FabricError::Refused(
                 "the door's connection caps and handshake timeout must be positive".into(),
@@ -241,9 +243,7 @@ fn accept_loop(inner: &Arc<DoorInner>, listener: &TcpListener) {
     while !inner.stop.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, peer)) => admit(inner, stream, peer),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(ACCEPT_POLL)
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
             Err(e) => {
                 // Out of descriptors and the like: back off, keep serving.
                 tracing::warn!(error = %e, "rdma door: accept failed");
@@ -255,8 +255,7 @@ fn accept_loop(inner: &Arc<DoorInner>, listener: &TcpListener) {
 
 /// Takes a new connection in (a thread of its own) or refuses it when the
 /// door is full.
-fn admit(inner: &Arc<DoorInner>, stream: TcpStream, peer: SocketAddr) {
-    let mut stream = stream;
+fn admit(inner: &Arc<DoorInner>, mut stream: TcpStream, peer: SocketAddr) {
     if stream.set_nonblocking(false).is_err() {
         return;
     }
@@ -281,7 +280,12 @@ fn admit(inner: &Arc<DoorInner>, stream: TcpStream, peer: SocketAddr) {
         }
         if conns.len() - connected >= inner.config.max_preauth {
             // The oldest unproven connection goes: its thread's read fails.
-            if let Some(oldest) = conns.iter().filter(|(_, c)| !c.connected).map(|(k, _)| *k).min() {
+            if let Some(oldest) = conns
+                .iter()
+                .filter(|(_, c)| !c.connected)
+                .map(|(k, _)| *k)
+                .min()
+            {
                 if let Some(c) = conns.get(&oldest) {
                     let _ = c.stream.shutdown(std::net::Shutdown::Both);
                 }
@@ -352,7 +356,12 @@ fn serve(
     .map_err(|e| format!("sending the greeting: {e}"))?;
     let (version, qp, proof) = match read_door_frame(&mut stream) {
         Ok(DoorMsg::Connect { version, qp, proof }) => (version, qp, proof),
-        Ok(other) => return refuse(&mut stream, format!("expected CONNECT, got {}", other.name())),
+        Ok(other) => {
+            return refuse(
+                &mut stream,
+                format!("expected CONNECT, got {}", other.name()),
+            )
+        }
         Err(DoorError::Io(e)) => return Err(format!("no CONNECT: {e}")),
         Err(e) => return refuse(&mut stream, e.to_string()),
     };
@@ -413,7 +422,10 @@ fn serve(
                 }
             }
             Ok(other) => {
-                return refuse(&mut stream, format!("expected LOOKUP, got {}", other.name()))
+                return refuse(
+                    &mut stream,
+                    format!("expected LOOKUP, got {}", other.name()),
+                )
             }
             Err(DoorError::Io(_)) => return Ok(()),
             Err(e) => return refuse(&mut stream, e.to_string()),

@@ -555,8 +555,8 @@ impl DoorMsg {
 pub fn door_proof(token: &[u8], nonce: &[u8; NONCE_BYTES], qp: &QpInfo) -> [u8; PROOF_BYTES] {
     use hmac::{Hmac, Mac};
     // HMAC accepts keys of any length; this cannot fail.
-    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(token)
-        .expect("HMAC takes keys of any length");
+    let mut mac =
+        <Hmac<sha2::Sha256> as Mac>::new_from_slice(token).expect("HMAC takes keys of any length");
     mac.update(PROOF_CONTEXT);
     mac.update(nonce);
     mac.update(&qp.encode());

@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 use fabric::rdma::{device_names, DeviceOptions, RdmaContext};
 use fabric::rdma_door::{self, DoorConfig, RdmaDoor};
 use fabric::{
-    Batch, Endpoint, FabricError, Host, HostConfig, NodeId, RegionId, Rights, RpcHandler,
-    VerbError,
+    Batch, Endpoint, FabricError, Host, HostConfig, NodeId, RegionId, Rights, RpcHandler, VerbError,
 };
 
 struct Echo;

@@ -70,7 +70,10 @@ fn the_greeting_names_the_rpc_host() {
 fn a_refusing_or_foreign_peer_is_a_clear_error() {
     let refusing = fake_door(framed(&DoorMsg::Refuse("go away".into())), 1);
     let err = rdma_wire::rpc_address(refusing, Duration::from_secs(5)).unwrap_err();
-    assert!(matches!(&err, FabricError::Refused(m) if m.contains("go away")), "{err}");
+    assert!(
+        matches!(&err, FabricError::Refused(m) if m.contains("go away")),
+        "{err}"
+    );
 
     // A tcp host's reply to nothing is nothing: not a greeting.
     let foreign = fake_door(b"\x05\x00\x00\x00HELLO".to_vec(), 1);
