@@ -202,6 +202,13 @@ mod real {
             self.door = Some(door);
             Ok(url)
         }
+
+        /// Closes the door and every client's queue pair.
+        pub fn shutdown(self) {
+            if let Some(door) = &self.door {
+                door.shutdown();
+            }
+        }
     }
 }
 
@@ -241,6 +248,11 @@ mod stub {
         /// See the `rdma` build.
         pub fn listen(&mut self, _: std::net::SocketAddr, _: Option<String>) -> Result<String> {
             match *self {}
+        }
+
+        /// See the `rdma` build.
+        pub fn shutdown(self) {
+            match self {}
         }
     }
 }

@@ -412,7 +412,9 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     // Deregister first: clients learn at once that this server is gone.
     drop(shard);
     // The door first: clients' queue pairs go before the regions.
-    drop(rdma);
+    if let Some(r) = rdma {
+        r.shutdown();
+    }
     host.shutdown();
     drop(server);
     Ok(())
