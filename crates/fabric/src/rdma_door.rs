@@ -49,8 +49,9 @@ use crate::endpoint::{CallTicket, Endpoint, NodeId};
 use crate::error::FabricError;
 use crate::rdma::{DeviceOptions, RdmaContext, RdmaEndpoint};
 use crate::rdma_wire::{
-    check_proof, door_proof, fresh_nonce, read_door_frame, write_door_frame, DoorError, DoorMsg,
-    DOOR_VERSION, MAX_DOOR_REGIONS, PROOF_BYTES,
+    client_proof, fresh_nonce, proofs_match, read_door_frame, server_proof, write_door_frame,
+    DoorError, DoorMsg, CLIENT_NONCE_BYTES, DOOR_VERSION, MAX_DOOR_REGIONS, NONCE_BYTES,
+    PROOF_BYTES,
 };
 use crate::region::RegionId;
 use crate::remote::TcpEndpoint;
@@ -344,7 +345,7 @@ fn serve(
     stream
         .set_read_timeout(Some(inner.config.handshake_timeout))
         .map_err(|e| e.to_string())?;
-    let nonce = fresh_nonce();
+    let nonce: [u8; NONCE_BYTES] = fresh_nonce();
     write_door_frame(
         &mut stream,
         &DoorMsg::Greeting {
@@ -354,8 +355,13 @@ fn serve(
         },
     )
     .map_err(|e| format!("sending the greeting: {e}"))?;
-    let (version, qp, proof) = match read_door_frame(&mut stream) {
-        Ok(DoorMsg::Connect { version, qp, proof }) => (version, qp, proof),
+    let (version, qp, client_nonce, proof) = match read_door_frame(&mut stream) {
+        Ok(DoorMsg::Connect {
+            version,
+            qp,
+            client_nonce,
+            proof,
+        }) => (version, qp, client_nonce, proof),
         Ok(other) => {
             return refuse(
                 &mut stream,
@@ -372,7 +378,8 @@ fn serve(
         );
     }
     if let Some(token) = &inner.config.token {
-        if !check_proof(token.as_bytes(), &nonce, &qp, &proof) {
+        let want = client_proof(token.as_bytes(), &nonce, &client_nonce, &qp);
+        if !proofs_match(&want, &proof) {
             return refuse(&mut stream, "connection without a valid token".into());
         }
     }
@@ -407,8 +414,19 @@ fn serve(
     let mut regions = inner.ctx.registered();
     // The rest are learnt with LOOKUP.
     regions.truncate(MAX_DOOR_REGIONS);
-    write_door_frame(&mut stream, &DoorMsg::Accept { qp: local, regions })
-        .map_err(|e| format!("sending ACCEPT: {e}"))?;
+    let proof = match &inner.config.token {
+        Some(t) => server_proof(t.as_bytes(), &nonce, &client_nonce, &qp, &local),
+        None => [0; PROOF_BYTES],
+    };
+    write_door_frame(
+        &mut stream,
+        &DoorMsg::Accept {
+            qp: local,
+            proof,
+            regions,
+        },
+    )
+    .map_err(|e| format!("sending ACCEPT: {e}"))?;
     inner.accepted.fetch_add(1, Ordering::Relaxed);
     tracing::info!(%peer, qpn = local.qpn, "rdma door: queue pair connected");
     // From now on the connection only says whether the client is there.
@@ -517,8 +535,9 @@ pub fn connect(
     let ctx = shared_context(opts)?;
     let pending = ctx.create_qp()?;
     let info = pending.info();
+    let client_nonce: [u8; CLIENT_NONCE_BYTES] = fresh_nonce();
     let proof = match token {
-        Some(t) => door_proof(t.as_bytes(), &nonce, &info),
+        Some(t) => client_proof(t.as_bytes(), &nonce, &client_nonce, &info),
         None => [0; PROOF_BYTES],
     };
     write_door_frame(
@@ -526,11 +545,24 @@ pub fn connect(
         &DoorMsg::Connect {
             version: DOOR_VERSION,
             qp: info,
+            client_nonce,
             proof,
         },
     )?;
     let (server_qp, regions) = match read_door_frame(&mut control)? {
-        DoorMsg::Accept { qp, regions } => (qp, regions),
+        DoorMsg::Accept { qp, proof, regions } => {
+            // A client with a token trusts no region list, and posts no
+            // verb, until the server has shown it holds the token too.
+            if let Some(t) = token {
+                let want = server_proof(t.as_bytes(), &nonce, &client_nonce, &info, &qp);
+                if !proofs_match(&want, &proof) {
+                    return Err(FabricError::Refused(format!(
+                        "the rdma server at {addr} did not prove it holds the access token"
+                    )));
+                }
+            }
+            (qp, regions)
+        }
         DoorMsg::Refuse(why) => {
             return Err(FabricError::Refused(format!(
                 "the rdma server at {addr} refused the connection: {why}"

@@ -13,20 +13,24 @@
 //! frame     = len u32 (of body, <= MAX_DOOR_FRAME), body
 //! body      = tag u8, fields
 //! server -> GREETING  tag 1: magic "XRDM", version u16, rpc_port u16, nonce [32]
-//! client -> CONNECT   tag 2: version u16, qp QpInfo(26), proof [32]
-//! server -> ACCEPT    tag 3: qp QpInfo(26), regions (count u32, RemoteRegion(25) each)
+//! client -> CONNECT   tag 2: version u16, qp QpInfo(26), client_nonce [16], proof [32]
+//! server -> ACCEPT    tag 3: qp QpInfo(26), proof [32], regions (count u32, RemoteRegion(25) each)
 //!        or REFUSE    tag 4: len u16, UTF-8 text (<= MAX_REFUSAL bytes)
 //! then, any number of times while the connection lives:
 //! client -> LOOKUP    tag 5: region id u32
 //! server -> FOUND     tag 6: present u8 (0|1), RemoteRegion(25) if present
 //! ```
 //!
-//! `proof` is [`door_proof`]: HMAC-SHA256 keyed with the access token over
-//! a fixed context string, the server's fresh nonce and the client's
-//! queue pair info, so the token never travels, a recorded CONNECT is
-//! worth nothing against another nonce, and the queue pair it admits is
-//! the one the token holder named. A server without a token accepts any
-//! proof (it listens on loopback only, like the tcp host).
+//! The proofs are HMAC-SHA256 keyed with the access token ([`door_mac`]):
+//! CONNECT's ([`client_proof`]) over the client's label, both nonces and
+//! the client's queue pair info; ACCEPT's ([`server_proof`]) over the
+//! server's label, both nonces and both queue pairs. So the token never
+//! travels, no proof is good for another connection, the queue pair the
+//! server admits is the one the token holder named, and a client that
+//! holds a token knows the server holds it too before it trusts the
+//! regions it is told. A server without a token accepts any proof and
+//! sends zeros (it listens on loopback only, like the tcp host); a client
+//! without a token checks nothing.
 //!
 //! The server keeps its queue pair for as long as the door connection is
 //! open: closing it tears the RDMA connection down. Two-sided calls go to
@@ -290,7 +294,10 @@ pub const DOOR_VERSION: u16 = 1;
 /// Bytes of the server's nonce.
 pub const NONCE_BYTES: usize = 32;
 
-/// Bytes of a CONNECT's proof.
+/// Bytes of a CONNECT's client nonce.
+pub const CLIENT_NONCE_BYTES: usize = 16;
+
+/// Bytes of a proof.
 pub const PROOF_BYTES: usize = 32;
 
 /// Most regions an ACCEPT lists (later ones are learnt with LOOKUP).
@@ -310,9 +317,11 @@ const TAG_REFUSE: u8 = 4;
 const TAG_LOOKUP: u8 = 5;
 const TAG_FOUND: u8 = 6;
 
-/// Context string of [`door_proof`]: a proof made for the door is worth
-/// nothing to any other protocol keyed with the same token.
-const PROOF_CONTEXT: &[u8] = b"xstore-rdma-door-v1";
+/// Labels of the two proofs: a proof made for the door (or one side of
+/// it) is worth nothing to any other protocol keyed with the same token.
+const CLIENT_LABEL: &[u8] = b"xstore-rdma-door-v1 client";
+/// See [`CLIENT_LABEL`].
+const SERVER_LABEL: &[u8] = b"xstore-rdma-door-v1 server";
 
 /// One message of the door protocol (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -332,13 +341,17 @@ pub enum DoorMsg {
         version: u16,
         /// The client's queue pair.
         qp: QpInfo,
-        /// [`door_proof`] of the greeting's nonce and `qp`.
+        /// Fresh random challenge of the client.
+        client_nonce: [u8; CLIENT_NONCE_BYTES],
+        /// [`client_proof`] of both nonces and `qp`.
         proof: [u8; PROOF_BYTES],
     },
     /// Server's queue pair and the regions registered when it connected.
     Accept {
         /// The server's queue pair, already connected to the client's.
         qp: QpInfo,
+        /// [`server_proof`] of both nonces and both queue pairs.
+        proof: [u8; PROOF_BYTES],
         /// The regions a client may address.
         regions: Vec<RemoteRegion>,
     },
@@ -367,19 +380,26 @@ impl DoorMsg {
                 out.extend_from_slice(&rpc_port.to_le_bytes());
                 out.extend_from_slice(nonce);
             }
-            DoorMsg::Connect { version, qp, proof } => {
+            DoorMsg::Connect {
+                version,
+                qp,
+                client_nonce,
+                proof,
+            } => {
                 out.push(TAG_CONNECT);
                 out.extend_from_slice(&version.to_le_bytes());
                 out.extend_from_slice(&qp.encode());
+                out.extend_from_slice(client_nonce);
                 out.extend_from_slice(proof);
             }
-            DoorMsg::Accept { qp, regions } => {
+            DoorMsg::Accept { qp, proof, regions } => {
                 assert!(
                     regions.len() <= MAX_DOOR_REGIONS,
                     "an ACCEPT lists at most {MAX_DOOR_REGIONS} regions"
                 );
                 out.push(TAG_ACCEPT);
                 out.extend_from_slice(&qp.encode());
+                out.extend_from_slice(proof);
                 out.extend_from_slice(&RemoteRegion::encode_list(regions));
             }
             DoorMsg::Refuse(text) => {
@@ -438,26 +458,35 @@ impl DoorMsg {
             }
             TAG_CONNECT => {
                 const W: &str = "door CONNECT";
-                let mut r = exact(W, rest, 2 + QpInfo::ENCODED_LEN + PROOF_BYTES)?;
+                let mut r = exact(
+                    W,
+                    rest,
+                    2 + QpInfo::ENCODED_LEN + CLIENT_NONCE_BYTES + PROOF_BYTES,
+                )?;
                 let version = r.u16();
                 let qp = QpInfo::decode(&r.take::<{ QpInfo::ENCODED_LEN }>())?;
                 Ok(DoorMsg::Connect {
                     version,
                     qp,
+                    client_nonce: r.take(),
                     proof: r.take(),
                 })
             }
             TAG_ACCEPT => {
                 const W: &str = "door ACCEPT";
-                if rest.len() < QpInfo::ENCODED_LEN {
+                const FIXED: usize = QpInfo::ENCODED_LEN + PROOF_BYTES;
+                if rest.len() < FIXED {
                     return Err(WireError::Length {
                         what: W,
-                        expected: QpInfo::ENCODED_LEN + 4,
+                        expected: FIXED + 4,
                         got: rest.len(),
                     });
                 }
-                let (qp, list) = rest.split_at(QpInfo::ENCODED_LEN);
+                let (fixed, list) = rest.split_at(FIXED);
+                let (qp, proof) = fixed.split_at(QpInfo::ENCODED_LEN);
                 let qp = QpInfo::decode(qp)?;
+                let mut p = [0u8; PROOF_BYTES];
+                p.copy_from_slice(proof);
                 let regions = RemoteRegion::decode_list(list)?;
                 if regions.len() > MAX_DOOR_REGIONS {
                     return Err(WireError::Invalid {
@@ -466,7 +495,11 @@ impl DoorMsg {
                         value: regions.len() as u64,
                     });
                 }
-                Ok(DoorMsg::Accept { qp, regions })
+                Ok(DoorMsg::Accept {
+                    qp,
+                    proof: p,
+                    regions,
+                })
             }
             TAG_REFUSE => {
                 const W: &str = "door REFUSE";
@@ -546,38 +579,60 @@ impl DoorMsg {
     }
 }
 
-/// The proof a client holds the access token: HMAC-SHA256 keyed with the
-/// token over a fixed context string, the server's nonce and the client's
-/// queue pair info.
-///
-/// The one place the door computes it: the HELLO of the tcp host answers
-/// a nonce the same way, and both may share one primitive.
-pub fn door_proof(token: &[u8], nonce: &[u8; NONCE_BYTES], qp: &QpInfo) -> [u8; PROOF_BYTES] {
+/// The one HMAC step of the door: HMAC-SHA256 keyed with the token over
+/// the concatenation of `parts`. (The tcp host's challenge-response HELLO
+/// computes the same; the two may share one primitive.)
+pub fn door_mac(token: &[u8], parts: &[&[u8]]) -> [u8; PROOF_BYTES] {
     use hmac::{Hmac, Mac};
-    // HMAC accepts keys of any length; this cannot fail.
-    let mut mac =
-        <Hmac<sha2::Sha256> as Mac>::new_from_slice(token).expect("HMAC takes keys of any length");
-    mac.update(PROOF_CONTEXT);
-    mac.update(nonce);
-    mac.update(&qp.encode());
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(token)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    for p in parts {
+        mac.update(p);
+    }
     mac.finalize().into_bytes().into()
 }
 
-/// Whether `proof` is [`door_proof`] of `token`, nonce and `qp`, compared
-/// in constant time.
-pub fn check_proof(
+/// CONNECT's proof that the client holds the token: over the client's
+/// label, the server's nonce, the client's nonce and its queue pair.
+pub fn client_proof(
     token: &[u8],
     nonce: &[u8; NONCE_BYTES],
+    client_nonce: &[u8; CLIENT_NONCE_BYTES],
     qp: &QpInfo,
-    proof: &[u8; PROOF_BYTES],
-) -> bool {
-    let want = door_proof(token, nonce, qp);
-    bool::from(subtle::ConstantTimeEq::ct_eq(&want[..], &proof[..]))
+) -> [u8; PROOF_BYTES] {
+    door_mac(token, &[CLIENT_LABEL, nonce, client_nonce, &qp.encode()])
 }
 
-/// A fresh random nonce, from the operating system's generator.
-pub fn fresh_nonce() -> [u8; NONCE_BYTES] {
-    let mut nonce = [0u8; NONCE_BYTES];
+/// ACCEPT's proof that the server holds the token: over the server's
+/// label, both nonces and both queue pairs.
+pub fn server_proof(
+    token: &[u8],
+    nonce: &[u8; NONCE_BYTES],
+    client_nonce: &[u8; CLIENT_NONCE_BYTES],
+    client_qp: &QpInfo,
+    server_qp: &QpInfo,
+) -> [u8; PROOF_BYTES] {
+    door_mac(
+        token,
+        &[
+            SERVER_LABEL,
+            nonce,
+            client_nonce,
+            &client_qp.encode(),
+            &server_qp.encode(),
+        ],
+    )
+}
+
+/// Whether two proofs are equal, compared in constant time.
+pub fn proofs_match(want: &[u8; PROOF_BYTES], got: &[u8; PROOF_BYTES]) -> bool {
+    bool::from(subtle::ConstantTimeEq::ct_eq(&want[..], &got[..]))
+}
+
+/// A fresh random nonce (the thread's CSPRNG, seeded by the operating
+/// system).
+pub fn fresh_nonce<const N: usize>() -> [u8; N] {
+    let mut nonce = [0u8; N];
     rand::RngCore::fill_bytes(&mut rand::rng(), &mut nonce);
     nonce
 }
@@ -695,14 +750,17 @@ mod tests {
             DoorMsg::Connect {
                 version: DOOR_VERSION,
                 qp: qp(),
+                client_nonce: [4; CLIENT_NONCE_BYTES],
                 proof: [5; PROOF_BYTES],
             },
             DoorMsg::Accept {
                 qp: qp(),
+                proof: [6; PROOF_BYTES],
                 regions: vec![region(1), region(2)],
             },
             DoorMsg::Accept {
                 qp: qp(),
+                proof: [0; PROOF_BYTES],
                 regions: vec![],
             },
             DoorMsg::Refuse("connection without a valid token".into()),
@@ -751,6 +809,7 @@ mod tests {
         DoorMsg::Connect {
             version: 1,
             qp: wide,
+            client_nonce: [0; CLIENT_NONCE_BYTES],
             proof: [0; PROOF_BYTES],
         }
         .encode(&mut connect);
@@ -768,6 +827,7 @@ mod tests {
         // A region list whose count lies about its bytes.
         let mut accept = vec![TAG_ACCEPT];
         accept.extend_from_slice(&qp().encode());
+        accept.extend_from_slice(&[0; PROOF_BYTES]);
         accept.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(matches!(
             DoorMsg::decode(&accept),
@@ -813,21 +873,44 @@ mod tests {
     }
 
     #[test]
-    fn proofs_bind_token_nonce_and_queue_pair() {
-        let nonce = [1; NONCE_BYTES];
-        let proof = door_proof(b"secret", &nonce, &qp());
-        assert!(check_proof(b"secret", &nonce, &qp(), &proof));
-        assert!(!check_proof(b"secreT", &nonce, &qp(), &proof));
-        assert!(!check_proof(b"secret", &[2; NONCE_BYTES], &qp(), &proof));
+    fn proofs_bind_token_side_nonces_and_queue_pairs() {
+        let (n, c) = ([1; NONCE_BYTES], [2; CLIENT_NONCE_BYTES]);
         let mut other = qp();
         other.psn ^= 1;
-        assert!(!check_proof(b"secret", &nonce, &other, &proof));
+        let proof = client_proof(b"secret", &n, &c, &qp());
+        assert!(proofs_match(
+            &client_proof(b"secret", &n, &c, &qp()),
+            &proof
+        ));
+        for wrong in [
+            client_proof(b"secreT", &n, &c, &qp()),
+            client_proof(b"secret", &[9; NONCE_BYTES], &c, &qp()),
+            client_proof(b"secret", &n, &[9; CLIENT_NONCE_BYTES], &qp()),
+            client_proof(b"secret", &n, &c, &other),
+            // The server's proof of the same connection is not the client's.
+            server_proof(b"secret", &n, &c, &qp(), &qp()),
+        ] {
+            assert!(!proofs_match(&wrong, &proof));
+        }
+        let server = server_proof(b"secret", &n, &c, &qp(), &other);
+        assert!(!proofs_match(
+            &server_proof(b"secret", &n, &c, &qp(), &qp()),
+            &server
+        ));
+        assert!(!proofs_match(
+            &server_proof(b"secret", &n, &c, &other, &other),
+            &server
+        ));
         // HMAC-SHA256 itself, against RFC 4231 test case 2 (key "Jefe").
         use hmac::{Hmac, Mac};
         let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(b"Jefe").unwrap();
         mac.update(b"what do ya want for nothing?");
         let tag: [u8; 32] = mac.finalize().into_bytes().into();
         assert_eq!(tag[..4], [0x5b, 0xdc, 0xc1, 0x46]);
-        assert_ne!(fresh_nonce(), fresh_nonce());
+        assert_eq!(
+            door_mac(b"Jefe", &[b"what do ya want ", b"for nothing?"]),
+            tag
+        );
+        assert_ne!(fresh_nonce::<NONCE_BYTES>(), fresh_nonce::<NONCE_BYTES>());
     }
 }

@@ -94,6 +94,22 @@ fn door_serves_verbs_calls_and_later_regions() {
         );
     }
 
+    // A client with a token believes no server that cannot prove it holds
+    // the token too (here: a door without one).
+    let tokenless = RdmaDoor::listen(
+        Arc::clone(&ctx),
+        "127.0.0.1:0".parse().unwrap(),
+        rpc.port(),
+        DoorConfig::default(),
+    )
+    .unwrap();
+    let err = rdma_door::connect(tokenless.local_addr(), Some(TOKEN), &opts).unwrap_err();
+    assert!(
+        matches!(&err, FabricError::Refused(m) if m.contains("did not prove")),
+        "{err}"
+    );
+    tokenless.shutdown();
+
     // A flood of idle sockets does not keep a client out: each one over
     // the cap of waiting connections closes the oldest waiting one.
     let idle: Vec<_> = (0..rdma_door::MAX_DOOR_PREAUTH + 8)
