@@ -31,12 +31,15 @@ pub struct BenchArgs {
     /// --suite: the designs to run (default: all).
     #[arg(long)]
     system: Option<String>,
-    /// Fabric backend: local (server embedded in this process), tcp or shm
-    /// (a running `xstore server`, see --server). Suites run on local.
+    /// Fabric backend: local (server embedded in this process), tcp, shm
+    /// or rdma (a running `xstore server`, see --server; rdma needs a
+    /// binary built with --features rdma, and takes the client's device
+    /// from XSTORE_RDMA_DEVICE, XSTORE_RDMA_PORT and XSTORE_RDMA_GID_INDEX).
+    /// Suites run on local.
     #[arg(long, default_value = "local", conflicts_with = "suite")]
     fabric: String,
-    /// URL of the server for --fabric tcp|shm (tcp://host:port,
-    /// shm:///dir); it must have been started with the same --dataset,
+    /// URL of the server for --fabric tcp|shm|rdma (tcp://host:port,
+    /// shm:///dir, rdma://host:port); it must have been started with the same --dataset,
     /// --keys and --seed, so every value read can be checked. For rolex, a
     /// comma-separated list: the memory nodes of one pool (`xstore server
     /// --system rolex --memory-node I/N`), in any order.
@@ -414,15 +417,17 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     let remote = match (args.fabric.as_str(), &args.server) {
         _ if args.cluster.is_some() => None,
         ("local", None) => None,
-        ("local", Some(_)) => bail!("--server goes with --fabric tcp or shm"),
-        ("tcp" | "shm", Some(list)) => {
+        ("local", Some(_)) => bail!("--server goes with --fabric tcp, shm or rdma"),
+        ("tcp" | "shm" | "rdma", Some(list)) => {
             // Several URLs: the memory nodes of one ROLEX pool.
             let mut urls = Vec::new();
             for url in list.split(',').map(str::trim) {
                 let url: fabric::Url = url.parse()?;
                 let matches = matches!(
                     (&url, args.fabric.as_str()),
-                    (fabric::Url::Tcp(_), "tcp") | (fabric::Url::Shm(_), "shm")
+                    (fabric::Url::Tcp(_), "tcp")
+                        | (fabric::Url::Shm(_), "shm")
+                        | (fabric::Url::Rdma(_), "rdma")
                 );
                 if !matches {
                     bail!(
@@ -437,11 +442,11 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
             }
             Some(urls)
         }
-        ("tcp" | "shm", None) => bail!(
+        ("tcp" | "shm" | "rdma", None) => bail!(
             "--fabric {} needs --server URL of a running xstore server",
             args.fabric
         ),
-        (other, _) => bail!("unknown --fabric '{other}' (available: local, tcp, shm)"),
+        (other, _) => bail!("unknown --fabric '{other}' (available: local, tcp, shm, rdma)"),
     };
     let workload: Workload = args.workload.parse()?;
     let dist: Distribution = match &args.dist {
@@ -459,7 +464,9 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
             args.fabric
         );
     }
-    if args.cluster.is_some() && (system_name != "xstore" || args.fabric == "shm") {
+    if args.cluster.is_some()
+        && (system_name != "xstore" || matches!(args.fabric.as_str(), "shm" | "rdma"))
+    {
         bail!("--cluster runs xstore over tcp only");
     }
     let as_found = args.data == "existing";

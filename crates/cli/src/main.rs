@@ -20,6 +20,7 @@ mod histore_shell;
 mod keys;
 mod model;
 mod progress;
+mod rdma_serve;
 mod server_cmd;
 mod server_kind;
 mod shell;

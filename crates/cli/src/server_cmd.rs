@@ -14,6 +14,7 @@ use fabric::{Host, HostConfig};
 use xstore::{Server, ServerConfig};
 
 use crate::keys::KeyArgs;
+use crate::rdma_serve::{FabricArgs, Rdma};
 use crate::token::TokenArgs;
 
 /// Arguments of `xstore server`.
@@ -148,6 +149,9 @@ pub struct ServerArgs {
     /// HiStore (`--system histore`) settings.
     #[command(flatten)]
     histore: HistoreArgs,
+    /// The fabric clients reach this server over (tcp, or rdma).
+    #[command(flatten)]
+    fabric: FabricArgs,
 }
 
 /// Arguments of `xstore server --system histore` (docs/histore.md,
@@ -271,9 +275,10 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     };
     drop(keys);
     let defaults = HostConfig::default();
+    let token = args.token.resolve()?;
     let host = Host::new(HostConfig {
         shm_dir: args.shm_dir.clone(),
-        token: args.token.resolve()?,
+        token: token.clone(),
         nic_threads: args.nic_threads,
         workers: args.workers,
         handshake_timeout: Duration::from_millis(args.handshake_timeout_ms),
@@ -293,10 +298,18 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         host.shutdown();
         anyhow::bail!("--memory-node is for --system rolex");
     }
+    // Registers the regions with the NIC too (`--fabric rdma`).
+    let mut rdma = match rdma_for(args, &host) {
+        Ok(r) => r,
+        Err(e) => {
+            host.shutdown();
+            return Err(e);
+        }
+    };
     match args.system.as_str() {
         "xstore" => {}
-        "rolex" => return serve_rolex(args, &host, &pairs),
-        "finestore" => return serve_finestore(args, &host, &pairs),
+        "rolex" => return serve_rolex(args, &host, rdma, token, &pairs),
+        "finestore" => return serve_finestore(args, &host, rdma, token, &pairs),
         "histore" => return serve_histore(args, &host),
         other => {
             host.shutdown();
@@ -332,7 +345,11 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         durability,
         ..ServerConfig::default()
     };
-    let server = match Server::start(config, &pairs, Arc::new(host.clone())) {
+    let registrar: Arc<dyn xstore::Registrar> = match &rdma {
+        Some(r) => r.registrar(),
+        None => Arc::new(host.clone()),
+    };
+    let server = match Server::start(config, &pairs, registrar) {
         Ok(s) => s,
         Err(e) => {
             host.shutdown();
@@ -376,20 +393,18 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
-    let bound = match host.listen_tcp(args.listen) {
-        Ok(a) => a,
+    let url = match crate::rdma_serve::listen(&host, rdma.as_mut(), args.listen, token) {
+        Ok(u) => u,
         Err(e) => {
             host.shutdown();
             return Err(e).context("listening");
         }
     };
-    println!("listening on tcp://{bound}");
     if let Some(dir) = &args.shm_dir {
         host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
         println!("listening on shm://{}", dir.canonicalize()?.display());
     }
     if let Some((etcd, id, s)) = &mut shard {
-        let url = format!("tcp://{bound}");
         if let Err(e) = s.register(etcd, &url) {
             host.shutdown();
             return Err(e).context("registering in the cluster");
@@ -412,13 +427,37 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     eprintln!("shutting down");
     // Deregister first: clients learn at once that this server is gone.
     drop(shard);
+    // The door first: clients' queue pairs go before the regions.
+    if let Some(r) = rdma {
+        r.shutdown();
+    }
     host.shutdown();
     drop(server);
     Ok(())
 }
 
+/// The RDMA device of `--fabric rdma` (`None` for tcp), refused where a
+/// design or mode serves over tcp only.
+fn rdma_for(args: &ServerArgs, host: &Host) -> Result<Option<Rdma>> {
+    if args.fabric.fabric == "rdma" {
+        if args.system == "histore" {
+            anyhow::bail!("--system histore serves over tcp only (no --fabric rdma)");
+        }
+        if args.cluster.is_some() {
+            anyhow::bail!("--cluster serves over tcp only (no --fabric rdma)");
+        }
+    }
+    args.fabric.open(host)
+}
+
 /// Serves a ROLEX memory node until SIGINT or SIGTERM.
-fn serve_rolex(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<()> {
+fn serve_rolex(
+    args: &ServerArgs,
+    host: &Host,
+    mut rdma: Option<Rdma>,
+    token: Option<String>,
+    pairs: &[(u64, u64)],
+) -> Result<()> {
     let result = (|| {
         if args.data_dir.is_some() || args.durability.is_some() {
             anyhow::bail!("--system rolex keeps no log: --data-dir and --durability do not apply");
@@ -451,12 +490,18 @@ fn serve_rolex(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<(
             retrain_bytes: 256 << 20,
             ..rolex::RolexConfig::default()
         };
+        let regions: &dyn rolex::RegionHost = match &rdma {
+            Some(r) => r.rolex(),
+            None => host,
+        };
         let memory =
-            rolex::MemoryNode::load_range(part, config, range, host).context("loading rolex")?;
+            rolex::MemoryNode::load_range(part, config, range, regions).context("loading rolex")?;
         let retrainer = memory.start_retrainer();
         listen_until_stopped(
             args,
             host,
+            rdma.as_mut(),
+            token,
             &format!(
                 "serving {} keys (rolex: {} models, {} trained leaves{which})",
                 part.len(),
@@ -472,17 +517,27 @@ fn serve_rolex(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<(
 }
 
 /// Serves a FineStore server (§4) until SIGINT or SIGTERM.
-fn serve_finestore(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<()> {
+fn serve_finestore(
+    args: &ServerArgs,
+    host: &Host,
+    mut rdma: Option<Rdma>,
+    token: Option<String>,
+    pairs: &[(u64, u64)],
+) -> Result<()> {
     let result = (|| {
         if args.data_dir.is_some() || args.durability.is_some() {
             anyhow::bail!(
                 "--system finestore keeps no log: --data-dir and --durability do not apply"
             );
         }
+        let regions: Arc<dyn finestore::dist::server::RegionHost> = match &rdma {
+            Some(r) => r.finestore(),
+            None => Arc::new(host.clone()),
+        };
         let server = finestore::dist::server::Server::load(
             pairs,
             finestore::dist::server::ServerConfig::default(),
-            Arc::new(host.clone()),
+            regions,
         )
         .context("loading finestore")?;
         host.set_handler(server.handler());
@@ -490,6 +545,8 @@ fn serve_finestore(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Resu
         listen_until_stopped(
             args,
             host,
+            rdma.as_mut(),
+            token,
             &format!(
                 "serving {} keys (finestore: {models} models over {trained} trained keys, version {})",
                 pairs.len(),
@@ -594,13 +651,18 @@ fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
 /// Listens on the configured tcp (and shm) addresses, prints them and
 /// `banner`, and serves until SIGINT or SIGTERM: the part every design's
 /// server shares once it has loaded.
-fn listen_until_stopped(args: &ServerArgs, host: &Host, banner: &str) -> Result<()> {
+fn listen_until_stopped(
+    args: &ServerArgs,
+    host: &Host,
+    rdma: Option<&mut Rdma>,
+    token: Option<String>,
+    banner: &str,
+) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
-    let bound = host.listen_tcp(args.listen).context("listening")?;
-    println!("listening on tcp://{bound}");
+    crate::rdma_serve::listen(host, rdma, args.listen, token).context("listening")?;
     if let Some(dir) = &args.shm_dir {
         host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
         println!("listening on shm://{}", dir.canonicalize()?.display());

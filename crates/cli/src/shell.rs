@@ -28,7 +28,7 @@ use xstore::{Client, ClientConfig};
 /// Arguments of `xstore shell`.
 #[derive(Args, Debug)]
 pub struct ShellArgs {
-    /// Server URL: tcp://host:port or shm:///path; or a cluster's
+    /// Server URL: tcp://host:port, shm:///path or rdma://host:port; or a cluster's
     /// etcd://host:port[/prefix] (docs/cluster.md).
     url: String,
     /// With an etcd:// URL: talk to HiStore index group GROUP instead, with

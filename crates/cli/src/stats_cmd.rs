@@ -17,7 +17,7 @@ use crate::server_kind::ServerKind;
 /// Arguments of `xstore stats`.
 #[derive(Args, Debug)]
 pub struct StatsArgs {
-    /// Server URL: tcp://host:port or shm:///path.
+    /// Server URL: tcp://host:port, shm:///path or rdma://host:port.
     url: String,
     /// Access token.
     #[command(flatten)]

@@ -70,6 +70,9 @@ pub mod host;
 pub mod local;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+#[cfg(feature = "rdma")]
+pub mod rdma_door;
+pub mod rdma_wire;
 pub mod region;
 pub mod remote;
 pub mod slab;

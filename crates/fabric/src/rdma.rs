@@ -10,8 +10,10 @@
 //!   [`RemoteRegion`]s (address, rkey, length, rights).
 //! * A connection is one reliable-connected (RC) queue pair on each side.
 //!   Each side calls [`RdmaContext::create_qp`], sends its [`QpInfo`] to the
-//!   other over an out-of-band channel (the TCP connection that also
-//!   carries RPCs), and calls [`PendingQp::connect`] with the peer's info.
+//!   other over an out-of-band channel (for servers and clients in
+//!   different processes: the door of [`crate::rdma_door`], a TCP exchange
+//!   whose bytes are [`crate::rdma_wire`]), and calls
+//!   [`PendingQp::connect`] with the peer's info.
 //!   The server keeps its [`ConnectedQp`] alive for as long as the client
 //!   uses the connection: dropping it tears the connection down. Nothing
 //!   is ever posted on the server's queue pair; its NIC serves the verbs.
@@ -70,7 +72,7 @@ use sideway::ibverbs::AccessFlags;
 
 use crate::batch::{Batch, OpKind, MAX_BATCH_OPS, MAX_VERB_BYTES};
 use crate::counters::Counters;
-use crate::endpoint::{Endpoint, NodeId};
+use crate::endpoint::{CallTicket, Endpoint, NodeId};
 use crate::error::{FabricError, VerbError};
 use crate::region::{Region, RegionId, Rights};
 
@@ -80,6 +82,64 @@ pub const ENV_GID_INDEX: &str = "XSTORE_RDMA_GID_INDEX";
 
 /// Environment variable naming the device port to use (default 1).
 pub const ENV_PORT: &str = "XSTORE_RDMA_PORT";
+
+/// Environment variable naming the device a client opens (default: the
+/// first one listed).
+pub const ENV_DEVICE: &str = "XSTORE_RDMA_DEVICE";
+
+/// Which device, port and GID index to use (default: the first device,
+/// port 1, GID index 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceOptions {
+    /// Device name (`mlx5_0`, `rxe0`); `None`: the first one listed.
+    pub device: Option<String>,
+    /// Port number (from 1).
+    pub port: u8,
+    /// GID index for the GRH (RoCE needs a valid one).
+    pub gid_index: u8,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> DeviceOptions {
+        DeviceOptions {
+            device: None,
+            port: 1,
+            gid_index: 0,
+        }
+    }
+}
+
+impl DeviceOptions {
+    /// The options of the environment: [`ENV_DEVICE`] (default the first
+    /// device), [`ENV_PORT`] (default 1), [`ENV_GID_INDEX`] (default 0).
+    pub fn from_env() -> Result<DeviceOptions, FabricError> {
+        let device = match std::env::var(ENV_DEVICE) {
+            Ok(d) if !d.trim().is_empty() => Some(d.trim().to_string()),
+            _ => None,
+        };
+        Ok(DeviceOptions {
+            device,
+            port: env_u8(ENV_PORT, 1)?,
+            gid_index: env_u8(ENV_GID_INDEX, 0)?,
+        })
+    }
+}
+
+/// Names of the RDMA devices rdma-core lists (what `ibv_devices` prints).
+/// `Err` when rdma-core's libibverbs cannot be loaded; `Ok(vec![])` when
+/// it lists none.
+pub fn device_names() -> Result<Vec<String>, FabricError> {
+    let list = DeviceList::new().map_err(|e| {
+        FabricError::Io(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "rdma: cannot list RDMA devices (needs rdma-core's libibverbs1 and a kernel with RDMA support): {}",
+                error_chain(&e)
+            ),
+        ))
+    })?;
+    Ok(list.iter().map(|d| d.name()).collect())
+}
 
 /// How long [`RdmaEndpoint::post`] waits for the completions of a batch by
 /// default. The NIC itself gives up on a silent peer after about half a
@@ -110,242 +170,7 @@ const ATOMIC_NONE: u32 = 0;
 /// `IBV_WC_SUCCESS`.
 const WC_SUCCESS: u32 = 0;
 
-// ---------------------------------------------------------------------------
-// Wire encodings of the key exchange
-// ---------------------------------------------------------------------------
-
-/// Why bytes received in the key exchange do not decode.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
-    /// The encoding has the wrong length.
-    #[error("{what}: expected {expected} bytes, got {got}")]
-    Length {
-        /// What was being decoded.
-        what: &'static str,
-        /// Bytes needed.
-        expected: usize,
-        /// Bytes received.
-        got: usize,
-    },
-    /// A field holds a value no peer sends.
-    #[error("{what}: invalid {field} {value:#x}")]
-    Invalid {
-        /// What was being decoded.
-        what: &'static str,
-        /// Which field.
-        field: &'static str,
-        /// The offending value.
-        value: u64,
-    },
-}
-
-impl From<WireError> for FabricError {
-    fn from(e: WireError) -> FabricError {
-        FabricError::Protocol(e.to_string())
-    }
-}
-
-/// Reads the fields of an encoding whose exact length [`exact`] checked,
-/// so no read can come up short.
-struct Reader<'a>(le::Reader<'a>);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> [u8; N] {
-        self.0.array("field").expect("exact length checked")
-    }
-    fn u16(&mut self) -> u16 {
-        u16::from_le_bytes(self.take())
-    }
-    fn u32(&mut self) -> u32 {
-        u32::from_le_bytes(self.take())
-    }
-    fn u64(&mut self) -> u64 {
-        u64::from_le_bytes(self.take())
-    }
-}
-
-fn exact<'a>(
-    what: &'static str,
-    bytes: &'a [u8],
-    expected: usize,
-) -> Result<Reader<'a>, WireError> {
-    if bytes.len() != expected {
-        return Err(WireError::Length {
-            what,
-            expected,
-            got: bytes.len(),
-        });
-    }
-    Ok(Reader(le::Reader::new(bytes)))
-}
-
-/// What a peer needs to address a registered region: its id, base
-/// address, rkey, length and the rights it grants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RemoteRegion {
-    /// The region's id on its node (what a [`Batch`] names).
-    pub id: RegionId,
-    /// Virtual address of the region's first byte on the serving node.
-    pub addr: u64,
-    /// Remote key of the memory registration.
-    pub rkey: u32,
-    /// Size in bytes.
-    pub len: u64,
-    /// Rights the region grants to remote peers.
-    pub rights: Rights,
-}
-
-impl RemoteRegion {
-    /// Size of [`RemoteRegion::encode`]'s output.
-    pub const ENCODED_LEN: usize = 4 + 8 + 4 + 8 + 1;
-
-    /// Little-endian encoding: id u32, addr u64, rkey u32, len u64, rights u8.
-    pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
-        let mut out = [0u8; Self::ENCODED_LEN];
-        out[0..4].copy_from_slice(&self.id.0.to_le_bytes());
-        out[4..12].copy_from_slice(&self.addr.to_le_bytes());
-        out[12..16].copy_from_slice(&self.rkey.to_le_bytes());
-        out[16..24].copy_from_slice(&self.len.to_le_bytes());
-        out[24] = self.rights.bits();
-        out
-    }
-
-    /// Decodes exactly [`RemoteRegion::ENCODED_LEN`] bytes. Rejects unknown
-    /// rights bits, a base address that is not word aligned and a region
-    /// that wraps the address space.
-    pub fn decode(bytes: &[u8]) -> Result<RemoteRegion, WireError> {
-        const WHAT: &str = "remote region";
-        let mut r = exact(WHAT, bytes, Self::ENCODED_LEN)?;
-        let id = RegionId(r.u32());
-        let addr = r.u64();
-        let rkey = r.u32();
-        let len = r.u64();
-        let bits = r.take::<1>()[0];
-        if bits & !Rights::ALL.bits() != 0 {
-            return Err(WireError::Invalid {
-                what: WHAT,
-                field: "rights",
-                value: bits.into(),
-            });
-        }
-        if !addr.is_multiple_of(8) {
-            return Err(WireError::Invalid {
-                what: WHAT,
-                field: "address",
-                value: addr,
-            });
-        }
-        if addr.checked_add(len).is_none() {
-            return Err(WireError::Invalid {
-                what: WHAT,
-                field: "length",
-                value: len,
-            });
-        }
-        Ok(RemoteRegion {
-            id,
-            addr,
-            rkey,
-            len,
-            rights: Rights::from_bits(bits),
-        })
-    }
-
-    /// Encodes a list: a u32 count, then each region.
-    pub fn encode_list(regions: &[RemoteRegion]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + regions.len() * Self::ENCODED_LEN);
-        out.extend_from_slice(&(regions.len() as u32).to_le_bytes());
-        for r in regions {
-            out.extend_from_slice(&r.encode());
-        }
-        out
-    }
-
-    /// Decodes [`RemoteRegion::encode_list`]'s output; the count must match
-    /// the length exactly (so garbage never makes it allocate much).
-    pub fn decode_list(bytes: &[u8]) -> Result<Vec<RemoteRegion>, WireError> {
-        const WHAT: &str = "remote region list";
-        if bytes.len() < 4 {
-            return Err(WireError::Length {
-                what: WHAT,
-                expected: 4,
-                got: bytes.len(),
-            });
-        }
-        let count = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
-        let body = &bytes[4..];
-        let expected = count
-            .checked_mul(Self::ENCODED_LEN)
-            .and_then(|n| n.checked_add(4));
-        if expected != Some(bytes.len()) {
-            return Err(WireError::Length {
-                what: WHAT,
-                expected: expected.unwrap_or(usize::MAX),
-                got: bytes.len(),
-            });
-        }
-        body.chunks_exact(Self::ENCODED_LEN)
-            .map(RemoteRegion::decode)
-            .collect()
-    }
-
-    /// Checks that `[offset, offset+len)` is word aligned and inside the
-    /// region and that `needed` rights are granted: the same checks, in the
-    /// same order and with the same errors, as [`Region::check`].
-    pub fn check(&self, offset: u64, len: u64, needed: Rights) -> Result<(), VerbError> {
-        crate::region::check_access(self.id, self.rights, self.len, offset, len, needed)
-    }
-}
-
-/// The connection parameters of one queue pair, exchanged out of band
-/// before the queue pairs are moved to RTR/RTS.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpInfo {
-    /// Queue pair number (24 bits).
-    pub qpn: u32,
-    /// LID of the port (InfiniBand; 0 on RoCE).
-    pub lid: u16,
-    /// GID of the port at the configured GID index (all zero when none).
-    pub gid: [u8; 16],
-    /// Initial packet sequence number of the sender (24 bits).
-    pub psn: u32,
-}
-
-impl QpInfo {
-    /// Size of [`QpInfo::encode`]'s output.
-    pub const ENCODED_LEN: usize = 4 + 2 + 16 + 4;
-
-    /// Little-endian encoding: qpn u32, lid u16, gid 16 bytes, psn u32.
-    pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
-        let mut out = [0u8; Self::ENCODED_LEN];
-        out[0..4].copy_from_slice(&self.qpn.to_le_bytes());
-        out[4..6].copy_from_slice(&self.lid.to_le_bytes());
-        out[6..22].copy_from_slice(&self.gid);
-        out[22..26].copy_from_slice(&self.psn.to_le_bytes());
-        out
-    }
-
-    /// Decodes exactly [`QpInfo::ENCODED_LEN`] bytes; rejects a queue pair
-    /// number or PSN wider than 24 bits.
-    pub fn decode(bytes: &[u8]) -> Result<QpInfo, WireError> {
-        const WHAT: &str = "queue pair info";
-        let mut r = exact(WHAT, bytes, Self::ENCODED_LEN)?;
-        let qpn = r.u32();
-        let lid = r.u16();
-        let gid = r.take::<16>();
-        let psn = r.u32();
-        for (field, value) in [("qpn", qpn), ("psn", psn)] {
-            if value > 0x00FF_FFFF {
-                return Err(WireError::Invalid {
-                    what: WHAT,
-                    field,
-                    value: value.into(),
-                });
-            }
-        }
-        Ok(QpInfo { qpn, lid, gid, psn })
-    }
-}
+pub use crate::rdma_wire::{QpInfo, RemoteRegion, WireError};
 
 // ---------------------------------------------------------------------------
 // Device context
@@ -441,6 +266,8 @@ struct Params {
 struct Registration {
     _mr: Arc<MemoryRegion>,
     _region: Arc<Region>,
+    /// What a peer needs to address it.
+    remote: RemoteRegion,
 }
 
 /// An opened RDMA device with a protection domain. Every queue pair gets
@@ -471,8 +298,23 @@ impl RdmaContext {
     /// [`FabricError::Io`] when rdma-core is missing, there is no such
     /// device, or the port is not active.
     pub fn open(name: Option<&str>) -> Result<RdmaContext, FabricError> {
-        let port = env_u8(ENV_PORT, 1)?;
-        let gid_index = env_u8(ENV_GID_INDEX, 0)?;
+        RdmaContext::open_with(&DeviceOptions {
+            device: name.map(str::to_string),
+            port: env_u8(ENV_PORT, 1)?,
+            gid_index: env_u8(ENV_GID_INDEX, 0)?,
+        })
+    }
+
+    /// Opens the device, port and GID index of `opts`; the errors of
+    /// [`RdmaContext::open`].
+    pub fn open_with(opts: &DeviceOptions) -> Result<RdmaContext, FabricError> {
+        let name = opts.device.as_deref();
+        let (port, gid_index) = (opts.port, opts.gid_index);
+        if port == 0 {
+            return Err(config_error(
+                "rdma: device ports are numbered from 1".into(),
+            ));
+        }
         let list = DeviceList::new().map_err(|e| {
             FabricError::Io(io::Error::new(
                 io::ErrorKind::NotFound,
@@ -489,8 +331,8 @@ impl RdmaContext {
         let device = found.ok_or_else(|| {
             let names: Vec<String> = list.iter().map(|d| d.name()).collect();
             let msg = match (name, names.is_empty()) {
-                (_, true) => "rdma: no RDMA device found (needs an RDMA NIC, or SoftRoCE: \
-                              `rdma link add rxe0 type rxe netdev <iface>`)"
+                (_, true) => "rdma: no RDMA device: ibv_devices lists none (needs an RDMA NIC, \
+                              or SoftRoCE: `rdma link add rxe0 type rxe netdev <iface>`)"
                     .to_string(),
                 (Some(n), false) => {
                     format!(
@@ -588,9 +430,24 @@ impl RdmaContext {
             Registration {
                 _mr: mr,
                 _region: Arc::clone(region),
+                remote,
             },
         );
         Ok(remote)
+    }
+
+    /// Every region registered now, by id.
+    pub fn registered(&self) -> Vec<RemoteRegion> {
+        let regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<RemoteRegion> = regions.values().map(|r| r.remote).collect();
+        list.sort_by_key(|r| r.id);
+        list
+    }
+
+    /// The registered region `id`, if any.
+    pub fn registered_region(&self, id: RegionId) -> Option<RemoteRegion> {
+        let regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        regions.get(&id).map(|r| r.remote)
     }
 
     /// Deregisters region `id`; returns whether it was registered. Verbs a
@@ -992,6 +849,11 @@ impl RdmaEndpoint {
         self.regions.remove(&id);
     }
 
+    /// Whether the endpoint knows how to address region `id`.
+    pub fn knows_region(&self, id: RegionId) -> bool {
+        self.regions.contains_key(&id)
+    }
+
     /// Why the connection is unusable, once a verb failed on the NIC or a
     /// post timed out; `None` while it is healthy.
     pub fn failure(&self) -> Option<&str> {
@@ -1263,6 +1125,19 @@ impl Endpoint for RdmaEndpoint {
     ) -> Result<(), FabricError> {
         self.rpc.call(node, request, reply)?;
         self.counters.record_call(request.len(), reply.len());
+        Ok(())
+    }
+
+    fn call_start(&mut self, node: NodeId, request: &[u8]) -> Result<CallTicket, FabricError> {
+        // Calls in flight on the delegate (pipelined on its connection);
+        // counted here once, when finished.
+        self.rpc.call_start(node, request)
+    }
+
+    fn call_finish(&mut self, ticket: CallTicket, reply: &mut Vec<u8>) -> Result<(), FabricError> {
+        let len = ticket.request_len();
+        self.rpc.call_finish(ticket, reply)?;
+        self.counters.record_call(len, reply.len());
         Ok(())
     }
 

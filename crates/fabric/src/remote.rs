@@ -664,11 +664,17 @@ pub enum Url {
     Tcp(SocketAddr),
     /// `shm:///path/to/dir`
     Shm(PathBuf),
+    /// `rdma://host:port`: the door of an RDMA server
+    /// ([`crate::rdma_wire`]; connecting needs the `rdma` feature).
+    Rdma(SocketAddr),
 }
 
 impl std::str::FromStr for Url {
     type Err = FabricError;
     fn from_str(s: &str) -> Result<Url, FabricError> {
+        if let Some(rest) = s.strip_prefix("rdma://") {
+            return Ok(Url::Rdma(resolve(rest)?));
+        }
         if let Some(rest) = s.strip_prefix("tcp://") {
             let addr = rest
                 .to_socket_addrs()
@@ -686,16 +692,38 @@ impl std::str::FromStr for Url {
             return Ok(Url::Shm(PathBuf::from(rest)));
         }
         Err(FabricError::Refused(format!(
-            "unknown server URL '{s}' (expected tcp://host:port or shm:///path)"
+            "unknown server URL '{s}' (expected tcp://host:port, shm:///path or rdma://host:port)"
         )))
     }
 }
 
-/// Connects an endpoint to the server at `url`.
+/// The first address `host:port` resolves to.
+fn resolve(rest: &str) -> Result<SocketAddr, FabricError> {
+    rest.to_socket_addrs()
+        .map_err(|e| FabricError::Refused(format!("cannot resolve '{rest}': {e}")))?
+        .next()
+        .ok_or_else(|| FabricError::Refused(format!("'{rest}' resolves to no address")))
+}
+
+/// Connects an endpoint to the server at `url`. An `rdma://` URL uses the
+/// device of [`crate::rdma::DeviceOptions::from_env`] and needs the
+/// `rdma` feature (without it: a clear refusal).
 pub fn connect(url: &Url, token: Option<&str>) -> Result<Box<dyn Endpoint>, FabricError> {
     Ok(match url {
         Url::Tcp(addr) => Box::new(TcpEndpoint::connect(*addr, token)?),
         Url::Shm(dir) => Box::new(ShmEndpoint::connect(dir, token)?),
+        #[cfg(feature = "rdma")]
+        Url::Rdma(addr) => Box::new(crate::rdma_door::connect(
+            *addr,
+            token,
+            &crate::rdma::DeviceOptions::from_env()?,
+        )?),
+        #[cfg(not(feature = "rdma"))]
+        Url::Rdma(_) => {
+            return Err(FabricError::Refused(
+                crate::rdma_wire::NO_RDMA_FEATURE.into(),
+            ))
+        }
     })
 }
 
@@ -704,5 +732,12 @@ pub fn host_stats(url: &Url, token: Option<&str>) -> Result<HostStats, FabricErr
     match url {
         Url::Tcp(addr) => TcpEndpoint::connect(*addr, token)?.conn.host_stats(),
         Url::Shm(dir) => ShmEndpoint::connect(dir, token)?.conn.host_stats(),
+        // The host behind the door serves STATS; no device needed.
+        Url::Rdma(addr) => TcpEndpoint::connect(
+            crate::rdma_wire::rpc_address(*addr, REQUEST_TIMEOUT)?,
+            token,
+        )?
+        .conn
+        .host_stats(),
     }
 }
