@@ -71,7 +71,11 @@ impl FineStoreLocal {
 
 impl System for FineStoreLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
-        let c = Client::connect(self.fabric.endpoint(), self.node).map_err(client_error)?;
+        let c = Client::connect(
+            rdmasim::record::TracingEndpoint::new(self.fabric.endpoint()),
+            self.node,
+        )
+        .map_err(client_error)?;
         Ok(Box::new(FineClient(c)))
     }
 

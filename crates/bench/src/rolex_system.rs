@@ -135,7 +135,7 @@ impl Drop for RolexLocal {
 impl System for RolexLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
         let eps = (0..self.memory.len())
-            .map(|_| self.fabric.endpoint())
+            .map(|_| rdmasim::record::TracingEndpoint::new(self.fabric.endpoint()))
             .collect();
         Ok(Box::new(RolexClient(
             self.pool.client(eps).map_err(client_error)?,

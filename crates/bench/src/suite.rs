@@ -498,6 +498,7 @@ impl SuiteRow {
             judged: true,
             data: "loaded".to_string(),
             correctness: Correctness::default(),
+            projected: None,
         }
     }
 }

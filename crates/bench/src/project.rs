@@ -1,0 +1,314 @@
+//! `--project`: a run's traced operations projected onto a cluster of real
+//! RDMA machines by the cluster model (`rdmasim`).
+//!
+//! The run itself is measured as always; meanwhile the first operations
+//! (a sample of [`rdmasim::record::DEFAULT_SAMPLE`] or all) are traced
+//! round trip by round trip with the client and server CPU they took. The
+//! model replays that sample with M client machines x T threads against a
+//! memory node of S cores on the hardware profile's RNICs, and its figures
+//! go into the report's `projected` block beside the measured ones.
+
+use rdmasim::record::Recorder;
+use rdmasim::trace::Trace;
+pub use rdmasim::Profile;
+use rdmasim::{Load, Setup};
+use serde::Serialize;
+
+use crate::report::Report;
+use crate::BenchError;
+
+/// How a run is projected.
+#[derive(Debug, Clone)]
+pub struct ProjectSpec {
+    /// The hardware.
+    pub profile: Profile,
+    /// Client machines x threads per machine (default: the profile's
+    /// testbed, one thread per client core).
+    pub clients: Option<(u32, u32)>,
+    /// Memory-node cores serving RPCs (default: [`default_server_cores`]).
+    pub server_cores: Option<u32>,
+    /// Operations the model simulates.
+    pub sim_ops: u64,
+    /// Operations the run traces at most.
+    pub sample: usize,
+    /// Seed of the model's sampling.
+    pub seed: u64,
+}
+
+impl ProjectSpec {
+    /// The profile's testbed, a sample of the 100 k operations and
+    /// 200 k simulated operations.
+    pub fn new(profile: Profile) -> ProjectSpec {
+        ProjectSpec {
+            profile,
+            clients: None,
+            server_cores: None,
+            sim_ops: 200_000,
+            sample: rdmasim::record::DEFAULT_SAMPLE,
+            seed: 0,
+        }
+    }
+
+    /// The recorder a traced run fills.
+    pub fn recorder(&self) -> Recorder {
+        Recorder::new(self.sample)
+    }
+
+    /// The model's setup for `system`.
+    pub fn setup(&self, system: &str) -> Setup {
+        let mut s = Setup::new(&self.profile);
+        if let Some((m, t)) = self.clients {
+            s.client_machines = m;
+            s.threads_per_machine = t;
+        }
+        s.server_cores = self
+            .server_cores
+            .unwrap_or_else(|| default_server_cores(system, &self.profile));
+        s.load = Load::Closed;
+        s.ops = self.sim_ops;
+        s.seed = self.seed;
+        s
+    }
+}
+
+/// The memory-node cores a design is projected with by default: one for
+/// `xstore-d` (the ROLEX paper's XStore-D, whose memory node has the one
+/// weak core ROLEX's retrainer has; the local run limits its server to one
+/// worker likewise), the profile's server cores otherwise.
+pub fn default_server_cores(system: &str, profile: &Profile) -> u32 {
+    match system {
+        "xstore-d" => 1,
+        _ => profile.machine.server_cores,
+    }
+}
+
+/// `MxT`: M client machines of T threads each.
+pub fn parse_clients(s: &str) -> Result<(u32, u32), BenchError> {
+    let bad = || BenchError::Config(format!("--clients {s:?}: expected MxT, e.g. 15x24"));
+    let (m, t) = s.trim().split_once(['x', 'X']).ok_or_else(bad)?;
+    let m: u32 = m.trim().parse().map_err(|_| bad())?;
+    let t: u32 = t.trim().parse().map_err(|_| bad())?;
+    if m == 0 || t == 0 || m > 1024 || t > 4096 {
+        return Err(BenchError::Config(format!(
+            "--clients {s:?}: machines must be 1..=1024 and threads 1..=4096"
+        )));
+    }
+    Ok((m, t))
+}
+
+/// One resource's busy fraction.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ResourceUse {
+    /// The resource (the model's name, e.g. `node0.cpu`).
+    pub name: String,
+    /// Busy fraction in `[0, 1]`.
+    pub utilisation: f64,
+}
+
+/// What the trace held, per operation, averaged over the sample.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Default)]
+pub struct TraceFigures {
+    /// Operations traced.
+    pub ops: u64,
+    /// Round trips per operation.
+    pub round_trips: f64,
+    /// RPCs per operation.
+    pub rpcs: f64,
+    /// Client CPU per operation (thread CPU clock), µs.
+    pub client_cpu_us: f64,
+    /// Server CPU per RPC (thread CPU clock on the local fabric), µs.
+    pub server_cpu_us_per_rpc: f64,
+    /// Soft-NIC CPU per operation, µs: kept out of the model (an RNIC
+    /// serves one-sided verbs in hardware).
+    pub soft_nic_cpu_us: f64,
+}
+
+impl TraceFigures {
+    /// The figures of `trace`.
+    pub fn of(trace: &Trace) -> TraceFigures {
+        let n = trace.ops.len().max(1) as f64;
+        let (mut rts, mut rpcs, mut client, mut server) = (0u64, 0u64, 0u64, 0u64);
+        for op in &trace.ops {
+            rts += op.round_trips.len() as u64;
+            client += op.client_cpu_after_ns;
+            for rt in &op.round_trips {
+                client += rt.client_cpu_before_ns;
+                if let Some(r) = rt.rpc {
+                    rpcs += 1;
+                    server += r.server_cpu_ns;
+                }
+            }
+        }
+        TraceFigures {
+            ops: trace.ops.len() as u64,
+            round_trips: rts as f64 / n,
+            rpcs: rpcs as f64 / n,
+            client_cpu_us: client as f64 / n / 1000.0,
+            server_cpu_us_per_rpc: server as f64 / rpcs.max(1) as f64 / 1000.0,
+            soft_nic_cpu_us: trace.soft_nic_cpu_ns as f64 / n / 1000.0,
+        }
+    }
+}
+
+/// Projected latency, µs.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Default)]
+pub struct ProjectedLatency {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Mean.
+    pub mean: f64,
+}
+
+/// The report's `projected` block.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Projected {
+    /// The hardware profile.
+    pub profile: String,
+    /// Client machines.
+    pub client_machines: u32,
+    /// Client threads per machine.
+    pub threads_per_machine: u32,
+    /// Memory-node cores serving RPCs.
+    pub server_cores: u32,
+    /// Operations per second of the projected cluster (closed loop).
+    pub throughput_ops_per_s: f64,
+    /// Projected latency.
+    pub latency_us: ProjectedLatency,
+    /// The resource that saturates first.
+    pub bottleneck: String,
+    /// The busiest resources, busiest first (at most 8).
+    pub utilisation: Vec<ResourceUse>,
+    /// What the trace held.
+    pub trace: TraceFigures,
+    /// Operations the model simulated.
+    pub simulated_ops: u64,
+    /// The model's seed.
+    pub seed: u64,
+}
+
+/// Most resources a `projected` block lists.
+const MAX_RESOURCES: usize = 8;
+
+/// A remote server's RPC handlers run in its own process, so a trace made
+/// over tcp/shm has no per-RPC server CPU: each RPC is given the server's
+/// measured worker time per RPC over the run, and the soft NIC's time is
+/// set apart for the sample's share of the operations. No-op for a trace
+/// whose RPCs were measured (the local fabric).
+pub fn fill_remote_server_cpu(trace: &mut Trace, report: &Report) {
+    let Some(split) = report.server_cpu_split_us_per_op else {
+        return;
+    };
+    let measured = trace
+        .ops
+        .iter()
+        .flat_map(|o| &o.round_trips)
+        .any(|rt| rt.rpc.is_some_and(|r| r.server_cpu_ns > 0));
+    if measured || report.fabric == "local" {
+        return;
+    }
+    if report.per_op.rpcs > 0.0 {
+        let per_rpc = (split.worker * 1000.0 / report.per_op.rpcs).round() as u64;
+        for rt in trace.ops.iter_mut().flat_map(|o| o.round_trips.iter_mut()) {
+            if let Some(r) = rt.rpc.as_mut() {
+                r.server_cpu_ns = per_rpc;
+            }
+        }
+    }
+    trace.soft_nic_cpu_ns = (split.nic * 1000.0 * trace.ops.len() as f64).round() as u64;
+}
+
+/// Projects `trace` of `system` as `spec` says.
+pub fn project(trace: &Trace, spec: &ProjectSpec, system: &str) -> Result<Projected, BenchError> {
+    let setup = spec.setup(system);
+    let p = rdmasim::project(trace, &spec.profile, &setup)
+        .map_err(|e| BenchError::Config(format!("projection of {system}: {e}")))?;
+    Ok(Projected {
+        profile: spec.profile.name.clone(),
+        client_machines: setup.client_machines,
+        threads_per_machine: setup.threads_per_machine,
+        server_cores: setup.server_cores,
+        throughput_ops_per_s: p.throughput_ops_per_s,
+        latency_us: ProjectedLatency {
+            p50: p.latency_p50_ns / 1000.0,
+            p99: p.latency_p99_ns / 1000.0,
+            mean: p.mean_latency_ns / 1000.0,
+        },
+        bottleneck: p.bottleneck.clone(),
+        utilisation: p
+            .utilisation
+            .iter()
+            .take(MAX_RESOURCES)
+            .map(|r| ResourceUse {
+                name: r.name.clone(),
+                utilisation: r.utilisation,
+            })
+            .collect(),
+        trace: TraceFigures::of(trace),
+        simulated_ops: setup.ops,
+        seed: setup.seed,
+    })
+}
+
+impl Projected {
+    /// The rows of the report's table.
+    pub fn rows(&self) -> Vec<(&'static str, String)> {
+        let busiest: Vec<String> = self
+            .utilisation
+            .iter()
+            .take(3)
+            .map(|r| format!("{} {:.0} %", r.name, r.utilisation * 100.0))
+            .collect();
+        vec![
+            (
+                "projected on",
+                format!(
+                    "{}: {} clients x {} threads, {} server cores",
+                    self.profile, self.client_machines, self.threads_per_machine, self.server_cores
+                ),
+            ),
+            (
+                "proj. throughput",
+                format!("{:.0} ops/s", self.throughput_ops_per_s),
+            ),
+            (
+                "proj. latency us",
+                format!(
+                    "p50 {:.2}  p99 {:.2}  mean {:.2}",
+                    self.latency_us.p50, self.latency_us.p99, self.latency_us.mean
+                ),
+            ),
+            (
+                "proj. bottleneck",
+                format!("{}  ({})", self.bottleneck, busiest.join(", ")),
+            ),
+            (
+                "traced per op",
+                format!(
+                    "{} ops: {:.3} RTT  {:.3} RPCs  client {:.3} us  server {:.3} us/RPC  soft NIC {:.3} us",
+                    self.trace.ops,
+                    self.trace.round_trips,
+                    self.trace.rpcs,
+                    self.trace.client_cpu_us,
+                    self.trace.server_cpu_us_per_rpc,
+                    self.trace.soft_nic_cpu_us
+                ),
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_parse_as_machines_by_threads() {
+        assert_eq!(parse_clients("15x24").unwrap(), (15, 24));
+        assert_eq!(parse_clients(" 2X8 ").unwrap(), (2, 8));
+        for bad in ["", "15", "x24", "0x4", "4x0", "axb", "2000x1", "1x-1"] {
+            assert!(parse_clients(bad).is_err(), "{bad}");
+        }
+    }
+}
