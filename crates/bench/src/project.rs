@@ -299,9 +299,328 @@ impl Projected {
     }
 }
 
+/// One point of a sweep over clients: a design's trace projected with
+/// `client_machines` machines.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SweepPoint {
+    /// The design.
+    pub system: String,
+    /// Workload and distribution of its trace.
+    pub workload: String,
+    /// The projection.
+    pub projected: Projected,
+}
+
+/// The client machines a sweep projects with: 1, 2, 4, ... up to the
+/// profile's testbed, and the testbed itself.
+pub fn sweep_machines(profile: &Profile) -> Vec<u32> {
+    let top = profile.machine.client_machines.max(1);
+    let mut m: Vec<u32> = std::iter::successors(Some(1u32), |&x| Some(x * 2))
+        .take_while(|&x| x < top)
+        .collect();
+    m.push(top);
+    m
+}
+
+/// Projects `trace` of `system` with each of `machines` client machines
+/// (threads per machine as `spec` says, or the profile's client cores).
+pub fn sweep(
+    trace: &Trace,
+    spec: &ProjectSpec,
+    system: &str,
+    machines: &[u32],
+) -> Result<Vec<SweepPoint>, BenchError> {
+    let threads = spec
+        .clients
+        .map_or(spec.profile.machine.client_cores, |c| c.1);
+    machines
+        .iter()
+        .map(|&m| {
+            let one = ProjectSpec {
+                clients: Some((m, threads)),
+                ..spec.clone()
+            };
+            Ok(SweepPoint {
+                system: system.to_string(),
+                workload: trace.workload.clone(),
+                projected: project(trace, &one, system)?,
+            })
+        })
+        .collect()
+}
+
+/// The sweep's figures: projected throughput against client threads, and
+/// median latency against projected throughput (the papers' throughput-
+/// latency curves), one series per design.
+pub fn sweep_figures(
+    points: &[SweepPoint],
+    title: &str,
+) -> (crate::plot::LineChart, crate::plot::LineChart) {
+    use crate::plot::{LineChart, LinePanel, Point, Series};
+    let mut by_clients: Vec<Series> = Vec::new();
+    let mut latency: Vec<Series> = Vec::new();
+    for p in points {
+        let pr = &p.projected;
+        let threads = f64::from(pr.client_machines) * f64::from(pr.threads_per_machine);
+        let mops = pr.throughput_ops_per_s / 1e6;
+        let add = |list: &mut Vec<Series>, point: Point| match list
+            .iter_mut()
+            .find(|s| s.name == p.system)
+        {
+            Some(s) => s.points.push(point),
+            None => list.push(Series {
+                name: p.system.clone(),
+                points: vec![point],
+            }),
+        };
+        add(
+            &mut by_clients,
+            Point {
+                x: threads,
+                y: mops,
+                label: None,
+            },
+        );
+        add(
+            &mut latency,
+            Point {
+                x: mops,
+                y: pr.latency_us.p50,
+                label: Some(format!("{}x{}", pr.client_machines, pr.threads_per_machine)),
+            },
+        );
+    }
+    let profile = points.first().map_or("", |p| p.projected.profile.as_str());
+    (
+        LineChart {
+            title: format!("Projected throughput vs client threads ({title}, {profile})"),
+            x_label: "client threads (machines x threads per machine)".into(),
+            log_bytes_x: false,
+            panels: vec![LinePanel {
+                y_label: "projected throughput (Mops/s)".into(),
+                series: by_clients,
+            }],
+        },
+        LineChart {
+            title: format!("Projected throughput-latency ({title}, {profile})"),
+            x_label: "projected throughput (Mops/s)".into(),
+            log_bytes_x: false,
+            panels: vec![LinePanel {
+                y_label: "projected median latency (us)".into(),
+                series: latency,
+            }],
+        },
+    )
+}
+
+/// The sweep as a markdown table.
+pub fn sweep_markdown(points: &[SweepPoint]) -> String {
+    let mut md = String::from(
+        "| system | workload | clients | server cores | proj. Mops/s | p50 us | p99 us | bottleneck |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for p in points {
+        let pr = &p.projected;
+        md.push_str(&format!(
+            "| {} | {} | {}x{} | {} | {:.2} | {:.2} | {:.2} | {} |\n",
+            p.system,
+            p.workload,
+            pr.client_machines,
+            pr.threads_per_machine,
+            pr.server_cores,
+            pr.throughput_ops_per_s / 1e6,
+            pr.latency_us.p50,
+            pr.latency_us.p99,
+            pr.bottleneck
+        ));
+    }
+    md
+}
+
+/// Whether `system`'s clients can be traced: every design whose client
+/// endpoints the bench builds. HiStore's are built inside its crate
+/// (`LocalGroups::client`), which has no tracing seam yet.
+pub fn traceable(system: &str) -> Result<(), BenchError> {
+    match system {
+        "histore" => Err(BenchError::Config(
+            "--project: histore cannot be traced yet (its clients' endpoints are made inside the histore crate)".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The designs `--suite project` sweeps by default.
+pub const SUITE_SYSTEMS: [&str; 7] = [
+    "xstore",
+    "server-centric",
+    "tree-cache",
+    "whole-tree-cache",
+    "rolex",
+    "finestore",
+    "xstore-d",
+];
+
+/// `--suite project`: what to run.
+pub struct ProjectSuite {
+    /// Designs, each traced once per workload.
+    pub systems: Vec<String>,
+    /// Workloads and distributions.
+    pub workloads: Vec<(ycsb::Workload, ycsb::Distribution)>,
+    /// The loaded keys (sorted).
+    pub keys: std::sync::Arc<[u64]>,
+    /// Key-set name for the reports.
+    pub dataset: String,
+    /// Measured operations of each traced run.
+    pub ops: u64,
+    /// Warm-up operations per thread.
+    pub warmup_ops: u64,
+    /// Client threads of the traced runs.
+    pub threads: u32,
+    /// Seed of the operation streams.
+    pub seed: u64,
+    /// The projection (its `clients` give the threads per machine).
+    pub spec: ProjectSpec,
+    /// Output directory.
+    pub out: std::path::PathBuf,
+}
+
+/// Runs `suite`: traces every design on every workload (loading each
+/// design once with `load`), projects each trace with 1, 2, 4, ... client
+/// machines, and writes `projection.jsonl` (one line per point),
+/// `summary.md` and the figures of [`sweep_figures`] (PNG and SVG) to the
+/// output directory. `log` hears one line per step.
+pub fn run_project_suite(
+    suite: &ProjectSuite,
+    load: &dyn Fn(&str) -> Result<Box<dyn crate::System>, BenchError>,
+    log: &mut dyn FnMut(String),
+) -> Result<Vec<SweepPoint>, BenchError> {
+    let io = |e: std::io::Error| BenchError::Config(format!("{}: {e}", suite.out.display()));
+    std::fs::create_dir_all(&suite.out).map_err(io)?;
+    let machines = sweep_machines(&suite.spec.profile);
+    let mut points = Vec::new();
+    let mut measured = String::from(
+        "| system | workload | measured Mops/s (this machine) | traced ops | RTT/op | client us/op | server us/RPC |\n|---|---|---|---|---|---|---|\n",
+    );
+    for system in &suite.systems {
+        traceable(system)?;
+        log(format!("== {system}: loading"));
+        let sys = load(system)?;
+        for &(workload, dist) in &suite.workloads {
+            let config = crate::RunConfig {
+                system: system.clone(),
+                fabric: "local".into(),
+                dataset: suite.dataset.clone(),
+                workload,
+                dist,
+                ops: suite.ops,
+                seconds: None,
+                warmup_ops: suite.warmup_ops,
+                threads: suite.threads,
+                pipeline: 1,
+                seed: suite.seed,
+            };
+            let rec = suite.spec.recorder();
+            let report = crate::run_traced(
+                &*sys,
+                suite.keys.clone(),
+                &config,
+                crate::Judge::Full,
+                &crate::Progress::default(),
+                &rec,
+            )?;
+            if report.correctness.errors() > 0 {
+                return Err(BenchError::Client(format!(
+                    "{system} {}: wrong answers: {}",
+                    workload.name(),
+                    report.correctness.examples.join("; ")
+                )));
+            }
+            let name = format!("{} {}", workload.name().to_uppercase(), dist.name());
+            let trace = rec.into_trace(system, &name);
+            let tf = TraceFigures::of(&trace);
+            measured.push_str(&format!(
+                "| {system} | {name} | {:.3} | {} | {:.3} | {:.3} | {:.3} |\n",
+                report.throughput_ops_per_s / 1e6,
+                tf.ops,
+                tf.round_trips,
+                tf.client_cpu_us,
+                tf.server_cpu_us_per_rpc
+            ));
+            let swept = sweep(&trace, &suite.spec, system, &machines)?;
+            log(format!(
+                "{system} {name}: measured {:.3} Mops/s here; projected {} Mops/s with {:?} client machines",
+                report.throughput_ops_per_s / 1e6,
+                swept
+                    .iter()
+                    .map(|p| format!("{:.2}", p.projected.throughput_ops_per_s / 1e6))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                machines
+            ));
+            points.extend(swept);
+        }
+    }
+    let mut jsonl = String::new();
+    for p in &points {
+        jsonl += &serde_json::to_string(p).map_err(|e| BenchError::Config(e.to_string()))?;
+        jsonl.push('\n');
+    }
+    std::fs::write(suite.out.join("projection.jsonl"), jsonl).map_err(io)?;
+    let mut md = format!(
+        "# Projection suite on {}\n\nKeys: {} ({}), {} traced operations per run at most, {} client threads here.\n\n## Measured here and traced\n\n{measured}\n## Projected\n\n{}",
+        suite.spec.profile.name,
+        suite.keys.len(),
+        suite.dataset,
+        suite.spec.sample,
+        suite.threads,
+        sweep_markdown(&points)
+    );
+    for &(workload, dist) in &suite.workloads {
+        let name = format!("{} {}", workload.name().to_uppercase(), dist.name());
+        let these: Vec<SweepPoint> = points
+            .iter()
+            .filter(|p| p.workload == name)
+            .cloned()
+            .collect();
+        let (by_clients, latency) = sweep_figures(&these, &format!("YCSB {name}"));
+        let stem = format!("{}-{}", workload.name(), dist.name());
+        let plot = |e: crate::plot::PlotError| BenchError::Config(e.to_string());
+        for f in crate::plot::save_lines(
+            &by_clients,
+            &suite.out,
+            &format!("throughput-clients-{stem}"),
+        )
+        .map_err(plot)?
+        .into_iter()
+        .chain(
+            crate::plot::save_lines(&latency, &suite.out, &format!("throughput-latency-{stem}"))
+                .map_err(plot)?,
+        ) {
+            md.push_str(&format!(
+                "\n![]({})\n",
+                f.file_name()
+                    .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+            ));
+        }
+    }
+    std::fs::write(suite.out.join("summary.md"), md).map_err(io)?;
+    Ok(points)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_doubles_machines_up_to_the_testbed() {
+        let mut p = Profile::builtin("cx4-100g").unwrap();
+        p.machine.client_machines = 15;
+        assert_eq!(sweep_machines(&p), vec![1, 2, 4, 8, 15]);
+        p.machine.client_machines = 1;
+        assert_eq!(sweep_machines(&p), vec![1]);
+        p.machine.client_machines = 4;
+        assert_eq!(sweep_machines(&p), vec![1, 2, 4]);
+    }
 
     #[test]
     fn clients_parse_as_machines_by_threads() {

@@ -214,8 +214,70 @@ pub struct BenchArgs {
     trace_sample: usize,
     /// Write --project's trace to FILE as JSON (one system), to re-project
     /// it later or elsewhere.
-    #[arg(long, value_name = "FILE", requires = "project", conflicts_with = "suite")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "project",
+        conflicts_with = "suite"
+    )]
     trace_out: Option<PathBuf>,
+}
+
+/// `xstore bench --suite project --out DIR [--project PROFILE]`: every
+/// design (or --system's) traced on YCSB C and A uniform, each trace
+/// projected with 1, 2, 4, ... client machines; `bench::project`.
+fn run_project_suite(args: &BenchArgs) -> Result<()> {
+    let spec = match project_spec(args)? {
+        Some(s) => s,
+        None => bench::project::ProjectSpec::new(bench::project::Profile::builtin("cx4-100g")?),
+    };
+    let out = args
+        .out
+        .clone()
+        .context("--suite project needs --out DIR")?;
+    let systems: Vec<String> = match &args.system {
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None => bench::project::SUITE_SYSTEMS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    for s in &systems {
+        if !bench::system_names().contains(&s.as_str()) {
+            bail!(
+                "unknown --system '{s}' (available: {})",
+                bench::system_names().join(", ")
+            );
+        }
+    }
+    let keys = args.keys.load()?;
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let suite = bench::project::ProjectSuite {
+        systems,
+        workloads: vec![
+            (Workload::C, Distribution::Uniform),
+            (Workload::A, Distribution::Uniform),
+        ],
+        keys: keys.into(),
+        dataset: args.keys.name(),
+        ops: args.ops,
+        warmup_ops: args.warmup,
+        threads: args.threads,
+        seed: args.keys.seed,
+        spec,
+        out: out.clone(),
+    };
+    let load = |name: &str| {
+        let spec = SystemSpec {
+            get_reads: args.get_reads,
+            ..SystemSpec::new(name)
+        };
+        local_system(args, &spec, &pairs)
+    };
+    let points = bench::project::run_project_suite(&suite, &load, &mut |l| eprintln!("{l}"))?;
+    println!("{}", bench::project::sweep_markdown(&points));
+    println!("written to {}", out.display());
+    Ok(())
 }
 
 /// The projection `args` ask for, if any.
@@ -311,6 +373,9 @@ fn parse_byte_list(s: &str) -> Result<Vec<u64>> {
 /// Runs `xstore bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(suite) = &args.suite {
+        if suite.trim() == "project" {
+            return run_project_suite(args);
+        }
         return run_suite(args, suite);
     }
     if let Some(list) = &args.local_index {
@@ -595,6 +660,9 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         seed: args.op_seed.unwrap_or(args.keys.seed),
     };
     let project = project_spec(args)?;
+    if project.is_some() {
+        bench::project::traceable(system_name)?;
+    }
     let recorder = project.as_ref().map(|p| p.recorder());
     let live = Progress::default();
     let total = args.ops;
