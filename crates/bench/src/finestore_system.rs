@@ -157,10 +157,16 @@ impl FineStoreRemote {
         Ok(r)
     }
 
-    fn connect(&self) -> Result<Client<Box<dyn Endpoint>>, BenchError> {
+    fn connect(
+        &self,
+    ) -> Result<Client<rdmasim::record::TracingEndpoint<Box<dyn Endpoint>>>, BenchError> {
         let ep = fabric::remote::connect(&self.url, self.token.as_deref())
             .map_err(|e| BenchError::Client(e.to_string()))?;
-        Client::connect(ep, fabric::NodeId(0)).map_err(client_error)
+        Client::connect(
+            rdmasim::record::TracingEndpoint::new(ep),
+            fabric::NodeId(0),
+        )
+        .map_err(client_error)
     }
 }
 

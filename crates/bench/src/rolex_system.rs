@@ -188,7 +188,10 @@ impl System for RolexRemote {
         let eps = self
             .urls
             .iter()
-            .map(|url| fabric::remote::connect(url, self.token.as_deref()))
+            .map(|url| {
+                fabric::remote::connect(url, self.token.as_deref())
+                    .map(rdmasim::record::TracingEndpoint::new)
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BenchError::Client(e.to_string()))?;
         Ok(Box::new(RolexClient(
