@@ -27,13 +27,18 @@ use crate::trace::{OpTrace, Trace, VerbKind};
 const PS_PER_NS: u64 = 1_000;
 
 /// Bounds on what one projection may ask for (a bound on everything).
-const MAX_OPS: u64 = 200_000_000;
+/// (The window keeps every latency it measures: 8 bytes each.)
+const MAX_OPS: u64 = 20_000_000;
 const MAX_CLIENT_MACHINES: u32 = 4_096;
 const MAX_THREADS_PER_MACHINE: u32 = 4_096;
 const MAX_SERVER_CORES: u32 = 4_096;
 /// Open loop: more operations in flight than this means the offered rate is
 /// beyond what the cluster serves; the run stops with [`SimError::Unstable`].
 const MAX_IN_FLIGHT: u64 = 2_000_000;
+/// Open loop: completing less than this share of the offered rate in the
+/// measured window means the queue grew without bound (a stable run's
+/// window throughput is within a few percent of the offered rate).
+const UNSTABLE_SHARE: f64 = 0.9;
 /// Virtual time beyond this (about 5 virtual hours) means the trace or the
 /// setup is degenerate.
 const MAX_VIRTUAL_PS: u64 = 5 * 3_600 * 1_000_000_000_000;
@@ -241,7 +246,9 @@ fn check_trace(trace: &Trace) -> Result<(), SimError> {
                     rt.client_cpu_before_ns
                 ));
             }
-            if rt.verbs.is_empty() || rt.verbs.len() > u16::MAX as usize {
+            // An empty batch (nothing posted) is allowed: it costs only
+            // the client CPU around it.
+            if rt.verbs.len() > u16::MAX as usize {
                 return bad(format!("round trip {j}: {} verbs", rt.verbs.len()));
             }
             let sends = rt.verbs.iter().filter(|v| v.kind == VerbKind::Send).count();
@@ -281,10 +288,13 @@ const RNIC_STATION_NAMES: [&str; 5] = [
     "pcie-to-host",
 ];
 
-/// A FIFO queue with `free_at.len()` identical servers.
+/// A FIFO queue with `servers` identical servers.
 struct Station {
-    /// When each server is next free, picoseconds.
-    free_at: Vec<u64>,
+    /// When each server is next free, picoseconds: a min-heap, so a
+    /// station with thousands of cores (a client machine's CPU) costs
+    /// O(log c) per visit.
+    free_at: BinaryHeap<Reverse<u64>>,
+    servers: u32,
     /// Service committed so far, picoseconds (work that has started or is
     /// queued with a fixed start).
     committed_ps: u128,
@@ -297,29 +307,22 @@ impl Station {
     fn new(servers: u32, name: String) -> Self {
         debug_assert!(servers >= 1);
         Station {
-            free_at: vec![0; servers as usize],
+            free_at: (0..servers).map(|_| Reverse(0)).collect(),
+            servers,
             committed_ps: 0,
             name,
         }
     }
 
     /// A job arriving now (events come in time order, so this is FIFO):
-    /// returns when its service ends.
+    /// it takes the server that frees first; returns when its service
+    /// ends.
     fn serve(&mut self, now: u64, service_ps: u64) -> u64 {
-        let slot = if self.free_at.len() == 1 {
-            0
-        } else {
-            let mut best = 0;
-            for (i, &f) in self.free_at.iter().enumerate() {
-                if f < self.free_at[best] {
-                    best = i;
-                }
-            }
-            best
-        };
-        let start = now.max(self.free_at[slot]);
+        let mut earliest = self.free_at.peek_mut().expect("a station has servers");
+        let start = now.max(earliest.0);
         let end = start.saturating_add(service_ps);
-        self.free_at[slot] = end;
+        earliest.0 = end;
+        drop(earliest);
         self.committed_ps += u128::from(service_ps);
         end
     }
@@ -331,7 +334,7 @@ impl Station {
         let ahead: u128 = self
             .free_at
             .iter()
-            .map(|&f| u128::from(f.saturating_sub(now)))
+            .map(|f| u128::from(f.0.saturating_sub(now)))
             .sum();
         self.committed_ps - ahead
     }
@@ -345,15 +348,7 @@ struct Hop {
     delay_before_ps: u64,
 }
 
-/// What a job is.
-#[derive(Clone, Copy)]
-enum JobKind {
-    /// Client CPU between round trips.
-    Cpu { station: u32, service_ps: u64 },
-    /// One verb of a round trip.
-    Verb(VerbJob),
-}
-
+/// One verb of a round trip, as the path builder needs it.
 #[derive(Clone, Copy)]
 struct VerbJob {
     kind: VerbKind,
@@ -370,11 +365,46 @@ struct VerbJob {
     atomic_station: Option<u32>,
 }
 
+/// The most station visits one job makes (a verb's path, see
+/// [`Sim::hop`]).
+const MAX_HOPS: usize = STEPS as usize;
+
+/// A job: client CPU between round trips, or one verb. Its path is
+/// computed once when it is posted: the station visits that take time,
+/// each after the pure delay before it.
 #[derive(Clone, Copy)]
 struct Job {
     op: u32,
-    step: u8,
-    kind: JobKind,
+    /// Whether it is a verb (else client CPU).
+    verb: bool,
+    /// The next visit of `hops`.
+    next: u8,
+    len: u8,
+    hops: [Hop; MAX_HOPS],
+    /// Pure delay after the last visit, before the job is done.
+    tail_delay_ps: u64,
+}
+
+impl Job {
+    fn new(op: u32, verb: bool) -> Self {
+        Job {
+            op,
+            verb,
+            next: 0,
+            len: 0,
+            hops: [Hop {
+                station: 0,
+                service_ps: 0,
+                delay_before_ps: 0,
+            }; MAX_HOPS],
+            tail_delay_ps: 0,
+        }
+    }
+
+    fn push(&mut self, hop: Hop) {
+        self.hops[self.len as usize] = hop;
+        self.len += 1;
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -454,6 +484,7 @@ struct Sim<'a> {
     k2: u64,
     mark1: Option<Mark>,
     mark2: Option<Mark>,
+    in_flight_at_k2: u64,
     arrival_clock_ps: f64,
 }
 
@@ -554,6 +585,7 @@ impl<'a> Sim<'a> {
             k2,
             mark1: None,
             mark2: None,
+            in_flight_at_k2: 0,
             arrival_clock_ps: 0.0,
         };
         sim.delay_ps = sim.base_delays();
@@ -608,7 +640,10 @@ impl<'a> Sim<'a> {
                 client_rnic: 0,
                 server_rnic: 0,
                 server_cpu: 0,
-                atomic_station: None,
+                // Any station: only the service time counts here. The
+                // base round trip of an atomic includes the RNIC's
+                // per-address serialisation.
+                atomic_station: is_atomic(kind).then_some(0),
             };
             let mut service = 0u64;
             for step in 0..STEPS {
@@ -711,35 +746,36 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// From `step` on, finds the job's next station visit that takes time
-    /// and schedules the job's arrival there, or its completion.
-    fn forward(&mut self, id: u32, from_step: u8, t: u64) {
-        let job = self.jobs[id as usize];
-        match job.kind {
-            JobKind::Cpu { .. } => {
-                if from_step == 0 {
-                    self.jobs[id as usize].step = 0;
-                    self.schedule(t, What::Step(id));
-                } else {
-                    self.schedule(t, What::JobDone(id));
+    /// A verb's path: the station visits that take time, each with the
+    /// pure delay before it (delays of skipped steps carry over).
+    fn verb_job(&self, op: u32, v: &VerbJob) -> Job {
+        let mut job = Job::new(op, true);
+        let mut delay = 0u64;
+        for step in 0..STEPS {
+            if let Some(h) = self.hop(v, step) {
+                delay = delay.saturating_add(h.delay_before_ps);
+                if h.service_ps > 0 {
+                    job.push(Hop {
+                        delay_before_ps: delay,
+                        ..h
+                    });
+                    delay = 0;
                 }
             }
-            JobKind::Verb(v) => {
-                let mut delay = 0u64;
-                let mut step = from_step;
-                while step < STEPS {
-                    if let Some(h) = self.hop(&v, step) {
-                        delay = delay.saturating_add(h.delay_before_ps);
-                        if h.service_ps > 0 {
-                            self.jobs[id as usize].step = step;
-                            self.schedule(t.saturating_add(delay), What::Step(id));
-                            return;
-                        }
-                    }
-                    step += 1;
-                }
-                self.schedule(t.saturating_add(delay), What::JobDone(id));
-            }
+        }
+        job.tail_delay_ps = delay;
+        job
+    }
+
+    /// Schedules the job's arrival at its next station, or its completion.
+    fn forward(&mut self, id: u32, t: u64) {
+        let job = &self.jobs[id as usize];
+        if job.next < job.len {
+            let delay = job.hops[job.next as usize].delay_before_ps;
+            self.schedule(t.saturating_add(delay), What::Step(id));
+        } else {
+            let delay = job.tail_delay_ps;
+            self.schedule(t.saturating_add(delay), What::JobDone(id));
         }
     }
 
@@ -766,21 +802,11 @@ impl<'a> Sim<'a> {
             }
             match what {
                 What::Step(id) => {
-                    let job = self.jobs[id as usize];
-                    let (station, service, next) = match job.kind {
-                        JobKind::Cpu {
-                            station,
-                            service_ps,
-                        } => (station, service_ps, 1),
-                        JobKind::Verb(v) => {
-                            let h = self
-                                .hop(&v, job.step)
-                                .expect("a scheduled step is one the verb takes");
-                            (h.station, h.service_ps, job.step + 1)
-                        }
-                    };
-                    let end = self.stations[station as usize].serve(t, service);
-                    self.forward(id, next, end);
+                    let job = &mut self.jobs[id as usize];
+                    let hop = job.hops[job.next as usize];
+                    job.next += 1;
+                    let end = self.stations[hop.station as usize].serve(t, hop.service_ps);
+                    self.forward(id, end);
                 }
                 What::JobDone(id) => self.job_done(id),
                 What::Arrival => {
@@ -867,16 +893,14 @@ impl<'a> Sim<'a> {
                     self.ops[id as usize].phase = Phase::Net;
                     if ns > 0 {
                         let (m, _) = self.machine_of(st.thread);
-                        let job = Job {
-                            op: id,
-                            step: 0,
-                            kind: JobKind::Cpu {
-                                station: self.client_cpu[m as usize],
-                                service_ps: ns_to_ps(ns),
-                            },
-                        };
+                        let mut job = Job::new(id, false);
+                        job.push(Hop {
+                            station: self.client_cpu[m as usize],
+                            service_ps: ns_to_ps(ns),
+                            delay_before_ps: 0,
+                        });
                         let jid = self.new_job(job);
-                        self.forward(jid, 0, self.now);
+                        self.forward(jid, self.now);
                         return;
                     }
                 }
@@ -884,6 +908,12 @@ impl<'a> Sim<'a> {
                     if rt >= n {
                         self.complete_op(id);
                         return;
+                    }
+                    if op.round_trips[rt].verbs.is_empty() {
+                        let st = &mut self.ops[id as usize];
+                        st.rt += 1;
+                        st.phase = Phase::Cpu;
+                        continue;
                     }
                     self.post_round_trip(id, st, rt);
                     return;
@@ -923,23 +953,20 @@ impl<'a> Sim<'a> {
                 (None, VerbKind::Send) => (0, 0, true, verb.bytes),
                 _ => (0, 0, false, verb.bytes),
             };
-            let job = Job {
-                op: id,
-                step: 0,
-                kind: JobKind::Verb(VerbJob {
-                    kind: verb.kind,
-                    bytes,
-                    reply_bytes,
-                    server_cpu_ps,
-                    is_rpc,
-                    client_rnic,
-                    server_rnic,
-                    server_cpu,
-                    atomic_station,
-                }),
+            let verb_job = VerbJob {
+                kind: verb.kind,
+                bytes,
+                reply_bytes,
+                server_cpu_ps,
+                is_rpc,
+                client_rnic,
+                server_rnic,
+                server_cpu,
+                atomic_station,
             };
+            let job = self.verb_job(id, &verb_job);
             let jid = self.new_job(job);
-            self.forward(jid, 0, self.now);
+            self.forward(jid, self.now);
         }
     }
 
@@ -963,12 +990,11 @@ impl<'a> Sim<'a> {
     }
 
     fn job_done(&mut self, jid: u32) {
-        let job = self.jobs[jid as usize];
+        let (id, verb) = (self.jobs[jid as usize].op, self.jobs[jid as usize].verb);
         self.free_jobs.push(jid);
-        let id = job.op;
-        match job.kind {
-            JobKind::Cpu { .. } => self.advance(id),
-            JobKind::Verb(_) => {
+        match verb {
+            false => self.advance(id),
+            true => {
                 let st = &mut self.ops[id as usize];
                 debug_assert_eq!(st.phase, Phase::Wait);
                 st.outstanding -= 1;
@@ -1004,6 +1030,7 @@ impl<'a> Sim<'a> {
         }
         if self.completed == self.k2 {
             self.mark2 = Some(self.mark());
+            self.in_flight_at_k2 = self.in_flight;
         }
         self.free_ops.push(id);
         if self.setup.load == Load::Closed && self.issued < self.setup.ops {
@@ -1031,6 +1058,17 @@ impl<'a> Sim<'a> {
         let n = self.window_latencies.len();
         debug_assert_eq!(n as u64, self.k2 - self.k1);
         let throughput = n as f64 / window_ps * 1e12;
+        // Open loop: a stable system completes what is offered. Serving
+        // clearly less means the queue grew all run long, and its
+        // latencies say only how long the run was.
+        if let Load::Open { rate_per_s } = self.setup.load {
+            if throughput < UNSTABLE_SHARE * rate_per_s {
+                return Err(SimError::Unstable {
+                    in_flight: self.in_flight_at_k2,
+                    virtual_time_ns: m2.t / PS_PER_NS,
+                });
+            }
+        }
         let mean_ps = self.window_latencies.iter().map(|&l| l as f64).sum::<f64>() / n as f64;
         let p50 = percentile(&mut self.window_latencies, 0.50);
         let p99 = percentile(&mut self.window_latencies, 0.99);
@@ -1040,9 +1078,11 @@ impl<'a> Sim<'a> {
         let mut by_name: Vec<(String, f64)> = Vec::new();
         let mut index: HashMap<&str, usize> = HashMap::new();
         for (i, s) in self.stations.iter().enumerate() {
+            // Atomic-address stations appear when first used: none did
+            // work before it existed.
             let d1 = m1.done.get(i).copied().unwrap_or(0);
-            let d2 = m2.done[i];
-            let u = (d2 - d1) as f64 / (window_ps * s.free_at.len() as f64);
+            let d2 = m2.done.get(i).copied().unwrap_or(0);
+            let u = (d2 - d1) as f64 / (window_ps * f64::from(s.servers));
             debug_assert!(u <= 1.0 + 1e-9, "{} busy {u} of the window", s.name);
             let u = u.min(1.0);
             match index.get(s.name.as_str()) {
@@ -1081,4 +1121,40 @@ fn percentile(v: &mut [u64], q: f64) -> u64 {
     debug_assert!(!v.is_empty());
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
     *v.select_nth_unstable(rank - 1).1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_station_serves_first_come_first_served_on_its_earliest_free_server() {
+        let mut s = Station::new(2, "s".into());
+        // Two servers: the first two jobs start at once, the third waits
+        // for the earlier of them.
+        assert_eq!(s.serve(0, 10), 10);
+        assert_eq!(s.serve(0, 4), 4);
+        assert_eq!(s.serve(1, 5), 9);
+        assert_eq!(s.serve(2, 1), 10);
+        // An idle server starts a late arrival at once.
+        assert_eq!(s.serve(100, 3), 103);
+        assert_eq!(s.committed_ps, 23);
+        // Work done is committed work minus what lies ahead of `now`.
+        assert_eq!(s.done_ps(200), 23);
+        let mut one = Station::new(1, "one".into());
+        assert_eq!(one.serve(0, 10), 10);
+        assert_eq!(one.serve(3, 10), 20);
+        assert_eq!(one.done_ps(5), 5);
+        assert_eq!(one.done_ps(15), 15);
+        assert_eq!(one.done_ps(25), 20);
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let mut v: Vec<u64> = (1..=100).rev().collect();
+        assert_eq!(percentile(&mut v, 0.5), 50);
+        assert_eq!(percentile(&mut v, 0.99), 99);
+        assert_eq!(percentile(&mut v, 1.0), 100);
+        assert_eq!(percentile(&mut [7], 0.99), 7);
+    }
 }
