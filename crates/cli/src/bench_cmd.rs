@@ -496,6 +496,10 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         );
     }
     let cache_bytes = args.cache_bytes.as_deref().map(parse_bytes).transpose()?;
+    let project = project_spec(args)?;
+    if project.is_some() {
+        bench::project::traceable(system_name)?;
+    }
     let remote = match (args.fabric.as_str(), &args.server) {
         _ if args.cluster.is_some() => None,
         ("local", None) => None,
@@ -659,10 +663,6 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         pipeline: args.pipeline,
         seed: args.op_seed.unwrap_or(args.keys.seed),
     };
-    let project = project_spec(args)?;
-    if project.is_some() {
-        bench::project::traceable(system_name)?;
-    }
     let recorder = project.as_ref().map(|p| p.recorder());
     let live = Progress::default();
     let total = args.ops;
