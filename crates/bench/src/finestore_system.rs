@@ -162,11 +162,8 @@ impl FineStoreRemote {
     ) -> Result<Client<rdmasim::record::TracingEndpoint<Box<dyn Endpoint>>>, BenchError> {
         let ep = fabric::remote::connect(&self.url, self.token.as_deref())
             .map_err(|e| BenchError::Client(e.to_string()))?;
-        Client::connect(
-            rdmasim::record::TracingEndpoint::new(ep),
-            fabric::NodeId(0),
-        )
-        .map_err(client_error)
+        Client::connect(rdmasim::record::TracingEndpoint::new(ep), fabric::NodeId(0))
+            .map_err(client_error)
     }
 }
 

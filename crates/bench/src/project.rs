@@ -484,6 +484,9 @@ pub struct ProjectSuite {
     pub out: std::path::PathBuf,
 }
 
+/// Loads a design by name (the command line's factory).
+pub type SystemLoader<'a> = dyn Fn(&str) -> Result<Box<dyn crate::System>, BenchError> + 'a;
+
 /// Runs `suite`: traces every design on every workload (loading each
 /// design once with `load`), projects each trace with 1, 2, 4, ... client
 /// machines, and writes `projection.jsonl` (one line per point),
@@ -491,7 +494,7 @@ pub struct ProjectSuite {
 /// output directory. `log` hears one line per step.
 pub fn run_project_suite(
     suite: &ProjectSuite,
-    load: &dyn Fn(&str) -> Result<Box<dyn crate::System>, BenchError>,
+    load: &SystemLoader<'_>,
     log: &mut dyn FnMut(String),
 ) -> Result<Vec<SweepPoint>, BenchError> {
     let io = |e: std::io::Error| BenchError::Config(format!("{}: {e}", suite.out.display()));

@@ -70,10 +70,22 @@ fn a_projected_run_prints_the_block_beside_the_measured_figures() {
 fn bad_projection_flags_are_refused_in_one_line() {
     for (args, want) in [
         (&["--project", "no-such-profile"][..], "not a profile"),
-        (&["--project", "cx4-100g", "--clients", "4"][..], "expected MxT"),
-        (&["--project", "cx4-100g", "--server-cores", "0"][..], "at least 1"),
-        (&["--project", "cx4-100g", "--pipeline", "4"][..], "--pipeline 1"),
-        (&["--project", "cx4-100g", "--system", "histore"][..], "histore"),
+        (
+            &["--project", "cx4-100g", "--clients", "4"][..],
+            "expected MxT",
+        ),
+        (
+            &["--project", "cx4-100g", "--server-cores", "0"][..],
+            "at least 1",
+        ),
+        (
+            &["--project", "cx4-100g", "--pipeline", "4"][..],
+            "--pipeline 1",
+        ),
+        (
+            &["--project", "cx4-100g", "--system", "histore"][..],
+            "histore",
+        ),
     ] {
         let mut all = vec!["bench", "--keys", "1000", "--ops", "100"];
         all.extend_from_slice(args);
