@@ -2,14 +2,17 @@
 """Projected vs paper: reads this directory's JSON lines (one report per
 system and run, each with its "projected" block) and bench/papers/points.csv,
 prints the markdown table of bench/README.md ("Projection").
-Run from the repository root: python3 bench/results/projection-1m/table.py"""
+Run from the repository root: python3 bench/results/projection-1m/table.py
+[DIR] (DIR: another results directory of the same layout, e.g.
+bench/results/projection-10m)."""
 import csv
 import json
 import os
 import sys
 
-D = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(D, "..", "..", ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+D = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else HERE
 
 
 def load(name):
