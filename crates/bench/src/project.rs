@@ -521,6 +521,7 @@ pub fn run_project_suite(
                 threads: suite.threads,
                 pipeline: 1,
                 seed: suite.seed,
+                stream: ycsb::StreamOptions::default(),
             };
             let rec = suite.spec.recorder();
             let report = crate::run_traced(

@@ -35,6 +35,7 @@ fn config(system: &str, w: Workload, ops: u64) -> RunConfig {
         threads: 2,
         pipeline: 1,
         seed: 11,
+        stream: ycsb::StreamOptions::default(),
     }
 }
 

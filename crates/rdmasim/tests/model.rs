@@ -360,6 +360,7 @@ fn bad_input_is_a_typed_error() {
         setup(0, 1, 1, Load::Closed, 1_000, 0),
         setup(1, 0, 1, Load::Closed, 1_000, 0),
         setup(1, 1, 0, Load::Closed, 1_000, 0),
+        setup(4_096, 4_096, 1, Load::Closed, 1_000, 0),
         setup(1, 1, 1, Load::Closed, 5, 0),
         setup(1, 1, 1, Load::Open { rate_per_s: -1.0 }, 1_000, 0),
         setup(
