@@ -445,6 +445,9 @@ pub fn traceable(system: &str) -> Result<(), BenchError> {
         "histore" => Err(BenchError::Config(
             "--project: histore cannot be traced yet (its clients' endpoints are made inside the histore crate)".into(),
         )),
+        s if s.starts_with(crate::local_index::INDEX_PREFIX) => Err(BenchError::Config(format!(
+            "--project: {s} is a single-machine index: it has no fabric to trace"
+        ))),
         _ => Ok(()),
     }
 }
