@@ -71,7 +71,11 @@ impl FineStoreLocal {
 
 impl System for FineStoreLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
-        let c = Client::connect(self.fabric.endpoint(), self.node).map_err(client_error)?;
+        let c = Client::connect(
+            rdmasim::record::TracingEndpoint::new(self.fabric.endpoint()),
+            self.node,
+        )
+        .map_err(client_error)?;
         Ok(Box::new(FineClient(c)))
     }
 
@@ -153,10 +157,13 @@ impl FineStoreRemote {
         Ok(r)
     }
 
-    fn connect(&self) -> Result<Client<Box<dyn Endpoint>>, BenchError> {
+    fn connect(
+        &self,
+    ) -> Result<Client<rdmasim::record::TracingEndpoint<Box<dyn Endpoint>>>, BenchError> {
         let ep = fabric::remote::connect(&self.url, self.token.as_deref())
             .map_err(|e| BenchError::Client(e.to_string()))?;
-        Client::connect(ep, fabric::NodeId(0)).map_err(client_error)
+        Client::connect(rdmasim::record::TracingEndpoint::new(ep), fabric::NodeId(0))
+            .map_err(client_error)
     }
 }
 

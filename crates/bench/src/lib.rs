@@ -15,6 +15,7 @@ pub mod linearize;
 pub mod local_index;
 pub mod models_suite;
 pub mod plot;
+pub mod project;
 pub mod report;
 pub mod rolex_system;
 pub mod run;
@@ -25,7 +26,7 @@ pub mod values;
 
 pub use cluster_system::ClusterSystem;
 pub use report::Report;
-pub use run::{run, run_recorded, run_with, Judge, Progress, RunConfig, MAX_PIPELINE};
+pub use run::{run, run_recorded, run_traced, run_with, Judge, Progress, RunConfig, MAX_PIPELINE};
 pub use suite::{
     is_system, run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions,
     SuiteRow, SuiteSummary, SystemFactory, SystemSpec,

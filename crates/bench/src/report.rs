@@ -205,6 +205,10 @@ pub struct Report {
     pub data: String,
     /// Checked reads.
     pub correctness: Correctness,
+    /// What the cluster model projects for this run's traced operations on
+    /// real RDMA hardware (`--project`; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub projected: Option<crate::project::Projected>,
 }
 
 impl Report {
@@ -346,6 +350,9 @@ impl Report {
                     self.correctness.unknown, self.data
                 ),
             ));
+        }
+        if let Some(p) = &self.projected {
+            rows.extend(p.rows());
         }
         rows.iter()
             .map(|(k, v)| format!("{k:>18}  {v}\n"))

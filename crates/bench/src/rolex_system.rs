@@ -135,7 +135,7 @@ impl Drop for RolexLocal {
 impl System for RolexLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
         let eps = (0..self.memory.len())
-            .map(|_| self.fabric.endpoint())
+            .map(|_| rdmasim::record::TracingEndpoint::new(self.fabric.endpoint()))
             .collect();
         Ok(Box::new(RolexClient(
             self.pool.client(eps).map_err(client_error)?,
@@ -188,7 +188,10 @@ impl System for RolexRemote {
         let eps = self
             .urls
             .iter()
-            .map(|url| fabric::remote::connect(url, self.token.as_deref()))
+            .map(|url| {
+                fabric::remote::connect(url, self.token.as_deref())
+                    .map(rdmasim::record::TracingEndpoint::new)
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BenchError::Client(e.to_string()))?;
         Ok(Box::new(RolexClient(

@@ -114,7 +114,30 @@ pub fn run(
     config: &RunConfig,
     progress: &Progress,
 ) -> Result<Report, BenchError> {
-    run_inner(system, loaded, config, progress, false, Judge::Full).map(|(r, _)| r)
+    run_inner(system, loaded, config, progress, false, Judge::Full, None).map(|(r, _)| r)
+}
+
+/// [`run_with`], also recording a trace of the measured operations into
+/// `trace` (the first ones, up to its sample size) for the cluster model.
+/// Each traced operation spans only the client's calls: the judge's work
+/// between them is the harness's, not the client's. Writes must not be
+/// pipelined (`pipeline` 1): a trace is of operations that wait for each
+/// round trip.
+pub fn run_traced(
+    system: &dyn System,
+    loaded: Arc<[u64]>,
+    config: &RunConfig,
+    judge: Judge,
+    progress: &Progress,
+    trace: &rdmasim::record::Recorder,
+) -> Result<Report, BenchError> {
+    if config.pipeline != 1 {
+        return Err(BenchError::Config(
+            "a traced run (--project) needs --pipeline 1: the model keeps requests in flight itself"
+                .into(),
+        ));
+    }
+    run_inner(system, loaded, config, progress, false, judge, Some(trace)).map(|(r, _)| r)
 }
 
 /// [`run`], judged as `judge` says.
@@ -125,7 +148,7 @@ pub fn run_with(
     judge: Judge,
     progress: &Progress,
 ) -> Result<Report, BenchError> {
-    run_inner(system, loaded, config, progress, false, judge).map(|(r, _)| r)
+    run_inner(system, loaded, config, progress, false, judge, None).map(|(r, _)| r)
 }
 
 /// Most operations [`run_recorded`] keeps: a history is for short runs.
@@ -148,7 +171,7 @@ pub fn run_recorded(
             "a recorded history needs --ops (not --seconds) and at most {MAX_HISTORY_OPS} operations"
         )));
     }
-    run_inner(system, loaded, config, progress, true, Judge::Full)
+    run_inner(system, loaded, config, progress, true, Judge::Full, None)
 }
 
 /// The measured window as the coordinating thread sees it: the clock
@@ -170,6 +193,7 @@ fn run_inner(
     progress: &Progress,
     record: bool,
     judge: Judge,
+    trace: Option<&rdmasim::record::Recorder>,
 ) -> Result<(Report, History), BenchError> {
     if config.threads == 0 {
         return Err(BenchError::Config("--threads must be at least 1".into()));
@@ -239,6 +263,7 @@ fn run_inner(
                     let mut w = Worker::new(t, threads, config.pipeline, ledger);
                     w.judging = judge != Judge::Off;
                     w.recorder = record.then(Recorder::default);
+                    w.trace = trace;
                     if w.judging {
                         ledger.join(t as usize);
                     }
@@ -402,6 +427,13 @@ struct Worker<'l> {
     judging: bool,
     /// Sum of the measured operations' latencies, ns.
     busy_ns: u64,
+    /// Where measured operations are traced, if they are.
+    trace: Option<&'l rdmasim::record::Recorder>,
+    /// Whether an operation is being traced now.
+    tracing: bool,
+    /// Inside a read-modify-write: its read does not end the traced
+    /// operation.
+    in_rmw: bool,
 }
 
 /// A write in flight (`--pipeline`).
@@ -440,6 +472,38 @@ impl<'l> Worker<'l> {
             in_flight: VecDeque::new(),
             judging: true,
             busy_ns: 0,
+            trace: None,
+            tracing: false,
+            in_rmw: false,
+        }
+    }
+
+    /// Opens a traced operation of `op`'s class, for a measured operation
+    /// of a traced run.
+    fn trace_begin(&mut self, op: Op, measured: bool) {
+        use rdmasim::trace::OpClass;
+        let Some(rec) = self.trace.filter(|_| measured) else {
+            return;
+        };
+        let class = match op {
+            Op::Read(_) => OpClass::Get,
+            Op::Update(_) => OpClass::Update,
+            Op::Insert(_) => OpClass::Insert,
+            Op::ReadModifyWrite(_) => OpClass::ReadModifyWrite,
+            Op::Scan { .. } => OpClass::Scan,
+            Op::Delete(_) => OpClass::Delete,
+        };
+        rec.begin_op(class);
+        self.tracing = true;
+    }
+
+    /// Closes the traced operation, right after the client's last call.
+    fn trace_end(&mut self) {
+        if self.tracing && !self.in_rmw {
+            self.tracing = false;
+            if let Some(rec) = self.trace {
+                rec.end_op();
+            }
         }
     }
 
@@ -611,6 +675,7 @@ impl<'l> Worker<'l> {
         };
         let took = took?;
         let end = Instant::now();
+        self.trace_end();
         if self.judging {
             let res = self.ledger.end_write_at(key, value, took, end);
             self.record_write(key, value, insert, inv, res, took);
@@ -665,6 +730,7 @@ impl<'l> Worker<'l> {
     ) -> Result<Instant, BenchError> {
         let got = client.get(key)?;
         let end = Instant::now();
+        self.trace_end();
         // Judged before this thread's next operation publishes a later
         // start: until then the ledger keeps every write this read may
         // have seen.
@@ -781,12 +847,16 @@ impl<'l> Worker<'l> {
         } else {
             0
         };
+        self.trace_begin(op, measured);
         let end = match op {
             Op::Read(k) => self.read_now(client, k, s)?,
             Op::Update(k) => self.write_now(client, k, false, start)?,
             Op::Insert(k) => self.write_now(client, k, true, start)?,
             Op::ReadModifyWrite(k) => {
-                self.read_now(client, k, s)?;
+                self.in_rmw = true;
+                let read = self.read_now(client, k, s);
+                self.in_rmw = false;
+                read?;
                 self.write_now(client, k, false, start)?
             }
             Op::Delete(k) => {
@@ -799,6 +869,7 @@ impl<'l> Worker<'l> {
                 buf.clear();
                 client.scan(from, len as usize, &mut buf)?;
                 let end = Instant::now();
+                self.trace_end();
                 if !self.judging {
                     self.scan_buf = buf;
                     return self.measured(client, op, measured, before, start, end);
@@ -993,6 +1064,7 @@ fn summarize(
         fallback_rate: direct.map(|d| per(d.fallbacks, d.reads)),
         invalidation_rate: direct.map(|d| per(d.invalidations, d.reads)),
         hints,
+        projected: None,
         judged: true,
         data: "loaded".to_string(),
         correctness,

@@ -91,7 +91,9 @@ impl System for ShermanLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
         Ok(Box::new(ShermanClient(
             self.tree
-                .client(self.fabric.endpoint())
+                .client(rdmasim::record::TracingEndpoint::new(
+                    self.fabric.endpoint(),
+                ))
                 .map_err(client_error)?,
         )))
     }
@@ -106,7 +108,7 @@ impl System for ShermanLocal {
     }
 }
 
-struct ShermanClient(Client<LocalEndpoint>);
+struct ShermanClient(Client<rdmasim::record::TracingEndpoint<LocalEndpoint>>);
 
 impl KvClient for ShermanClient {
     fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {

@@ -509,6 +509,7 @@ impl SuiteRow {
             judged: true,
             data: "loaded".to_string(),
             correctness: Correctness::default(),
+            projected: None,
         }
     }
 }

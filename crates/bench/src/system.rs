@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fabric::{Counters, LocalFabric, NodeId, RpcHandler};
+use rdmasim::record::TracingEndpoint;
 use xstore::{CacheMode, Client, ClientConfig, Server, ServerConfig, Write};
 
 use crate::report::{HintCounters, ModelFigures};
@@ -134,10 +135,12 @@ pub struct TimedHandler {
 }
 
 impl TimedHandler {
-    /// Wraps `inner`, serving at most `workers` requests at once.
+    /// Wraps `inner`, serving at most `workers` requests at once. The
+    /// handler's thread CPU per call goes to the traced RPC that made it,
+    /// when the run is traced (`--project`).
     pub fn new(inner: Arc<dyn RpcHandler>, workers: Option<usize>) -> TimedHandler {
         TimedHandler {
-            inner,
+            inner: Arc::new(rdmasim::record::TracingHandler::new(inner)),
             nanos: AtomicU64::new(0),
             workers: workers.map(|w| (std::sync::Mutex::new(w.max(1)), std::sync::Condvar::new())),
         }
@@ -265,7 +268,11 @@ impl XStoreLocal {
 
 impl System for XStoreLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
-        let c = Client::connect(self.fabric.endpoint(), self.node, self.client_config)?;
+        let c = Client::connect(
+            TracingEndpoint::new(self.fabric.endpoint()),
+            self.node,
+            self.client_config,
+        )?;
         Ok(Box::new(XStoreClient(c)))
     }
 
@@ -353,7 +360,7 @@ impl System for XStoreRemote {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
         let ep = fabric::remote::connect(&self.url, self.token.as_deref())
             .map_err(|e| BenchError::Client(e.to_string()))?;
-        let c = Client::connect(ep, NodeId(0), self.client_config)?;
+        let c = Client::connect(TracingEndpoint::new(ep), NodeId(0), self.client_config)?;
         Ok(Box::new(XStoreClient(c)))
     }
 
@@ -425,7 +432,7 @@ impl BaselineLocal {
 impl System for BaselineLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
         let c = crate::baselines::BaselineClient::connect(
-            self.fabric.endpoint(),
+            TracingEndpoint::new(self.fabric.endpoint()),
             self.node,
             self.kind,
             self.get_reads,

@@ -221,6 +221,116 @@ pub struct BenchArgs {
     /// each, with 1 and --threads threads; --ops searches a phase.
     #[arg(long, conflicts_with_all = ["suite", "system"])]
     local_index: Option<String>,
+    /// Also project the run onto a cluster of real RDMA machines: a
+    /// hardware profile (cx4-100g, cx5-100g, cx6-200g, or a profile file).
+    /// The first --trace-sample operations are traced round trip by round
+    /// trip and replayed by the cluster model; its figures are printed in a
+    /// "projected" block beside the measured ones. With --suite project:
+    /// the profile of the sweep (default cx4-100g).
+    #[arg(long, value_name = "PROFILE", conflicts_with_all = ["history", "local_index"])]
+    project: Option<String>,
+    /// Client machines x threads per machine of --project (default: the
+    /// profile's testbed, one thread per client core).
+    #[arg(long, value_name = "MxT", requires = "project")]
+    clients: Option<String>,
+    /// Memory-node cores serving RPCs in --project (default: the profile's;
+    /// 1 for xstore-d).
+    #[arg(long, value_name = "S", requires = "project")]
+    server_cores: Option<u32>,
+    /// Operations --project traces (the first ones measured).
+    #[arg(long, default_value_t = 100_000, requires = "project")]
+    trace_sample: usize,
+    /// Write --project's trace to FILE as JSON (one system), to re-project
+    /// it later or elsewhere.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "project",
+        conflicts_with = "suite"
+    )]
+    trace_out: Option<PathBuf>,
+}
+
+/// `xstore bench --suite project --out DIR [--project PROFILE]`: every
+/// design (or --system's) traced on YCSB C and A uniform, each trace
+/// projected with 1, 2, 4, ... client machines; `bench::project`.
+fn run_project_suite(args: &BenchArgs) -> Result<()> {
+    let spec = match project_spec(args)? {
+        Some(s) => s,
+        None => bench::project::ProjectSpec::new(bench::project::Profile::builtin("cx4-100g")?),
+    };
+    let out = args
+        .out
+        .clone()
+        .context("--suite project needs --out DIR")?;
+    let systems: Vec<String> = match &args.system {
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None => bench::project::SUITE_SYSTEMS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    for s in &systems {
+        if !bench::system_names().contains(&s.as_str()) {
+            bail!(
+                "unknown --system '{s}' (available: {})",
+                bench::system_names().join(", ")
+            );
+        }
+    }
+    let keys = args.keys.load()?;
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let suite = bench::project::ProjectSuite {
+        systems,
+        workloads: vec![
+            (Workload::C, Distribution::Uniform),
+            (Workload::A, Distribution::Uniform),
+        ],
+        keys: keys.into(),
+        dataset: args.keys.name(),
+        ops: args.ops,
+        warmup_ops: args.warmup,
+        threads: args.threads,
+        seed: args.keys.seed,
+        spec,
+        out: out.clone(),
+    };
+    let load = |name: &str| {
+        let spec = SystemSpec {
+            get_reads: args.get_reads,
+            ..SystemSpec::new(name)
+        };
+        local_system(args, &spec, &pairs)
+    };
+    let points = bench::project::run_project_suite(&suite, &load, &mut |l| eprintln!("{l}"))?;
+    println!("{}", bench::project::sweep_markdown(&points));
+    println!("written to {}", out.display());
+    Ok(())
+}
+
+/// The projection `args` ask for, if any.
+fn project_spec(args: &BenchArgs) -> Result<Option<bench::project::ProjectSpec>> {
+    let Some(name) = &args.project else {
+        return Ok(None);
+    };
+    let profile = bench::project::Profile::resolve(name)
+        .with_context(|| format!("--project {name}: not a profile"))?;
+    let mut spec = bench::project::ProjectSpec::new(profile);
+    spec.clients = args
+        .clients
+        .as_deref()
+        .map(bench::project::parse_clients)
+        .transpose()?;
+    if args.server_cores == Some(0) {
+        bail!("--server-cores must be at least 1");
+    }
+    spec.server_cores = args.server_cores;
+    if args.trace_sample == 0 {
+        bail!("--trace-sample must be at least 1");
+    }
+    spec.sample = args.trace_sample;
+    spec.seed = args.keys.seed;
+    Ok(Some(spec))
 }
 
 /// Builds a design on the local fabric: the factory of single runs and
@@ -309,6 +419,9 @@ fn stream_options(args: &BenchArgs) -> Result<ycsb::StreamOptions> {
 /// Runs `xstore bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(suite) = &args.suite {
+        if suite.trim() == "project" {
+            return run_project_suite(args);
+        }
         return run_suite(args, suite);
     }
     if let Some(list) = &args.local_index {
@@ -350,6 +463,9 @@ fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
     if args.history.is_some() {
         bail!("--history records one system's run; give --system one name");
     }
+    if args.trace_out.is_some() {
+        bail!("--trace-out writes one system's trace; give --system one name");
+    }
     let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let mut reports = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
@@ -362,8 +478,13 @@ fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
     }
     let mut table = String::from(
         "\nside by side (same keys, same operations):\n\
-         system            Mops/s   RTT/op  RPCs/op  B read/op  B written/op  checked reads  wrong\n",
+         system            Mops/s   RTT/op  RPCs/op  B read/op  B written/op  checked reads  wrong",
     );
+    let projected = args.project.is_some();
+    if projected {
+        table.push_str("  proj. Mops/s  proj. p50 us  bottleneck");
+    }
+    table.push('\n');
     let mut failed = Vec::new();
     for (name, r) in &reports {
         match r {
@@ -379,6 +500,15 @@ fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
                     c.checked_reads,
                     c.errors()
                 ));
+                if let Some(p) = &r.projected {
+                    table.pop();
+                    table.push_str(&format!(
+                        "  {:>12.3}  {:>12.2}  {}\n",
+                        p.throughput_ops_per_s / 1e6,
+                        p.latency_us.p50,
+                        p.bottleneck
+                    ));
+                }
             }
             Err(e) => {
                 table.push_str(&format!("{name:<16} failed: {e:#}\n"));
@@ -414,6 +544,10 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         );
     }
     let cache_bytes = args.cache_bytes.as_deref().map(parse_bytes).transpose()?;
+    let project = project_spec(args)?;
+    if project.is_some() {
+        bench::project::traceable(system_name)?;
+    }
     let remote = match (args.fabric.as_str(), &args.server) {
         _ if args.cluster.is_some() => None,
         ("local", None) => None,
@@ -583,6 +717,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         seed: args.op_seed.unwrap_or(args.keys.seed),
         stream,
     };
+    let recorder = project.as_ref().map(|p| p.recorder());
     let live = Progress::default();
     let total = args.ops;
     let pb = progress::bar(total, "run");
@@ -597,14 +732,34 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         let r = match &args.history {
             Some(_) => bench::run_recorded(&*system, loaded.clone(), &config, &live)
                 .map(|(r, h)| (r, Some(h))),
-            None => {
-                bench::run_with(&*system, loaded.clone(), &config, judge, &live).map(|r| (r, None))
-            }
+            None => match &recorder {
+                Some(rec) => {
+                    bench::run_traced(&*system, loaded.clone(), &config, judge, &live, rec)
+                        .map(|r| (r, None))
+                }
+                None => bench::run_with(&*system, loaded.clone(), &config, judge, &live)
+                    .map(|r| (r, None)),
+            },
         };
         done.store(true, Ordering::Relaxed);
         r
     })?;
-    let (report, history) = report;
+    let (mut report, history) = report;
+    if let (Some(spec), Some(rec)) = (&project, recorder) {
+        let workload = format!("{} / {}", report.workload, report.dist);
+        let mut trace = rec.into_trace(system_name, &workload);
+        bench::project::fill_remote_server_cpu(&mut trace, &report);
+        if let Some(path) = &args.trace_out {
+            std::fs::write(path, serde_json::to_string(&trace)? + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!(
+                "trace of {} operations written to {}",
+                trace.ops.len(),
+                path.display()
+            );
+        }
+        report.projected = Some(bench::project::project(&trace, spec, system_name)?);
+    }
     if let Some(shares) = &shares {
         let per = shares.snapshot();
         let total: u64 = per.values().sum::<u64>().max(1);

@@ -22,6 +22,7 @@
 
 mod model;
 mod profile;
+pub mod record;
 pub mod trace;
 
 pub use model::{project, Load, Projection, Resource, Setup, SimError};
