@@ -84,6 +84,14 @@ impl Store {
         u64::from_le_bytes(b.read_bytes(h).unwrap().try_into().unwrap())
     }
 
+    /// [`Store::read`], `None` where the verb fails (a forged offset).
+    fn try_read(&mut self, region: RegionId, off: u64) -> Option<u64> {
+        let mut b = Batch::new();
+        let h = b.read(region, off, 8);
+        self.ep.post(self.node, &mut b).unwrap();
+        Some(u64::from_le_bytes(b.read_bytes(h).ok()?.try_into().ok()?))
+    }
+
     fn write(&mut self, region: RegionId, off: u64, v: u64) {
         let mut b = Batch::new();
         let h = b.write(region, off, &v.to_le_bytes());
@@ -105,14 +113,35 @@ impl Store {
     }
 
     /// Model `m`'s current block (offset, LT entries), as a client reads it.
+    /// The attacker may just have forged the directory word or the block
+    /// head it reads: wait for the node to put them back (it scrubs every
+    /// 50 ms), at most 10 s, which is itself a check that it does.
     fn block(&mut self, m: usize) -> (u64, usize) {
-        let tl = self.table_layout();
-        let off = self.read(TABLE_REGION, tl.dir_offset(m));
+        for _ in 0..1000 {
+            if let Some(b) = self.try_block(m) {
+                return b;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("model {m}'s directory word or block head was not put back within 10 s");
+    }
+
+    /// [`Store::block`] once; `None` if the words read make no block.
+    fn try_block(&mut self, m: usize) -> Option<(u64, usize)> {
+        // The table header may be forged too: a model count that does not
+        // hold `m` makes no block.
+        let models = self.try_read(TABLE_REGION, 8)? as usize;
+        let cirq = self.try_read(TABLE_REGION, 40)? as usize;
+        if m >= models || models > 1 << 20 || cirq > 1 << 20 {
+            return None;
+        }
+        let tl = TableLayout::new(models, cirq);
+        let off = self.try_read(TABLE_REGION, tl.dir_offset(m))?;
         let mut b = Batch::new();
         let h = b.read(TABLE_REGION, off, (BLOCK_HEAD_WORDS * 8) as u64);
         self.ep.post(self.node, &mut b).unwrap();
-        let head = BlockHead::decode(b.read_bytes(h).unwrap(), 1 << 20).unwrap();
-        (off, head.n)
+        let head = BlockHead::decode(b.read_bytes(h).ok()?, 1 << 20).ok()?;
+        Some((off, head.n))
     }
 
     /// Keys of model `m` (its block head's range), loaded ones.
