@@ -24,7 +24,7 @@ pub mod values;
 
 pub use cluster_system::ClusterSystem;
 pub use report::Report;
-pub use run::{run, run_recorded, run_with, Judge, Progress, RunConfig, MAX_PIPELINE};
+pub use run::{run, run_recorded, run_with, Judge, Progress, RunConfig, MAX_PIPELINE, MAX_THREADS};
 pub use suite::{
     run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions, SuiteRow,
     SuiteSummary, SystemFactory, SystemSpec,
