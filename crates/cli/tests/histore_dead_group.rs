@@ -3,8 +3,9 @@
 //! every index server is SIGKILLed, a GET, a PUT and a SCAN each fail with
 //! the typed `GroupUnavailable` error within a few lease TTLs (the lease
 //! TTL is 1 s here; the client's default gives up after 6 s without
-//! progress), where they used to retry for ~50 s each. The shell says so
-//! in one `ERR group unavailable` line per command.
+//! progress), where a client configured to ride out failovers (as the
+//! shell is: 20,000 attempts) used to retry for ~50 s each. The shell says
+//! so in one `ERR group unavailable` line per command.
 //!
 //! Skips (saying why) only when no `etcd` binary exists.
 
@@ -50,8 +51,15 @@ fn a_dead_group_fails_fast_with_a_typed_error() {
         assert!(Instant::now() < deadline, "the group did not form");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut client =
-        histore::node::connect_client(&url, GROUP, None, ClientConfig::default()).expect("client");
+    // Configured as the shell is (and as a client riding out failovers
+    // must be): enough attempts for tens of seconds, so only the give-up
+    // rule can end an operation early.
+    let config = ClientConfig {
+        attempts: 20_000,
+        backoff: Duration::from_millis(1),
+        ..ClientConfig::default()
+    };
+    let mut client = histore::node::connect_client(&url, GROUP, None, config).expect("client");
     client.put(b"k", b"v").expect("put on a live group");
     assert_eq!(client.get(b"k").expect("get"), Some(b"v".to_vec()));
 
