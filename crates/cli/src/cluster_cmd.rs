@@ -170,7 +170,7 @@ struct StatusArgs {
     window_s: f64,
     /// Show HiStore group GROUP (its view and live servers) instead of the
     /// shard map.
-    #[arg(long, value_name = "GROUP")]
+    #[arg(long, value_name = "GROUP", value_parser = crate::flags::group_name)]
     histore: Option<String>,
 }
 

@@ -111,6 +111,21 @@ pub fn node(s: &str) -> Result<u16, String> {
     Ok(n)
 }
 
+/// Most memory nodes of one ROLEX pool.
+pub const MAX_MEMORY_NODES: usize = 64;
+
+/// A ROLEX memory node `I/N`: node I (from 0) of N, N at most
+/// [`MAX_MEMORY_NODES`].
+pub fn memory_node(s: &str) -> Result<String, String> {
+    let parsed = s
+        .split_once('/')
+        .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)));
+    match parsed {
+        Some((i, n)) if i < n && n <= MAX_MEMORY_NODES => Ok(s.to_string()),
+        _ => Err(format!("want I/N with I < N <= {MAX_MEMORY_NODES}")),
+    }
+}
+
 /// Seconds: a finite number in `(0, max]`.
 pub fn seconds(max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync {
     move |s: &str| {

@@ -99,7 +99,7 @@ pub struct ServerArgs {
     /// split into N ranges of equal key counts (as `xstore bench
     /// --memory-nodes N` splits it) and this node holds range I only;
     /// compute nodes join all N (`xstore bench --server URL0,URL1,..`).
-    #[arg(long, value_name = "I/N")]
+    #[arg(long, value_name = "I/N", value_parser = crate::flags::memory_node)]
     memory_node: Option<String>,
     /// Slots per leaf (1..=128).
     #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS, value_parser = crate::flags::leaf_slots)]
@@ -419,8 +419,13 @@ fn serve_rolex(args: &ServerArgs, host: &Host, pairs: &[(u64, u64)]) -> Result<(
                 let (i, n) = spec
                     .split_once('/')
                     .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
-                    .filter(|&(i, n)| i < n)
-                    .with_context(|| format!("--memory-node {spec:?}: want I/N with I < N"))?;
+                    .filter(|&(i, n)| i < n && n <= crate::flags::MAX_MEMORY_NODES)
+                    .with_context(|| {
+                        format!(
+                            "--memory-node {spec:?}: want I/N with I < N <= {}",
+                            crate::flags::MAX_MEMORY_NODES
+                        )
+                    })?;
                 let ranges = rolex::multi::split(pairs, n).context("splitting the keys")?;
                 let part = rolex::multi::parts(pairs, &ranges)[i];
                 let (low, high) = ranges[i];

@@ -229,6 +229,27 @@ fn every_bad_flag_value_is_one_line_naming_the_range() {
             with(HISTORE, &["--group", "a/b"]),
             vec!["--group", "[A-Za-z0-9_-]"],
         ),
+        (
+            with(
+                SERVER,
+                &["--system", "rolex", "--memory-node", "0/1000000000"],
+            ),
+            vec!["--memory-node", "I < N <= 64"],
+        ),
+        (
+            vec!["shell", "etcd://127.0.0.1:1", "--histore", ""],
+            vec!["--histore", "[A-Za-z0-9_-]"],
+        ),
+        (
+            vec![
+                "cluster",
+                "status",
+                "etcd://127.0.0.1:1",
+                "--histore",
+                "a/b",
+            ],
+            vec!["--histore", "[A-Za-z0-9_-]"],
+        ),
         // bench.
         (
             vec!["bench", "--threads", "0"],
