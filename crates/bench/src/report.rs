@@ -156,6 +156,9 @@ pub struct Report {
     pub workload: String,
     /// Request distribution.
     pub dist: String,
+    /// The workload knobs that differ from YCSB's defaults (`theta=0.9,
+    /// scan=100`, …); empty when there are none.
+    pub knobs: String,
     /// Key set.
     pub dataset: String,
     /// Keys loaded.
@@ -211,7 +214,14 @@ impl Report {
         let mut rows: Vec<(&str, String)> = vec![
             ("system", self.system.clone()),
             ("fabric", self.fabric.clone()),
-            ("workload", format!("{} / {}", self.workload, self.dist)),
+            (
+                "workload",
+                if self.knobs.is_empty() {
+                    format!("{} / {}", self.workload, self.dist)
+                } else {
+                    format!("{} / {} ({})", self.workload, self.dist, self.knobs)
+                },
+            ),
             ("dataset", format!("{} ({} keys)", self.dataset, self.keys)),
             ("threads", self.threads.to_string()),
             ("ops", self.ops.to_string()),

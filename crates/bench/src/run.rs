@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use fabric::Counters;
 use hdrhistogram::Histogram;
 use xstore::Write;
-use ycsb::{Distribution, Op, OpStream, Workload};
+use ycsb::{Distribution, Op, OpStream, StreamOptions, Workload};
 
 use crate::history::{History, OpKind, Operation, Recorder};
 use crate::ledger::{Ledger, Verdict};
@@ -57,6 +57,9 @@ pub struct RunConfig {
     pub pipeline: u32,
     /// Seed of the operation streams.
     pub seed: u64,
+    /// The workload knobs beyond workload and distribution: Zipfian constant,
+    /// hot spot, scan lengths, an operation mix replacing the workload's.
+    pub stream: StreamOptions,
 }
 
 /// How a run's answers are judged.
@@ -187,6 +190,17 @@ fn run_inner(
     if config.ops == 0 && config.seconds.is_none() {
         return Err(BenchError::Config("--ops must be at least 1".into()));
     }
+    config.stream.validate()?;
+    if config.stream.mix.is_some_and(|m| m.delete > 0.0) {
+        // The streams draw deletes, but no system's client in the harness
+        // deletes yet and the ledger does not judge a key's absence after
+        // one: refuse rather than run unjudged.
+        return Err(BenchError::Config(
+            "--mix: delete is not run by the benchmark yet (its clients have no delete); \
+             use read, update, insert, scan and rmw"
+                .into(),
+        ));
+    }
     if record && judge != Judge::Full {
         return Err(BenchError::Config(
             "a recorded history is of a fully judged run".into(),
@@ -209,9 +223,10 @@ fn run_inner(
                 let ledger = &ledger;
                 scope.spawn(move || -> Result<ThreadResult, BenchError> {
                     let prepared = system.client().and_then(|client| {
-                        let stream = OpStream::new(
+                        let stream = OpStream::with_options(
                             config.workload,
                             config.dist,
+                            &config.stream,
                             loaded,
                             t,
                             threads,
@@ -739,7 +754,11 @@ impl<'l> Worker<'l> {
             // nobody up: a read may see the old value or the new one, both
             // values of that key.
             let key = match op {
-                Op::Read(k) | Op::Update(k) | Op::Insert(k) | Op::ReadModifyWrite(k) => k,
+                Op::Read(k)
+                | Op::Update(k)
+                | Op::Insert(k)
+                | Op::ReadModifyWrite(k)
+                | Op::Delete(k) => k,
                 Op::Scan { start, .. } => start,
             };
             while let Some(i) = self.in_flight.iter().position(|f| f.key == key && f.insert) {
@@ -777,6 +796,11 @@ impl<'l> Worker<'l> {
             Op::ReadModifyWrite(k) => {
                 self.read_now(client, k, s)?;
                 self.write_now(client, k, false, start)?
+            }
+            Op::Delete(k) => {
+                // `run_inner` refuses mixes with deletes before any stream
+                // is made.
+                unreachable!("delete of key {k} drawn, but mixes with deletes are refused")
             }
             Op::Scan { start: from, len } => {
                 let mut buf = std::mem::take(&mut self.scan_buf);
@@ -863,6 +887,33 @@ impl<'l> Worker<'l> {
     }
 }
 
+/// The knobs of `stream` that differ from YCSB's defaults and matter for
+/// `dist`, for the report: empty when a run is plain YCSB.
+pub fn knobs_text(dist: Distribution, stream: &StreamOptions) -> String {
+    let default = StreamOptions::default();
+    let mut parts = Vec::new();
+    let skewed = matches!(
+        dist,
+        Distribution::Zipfian | Distribution::Latest | Distribution::ZipfianOrdered
+    );
+    if skewed && stream.dist.theta != default.dist.theta {
+        parts.push(format!("theta={}", stream.dist.theta));
+    }
+    if dist == Distribution::Hotspot {
+        parts.push(format!(
+            "hot-fraction={},hot-ops={}",
+            stream.dist.hot_fraction, stream.dist.hot_ops
+        ));
+    }
+    if stream.scan_len != default.scan_len {
+        parts.push(format!("scan-len={}", stream.scan_len));
+    }
+    if let Some(mix) = &stream.mix {
+        parts.push(format!("mix={mix}"));
+    }
+    parts.join(", ")
+}
+
 fn summarize(
     system: &dyn System,
     config: &RunConfig,
@@ -913,6 +964,7 @@ fn summarize(
         fabric: config.fabric.clone(),
         workload: config.workload.name().to_uppercase(),
         dist: config.dist.name().to_string(),
+        knobs: knobs_text(config.dist, &config.stream),
         dataset: config.dataset.clone(),
         keys,
         ops,
@@ -1118,6 +1170,7 @@ mod tests {
             threads,
             pipeline: 1,
             seed: 3,
+            stream: Default::default(),
         }
     }
 

@@ -478,6 +478,7 @@ impl SuiteRow {
             fabric: self.fabric.clone(),
             workload: self.workload.name().to_uppercase(),
             dist: self.dist.name().to_string(),
+            knobs: String::new(),
             dataset: self.dataset.clone(),
             keys: self.keys,
             ops: 0,
@@ -779,6 +780,7 @@ pub fn run_suites(
                         threads: options.threads,
                         pipeline: 1,
                         seed: options.seed.wrapping_add(position as u64),
+                        stream: Default::default(),
                     };
                     let result = run(tracker, loaded.clone(), &config, &Progress::default());
                     let inserted = tracker.take_inserted();

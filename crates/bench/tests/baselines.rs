@@ -59,6 +59,7 @@ fn config(w: Workload, d: Distribution) -> RunConfig {
         threads: 2,
         pipeline: 1,
         seed: 7,
+        stream: Default::default(),
     }
 }
 

@@ -33,6 +33,7 @@ fn run(system: &dyn bench::System, keys: &Arc<[u64]>, w: Workload, ops: u64) -> 
         threads: 2,
         pipeline: 1,
         seed: 11,
+        stream: Default::default(),
     };
     bench::run(system, keys.clone(), &config, &Progress::default()).unwrap()
 }

@@ -53,6 +53,7 @@ fn config(system: &str, ops: u64, threads: u32, pipeline: u32, seed: u64) -> Run
         threads,
         pipeline,
         seed,
+        stream: Default::default(),
     }
 }
 

@@ -49,6 +49,7 @@ fn rolex_on_three_memory_nodes_is_linearizable_over_a_tearing_fabric() {
             threads: 6,
             pipeline: 1,
             seed,
+            stream: Default::default(),
         };
         let (report, history) =
             bench::run_recorded(&*system, keys.clone(), &config, &Progress::default()).unwrap();

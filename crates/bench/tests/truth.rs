@@ -139,6 +139,7 @@ fn run(system: &Liar, keys: &Arc<[u64]>, workload: Workload, dist: Distribution)
         threads: 1,
         pipeline: 1,
         seed: 11,
+        stream: Default::default(),
     };
     bench::run(system, keys.clone(), &config, &Progress::default()).unwrap()
 }
@@ -247,6 +248,7 @@ fn every_system_records_a_linearizable_history() {
                 threads: 8,
                 pipeline: if w == Workload::A { 4 } else { 1 },
                 seed: 5,
+                stream: Default::default(),
             };
             let (report, history) =
                 bench::run_recorded(&*system, keys.clone(), &config, &Progress::default()).unwrap();
@@ -290,6 +292,7 @@ fn the_checker_finds_the_stale_read_in_a_recorded_history() {
         threads: 1,
         pipeline: 1,
         seed: 11,
+        stream: Default::default(),
     };
     let (_, history) =
         bench::run_recorded(&system, keys.clone(), &config, &Progress::default()).unwrap();

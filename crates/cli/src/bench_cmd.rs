@@ -65,15 +65,40 @@ pub struct BenchArgs {
     /// Access token for --server.
     #[command(flatten)]
     token: TokenArgs,
-    /// YCSB workload: a, b, c, d, e, f, or insert (100 % inserts of new keys, the
-    /// write-intensive run; every inserted key is read back at the end). A suite picks
-    /// its own.
+    /// YCSB workload: a, b, c, d, e, f, insert (100 % inserts of new keys, the
+    /// write-intensive run; every inserted key is read back at the end), prod1 or prod2
+    /// (the XStore paper's production mixes: 57 % update, 41 % read, 2 % scan; uniform
+    /// and zipfian). A suite picks its own.
     #[arg(long, default_value = "c", conflicts_with = "suite")]
     workload: String,
-    /// Request distribution: uniform, zipfian, latest (default: the
-    /// workload's own — latest for D, zipfian otherwise).
+    /// Request distribution: uniform, zipfian (scrambled: hot keys spread
+    /// out), latest, zipfian-ordered (hot keys adjacent in key order, for
+    /// per-server skew) or hotspot (see --hot-fraction). Default: the
+    /// workload's own — latest for D, uniform for prod1, zipfian otherwise.
     #[arg(long, conflicts_with = "suite")]
     dist: Option<String>,
+    /// The Zipfian constant of zipfian, zipfian-ordered and latest, in (0, 1)
+    /// (YCSB's 0.99; HiStore's paper uses 0.9).
+    #[arg(long, default_value_t = ycsb::DEFAULT_THETA, conflicts_with = "suite")]
+    zipf_theta: f64,
+    /// --dist hotspot: the share of the keys, from the smallest, that is hot,
+    /// in (0, 1].
+    #[arg(long, default_value_t = 0.2, conflicts_with = "suite")]
+    hot_fraction: f64,
+    /// --dist hotspot: the share of requests that go to the hot keys, in
+    /// [0, 1] (1: every request, FineStore's "hotspot ratio"; YCSB's hot spot
+    /// is --hot-fraction 0.2 --hot-ops 0.8).
+    #[arg(long, default_value_t = 1.0, conflicts_with = "suite")]
+    hot_ops: f64,
+    /// An operation mix replacing the workload's, in percent adding up to 100:
+    /// e.g. read=50,update=30,insert=10,scan=10 (parts: read, update, insert,
+    /// scan, rmw).
+    #[arg(long, conflicts_with = "suite")]
+    mix: Option<String>,
+    /// Scan lengths: N (every scan reads N keys) or uniform:MIN..MAX
+    /// (default uniform:1..100, YCSB's).
+    #[arg(long, conflicts_with = "suite")]
+    scan_len: Option<String>,
     /// Keys: with --suite, --dataset may list several key sets
     /// (comma-separated); each design is loaded once per key set.
     #[command(flatten)]
@@ -263,6 +288,24 @@ fn parse_byte_list(s: &str) -> Result<Vec<u64>> {
         .collect()
 }
 
+/// The workload knobs of `args`, each checked against its range.
+fn stream_options(args: &BenchArgs) -> Result<ycsb::StreamOptions> {
+    let options = ycsb::StreamOptions {
+        dist: ycsb::DistParams {
+            theta: args.zipf_theta,
+            hot_fraction: args.hot_fraction,
+            hot_ops: args.hot_ops,
+        },
+        scan_len: match &args.scan_len {
+            Some(s) => s.parse()?,
+            None => ycsb::ScanLen::default(),
+        },
+        mix: args.mix.as_deref().map(str::parse).transpose()?,
+    };
+    options.validate()?;
+    Ok(options)
+}
+
 /// Runs `xstore bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(suite) = &args.suite {
@@ -406,6 +449,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         Some(d) => d.parse()?,
         None => workload.default_distribution(),
     };
+    let stream = stream_options(args)?;
     let cache: CacheMode = args.cache.parse().map_err(anyhow::Error::msg)?;
     if !(1..=2).contains(&args.get_reads) {
         bail!("--get-reads must be 1 or 2, got {}", args.get_reads);
@@ -531,6 +575,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         threads: args.threads,
         pipeline: args.pipeline,
         seed: args.op_seed.unwrap_or(args.keys.seed),
+        stream,
     };
     let live = Progress::default();
     let total = args.ops;

@@ -263,6 +263,7 @@ pub fn run(args: &MoveBenchArgs) -> Result<()> {
         threads: args.threads,
         pipeline: 1,
         seed: args.run_seed,
+        stream: Default::default(),
     };
     let load = bench::run(&system, loaded.clone(), &config, &progress);
     stop.store(true, Ordering::Release);

@@ -126,6 +126,7 @@ fn cluster_run(
         threads: 2,
         pipeline,
         seed,
+        stream: Default::default(),
     }
 }
 

@@ -6,7 +6,8 @@
 //! * [`ScrambledZipfian`]: YCSB's `ScrambledZipfianGenerator`: the Zipfian rank is hashed
 //!   (64-bit FNV-1a) onto an item, so the popular items are spread over the key space.
 //! * [`KeyChooser`]: the per-thread index chooser used by the workloads, for a
-//!   [`Distribution`] (`uniform`, `zipfian` or `latest`) over a keyspace that may grow.
+//!   [`Distribution`] (`uniform`, `zipfian`, `latest`, `zipfian-ordered` or `hotspot`,
+//!   with [`DistParams`]) over a keyspace that may grow.
 //!
 //! All generators take the random number generator as an argument, so a caller that
 //! seeds it (for example with `rand::rngs::StdRng::seed_from_u64`) gets a deterministic
@@ -73,6 +74,32 @@ pub enum DistError {
         /// The thread count that was given.
         threads: u32,
     },
+    /// A fraction outside its range (NaN included).
+    #[error("bad {what} {value}: it must lie in {range}")]
+    BadFraction {
+        /// Which parameter.
+        what: &'static str,
+        /// The value given.
+        value: f64,
+        /// The accepted range, in interval notation.
+        range: &'static str,
+    },
+    /// An operation mix that cannot be parsed or does not add up.
+    #[error("bad operation mix `{mix}`: {why}")]
+    BadMix {
+        /// The mix as given.
+        mix: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A scan-length specification that cannot be parsed or is out of range.
+    #[error("bad scan length `{given}`: {why}")]
+    BadScanLen {
+        /// The specification as given.
+        given: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// Loaded keys that are not sorted ascending and distinct.
     #[error(
         "loaded keys are not sorted ascending and distinct: key at index {index} \
@@ -96,29 +123,89 @@ pub enum Distribution {
     /// Skewed towards the most recently inserted items (YCSB's `SkewedLatestGenerator`):
     /// index `(n - 1) - zipfian(n)`, so the last item is the most popular.
     Latest,
+    /// Zipfian without the scrambling: rank `r` is item `r`, so the popular items are the
+    /// smallest keys, adjacent in key order. What a range-partitioned cluster sees when hot
+    /// keys cluster (the XStore paper's Fig. 13b sends over 35 % of requests to one RNIC).
+    ZipfianOrdered,
+    /// YCSB's hot-spot generator: a fraction [`DistParams::hot_ops`] of requests goes
+    /// uniformly to the hot set, the first [`DistParams::hot_fraction`] of the items in key
+    /// order (one contiguous range), the rest uniformly to the other items. With
+    /// `hot_ops = 1` every request falls in the range: FineStore's "hotspot ratio".
+    Hotspot,
 }
 
 impl Distribution {
     /// All distributions, in a fixed order.
-    pub const ALL: [Distribution; 3] = [
+    pub const ALL: [Distribution; 5] = [
         Distribution::Uniform,
         Distribution::Zipfian,
         Distribution::Latest,
+        Distribution::ZipfianOrdered,
+        Distribution::Hotspot,
     ];
 
     /// The distribution's name as accepted by [`str::parse`] (`"uniform"`, `"zipfian"`,
-    /// `"latest"`).
+    /// `"latest"`, `"zipfian-ordered"`, `"hotspot"`).
     pub fn name(&self) -> &'static str {
         match self {
             Distribution::Uniform => "uniform",
             Distribution::Zipfian => "zipfian",
             Distribution::Latest => "latest",
+            Distribution::ZipfianOrdered => "zipfian-ordered",
+            Distribution::Hotspot => "hotspot",
         }
     }
 
     /// The valid names, comma-separated.
     fn valid_names() -> String {
         Distribution::ALL.map(|d| d.name()).join(", ")
+    }
+}
+
+/// The parameters of the skewed distributions; [`Default`] is YCSB's Zipfian constant
+/// and a hot spot that takes every request in the first fifth of the keys.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DistParams {
+    /// The Zipfian constant of `zipfian`, `zipfian-ordered` and `latest`, in `(0, 1)`.
+    pub theta: f64,
+    /// `hotspot`: the share of the items, in key order from the smallest, that is hot;
+    /// in `(0, 1]`.
+    pub hot_fraction: f64,
+    /// `hotspot`: the share of requests that go to the hot items, in `[0, 1]`.
+    pub hot_ops: f64,
+}
+
+impl Default for DistParams {
+    fn default() -> Self {
+        DistParams {
+            theta: DEFAULT_THETA,
+            hot_fraction: 0.2,
+            hot_ops: 1.0,
+        }
+    }
+}
+
+impl DistParams {
+    /// Checks every parameter against its range (NaN is refused).
+    ///
+    /// Errors: [`DistError::BadTheta`], [`DistError::BadFraction`].
+    pub fn validate(&self) -> Result<(), DistError> {
+        check_theta(self.theta)?;
+        if !(self.hot_fraction > 0.0 && self.hot_fraction <= 1.0) {
+            return Err(DistError::BadFraction {
+                what: "hot fraction",
+                value: self.hot_fraction,
+                range: "(0, 1]",
+            });
+        }
+        if !(0.0..=1.0).contains(&self.hot_ops) {
+            return Err(DistError::BadFraction {
+                what: "hot-op fraction",
+                value: self.hot_ops,
+                range: "[0, 1]",
+            });
+        }
+        Ok(())
     }
 }
 
@@ -439,6 +526,22 @@ enum Chooser {
     Zipfian(ScrambledZipfian),
     /// `(n - 1) - zipfian(n)`.
     Latest(Zipfian),
+    /// Zipfian rank `r` is item `r`.
+    Ordered(Zipfian),
+    /// Uniform over `[0, hot)` with probability `hot_ops`, else over `[hot, n)`.
+    Hotspot {
+        /// Number of items.
+        n: u64,
+        /// The hot items' share of `n`.
+        hot_fraction: f64,
+        /// The hot items' share of requests.
+        hot_ops: f64,
+    },
+}
+
+/// The number of hot items among `n`: at least one, at most `n`.
+fn hot_items(n: u64, hot_fraction: f64) -> u64 {
+    ((n as f64 * hot_fraction).ceil() as u64).clamp(1, n)
 }
 
 impl KeyChooser {
@@ -449,13 +552,38 @@ impl KeyChooser {
     /// Errors: [`DistError::Empty`] for `n == 0`, [`DistError::BadTheta`] unless
     /// `0 < theta < 1` (for the skewed distributions).
     pub fn new(dist: Distribution, n: u64, theta: f64) -> Result<Self, DistError> {
+        KeyChooser::with_params(
+            dist,
+            n,
+            &DistParams {
+                theta,
+                ..DistParams::default()
+            },
+        )
+    }
+
+    /// A chooser for `dist` over `n` items with every parameter given.
+    ///
+    /// Errors: [`DistError::Empty`] for `n == 0`; [`DistParams::validate`]'s errors for
+    /// the parameters `dist` uses.
+    pub fn with_params(dist: Distribution, n: u64, params: &DistParams) -> Result<Self, DistError> {
         if n == 0 {
             return Err(DistError::Empty);
         }
+        let theta = params.theta;
         let inner = match dist {
             Distribution::Uniform => Chooser::Uniform(n),
             Distribution::Zipfian => Chooser::Zipfian(ScrambledZipfian::new(n, theta)?),
             Distribution::Latest => Chooser::Latest(Zipfian::new(n, theta)?),
+            Distribution::ZipfianOrdered => Chooser::Ordered(Zipfian::new(n, theta)?),
+            Distribution::Hotspot => {
+                params.validate()?;
+                Chooser::Hotspot {
+                    n,
+                    hot_fraction: params.hot_fraction,
+                    hot_ops: params.hot_ops,
+                }
+            }
         };
         Ok(KeyChooser { inner, theta })
     }
@@ -466,15 +594,17 @@ impl KeyChooser {
             Chooser::Uniform(_) => Distribution::Uniform,
             Chooser::Zipfian(_) => Distribution::Zipfian,
             Chooser::Latest(_) => Distribution::Latest,
+            Chooser::Ordered(_) => Distribution::ZipfianOrdered,
+            Chooser::Hotspot { .. } => Distribution::Hotspot,
         }
     }
 
     /// The current number of items.
     pub fn len(&self) -> u64 {
         match &self.inner {
-            Chooser::Uniform(n) => *n,
+            Chooser::Uniform(n) | Chooser::Hotspot { n, .. } => *n,
             Chooser::Zipfian(z) => z.len(),
-            Chooser::Latest(z) => z.len(),
+            Chooser::Latest(z) | Chooser::Ordered(z) => z.len(),
         }
     }
 
@@ -489,12 +619,28 @@ impl KeyChooser {
     /// * `zipfian`: scrambled Zipfian ([`ScrambledZipfian`]).
     /// * `latest`: `(len() - 1) - zipfian(len())`, so the last items (the most recently
     ///   inserted) are the most popular (YCSB's `SkewedLatestGenerator`).
+    /// * `zipfian-ordered`: the Zipfian rank itself, so index 0 is the most popular.
+    /// * `hotspot`: uniform in the hot range with probability `hot_ops`, else uniform in
+    ///   the rest (the hot range when it is everything).
     #[inline]
     pub fn next(&mut self, rng: &mut impl Rng) -> u64 {
         match &mut self.inner {
             Chooser::Uniform(n) => rng.random_range(0..*n),
             Chooser::Zipfian(z) => z.next(rng),
             Chooser::Latest(z) => z.n - 1 - z.sample(rng),
+            Chooser::Ordered(z) => z.sample(rng),
+            Chooser::Hotspot {
+                n,
+                hot_fraction,
+                hot_ops,
+            } => {
+                let hot = hot_items(*n, *hot_fraction);
+                if hot == *n || rng.random::<f64>() < *hot_ops {
+                    rng.random_range(0..hot)
+                } else {
+                    rng.random_range(hot..*n)
+                }
+            }
         }
     }
 
@@ -507,7 +653,7 @@ impl KeyChooser {
         }
         let shrink = n < self.len();
         match &mut self.inner {
-            Chooser::Uniform(len) => *len = n,
+            Chooser::Uniform(len) | Chooser::Hotspot { n: len, .. } => *len = n,
             Chooser::Zipfian(z) if shrink => {
                 *z = ScrambledZipfian {
                     zipf: Zipfian::build(n, self.theta),
@@ -515,8 +661,10 @@ impl KeyChooser {
                 }
             }
             Chooser::Zipfian(z) => z.grow(n),
-            Chooser::Latest(z) if shrink => *z = Zipfian::build(n, self.theta),
-            Chooser::Latest(z) => z.grow(n),
+            Chooser::Latest(z) | Chooser::Ordered(z) if shrink => {
+                *z = Zipfian::build(n, self.theta)
+            }
+            Chooser::Latest(z) | Chooser::Ordered(z) => z.grow(n),
         }
     }
 }

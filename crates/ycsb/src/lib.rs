@@ -41,5 +41,9 @@ pub mod dist;
 pub mod real;
 pub mod workload;
 
-pub use dist::{DistError, Distribution, KeyChooser, ScrambledZipfian, Zipfian, DEFAULT_THETA};
-pub use workload::{Mix, Op, OpStream, Workload, MAX_SCAN_LEN};
+pub use dist::{
+    DistError, DistParams, Distribution, KeyChooser, ScrambledZipfian, Zipfian, DEFAULT_THETA,
+};
+pub use workload::{
+    Mix, Op, OpStream, ScanLen, StreamOptions, Workload, MAX_SCAN_LEN, SCAN_LEN_LIMIT,
+};

@@ -36,10 +36,15 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::dist::{mix64, DistError, Distribution, KeyChooser, DEFAULT_THETA};
+use crate::dist::{mix64, DistError, DistParams, Distribution, KeyChooser, DEFAULT_THETA};
 
-/// The longest scan of workload E; scan lengths are uniform in `[1, MAX_SCAN_LEN]`.
+/// The longest scan of workload E; scan lengths are uniform in `[1, MAX_SCAN_LEN]` unless
+/// a [`ScanLen`] says otherwise.
 pub const MAX_SCAN_LEN: u32 = 100;
+
+/// The longest scan a [`ScanLen`] may ask for: a bound on what one operation may make a
+/// store return (and the harness hold).
+pub const SCAN_LEN_LIMIT: u32 = 10_000;
 
 /// Attempts at placing an insert key between two neighbouring loaded keys before falling
 /// back to a random key anywhere in the key space.
@@ -64,6 +69,13 @@ pub enum Workload {
     /// ROLEX paper's write-intensive run). Not one of YCSB's core six, so not in
     /// [`Workload::ALL`]; parsed as `"insert"` (or `"insert-only"`).
     Insert,
+    /// The XStore paper's first production workload (Nutanix, §6): 57 % updates,
+    /// 41 % reads, 2 % scans, relatively uniform (default distribution `uniform`). The
+    /// paper's 64-byte values are the store's business, not the stream's.
+    Prod1,
+    /// The XStore paper's second production workload: Prod1's mix, skewed (default
+    /// distribution `zipfian`).
+    Prod2,
 }
 
 /// The proportions of each operation type in a workload; they sum to 1.
@@ -79,12 +91,254 @@ pub struct Mix {
     pub scan: f64,
     /// Fraction of [`Op::ReadModifyWrite`].
     pub rmw: f64,
+    /// Fraction of [`Op::Delete`].
+    pub delete: f64,
 }
 
+/// The names of a [`Mix`]'s parts, in [`Mix::as_array`]'s order.
+const MIX_NAMES: [&str; 6] = ["read", "update", "insert", "scan", "rmw", "delete"];
+
 impl Mix {
-    /// The proportions in the order read, update, insert, scan, read-modify-write.
-    fn as_array(&self) -> [f64; 5] {
-        [self.read, self.update, self.insert, self.scan, self.rmw]
+    /// A mix with no operation at all (not valid on its own; a base for struct updates).
+    pub const NONE: Mix = Mix {
+        read: 0.0,
+        update: 0.0,
+        insert: 0.0,
+        scan: 0.0,
+        rmw: 0.0,
+        delete: 0.0,
+    };
+
+    /// The proportions in the order read, update, insert, scan, read-modify-write, delete.
+    fn as_array(&self) -> [f64; 6] {
+        [
+            self.read,
+            self.update,
+            self.insert,
+            self.scan,
+            self.rmw,
+            self.delete,
+        ]
+    }
+
+    /// Checks that every part is a finite non-negative fraction and that they sum to 1
+    /// (within 1e-9).
+    ///
+    /// Errors: [`DistError::BadMix`].
+    pub fn validate(&self) -> Result<(), DistError> {
+        let parts = self.as_array();
+        let bad = |why: String| DistError::BadMix {
+            mix: self.to_string(),
+            why,
+        };
+        if let Some(i) = parts.iter().position(|p| !(p.is_finite() && *p >= 0.0)) {
+            return Err(bad(format!(
+                "{} must be a share of 0 or more",
+                MIX_NAMES[i]
+            )));
+        }
+        let sum: f64 = parts.iter().sum();
+        if (sum - 1.0).abs() > 1e-9 {
+            return Err(bad(format!("the shares add up to {sum}, not 1")));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Mix {
+    /// `read=50,update=50`: the non-zero parts in percent.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (name, share) in MIX_NAMES.iter().zip(self.as_array()) {
+            if share != 0.0 {
+                if !first {
+                    f.write_str(",")?;
+                }
+                first = false;
+                write!(f, "{name}={}", share * 100.0)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Mix {
+    type Err = DistError;
+
+    /// Parses `read=50,update=30,insert=10,scan=5,delete=5`: percentages (any non-negative
+    /// numbers) that must add up to 100, each part named at most once, `rmw` for
+    /// read-modify-write; parts not named are 0.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: String| DistError::BadMix {
+            mix: s.to_string(),
+            why,
+        };
+        let mut parts = [None::<f64>; 6];
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| bad(format!("`{item}` is not NAME=PERCENT")))?;
+            let name = name.trim().to_ascii_lowercase();
+            let i = MIX_NAMES.iter().position(|n| *n == name).ok_or_else(|| {
+                bad(format!(
+                    "unknown operation `{name}` (valid: {})",
+                    MIX_NAMES.join(", ")
+                ))
+            })?;
+            let value: f64 = value
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("`{value}` is not a number")))?;
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(bad(format!("{name} must be 0 or more")));
+            }
+            if parts[i].replace(value).is_some() {
+                return Err(bad(format!("{name} is given twice")));
+            }
+        }
+        let sum: f64 = parts.iter().flatten().sum();
+        if (sum - 100.0).abs() > 1e-6 {
+            return Err(bad(format!("the percentages add up to {sum}, not 100")));
+        }
+        let p = |i: usize| parts[i].unwrap_or(0.0) / 100.0;
+        Ok(Mix {
+            read: p(0),
+            update: p(1),
+            insert: p(2),
+            scan: p(3),
+            rmw: p(4),
+            delete: p(5),
+        })
+    }
+}
+
+/// How long scans are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanLen {
+    /// Every scan reads this many keys.
+    Fixed(u32),
+    /// Uniform in `[min, max]` (YCSB's default: `[1, MAX_SCAN_LEN]`).
+    Uniform {
+        /// The shortest scan.
+        min: u32,
+        /// The longest scan.
+        max: u32,
+    },
+}
+
+impl Default for ScanLen {
+    fn default() -> Self {
+        ScanLen::Uniform {
+            min: 1,
+            max: MAX_SCAN_LEN,
+        }
+    }
+}
+
+impl ScanLen {
+    /// The longest scan this asks for.
+    pub fn max(&self) -> u32 {
+        match *self {
+            ScanLen::Fixed(n) => n,
+            ScanLen::Uniform { max, .. } => max,
+        }
+    }
+
+    /// Checks `1 <= min <= max <= SCAN_LEN_LIMIT`.
+    ///
+    /// Errors: [`DistError::BadScanLen`].
+    pub fn validate(&self) -> Result<(), DistError> {
+        let (min, max) = match *self {
+            ScanLen::Fixed(n) => (n, n),
+            ScanLen::Uniform { min, max } => (min, max),
+        };
+        if min == 0 || min > max || max > SCAN_LEN_LIMIT {
+            return Err(DistError::BadScanLen {
+                given: self.to_string(),
+                why: format!("lengths must satisfy 1 <= min <= max <= {SCAN_LEN_LIMIT}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// One scan length.
+    #[inline]
+    fn draw(&self, rng: &mut impl Rng) -> u32 {
+        match *self {
+            ScanLen::Fixed(n) => n,
+            ScanLen::Uniform { min, max } => rng.random_range(min..=max),
+        }
+    }
+}
+
+impl fmt::Display for ScanLen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScanLen::Fixed(n) => write!(f, "{n}"),
+            ScanLen::Uniform { min, max } => write!(f, "uniform:{min}..{max}"),
+        }
+    }
+}
+
+impl FromStr for ScanLen {
+    type Err = DistError;
+
+    /// Parses `N` (every scan reads N keys) or `uniform:A..B` (uniform in `[A, B]`), with
+    /// `1 <= A <= B <= SCAN_LEN_LIMIT`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| DistError::BadScanLen {
+            given: s.to_string(),
+            why: why.to_string(),
+        };
+        let t = s.trim();
+        let len = if let Some(range) = t.strip_prefix("uniform:") {
+            let (a, b) = range
+                .split_once("..")
+                .ok_or_else(|| bad("expected uniform:MIN..MAX"))?;
+            let min = a
+                .trim()
+                .parse()
+                .map_err(|_| bad("MIN is not a whole number"))?;
+            let max = b
+                .trim()
+                .parse()
+                .map_err(|_| bad("MAX is not a whole number"))?;
+            ScanLen::Uniform { min, max }
+        } else {
+            ScanLen::Fixed(
+                t.parse()
+                    .map_err(|_| bad("expected N or uniform:MIN..MAX"))?,
+            )
+        };
+        len.validate()?;
+        Ok(len)
+    }
+}
+
+/// Everything about an operation stream beyond its workload and distribution; the
+/// [`Default`] is YCSB's (theta 0.99, scans of 1 to 100 keys, the workload's own mix).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StreamOptions {
+    /// Parameters of the skewed distributions.
+    pub dist: DistParams,
+    /// Scan lengths.
+    pub scan_len: ScanLen,
+    /// An operation mix that replaces the workload's own.
+    pub mix: Option<Mix>,
+}
+
+impl StreamOptions {
+    /// Checks every option (the mix only if one is given).
+    ///
+    /// Errors: those of [`DistParams::validate`], [`ScanLen::validate`] and
+    /// [`Mix::validate`].
+    pub fn validate(&self) -> Result<(), DistError> {
+        self.dist.validate()?;
+        self.scan_len.validate()?;
+        if let Some(mix) = &self.mix {
+            mix.validate()?;
+        }
+        Ok(())
     }
 }
 
@@ -99,8 +353,9 @@ impl Workload {
         Workload::F,
     ];
 
-    /// Every workload [`str::parse`] knows: A to F, then [`Workload::Insert`].
-    pub const EVERY: [Workload; 7] = [
+    /// Every workload [`str::parse`] knows: A to F, [`Workload::Insert`], then the
+    /// production workloads.
+    pub const EVERY: [Workload; 9] = [
         Workload::A,
         Workload::B,
         Workload::C,
@@ -108,6 +363,8 @@ impl Workload {
         Workload::E,
         Workload::F,
         Workload::Insert,
+        Workload::Prod1,
+        Workload::Prod2,
     ];
 
     /// The workload's short name, `"a"` to `"f"` or `"insert"` (also accepted by
@@ -122,6 +379,8 @@ impl Workload {
             Workload::E => "e",
             Workload::F => "f",
             Workload::Insert => "insert",
+            Workload::Prod1 => "prod1",
+            Workload::Prod2 => "prod2",
         }
     }
 
@@ -135,18 +394,14 @@ impl Workload {
             Workload::E => "short ranges: 95% scan (1-100 keys), 5% insert",
             Workload::F => "read-modify-write: 50% read, 50% read-modify-write",
             Workload::Insert => "write intensive: 100% inserts of new keys",
+            Workload::Prod1 => "production 1: 57% update, 41% read, 2% scan (uniform)",
+            Workload::Prod2 => "production 2: 57% update, 41% read, 2% scan (zipfian)",
         }
     }
 
     /// The (read, update, insert, scan, read-modify-write) proportions, summing to 1.
     pub fn mix(&self) -> Mix {
-        let zero = Mix {
-            read: 0.0,
-            update: 0.0,
-            insert: 0.0,
-            scan: 0.0,
-            rmw: 0.0,
-        };
+        let zero = Mix::NONE;
         match self {
             Workload::A => Mix {
                 read: 0.5,
@@ -178,15 +433,22 @@ impl Workload {
                 insert: 1.0,
                 ..zero
             },
+            Workload::Prod1 | Workload::Prod2 => Mix {
+                update: 0.57,
+                read: 0.41,
+                scan: 0.02,
+                ..zero
+            },
         }
     }
 
-    /// The request distribution YCSB uses by default: `latest` for D, `zipfian` for the
-    /// others (the insert-only workload addresses no existing key, so its distribution
-    /// is never drawn from).
+    /// The request distribution YCSB uses by default: `latest` for D, `uniform` for
+    /// Prod1, `zipfian` for the others (the insert-only workload addresses no existing
+    /// key, so its distribution is never drawn from).
     pub fn default_distribution(&self) -> Distribution {
         match self {
             Workload::D => Distribution::Latest,
+            Workload::Prod1 => Distribution::Uniform,
             _ => Distribution::Zipfian,
         }
     }
@@ -248,28 +510,38 @@ pub enum Op {
     Scan {
         /// The first key of the range (an existing key).
         start: u64,
-        /// How many keys to read, in `[1, MAX_SCAN_LEN]`.
+        /// How many keys to read, as the stream's [`ScanLen`] draws it.
         len: u32,
     },
     /// Read an existing key, then write it back (one logical operation, workload F).
     ReadModifyWrite(u64),
+    /// Delete a key this stream can address (it may have been deleted already).
+    Delete(u64),
 }
 
 impl Op {
     /// The key the operation addresses (the start key for a scan).
     pub fn key(&self) -> u64 {
         match *self {
-            Op::Read(k) | Op::Update(k) | Op::Insert(k) | Op::ReadModifyWrite(k) => k,
+            Op::Read(k)
+            | Op::Update(k)
+            | Op::Insert(k)
+            | Op::ReadModifyWrite(k)
+            | Op::Delete(k) => k,
             Op::Scan { start, .. } => start,
         }
     }
 
-    /// Whether the operation writes (update, insert, read-modify-write).
+    /// Whether the operation writes (update, insert, read-modify-write, delete).
     pub fn is_write(&self) -> bool {
-        matches!(self, Op::Update(_) | Op::Insert(_) | Op::ReadModifyWrite(_))
+        matches!(
+            self,
+            Op::Update(_) | Op::Insert(_) | Op::ReadModifyWrite(_) | Op::Delete(_)
+        )
     }
 
-    /// The operation type's name: `"read"`, `"update"`, `"insert"`, `"scan"` or `"rmw"`.
+    /// The operation type's name: `"read"`, `"update"`, `"insert"`, `"scan"`, `"rmw"` or
+    /// `"delete"`.
     pub fn name(&self) -> &'static str {
         match self {
             Op::Read(_) => "read",
@@ -277,6 +549,7 @@ impl Op {
             Op::Insert(_) => "insert",
             Op::Scan { .. } => "scan",
             Op::ReadModifyWrite(_) => "rmw",
+            Op::Delete(_) => "delete",
         }
     }
 }
@@ -313,8 +586,10 @@ impl Op {
 pub struct OpStream {
     /// The workload being generated.
     workload: Workload,
-    /// Cumulative operation proportions (read, update, insert, scan, rmw).
-    cumulative: [f64; 5],
+    /// Cumulative operation proportions (read, update, insert, scan, rmw, delete).
+    cumulative: [f64; 6],
+    /// Scan lengths.
+    scan_len: ScanLen,
     /// The operation type used when rounding leaves `u` above the last threshold.
     last_kind: usize,
     /// Index chooser over `loaded ++ inserted`.
@@ -369,6 +644,33 @@ impl OpStream {
         threads: u32,
         seed: u64,
     ) -> Result<Self, DistError> {
+        let options = StreamOptions {
+            dist: DistParams {
+                theta,
+                ..DistParams::default()
+            },
+            ..StreamOptions::default()
+        };
+        OpStream::with_options(workload, dist, &options, loaded, thread, threads, seed)
+    }
+
+    /// Like [`OpStream::new`] with every knob of [`StreamOptions`]: distribution
+    /// parameters, scan lengths and an operation mix that replaces the workload's.
+    ///
+    /// Errors: as [`OpStream::new`], plus those of [`StreamOptions::validate`].
+    pub fn with_options(
+        workload: Workload,
+        dist: Distribution,
+        options: &StreamOptions,
+        loaded: Arc<[u64]>,
+        thread: u32,
+        threads: u32,
+        seed: u64,
+    ) -> Result<Self, DistError> {
+        options.scan_len.validate()?;
+        if let Some(mix) = &options.mix {
+            mix.validate()?;
+        }
         if loaded.is_empty() {
             return Err(DistError::Empty);
         }
@@ -378,10 +680,10 @@ impl OpStream {
         if let Some(index) = loaded.windows(2).position(|w| w[0] >= w[1]) {
             return Err(DistError::UnsortedKeys { index });
         }
-        let chooser = KeyChooser::new(dist, loaded.len() as u64, theta)?;
+        let chooser = KeyChooser::with_params(dist, loaded.len() as u64, &options.dist)?;
 
-        let proportions = workload.mix().as_array();
-        let mut cumulative = [0.0; 5];
+        let proportions = options.mix.unwrap_or_else(|| workload.mix()).as_array();
+        let mut cumulative = [0.0; 6];
         let mut sum = 0.0;
         for (c, p) in cumulative.iter_mut().zip(proportions) {
             sum += p;
@@ -394,6 +696,7 @@ impl OpStream {
         Ok(OpStream {
             workload,
             cumulative,
+            scan_len: options.scan_len,
             last_kind,
             chooser,
             loaded,
@@ -441,10 +744,11 @@ impl OpStream {
             2 => Op::Insert(self.insert_key()),
             3 => {
                 let start = self.existing_key();
-                let len = self.rng.random_range(1..=MAX_SCAN_LEN);
+                let len = self.scan_len.draw(&mut self.rng);
                 Op::Scan { start, len }
             }
-            _ => Op::ReadModifyWrite(self.existing_key()),
+            4 => Op::ReadModifyWrite(self.existing_key()),
+            _ => Op::Delete(self.existing_key()),
         }
     }
 

@@ -188,10 +188,13 @@ fn distribution_names_round_trip() {
         assert_eq!(d.to_string(), d.name());
         assert_eq!(d.name().to_uppercase().parse::<Distribution>().unwrap(), d);
     }
-    let err = "hotspot".parse::<Distribution>().unwrap_err();
-    assert!(matches!(err, DistError::UnknownDistribution { ref name, .. } if name == "hotspot"));
+    let err = "pareto".parse::<Distribution>().unwrap_err();
+    assert!(matches!(err, DistError::UnknownDistribution { ref name, .. } if name == "pareto"));
     let msg = err.to_string();
-    assert!(msg.contains("uniform, zipfian, latest"), "{msg}");
+    assert!(
+        msg.contains("uniform, zipfian, latest, zipfian-ordered, hotspot"),
+        "{msg}"
+    );
 }
 
 #[test]
