@@ -15,7 +15,6 @@ use crate::BenchError;
 
 /// A cluster reached through its etcd.
 pub struct ClusterSystem {
-    url: String,
     etcd: cluster::Etcd,
     token: Option<String>,
     config: ClientConfig,
@@ -33,11 +32,22 @@ impl ClusterSystem {
         get_reads: u8,
     ) -> Result<ClusterSystem, BenchError> {
         let etcd = cluster::Etcd::connect(url).map_err(|e| BenchError::Load(e.to_string()))?;
+        Self::with_etcd(etcd, token, cache, get_reads)
+    }
+
+    /// [`ClusterSystem::new`] over a connection made already (with its
+    /// etcd credentials); each client opens its own like it.
+    pub fn with_etcd(
+        etcd: cluster::Etcd,
+        token: Option<String>,
+        cache: CacheMode,
+        get_reads: u8,
+    ) -> Result<ClusterSystem, BenchError> {
         etcd.require_map()
             .map_err(|e| BenchError::Load(e.to_string()))?;
         Ok(ClusterSystem {
-            etcd,
-            url: url.to_string(),
+            // Member entries are used only if sealed with the token.
+            etcd: etcd.sealed_by(token.as_deref()),
             token,
             config: ClientConfig {
                 cache,
@@ -78,8 +88,10 @@ impl ServerShares {
 
 impl System for ClusterSystem {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
-        let etcd =
-            cluster::Etcd::connect(&self.url).map_err(|e| BenchError::Client(e.to_string()))?;
+        let etcd = self
+            .etcd
+            .reconnect()
+            .map_err(|e| BenchError::Client(e.to_string()))?;
         let router = cluster::Router::new(etcd, self.config, self.token.clone()).map_err(client)?;
         Ok(Box::new(ClusterClient {
             router,

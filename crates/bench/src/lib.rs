@@ -18,6 +18,7 @@ pub mod plot;
 pub mod report;
 pub mod rolex_system;
 pub mod run;
+pub mod sherman_system;
 pub mod suite;
 pub mod system;
 pub mod values;
@@ -26,8 +27,8 @@ pub use cluster_system::ClusterSystem;
 pub use report::Report;
 pub use run::{run, run_recorded, run_with, Judge, Progress, RunConfig, MAX_PIPELINE, MAX_THREADS};
 pub use suite::{
-    run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions, SuiteRow,
-    SuiteSummary, SystemFactory, SystemSpec,
+    is_system, run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions,
+    SuiteRow, SuiteSummary, SystemFactory, SystemSpec,
 };
 pub use system::{
     load_local, BaselineLocal, BaselineOptions, KvClient, ServerTime, System, XStoreLocal,

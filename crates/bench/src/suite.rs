@@ -63,6 +63,16 @@ pub fn system_names() -> &'static [&'static str] {
     &crate::system::SYSTEMS
 }
 
+/// Whether `name` names a system the harness can load: one of
+/// [`system_names`], or `index:NAME` for a single-machine index of
+/// [`crate::local_index::LOCAL_INDEXES`] (never in a suite's default list).
+pub fn is_system(name: &str) -> bool {
+    system_names().contains(&name)
+        || name
+            .strip_prefix(crate::local_index::INDEX_PREFIX)
+            .is_some_and(|i| crate::local_index::LOCAL_INDEXES.contains(&i))
+}
+
 /// The name of a client cache mode, as `--cache` accepts it.
 pub fn cache_mode_name(mode: CacheMode) -> &'static str {
     match mode {

@@ -448,7 +448,7 @@ impl System for BaselineLocal {
 /// The systems a local run can load, by name. `xstore-d` is XStore with
 /// its server limited to one RPC worker: the ROLEX paper's XStore-D, the
 /// baseline whose memory node has the one weak core ROLEX's retrainer has.
-pub const SYSTEMS: [&str; 8] = [
+pub const SYSTEMS: [&str; 10] = [
     "xstore",
     "server-centric",
     "tree-cache",
@@ -457,6 +457,8 @@ pub const SYSTEMS: [&str; 8] = [
     "histore",
     "finestore",
     "xstore-d",
+    "sherman",
+    "fg",
 ];
 
 /// Options of [`load_local`] beyond the XStore ones.
@@ -496,6 +498,11 @@ pub fn load_local(
     b: BaselineOptions,
 ) -> Result<Box<dyn System>, BenchError> {
     use crate::baselines::Baseline;
+    if let Some(index) = name.strip_prefix(crate::local_index::INDEX_PREFIX) {
+        return Ok(Box::new(crate::local_index::IndexSystem::load(
+            index, pairs,
+        )?));
+    }
     let kind = match name {
         "xstore" => return Ok(Box::new(XStoreLocal::load(pairs, o)?)),
         "xstore-d" => {
@@ -524,6 +531,14 @@ pub fn load_local(
                 pairs, o,
             )?))
         }
+        "sherman" | "fg" => {
+            return Ok(Box::new(crate::sherman_system::ShermanLocal::load(
+                pairs,
+                o,
+                name == "sherman",
+                b.cache_bytes,
+            )?))
+        }
         "server-centric" => Baseline::ServerCentric,
         "tree-cache" => Baseline::TreeCache {
             cache_bytes: b.cache_bytes,
@@ -532,8 +547,10 @@ pub fn load_local(
         "whole-tree-cache" => Baseline::WholeTreeCache,
         other => {
             return Err(BenchError::Config(format!(
-                "unknown system '{other}' (available: {})",
-                SYSTEMS.join(", ")
+                "unknown system '{other}' (available: {}, and index:NAME for the \
+                 single-machine indexes {})",
+                SYSTEMS.join(", "),
+                crate::local_index::LOCAL_INDEXES.join(", ")
             )))
         }
     };

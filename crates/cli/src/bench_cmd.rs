@@ -26,7 +26,7 @@ use crate::token::TokenArgs;
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// Design under test [default: xstore], rolex, histore, finestore, or a baseline:
-    /// server-centric, tree-cache, whole-tree-cache. A comma-separated list runs each
+    /// server-centric, tree-cache, whole-tree-cache, sherman, fg. A comma-separated list runs each
     /// in turn on the same keys and operations and prints them side by side; with
     /// --suite: the designs to run (default: all).
     #[arg(long)]
@@ -336,10 +336,11 @@ fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
         if names[..i].contains(n) {
             bail!("--system {list:?}: {n} appears twice");
         }
-        if !bench::system_names().contains(n) {
+        if !bench::is_system(n) {
             bail!(
-                "unknown --system '{n}' (available: {})",
-                bench::system_names().join(", ")
+                "unknown --system '{n}' (available: {}, index:{})",
+                bench::system_names().join(", "),
+                bench::local_index::LOCAL_INDEXES.join("|")
             );
         }
     }
@@ -405,10 +406,11 @@ fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
 /// covers wrong reads.
 fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     let system_name = args.system.as_deref().unwrap_or("xstore");
-    if !bench::system_names().contains(&system_name) {
+    if !bench::is_system(system_name) {
         bail!(
-            "unknown --system '{system_name}' (available: {})",
-            bench::system_names().join(", ")
+            "unknown --system '{system_name}' (available: {}, index:{})",
+            bench::system_names().join(", "),
+            bench::local_index::LOCAL_INDEXES.join("|")
         );
     }
     let cache_bytes = args.cache_bytes.as_deref().map(parse_bytes).transpose()?;
@@ -779,13 +781,11 @@ fn run_suite(args: &BenchArgs, suites: &str) -> Result<()> {
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
                 .collect();
-            if let Some(bad) = systems
-                .iter()
-                .find(|s| !bench::system_names().contains(&s.as_str()))
-            {
+            if let Some(bad) = systems.iter().find(|s| !bench::is_system(s)) {
                 bail!(
-                    "unknown --system '{bad}' (available: {})",
-                    bench::system_names().join(", ")
+                    "unknown --system '{bad}' (available: {}, index:{})",
+                    bench::system_names().join(", "),
+                    bench::local_index::LOCAL_INDEXES.join("|")
                 );
             }
             systems

@@ -49,6 +49,25 @@ enum ClusterCommand {
     Rebalance(RebalanceArgs),
 }
 
+/// Where a cluster tool finds its etcd credentials.
+#[derive(Args, Debug, Clone, Default)]
+pub struct EtcdAuthArgs {
+    /// etcd credentials file (`USER:PASSWORD`, first line; mode 0600):
+    /// `cluster up` writes DIR/etcd-auth. Default: the file
+    /// XSTORE_ETCD_AUTH_FILE names.
+    #[arg(long, value_name = "FILE")]
+    etcd_auth_file: Option<PathBuf>,
+}
+
+impl EtcdAuthArgs {
+    /// Connects to the cluster at `url` with these credentials.
+    fn connect(&self, url: &str) -> Result<cluster::Etcd> {
+        let creds = cluster::EtcdAuth::resolve(self.etcd_auth_file.as_deref())?;
+        cluster::Etcd::connect_as(url, creds, cluster::etcd::REQUEST_TIMEOUT)
+            .with_context(|| format!("connecting to {url}"))
+    }
+}
+
 /// Arguments of `xstore cluster rebalance`.
 #[derive(Args, Debug)]
 struct RebalanceArgs {
@@ -69,6 +88,9 @@ struct RebalanceArgs {
     /// The servers' access token, if they require one.
     #[command(flatten)]
     token: TokenArgs,
+    /// The cluster's etcd credentials.
+    #[command(flatten)]
+    etcd_auth: EtcdAuthArgs,
 }
 
 /// Arguments of `xstore cluster move`.
@@ -88,6 +110,9 @@ struct MoveArgs {
     /// The servers' access token, if they require one.
     #[command(flatten)]
     token: TokenArgs,
+    /// The cluster's etcd credentials.
+    #[command(flatten)]
+    etcd_auth: EtcdAuthArgs,
 }
 
 /// Arguments of `xstore cluster up`.
@@ -164,6 +189,9 @@ struct StatusArgs {
     /// The servers' access token, if they require one.
     #[command(flatten)]
     token: TokenArgs,
+    /// The cluster's etcd credentials.
+    #[command(flatten)]
+    etcd_auth: EtcdAuthArgs,
     /// Seconds over which each server's request rate is measured (0: do
     /// not measure).
     #[arg(long, default_value_t = 1.0)]
@@ -209,7 +237,7 @@ fn rebalance_cmd(args: &RebalanceArgs) -> Result<()> {
         bail!("--target must be in (0, 1] and --window-s positive");
     }
     let token = args.token.resolve()?;
-    let etcd = cluster::Etcd::connect(&args.url)?;
+    let etcd = args.etcd_auth.connect(&args.url)?;
     let config = cluster::rebalance::RebalanceConfig {
         target_share: args.target,
         window: Duration::from_secs_f64(args.window_s),
@@ -246,7 +274,7 @@ fn rebalance_cmd(args: &RebalanceArgs) -> Result<()> {
 
 fn move_cmd(args: &MoveArgs) -> Result<()> {
     let (lo, hi) = parse_range(&args.range)?;
-    let etcd = cluster::Etcd::connect(&args.url)?;
+    let etcd = args.etcd_auth.connect(&args.url)?;
     if args.abort {
         let map = cluster::moves::abort(&etcd, lo, hi)?;
         println!("move of {lo}..{hi} undone: map revision {}", map.revision);
@@ -394,6 +422,49 @@ fn until_stopped(servers: &mut Servers, stop: &AtomicBool, consequence: &str) {
     }
 }
 
+/// The token every server of a `cluster up` requires: the one given, else
+/// a generated one in `DIR/token` (0600), whose path is returned too.
+fn token_or_generated(
+    dir: &std::path::Path,
+    token: Option<String>,
+) -> Result<(String, Option<PathBuf>)> {
+    Ok(match token {
+        Some(t) => (t, None),
+        None => {
+            let path = dir.join("token");
+            let t: String = rand::random::<[u8; 32]>()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            write_private(&path, &t).context("writing the generated token")?;
+            (t, Some(path))
+        }
+    })
+}
+
+/// Starts etcd in `dir` and turns its authentication on before anything
+/// else talks to it: root's credentials go to `DIR/etcd-root`, those of
+/// the user whose role may read and write the cluster's prefix (servers
+/// and tools) to `DIR/etcd-auth`, both 0600. Returns etcd, its URL, the
+/// user's credentials and their file.
+fn start_secured_etcd(
+    dir: &std::path::Path,
+) -> Result<(cluster::EtcdProcess, String, cluster::EtcdAuth, PathBuf)> {
+    let etcd_proc = cluster::EtcdProcess::start(dir).context("starting etcd")?;
+    let url = etcd_proc.url();
+    let root = cluster::EtcdAuth::generate("root")?;
+    let user = cluster::EtcdAuth::generate("xstore")?;
+    // Written before etcd knows them: credentials never exist only in
+    // etcd (and this process).
+    root.write_new_file(&dir.join("etcd-root"))?;
+    let auth_file = dir.join("etcd-auth");
+    user.write_new_file(&auth_file)?;
+    cluster::Etcd::connect_as(&url, None, cluster::etcd::REQUEST_TIMEOUT)?
+        .enable_auth(&root, &user)
+        .context("turning on etcd's authentication")?;
+    Ok((etcd_proc, url, user, auth_file))
+}
+
 fn up(args: &UpArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -429,9 +500,14 @@ fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Res
     };
     let map = cluster::ShardMap::split(&bounds, &ids)?;
     drop(keys);
-    let etcd_proc = cluster::EtcdProcess::start(&args.dir).context("starting etcd")?;
-    let url = etcd_proc.url();
-    let etcd = cluster::Etcd::connect(&url)?;
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    // Never without a token: member entries are sealed with it, and
+    // clients trust only sealed ones (docs/cluster.md).
+    let (token, token_file) = token_or_generated(&args.dir, token)?;
+    let (etcd_proc, url, creds, auth_file) = start_secured_etcd(&args.dir)?;
+    let etcd =
+        cluster::Etcd::connect_as(&url, Some(creds.clone()), cluster::etcd::REQUEST_TIMEOUT)?;
     etcd.create_map(&map).context("storing the shard map")?;
     let exe = std::env::current_exe().context("locating the xstore binary")?;
     let mut servers = Servers(Vec::new());
@@ -465,7 +541,9 @@ fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Res
                 ]
             }))
             // In the environment: a command line is visible to every user.
-            .envs(token.iter().map(|t| ("XSTORE_TOKEN", t)))
+            // The etcd password stays in its file: only the path is passed.
+            .env("XSTORE_TOKEN", &token)
+            .env(cluster::AUTH_FILE_VAR, &auth_file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -481,6 +559,7 @@ fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Res
     for (id, child) in &servers.0 {
         println!("server {id} pid {}", child.id());
     }
+    print_access(&url, token_file.as_deref(), &auth_file);
     println!(
         "cluster up: etcd pid {}, {} servers",
         etcd_proc.pid(),
@@ -493,7 +572,7 @@ fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Res
             ..Default::default()
         };
         let (stop, url, token) = (stop.clone(), url.clone(), token.clone());
-        std::thread::spawn(move || rebalance_while_up(&url, token.as_deref(), &config, &stop))
+        std::thread::spawn(move || rebalance_while_up(&url, creds, Some(&token), &config, &stop))
     });
     // A server that exits: its lease runs out and clients get a clear
     // error for its ranges; the others keep serving.
@@ -530,25 +609,13 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
         .with_context(|| format!("creating {}", args.dir.display()))?;
     // Never without a token: a generated one, in a file only its owner
     // reads. The group's peer key likewise: clients never get it.
-    let (token, token_file) = match token {
-        Some(t) => (t, None),
-        None => {
-            let path = args.dir.join("token");
-            let t: String = rand::random::<[u8; 32]>()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            write_private(&path, &t).context("writing the generated token")?;
-            (t, Some(path))
-        }
-    };
+    let (token, token_file) = token_or_generated(&args.dir, token)?;
     let peer_key_file = args.dir.join("histore-peer.key");
     let _ = std::fs::remove_file(&peer_key_file);
     histore::peer::PeerKey::generate()
         .write_new_file(&peer_key_file)
         .with_context(|| format!("writing the peer key {}", peer_key_file.display()))?;
-    let etcd_proc = cluster::EtcdProcess::start(&args.dir).context("starting etcd")?;
-    let url = etcd_proc.url();
+    let (etcd_proc, url, creds, auth_file) = start_secured_etcd(&args.dir)?;
     let exe = std::env::current_exe().context("locating the xstore binary")?;
     let data = (1..=h.data_servers).map(|n| ("data", n));
     let index = (1..=h.index_servers).map(|n| ("index", h.data_servers + n));
@@ -578,6 +645,7 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
             .args(role_args)
             // In the environment: a command line is visible to every user.
             .env("XSTORE_TOKEN", &token)
+            .env(cluster::AUTH_FILE_VAR, &auth_file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -590,7 +658,7 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
     if !wait_banners(&mut servers, &ready, "histore ", args.start_timeout_s, stop)? {
         return Ok(());
     }
-    let membership = histore::etcd::EtcdMembership::connect(&url, &h.group)?;
+    let membership = histore::etcd::EtcdMembership::connect_as(&url, &h.group, Some(creds))?;
     let deadline = Instant::now() + Duration::from_secs(args.start_timeout_s);
     let view = loop {
         if stop.load(Ordering::Relaxed) {
@@ -623,16 +691,24 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
         println!("server {id} pid {}", child.id());
     }
     println!("{}", view_line(&h.group, &view));
+    println!("etcd auth file {}", auth_file.display());
     match &token_file {
         Some(path) => {
             println!("token file {} (generated)", path.display());
             println!(
-                "xstore shell {url} --histore {} --token-file {}",
+                "{}={} xstore shell {url} --histore {} --token-file {}",
+                cluster::AUTH_FILE_VAR,
+                auth_file.display(),
                 h.group,
                 path.display()
             );
         }
-        None => println!("xstore shell {url} --histore {} (with the token)", h.group),
+        None => println!(
+            "{}={} xstore shell {url} --histore {} (with the token)",
+            cluster::AUTH_FILE_VAR,
+            auth_file.display(),
+            h.group
+        ),
     }
     println!(
         "cluster up: etcd pid {}, histore group {}: {} index and {} data servers",
@@ -652,6 +728,26 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
     drop(servers);
     drop(etcd_proc);
     Ok(())
+}
+
+/// Says where the token and the etcd credentials are, and how tools use
+/// them (paths only: the secrets stay in their files).
+fn print_access(url: &str, token_file: Option<&std::path::Path>, auth_file: &std::path::Path) {
+    println!("etcd auth file {}", auth_file.display());
+    match token_file {
+        Some(path) => {
+            println!("token file {} (generated)", path.display());
+            println!(
+                "XSTORE_ETCD_AUTH_FILE={} xstore shell {url} --token-file {}",
+                auth_file.display(),
+                path.display()
+            );
+        }
+        None => println!(
+            "XSTORE_ETCD_AUTH_FILE={} xstore shell {url} (with the token)",
+            auth_file.display()
+        ),
+    }
 }
 
 /// Writes `text` and a newline to a new file at `path` (replacing an old
@@ -689,8 +785,8 @@ fn view_line(group: &str, v: &histore::GroupView) -> String {
 /// `cluster status --histore GROUP`: the view, then each server in it with
 /// where it listens (or that its lease is gone), then live servers the
 /// view does not name yet (replacements joining).
-fn histore_status(url: &str, group: &str) -> Result<()> {
-    let membership = histore::etcd::EtcdMembership::connect(url, group)?;
+fn histore_status(url: &str, group: &str, creds: Option<cluster::EtcdAuth>) -> Result<()> {
+    let membership = histore::etcd::EtcdMembership::connect_as(url, group, creds)?;
     let live = membership.live()?;
     let Some((view, revision)) = membership.current()? else {
         println!("histore group {group}: no view yet (the group has not formed)");
@@ -726,11 +822,12 @@ fn histore_status(url: &str, group: &str) -> Result<()> {
 /// cluster stays up whatever the rebalancer meets.
 fn rebalance_while_up(
     url: &str,
+    creds: cluster::EtcdAuth,
     token: Option<&str>,
     config: &cluster::rebalance::RebalanceConfig,
     stop: &AtomicBool,
 ) {
-    let etcd = match cluster::Etcd::connect(url) {
+    let etcd = match cluster::Etcd::connect_as(url, Some(creds), cluster::etcd::REQUEST_TIMEOUT) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("rebalancer: cannot reach etcd: {e}; not rebalancing");
@@ -763,10 +860,15 @@ fn rebalance_while_up(
 
 fn status(args: &StatusArgs) -> Result<()> {
     if let Some(group) = &args.histore {
-        return histore_status(&args.url, group);
+        let creds = cluster::EtcdAuth::resolve(args.etcd_auth.etcd_auth_file.as_deref())?;
+        return histore_status(&args.url, group, creds);
     }
     let token = args.token.resolve()?;
-    let etcd = cluster::Etcd::connect(&args.url)?;
+    // With the token, only entries their servers sealed with it are shown.
+    let etcd = args
+        .etcd_auth
+        .connect(&args.url)?
+        .sealed_by(token.as_deref());
     let map = etcd.require_map()?;
     let members = etcd.members()?;
     if !(args.window_s.is_finite() && (0.0..=600.0).contains(&args.window_s)) {

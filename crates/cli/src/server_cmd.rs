@@ -137,6 +137,11 @@ pub struct ServerArgs {
     /// This server's id in the shard map (with --cluster).
     #[arg(long, requires = "cluster")]
     id: Option<String>,
+    /// etcd credentials (`USER:PASSWORD`, first line; mode 0600) for
+    /// --cluster; default: the file XSTORE_ETCD_AUTH_FILE names, as
+    /// `cluster up` hands it to its servers.
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    etcd_auth_file: Option<PathBuf>,
     /// HiStore (`--system histore`) settings.
     #[command(flatten)]
     histore: HistoreArgs,
@@ -221,8 +226,12 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     // Joined before loading: the map says which keys are this server's.
     let mut shard = match (&args.cluster, &args.id) {
         (Some(url), Some(id)) => {
-            let etcd =
-                cluster::Etcd::connect(url).with_context(|| format!("connecting to {url}"))?;
+            let creds = cluster::EtcdAuth::resolve(args.etcd_auth_file.as_deref())?;
+            // Sealed with the token: clients holding it use only the
+            // member entry this server wrote (docs/cluster.md).
+            let etcd = cluster::Etcd::connect_as(url, creds, cluster::etcd::REQUEST_TIMEOUT)
+                .with_context(|| format!("connecting to {url}"))?
+                .with_seal(args.token.resolve()?.as_deref());
             let shard = cluster::Shard::follow(&etcd, id)
                 .with_context(|| format!("following the shard map at {url}"))?;
             Some((etcd, id.clone(), shard))

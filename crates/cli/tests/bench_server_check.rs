@@ -13,12 +13,18 @@ use std::process::{Command, Output, Stdio};
 use support::ServerProcess;
 
 fn xstore(args: &[&str], stdin: &str) -> Output {
+    xstore_env(args, stdin, &[])
+}
+
+/// [`xstore`] with `env` set.
+fn xstore_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(args)
         .env_remove("XSTORE_TOKEN")
         // An error is one line: no backtrace after it.
         .env_remove("RUST_BACKTRACE")
         .env_remove("RUST_LIB_BACKTRACE")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -217,6 +223,9 @@ fn shell_and_stats_speak_to_rolex_and_finestore_servers() {
 struct ClusterUp {
     child: std::process::Child,
     url: String,
+    /// The token file and etcd credentials file `cluster up` wrote.
+    token_file: String,
+    auth_file: String,
     _dir: tempfile::TempDir,
 }
 
@@ -260,9 +269,12 @@ fn cluster_up(servers: &str, keys: &str, seed: &str) -> Option<ClusterUp> {
         }
     };
     std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+    let cdir = dir.path().join("cluster");
     Some(ClusterUp {
         child,
         url,
+        token_file: cdir.join("token").display().to_string(),
+        auth_file: cdir.join("etcd-auth").display().to_string(),
         _dir: dir,
     })
 }
@@ -273,25 +285,33 @@ fn a_cluster_with_another_key_set_is_refused_in_one_line() {
         return;
     };
     // The shards' key counts and fingerprints add up to the run's set.
-    support::bench_judged(&[
-        "--cluster",
-        &up.url,
-        "--keys",
-        "20000",
-        "--seed",
-        "7",
-        "--ops",
-        "3000",
-        "--warmup",
-        "0",
-        "--workload",
-        "a",
-    ]);
-    let out = xstore(
+    let env = [(cluster::AUTH_FILE_VAR, up.auth_file.as_str())];
+    support::bench_judged_env(
+        &[
+            "--cluster",
+            &up.url,
+            "--token-file",
+            &up.token_file,
+            "--keys",
+            "20000",
+            "--seed",
+            "7",
+            "--ops",
+            "3000",
+            "--warmup",
+            "0",
+            "--workload",
+            "a",
+        ],
+        &env,
+    );
+    let out = xstore_env(
         &[
             "bench",
             "--cluster",
             &up.url,
+            "--token-file",
+            &up.token_file,
             "--keys",
             "20000",
             "--seed",
@@ -300,6 +320,7 @@ fn a_cluster_with_another_key_set_is_refused_in_one_line() {
             "3000",
         ],
         "",
+        &env,
     );
     let err = text(&out.stderr);
     assert!(!out.status.success());

@@ -49,9 +49,12 @@ fn running(pid: u32) -> bool {
     }
 }
 
-fn xstore(args: &[&str], stdin: &str) -> String {
+/// `xstore ARGS` with `stdin`, as a user with the etcd credentials file
+/// `auth` (`cluster up` wrote it): its output.
+fn xstore(args: &[&str], stdin: &str, auth: &str) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(args)
+        .env(cluster::AUTH_FILE_VAR, auth)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -135,7 +138,12 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
     // No token was given: cluster up generated one and says where.
     let token_file = dir.path().join("cluster").join("token");
     let token_file = token_file.to_str().expect("utf-8 path");
-    let shell = format!("xstore shell {url} --histore t1 --token-file {token_file}");
+    // And etcd's credentials, in a file beside it that tools are pointed at.
+    let auth = dir.path().join("cluster").join("etcd-auth");
+    let auth = auth.to_str().expect("utf-8 path");
+    let shell = format!(
+        "XSTORE_ETCD_AUTH_FILE={auth} xstore shell {url} --histore t1 --token-file {token_file}"
+    );
     assert!(lines.contains(&shell), "{lines:?}");
     let last = lines.last().expect("lines");
     let etcd_pid: u32 = last
@@ -151,6 +159,7 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
     let out = xstore(
         &["shell", &url, "--histore", "t1", "--token-file", token_file],
         script,
+        auth,
     );
     let answers: Vec<&str> = out.lines().collect();
     assert_eq!(
@@ -175,10 +184,11 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
     let out = xstore(
         &["shell", &url, "--histore", "t1", "--token-file", token_file],
         "get user:1\n",
+        auth,
     );
     assert_eq!(out.lines().next(), Some("carol"), "{out}");
 
-    let status = xstore(&["cluster", "status", &url, "--histore", "t1"], "");
+    let status = xstore(&["cluster", "status", &url, "--histore", "t1"], "", auth);
     let rows: Vec<&str> = status.lines().collect();
     assert!(rows[0].starts_with(view.as_str()), "{status}");
     for (role, node) in [("primary", 2), ("backup", 3), ("backup", 4), ("data", 1)] {

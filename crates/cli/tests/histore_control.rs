@@ -145,6 +145,11 @@ fn clients_cannot_fence_or_prepare_and_cluster_up_always_has_a_token() {
         .ok()
         .map(|t| t.trim().to_string());
 
+    // cluster up turned etcd's authentication on: this process reads the
+    // group's view as the cluster's user, like the servers it started
+    // (the path is in the environment for `histore::node::connect_client`
+    // too; this binary runs this one test, so no other test reads it).
+    std::env::set_var(cluster::AUTH_FILE_VAR, cdir.join("etcd-auth"));
     let membership = Arc::new(EtcdMembership::connect(&url, GROUP).expect("etcd"));
     let view = wait_view(&membership, "the group formed", |v| v.backups.len() == 2);
     let primary = view.primary;

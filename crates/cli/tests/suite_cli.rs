@@ -45,18 +45,15 @@ fn ycsb_suite_end_to_end() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     // A progress line per run.
-    assert!(stderr.contains("[1/96] xstore A uniform ... "), "{stderr}");
-    assert!(
-        stderr.contains("[96/96] xstore-d E zipfian ... "),
-        "{stderr}"
-    );
+    assert!(stderr.contains("[1/120] xstore A uniform ... "), "{stderr}");
+    assert!(stderr.contains("[120/120] fg E zipfian ... "), "{stderr}");
     assert!(
         !stderr.contains("... unsupported"),
         "every design runs every workload: {stderr}"
     );
     assert!(stderr.contains(" Mops/s"), "{stderr}");
     let rows = json_lines(&out.join("results.jsonl"));
-    assert_eq!(rows.len(), 96);
+    assert_eq!(rows.len(), 120);
     for row in &rows {
         assert_eq!(row["suite"], "ycsb");
         assert!(row.get("error").is_some() && row.get("correctness").is_some());
@@ -179,7 +176,15 @@ fn suite_flags_are_checked() {
 #[test]
 fn a_list_of_systems_runs_side_by_side() {
     let (_tmp, path) = temp("side.jsonl");
-    let systems = ["xstore", "rolex", "histore", "finestore", "xstore-d"];
+    let systems = [
+        "xstore",
+        "rolex",
+        "histore",
+        "finestore",
+        "xstore-d",
+        "sherman",
+        "fg",
+    ];
     let run = xstore(&[
         "bench",
         "--system",

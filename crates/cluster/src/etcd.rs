@@ -23,20 +23,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_rpc::etcdserverpb::{
+    auth_client::AuthClient,
     compare::{CompareResult, CompareTarget, TargetUnion},
     kv_client::KvClient,
     lease_client::LeaseClient,
     request_op,
     watch_client::WatchClient,
-    watch_request, Compare, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseRevokeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, ResponseHeader,
-    TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest,
+    watch_request, AuthenticateRequest, Compare, LeaseGrantRequest, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseRevokeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp,
+    ResponseHeader, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest,
 };
 use etcd_rpc::mvccpb::event::EventType;
 use tokio::runtime::Runtime;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::auth::{EtcdAuth, MemberSeal};
 use crate::map::{valid_id, Member, ShardMap, MAP_FORMAT};
 use crate::ClusterError;
 
@@ -86,20 +89,109 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// An authenticated connection's credentials and the token etcd gave for
+/// them (sent as `token` metadata on every call; replaced when etcd says
+/// it is no longer valid: it expired, or etcd restarted).
+struct AuthState {
+    creds: EtcdAuth,
+    token: std::sync::RwLock<Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>>,
+}
+
+/// Adds the current token to each call.
+#[derive(Clone)]
+struct WithToken(Option<Arc<AuthState>>);
+
+impl tonic::service::Interceptor for WithToken {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(auth) = &self.0 {
+            let token = auth.token.read().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(t) = token {
+                req.metadata_mut().insert("token", t);
+            }
+        }
+        Ok(req)
+    }
+}
+
+type Authed = InterceptedService<Channel, WithToken>;
+
+/// Whether etcd refused a call for its credentials in a way a fresh token
+/// fixes: no token, an expired or unknown one (etcd restarted), or one
+/// issued before the auth store changed.
+fn token_refused(s: &tonic::Status) -> bool {
+    let m = s.message();
+    s.code() == tonic::Code::Unauthenticated
+        || m.contains("invalid auth token")
+        || m.contains("user name is empty")
+        || m.contains("revision of auth store is old")
+}
+
 /// The gRPC calls the cluster layer makes, over one HTTP/2 channel (it
 /// reconnects by itself after etcd comes back).
 #[derive(Clone)]
 struct Rpc {
     channel: Channel,
+    auth: Option<Arc<AuthState>>,
 }
 
 impl Rpc {
-    fn kv(&self) -> KvClient<Channel> {
-        KvClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE)
+    fn kv(&self) -> KvClient<Authed> {
+        KvClient::with_interceptor(self.channel.clone(), WithToken(self.auth.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
     }
 
-    fn lease(&self) -> LeaseClient<Channel> {
-        LeaseClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE)
+    fn lease(&self) -> LeaseClient<Authed> {
+        LeaseClient::with_interceptor(self.channel.clone(), WithToken(self.auth.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+    }
+
+    fn watch(&self) -> WatchClient<Authed> {
+        WatchClient::with_interceptor(self.channel.clone(), WithToken(self.auth.clone()))
+            .max_decoding_message_size(MAX_MESSAGE)
+    }
+
+    /// The Auth service, with the token if there is one (user and role
+    /// administration needs root's).
+    fn admin(&self) -> AuthClient<Authed> {
+        AuthClient::with_interceptor(self.channel.clone(), WithToken(self.auth.clone()))
+    }
+
+    /// Asks etcd for a token for this connection's credentials (nothing
+    /// without credentials).
+    async fn authenticate(&self) -> Result<(), EtcdError> {
+        let Some(auth) = &self.auth else {
+            return Ok(());
+        };
+        // Without the (maybe stale) token: Authenticate needs none.
+        let resp = AuthClient::new(self.channel.clone())
+            .authenticate(AuthenticateRequest {
+                name: auth.creds.user().to_string(),
+                password: auth.creds.password().to_string(),
+            })
+            .await?
+            .into_inner();
+        let token = resp.token.parse().map_err(|_| {
+            EtcdError::Protocol("etcd gave a token that is not ASCII metadata".into())
+        })?;
+        *auth.token.write().unwrap_or_else(|e| e.into_inner()) = Some(token);
+        Ok(())
+    }
+
+    /// Runs `call` (built afresh for each try); if etcd refused its token,
+    /// authenticates again and tries once more.
+    async fn authed<T, F, Fut>(&self, call: F) -> Result<T, EtcdError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        match call().await {
+            Err(s) if self.auth.is_some() && token_refused(&s) => {
+                tracing::debug!(status = %s.message(), "etcd refused the token; authenticating again");
+                self.authenticate().await?;
+                Ok(call().await?.into_inner())
+            }
+            r => Ok(r?.into_inner()),
+        }
     }
 
     /// The key `key`, or every key starting with it if `prefix`.
@@ -110,7 +202,11 @@ impl Rpc {
             range_end,
             ..Default::default()
         };
-        Ok(self.kv().range(req).await?.into_inner())
+        self.authed(|| {
+            let (mut kv, req) = (self.kv(), req.clone());
+            async move { kv.range(req).await }
+        })
+        .await
     }
 
     /// Runs `then` if every compare in `when` holds (else nothing).
@@ -124,16 +220,25 @@ impl Rpc {
             success: then,
             failure: Vec::new(),
         };
-        Ok(self.kv().txn(req).await?.into_inner())
+        self.authed(|| {
+            let (mut kv, req) = (self.kv(), req.clone());
+            async move { kv.txn(req).await }
+        })
+        .await
     }
 
     /// A new lease of `ttl_s` seconds: its id.
     async fn lease_grant(&self, ttl_s: i64) -> Result<i64, EtcdError> {
         let resp = self
-            .lease()
-            .lease_grant(LeaseGrantRequest { ttl: ttl_s, id: 0 })
-            .await?
-            .into_inner();
+            .authed(|| {
+                let mut lease = self.lease();
+                async move {
+                    lease
+                        .lease_grant(LeaseGrantRequest { ttl: ttl_s, id: 0 })
+                        .await
+                }
+            })
+            .await?;
         if !resp.error.is_empty() {
             return Err(EtcdError::Protocol(format!("lease grant: {}", resp.error)));
         }
@@ -141,7 +246,11 @@ impl Rpc {
     }
 
     async fn lease_revoke(&self, id: i64) -> Result<(), EtcdError> {
-        self.lease().lease_revoke(LeaseRevokeRequest { id }).await?;
+        self.authed(|| {
+            let mut lease = self.lease();
+            async move { lease.lease_revoke(LeaseRevokeRequest { id }).await }
+        })
+        .await?;
         Ok(())
     }
 }
@@ -243,32 +352,54 @@ pub struct Etcd {
     prefix: String,
     /// The bound on each request (at most [`REQUEST_TIMEOUT`]).
     timeout: Duration,
+    /// The URL connected to (for [`Etcd::reconnect`]).
+    url: String,
+    /// The credentials connected with, if any.
+    creds: Option<EtcdAuth>,
+    /// Seals this process's member entries and checks the ones it reads
+    /// (see [`Etcd::with_seal`]).
+    seal: Option<MemberSeal>,
 }
 
 impl std::fmt::Debug for Etcd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Etcd")
             .field("prefix", &self.prefix)
+            .field("user", &self.creds.as_ref().map(EtcdAuth::user))
+            .field("sealed", &self.seal.is_some())
             .finish()
     }
 }
 
 impl Etcd {
-    /// Connects to `url` (`etcd://host:port[/prefix]`).
+    /// Connects to `url` (`etcd://host:port[/prefix]`), with the
+    /// credentials in the file [`crate::AUTH_FILE_VAR`] names if it is set.
     pub fn connect(url: &str) -> Result<Etcd, ClusterError> {
         Self::connect_with_timeout(url, REQUEST_TIMEOUT)
     }
 
     /// [`Etcd::connect`] with a bound on connecting and on each request.
     pub fn connect_with_timeout(url: &str, timeout: Duration) -> Result<Etcd, ClusterError> {
-        let url: ClusterUrl = url.parse()?;
+        Self::connect_as(url, EtcdAuth::from_env()?, timeout)
+    }
+
+    /// Connects to `url` as `creds` (none: unauthenticated), bounding
+    /// connecting and each request by `timeout`. With credentials it
+    /// authenticates at once (a wrong password fails here) and again
+    /// whenever etcd refuses the token (expired, or etcd restarted).
+    pub fn connect_as(
+        url: &str,
+        creds: Option<EtcdAuth>,
+        timeout: Duration,
+    ) -> Result<Etcd, ClusterError> {
+        let parsed: ClusterUrl = url.parse()?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("etcd")
             .enable_all()
             .build()
             .map_err(ClusterError::Io)?;
-        let endpoint = Endpoint::from_shared(format!("http://{}", url.endpoint))
+        let endpoint = Endpoint::from_shared(format!("http://{}", parsed.endpoint))
             .map_err(EtcdError::Connect)?
             .connect_timeout(timeout)
             .tcp_nodelay(true);
@@ -276,12 +407,183 @@ impl Etcd {
             .block_on(async { tokio::time::timeout(timeout, endpoint.connect()).await })
             .map_err(|_| ClusterError::Timeout(timeout))?
             .map_err(EtcdError::Connect)?;
-        Ok(Etcd {
+        let mut etcd = Etcd {
             rt: Arc::new(rt),
-            rpc: Rpc { channel },
-            prefix: url.prefix,
+            rpc: Rpc {
+                channel,
+                auth: creds.clone().map(|creds| {
+                    Arc::new(AuthState {
+                        creds,
+                        token: std::sync::RwLock::new(None),
+                    })
+                }),
+            },
+            prefix: parsed.prefix,
             timeout: timeout.min(REQUEST_TIMEOUT),
-        })
+            url: url.to_string(),
+            creds,
+            seal: None,
+        };
+        if etcd.rpc.auth.is_some() {
+            let rpc = etcd.rpc.clone();
+            match etcd.run(async move { rpc.authenticate().await }) {
+                Ok(()) => {}
+                // Credentials for an etcd without authentication: nothing
+                // to present (it serves everyone).
+                Err(ClusterError::Etcd(EtcdError::Status(s)))
+                    if s.message().contains("authentication is not enabled") =>
+                {
+                    tracing::debug!("etcd has no authentication: connecting without a token");
+                    etcd.rpc.auth = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(etcd)
+    }
+
+    /// A new connection to the same etcd, as the same user, with the same
+    /// seal (its own runtime and HTTP/2 channel).
+    pub fn reconnect(&self) -> Result<Etcd, ClusterError> {
+        let mut e = Self::connect_as(&self.url, self.creds.clone(), self.timeout)?;
+        e.seal = self.seal.clone();
+        Ok(e)
+    }
+
+    /// This handle, sealing member entries with `token` (the cluster's
+    /// access token) when it registers a server, and using only entries
+    /// whose seal checks in [`Etcd::members`]. `None`: entries are neither
+    /// sealed nor checked (a cluster without a token).
+    pub fn with_seal(mut self, token: Option<&str>) -> Etcd {
+        self.seal = token.map(MemberSeal::new);
+        self
+    }
+
+    /// A handle that checks member entries with `token` if given (see
+    /// [`Etcd::with_seal`]), else this one as it is.
+    pub fn sealed_by(&self, token: Option<&str>) -> Etcd {
+        match token {
+            Some(t) => self.clone().with_seal(Some(t)),
+            None => self.clone(),
+        }
+    }
+
+    /// Whether etcd answers at all: a refusal for lack of credentials
+    /// counts as an answer (used while waiting for a started etcd).
+    pub fn answers(url: &str, timeout: Duration) -> bool {
+        match Self::connect_as(url, None, timeout).and_then(|e| e.revision()) {
+            Ok(_) => true,
+            Err(ClusterError::Etcd(EtcdError::Status(s))) => token_refused(&s),
+            Err(_) => false,
+        }
+    }
+
+    /// Turns on etcd's authentication (on an etcd that has none yet: the
+    /// one `cluster up` just started): user `root` (`root`'s password),
+    /// a role named after `user` that may read and write this handle's key
+    /// prefix and nothing else, and `user` with that role. Then checks, as
+    /// root, that etcd holds exactly these two users and two roles (anyone
+    /// who reached the fresh etcd before this would show up there).
+    pub fn enable_auth(&self, root: &EtcdAuth, user: &EtcdAuth) -> Result<(), ClusterError> {
+        use etcd_rpc::authpb::{permission::Type, Permission};
+        use etcd_rpc::etcdserverpb::{
+            AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest,
+            AuthRoleListRequest, AuthUserAddRequest, AuthUserGrantRoleRequest, AuthUserListRequest,
+        };
+        if root.user() != "root" {
+            return Err(ClusterError::Auth("etcd's root user is named root".into()));
+        }
+        if user.user() == "root" {
+            return Err(ClusterError::Auth(
+                "the cluster's etcd user cannot be root".into(),
+            ));
+        }
+        let role = user.user().to_string();
+        let mut admin = self.rpc.admin();
+        let add_user = |name: &str, password: &str| AuthUserAddRequest {
+            name: name.to_string(),
+            password: password.to_string(),
+            ..Default::default()
+        };
+        self.admin_step(
+            admin.user_add(add_user("root", root.password())),
+            "adding user root",
+        )?;
+        // etcd needs root to hold the root role; etcd 3.4 grants it without
+        // a stored role, so a refusal to add the role is not an error.
+        let _ = self.admin_step(
+            admin.role_add(AuthRoleAddRequest {
+                name: "root".into(),
+            }),
+            "adding role root",
+        );
+        self.admin_step(
+            admin.user_grant_role(AuthUserGrantRoleRequest {
+                user: "root".into(),
+                role: "root".into(),
+            }),
+            "granting root the root role",
+        )?;
+        self.admin_step(
+            admin.role_add(AuthRoleAddRequest { name: role.clone() }),
+            "adding the cluster's role",
+        )?;
+        let prefix = self.prefix.as_bytes().to_vec();
+        self.admin_step(
+            admin.role_grant_permission(AuthRoleGrantPermissionRequest {
+                name: role.clone(),
+                perm: Some(Permission {
+                    perm_type: Type::Readwrite as i32,
+                    range_end: prefix_end(&prefix),
+                    key: prefix,
+                }),
+            }),
+            "granting the role the cluster's prefix",
+        )?;
+        self.admin_step(
+            admin.user_add(add_user(user.user(), user.password())),
+            "adding the cluster's user",
+        )?;
+        self.admin_step(
+            admin.user_grant_role(AuthUserGrantRoleRequest {
+                user: user.user().to_string(),
+                role: role.clone(),
+            }),
+            "granting the user its role",
+        )?;
+        self.admin_step(admin.auth_enable(AuthEnableRequest {}), "enabling auth")?;
+
+        let as_root = Etcd::connect_as(&self.url, Some(root.clone()), self.timeout)?;
+        let mut admin = as_root.rpc.admin();
+        let users = self
+            .admin_step(admin.user_list(AuthUserListRequest {}), "listing users")?
+            .users;
+        let roles = self
+            .admin_step(admin.role_list(AuthRoleListRequest {}), "listing roles")?
+            .roles;
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        let want = sorted(vec!["root".to_string(), role]);
+        if sorted(users.clone()) != want || sorted(roles.clone()) != want {
+            return Err(ClusterError::Auth(format!(
+                "etcd holds users {users:?} and roles {roles:?}, not only the ones set up now: someone reached it first"
+            )));
+        }
+        Ok(())
+    }
+
+    /// One call of the Auth service, bounded by the request timeout; a
+    /// refusal is [`ClusterError::Auth`] naming `what` was being done.
+    fn admin_step<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+        what: &str,
+    ) -> Result<T, ClusterError> {
+        self.run(async move { Ok::<_, EtcdError>(call.await) })?
+            .map(tonic::Response::into_inner)
+            .map_err(|s| ClusterError::Auth(format!("{what}: {}", s.message())))
     }
 
     /// Runs `fut` on the runtime, bounded by the request timeout.
@@ -438,6 +740,23 @@ impl Etcd {
             let id = key[prefix.len().min(key.len())..].to_string();
             match Member::from_json(&key, &kv.value) {
                 Ok(m) if valid_id(&id) => {
+                    if let Some(seal) = &self.seal {
+                        let sealed = m
+                            .seal
+                            .as_deref()
+                            .is_some_and(|s| seal.verify(&key, &m.url, m.pid, kv.lease, s));
+                        if !sealed {
+                            // Written by someone without the token (or
+                            // moved to another lease): never connect there.
+                            tracing::warn!(
+                                key,
+                                url = m.url,
+                                lease = kv.lease,
+                                "member entry not sealed by its server with the cluster token: ignored"
+                            );
+                            continue;
+                        }
+                    }
                     out.insert(id, m);
                 }
                 Ok(_) => tracing::warn!(key, "member with a bad id ignored"),
@@ -467,24 +786,31 @@ impl Etcd {
             return Err(ClusterError::InvalidMap(format!("bad server id {id:?}")));
         }
         let ttl_s = ttl.as_secs().max(1) as i64;
-        let member = Member {
-            format: MAP_FORMAT,
-            url: url.to_string(),
-            pid: std::process::id(),
-        };
-        let value = serde_json::to_vec(&member).expect("member serializes");
         let key = self.member_key(id);
+        let entry: Entry = {
+            let (key, url, seal) = (key.clone(), url.to_string(), self.seal.clone());
+            let pid = std::process::id();
+            Arc::new(move |lease| {
+                let member = Member {
+                    format: MAP_FORMAT,
+                    seal: seal.as_ref().map(|s| s.seal(&key, &url, pid, lease)),
+                    url: url.clone(),
+                    pid,
+                };
+                serde_json::to_vec(&member).expect("member serializes")
+            })
+        };
         // Lease freshness is measured from before each request that
         // granted or renewed it: etcd started the TTL later than that.
         let base = std::time::Instant::now();
         let renewed = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let lease = self
+        let (lease, value) = self
             .run(put_member(
                 self.rpc.clone(),
                 key.clone(),
-                value.clone(),
+                entry.clone(),
                 ttl_s,
-                false,
+                None,
             ))?
             .ok_or_else(|| ClusterError::AlreadyRegistered(id.to_string()))?;
         let current = Arc::new(std::sync::atomic::AtomicI64::new(lease));
@@ -496,11 +822,17 @@ impl Etcd {
         let bound = self.timeout;
         self.rt.spawn(async move {
             use std::sync::atomic::Ordering;
-            let mut lease = lease;
+            let (mut lease, mut value) = (lease, value);
             loop {
+                let own = Own {
+                    id: &id_owned,
+                    key: &key,
+                    value: &value,
+                    lease,
+                };
                 tokio::select! {
                     _ = &mut stop_rx => break,
-                    () = renew(&rpc, lease, ttl_s, &id_owned, &renewed_task, base) => {}
+                    () = renew(&rpc, &own, ttl_s, &renewed_task, base) => {}
                 }
                 // The lease is gone: register again, bounded by the stop
                 // signal, backing off up to a TTL between tries.
@@ -513,11 +845,12 @@ impl Etcd {
                     let asked_at = base.elapsed().as_millis() as u64;
                     let again = tokio::time::timeout(
                         bound,
-                        put_member(rpc.clone(), key.clone(), value.clone(), ttl_s, true),
+                        put_member(rpc.clone(), key.clone(), entry.clone(), ttl_s, Some(value.clone())),
                     )
                     .await;
                     match again {
-                        Ok(Ok(Some(l))) => {
+                        Ok(Ok(Some((l, v)))) => {
+                            value = v;
                             // The old lease holds nothing now; if etcd
                             // still keeps it, let it go.
                             let _ = tokio::time::timeout(bound, rpc.lease_revoke(lease)).await;
@@ -582,8 +915,9 @@ impl Etcd {
         req_tx
             .try_send(create)
             .expect("a new channel has room for one request");
-        let mut client =
-            WatchClient::new(self.rpc.channel.clone()).max_decoding_message_size(MAX_MESSAGE);
+        // The token was checked just now (reading the map): etcd judges
+        // the watch's permission by it when the watch is created.
+        let mut client = self.rpc.watch();
         let mut stream = self.run(async move {
             Ok::<_, EtcdError>(
                 client
@@ -637,18 +971,23 @@ impl Etcd {
     }
 }
 
+/// A server's member entry, made for the lease it is attached to (the
+/// seal covers the lease).
+type Entry = Arc<dyn Fn(i64) -> Vec<u8> + Send + Sync>;
+
 /// Grants a lease of `ttl_s` seconds and puts the member key under it if
-/// no one holds the key, or — when `again` — if it holds exactly `value`
+/// no one holds the key, or — given `previous` — if it holds exactly that
 /// (this process's own entry, left under a lease it gave up on): the lease
-/// id, or `None` (lease revoked) if the key is taken.
+/// id and the value put, or `None` (lease revoked) if the key is taken.
 async fn put_member(
     rpc: Rpc,
     key: String,
-    value: Vec<u8>,
+    entry: Entry,
     ttl_s: i64,
-    again: bool,
-) -> Result<Option<i64>, EtcdError> {
+    previous: Option<Vec<u8>>,
+) -> Result<Option<(i64, Vec<u8>)>, EtcdError> {
     let lease = rpc.lease_grant(ttl_s).await?;
+    let value = entry(lease);
     let fresh = rpc
         .txn(
             vec![compare(&key, TargetUnion::CreateRevision(0))],
@@ -656,24 +995,57 @@ async fn put_member(
         )
         .await?;
     if fresh.succeeded {
-        return Ok(Some(lease));
+        return Ok(Some((lease, value)));
     }
-    if !again {
+    let Some(previous) = previous else {
         let _ = rpc.lease_revoke(lease).await;
         return Ok(None);
-    }
+    };
     // The pid is in the value: only this process's own entry matches.
     let ours = rpc
         .txn(
-            vec![compare(&key, TargetUnion::Value(value.clone()))],
-            vec![put(&key, value, lease)],
+            vec![compare(&key, TargetUnion::Value(previous))],
+            vec![put(&key, value.clone(), lease)],
         )
         .await?;
     if ours.succeeded {
-        return Ok(Some(lease));
+        return Ok(Some((lease, value)));
     }
     let _ = rpc.lease_revoke(lease).await;
     Ok(None)
+}
+
+/// What a registered server wrote: its id, member key, entry and lease.
+struct Own<'a> {
+    id: &'a str,
+    key: &'a str,
+    value: &'a [u8],
+    lease: i64,
+}
+
+/// Writes the server's own entry again if its member key no longer holds
+/// exactly it under its lease (someone else changed or deleted it while
+/// the lease lives), and logs that. Called after a renewal succeeded, so
+/// the lease is alive and the id is this server's.
+async fn reassert(rpc: &Rpc, own: &Own<'_>) -> Result<(), EtcdError> {
+    let now = rpc.range(own.key.as_bytes().to_vec(), false).await?;
+    let kv = now.kvs.first();
+    if kv.is_some_and(|kv| kv.value == own.value && kv.lease == own.lease) {
+        return Ok(());
+    }
+    tracing::warn!(
+        id = own.id,
+        found = ?kv.map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.lease)),
+        "this server's member entry was changed or deleted by someone else: writing it again"
+    );
+    // A put under a lease that lapsed meanwhile fails: the renewal loop
+    // then registers again.
+    rpc.txn(
+        Vec::new(),
+        vec![put(own.key, own.value.to_vec(), own.lease)],
+    )
+    .await?;
+    Ok(())
 }
 
 /// An open keep-alive stream of one lease: requests go in `requests`,
@@ -706,11 +1078,17 @@ async fn renew_once(
             requests
                 .try_send(ask)
                 .expect("a new channel has room for one request");
-            let answers = rpc
-                .lease()
-                .lease_keep_alive(ReceiverStream::new(rx))
-                .await?
-                .into_inner();
+            let opened = rpc.lease().lease_keep_alive(ReceiverStream::new(rx)).await;
+            let answers = match opened {
+                Ok(a) => a.into_inner(),
+                Err(s) => {
+                    if token_refused(&s) {
+                        // The next round opens the stream with a new token.
+                        rpc.authenticate().await?;
+                    }
+                    return Err(s.into());
+                }
+            };
             keeper.insert(Keeper { requests, answers })
         }
     };
@@ -722,12 +1100,12 @@ async fn renew_once(
 /// later).
 async fn renew(
     rpc: &Rpc,
-    lease: i64,
+    own: &Own<'_>,
     ttl_s: i64,
-    id: &str,
     renewed: &std::sync::atomic::AtomicU64,
     base: std::time::Instant,
 ) {
+    let (id, lease) = (own.id, own.lease);
     // Renew at a third of the TTL: two renewals may be lost before the
     // lease expires.
     let period = Duration::from_millis((ttl_s as u64 * 1000 / 3).max(100));
@@ -745,6 +1123,12 @@ async fn renew(
             Ok(Ok(Some(r))) if r.ttl > 0 => {
                 renewed_at = tokio::time::Instant::now();
                 renewed.store(asked_at, std::sync::atomic::Ordering::Release);
+                match tokio::time::timeout(period, reassert(rpc, own)).await {
+                    Ok(Ok(())) => {}
+                    other => {
+                        tracing::warn!(id, ?other, "checking this server's member entry failed")
+                    }
+                }
             }
             Ok(Ok(Some(_))) => {
                 tracing::error!(id, "lease expired: no longer registered");

@@ -3,6 +3,8 @@
 //! the map, all kept in etcd; plus the process helper that starts etcd.
 //!
 //! * [`map`] — [`ShardMap`] and the JSON it is stored as.
+//! * [`auth`] — etcd credentials ([`EtcdAuth`]) and the seal a member
+//!   entry carries ([`MemberSeal`]).
 //! * [`etcd`] — [`Etcd`]: the blocking API over etcd (map, fenced
 //!   ownership changes, registration, watch).
 //! * [`process`] — [`EtcdProcess`]: a single-member etcd on loopback.
@@ -15,6 +17,7 @@
 //!
 //! The rest of the workspace is synchronous; tokio stays inside [`etcd`].
 
+pub mod auth;
 pub mod etcd;
 pub mod map;
 pub mod moves;
@@ -23,6 +26,7 @@ pub mod rebalance;
 pub mod router;
 pub mod shard;
 
+pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR};
 pub use etcd::{ClusterUrl, Etcd, EtcdError, MapWatch, Registration};
 pub use map::{Member, Range, ShardMap};
 pub use moves::{move_range, MoveError, MoveReport};
@@ -84,6 +88,10 @@ pub enum ClusterError {
     /// The started etcd exited.
     #[error("etcd exited: {0}")]
     EtcdExited(String),
+    /// etcd credentials: a bad credentials file, or setting up etcd's
+    /// authentication failed.
+    #[error("etcd auth: {0}")]
+    Auth(String),
     /// A local I/O error (spawning, runtime threads).
     #[error("i/o: {0}")]
     Io(std::io::Error),

@@ -331,6 +331,11 @@ pub struct Member {
     pub url: String,
     /// Its process id (for operators).
     pub pid: u32,
+    /// HMAC-SHA256 (hex) of the entry with the cluster's token
+    /// ([`crate::MemberSeal`]), when the server has a token: clients that
+    /// hold the token use only entries whose seal checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
 }
 
 impl Member {
@@ -346,6 +351,9 @@ impl Member {
         }
         if m.url.len() > 4096 {
             return Err(bad("url longer than 4096 bytes".into()));
+        }
+        if m.seal.as_ref().is_some_and(|s| s.len() > 128) {
+            return Err(bad("seal longer than 128 bytes".into()));
         }
         Ok(m)
     }
@@ -471,9 +479,18 @@ mod tests {
             format: 1,
             url: "tcp://127.0.0.1:1".into(),
             pid: 3,
+            seal: Some("ab01".into()),
         };
         let json = serde_json::to_vec(&member).unwrap();
         assert_eq!(Member::from_json("k", &json).unwrap(), member);
+        // An entry without a seal (a server without a token) parses.
+        let plain = br#"{"format":1,"url":"tcp://127.0.0.1:1","pid":3}"#;
+        assert_eq!(Member::from_json("k", plain).unwrap().seal, None);
+        let long = format!(
+            r#"{{"format":1,"url":"u","pid":3,"seal":"{}"}}"#,
+            "a".repeat(200)
+        );
+        assert!(Member::from_json("k", long.as_bytes()).is_err());
         assert!(Member::from_json("k", b"{\"url\":1}").is_err());
     }
 }

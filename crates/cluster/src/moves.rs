@@ -128,7 +128,7 @@ pub(crate) fn connect(
     token: Option<&str>,
     revision: u64,
 ) -> Result<Remote, MoveError> {
-    let members = etcd.members()?;
+    let members = etcd.sealed_by(token).members()?;
     let m = members
         .get(server)
         .ok_or_else(|| MoveError::NotRegistered(server.to_string()))?;
@@ -256,7 +256,7 @@ pub fn move_range(
     token: Option<&str>,
 ) -> Result<MoveReport, MoveError> {
     let started = Instant::now();
-    if !etcd.members()?.contains_key(to) {
+    if !etcd.sealed_by(token).members()?.contains_key(to) {
         return Err(MoveError::NotRegistered(to.to_string()));
     }
     let map = etcd.require_map()?;

@@ -76,11 +76,17 @@ impl EtcdProcess {
     /// loopback ports, with fast elections (a lost lease or leader is
     /// noticed in ~100 ms), and waits until it answers.
     pub fn start(dir: &Path) -> Result<EtcdProcess, ClusterError> {
+        Self::start_with(dir, &[])
+    }
+
+    /// [`EtcdProcess::start`] with `extra` etcd flags (tests: e.g. a short
+    /// `--auth-token-ttl`).
+    pub fn start_with(dir: &Path, extra: &[&str]) -> Result<EtcdProcess, ClusterError> {
         let bin = etcd_binary().ok_or(ClusterError::NoEtcd)?;
         std::fs::create_dir_all(dir).map_err(ClusterError::Io)?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::try_start(&bin, dir) {
+            match Self::try_start(&bin, dir, extra) {
                 Ok(p) => return Ok(p),
                 Err(e) => {
                     tracing::warn!(error = %e, "etcd did not start; trying other ports");
@@ -91,7 +97,7 @@ impl EtcdProcess {
         Err(last.expect("at least one attempt"))
     }
 
-    fn try_start(bin: &Path, dir: &Path) -> Result<EtcdProcess, ClusterError> {
+    fn try_start(bin: &Path, dir: &Path, extra: &[&str]) -> Result<EtcdProcess, ClusterError> {
         let (client, peer) = (free_port()?, free_port()?);
         let log = std::fs::File::create(dir.join("etcd.log")).map_err(ClusterError::Io)?;
         let curl = format!("http://127.0.0.1:{client}");
@@ -106,6 +112,7 @@ impl EtcdProcess {
             .arg(format!("--initial-cluster=xstore={purl}"))
             .arg("--heartbeat-interval=10")
             .arg("--election-timeout=100")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -124,9 +131,7 @@ impl EtcdProcess {
                     dir.join("etcd.log").display()
                 )));
             }
-            let answered = Etcd::connect_with_timeout(&p.url(), Duration::from_millis(500))
-                .and_then(|e| e.revision());
-            if answered.is_ok() {
+            if Etcd::answers(&p.url(), Duration::from_millis(500)) {
                 return Ok(p);
             }
             if Instant::now() >= deadline {

@@ -143,7 +143,7 @@ pub struct Round {
 
 fn requests(etcd: &Etcd, token: Option<&str>) -> Result<BTreeMap<String, u64>, MoveError> {
     let mut out = BTreeMap::new();
-    for (id, m) in etcd.members()? {
+    for (id, m) in etcd.sealed_by(token).members()? {
         let url: fabric::Url = m
             .url
             .parse()

@@ -163,6 +163,9 @@ impl Router {
         config: ClientConfig,
         token: Option<String>,
     ) -> Result<Router, RouterError> {
+        // With a token, only member entries their servers sealed with it
+        // are used: a repointed entry never gets a request (or the token).
+        let etcd = etcd.sealed_by(token.as_deref());
         let mut r = Router {
             map: etcd.require_map()?,
             members: etcd.members()?,

@@ -209,6 +209,31 @@ impl xstore::Fence for Ownership {
     /// and reads and writes at its target — the mover's copy; routers send
     /// nothing for it.
     fn admit(&self, key: u64, revision: u64, write: bool) -> Result<xstore::Admitted, u64> {
+        self.admit_at(key, Some(revision), write)
+    }
+
+    /// A plain request is judged by the map this server holds: the same
+    /// rules, at its own revision (a frozen range takes no plain writes at
+    /// its owner; a moved-away key is refused).
+    fn admit_current(&self, key: u64, write: bool) -> Result<xstore::Admitted, u64> {
+        self.admit_at(key, None, write)
+    }
+
+    fn direct(&self, low: u64, high: u64) -> bool {
+        let map = self.gate.lock().map.clone();
+        serves_directly(&map, &self.id, low, high)
+    }
+}
+
+impl Ownership {
+    /// [`xstore::Fence::admit`] at `revision`, or at the map held now when
+    /// `None`.
+    fn admit_at(
+        &self,
+        key: u64,
+        revision: Option<u64>,
+        write: bool,
+    ) -> Result<xstore::Admitted, u64> {
         let deadline = std::time::Instant::now() + ADMIT_WAIT;
         let mut s = self.gate.lock();
         while s.updating {
@@ -223,7 +248,7 @@ impl xstore::Fence for Ownership {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        if s.map.revision != revision {
+        if revision.is_some_and(|r| r != s.map.revision) {
             return Err(s.map.revision);
         }
         let r = s.map.range_of(key);
@@ -240,11 +265,6 @@ impl xstore::Fence for Ownership {
             hi,
             hold: Some(Box::new(Ticket(self.gate.clone()))),
         })
-    }
-
-    fn direct(&self, low: u64, high: u64) -> bool {
-        let map = self.gate.lock().map.clone();
-        serves_directly(&map, &self.id, low, high)
     }
 }
 
@@ -363,6 +383,29 @@ mod tests {
         // An older map never replaces a newer one.
         own.update(map);
         assert_eq!(own.map().revision, 6);
+    }
+
+    #[test]
+    fn plain_requests_are_judged_at_the_map_held_now() {
+        let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
+        map.revision = 5;
+        let a = Ownership::new("a", map.clone());
+        let hi = |r: Result<xstore::Admitted, u64>| r.map(|a| a.hi);
+        assert_eq!(hi(a.admit_current(0, true)), Ok(100));
+        assert_eq!(hi(a.admit_current(100, false)), Err(5));
+        assert_eq!(hi(a.admit_current(u64::MAX - 1, true)), Err(5));
+        // Frozen for a move to b: reads only at the owner, nothing after.
+        let mut frozen = map.frozen(10, 20, "b").unwrap();
+        frozen.revision = 6;
+        a.update(frozen.clone());
+        assert!(a.admit_current(15, false).is_ok());
+        assert_eq!(hi(a.admit_current(15, true)), Err(6));
+        let mut moved = frozen.committed(10, 20).unwrap();
+        moved.revision = 7;
+        a.update(moved);
+        assert_eq!(hi(a.admit_current(15, false)), Err(7));
+        assert_eq!(hi(a.admit_current(15, true)), Err(7));
+        assert_eq!(hi(a.admit_current(25, true)), Ok(100));
     }
 
     #[test]

@@ -88,14 +88,28 @@ impl std::fmt::Debug for EtcdMembership {
 }
 
 impl EtcdMembership {
-    /// Connects to group `group` at `url` (`etcd://host:port[/prefix]`).
+    /// Connects to group `group` at `url` (`etcd://host:port[/prefix]`),
+    /// with the etcd credentials `XSTORE_ETCD_AUTH_FILE` names, if set
+    /// (see [`cluster::EtcdAuth`]).
     pub fn connect(url: &str, group: &str) -> Result<EtcdMembership, HiError> {
+        let creds = cluster::EtcdAuth::from_env()
+            .map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
+        Self::connect_as(url, group, creds)
+    }
+
+    /// [`EtcdMembership::connect`] as the etcd user `creds` (none:
+    /// unauthenticated).
+    pub fn connect_as(
+        url: &str,
+        group: &str,
+        creds: Option<cluster::EtcdAuth>,
+    ) -> Result<EtcdMembership, HiError> {
         let parsed: ClusterUrl = url
             .parse()
             .map_err(|e: cluster::ClusterError| HiError::BadMessage(e.to_string()))?;
         let group_url = format!("etcd://{}{}histore/{group}", parsed.endpoint, parsed.prefix);
-        let etcd =
-            Etcd::connect(&group_url).map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
+        let etcd = Etcd::connect_as(&group_url, creds, cluster::etcd::REQUEST_TIMEOUT)
+            .map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
         Ok(EtcdMembership {
             etcd,
             cached: RwLock::new(None),

@@ -64,8 +64,10 @@ pub const INNER_REGION: RegionId = RegionId(2);
 
 /// Which keys this server owns when the key space is range-partitioned
 /// across servers (the `cluster` crate implements it over the shard map).
-/// Consulted for FENCED requests only; a server without one serves them
-/// all.
+/// A server with a fence checks every keyed request against it: FENCED
+/// ones at the client's map revision ([`Fence::admit`]), plain ones at
+/// the server's own ([`Fence::admit_current`]); a server without one
+/// serves them all.
 ///
 /// # Atomic with the write
 ///
@@ -82,6 +84,14 @@ pub trait Fence: Send + Sync {
     /// answer stops there); `Err(current)` to refuse, with the revision of
     /// the server's map.
     fn admit(&self, key: u64, revision: u64, write: bool) -> Result<Admitted, u64>;
+
+    /// [`Fence::admit`] for a plain (unfenced) keyed request: at whatever
+    /// map the server holds now, so a client that does not route by the
+    /// map (a shell pointed at one server) is refused for keys the server
+    /// does not own — including a range frozen or moving away — exactly as
+    /// a routed client would be. `Err(current)` carries the server's
+    /// revision, so a client that does route refreshes its map.
+    fn admit_current(&self, key: u64, write: bool) -> Result<Admitted, u64>;
 
     /// Whether clients may read the leaf holding keys `[low, high)`
     /// one-sidedly (those reads bypass the fence). Translation-table
@@ -1152,9 +1162,9 @@ fn sync_write(req: &Request) -> Option<(u64, crate::durable::WriteOp)> {
 
 impl Handler {
     /// Counts and decodes a request; a malformed one is answered here, and
-    /// so is a FENCED one for a key this server does not own. Returns the
-    /// request to serve and, for an admitted FENCED one, where the
-    /// server's range ends.
+    /// so is a keyed one (FENCED or not) for a key a cluster member does
+    /// not own. Returns the request to serve and, for one its fence
+    /// admitted, where the server's range ends.
     fn decode(&self, request: &[u8]) -> Result<(Request, Option<Admitted>), Vec<u8>> {
         self.0.counters.rpcs.fetch_add(1, Ordering::Relaxed);
         let req = Request::decode(request).map_err(|e| {
@@ -1162,18 +1172,34 @@ impl Handler {
             tracing::debug!(error = %e, "malformed request");
             Reply::Status(Status::BadRequest).to_vec()
         })?;
-        let Request::Fenced { revision, inner } = req else {
-            return Ok((req, None));
-        };
         let fence = self.0.fence.read().expect("fence lock").clone();
         let Some(fence) = fence else {
-            return Ok((*inner, None));
+            return Ok(match req {
+                Request::Fenced { inner, .. } => (*inner, None),
+                req => (req, None),
+            });
         };
-        // Decoding checked that a FENCED request has a key.
-        let key = inner.key().unwrap_or(0);
-        let write = sync_write(&inner).is_some();
-        match fence.admit(key, revision, write) {
-            Ok(admitted) => Ok((*inner, Some(admitted))),
+        // A cluster member checks every keyed request, fenced or not: a
+        // plain one must not write (or read) around the map, e.g. into a
+        // range that moved away or is frozen for a move.
+        let (req, admission) = match req {
+            Request::Fenced { revision, inner } => {
+                // Decoding checked that a FENCED request has a key.
+                let key = inner.key().unwrap_or(0);
+                let write = sync_write(&inner).is_some();
+                (*inner, fence.admit(key, revision, write))
+            }
+            req => match req.key() {
+                None => return Ok((req, None)),
+                Some(key) => {
+                    let write = sync_write(&req).is_some();
+                    let admission = fence.admit_current(key, write);
+                    (req, admission)
+                }
+            },
+        };
+        match admission {
+            Ok(admitted) => Ok((req, Some(admitted))),
             Err(current) => Err(Reply::WrongOwner { revision: current }.to_vec()),
         }
     }

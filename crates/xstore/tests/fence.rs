@@ -23,6 +23,33 @@ impl Fence for Below1000 {
             Err(rev)
         }
     }
+
+    fn admit_current(&self, key: u64, write: bool) -> Result<Admitted, u64> {
+        self.admit(key, self.rev.load(Ordering::Relaxed), write)
+    }
+}
+
+/// Owns every key at revision 1.
+struct Everything;
+
+impl Fence for Everything {
+    fn admit(&self, _key: u64, _revision: u64, _write: bool) -> Result<Admitted, u64> {
+        Ok(Admitted::up_to(u64::MAX))
+    }
+
+    fn admit_current(&self, _key: u64, _write: bool) -> Result<Admitted, u64> {
+        Ok(Admitted::up_to(u64::MAX))
+    }
+}
+
+/// The handler's answer to `req`, asked directly (a client may answer
+/// reads one-sidedly without asking).
+fn ask(server: &Server, req: &Request) -> Reply {
+    let mut bytes = Vec::new();
+    req.encode(&mut bytes);
+    let mut reply = Vec::new();
+    server.handler().handle(&bytes, &mut reply);
+    Reply::decode(req, &reply).unwrap()
 }
 
 #[test]
@@ -39,8 +66,39 @@ fn fenced_requests_are_served_only_for_owned_keys_at_the_same_revision() {
     server.set_fence(fence.clone());
     let mut c = Client::connect(fabric.endpoint(), node, ClientConfig::default()).unwrap();
 
-    // Unfenced requests are served as before.
-    assert!(c.insert(1005, 1).unwrap());
+    // Unfenced requests are judged at the server's own map: served for
+    // its keys, refused (and nothing applied) for the others.
+    assert!(c.insert(5, 0).unwrap());
+    assert!(matches!(
+        c.insert(1005, 1),
+        Err(ClientError::WrongOwner { revision: 7 })
+    ));
+    for req in [
+        Request::Insert {
+            key: 1005,
+            value: 1,
+        },
+        Request::Upsert {
+            key: 1010,
+            value: 1,
+        },
+        Request::Delete { key: 1010 },
+        Request::Get { key: 1010 },
+        Request::GetValue { key: 1010 },
+        Request::Scan { start: 1000, n: 5 },
+    ] {
+        assert_eq!(
+            ask(&server, &req),
+            Reply::WrongOwner { revision: 7 },
+            "{req:?}"
+        );
+    }
+    // An unfenced SCAN it admits stops at the end of its range too.
+    assert_eq!(
+        ask(&server, &Request::Scan { start: 980, n: 10 }),
+        Reply::Scan(vec![(980, 98), (990, 99)])
+    );
+    assert!(c.delete(5).unwrap());
     c.set_fence(Some(7));
     assert!(c.insert(5, 1).unwrap());
     assert!(matches!(
@@ -67,8 +125,22 @@ fn fenced_requests_are_served_only_for_owned_keys_at_the_same_revision() {
         Some(1),
         "the refused update wrote nothing"
     );
-    assert_eq!(c.get(1010).unwrap(), Some(101));
-    assert_eq!(c.get(1015).unwrap(), None);
+    // Nothing was written outside [0, 1000): asked of a server whose
+    // fence admits every key, the refused writes left no trace.
+    server.set_fence(Arc::new(Everything));
+    for (key, want) in [
+        (1005, None),
+        (1010, Some(101)),
+        (1015, None),
+        (1020, Some(102)),
+    ] {
+        assert_eq!(
+            ask(&server, &Request::GetValue { key }),
+            Reply::Value(want),
+            "key {key}"
+        );
+    }
+    server.set_fence(fence.clone());
 
     // A fenced SCAN answered by the server stops where the range ends
     // (asked of the handler directly: a client would read one-sidedly).

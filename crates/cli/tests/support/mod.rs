@@ -187,9 +187,16 @@ impl Scratch {
 /// test unless the run succeeded with every read judged right: no
 /// mismatch, stale read or lost write, and more than 1,000 reads checked.
 pub fn bench_judged(args: &[&str]) -> serde_json::Value {
+    bench_judged_env(args, &[])
+}
+
+/// [`bench_judged`] with `env` set for the run (e.g. a cluster's etcd
+/// credentials file).
+pub fn bench_judged_env(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .arg("bench")
         .args(args)
+        .envs(env.iter().copied())
         .args(["--json", "-"])
         .output()
         .expect("run xstore bench");
