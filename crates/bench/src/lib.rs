@@ -26,7 +26,9 @@ pub mod values;
 
 pub use cluster_system::ClusterSystem;
 pub use report::Report;
-pub use run::{run, run_recorded, run_traced, run_with, Judge, Progress, RunConfig, MAX_PIPELINE};
+pub use run::{
+    run, run_recorded, run_traced, run_with, Judge, Progress, RunConfig, MAX_PIPELINE, MAX_THREADS,
+};
 pub use suite::{
     is_system, run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions,
     SuiteRow, SuiteSummary, SystemFactory, SystemSpec,

@@ -83,6 +83,11 @@ pub enum Judge {
 /// Most writes a thread may keep in flight.
 pub const MAX_PIPELINE: u32 = 1024;
 
+/// Most client threads of a run: far past what one client machine's cores
+/// drive, and a bound on the threads and stacks a typo can make (100,000
+/// threads took 2.2 GB before any ran).
+pub const MAX_THREADS: u32 = 256;
+
 /// Live progress of a run, for a progress bar.
 #[derive(Debug, Default)]
 pub struct Progress {
@@ -195,8 +200,11 @@ fn run_inner(
     judge: Judge,
     trace: Option<&rdmasim::record::Recorder>,
 ) -> Result<(Report, History), BenchError> {
-    if config.threads == 0 {
-        return Err(BenchError::Config("--threads must be at least 1".into()));
+    if !(1..=MAX_THREADS).contains(&config.threads) {
+        return Err(BenchError::Config(format!(
+            "--threads {} (1..={MAX_THREADS} accepted)",
+            config.threads
+        )));
     }
     if config.pipeline == 0 || config.pipeline > MAX_PIPELINE {
         return Err(BenchError::Config(format!(

@@ -107,22 +107,23 @@ pub struct BenchArgs {
     #[command(flatten)]
     keys: KeyArgs,
     /// Operations to measure, over all threads (per run of a suite; a
-    /// dynamic timeline splits them over its slices).
-    #[arg(long, default_value_t = 1_000_000)]
+    /// dynamic timeline splits them over its slices; 1..=2^40).
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::flags::u64_in(1, crate::flags::MAX_OPS))]
     ops: u64,
-    /// Measure for this many seconds instead of --ops.
-    #[arg(long, conflicts_with = "suite")]
+    /// Measure for this many seconds instead of --ops (at most 86400).
+    #[arg(long, conflicts_with = "suite", value_parser = crate::flags::seconds(crate::flags::MAX_SECONDS))]
     seconds: Option<f64>,
-    /// Unmeasured operations per thread first (not in a dynamic timeline).
-    #[arg(long, default_value_t = 10_000)]
+    /// Unmeasured operations per thread first (not in a dynamic timeline;
+    /// at most 2^32).
+    #[arg(long, default_value_t = 10_000, value_parser = crate::flags::u64_in(0, 1 << 32))]
     warmup: u64,
-    /// Client threads.
-    #[arg(long, default_value_t = 2)]
+    /// Client threads (1..=256).
+    #[arg(long, default_value_t = 2, value_parser = crate::flags::threads())]
     threads: u32,
     /// Inserts and updates each thread keeps in flight (1: wait for each
     /// answer; N: go on with the next operations meanwhile, like the
     /// paper's coroutines; reads stay synchronous). Not with --suite.
-    #[arg(long, default_value_t = 1, conflicts_with = "suite")]
+    #[arg(long, default_value_t = 1, conflicts_with = "suite", value_parser = crate::flags::u32_in(1, bench::MAX_PIPELINE))]
     pipeline: u32,
     /// Seed of the operation streams (default: --seed). Give each run
     /// against one server its own, so that repeated insert runs (D, E)
@@ -130,7 +131,7 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "suite")]
     op_seed: Option<u64>,
     /// READs per GET: 1 (whole leaf) or 2 (keys, then value).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::flags::u8_in(1, 2))]
     get_reads: u8,
     /// Client cache: full, model, top (suites use full; the memory suite
     /// runs all three).
@@ -141,34 +142,36 @@ pub struct BenchArgs {
     /// (default: 1/16, 1/4, 1, 4 and 16 bytes per key).
     #[arg(long)]
     cache_bytes: Option<String>,
-    /// Slots per leaf.
-    #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS)]
+    /// Slots per leaf (1..=128).
+    #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS, value_parser = crate::flags::leaf_slots)]
     leaf_slots: usize,
     /// Target keys per sub-model.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = crate::flags::u64_in(1, crate::flags::MAX_KEYS))]
     submodel_keys: u64,
-    /// Server training threads.
-    #[arg(long, default_value_t = 2)]
+    /// Server training threads (0..=64).
+    #[arg(long, default_value_t = 2, value_parser = crate::flags::train_threads())]
     train_threads: usize,
     /// Emulate a server with this many RPC worker threads on the local
-    /// fabric (default: RPCs run unlimited in the client threads).
-    #[arg(long)]
+    /// fabric (default: RPCs run unlimited in the client threads; 1..=256).
+    #[arg(long, value_parser = crate::flags::usize_in(1, crate::flags::MAX_POOL_THREADS))]
     server_workers: Option<usize>,
     /// tree-cache: cache only this many levels from the root (0: any level,
-    /// within --cache-bytes).
-    #[arg(long, default_value_t = 3)]
+    /// within --cache-bytes; at most 64).
+    #[arg(long, default_value_t = 3, value_parser = crate::flags::u32_in(0, 64))]
     tree_levels: u32,
     /// Children per internal node for the tree-traversing baselines (small,
-    /// like Cell's nodes).
-    #[arg(long, default_value_t = 16)]
+    /// like Cell's nodes; 3..=256).
+    #[arg(long, default_value_t = 16, value_parser = crate::flags::usize_in(3, xtree::inner::MAX_FANOUT as u64))]
     inner_fanout: usize,
     /// rolex: memory nodes (fabric nodes) to spread the key space over,
-    /// each with its own leaf and table regions and retrainer thread.
-    #[arg(long, default_value_t = 1)]
+    /// each with its own leaf and table regions and retrainer thread
+    /// (1..=64).
+    #[arg(long, default_value_t = 1, value_parser = crate::flags::usize_in(1, 64))]
     memory_nodes: usize,
     /// histore: index groups, each with its own primary, backups and data
-    /// server; a key's hash picks its group, SCANs merge across groups.
-    #[arg(long, default_value_t = 1)]
+    /// server; a key's hash picks its group, SCANs merge across groups
+    /// (1..=64).
+    #[arg(long, default_value_t = 1, value_parser = crate::flags::usize_in(1, 64))]
     groups: usize,
     /// Tear READs adversarially (slow; for checking correctness).
     #[arg(long)]
@@ -210,10 +213,10 @@ pub struct BenchArgs {
     #[arg(long, requires = "suite", value_delimiter = ',')]
     key_files: Vec<PathBuf>,
     /// ROLEX's bias δ of --suite models' plr, in keys.
-    #[arg(long, default_value_t = 0, requires = "suite")]
+    #[arg(long, default_value_t = 0, requires = "suite", value_parser = crate::flags::u64_in(0, crate::flags::MAX_KEYS))]
     plr_delta: u64,
-    /// Slices of the dynamic suite's timeline.
-    #[arg(long, default_value_t = 10)]
+    /// Slices of the dynamic suite's timeline (1..=1000).
+    #[arg(long, default_value_t = 10, value_parser = crate::flags::u32_in(1, 1000))]
     slices: u32,
     /// Instead of a design: compare concurrent indexes on this machine
     /// (comma-separated: finestore, xindex-like, btree, skiplist): insert 1x then

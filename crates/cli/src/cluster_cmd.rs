@@ -73,17 +73,17 @@ impl EtcdAuthArgs {
 struct RebalanceArgs {
     /// The cluster: etcd://host:port[/prefix].
     url: String,
-    /// Largest share of requests one server may serve.
-    #[arg(long, default_value_t = 0.4)]
+    /// Largest share of requests one server may serve, in (0, 1].
+    #[arg(long, default_value_t = 0.4, value_parser = crate::flags::fraction)]
     target: f64,
-    /// Seconds of load measured per round.
-    #[arg(long, default_value_t = 1.0)]
+    /// Seconds of load measured per round (at most 600).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::flags::seconds(600.0))]
     window_s: f64,
-    /// Most rounds (a round that moves nothing ends the run).
-    #[arg(long, default_value_t = 10)]
+    /// Most rounds (a round that moves nothing ends the run; 1..=10000).
+    #[arg(long, default_value_t = 10, value_parser = crate::flags::usize_in(1, 10_000))]
     rounds: usize,
-    /// Most keys one round moves.
-    #[arg(long, default_value_t = 100_000)]
+    /// Most keys one round moves (1..=2^32).
+    #[arg(long, default_value_t = 100_000, value_parser = crate::flags::usize_in(1, crate::flags::MAX_KEYS))]
     max_move_keys: usize,
     /// The servers' access token, if they require one.
     #[command(flatten)]
@@ -123,8 +123,8 @@ struct UpArgs {
     /// docs/histore.md).
     #[arg(long, default_value = "xstore", value_name = "xstore|histore")]
     system: String,
-    /// Server processes (--system xstore).
-    #[arg(long, default_value_t = 3)]
+    /// Server processes (--system xstore; 1..=64).
+    #[arg(long, default_value_t = 3, value_parser = crate::flags::usize_in(1, 64))]
     servers: usize,
     /// Directory for etcd's data and log (created).
     #[arg(long)]
@@ -132,8 +132,8 @@ struct UpArgs {
     /// The keys every server loads its share of.
     #[command(flatten)]
     keys: KeyArgs,
-    /// Seconds a server has to load and start serving.
-    #[arg(long, default_value_t = 300)]
+    /// Seconds a server has to load and start serving (1..=86400).
+    #[arg(long, default_value_t = 300, value_parser = crate::flags::u64_in(1, 86_400))]
     start_timeout_s: u64,
     /// Relative shares of the keys per server (comma-separated, one per
     /// server; default: equal), e.g. 4,1,1 for an unbalanced start.
@@ -151,10 +151,10 @@ struct UpArgs {
     /// Run the rebalancer while up: a round every --rebalance-window-s
     /// moves keys off a server serving more than this share of requests
     /// (e.g. 0.4; see `xstore cluster rebalance`).
-    #[arg(long, value_name = "SHARE")]
+    #[arg(long, value_name = "SHARE", value_parser = crate::flags::fraction)]
     rebalance: Option<f64>,
-    /// Seconds of load each rebalancer round measures.
-    #[arg(long, default_value_t = 2.0)]
+    /// Seconds of load each rebalancer round measures (at most 600).
+    #[arg(long, default_value_t = 2.0, value_parser = crate::flags::seconds(600.0))]
     rebalance_window_s: f64,
     /// HiStore group settings (--system histore).
     #[command(flatten)]
@@ -167,14 +167,14 @@ struct UpArgs {
 #[derive(Args, Debug)]
 struct HistoreUpArgs {
     /// HiStore: index servers (the group forms with a primary and two
-    /// backups; more join as extra backups).
-    #[arg(long, default_value_t = 3)]
+    /// backups; more join as extra backups; 2..=16).
+    #[arg(long, default_value_t = 3, value_parser = crate::flags::usize_in(histore::node::MIN_INDEX_SERVERS as u64, histore::node::MAX_INDEX_SERVERS as u64))]
     index_servers: usize,
-    /// HiStore: data servers (records of keys and values).
-    #[arg(long, default_value_t = 1)]
+    /// HiStore: data servers (records of keys and values; 1..=16).
+    #[arg(long, default_value_t = 1, value_parser = crate::flags::usize_in(1, histore::node::MAX_DATA_SERVERS as u64))]
     data_servers: usize,
-    /// HiStore: the group's name ([A-Za-z0-9_-]).
-    #[arg(long, default_value = "g0")]
+    /// HiStore: the group's name (1 to 64 of [A-Za-z0-9_-]).
+    #[arg(long, default_value = "g0", value_parser = crate::flags::group_name)]
     group: String,
     /// Lease, record region and table sizes of every server.
     #[command(flatten)]
@@ -198,7 +198,7 @@ struct StatusArgs {
     window_s: f64,
     /// Show HiStore group GROUP (its view and live servers) instead of the
     /// shard map.
-    #[arg(long, value_name = "GROUP")]
+    #[arg(long, value_name = "GROUP", value_parser = crate::flags::group_name)]
     histore: Option<String>,
 }
 

@@ -23,26 +23,28 @@ pub struct MoveBenchArgs {
     /// The keys the servers loaded.
     #[command(flatten)]
     keys: KeyArgs,
-    /// Range moves to make.
-    #[arg(long, default_value_t = 10)]
+    /// Range moves to make (at most 10000).
+    #[arg(long, default_value_t = 10, value_parser = crate::flags::usize_in(0, 10_000))]
     moves: usize,
-    /// Loaded keys per moved range.
-    #[arg(long, default_value_t = 5_000)]
+    /// Loaded keys per moved range (1..=2^32).
+    #[arg(long, default_value_t = 5_000, value_parser = crate::flags::usize_in(1, crate::flags::MAX_KEYS))]
     move_keys: usize,
-    /// Seconds of load before the first move (the baseline).
-    #[arg(long, default_value_t = 5.0)]
+    /// Seconds of load before the first move (the baseline; at most 86400).
+    #[arg(long, default_value_t = 5.0, value_parser = crate::flags::seconds_or_zero(crate::flags::MAX_SECONDS))]
     baseline_s: f64,
-    /// Seconds the load runs (the moves must fit, with a baseline after).
-    #[arg(long, default_value_t = 40.0)]
+    /// Seconds the load runs (the moves must fit, with a baseline after;
+    /// at most 86400).
+    #[arg(long, default_value_t = 40.0, value_parser = crate::flags::seconds(crate::flags::MAX_SECONDS))]
     seconds: f64,
-    /// Seconds between one move's end and the next one's start.
-    #[arg(long, default_value_t = 1.0)]
+    /// Seconds between one move's end and the next one's start (at most
+    /// 3600).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::flags::seconds_or_zero(3600.0))]
     gap_s: f64,
     /// YCSB workload of the load.
     #[arg(long, default_value = "a")]
     workload: String,
-    /// Client threads of the load.
-    #[arg(long, default_value_t = 2)]
+    /// Client threads of the load (1..=256).
+    #[arg(long, default_value_t = 2, value_parser = crate::flags::threads())]
     threads: u32,
     /// Seed of the load and of the choice of moves.
     #[arg(long, default_value_t = 1)]
@@ -50,7 +52,7 @@ pub struct MoveBenchArgs {
     /// After the manual moves, rounds of the rebalancer under the same
     /// load (a round that finds the load balanced moves nothing; start the
     /// cluster unbalanced, e.g. `cluster up --weights 4,1,1`).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::flags::usize_in(0, 10_000))]
     rebalance_rounds: usize,
     /// The rebalancer's target: largest share of requests per server.
     #[arg(long, default_value_t = 0.36)]

@@ -20,8 +20,8 @@ pub struct KeyArgs {
     /// read from $XSTORE_DATASETS/NAME.sosd (default data/) whole, ignoring --keys.
     #[arg(long, default_value = "ycsb")]
     pub dataset: String,
-    /// Number of keys to generate (ignored with --keys-file).
-    #[arg(long, default_value_t = 1_000_000)]
+    /// Number of keys to generate (ignored with --keys-file; 1..=2^32).
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::flags::keys)]
     pub keys: u64,
     /// Seed of the generated keys.
     #[arg(long, default_value_t = 42)]

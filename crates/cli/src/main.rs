@@ -16,6 +16,7 @@ mod check_cmd;
 mod cluster_cmd;
 mod cluster_move_bench;
 mod dataset_cmd;
+mod flags;
 mod histore_shell;
 mod keys;
 mod model;
@@ -27,6 +28,8 @@ mod shell;
 mod stats_cmd;
 mod token;
 
+use std::process::ExitCode;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -34,6 +37,10 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "xstore", version, about)]
 struct Cli {
+    /// Print an error with its whole chain of causes (and a backtrace
+    /// where RUST_BACKTRACE asks for one) instead of one line.
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -58,7 +65,16 @@ enum Command {
     Cluster(cluster_cmd::ClusterArgs),
 }
 
-fn main() -> Result<()> {
+/// Whether `-v`/`--verbose` is on the command line (looked at before
+/// parsing, which may be what fails).
+fn verbose_requested() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "-v" || a == "--verbose")
+}
+
+fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -66,21 +82,53 @@ fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Model(args) => model::run(&args),
-        Command::Bench(args) => bench_cmd::run(&args),
-        Command::Server(args) => server_cmd::run(&args),
-        Command::Shell(args) => shell::run(&args),
-        Command::Stats(args) => stats_cmd::run(&args),
-        Command::Dataset(args) => dataset_cmd::run(&args),
-        Command::Cluster(args) => cluster_cmd::run(&args),
-        Command::Check(args) => {
-            let code = check_cmd::run(&args)?;
-            if code != 0 {
-                std::process::exit(code);
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let informational = matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            );
+            if informational || verbose_requested() {
+                e.exit();
             }
-            Ok(())
+            // A bad flag is one line naming what is accepted; -v or
+            // --help shows the usage.
+            eprintln!("{}", flags::clap_one_line(&e.render().to_string()));
+            return ExitCode::from(2);
+        }
+    };
+    let verbose = cli.verbose;
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) if verbose => {
+            eprintln!("error: {e:?}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {}", flags::one_line(&e));
+            ExitCode::FAILURE
         }
     }
+}
+
+/// Runs the command; `Ok` is the exit code.
+fn run(cli: Cli) -> Result<u8> {
+    match cli.command {
+        Command::Model(args) => model::run(&args)?,
+        Command::Bench(args) => bench_cmd::run(&args)?,
+        Command::Server(args) => server_cmd::run(&args)?,
+        Command::Shell(args) => shell::run(&args)?,
+        Command::Stats(args) => stats_cmd::run(&args)?,
+        Command::Dataset(args) => dataset_cmd::run(&args)?,
+        Command::Cluster(args) => cluster_cmd::run(&args)?,
+        Command::Check(args) => {
+            let code = check_cmd::run(&args)?;
+            return Ok(u8::try_from(code).unwrap_or(1));
+        }
+    }
+    Ok(0)
 }

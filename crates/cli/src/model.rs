@@ -30,33 +30,33 @@ pub struct ModelArgs {
     /// shared fields of every model.
     #[arg(long)]
     budget_bytes: Option<String>,
-    /// ε of plr and pgm (without --budget-bytes).
-    #[arg(long, default_value_t = 16)]
+    /// ε of plr and pgm (without --budget-bytes; 1..=2^32).
+    #[arg(long, default_value_t = 16, value_parser = crate::flags::u64_in(1, 1 << 32))]
     epsilon: u64,
-    /// ROLEX's bias δ of plr, in keys.
-    #[arg(long, default_value_t = 0)]
+    /// ROLEX's bias δ of plr, in keys (at most 2^32).
+    #[arg(long, default_value_t = 0, value_parser = crate::flags::u64_in(0, crate::flags::MAX_KEYS))]
     delta: u64,
-    /// LPA's error threshold (without --budget-bytes).
-    #[arg(long, default_value_t = learned::lpa::LpaParams::PAPER_THRESHOLD)]
+    /// LPA's error threshold (without --budget-bytes; 1..=2^32).
+    #[arg(long, default_value_t = learned::lpa::LpaParams::PAPER_THRESHOLD, value_parser = crate::flags::u64_in(1, 1 << 32))]
     threshold: u64,
     /// Number of sub-models (default: one per 200 keys, as in the paper).
     #[arg(long)]
     submodels: Option<u32>,
-    /// Slots per leaf (N).
-    #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS)]
+    /// Slots per leaf (N, 1..=128).
+    #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS, value_parser = crate::flags::leaf_slots)]
     leaf_slots: usize,
-    /// Fraction of each leaf filled by the bulk load.
-    #[arg(long, default_value_t = 1.0)]
+    /// Fraction of each leaf filled by the bulk load, in (0, 1].
+    #[arg(long, default_value_t = 1.0, value_parser = crate::flags::fill)]
     fill: f64,
-    /// Top-model error bound, in sub-models.
-    #[arg(long, default_value_t = TrainParams::new(1).top_error)]
+    /// Top-model error bound, in sub-models (positive, at most 2^32).
+    #[arg(long, default_value_t = TrainParams::new(1).top_error, value_parser = crate::flags::positive(4_294_967_296.0))]
     top_error: f64,
-    /// Sub-models timed for the partial-retraining figure.
-    #[arg(long, default_value_t = 2000)]
+    /// Sub-models timed for the partial-retraining figure (1..=1000000).
+    #[arg(long, default_value_t = 2000, value_parser = crate::flags::u32_in(1, 1_000_000))]
     retrain_samples: u32,
     /// Threads that train the XModel (default: the available cores). The
     /// model is the same whatever the count; only the time changes.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::flags::usize_in(1, learned::tasks::MAX_THREADS as u64))]
     train_threads: Option<usize>,
     /// Also write the report as one JSON object to PATH (`-` for stdout).
     #[arg(long)]

@@ -40,11 +40,11 @@ pub struct ServerArgs {
     /// RPC worker threads (run the index); 0: each connection's thread
     /// runs its own calls, one hand-off fewer (on this 2-core box: 1.14x
     /// YCSB A throughput, 1.25x with `--durability sync`).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::flags::usize_in(0, crate::flags::MAX_POOL_THREADS))]
     workers: usize,
     /// Soft-NIC pool threads serving one-sided verbs over TCP (0: each
     /// connection's thread serves its own verbs, one hand-off fewer).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::flags::usize_in(0, crate::flags::MAX_POOL_THREADS))]
     nic_threads: usize,
     /// Access token clients must present.
     #[command(flatten)]
@@ -53,7 +53,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "ycsb")]
     dataset: String,
     /// Keys to load at start (0: start empty).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::flags::u64_in(0, crate::flags::MAX_KEYS))]
     keys: u64,
     /// Seed of the generated keys.
     #[arg(long, default_value_t = 42)]
@@ -65,55 +65,57 @@ pub struct ServerArgs {
     /// many bytes of registered memory (default: no limit; the leaf store
     /// grows by adding regions until the machine refuses one). Set it on a
     /// shared machine or a small /dev/shm.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = crate::flags::u64_in(1, u64::MAX))]
     max_leaf_bytes: Option<u64>,
     /// Make data, region and lock files readable and writable by the
     /// owner's group too (0660 files, 0750 directories; default: owner
     /// only, 0600 and 0700).
     #[arg(long)]
     group_access: bool,
-    /// Milliseconds a new connection has to send its whole HELLO.
-    #[arg(long, default_value_t = 5000)]
+    /// Milliseconds a new connection has to send its whole HELLO
+    /// (1..=600000).
+    #[arg(long, default_value_t = 5000, value_parser = crate::flags::u64_in(1, 600_000))]
     handshake_timeout_ms: u64,
     /// Close an authenticated connection that sends nothing for this many
-    /// seconds (0: never).
-    #[arg(long, default_value_t = 600)]
+    /// seconds (0: never; at most a week, 604800).
+    #[arg(long, default_value_t = 600, value_parser = crate::flags::u64_in(0, 604_800))]
     idle_timeout_s: u64,
-    /// Most authenticated connections at once (a new one over the cap
-    /// closes the oldest idle one).
-    #[arg(long, default_value_t = fabric::host::MAX_CONNECTIONS)]
+    /// Most authenticated connections at once, 1..=65536 (a new one over
+    /// the cap closes the oldest idle one).
+    #[arg(long, default_value_t = fabric::host::MAX_CONNECTIONS, value_parser = crate::flags::usize_in(1, 65_536))]
     max_connections: usize,
     /// Most authenticated connections from one peer (TCP source address,
-    /// Unix-socket user) at once (a new one over the cap closes that
-    /// peer's oldest idle one).
-    #[arg(long, default_value_t = fabric::host::MAX_PER_PEER)]
+    /// Unix-socket user) at once, 1..=65536 (a new one over the cap closes
+    /// that peer's oldest idle one).
+    #[arg(long, default_value_t = fabric::host::MAX_PER_PEER, value_parser = crate::flags::usize_in(1, 65_536))]
     max_per_peer: usize,
     /// Most connections waiting for their HELLO at once, per listener (a
-    /// new one over the cap closes the oldest waiting one).
-    #[arg(long, default_value_t = fabric::host::MAX_PREAUTH)]
+    /// new one over the cap closes the oldest waiting one; 1..=65536).
+    #[arg(long, default_value_t = fabric::host::MAX_PREAUTH, value_parser = crate::flags::usize_in(1, 65_536))]
     max_preauth: usize,
     /// MiB one connection may have in flight (frames read, queued, served,
     /// and replies its peer has not taken); at least one frame (~16 MiB).
-    /// Default: 4 frames.
-    #[arg(long, value_name = "MIB")]
+    /// Default: 4 frames. At most 65536 (64 GiB).
+    #[arg(long, value_name = "MIB", value_parser = crate::flags::u64_in(1, 65_536))]
     conn_budget_mib: Option<u64>,
-    /// MiB all connections together may have in flight (default 128).
-    #[arg(long, value_name = "MIB")]
+    /// MiB all connections together may have in flight (default 128; at
+    /// most 65536).
+    #[arg(long, value_name = "MIB", value_parser = crate::flags::u64_in(1, 65_536))]
     global_budget_mib: Option<u64>,
     /// rolex: serve memory node I of N (`I/N`, from 0): the key set is
     /// split into N ranges of equal key counts (as `xstore bench
     /// --memory-nodes N` splits it) and this node holds range I only;
     /// compute nodes join all N (`xstore bench --server URL0,URL1,..`).
-    #[arg(long, value_name = "I/N")]
+    #[arg(long, value_name = "I/N", value_parser = crate::flags::memory_node)]
     memory_node: Option<String>,
-    /// Slots per leaf.
-    #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS)]
+    /// Slots per leaf (1..=128).
+    #[arg(long, default_value_t = xtree::DEFAULT_LEAF_SLOTS, value_parser = crate::flags::leaf_slots)]
     leaf_slots: usize,
     /// Target keys per sub-model (model expansion past twice this).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = crate::flags::u64_in(1, crate::flags::MAX_KEYS))]
     submodel_keys: u64,
-    /// Background training threads.
-    #[arg(long, default_value_t = 2)]
+    /// Background training threads (0..=64).
+    #[arg(long, default_value_t = 2, value_parser = crate::flags::train_threads())]
     train_threads: usize,
     /// Keep a write-ahead log and checkpoints in DIR and recover from them
     /// at start (the state there wins over --keys).
@@ -124,13 +126,14 @@ pub struct ServerArgs {
     /// synced). Needs --data-dir.
     #[arg(long)]
     durability: Option<String>,
-    /// Checkpoint after this many logged writes.
-    #[arg(long, default_value_t = 1_000_000)]
+    /// Checkpoint after this many logged writes (1..=2^36).
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::flags::u64_in(1, xstore::durable::MAX_CHECKPOINT_RECORDS))]
     checkpoint_records: u64,
     /// sync mode: microseconds records gather before a group commit while
     /// the log is busy (previous commit >= 32 records): more writes per
     /// fdatasync at that much more latency; a lone writer never waits.
-    #[arg(long, default_value_t = 500)]
+    /// At most 100000 (100 ms).
+    #[arg(long, default_value_t = 500, value_parser = crate::flags::u64_in(0, xstore::durable::MAX_COMMIT_DELAY.as_micros() as u64))]
     commit_delay_us: u64,
     /// Serve as one shard of a range-partitioned cluster whose shard map
     /// is in etcd at URL (etcd://host:port[/prefix]): load only the keys of
@@ -165,21 +168,22 @@ pub struct HistoreArgs {
     /// etcd holding the group's view and leases (etcd://host:port[/prefix]).
     #[arg(long, value_name = "URL")]
     etcd: Option<String>,
-    /// Name of the index group ([A-Za-z0-9_-]).
-    #[arg(long, default_value = "g0")]
+    /// Name of the index group (1 to 64 of [A-Za-z0-9_-]).
+    #[arg(long, default_value = "g0", value_parser = crate::flags::group_name)]
     group: String,
-    /// This server's node number in the group (1..65535, unique among its
+    /// This server's node number in the group (1..=65534, unique among its
     /// index and data servers; the view names servers by it).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::flags::node)]
     node: Option<u16>,
     /// Lease, record region and table sizes.
     #[command(flatten)]
     pub shape: HistoreShape,
-    /// Index servers registered before the group forms.
-    #[arg(long, default_value_t = 3)]
+    /// Index servers registered before the group forms (2..=16: a primary
+    /// and at least one backup).
+    #[arg(long, default_value_t = 3, value_parser = crate::flags::usize_in(histore::node::MIN_INDEX_SERVERS as u64, histore::node::MAX_INDEX_SERVERS as u64))]
     index_servers: usize,
-    /// Data servers registered before the group forms.
-    #[arg(long, default_value_t = 1)]
+    /// Data servers registered before the group forms (1..=16).
+    #[arg(long, default_value_t = 1, value_parser = crate::flags::usize_in(1, histore::node::MAX_DATA_SERVERS as u64))]
     data_servers: usize,
     /// The group's peer key (hex, mode 0600; required with --role index):
     /// control-plane messages between index servers are sealed with it, and
@@ -195,19 +199,20 @@ pub struct HistoreArgs {
 #[derive(Args, Debug, Clone)]
 pub struct HistoreShape {
     /// HiStore: lease TTL in seconds (a dead server is noticed this long
-    /// after it died).
-    #[arg(long, default_value_t = 2)]
+    /// after it died; 1..=60).
+    #[arg(long, default_value_t = 2, value_parser = crate::flags::u64_in(1, histore::node::MAX_LEASE_TTL_S))]
     pub lease_ttl_s: u64,
     /// HiStore data server: MiB of its record region (records are never
-    /// reused).
-    #[arg(long, default_value_t = 256)]
+    /// reused; 1..=65536, one region of at most 64 GiB).
+    #[arg(long, default_value_t = 256, value_parser = crate::flags::u64_in(1, fabric::region::MAX_REGION_BYTES >> 20))]
     pub data_mib: u64,
     /// HiStore index server: main buckets of the hash table (a power of
-    /// two, the same on every index server of the group).
-    #[arg(long, default_value_t = 1 << 16)]
+    /// two up to 2^28, the same on every index server of the group).
+    #[arg(long, default_value_t = 1 << 16, value_parser = crate::flags::power_of_two(histore::node::MAX_MAIN_BUCKETS))]
     pub main_buckets: u64,
-    /// HiStore index server: overflow buckets of the hash table.
-    #[arg(long, default_value_t = 1 << 14)]
+    /// HiStore index server: overflow buckets of the hash table
+    /// (0..=2^28).
+    #[arg(long, default_value_t = 1 << 14, value_parser = crate::flags::u64_in(0, histore::node::MAX_OVERFLOW_BUCKETS))]
     pub overflow_buckets: u64,
 }
 
@@ -286,6 +291,7 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         max_connections: args.max_connections,
         max_per_peer: args.max_per_peer,
         max_preauth: args.max_preauth,
+        // Bounded by the flags' parsers (at most 64 GiB): no wrap.
         conn_budget: args
             .conn_budget_mib
             .map_or(defaults.conn_budget, |m| m << 20),
@@ -468,8 +474,13 @@ fn serve_rolex(
                 let (i, n) = spec
                     .split_once('/')
                     .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
-                    .filter(|&(i, n)| i < n)
-                    .with_context(|| format!("--memory-node {spec:?}: want I/N with I < N"))?;
+                    .filter(|&(i, n)| i < n && n <= crate::flags::MAX_MEMORY_NODES)
+                    .with_context(|| {
+                        format!(
+                            "--memory-node {spec:?}: want I/N with I < N <= {}",
+                            crate::flags::MAX_MEMORY_NODES
+                        )
+                    })?;
                 let ranges = rolex::multi::split(pairs, n).context("splitting the keys")?;
                 let part = rolex::multi::parts(pairs, &ranges)[i];
                 let (low, high) = ranges[i];
@@ -584,7 +595,7 @@ fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
             .as_deref()
             .context("--system histore needs --etcd URL")?;
         let node = fabric::NodeId(h.node.context("--system histore needs --node N")?);
-        let ttl = Duration::from_secs(h.shape.lease_ttl_s.max(1));
+        let ttl = Duration::from_secs(h.shape.lease_ttl_s);
         let stop = Arc::new(AtomicBool::new(false));
         for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             signal_hook::flag::register(signal, stop.clone())
@@ -597,7 +608,8 @@ fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
         };
         match h.role.as_deref() {
             Some("data") => {
-                let bytes = h.shape.data_mib.max(1) << 20;
+                // Bounded by the flag's parser (at most 64 GiB): no wrap.
+                let bytes = h.shape.data_mib << 20;
                 let mut data = histore::node::DataNode::start(host, node, bytes, etcd, &h.group)
                     .context("starting the data server")?;
                 let url = listen(host)?;

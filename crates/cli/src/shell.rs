@@ -33,7 +33,7 @@ pub struct ShellArgs {
     url: String,
     /// With an etcd:// URL: talk to HiStore index group GROUP instead, with
     /// byte-string keys and values (docs/histore.md).
-    #[arg(long, value_name = "GROUP")]
+    #[arg(long, value_name = "GROUP", value_parser = crate::flags::group_name)]
     histore: Option<String>,
     /// Access token.
     #[command(flatten)]

@@ -67,6 +67,9 @@ fn client_config() -> ClientConfig {
         // the coordinator), with a view refresh from etcd per attempt.
         attempts: 30_000,
         backoff: Duration::from_millis(1),
+        // Failovers here are every GET's to ride out, even on a loaded
+        // machine: give up only after 30 s without a view change.
+        give_up_after: Duration::from_secs(30),
         ..ClientConfig::default()
     }
 }

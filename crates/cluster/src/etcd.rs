@@ -73,13 +73,17 @@ impl From<tonic::Status> for EtcdError {
 }
 
 /// An error and its sources, `: `-separated (a transport error alone
-/// says only "transport error").
+/// says only "transport error"), each source left out when the text so
+/// far already says it (hyper and tonic repeat their causes).
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut next = e.source();
     while let Some(s) = next {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
         next = s.source();
     }
     out

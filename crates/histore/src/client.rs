@@ -4,7 +4,7 @@
 //! record), scans through a backup.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fabric::{Batch, Counters, Endpoint, MAX_BATCH_OPS};
 
@@ -31,7 +31,19 @@ pub struct ClientConfig {
     pub attempts: u32,
     /// Pause between attempts.
     pub backoff: Duration,
+    /// An operation fails with [`HiError::GroupUnavailable`] once it has
+    /// made no progress for this long: no attempt succeeded and the
+    /// group's view (epoch, version) stayed the same. A failover changes
+    /// the view within about a lease TTL (the dead primary's lease lapses,
+    /// a backup is promoted), which restarts the clock; a group whose
+    /// index servers are all dead never changes it. Default 6 s: three
+    /// lease TTLs of the default 2 s, where each attempt against a dead
+    /// group used to be retried for ~50 s.
+    pub give_up_after: Duration,
 }
+
+/// Default [`ClientConfig::give_up_after`].
+pub const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(6);
 
 impl Default for ClientConfig {
     fn default() -> Self {
@@ -39,7 +51,36 @@ impl Default for ClientConfig {
             chunk_bytes: 64 << 10,
             attempts: 2000,
             backoff: Duration::from_micros(500),
+            give_up_after: DEFAULT_GIVE_UP_AFTER,
         }
+    }
+}
+
+impl ClientConfig {
+    /// Checks every setting against its accepted range.
+    pub fn validate(&self) -> Result<(), HiError> {
+        if !(8..=1 << 30).contains(&self.chunk_bytes) {
+            return Err(HiError::Config(format!(
+                "chunk_bytes {} (8..=1073741824 accepted)",
+                self.chunk_bytes
+            )));
+        }
+        if self.attempts == 0 {
+            return Err(HiError::Config("attempts 0 (at least 1)".into()));
+        }
+        if self.backoff > Duration::from_secs(10) {
+            return Err(HiError::Config(format!(
+                "backoff {:?} (at most 10 s)",
+                self.backoff
+            )));
+        }
+        if self.give_up_after.is_zero() || self.give_up_after > Duration::from_secs(3600) {
+            return Err(HiError::Config(format!(
+                "give_up_after {:?} (1 ms..=1 h accepted)",
+                self.give_up_after
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -114,18 +155,31 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Runs `op` until it succeeds or fails for good, refreshing the view
-    /// between attempts.
+    /// between attempts; gives up with [`HiError::GroupUnavailable`] once
+    /// neither an attempt nor the view has moved for
+    /// [`ClientConfig::give_up_after`].
     fn retrying<T>(
         &mut self,
         mut op: impl FnMut(&mut Self) -> Result<T, HiError>,
     ) -> Result<T, HiError> {
         let mut last = None;
+        let mut progress = Instant::now();
         for attempt in 0..self.config.attempts {
             match op(self) {
                 Ok(t) => return Ok(t),
                 Err(e) if e.is_retryable() => {
                     last = Some(e);
+                    let seen = (self.view.epoch, self.view.version);
                     self.refresh(attempt);
+                    if (self.view.epoch, self.view.version) != seen {
+                        progress = Instant::now();
+                    } else if progress.elapsed() >= self.config.give_up_after {
+                        return Err(HiError::GroupUnavailable {
+                            waited_ms: progress.elapsed().as_millis() as u64,
+                            epoch: self.view.epoch,
+                            last: last.map(|e| e.to_string()).unwrap_or_default(),
+                        });
+                    }
                 }
                 Err(e) => return Err(e),
             }

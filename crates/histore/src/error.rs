@@ -59,6 +59,21 @@ pub enum HiError {
     /// Retries ran out.
     #[error("gave up after {0} attempts: {1}")]
     GaveUp(u32, String),
+    /// No operation succeeded and the group's view did not change for
+    /// [`crate::ClientConfig::give_up_after`]: the group is down (every
+    /// index server dead, or etcd unreachable), not failing over.
+    #[error("group unavailable: nothing answered and the view (epoch {epoch}) did not change for {waited_ms} ms; last error: {last}")]
+    GroupUnavailable {
+        /// How long the client kept trying, in milliseconds.
+        waited_ms: u64,
+        /// The epoch of the last view the client read.
+        epoch: u64,
+        /// The last retryable error seen.
+        last: String,
+    },
+    /// A setting is out of its accepted range (the message names it).
+    #[error("invalid setting: {0}")]
+    Config(String),
 }
 
 impl From<FabricError> for HiError {

@@ -63,7 +63,8 @@ pub struct IndexNodeConfig {
     /// Lease TTL (whole seconds, at least 1): how soon a dead server is
     /// noticed.
     pub lease_ttl: Duration,
-    /// Main buckets of the hash table (rounded up to a power of two).
+    /// Main buckets of the hash table (a power of two; see
+    /// [`IndexNodeConfig::validate`] for every range).
     pub main_buckets: u64,
     /// Overflow buckets.
     pub overflow_buckets: u64,
@@ -108,6 +109,127 @@ impl IndexNodeConfig {
             clock_skew: Duration::from_millis(50),
         }
     }
+
+    /// Checks every setting against its accepted range, so a bad one is
+    /// refused at start in one line instead of failing (and being retried)
+    /// every tick once the group forms.
+    pub fn validate(&self) -> Result<(), HiError> {
+        let bad = |s: String| Err(HiError::Config(s));
+        check_node(self.node)?;
+        check_group(&self.group)?;
+        let ttl = self.lease_ttl;
+        if ttl.subsec_nanos() != 0 || !(1..=MAX_LEASE_TTL_S).contains(&ttl.as_secs()) {
+            return bad(format!(
+                "lease TTL {ttl:?} (whole seconds, 1..={MAX_LEASE_TTL_S} accepted)"
+            ));
+        }
+        if !self.main_buckets.is_power_of_two() || self.main_buckets > MAX_MAIN_BUCKETS {
+            return bad(format!(
+                "main buckets {} (a power of two, 1..={MAX_MAIN_BUCKETS} accepted)",
+                self.main_buckets
+            ));
+        }
+        if self.overflow_buckets > MAX_OVERFLOW_BUCKETS {
+            return bad(format!(
+                "overflow buckets {} (0..={MAX_OVERFLOW_BUCKETS} accepted)",
+                self.overflow_buckets
+            ));
+        }
+        if !(1..=64).contains(&self.partitions) {
+            return bad(format!("partitions {} (1..=64 accepted)", self.partitions));
+        }
+        if !(MIN_INDEX_SERVERS..=MAX_INDEX_SERVERS).contains(&self.index_servers) {
+            return bad(format!(
+                "index servers {} ({MIN_INDEX_SERVERS}..={MAX_INDEX_SERVERS} accepted: a primary and at least one backup)",
+                self.index_servers
+            ));
+        }
+        if !(1..=MAX_DATA_SERVERS).contains(&self.data_servers) {
+            return bad(format!(
+                "data servers {} (1..={MAX_DATA_SERVERS} accepted)",
+                self.data_servers
+            ));
+        }
+        for (what, d) in [
+            ("tick", self.tick),
+            ("read lease", self.read_lease),
+            ("clock skew", self.clock_skew),
+        ] {
+            if d > ttl {
+                return bad(format!("{what} {d:?} (at most the lease TTL, {ttl:?})"));
+            }
+        }
+        if self.tick.is_zero() || self.read_lease.is_zero() {
+            return bad("tick and read lease must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Longest lease TTL, in seconds: a dead server must be noticed within a
+/// minute.
+pub const MAX_LEASE_TTL_S: u64 = 60;
+/// Most main buckets of an index server's hash table: with as many
+/// overflow buckets the table stays within one region
+/// ([`fabric::region::MAX_REGION_BYTES`]).
+pub const MAX_MAIN_BUCKETS: u64 = 1 << 28;
+/// Most overflow buckets of an index server's hash table.
+pub const MAX_OVERFLOW_BUCKETS: u64 = 1 << 28;
+/// Fewest index servers a group forms with: a primary and a backup.
+pub const MIN_INDEX_SERVERS: usize = 2;
+/// Most index servers a group forms with (the view lists at most 255
+/// backups; more than a few only slow replication down).
+pub const MAX_INDEX_SERVERS: usize = 16;
+/// Most data servers of a group (a value pointer names its data server in
+/// 8 bits).
+pub const MAX_DATA_SERVERS: usize = 16;
+/// Smallest record region of a data server, in bytes.
+pub const MIN_DATA_BYTES: u64 = 1 << 20;
+
+const _: () = assert!(
+    crate::layout::TABLE_HEADER_BYTES
+        + (MAX_MAIN_BUCKETS + MAX_OVERFLOW_BUCKETS) * crate::layout::BUCKET_BYTES
+        <= fabric::region::MAX_REGION_BYTES
+);
+
+/// Checks a group name: 1 to 64 bytes of `[A-Za-z0-9_-]` (it becomes part
+/// of the group's etcd prefix).
+pub fn check_group(group: &str) -> Result<(), HiError> {
+    let ok = (1..=64).contains(&group.len())
+        && group
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(HiError::Config(format!(
+            "group name {group:?} (1 to 64 of [A-Za-z0-9_-] accepted)"
+        )))
+    }
+}
+
+/// Checks a server's node number: 1..=65534 (0 and 65535 are kept for
+/// "no node" in views and endpoints).
+pub fn check_node(node: NodeId) -> Result<(), HiError> {
+    if node.0 == 0 || node.0 == u16::MAX {
+        return Err(HiError::Config(format!(
+            "node {} (1..=65534 accepted)",
+            node.0
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a data server's record region size: [`MIN_DATA_BYTES`] up to one
+/// region ([`fabric::region::MAX_REGION_BYTES`]).
+pub fn check_data_bytes(bytes: u64) -> Result<(), HiError> {
+    let max = fabric::region::MAX_REGION_BYTES.min(crate::layout::MAX_DATA_OFFSET);
+    if !(MIN_DATA_BYTES..=max).contains(&bytes) {
+        return Err(HiError::Config(format!(
+            "data region of {bytes} bytes ({MIN_DATA_BYTES}..={max} accepted)"
+        )));
+    }
+    Ok(())
 }
 
 struct Shared {
@@ -163,6 +285,7 @@ impl IndexNode {
     /// has no view yet, else a replacement waiting to join) and makes it
     /// `host`'s handler. Call [`IndexNode::register`] once `host` listens.
     pub fn start(config: IndexNodeConfig, host: Host) -> Result<IndexNode, HiError> {
+        config.validate()?;
         // Clients reach this server on the same port as its peers: without
         // the key, any of them could fence or empty it.
         let peer_key = config.peer_key.clone().ok_or(HiError::Unauthorized(
@@ -614,6 +737,9 @@ impl DataNode {
         etcd: &str,
         group: &str,
     ) -> Result<DataNode, HiError> {
+        check_node(node)?;
+        check_group(group)?;
+        check_data_bytes(bytes)?;
         let membership = EtcdMembership::connect(etcd, group)?;
         let id = RegionId(0x4844_0000 | node.0 as u32);
         let region = host.alloc_region(id, bytes.max(DATA_HEADER_BYTES + 4096), Rights::ALL)?;
@@ -658,6 +784,8 @@ pub fn connect_client(
     token: Option<String>,
     config: crate::ClientConfig,
 ) -> Result<crate::Client<NetEndpoint>, HiError> {
+    check_group(group)?;
+    config.validate()?;
     let membership = Arc::new(EtcdMembership::connect(etcd, group)?);
     let directory = Arc::new(EtcdDirectory::new(membership.clone()));
     Ok(crate::Client::new(

@@ -88,6 +88,14 @@ use crate::proto::{Reply, Status};
 /// Default [`DurabilityConfig::commit_delay`].
 pub const DEFAULT_COMMIT_DELAY: Duration = Duration::from_micros(500);
 
+/// Longest [`DurabilityConfig::commit_delay`]: a sync write never waits
+/// longer than this for its group commit to gather.
+pub const MAX_COMMIT_DELAY: Duration = Duration::from_millis(100);
+
+/// Most [`DurabilityConfig::checkpoint_records`]: the log between two
+/// checkpoints (replayed at recovery) stays bounded.
+pub const MAX_CHECKPOINT_RECORDS: u64 = 1 << 36;
+
 /// Environment variable of the test-only write stall
 /// ([`DurabilityConfig::test_stall_writes`]).
 pub const STALL_ENV: &str = "XSTORE_TEST_STALL_WAL_WRITE_MS";
@@ -155,6 +163,25 @@ impl DurabilityConfig {
             test_checkpoint_faults: None,
             test_segment_faults: None,
         }
+    }
+
+    /// Checks every setting against its accepted range (a commit delay of
+    /// years would hang every sync write).
+    pub fn validate(&self) -> Result<(), crate::ServerError> {
+        if self.commit_delay > MAX_COMMIT_DELAY {
+            return Err(crate::ServerError::Config(format!(
+                "commit delay {} us (0..={} us accepted)",
+                self.commit_delay.as_micros(),
+                MAX_COMMIT_DELAY.as_micros()
+            )));
+        }
+        if !(1..=MAX_CHECKPOINT_RECORDS).contains(&self.checkpoint_records) {
+            return Err(crate::ServerError::Config(format!(
+                "checkpoint records {} (1..={MAX_CHECKPOINT_RECORDS} accepted)",
+                self.checkpoint_records
+            )));
+        }
+        Ok(())
     }
 }
 

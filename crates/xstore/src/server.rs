@@ -252,6 +252,43 @@ impl Default for ServerConfig {
     }
 }
 
+/// Most background training threads of a server.
+pub const MAX_TRAIN_THREADS: usize = 64;
+
+impl ServerConfig {
+    /// Checks every setting against its accepted range; [`Server::start`]
+    /// refuses a configuration that fails it.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let bad = |s: String| Err(ServerError::Config(s));
+        if xtree::LeafLayout::new(self.leaf_slots).is_none() {
+            return bad(format!(
+                "leaf slots {} (1..={} accepted)",
+                self.leaf_slots,
+                xtree::layout::MAX_LEAF_SLOTS
+            ));
+        }
+        if self.submodel_keys == 0 {
+            return bad("submodel_keys 0 (at least 1)".into());
+        }
+        if self.train_threads > MAX_TRAIN_THREADS {
+            return bad(format!(
+                "train threads {} (0..={MAX_TRAIN_THREADS} accepted)",
+                self.train_threads
+            ));
+        }
+        if !(self.fill > 0.0 && self.fill <= 1.0) {
+            return bad(format!("fill {} (in (0, 1])", self.fill));
+        }
+        if self.submodels == Some(0) {
+            return bad("submodels 0 (at least 1)".into());
+        }
+        if let Some(d) = &self.durability {
+            d.validate()?;
+        }
+        Ok(())
+    }
+}
+
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -353,6 +390,7 @@ impl Server {
         pairs: &[(u64, u64)],
         registrar: Arc<dyn Registrar>,
     ) -> Result<Server, ServerError> {
+        config.validate()?;
         if config.submodel_keys == 0 {
             return Err(ServerError::Config(
                 "submodel_keys must be at least 1".into(),
