@@ -140,7 +140,7 @@ impl Store {
         let mut b = Batch::new();
         let h = b.read(TABLE_REGION, off, (BLOCK_HEAD_WORDS * 8) as u64);
         self.ep.post(self.node, &mut b).unwrap();
-        let head = BlockHead::decode(b.read_bytes(h).ok()?, 1 << 20).ok()?;
+        let head = BlockHead::decode(b.read_bytes(h).ok()?, 1 << 20)?;
         Some((off, head.n))
     }
 
