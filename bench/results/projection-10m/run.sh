@@ -3,7 +3,7 @@
 # cx4-100g). From the repository root after `cargo build --release --bin
 # xstore`; `sh run.sh c a b d` (C ran first, then A, B, D).
 set -e
-D=bench/results/projection-10m
+D=${D:-bench/results/projection-10m}
 for w in ${@:-c a b d}; do
   echo "$(date -u +%FT%TZ) cx4-$w: $(uptime)" >> $D/uptime.txt
   ./target/release/xstore bench --system xstore,server-centric,tree-cache,whole-tree-cache \
