@@ -7,6 +7,8 @@
 //! SCANs return the harness's order) and values 32 bytes whose first 8
 //! are the u64, little-endian — the paper's ~20 B keys and 32 B values.
 
+use std::sync::Arc;
+
 use fabric::{Counters, LocalEndpoint};
 use histore::{ClientConfig, GroupConfig, HiError, LocalGroups, MultiClient};
 
@@ -89,7 +91,14 @@ impl HiStoreLocal {
             ..GroupConfig::sized(n, 3 * n + (4 << 20), KEY_BYTES as u64, VALUE_BYTES as u64)
         };
         let load = |e: HiError| BenchError::Load(e.to_string());
-        let all = LocalGroups::start(groups, config).map_err(load)?;
+        // Every index server's handler is traced (its thread CPU per call
+        // goes to the traced RPC that made it, `--project`); a primary's
+        // calls to its backups run inside its own handler on this fabric,
+        // so they are charged to the primary's call once.
+        let trace: histore::HandlerWrap = Arc::new(|h: Arc<dyn fabric::RpcHandler>| {
+            Arc::new(rdmasim::record::TracingHandler::new(h)) as Arc<dyn fabric::RpcHandler>
+        });
+        let all = LocalGroups::start_wrapped(groups, config, Some(trace)).map_err(load)?;
         let threads = 2;
         let chunk = pairs.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
@@ -124,7 +133,10 @@ impl HiStoreLocal {
 impl System for HiStoreLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
         Ok(Box::new(HiStoreClient {
-            client: self.groups.client(ClientConfig::default()),
+            client: self.groups.client_with(
+                ClientConfig::default(),
+                rdmasim::record::TracingEndpoint::new,
+            ),
             scans: 0,
         }))
     }
@@ -141,7 +153,7 @@ impl System for HiStoreLocal {
 }
 
 struct HiStoreClient {
-    client: MultiClient<LocalEndpoint>,
+    client: MultiClient<rdmasim::record::TracingEndpoint<LocalEndpoint>>,
     scans: u64,
 }
 

@@ -437,14 +437,10 @@ pub fn sweep_markdown(points: &[SweepPoint]) -> String {
     md
 }
 
-/// Whether `system`'s clients can be traced: every design whose client
-/// endpoints the bench builds. HiStore's are built inside its crate
-/// (`LocalGroups::client`), which has no tracing seam yet.
+/// Whether `system`'s clients can be traced: every design on a fabric
+/// (HiStore through `LocalGroups::client_with` and its handler wrap).
 pub fn traceable(system: &str) -> Result<(), BenchError> {
     match system {
-        "histore" => Err(BenchError::Config(
-            "--project: histore cannot be traced yet (its clients' endpoints are made inside the histore crate)".into(),
-        )),
         s if s.starts_with(crate::local_index::INDEX_PREFIX) => Err(BenchError::Config(format!(
             "--project: {s} is a single-machine index: it has no fabric to trace"
         ))),

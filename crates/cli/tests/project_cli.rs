@@ -83,8 +83,8 @@ fn bad_projection_flags_are_refused_in_one_line() {
             "--pipeline 1",
         ),
         (
-            &["--project", "cx4-100g", "--system", "histore"][..],
-            "histore",
+            &["--project", "cx4-100g", "--system", "index:btree"][..],
+            "no fabric",
         ),
     ] {
         let mut all = vec!["bench", "--keys", "1000", "--ops", "100"];
@@ -94,6 +94,37 @@ fn bad_projection_flags_are_refused_in_one_line() {
         assert!(!run.status.success(), "{args:?}: {stderr}");
         assert!(stderr.contains(want), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn histore_is_traced_and_projected() {
+    let run = xstore(&[
+        "bench",
+        "--system",
+        "histore",
+        "--keys",
+        "5000",
+        "--ops",
+        "2000",
+        "--workload",
+        "a",
+        "--project",
+        "cx5-100g",
+        "--json",
+        "-",
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let projected = &report["projected"];
+    assert!(
+        projected["throughput_ops_per_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
 }
 
 #[test]

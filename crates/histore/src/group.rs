@@ -18,7 +18,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use fabric::{Adversary, LocalEndpoint, LocalFabric, NodeId, Region, RegionId, Rights};
+use fabric::{Adversary, LocalEndpoint, LocalFabric, NodeId, Region, RegionId, Rights, RpcHandler};
 
 use crate::client::{Client, ClientConfig};
 use crate::error::HiError;
@@ -87,9 +87,16 @@ pub(crate) fn table_id(epoch: u64) -> RegionId {
     RegionId(0x4854_0000 | (epoch as u32 & 0xFFFF))
 }
 
+/// What wraps every index server's RPC handler before the fabric serves it
+/// (a benchmark's timer or tracer); the identity when none is given.
+pub type HandlerWrap = Arc<dyn Fn(Arc<dyn RpcHandler>) -> Arc<dyn RpcHandler> + Send + Sync>;
+
 /// An index group, its data servers and its coordinator, in-process.
 pub struct LocalGroup {
     fabric: LocalFabric,
+    /// Applied to every index server's handler, also to the servers a
+    /// failover or a replacement starts later.
+    wrap: Option<HandlerWrap>,
     config: GroupConfig,
     membership: Arc<LocalMembership>,
     servers: Mutex<Vec<Arc<IndexServer>>>,
@@ -118,6 +125,19 @@ impl LocalGroup {
     /// Starts a group: data servers, a primary with an empty table, two
     /// backups.
     pub fn start(config: GroupConfig) -> Result<LocalGroup, HiError> {
+        LocalGroup::start_wrapped(config, None)
+    }
+
+    /// [`LocalGroup::start`], with every index server's RPC handler passed
+    /// through `wrap` before the fabric serves it.
+    pub fn start_wrapped(
+        config: GroupConfig,
+        wrap: Option<HandlerWrap>,
+    ) -> Result<LocalGroup, HiError> {
+        let served = |h: Arc<dyn RpcHandler>| match &wrap {
+            Some(w) => w(h),
+            None => h,
+        };
         let fabric = match config.adversary {
             Some(seed) => LocalFabric::with_adversary(Adversary {
                 seed,
@@ -157,7 +177,7 @@ impl LocalGroup {
             Box::new(fabric.endpoint()),
             Box::new(fabric.endpoint()),
         );
-        fabric.set_handler(p_node, primary.clone())?;
+        fabric.set_handler(p_node, served(primary.clone()))?;
         let mut servers = vec![primary];
         for &b in &b_nodes {
             let s = IndexServer::new_backup(
@@ -169,7 +189,7 @@ impl LocalGroup {
                 Box::new(fabric.endpoint()),
             );
             s.follow(epoch, p_node, table_id(epoch))?;
-            fabric.set_handler(b, s.clone())?;
+            fabric.set_handler(b, served(s.clone()))?;
             servers.push(s);
         }
         let view = GroupView {
@@ -183,6 +203,7 @@ impl LocalGroup {
         };
         Ok(LocalGroup {
             fabric,
+            wrap,
             config,
             membership: Arc::new(LocalMembership::new(view)),
             servers: Mutex::new(servers),
@@ -193,6 +214,28 @@ impl LocalGroup {
     /// A new client (one per thread).
     pub fn client(&self, config: ClientConfig) -> Client<LocalEndpoint> {
         Client::new(self.fabric.endpoint(), self.membership.clone(), config)
+    }
+
+    /// A new client whose endpoint is `wrap` of a fresh one (a
+    /// benchmark's tracer).
+    pub fn client_with<E: fabric::Endpoint>(
+        &self,
+        config: ClientConfig,
+        wrap: impl FnOnce(LocalEndpoint) -> E,
+    ) -> Client<E> {
+        Client::new(
+            wrap(self.fabric.endpoint()),
+            self.membership.clone(),
+            config,
+        )
+    }
+
+    /// `handler` as the fabric serves it: through the group's wrap.
+    fn served(&self, handler: Arc<dyn RpcHandler>) -> Arc<dyn RpcHandler> {
+        match &self.wrap {
+            Some(w) => w(handler),
+            None => handler,
+        }
     }
 
     /// The membership clients read.
@@ -318,7 +361,7 @@ impl LocalGroup {
                 Box::new(self.fabric.endpoint()),
             );
             // Reachable before the primary sends it the first entry.
-            let registered = self.fabric.set_handler(node, s.clone());
+            let registered = self.fabric.set_handler(node, self.served(s.clone()));
             fresh = Some((s, registered));
             Ok(())
         })?;

@@ -41,6 +41,6 @@ pub mod wire;
 
 pub use client::{Client, ClientConfig, ClientStats, Pairs};
 pub use error::HiError;
-pub use group::{GroupConfig, LocalGroup};
+pub use group::{GroupConfig, HandlerWrap, LocalGroup};
 pub use multi::{group_of, LocalGroups, MultiClient};
 pub use view::{DataServer, GroupView, LocalMembership, Membership};

@@ -38,12 +38,25 @@ impl LocalGroups {
     /// adversary, group `i` tears with seed `seed + i` so the groups do
     /// not tear in lockstep.
     pub fn start(groups: usize, config: GroupConfig) -> Result<LocalGroups, HiError> {
+        LocalGroups::start_wrapped(groups, config, None)
+    }
+
+    /// [`LocalGroups::start`], every index server's RPC handler passed
+    /// through `wrap` (see [`LocalGroup::start_wrapped`]).
+    pub fn start_wrapped(
+        groups: usize,
+        config: GroupConfig,
+        wrap: Option<crate::group::HandlerWrap>,
+    ) -> Result<LocalGroups, HiError> {
         let groups = (0..groups.max(1))
             .map(|i| {
-                LocalGroup::start(GroupConfig {
-                    adversary: config.adversary.map(|s| s.wrapping_add(i as u64)),
-                    ..config
-                })
+                LocalGroup::start_wrapped(
+                    GroupConfig {
+                        adversary: config.adversary.map(|s| s.wrapping_add(i as u64)),
+                        ..config
+                    },
+                    wrap.clone(),
+                )
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(LocalGroups { groups })
@@ -67,6 +80,21 @@ impl LocalGroups {
     /// A client of every group.
     pub fn client(&self, config: ClientConfig) -> MultiClient<LocalEndpoint> {
         MultiClient::new(self.groups.iter().map(|g| g.client(config)).collect())
+    }
+
+    /// A client of every group whose endpoints are `wrap` of fresh ones
+    /// (a benchmark's tracer).
+    pub fn client_with<E: fabric::Endpoint>(
+        &self,
+        config: ClientConfig,
+        mut wrap: impl FnMut(LocalEndpoint) -> E,
+    ) -> MultiClient<E> {
+        MultiClient::new(
+            self.groups
+                .iter()
+                .map(|g| g.client_with(config, &mut wrap))
+                .collect(),
+        )
     }
 }
 
