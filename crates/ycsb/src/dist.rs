@@ -532,6 +532,8 @@ enum Chooser {
     Hotspot {
         /// Number of items.
         n: u64,
+        /// Hot items: [`hot_items`] of `n`, kept so a draw does not redo it.
+        hot: u64,
         /// The hot items' share of `n`.
         hot_fraction: f64,
         /// The hot items' share of requests.
@@ -580,6 +582,7 @@ impl KeyChooser {
                 params.validate()?;
                 Chooser::Hotspot {
                     n,
+                    hot: hot_items(n, params.hot_fraction),
                     hot_fraction: params.hot_fraction,
                     hot_ops: params.hot_ops,
                 }
@@ -630,15 +633,12 @@ impl KeyChooser {
             Chooser::Latest(z) => z.n - 1 - z.sample(rng),
             Chooser::Ordered(z) => z.sample(rng),
             Chooser::Hotspot {
-                n,
-                hot_fraction,
-                hot_ops,
+                n, hot, hot_ops, ..
             } => {
-                let hot = hot_items(*n, *hot_fraction);
-                if hot == *n || rng.random::<f64>() < *hot_ops {
-                    rng.random_range(0..hot)
+                if *hot == *n || rng.random::<f64>() < *hot_ops {
+                    rng.random_range(0..*hot)
                 } else {
-                    rng.random_range(hot..*n)
+                    rng.random_range(*hot..*n)
                 }
             }
         }
@@ -653,7 +653,16 @@ impl KeyChooser {
         }
         let shrink = n < self.len();
         match &mut self.inner {
-            Chooser::Uniform(len) | Chooser::Hotspot { n: len, .. } => *len = n,
+            Chooser::Uniform(len) => *len = n,
+            Chooser::Hotspot {
+                n: len,
+                hot,
+                hot_fraction,
+                ..
+            } => {
+                *len = n;
+                *hot = hot_items(n, *hot_fraction);
+            }
             Chooser::Zipfian(z) if shrink => {
                 *z = ScrambledZipfian {
                     zipf: Zipfian::build(n, self.theta),
