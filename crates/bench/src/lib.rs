@@ -30,8 +30,8 @@ pub use run::{
     run, run_recorded, run_traced, run_with, Judge, Progress, RunConfig, MAX_PIPELINE, MAX_THREADS,
 };
 pub use suite::{
-    is_system, run_suite, run_suites, system_names, KeySet, SuiteError, SuiteName, SuiteOptions,
-    SuiteRow, SuiteSummary, SystemFactory, SystemSpec,
+    is_system, run_suite, run_suites, system_list, system_names, KeySet, SuiteError, SuiteName,
+    SuiteOptions, SuiteRow, SuiteSummary, SystemFactory, SystemSpec,
 };
 pub use system::{
     load_local, BaselineLocal, BaselineOptions, KvClient, ServerTime, System, XStoreLocal,

@@ -63,6 +63,16 @@ pub fn system_names() -> &'static [&'static str] {
     &crate::system::SYSTEMS
 }
 
+/// Every name [`is_system`] takes, for error messages: the systems, then
+/// `index:` with the single-machine indexes.
+pub fn system_list() -> String {
+    format!(
+        "{}, index:{}",
+        system_names().join(", "),
+        crate::local_index::LOCAL_INDEXES.join("|")
+    )
+}
+
 /// Whether `name` names a system the harness can load: one of
 /// [`system_names`], or `index:NAME` for a single-machine index of
 /// [`crate::local_index::LOCAL_INDEXES`] (never in a suite's default list).

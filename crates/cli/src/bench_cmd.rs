@@ -454,9 +454,8 @@ fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
         }
         if !bench::is_system(n) {
             bail!(
-                "unknown --system '{n}' (available: {}, index:{})",
-                bench::system_names().join(", "),
-                bench::local_index::LOCAL_INDEXES.join("|")
+                "unknown --system '{n}' (available: {})",
+                bench::system_list()
             );
         }
     }
@@ -541,9 +540,8 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     let system_name = args.system.as_deref().unwrap_or("xstore");
     if !bench::is_system(system_name) {
         bail!(
-            "unknown --system '{system_name}' (available: {}, index:{})",
-            bench::system_names().join(", "),
-            bench::local_index::LOCAL_INDEXES.join("|")
+            "unknown --system '{system_name}' (available: {})",
+            bench::system_list()
         );
     }
     let cache_bytes = args.cache_bytes.as_deref().map(parse_bytes).transpose()?;
@@ -945,9 +943,8 @@ fn run_suite(args: &BenchArgs, suites: &str) -> Result<()> {
                 .collect();
             if let Some(bad) = systems.iter().find(|s| !bench::is_system(s)) {
                 bail!(
-                    "unknown --system '{bad}' (available: {}, index:{})",
-                    bench::system_names().join(", "),
-                    bench::local_index::LOCAL_INDEXES.join("|")
+                    "unknown --system '{bad}' (available: {})",
+                    bench::system_list()
                 );
             }
             systems
