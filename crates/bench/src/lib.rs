@@ -14,6 +14,7 @@ pub mod ledger;
 pub mod linearize;
 pub mod local_index;
 pub mod models_suite;
+pub mod move_bench;
 pub mod plot;
 pub mod project;
 pub mod report;

@@ -121,86 +121,14 @@ pub fn run(args: &ModelArgs) -> Result<()> {
     }
     let keys = args.keys.load()?;
     let n = keys.len() as u64;
-    let submodels = args
-        .submodels
-        .unwrap_or_else(|| (n / 200).clamp(1, u32::MAX as u64) as u32);
-    if submodels == 0 {
-        bail!("--submodels 0: the model needs at least one sub-model");
-    }
-    if submodels as u64 > n {
-        bail!(
-            "--submodels {submodels} exceeds the {n} keys: every sub-model needs keys to train on"
-        );
-    }
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    drop(keys);
-    let config = XTreeConfig {
-        leaf_slots: args.leaf_slots,
-        ..XTreeConfig::default()
-    };
-    let pb = progress::bar(n, "load");
-    let tree = XTree::bulk_load(&config, &pairs, args.fill, &mut |done| {
-        pb.set_position(done)
-    })
-    .context("bulk-loading the tree")?;
-    pb.finish_and_clear();
-    drop(pairs);
-
-    let threads = args.train_threads.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    });
-    ensure!(
-        (1..=learned::tasks::MAX_THREADS).contains(&threads),
-        "--train-threads {threads}: must be in 1..={}",
-        learned::tasks::MAX_THREADS
-    );
-    let params = TrainParams {
-        submodels,
-        top_error: args.top_error,
-        threads,
-    };
-    let start = Instant::now();
-    let cpu = process_cpu_seconds();
-    let model = xstore::train_model(&tree, params)?;
-    let train_seconds = start.elapsed().as_secs_f64();
-    let train_cpu_seconds = process_cpu_seconds().zip(cpu).map(|(b, a)| b - a);
-
-    // Partial retraining: time sub-models spread over the key space; with
-    // no writes in between each must come out exactly as trained.
-    let samples = args.retrain_samples.clamp(1, submodels);
-    let step = (submodels / samples).max(1);
-    let picks: Vec<u32> = (0..samples)
-        .map(|s| s * step)
-        .filter(|&i| i < submodels)
-        .collect();
-    let start = Instant::now();
-    let cpu = thread_cpu_ns();
-    let mut same = true;
-    for &i in &picks {
-        let (sub, tt) = xstore::retrain_submodel(&tree, &model, i);
-        same &= sub == *model.sub(i) && *tt == *model.tt(i);
-    }
-    let retrain_us = start.elapsed().as_secs_f64() * 1e6 / picks.len() as f64;
-    let retrain_cpu_us = thread_cpu_ns()
-        .zip(cpu)
-        .map(|(b, a)| b.saturating_sub(a) as f64 / 1e3 / picks.len() as f64);
-    ensure!(
-        same,
-        "retraining a sub-model of an unchanged tree changed it"
-    );
-
-    // Cache fill: a client decoding the whole XCache (model + every TT).
-    let encoded = model.encode();
-    let start = Instant::now();
-    let decoded = XModel::decode(&encoded)?;
-    let cache_fill_seconds = start.elapsed().as_secs_f64();
-    ensure!(
-        decoded == model,
-        "the encoded model did not decode to itself"
-    );
-
+    let submodels = submodels_for(args, n)?;
+    let tree = load_tree(args, keys)?;
+    let trained = train(args, &tree, submodels)?;
+    let model = &trained.model;
+    let (retrain_us, retrain_cpu_us) = time_retrains(args, &tree, model, submodels)?;
+    let cache_fill_seconds = time_cache_fill(model)?;
     let pb = progress::bar(n, "check");
-    let acc = xstore::accuracy(&tree, &model, &mut |done| pb.set_position(done));
+    let acc = xstore::accuracy(&tree, model, &mut |done| pb.set_position(done));
     pb.finish_and_clear();
     ensure!(
         acc.keys == n,
@@ -223,14 +151,132 @@ pub fn run(args: &ModelArgs) -> Result<()> {
         mean_abs_error: acc.mean_abs_error,
         max_error: acc.max_error,
         mean_leaves_per_lookup: acc.mean_leaves,
-        train_seconds,
-        train_threads: threads,
-        train_cpu_seconds,
+        train_seconds: trained.seconds,
+        train_threads: trained.threads,
+        train_cpu_seconds: trained.cpu_seconds,
         retrain_us_per_submodel: retrain_us,
         retrain_cpu_us_per_submodel: retrain_cpu_us,
         cache_fill_seconds,
     };
     emit(args, &report, table(&report))
+}
+
+/// `--submodels`, or one per 200 keys; refused when 0 or more than `n`.
+fn submodels_for(args: &ModelArgs, n: u64) -> Result<u32> {
+    let submodels = args
+        .submodels
+        .unwrap_or_else(|| (n / 200).clamp(1, u32::MAX as u64) as u32);
+    if submodels == 0 {
+        bail!("--submodels 0: the model needs at least one sub-model");
+    }
+    if submodels as u64 > n {
+        bail!(
+            "--submodels {submodels} exceeds the {n} keys: every sub-model needs keys to train on"
+        );
+    }
+    Ok(submodels)
+}
+
+/// Bulk-loads the tree the model is trained over (values as the
+/// benchmarks make them).
+fn load_tree(args: &ModelArgs, keys: Vec<u64>) -> Result<XTree> {
+    let n = keys.len() as u64;
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    drop(keys);
+    let config = XTreeConfig {
+        leaf_slots: args.leaf_slots,
+        ..XTreeConfig::default()
+    };
+    let pb = progress::bar(n, "load");
+    let tree = XTree::bulk_load(&config, &pairs, args.fill, &mut |done| {
+        pb.set_position(done)
+    })
+    .context("bulk-loading the tree")?;
+    pb.finish_and_clear();
+    Ok(tree)
+}
+
+/// The trained model and what its training cost.
+struct Trained {
+    model: XModel,
+    threads: usize,
+    seconds: f64,
+    cpu_seconds: Option<f64>,
+}
+
+/// Trains the whole model on `--train-threads` threads, timed.
+fn train(args: &ModelArgs, tree: &XTree, submodels: u32) -> Result<Trained> {
+    let threads = args.train_threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    ensure!(
+        (1..=learned::tasks::MAX_THREADS).contains(&threads),
+        "--train-threads {threads}: must be in 1..={}",
+        learned::tasks::MAX_THREADS
+    );
+    let params = TrainParams {
+        submodels,
+        top_error: args.top_error,
+        threads,
+    };
+    let start = Instant::now();
+    let cpu = process_cpu_seconds();
+    let model = xstore::train_model(tree, params)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = process_cpu_seconds().zip(cpu).map(|(b, a)| b - a);
+    Ok(Trained {
+        model,
+        threads,
+        seconds,
+        cpu_seconds,
+    })
+}
+
+/// Partial retraining: times sub-models spread over the key space
+/// (wall-clock and this thread's CPU microseconds per sub-model); with no
+/// writes in between each must come out exactly as trained.
+fn time_retrains(
+    args: &ModelArgs,
+    tree: &XTree,
+    model: &XModel,
+    submodels: u32,
+) -> Result<(f64, Option<f64>)> {
+    let samples = args.retrain_samples.clamp(1, submodels);
+    let step = (submodels / samples).max(1);
+    let picks: Vec<u32> = (0..samples)
+        .map(|s| s * step)
+        .filter(|&i| i < submodels)
+        .collect();
+    let start = Instant::now();
+    let cpu = thread_cpu_ns();
+    let mut same = true;
+    for &i in &picks {
+        let (sub, tt) = xstore::retrain_submodel(tree, model, i);
+        same &= sub == *model.sub(i) && *tt == *model.tt(i);
+    }
+    let retrain_us = start.elapsed().as_secs_f64() * 1e6 / picks.len() as f64;
+    let retrain_cpu_us = thread_cpu_ns()
+        .zip(cpu)
+        .map(|(b, a)| b.saturating_sub(a) as f64 / 1e3 / picks.len() as f64);
+    ensure!(
+        same,
+        "retraining a sub-model of an unchanged tree changed it"
+    );
+    Ok((retrain_us, retrain_cpu_us))
+}
+
+/// Cache fill: seconds a client takes to decode the whole XCache (model +
+/// every TT); the decoded model must be the model.
+fn time_cache_fill(model: &XModel) -> Result<f64> {
+    let encoded = model.encode();
+    let start = Instant::now();
+    let decoded = XModel::decode(&encoded)?;
+    let seconds = start.elapsed().as_secs_f64();
+    ensure!(
+        decoded == *model,
+        "the encoded model did not decode to itself"
+    );
+    Ok(seconds)
 }
 
 /// Prints `rows` as the table and writes `report` as the `--json` object;

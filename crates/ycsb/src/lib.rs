@@ -17,6 +17,8 @@
 //!   benchmark's binary key-file format;
 //! * [`real`]: converters from data files that packages ship (geoip-lite, GeoLite2,
 //!   wordfreq) into real key sets, z-order keys of points among them;
+//! * [`catalogue`]: the real key sets `xstore dataset fetch` installs, the packages
+//!   that ship them and their download;
 //! * [`prepare_keys`]: validation (non-empty, distinct, no reserved key) and sorting of an
 //!   externally supplied key set before loading it into an index.
 //!
@@ -30,6 +32,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod catalogue;
 pub mod dataset;
 
 pub use dataset::{
