@@ -4,14 +4,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use fabric::{Host, HostConfig};
-use xstore::{Server, ServerConfig};
+use xstore::ServerConfig;
 
 use crate::keys::KeyArgs;
 use crate::rdma_serve::{FabricArgs, Rdma};
@@ -216,6 +216,12 @@ pub struct HistoreShape {
     pub overflow_buckets: u64,
 }
 
+/// The value rule the servers load with: values encode their key, so
+/// benchmark clients can check every read.
+fn value_of(key: u64) -> u64 {
+    bench::value_for(key, 0)
+}
+
 /// Runs `xstore server`.
 pub fn run(args: &ServerArgs) -> Result<()> {
     let keys = if args.keys == 0 && args.keys_file.is_none() {
@@ -234,56 +240,23 @@ pub fn run(args: &ServerArgs) -> Result<()> {
         anyhow::bail!("--cluster serves --system xstore only");
     }
     // Joined before loading: the map says which keys are this server's.
-    let mut shard = match (&args.cluster, &args.id) {
-        (Some(url), Some(id)) => {
-            let creds = cluster::EtcdAuth::resolve(args.etcd_auth_file.as_deref())?;
-            // Sealed with the token: clients holding it use only the
-            // member entry this server wrote (docs/cluster.md).
-            let etcd = cluster::Etcd::connect_as(url, creds, cluster::etcd::REQUEST_TIMEOUT)
-                .with_context(|| format!("connecting to {url}"))?
-                .with_seal(args.token.resolve()?.as_deref());
-            let shard = cluster::Shard::follow(&etcd, id)
-                .with_context(|| format!("following the shard map at {url}"))?;
-            Some((etcd, id.clone(), shard))
-        }
+    let shard = match (&args.cluster, &args.id) {
+        (Some(url), Some(id)) => Some(ShardMember::join(args, url, id)?),
         _ => None,
     };
-    let keys = match &shard {
-        Some((_, id, s)) => {
-            let map = s.ownership().map();
-            if map.ranges_of(id).next().is_none() {
-                tracing::warn!(id, "the shard map gives this server no range (yet)");
-            }
-            keys.into_iter()
-                .filter(|&k| map.range_of(k).server == *id)
-                .collect()
-        }
-        None => keys,
-    };
-    // Values encode their key, so benchmark clients can check every read.
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    // What INFO says this server loaded: a benchmark checks it holds the
-    // key set it generates (docs/wire.md, INFO).
-    let mut loaded = xstore::proto::LoadedKeys {
-        count: keys.len() as u64,
-        fingerprint: xstore::proto::fingerprint_keys(keys.iter().copied()),
-        known: true,
-        from: match (&args.keys_file, args.keys) {
-            (Some(p), _) => format!("--keys-file {}", p.display()),
-            (None, 0) => "no keys (started without --keys)".to_string(),
-            (None, n) => format!("--dataset {} --keys {n} --seed {}", args.dataset, args.seed),
-        } + if shard.is_some() {
-            " (its shard's part)"
-        } else {
-            ""
-        },
-    };
-    drop(keys);
-    let defaults = HostConfig::default();
     let token = args.token.resolve()?;
-    let host = Host::new(HostConfig {
+    let host = Host::new(host_config(args, token.clone()))?;
+    let result = serve(args, &host, token, keys, shard);
+    host.shutdown();
+    result
+}
+
+/// The host's settings from the flags.
+fn host_config(args: &ServerArgs, token: Option<String>) -> HostConfig {
+    let defaults = HostConfig::default();
+    HostConfig {
         shm_dir: args.shm_dir.clone(),
-        token: token.clone(),
+        token,
         nic_threads: args.nic_threads,
         workers: args.workers,
         handshake_timeout: Duration::from_millis(args.handshake_timeout_ms),
@@ -299,37 +272,38 @@ pub fn run(args: &ServerArgs) -> Result<()> {
             .global_budget_mib
             .map_or(defaults.global_budget, |m| m << 20),
         group_access: args.group_access,
-    })?;
+    }
+}
+
+/// Opens the fabric's doors and starts the `--system` asked for on `host`.
+fn serve(
+    args: &ServerArgs,
+    host: &Host,
+    token: Option<String>,
+    keys: Vec<u64>,
+    shard: Option<ShardMember>,
+) -> Result<()> {
     if args.memory_node.is_some() && args.system != "rolex" {
-        host.shutdown();
         anyhow::bail!("--memory-node is for --system rolex");
     }
     // Registers the regions with the NIC too (`--fabric rdma`).
-    let mut rdma = match rdma_for(args, &host) {
-        Ok(r) => r,
-        Err(e) => {
-            host.shutdown();
-            return Err(e);
-        }
-    };
+    let rdma = rdma_for(args, host)?;
     match args.system.as_str() {
-        "xstore" => {}
-        "rolex" => return serve_rolex(args, &host, rdma, token, &pairs),
-        "finestore" => return serve_finestore(args, &host, rdma, token, &pairs),
-        "histore" => return serve_histore(args, &host),
-        other => {
-            host.shutdown();
-            anyhow::bail!(
-                "unknown --system '{other}' (available: xstore, rolex, finestore, histore)"
-            )
-        }
+        "xstore" => serve_xstore(args, host, rdma, token, keys, shard),
+        "rolex" => serve_rolex(args, host, rdma, token, keys),
+        "finestore" => serve_finestore(args, host, rdma, token, keys),
+        "histore" => serve_histore(args, host),
+        other => anyhow::bail!(
+            "unknown --system '{other}' (available: xstore, rolex, finestore, histore)"
+        ),
     }
-    let durability = match (&args.data_dir, &args.durability) {
-        (None, Some(_)) => {
-            host.shutdown();
-            anyhow::bail!("--durability needs --data-dir")
-        }
-        (None, None) => None,
+}
+
+/// The durability of `--data-dir` and `--durability` (`None`: no log).
+fn durability(args: &ServerArgs) -> Result<Option<xstore::DurabilityConfig>> {
+    match (&args.data_dir, &args.durability) {
+        (None, Some(_)) => anyhow::bail!("--durability needs --data-dir"),
+        (None, None) => Ok(None),
         (Some(dir), mode) => {
             let mut d = xstore::DurabilityConfig::new(dir);
             if let Some(m) = mode {
@@ -340,106 +314,159 @@ pub fn run(args: &ServerArgs) -> Result<()> {
             d.checkpoint_records = args.checkpoint_records;
             d.group_access = args.group_access;
             d.commit_delay = Duration::from_micros(args.commit_delay_us);
-            Some(d)
+            Ok(Some(d))
         }
-    };
-    let config = ServerConfig {
-        max_leaf_bytes: args.max_leaf_bytes,
-        leaf_slots: args.leaf_slots,
-        submodel_keys: args.submodel_keys,
-        train_threads: args.train_threads,
-        durability,
-        ..ServerConfig::default()
+    }
+}
+
+/// How the key set was chosen, as the flags said it (INFO reports it).
+fn loaded_from(args: &ServerArgs) -> String {
+    match (&args.keys_file, args.keys) {
+        (Some(p), _) => format!("--keys-file {}", p.display()),
+        (None, 0) => "no keys (started without --keys)".to_string(),
+        (None, n) => format!("--dataset {} --keys {n} --seed {}", args.dataset, args.seed),
+    }
+}
+
+/// Serves an XStore server ([`xstore::node`]) until SIGINT or SIGTERM.
+fn serve_xstore(
+    args: &ServerArgs,
+    host: &Host,
+    mut rdma: Option<Rdma>,
+    token: Option<String>,
+    keys: Vec<u64>,
+    shard: Option<ShardMember>,
+) -> Result<()> {
+    let config = xstore::node::NodeConfig {
+        server: ServerConfig {
+            max_leaf_bytes: args.max_leaf_bytes,
+            leaf_slots: args.leaf_slots,
+            submodel_keys: args.submodel_keys,
+            train_threads: args.train_threads,
+            durability: durability(args)?,
+            ..ServerConfig::default()
+        },
+        keys,
+        value_of,
+        loaded_from: loaded_from(args),
     };
     let registrar: Arc<dyn xstore::Registrar> = match &rdma {
         Some(r) => r.registrar(),
         None => Arc::new(host.clone()),
     };
-    let server = match Server::start(config, &pairs, registrar) {
-        Ok(s) => s,
-        Err(e) => {
-            host.shutdown();
-            return Err(e).context("starting the server");
-        }
-    };
-    if let Some(r) = server.recovery() {
-        if !r.fresh {
-            loaded = xstore::proto::LoadedKeys {
-                count: r.keys,
-                fingerprint: 0,
-                known: false,
-                from: "recovered from its --data-dir".to_string(),
-            };
-        }
+    let shard = shard.map(|s| Box::new(s) as Box<dyn xstore::node::Membership>);
+    let mut node = xstore::node::start(config, host, registrar, shard)?;
+    if let Some(line) = node.recovery_line() {
+        println!("{line}");
     }
-    server.set_loaded(loaded);
-    if let Some(r) = server.recovery() {
-        if r.fresh {
-            println!(
-                "fresh data directory: checkpointed the {} loaded keys",
-                server.tree().len()
-            );
-        } else {
-            println!(
-                "recovered {} keys (checkpoint at LSN {} with {} pairs + {} log records, {} torn bytes dropped) in {:.3} s",
-                r.keys, r.checkpoint_lsn, r.checkpoint_pairs, r.records, r.truncated_bytes, r.seconds
-            );
+    let stop = stop_on_signals()?;
+    let url = listen(args, host, rdma.as_mut(), token)?;
+    if let Some(line) = node.register(&url)? {
+        println!("{line}");
+    }
+    println!("{}", node.banner());
+    node.serve_until(&stop, || {
+        eprintln!("shutting down");
+        // The door first: clients' queue pairs go before the regions.
+        if let Some(r) = rdma {
+            r.shutdown();
         }
-    }
-    drop(pairs);
-    if let Some((_, _, s)) = &shard {
-        server.set_fence(s.ownership());
-        // Range moves re-incarnate and mask the leaves of ranges this
-        // server stops (or starts) serving directly.
-        s.ownership().set_hook(server.range_hook());
-        s.ownership().announce();
-    }
-    host.set_handler(server.handler());
+        host.shutdown();
+    });
+    Ok(())
+}
+
+/// A flag for SIGINT and SIGTERM.
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
-    let url = match crate::rdma_serve::listen(&host, rdma.as_mut(), args.listen, token) {
-        Ok(u) => u,
-        Err(e) => {
-            host.shutdown();
-            return Err(e).context("listening");
-        }
-    };
+    Ok(stop)
+}
+
+/// Listens on the configured tcp (or rdma) address, and on the shm socket
+/// with `--shm-dir`, printing each; the URL clients reach it at.
+fn listen(
+    args: &ServerArgs,
+    host: &Host,
+    rdma: Option<&mut Rdma>,
+    token: Option<String>,
+) -> Result<String> {
+    let url = crate::rdma_serve::listen(host, rdma, args.listen, token).context("listening")?;
     if let Some(dir) = &args.shm_dir {
         host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
         println!("listening on shm://{}", dir.canonicalize()?.display());
     }
-    if let Some((etcd, id, s)) = &mut shard {
-        if let Err(e) = s.register(etcd, &url) {
-            host.shutdown();
-            return Err(e).context("registering in the cluster");
-        }
-        let map = s.ownership().map();
+    Ok(url)
+}
+
+/// This server's membership of the cluster at `--cluster`: the shard map
+/// it follows, and the map it loads its keys by.
+struct ShardMember {
+    etcd: cluster::Etcd,
+    id: String,
+    shard: cluster::Shard,
+    /// The map at joining: which keys to load.
+    map: cluster::ShardMap,
+}
+
+impl ShardMember {
+    /// Follows the shard map at `url` as server `id`.
+    fn join(args: &ServerArgs, url: &str, id: &str) -> Result<ShardMember> {
+        let creds = cluster::EtcdAuth::resolve(args.etcd_auth_file.as_deref())?;
+        // Sealed with the token: clients holding it use only the
+        // member entry this server wrote (docs/cluster.md).
+        let etcd = cluster::Etcd::connect_as(url, creds, cluster::etcd::REQUEST_TIMEOUT)
+            .with_context(|| format!("connecting to {url}"))?
+            .with_seal(args.token.resolve()?.as_deref());
+        let shard = cluster::Shard::follow(&etcd, id)
+            .with_context(|| format!("following the shard map at {url}"))?;
+        let map = shard.ownership().map();
+        Ok(ShardMember {
+            etcd,
+            id: id.to_string(),
+            shard,
+            map,
+        })
+    }
+}
+
+impl xstore::node::Membership for ShardMember {
+    fn keeps(&self, key: u64) -> bool {
+        self.map.range_of(key).server == self.id
+    }
+
+    fn has_ranges(&self) -> bool {
+        self.map.ranges_of(&self.id).next().is_some()
+    }
+
+    fn fence(&self) -> Arc<dyn xstore::Fence> {
+        self.shard.ownership()
+    }
+
+    fn attach_hook(&self, hook: Arc<dyn Fn(u64, u64) + Send + Sync>) {
+        let ownership = self.shard.ownership();
+        ownership.set_hook(hook);
+        ownership.announce();
+    }
+
+    fn register(&mut self, url: &str) -> std::result::Result<String, String> {
+        self.shard
+            .register(&self.etcd, url)
+            .map_err(|e| e.to_string())?;
+        let map = self.shard.ownership().map();
         let ranges: Vec<String> = map
-            .ranges_of(id)
+            .ranges_of(&self.id)
             .map(|r| format!("{}..{}", r.lo, r.hi))
             .collect();
-        println!(
-            "cluster member {id} at {url}: map revision {}, ranges {}",
+        Ok(format!(
+            "cluster member {} at {url}: map revision {}, ranges {}",
+            self.id,
             map.revision,
             ranges.join(",")
-        );
+        ))
     }
-    println!("serving {} keys", server.tree().len());
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    eprintln!("shutting down");
-    // Deregister first: clients learn at once that this server is gone.
-    drop(shard);
-    // The door first: clients' queue pairs go before the regions.
-    if let Some(r) = rdma {
-        r.shutdown();
-    }
-    host.shutdown();
-    drop(server);
-    Ok(())
 }
 
 /// The RDMA device of `--fabric rdma` (`None` for tcp), refused where a
@@ -456,233 +483,169 @@ fn rdma_for(args: &ServerArgs, host: &Host) -> Result<Option<Rdma>> {
     args.fabric.open(host)
 }
 
-/// Serves a ROLEX memory node until SIGINT or SIGTERM.
+/// Refuses `--data-dir` and `--durability` for a design that keeps no log.
+fn no_log(args: &ServerArgs, system: &str) -> Result<()> {
+    if args.data_dir.is_some() || args.durability.is_some() {
+        anyhow::bail!("--system {system} keeps no log: --data-dir and --durability do not apply");
+    }
+    Ok(())
+}
+
+/// `--memory-node I/N` as `(I, N)`.
+fn memory_node(spec: &str) -> Result<(usize, usize)> {
+    spec.split_once('/')
+        .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+        .filter(|&(i, n)| i < n && n <= crate::flags::MAX_MEMORY_NODES)
+        .with_context(|| {
+            format!(
+                "--memory-node {spec:?}: want I/N with I < N <= {}",
+                crate::flags::MAX_MEMORY_NODES
+            )
+        })
+}
+
+/// Serves a ROLEX memory node ([`rolex::node`]) until SIGINT or SIGTERM.
 fn serve_rolex(
     args: &ServerArgs,
     host: &Host,
     mut rdma: Option<Rdma>,
     token: Option<String>,
-    pairs: &[(u64, u64)],
+    keys: Vec<u64>,
 ) -> Result<()> {
-    let result = (|| {
-        if args.data_dir.is_some() || args.durability.is_some() {
-            anyhow::bail!("--system rolex keeps no log: --data-dir and --durability do not apply");
-        }
-        let (part, range, which) = match &args.memory_node {
-            None => (pairs, (0, u64::MAX), String::new()),
-            Some(spec) => {
-                let (i, n) = spec
-                    .split_once('/')
-                    .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
-                    .filter(|&(i, n)| i < n && n <= crate::flags::MAX_MEMORY_NODES)
-                    .with_context(|| {
-                        format!(
-                            "--memory-node {spec:?}: want I/N with I < N <= {}",
-                            crate::flags::MAX_MEMORY_NODES
-                        )
-                    })?;
-                let ranges = rolex::multi::split(pairs, n).context("splitting the keys")?;
-                let part = rolex::multi::parts(pairs, &ranges)[i];
-                let (low, high) = ranges[i];
-                (
-                    part,
-                    ranges[i],
-                    format!(", memory node {i} of {n}: keys {low}..={high}"),
-                )
-            }
-        };
-        let slots = args.leaf_slots;
-        let config = rolex::RolexConfig {
-            slots,
-            fill: (slots * 3 / 4).max(1),
-            spare_leaves: (part.len() as u64).max(1 << 16),
-            // Live retrained blocks of a store grown a hundredfold; leaf
-            // regions are added as the leaves run out.
-            retrain_bytes: 256 << 20,
-            ..rolex::RolexConfig::default()
-        };
-        let regions: &dyn rolex::RegionHost = match &rdma {
-            Some(r) => r.rolex(),
-            None => host,
-        };
-        let memory =
-            rolex::MemoryNode::load_range(part, config, range, regions).context("loading rolex")?;
-        let retrainer = memory.start_retrainer();
-        listen_until_stopped(
-            args,
-            host,
-            rdma.as_mut(),
-            token,
-            &format!(
-                "serving {} keys (rolex: {} models, {} trained leaves{which})",
-                part.len(),
-                memory.models(),
-                memory.trained_leaves()
-            ),
-        )?;
-        drop(retrainer);
-        Ok(())
-    })();
-    host.shutdown();
-    result
+    no_log(args, "rolex")?;
+    let config = rolex::node::NodeConfig {
+        keys,
+        value_of,
+        slots: args.leaf_slots,
+        memory_node: args.memory_node.as_deref().map(memory_node).transpose()?,
+    };
+    let regions: &dyn rolex::RegionHost = match &rdma {
+        Some(r) => r.rolex(),
+        None => host,
+    };
+    let node = rolex::node::start(config, regions).context("loading rolex")?;
+    let stop = stop_on_signals()?;
+    listen(args, host, rdma.as_mut(), token)?;
+    println!("{}", node.banner());
+    node.serve_until(&stop, || {
+        eprintln!("shutting down");
+        host.shutdown();
+    });
+    Ok(())
 }
 
-/// Serves a FineStore server (§4) until SIGINT or SIGTERM.
+/// Serves a FineStore server (§4, [`finestore::node`]) until SIGINT or
+/// SIGTERM.
 fn serve_finestore(
     args: &ServerArgs,
     host: &Host,
     mut rdma: Option<Rdma>,
     token: Option<String>,
-    pairs: &[(u64, u64)],
+    keys: Vec<u64>,
 ) -> Result<()> {
-    let result = (|| {
-        if args.data_dir.is_some() || args.durability.is_some() {
-            anyhow::bail!(
-                "--system finestore keeps no log: --data-dir and --durability do not apply"
-            );
-        }
-        let regions: Arc<dyn finestore::dist::server::RegionHost> = match &rdma {
-            Some(r) => r.finestore(),
-            None => Arc::new(host.clone()),
-        };
-        let server = finestore::dist::server::Server::load(
-            pairs,
-            finestore::dist::server::ServerConfig::default(),
-            regions,
-        )
-        .context("loading finestore")?;
-        host.set_handler(server.handler());
-        let (models, trained) = server.store().root_models();
-        listen_until_stopped(
-            args,
-            host,
-            rdma.as_mut(),
-            token,
-            &format!(
-                "serving {} keys (finestore: {models} models over {trained} trained keys, version {})",
-                pairs.len(),
-                server.version()
-            ),
-        )
-    })();
-    host.shutdown();
-    result
-}
-
-/// Serves a HiStore index or data server (one process of an index group
-/// whose view and leases are in etcd) until SIGINT or SIGTERM, or until
-/// an index server is deposed.
-fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
-    let result = (|| {
-        let h = &args.histore;
-        if args.keys != 0 || args.keys_file.is_some() {
-            anyhow::bail!("--system histore starts empty: load it through clients");
-        }
-        if args.data_dir.is_some() || args.durability.is_some() {
-            anyhow::bail!(
-                "--system histore keeps no log on disk: --data-dir and --durability do not apply"
-            );
-        }
-        if args.shm_dir.is_some() {
-            // A client maps a shm region for good: a killed primary's table
-            // would stay readable (and look serving) to clients holding an
-            // old view, so GETs could read it after a failover. Over tcp
-            // the table goes with the process.
-            anyhow::bail!("--system histore serves over tcp only (no --shm-dir)");
-        }
-        let etcd = h
-            .etcd
-            .as_deref()
-            .context("--system histore needs --etcd URL")?;
-        let node = fabric::NodeId(h.node.context("--system histore needs --node N")?);
-        let ttl = Duration::from_secs(h.shape.lease_ttl_s);
-        let stop = Arc::new(AtomicBool::new(false));
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(signal, stop.clone())
-                .context("installing signal handlers")?;
-        }
-        let listen = |host: &Host| -> Result<String> {
-            let bound = host.listen_tcp(args.listen).context("listening")?;
-            println!("listening on tcp://{bound}");
-            Ok(format!("tcp://{bound}"))
-        };
-        match h.role.as_deref() {
-            Some("data") => {
-                // Bounded by the flag's parser (at most 64 GiB): no wrap.
-                let bytes = h.shape.data_mib << 20;
-                let mut data = histore::node::DataNode::start(host, node, bytes, etcd, &h.group)
-                    .context("starting the data server")?;
-                let url = listen(host)?;
-                data.register(&url, ttl).context("registering in etcd")?;
-                println!(
-                    "histore data server {} of group {}: {} MiB of records",
-                    node.0,
-                    h.group,
-                    data.server().bytes >> 20
-                );
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-            Some("index") => {
-                let path = h.peer_key_file.as_ref().context(
-                    "--role index needs --peer-key-file FILE (the group's secret; cluster up makes one)",
-                )?;
-                let peer_key = histore::peer::PeerKey::read_file(path)?;
-                let config = histore::node::IndexNodeConfig {
-                    token: args.token.resolve()?,
-                    peer_key: Some(peer_key),
-                    lease_ttl: ttl,
-                    main_buckets: h.shape.main_buckets,
-                    overflow_buckets: h.shape.overflow_buckets,
-                    index_servers: h.index_servers,
-                    data_servers: h.data_servers,
-                    ..histore::node::IndexNodeConfig::new(node, etcd, &h.group)
-                };
-                let mut index = histore::node::IndexNode::start(config, host.clone())
-                    .context("starting the index server")?;
-                let url = listen(host)?;
-                index.register(&url).context("registering in etcd")?;
-                println!("histore index server {} of group {}", node.0, h.group);
-                while !stop.load(Ordering::Relaxed) {
-                    if let Some(reason) = index.exited() {
-                        anyhow::bail!("index server {} stopped: {reason}", node.0);
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-            _ => anyhow::bail!("--system histore needs --role index or --role data"),
-        }
+    no_log(args, "finestore")?;
+    let regions: Arc<dyn finestore::dist::server::RegionHost> = match &rdma {
+        Some(r) => r.finestore(),
+        None => Arc::new(host.clone()),
+    };
+    let config = finestore::node::NodeConfig {
+        keys,
+        value_of,
+        server: finestore::dist::server::ServerConfig::default(),
+    };
+    let node = finestore::node::start(config, host, regions).context("loading finestore")?;
+    let stop = stop_on_signals()?;
+    listen(args, host, rdma.as_mut(), token)?;
+    println!("{}", node.banner());
+    node.serve_until(&stop, || {
         eprintln!("shutting down");
-        Ok(())
-    })();
-    host.shutdown();
-    result
+        host.shutdown();
+    });
+    Ok(())
 }
 
-/// Listens on the configured tcp (and shm) addresses, prints them and
-/// `banner`, and serves until SIGINT or SIGTERM: the part every design's
-/// server shares once it has loaded.
-fn listen_until_stopped(
-    args: &ServerArgs,
-    host: &Host,
-    rdma: Option<&mut Rdma>,
-    token: Option<String>,
-    banner: &str,
-) -> Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+/// Serves a HiStore index or data server ([`histore::node::ServerProcess`]:
+/// one process of an index group whose view and leases are in etcd) until
+/// SIGINT or SIGTERM, or until an index server is deposed.
+fn serve_histore(args: &ServerArgs, host: &Host) -> Result<()> {
+    let h = &args.histore;
+    if args.keys != 0 || args.keys_file.is_some() {
+        anyhow::bail!("--system histore starts empty: load it through clients");
     }
-    crate::rdma_serve::listen(host, rdma, args.listen, token).context("listening")?;
-    if let Some(dir) = &args.shm_dir {
-        host.listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
-        println!("listening on shm://{}", dir.canonicalize()?.display());
+    if args.data_dir.is_some() || args.durability.is_some() {
+        anyhow::bail!(
+            "--system histore keeps no log on disk: --data-dir and --durability do not apply"
+        );
     }
-    println!("{banner}");
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
+    if args.shm_dir.is_some() {
+        // A client maps a shm region for good: a killed primary's table
+        // would stay readable (and look serving) to clients holding an
+        // old view, so GETs could read it after a failover. Over tcp
+        // the table goes with the process.
+        anyhow::bail!("--system histore serves over tcp only (no --shm-dir)");
+    }
+    let etcd = h
+        .etcd
+        .as_deref()
+        .context("--system histore needs --etcd URL")?;
+    let node = fabric::NodeId(h.node.context("--system histore needs --node N")?);
+    let stop = stop_on_signals()?;
+    let (config, what) = histore_config(args, etcd, node)?;
+    let mut server = histore::node::ServerProcess::start(config, host).context(what)?;
+    let bound = host.listen_tcp(args.listen).context("listening")?;
+    println!("listening on tcp://{bound}");
+    server
+        .register(&format!("tcp://{bound}"))
+        .context("registering in etcd")?;
+    println!("{}", server.banner(&h.group));
+    if let histore::node::Exit::Exited(reason) = server.serve_until(&stop) {
+        anyhow::bail!("index server {} stopped: {reason}", node.0);
     }
     eprintln!("shutting down");
     Ok(())
+}
+
+/// The HiStore process `--role` asks for, and what starting it is called
+/// in an error.
+fn histore_config(
+    args: &ServerArgs,
+    etcd: &str,
+    node: fabric::NodeId,
+) -> Result<(histore::node::ProcessConfig, &'static str)> {
+    let h = &args.histore;
+    let ttl = Duration::from_secs(h.shape.lease_ttl_s);
+    match h.role.as_deref() {
+        Some("data") => Ok((
+            histore::node::ProcessConfig::Data {
+                node,
+                etcd: etcd.to_string(),
+                group: h.group.clone(),
+                // Bounded by the flag's parser (at most 64 GiB): no wrap.
+                bytes: h.shape.data_mib << 20,
+                lease_ttl: ttl,
+            },
+            "starting the data server",
+        )),
+        Some("index") => {
+            let path = h.peer_key_file.as_ref().context(
+                "--role index needs --peer-key-file FILE (the group's secret; cluster up makes one)",
+            )?;
+            let peer_key = histore::peer::PeerKey::read_file(path)?;
+            let config = histore::node::IndexNodeConfig {
+                token: args.token.resolve()?,
+                peer_key: Some(peer_key),
+                lease_ttl: ttl,
+                main_buckets: h.shape.main_buckets,
+                overflow_buckets: h.shape.overflow_buckets,
+                index_servers: h.index_servers,
+                data_servers: h.data_servers,
+                ..histore::node::IndexNodeConfig::new(node, etcd, &h.group)
+            };
+            Ok((
+                histore::node::ProcessConfig::Index(config),
+                "starting the index server",
+            ))
+        }
+        _ => anyhow::bail!("--system histore needs --role index or --role data"),
+    }
 }

@@ -32,6 +32,8 @@ pub mod dist;
 pub mod mirror;
 #[cfg(not(loom))]
 mod model;
+#[cfg(not(loom))]
+pub mod node;
 pub mod rcu;
 pub mod record;
 #[cfg(not(loom))]

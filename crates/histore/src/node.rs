@@ -794,3 +794,104 @@ pub fn connect_client(
         config,
     ))
 }
+
+/// How often [`ServerProcess::serve_until`] looks at its stop flag and at
+/// an index server's exit.
+pub const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// What one HiStore server process is (`xstore server --system histore
+/// --role index|data`).
+#[derive(Debug, Clone)]
+pub enum ProcessConfig {
+    /// An index server (primary or backup, as the group's view says).
+    Index(IndexNodeConfig),
+    /// A data server: a record region.
+    Data {
+        /// This server's node.
+        node: NodeId,
+        /// etcd URL.
+        etcd: String,
+        /// Group name.
+        group: String,
+        /// Bytes of its record region.
+        bytes: u64,
+        /// Lease TTL of its registration.
+        lease_ttl: Duration,
+    },
+}
+
+/// A started HiStore server process, not yet registered: the caller
+/// listens, then [`ServerProcess::register`]s at the URL it listens on.
+#[derive(Debug)]
+pub enum ServerProcess {
+    /// An index server.
+    Index(IndexNode),
+    /// A data server and the TTL it registers with.
+    Data(DataNode, Duration),
+}
+
+/// Why [`ServerProcess::serve_until`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// The stop flag was set.
+    Stopped,
+    /// An index server stopped on its own (deposed, its lease lost): why.
+    Exited(String),
+}
+
+impl ServerProcess {
+    /// Starts the server `config` describes on `host`.
+    pub fn start(config: ProcessConfig, host: &Host) -> Result<ServerProcess, HiError> {
+        match config {
+            ProcessConfig::Index(c) => Ok(ServerProcess::Index(IndexNode::start(c, host.clone())?)),
+            ProcessConfig::Data {
+                node,
+                etcd,
+                group,
+                bytes,
+                lease_ttl,
+            } => Ok(ServerProcess::Data(
+                DataNode::start(host, node, bytes, &etcd, &group)?,
+                lease_ttl,
+            )),
+        }
+    }
+
+    /// Registers the server at `url` under its lease.
+    pub fn register(&mut self, url: &str) -> Result<(), HiError> {
+        match self {
+            ServerProcess::Index(index) => index.register(url),
+            ServerProcess::Data(data, ttl) => data.register(url, *ttl),
+        }
+    }
+
+    /// What it is, as one line (`group`: the group's name).
+    pub fn banner(&self, group: &str) -> String {
+        match self {
+            ServerProcess::Index(index) => {
+                format!(
+                    "histore index server {} of group {group}",
+                    index.server().node().0
+                )
+            }
+            ServerProcess::Data(data, _) => format!(
+                "histore data server {} of group {group}: {} MiB of records",
+                data.server().node.0,
+                data.server().bytes >> 20
+            ),
+        }
+    }
+
+    /// Serves until `stop` is set or an index server stops on its own.
+    pub fn serve_until(self, stop: &AtomicBool) -> Exit {
+        while !stop.load(Ordering::Relaxed) {
+            if let ServerProcess::Index(index) = &self {
+                if let Some(reason) = index.exited() {
+                    return Exit::Exited(reason);
+                }
+            }
+            std::thread::sleep(STOP_POLL);
+        }
+        Exit::Stopped
+    }
+}

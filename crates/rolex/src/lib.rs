@@ -31,6 +31,7 @@ pub mod layout;
 pub mod lease;
 pub mod memory;
 pub mod multi;
+pub mod node;
 pub mod retrain;
 
 pub use client::{Client, ClientStats, ComputeNode};
