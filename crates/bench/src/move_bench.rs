@@ -204,20 +204,7 @@ pub fn run(
     let mover = std::thread::spawn(move || mover.run());
     // The load: one run of --seconds, every read judged; the mover stops
     // when it ends.
-    let config = RunConfig {
-        system: "xstore".into(),
-        fabric: "tcp".into(),
-        dataset: options.dataset.clone(),
-        workload,
-        dist: workload.default_distribution(),
-        ops: u64::MAX / 4,
-        seconds: Some(options.seconds),
-        warmup_ops: 0,
-        threads: options.threads,
-        pipeline: 1,
-        seed: options.run_seed,
-        stream: Default::default(),
-    };
+    let config = load_config(options, workload);
     let load = crate::run(&system, loaded, &config, &progress);
     stop.store(true, Ordering::Release);
     let report = load.map_err(|source| MoveBenchError::Load {
@@ -245,6 +232,25 @@ pub fn run(
         checked_reads: c.checked_reads,
         wrong_reads,
     })
+}
+
+/// The load's run: `--seconds` of the workload, no warm-up, every read
+/// judged.
+fn load_config(options: &MoveBenchOptions, workload: ycsb::Workload) -> RunConfig {
+    RunConfig {
+        system: "xstore".into(),
+        fabric: "tcp".into(),
+        dataset: options.dataset.clone(),
+        workload,
+        dist: workload.default_distribution(),
+        ops: u64::MAX / 4,
+        seconds: Some(options.seconds),
+        warmup_ops: 0,
+        threads: options.threads,
+        pipeline: 1,
+        seed: options.run_seed,
+        stream: Default::default(),
+    }
 }
 
 /// `(t, done)` every [`SAMPLE_EVERY`] from the first operation until `stop`.
