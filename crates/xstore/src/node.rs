@@ -222,7 +222,7 @@ mod tests {
             self.admit_current(key, write)
         }
         fn admit_current(&self, key: u64, _write: bool) -> Result<crate::Admitted, u64> {
-            if key % 2 == 0 {
+            if key.is_multiple_of(2) {
                 Ok(crate::Admitted {
                     hi: u64::MAX,
                     hold: None,
@@ -235,7 +235,7 @@ mod tests {
 
     impl Membership for Evens {
         fn keeps(&self, key: u64) -> bool {
-            key % 2 == 0
+            key.is_multiple_of(2)
         }
         fn has_ranges(&self) -> bool {
             true
