@@ -5,9 +5,9 @@
 //! read (values encode their key: [`values`]) and summarizes exact fabric
 //! costs, latency and throughput in a [`Report`].
 
+pub mod compat;
 pub mod finestore_system;
 pub mod histore_system;
-pub mod compat;
 pub mod history;
 pub mod ledger;
 pub mod linearize;
@@ -24,6 +24,7 @@ pub mod system;
 pub mod values;
 
 pub use cluster::kv::{ClusterSystem, ServerShares};
+pub use compat::{load_local, BaselineOptions, XStoreOptions};
 pub use kv::{KvClient, Store};
 pub use report::Report;
 pub use run::{
@@ -33,7 +34,6 @@ pub use suite::{
     is_system, run_suite, run_suites, system_list, system_names, KeySet, SuiteError, SuiteName,
     SuiteOptions, SuiteRow, SuiteSummary, SystemFactory, SystemSpec,
 };
-pub use compat::{load_local, BaselineOptions, XStoreOptions};
 pub use system::ServerTime;
 pub use values::{belongs, value_for};
 

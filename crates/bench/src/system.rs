@@ -201,7 +201,8 @@ fn connect_rolex(c: &kv::Connect<'_>) -> Result<Box<dyn Store>, KvError> {
 }
 
 fn connect_finestore(c: &kv::Connect<'_>) -> Result<Box<dyn Store>, KvError> {
-    let s = crate::finestore_system::FineStoreRemote::new(c.url.clone(), c.token.map(str::to_owned));
+    let s =
+        crate::finestore_system::FineStoreRemote::new(c.url.clone(), c.token.map(str::to_owned));
     Ok(shim(s.map_err(kv_error)?))
 }
 
@@ -384,9 +385,9 @@ pub fn load_local(name: &str, load: &LocalLoad<'_>) -> Result<Box<dyn Store>, Be
 /// Reaches the system called `name` running elsewhere.
 pub fn connect(name: &str, c: &kv::Connect<'_>) -> Result<Box<dyn Store>, BenchError> {
     let d = find(name).ok_or_else(|| unknown(name))?;
-    let connect = d.connect.ok_or_else(|| {
-        BenchError::Config(format!("{name} runs only on the local fabric here"))
-    })?;
+    let connect = d
+        .connect
+        .ok_or_else(|| BenchError::Config(format!("{name} runs only on the local fabric here")))?;
     connect(c).map_err(BenchError::load)
 }
 
@@ -417,4 +418,32 @@ pub fn connect_all(
             "several --server URLs are the memory nodes of a multi-node design, not {name}"
         ))),
     }
+}
+
+/// Whether the system called `name` reads the option `option` (the memory
+/// suite varies `cache` where a system reads it, `cache-bytes` where not).
+pub fn reads_option(name: &str, option: &str) -> bool {
+    find(name).is_some_and(|d| d.options.iter().any(|o| o.name == option))
+}
+
+/// The system `--system` means when not given.
+pub fn default_system() -> &'static str {
+    registry::lineup("default")
+        .first()
+        .copied()
+        .unwrap_or_default()
+}
+
+/// The systems that can be reached running elsewhere (`--fabric tcp`).
+pub fn connectable() -> Vec<&'static str> {
+    all()
+        .into_iter()
+        .filter(|d| d.connect.is_some())
+        .map(|d| d.name)
+        .collect()
+}
+
+/// Whether a sharded cluster runs the system called `name`.
+pub fn runs_in_cluster(name: &str) -> bool {
+    registry::lineup("cluster").contains(&name)
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use ::kv::local::TimedHandler;
 use ::kv::{
     Capabilities, ClientFigures, Connect, Counters, DirectStats, KvClient, KvError, LocalLoad,
-    ModelFigures, OptionDesc, Options, Pending, ServerTime, Started, Store, SystemDesc,
-    WordClient, WordWrite, Words,
+    ModelFigures, OptionDesc, Options, Pending, ServerTime, Started, Store, SystemDesc, WordClient,
+    WordWrite, Words,
 };
 use fabric::{Endpoint, LocalFabric, NodeId};
 use rdmasim::record::TracingEndpoint;
@@ -460,7 +460,12 @@ fn load_xstore(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
 /// retrainer has).
 fn load_xstore_d(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
     let o = XStoreOptions::parse(l.options)?;
-    Ok(Box::new(XStoreLocal::load(l.pairs, o, l.adversary, Some(1))?))
+    Ok(Box::new(XStoreLocal::load(
+        l.pairs,
+        o,
+        l.adversary,
+        Some(1),
+    )?))
 }
 
 fn connect_xstore(c: &Connect<'_>) -> Result<Box<dyn Store>, KvError> {
