@@ -1228,14 +1228,21 @@ mod tests {
             .iter()
             .map(|g| g.spec.label())
             .collect();
+        // The memory line-up: a design with cache modes (XStore), then
+        // one with a byte budget (tree-cache).
+        let [modes, budget] = registry::lineup("memory")[..] else {
+            panic!("the memory line-up has two designs")
+        };
+        assert!(crate::system::reads_option(modes, "cache"));
+        assert!(!crate::system::reads_option(budget, "cache"));
         assert_eq!(
             labels,
             [
-                "xstore",
-                "xstore/model",
-                "xstore/top",
-                "tree-cache/10kB",
-                "tree-cache/20kB"
+                modes.to_string(),
+                format!("{modes}/model"),
+                format!("{modes}/top"),
+                format!("{budget}/10kB"),
+                format!("{budget}/20kB"),
             ]
         );
     }
