@@ -10,10 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use bench::suite::SuiteEvent;
-use bench::{
-    BenchError, KeySet, Progress, RunConfig, SuiteName, SuiteOptions, System, SystemSpec,
-    XStoreOptions, XStoreRemote,
-};
+use bench::{BenchError, KeySet, Progress, RunConfig, Store, SuiteName, SuiteOptions, SystemSpec};
 use clap::Args;
 use xstore::CacheMode;
 use ycsb::{Distribution, Workload};
@@ -268,7 +265,7 @@ fn run_project_suite(args: &BenchArgs) -> Result<()> {
         .context("--suite project needs --out DIR")?;
     let systems: Vec<String> = match &args.system {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-        None => bench::project::SUITE_SYSTEMS
+        None => bench::project::suite_systems()
             .iter()
             .map(|s| s.to_string())
             .collect(),
@@ -342,32 +339,42 @@ fn local_system(
     args: &BenchArgs,
     spec: &SystemSpec,
     pairs: &[(u64, u64)],
-) -> Result<Box<dyn System>, BenchError> {
-    bench::load_local(
+) -> Result<Box<dyn Store>, BenchError> {
+    let options = system_options(args, spec)?;
+    bench::system::load_local(
         &spec.name,
-        pairs,
-        XStoreOptions {
-            cache: spec.cache,
-            get_reads: spec.get_reads,
-            leaf_slots: args.leaf_slots,
-            submodel_keys: args.submodel_keys,
-            train_threads: args.train_threads,
+        &kv::LocalLoad {
+            pairs,
             adversary: args.adversarial.then_some(args.keys.seed),
             server_workers: args.server_workers,
-        },
-        bench::BaselineOptions {
-            cache_bytes: spec.cache_bytes.unwrap_or(u64::MAX),
-            // A byte budget (the memory suite) means a plain LRU; otherwise
-            // the top levels, as the paper's tree-cache configuration.
-            top_levels: match spec.cache_bytes {
-                Some(_) => None,
-                None => (args.tree_levels > 0).then_some(args.tree_levels),
-            },
-            inner_fanout: args.inner_fanout,
-            memory_nodes: args.memory_nodes,
-            histore_groups: args.groups,
+            options: &options,
         },
     )
+}
+
+/// The flags every system may read, as the contract's options (each
+/// system takes the ones it knows).
+fn system_options(args: &BenchArgs, spec: &SystemSpec) -> Result<kv::Options, BenchError> {
+    let mut o = kv::Options::new();
+    o.set("cache", bench::suite::cache_mode_name(spec.cache))?
+        .set("get-reads", spec.get_reads)?
+        .set("leaf-slots", args.leaf_slots)?
+        .set("submodel-keys", args.submodel_keys)?
+        .set("train-threads", args.train_threads)?
+        .set("cache-bytes", spec.cache_bytes.unwrap_or(u64::MAX))?
+        // A byte budget (the memory suite) means a plain LRU; otherwise
+        // the top levels (0: any), as the paper's tree-cache configuration.
+        .set(
+            "top-levels",
+            match spec.cache_bytes {
+                Some(_) => 0,
+                None => args.tree_levels,
+            },
+        )?
+        .set("inner-fanout", args.inner_fanout)?
+        .set("memory-nodes", args.memory_nodes)?
+        .set("groups", args.groups)?;
+    Ok(o)
 }
 
 /// A byte count: digits with an optional k, m or g suffix (KiB, MiB, GiB).
@@ -537,7 +544,10 @@ fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
 /// One system's run (`--system NAME`): its report, or an error that also
 /// covers wrong reads.
 fn run_one(args: &BenchArgs) -> Result<bench::Report> {
-    let system_name = args.system.as_deref().unwrap_or("xstore");
+    let system_name = args
+        .system
+        .as_deref()
+        .unwrap_or(bench::system::default_system());
     if !bench::is_system(system_name) {
         bail!(
             "unknown --system '{system_name}' (available: {})",
@@ -572,9 +582,6 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
                 }
                 urls.push(url);
             }
-            if urls.len() > 1 && system_name != "rolex" {
-                bail!("several --server URLs are the memory nodes of --system rolex only");
-            }
             Some(urls)
         }
         ("tcp" | "shm" | "rdma", None) => bail!(
@@ -593,16 +600,19 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     if !(1..=2).contains(&args.get_reads) {
         bail!("--get-reads must be 1 or 2, got {}", args.get_reads);
     }
-    if remote.is_some() && !matches!(system_name, "xstore" | "rolex" | "finestore") {
+    let connectable = bench::system::connectable();
+    if remote.is_some() && !connectable.contains(&system_name) {
         bail!(
-            "--fabric {} runs xstore, rolex or finestore only",
-            args.fabric
+            "--fabric {} runs {} only",
+            args.fabric,
+            connectable.join(", ")
         );
     }
     if args.cluster.is_some()
-        && (system_name != "xstore" || matches!(args.fabric.as_str(), "shm" | "rdma"))
+        && (!bench::system::runs_in_cluster(system_name)
+            || matches!(args.fabric.as_str(), "shm" | "rdma"))
     {
-        bail!("--cluster runs xstore over tcp only");
+        bail!("--cluster runs {} over tcp only", registry_cluster_names());
     }
     let as_found = args.data == "existing";
     if as_found && remote.is_none() && args.cluster.is_none() {
@@ -652,21 +662,19 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
             &args.keys,
         )?;
     }
-    let system: Box<dyn bench::System> = match remote {
+    let system: Box<dyn Store> = match remote {
         _ if cluster.is_some() => Box::new(cluster.expect("checked")),
-        Some(urls) if system_name == "rolex" => Box::new(bench::rolex_system::RolexRemote::new(
-            urls,
-            args.token.resolve()?,
-        )?),
-        Some(mut urls) if system_name == "finestore" => Box::new(
-            bench::finestore_system::FineStoreRemote::new(urls.remove(0), args.token.resolve()?)?,
-        ),
-        Some(mut urls) => Box::new(XStoreRemote::new(
-            urls.remove(0),
-            args.token.resolve()?,
-            cache,
-            args.get_reads,
-        )?),
+        Some(urls) => {
+            let spec = SystemSpec {
+                name: system_name.to_string(),
+                cache,
+                get_reads: args.get_reads,
+                cache_bytes,
+            };
+            let options = system_options(args, &spec)?;
+            let token = args.token.resolve()?;
+            bench::system::connect_all(system_name, &urls, token.as_deref(), &options)?
+        }
         None => {
             let pairs: Vec<(u64, u64)> =
                 keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
@@ -821,11 +829,21 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     Ok(report)
 }
 
+/// The designs a cluster runs, for messages.
+fn registry_cluster_names() -> String {
+    bench::system::all()
+        .into_iter()
+        .filter(|d| bench::system::runs_in_cluster(d.name))
+        .map(|d| d.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Most keys `--data existing` reads from a server before a run.
 const MAX_SNAPSHOT_KEYS: usize = 200_000_000;
 
 /// Every key `system` holds, in order, by scanning it from the first key.
-fn snapshot_keys(system: &dyn System) -> Result<Vec<u64>> {
+fn snapshot_keys(system: &dyn Store) -> Result<Vec<u64>> {
     const BATCH: usize = 4096;
     let mut client = system.client()?;
     let mut keys = Vec::new();
@@ -833,7 +851,7 @@ fn snapshot_keys(system: &dyn System) -> Result<Vec<u64>> {
     let mut from = 0u64;
     loop {
         out.clear();
-        client.scan(from, BATCH, &mut out)?;
+        kv::with_words(&mut *client, |w| w.scan(from, BATCH, &mut out))?;
         keys.extend(out.iter().map(|p| p.0).filter(|&k| k >= from));
         if keys.len() > MAX_SNAPSHOT_KEYS {
             bail!("--data existing reads at most {MAX_SNAPSHOT_KEYS} keys from a server");
