@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fabric::LocalFabric;
-use finestore::dist::server::{LocalHost, Server, ServerConfig};
+use finestore::remote::server::{LocalHost, Server, ServerConfig};
 use finestore::{Config, FineStore};
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;

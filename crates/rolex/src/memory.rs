@@ -258,7 +258,7 @@ impl MemoryNode {
     }
 
     /// Like [`MemoryNode::load`], for the memory node of a pool of several
-    /// (§3.6, [`crate::multi`]) that holds the keys in `range` (`(low,
+    /// (§3.6, [`crate::range_nodes`]) that holds the keys in `range` (`(low,
     /// high)`, inclusive) and no others: its first model and trained leaf
     /// start at `low`, its last end at `high`, so a compute node reads the
     /// range off the models it caches. Every pair must lie in `range`.

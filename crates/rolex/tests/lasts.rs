@@ -365,7 +365,7 @@ fn growth_on_two_memory_nodes_keeps_every_key_and_few_leaves_per_get() {
     let value = |k: u64| k.rotate_left(7) ^ seed;
     let mut loaded: Vec<(u64, u64)> = all[..2000].iter().map(|&k| (k, value(k))).collect();
     loaded.sort_unstable();
-    let ranges = rolex::multi::split(&loaded, 2).unwrap();
+    let ranges = rolex::range_nodes::split(&loaded, 2).unwrap();
     let mut memory = Vec::new();
     let mut retrainers = Vec::new();
     let mut compute = Vec::new();
@@ -374,7 +374,7 @@ fn growth_on_two_memory_nodes_keeps_every_key_and_few_leaves_per_get() {
         leaf_chunk: 1024,
         ..RolexConfig::default()
     };
-    for (part, &range) in rolex::multi::parts(&loaded, &ranges)
+    for (part, &range) in rolex::range_nodes::parts(&loaded, &ranges)
         .into_iter()
         .zip(&ranges)
     {
