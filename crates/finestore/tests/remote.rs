@@ -11,10 +11,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fabric::{Adversary, Endpoint, LocalEndpoint, LocalFabric};
+use fabric::{Adversary, Endpoint, LocalEndpoint, LocalFabric, LocalHost};
 use finestore::remote::client::Client;
 use finestore::remote::proto::{Op, Reply, Request, Status};
-use finestore::remote::server::{LocalHost, Server, ServerConfig};
+use finestore::remote::server::{Server, ServerConfig};
 use finestore::Config;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -18,7 +18,7 @@ use std::time::Instant;
 use fabric::LocalFabric;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rolex::{range_nodes, ComputeNode, LocalHost, MemoryNode, MultiNode, RolexConfig};
+use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RolexConfig};
 
 fn value(k: u64) -> u64 {
     k.rotate_left(17) ^ 0x5EED
@@ -71,7 +71,7 @@ fn main() {
         .zip(&ranges)
     {
         let node = fabric.add_node();
-        let host = LocalHost {
+        let host = fabric::LocalHost {
             fabric: fabric.clone(),
             node,
         };

@@ -39,8 +39,10 @@ pub use range_nodes as multi;
 
 pub use client::{Client, ClientStats, ComputeNode};
 pub use error::RolexError;
-pub use memory::{
-    LocalHost, MemoryNode, RegionHost, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION,
-};
+/// Old paths of [`fabric::LocalHost`] and [`fabric::RegionHost`], kept one
+/// release for code still moving.
+#[doc(hidden)]
+pub use memory::{LocalHost, RegionHost};
+pub use memory::{MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION};
 pub use range_nodes::{MultiClient, MultiNode};
 pub use retrain::{RetrainStats, Retrainer};

@@ -21,8 +21,8 @@
 //! node's range goes on at the start of the next node's.
 //!
 //! ```
-//! use fabric::{Endpoint, LocalFabric};
-//! use rolex::{range_nodes, ComputeNode, LocalHost, MemoryNode, MultiNode, RolexConfig};
+//! use fabric::{Endpoint, LocalFabric, LocalHost};
+//! use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RolexConfig};
 //!
 //! let pairs: Vec<(u64, u64)> = (1..=1000).map(|k| (k * 10, k)).collect();
 //! let fabric = LocalFabric::new();

@@ -16,7 +16,7 @@ use std::sync::{Arc, Barrier};
 use fabric::{Adversary, LocalFabric};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rolex::{range_nodes, ComputeNode, LocalHost, MemoryNode, MultiNode, RolexConfig};
+use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RolexConfig};
 
 use testkit::seed;
 
@@ -147,7 +147,7 @@ fn run(memory_nodes: usize) {
         .zip(&ranges)
     {
         let node = fabric.add_node();
-        let host = LocalHost {
+        let host = fabric::LocalHost {
             fabric: fabric.clone(),
             node,
         };

@@ -12,13 +12,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rolex::layout::{LeafImage, LeafLayout, LeafReject};
 use rolex::lease::{LogLayout, OwnerWord, DEFAULT_LEASE_MS, MIN_OWNER_LEASE_MS};
-use rolex::{ComputeNode, LocalHost, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION};
+use rolex::{ComputeNode, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION};
 use testkit::seed;
 use testkit::stall::{Cut, StallEndpoint};
 
 fn load(fabric: &LocalFabric, pairs: &[(u64, u64)], config: RolexConfig) -> (NodeId, MemoryNode) {
     let node = fabric.add_node();
-    let host = LocalHost {
+    let host = fabric::LocalHost {
         fabric: fabric.clone(),
         node,
     };
@@ -379,7 +379,7 @@ fn growth_on_two_memory_nodes_keeps_every_key_and_few_leaves_per_get() {
         .zip(&ranges)
     {
         let node = fabric.add_node();
-        let host = LocalHost {
+        let host = fabric::LocalHost {
             fabric: fabric.clone(),
             node,
         };
