@@ -45,11 +45,11 @@ fuzz_target!(|data: &[u8]| {
         }
         7 => {
             let version = word(rest);
-            let _ = finestore::dist::layout::Entry::decode(rest.get(8..).unwrap_or(&[]), version);
+            let _ = finestore::remote::layout::Entry::decode(rest.get(8..).unwrap_or(&[]), version);
         }
         8 => {
-            let _ = finestore::dist::proto::Request::decode(rest);
-            let _ = finestore::dist::proto::Reply::decode(rest);
+            let _ = finestore::remote::proto::Request::decode(rest);
+            let _ = finestore::remote::proto::Reply::decode(rest);
         }
         _ => {
             if let Ok(lpa) = learned::lpa::Lpa::decode(rest) {

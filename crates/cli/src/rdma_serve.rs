@@ -61,84 +61,13 @@ mod real {
     use anyhow::{Context, Result};
     use fabric::rdma::{DeviceOptions, RdmaContext};
     use fabric::rdma_door::{DoorConfig, RdmaDoor};
-    use fabric::{FabricError, Host, Region, RegionId, Rights};
+    use fabric::{Host, RdmaHost};
 
     use super::FabricArgs;
 
-    /// Registers every region with the host (RPC side, and shm) and with
-    /// the NIC; a region the NIC refuses is withdrawn from the host too.
-    #[derive(Clone)]
-    pub struct Regions {
-        host: Host,
-        ctx: Arc<RdmaContext>,
-    }
-
-    impl Regions {
-        fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-            self.host.register(region.clone())?;
-            if let Err(e) = self.ctx.register(&region) {
-                self.host.deregister(region.id());
-                return Err(e);
-            }
-            Ok(())
-        }
-
-        fn deregister(&self, id: RegionId) {
-            // The NIC first: from then on no client reads it unseen.
-            self.ctx.deregister(id);
-            self.host.deregister(id);
-        }
-    }
-
-    impl xstore::Registrar for Regions {
-        fn alloc(
-            &self,
-            id: RegionId,
-            bytes: u64,
-            rights: Rights,
-        ) -> Result<Arc<Region>, FabricError> {
-            self.host.alloc_region(id, bytes, rights)
-        }
-        fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-            Regions::register(self, region)
-        }
-        fn deregister(&self, id: RegionId) {
-            Regions::deregister(self, id)
-        }
-    }
-
-    impl rolex::RegionHost for Regions {
-        fn alloc(
-            &self,
-            id: RegionId,
-            bytes: u64,
-            rights: Rights,
-        ) -> Result<Arc<Region>, FabricError> {
-            self.host.alloc_region(id, bytes, rights)
-        }
-        fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-            Regions::register(self, region)
-        }
-        fn shared(&self) -> Option<Arc<dyn rolex::RegionHost + Send + Sync>> {
-            Some(Arc::new(self.clone()))
-        }
-    }
-
-    impl finestore::dist::server::RegionHost for Regions {
-        fn alloc(&self, id: RegionId, bytes: u64) -> Result<Arc<Region>, FabricError> {
-            self.host.alloc_region(id, bytes, Rights::READ)
-        }
-        fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-            Regions::register(self, region)
-        }
-        fn deregister(&self, id: RegionId) {
-            Regions::deregister(self, id)
-        }
-    }
-
     /// An opened RDMA device and, once listening, its door.
     pub struct Rdma {
-        regions: Regions,
+        regions: RdmaHost,
         door: Option<RdmaDoor>,
     }
 
@@ -157,10 +86,7 @@ mod real {
                 if ctx.supports_atomics() { "yes" } else { "no" }
             );
             Ok(Rdma {
-                regions: Regions {
-                    host: host.clone(),
-                    ctx: Arc::new(ctx),
-                },
+                regions: RdmaHost::new(host.clone(), Arc::new(ctx)),
                 door: None,
             })
         }
@@ -183,12 +109,12 @@ mod real {
         /// Starts the host's tcp listener (RPCs) on an ephemeral port of
         /// `listen`'s IP and the door at `listen`; returns the door's URL.
         pub fn listen(&mut self, listen: SocketAddr, token: Option<String>) -> Result<String> {
-            let host = &self.regions.host;
+            let host = self.regions.host();
             let rpc = host
                 .listen_tcp(SocketAddr::new(listen.ip(), 0))
                 .context("listening for RPCs")?;
             let door = RdmaDoor::listen(
-                self.regions.ctx.clone(),
+                self.regions.context().clone(),
                 listen,
                 rpc.port(),
                 DoorConfig {

@@ -10,7 +10,7 @@
 //! * [`process`] — [`EtcdProcess`]: a single-member etcd on loopback.
 //! * [`shard`] — the server side: [`Shard`] registers a server and keeps
 //!   its [`Ownership`] (an [`xstore::Fence`]) on the current map.
-//! * [`router`] — the client side: [`Router`] sends each request to the
+//! * [`routed_client`] — the client side: [`Router`] sends each request to the
 //!   key's owner and continues SCANs across servers.
 //! * [`moves`] — online range moves: freeze, copy, commit.
 //! * [`rebalance`] — moves keys off the busiest server by measured load.
@@ -24,15 +24,19 @@ pub mod map;
 pub mod moves;
 pub mod process;
 pub mod rebalance;
-pub mod router;
+pub mod routed_client;
 pub mod shard;
+
+/// Old path of [`routed_client`], kept one release for code still moving.
+#[doc(hidden)]
+pub use routed_client as router;
 
 pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR};
 pub use etcd::{ClusterUrl, Etcd, EtcdError, MapWatch, Registration};
 pub use map::{Member, Range, ShardMap};
 pub use moves::{move_range, MoveError, MoveReport};
 pub use process::{etcd_binary, etcd_for_test, EtcdProcess};
-pub use router::{RoutedWrite, Router, RouterError, RouterStats};
+pub use routed_client::{RoutedWrite, Router, RouterError, RouterStats};
 pub use shard::{Ownership, RangeHook, Shard};
 
 use std::time::Duration;

@@ -74,6 +74,7 @@ pub mod rdma;
 pub mod rdma_door;
 pub mod rdma_wire;
 pub mod region;
+pub mod region_host;
 pub mod remote;
 pub mod slab;
 pub mod wire;
@@ -89,5 +90,8 @@ pub use error::{FabricError, VerbError};
 pub use host::{Host, HostConfig};
 pub use local::{Adversary, LocalEndpoint, LocalFabric};
 pub use region::{heap_region, Region, RegionAlloc, RegionId, RegionTable, Rights};
+#[cfg(feature = "rdma")]
+pub use region_host::RdmaHost;
+pub use region_host::{LocalHost, RegionHost};
 pub use remote::{ShmEndpoint, TcpEndpoint, Url};
 pub use slab::Slab;

@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fabric::LocalFabric;
-use finestore::dist::server::{LocalHost, Server, ServerConfig};
+use fabric::{LocalFabric, LocalHost};
+use finestore::remote::server::{Server, ServerConfig};
 use finestore::{Config, FineStore};
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;

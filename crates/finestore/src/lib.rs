@@ -4,7 +4,7 @@
 //!
 //! * A **trained data array** with LPA models (§3.1, `learned::lpa`) and
 //!   per-record seqlocks ([`record`]).
-//! * **Level bins** (§3.2, [`bin`]): under every trained record, a
+//! * **Level bins** (§3.2, [`level_bin`]): under every trained record, a
 //!   two-level sorted bin (root of 8 child pointers, children of 16 slots
 //!   by default) that takes the inserts between that record and the next,
 //!   so all keys stay in order and writers under different records share
@@ -16,7 +16,7 @@
 //!   thread), sharing the bins by pointer. Both publish with RCU
 //!   ([`rcu`]): readers never take a lock, and no write is lost.
 //!
-//! * **Distributed** (§4, [`dist`]): a server whose top model's trained
+//! * **Distributed** (§4, [`remote`]): a server whose top model's trained
 //!   array is mirrored into a registered region per version ([`mirror`]
 //!   is the store's hook), clients that cache the models and read the
 //!   array with one one-sided READ, the pipelined bin RPC, and the
@@ -26,8 +26,7 @@
 //! See `docs/finestore.md` for the structures, byte counts, the RCU rule,
 //! the array layout, the protocol and the barrier's rule.
 
-pub mod bin;
-pub mod dist;
+pub mod level_bin;
 #[cfg(not(loom))]
 pub mod mirror;
 #[cfg(not(loom))]
@@ -36,9 +35,17 @@ mod model;
 pub mod node;
 pub mod rcu;
 pub mod record;
+pub mod remote;
 #[cfg(not(loom))]
 mod store;
 mod sync;
+
+/// Old path of [`level_bin`], kept one release for code still moving.
+#[doc(hidden)]
+pub use level_bin as bin;
+/// Old path of [`remote`], kept one release for code still moving.
+#[doc(hidden)]
+pub use remote as dist;
 
 #[cfg(not(loom))]
 pub use store::{FineStore, Hint, HintUse, Shape, Stats};

@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use learned::lpa::{Lpa, LpaParams};
 use learned::KeyIndex;
 
-use crate::bin::LevelBin;
+use crate::level_bin::LevelBin;
 use crate::mirror::Mirror;
 use crate::rcu::Slot;
 use crate::record::Record;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use learned::lpa::{Lpa, LpaParams};
 
-use crate::bin::{ChildWrite, LevelBin, Retired};
+use crate::level_bin::{ChildWrite, LevelBin, Retired};
 use crate::mirror::{Mirror, MirrorFactory};
 use crate::model::{Model, Succ, Under};
 use crate::rcu::ArcCell;

@@ -163,7 +163,7 @@ fn no_write_is_lost_and_none_waits_for_a_retraining() {
 /// its reports.
 #[test]
 fn the_barrier_frees_a_version_only_after_every_client_moved_on() {
-    use finestore::dist::barrier::Barrier;
+    use finestore::remote::barrier::Barrier;
     use loom::sync::atomic::{AtomicU64, Ordering};
 
     let mut builder = loom::model::Builder::new();
@@ -212,7 +212,7 @@ fn the_barrier_frees_a_version_only_after_every_client_moved_on() {
 /// and its next report is refused, so it cannot go on as if it held it.
 #[test]
 fn a_cut_off_client_is_refused_after_its_memory_is_freed() {
-    use finestore::dist::barrier::{Barrier, BarrierError};
+    use finestore::remote::barrier::{Barrier, BarrierError};
     use loom::sync::atomic::{AtomicU64, Ordering};
 
     let mut builder = loom::model::Builder::new();
@@ -250,10 +250,10 @@ fn a_cut_off_client_is_refused_after_its_memory_is_freed() {
 /// the second child becomes the first). The insert must land in a child
 /// that is in the root (never in the one taken out): the bin ends with
 /// exactly the expected entries. (Readers are left out to keep the
-/// model small; `tests/bin_children.rs` runs them against writers.)
+/// model small; `tests/level_bin_children.rs` runs them against writers.)
 #[test]
 fn a_child_write_is_never_lost_to_a_root_change() {
-    use finestore::bin::{ChildWrite, LevelBin};
+    use finestore::level_bin::{ChildWrite, LevelBin};
 
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(2);

@@ -16,7 +16,7 @@
 //! * [`view`] — the group's membership and epochs.
 //! * [`client`] — GET, PUT, DELETE, SCAN.
 //! * [`group`] — an in-process group with its failover coordinator.
-//! * [`multi`] — several in-process groups, keys hashed to groups.
+//! * [`hashed_groups`] — several in-process groups, keys hashed to groups.
 //! * [`etcd`], [`net`], [`node`] — groups of processes: the view and
 //!   leases in etcd, one endpoint to every node, and the index and data
 //!   server processes with their watcher (failover, joins).
@@ -28,8 +28,8 @@ pub mod client;
 pub mod error;
 pub mod etcd;
 pub mod group;
+pub mod hashed_groups;
 pub mod layout;
-pub mod multi;
 pub mod net;
 pub mod node;
 pub mod peer;
@@ -39,8 +39,12 @@ pub mod table;
 pub mod view;
 pub mod wire;
 
+/// Old path of [`hashed_groups`], kept one release for code still moving.
+#[doc(hidden)]
+pub use hashed_groups as multi;
+
 pub use client::{Client, ClientConfig, ClientStats, Pairs};
 pub use error::HiError;
 pub use group::{GroupConfig, HandlerWrap, LocalGroup};
-pub use multi::{group_of, LocalGroups, MultiClient};
+pub use hashed_groups::{group_of, LocalGroups, MultiClient};
 pub use view::{DataServer, GroupView, LocalMembership, Membership};

@@ -1,7 +1,7 @@
 //! Learned models for the learned cache (XStore §4-§5.1, Fig. 5-8).
 //!
 //! * [`linear`] — monotone least-squares lines, the sub-models.
-//! * [`router`] — the XModel's top model: compressed sub-model boundary
+//! * [`submodel_router`] — the XModel's top model: compressed sub-model boundary
 //!   keys, placed by training in [`xmodel`].
 //! * [`spline`] — monotone error-bounded splines; training uses one to
 //!   propose boundaries where the CDF bends.
@@ -47,25 +47,29 @@ pub mod lpa;
 pub mod pgm;
 pub mod plr;
 pub mod rmi;
-pub mod router;
 pub mod spline;
 pub mod submodel;
+pub mod submodel_router;
 pub mod tasks;
 pub mod tt;
 pub mod xindex;
 pub mod xmodel;
+
+/// Old path of [`submodel_router`], kept one release for code still moving.
+#[doc(hidden)]
+pub use submodel_router as router;
 
 pub use index::{
     check_keys, evaluate, train_to_budget, BudgetParams, Evaluation, IndexError, KeyIndex,
     ModelKind, PosRange,
 };
 pub use linear::Linear;
-pub use router::{Router, RouterError};
 pub use spline::{Knot, Spline};
 pub use submodel::{
     piece_of, Bent, Curve, ErrorCode, Knots, StepCode, SubModel, TwoPiece, FORMAT_BENT,
     FORMAT_KNOTS, FORMAT_LINE, FORMAT_TWO_PIECE, MAX_KNOTS_TT_LEN, MAX_TT_LEN, SUBMODEL_BYTES,
 };
+pub use submodel_router::{Router, RouterError};
 pub use tt::{TtEntry, TT_ENTRY_BYTES};
 pub use xmodel::{LeafInfo, ModelError, Prediction, TrainParams, XModel, MAX_SUBMODELS};
 

@@ -56,11 +56,11 @@ use std::sync::Mutex;
 
 use crate::linear::Linear;
 use crate::plr::Grower;
-use crate::router::Router;
 use crate::spline::{Knot, Spline};
 use crate::submodel::{
     piece_of, Bent, Curve, ErrorCode, Knots, SubModel, TwoPiece, MAX_KNOTS_TT_LEN, SUBMODEL_BYTES,
 };
+use crate::submodel_router::Router;
 use crate::tasks::{job, Job, Tasks};
 use crate::tt::{TtEntry, TT_ENTRY_BYTES};
 
@@ -2225,7 +2225,7 @@ impl XModel {
     /// 12               4      router bytes R
     /// 16               8      translation-table entries T (all sub-models)
     /// 24               R      router: group bases and distance units
-    ///                         (see crate::router)
+    ///                         (see crate::submodel_router)
     /// 24+R             14·M   sub-models (see crate::submodel)
     /// 24+R+14M         8·T    TT entries, sub-model by sub-model
     /// ```

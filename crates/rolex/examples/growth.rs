@@ -18,7 +18,7 @@ use std::time::Instant;
 use fabric::LocalFabric;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rolex::{multi, ComputeNode, LocalHost, MemoryNode, MultiNode, RolexConfig};
+use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RolexConfig};
 
 fn value(k: u64) -> u64 {
     k.rotate_left(17) ^ 0x5EED
@@ -62,13 +62,16 @@ fn main() {
     let inserts = &all[keys as usize..];
 
     let fabric = LocalFabric::new();
-    let ranges = multi::split(&loaded, nodes).expect("split");
+    let ranges = range_nodes::split(&loaded, nodes).expect("split");
     let mut memory = Vec::new();
     let mut retrainers = Vec::new();
     let mut compute = Vec::new();
-    for (part, &range) in multi::parts(&loaded, &ranges).into_iter().zip(&ranges) {
+    for (part, &range) in range_nodes::parts(&loaded, &ranges)
+        .into_iter()
+        .zip(&ranges)
+    {
         let node = fabric.add_node();
-        let host = LocalHost {
+        let host = fabric::LocalHost {
             fabric: fabric.clone(),
             node,
         };

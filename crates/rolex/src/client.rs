@@ -176,7 +176,7 @@ pub struct ComputeNode {
     smallest: Vec<u64>,
     /// The keys the memory node holds, `(low, high)` inclusive: the first
     /// model's smallest key and the last one's largest (the whole key
-    /// space unless the node is one of a pool, [`crate::multi`]).
+    /// space unless the node is one of a pool, [`crate::range_nodes`]).
     range: (u64, u64),
     models: Vec<RwLock<ModelCache>>,
     /// Chain locks by (block, LT entry).

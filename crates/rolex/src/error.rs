@@ -50,7 +50,7 @@ pub enum RolexError {
         model: usize,
     },
     /// A key outside the memory node's range (one node of a pool holds
-    /// only its share of the key space, [`crate::multi`]).
+    /// only its share of the key space, [`crate::range_nodes`]).
     #[error("key {key} outside the memory node's range [{low}, {high}]")]
     OutOfRange {
         /// The key.

@@ -16,7 +16,7 @@
 //!   chain repaired, so a crashed compute node never blocks a chain; owner
 //!   ids leased, given back and taken back, so any number of clients may
 //!   come and go.
-//! * [`multi`] — several memory nodes (§3.6): the key space split into
+//! * [`range_nodes`] — several memory nodes (§3.6): the key space split into
 //!   ranges, each with its own regions, models and retrainer, and a
 //!   compute node that sends each operation to the node of its key.
 //!
@@ -30,14 +30,20 @@ pub mod error;
 pub mod layout;
 pub mod lease;
 pub mod memory;
-pub mod multi;
 pub mod node;
+pub mod range_nodes;
 pub mod retrain;
+
+/// Old path of [`range_nodes`], kept one release for code still moving.
+#[doc(hidden)]
+pub use range_nodes as multi;
 
 pub use client::{Client, ClientStats, ComputeNode};
 pub use error::RolexError;
-pub use memory::{
-    LocalHost, MemoryNode, RegionHost, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION,
-};
-pub use multi::{MultiClient, MultiNode};
+/// Old paths of [`fabric::LocalHost`] and [`fabric::RegionHost`], kept one
+/// release for code still moving.
+#[doc(hidden)]
+pub use memory::{LocalHost, RegionHost};
+pub use memory::{MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION};
+pub use range_nodes::{MultiClient, MultiNode};
 pub use retrain::{RetrainStats, Retrainer};

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use fabric::{FabricError, LocalFabric, NodeId, Region, RegionId, Rights};
+use fabric::{Region, RegionId, Rights};
 use learned::plr::{Plr, PlrParams};
 
 use crate::error::RolexError;
@@ -90,50 +90,11 @@ impl Default for RolexConfig {
     }
 }
 
-/// Where a memory node's regions come from and how verbs reach them.
-pub trait RegionHost {
-    /// Memory for region `id` (heap by default; file-backed for `shm`).
-    fn alloc(&self, id: RegionId, bytes: u64, rights: Rights) -> Result<Arc<Region>, FabricError> {
-        fabric::heap_region(id, bytes, rights)
-    }
-    /// Makes `region` reachable by verbs.
-    fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
-    /// A handle the memory node keeps to add leaf regions later; `None`
-    /// (the default): the leaf space never grows past the first region.
-    fn shared(&self) -> Option<Arc<dyn RegionHost + Send + Sync>> {
-        None
-    }
-}
-
-/// A node of a [`LocalFabric`].
-#[derive(Clone)]
-pub struct LocalHost {
-    /// The fabric.
-    pub fabric: LocalFabric,
-    /// The memory node's node.
-    pub node: NodeId,
-}
-
-impl RegionHost for LocalHost {
-    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-        self.fabric.register(self.node, region)
-    }
-    fn shared(&self) -> Option<Arc<dyn RegionHost + Send + Sync>> {
-        Some(Arc::new(self.clone()))
-    }
-}
-
-impl RegionHost for fabric::Host {
-    fn alloc(&self, id: RegionId, bytes: u64, rights: Rights) -> Result<Arc<Region>, FabricError> {
-        self.alloc_region(id, bytes, rights)
-    }
-    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-        fabric::Host::register(self, region)
-    }
-    fn shared(&self) -> Option<Arc<dyn RegionHost + Send + Sync>> {
-        Some(Arc::new(self.clone()))
-    }
-}
+/// Where a memory node's regions come from and how verbs reach them: the
+/// one trait every system uses, and a node of a [`fabric::LocalFabric`]. These
+/// paths are kept one release for code still moving.
+#[doc(hidden)]
+pub use fabric::{LocalHost, RegionHost};
 
 /// A ROLEX memory node: the two registered regions and their contents.
 pub struct MemoryNode {
@@ -151,7 +112,7 @@ pub struct MemoryNode {
     pub(crate) blocks_end: u64,
     pub(crate) space: LeafSpace,
     /// Where added leaf regions come from (none: no growth).
-    pub(crate) host: Option<Arc<dyn RegionHost + Send + Sync>>,
+    pub(crate) host: Option<Arc<dyn RegionHost>>,
     /// Each model's block as laid out at load (offset, head, pieces): the
     /// retrainer's own copy, never read back from the client-writable
     /// table region.
@@ -258,7 +219,7 @@ impl MemoryNode {
     }
 
     /// Like [`MemoryNode::load`], for the memory node of a pool of several
-    /// (§3.6, [`crate::multi`]) that holds the keys in `range` (`(low,
+    /// (§3.6, [`crate::range_nodes`]) that holds the keys in `range` (`(low,
     /// high)`, inclusive) and no others: its first model and trained leaf
     /// start at `low`, its last end at `high`, so a compute node reads the
     /// range off the models it caches. Every pair must lie in `range`.

@@ -58,7 +58,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fabric::{Region, Rights};
+use fabric::{Region, RegionHost, Rights};
 
 use crate::error::RolexError;
 use crate::layout::{
@@ -67,7 +67,7 @@ use crate::layout::{
     FIRST_LEAVES_WORD, MAX_ADDED_REGIONS, MAX_LEAVES_WORD, NO_LEAF, SLT_SLOTS,
 };
 use crate::lease::{LockWord, LogLayout, RedoRecord, Target, MAX_LOCK_LEASE_MS, MEMORY_OWNER};
-use crate::memory::{write_block, MemoryNode, RegionHost};
+use crate::memory::{write_block, MemoryNode};
 
 /// How long the retrainer waits for a writer's lock before it gives the
 /// model up (the writer's lock then stays the writer's): well above any
@@ -360,7 +360,7 @@ impl MemoryNode {
 /// (docs/rolex.md, "The leaf allocator is the memory node's").
 struct Keeper {
     /// Where added regions come from (none: the leaves never grow).
-    host: Option<Arc<dyn RegionHost + Send + Sync>>,
+    host: Option<Arc<dyn RegionHost>>,
     space: LeafSpace,
     regions: Arc<RwLock<Vec<Arc<Region>>>>,
     own: Arc<Own>,

@@ -22,8 +22,8 @@ use rolex::layout::{
 };
 use rolex::lease::{LockWord, LogLayout, OwnerWord, MAX_LOCK_LEASE_MS};
 use rolex::{
-    ComputeNode, LocalHost, MemoryNode, Retrainer, RolexConfig, RolexError, LEAF_REGION,
-    LOG_REGION, TABLE_REGION,
+    ComputeNode, MemoryNode, Retrainer, RolexConfig, RolexError, LEAF_REGION, LOG_REGION,
+    TABLE_REGION,
 };
 
 /// A loaded memory node with its retrainer, and the keys it holds.
@@ -42,7 +42,7 @@ struct Store {
 fn store(owner_lease_ms: u16) -> Store {
     let fabric = LocalFabric::new();
     let node = fabric.add_node();
-    let host = LocalHost {
+    let host = fabric::LocalHost {
         fabric: fabric.clone(),
         node,
     };

@@ -16,7 +16,7 @@ use std::sync::{Arc, Barrier};
 use fabric::{Adversary, LocalFabric};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rolex::{multi, ComputeNode, LocalHost, MemoryNode, MultiNode, RolexConfig};
+use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RolexConfig};
 
 use testkit::seed;
 
@@ -138,13 +138,16 @@ fn run(memory_nodes: usize) {
         .filter(|k| k.is_multiple_of(STABLE) || rng.random_range(0..3) == 0)
         .map(|k| (k, value(k, 0)))
         .collect();
-    let ranges = multi::split(&loaded, memory_nodes).unwrap();
+    let ranges = range_nodes::split(&loaded, memory_nodes).unwrap();
     let mut nodes = Vec::new();
     let mut mems = Vec::new();
     let mut retrainers = Vec::new();
-    for (part, &range) in multi::parts(&loaded, &ranges).into_iter().zip(&ranges) {
+    for (part, &range) in range_nodes::parts(&loaded, &ranges)
+        .into_iter()
+        .zip(&ranges)
+    {
         let node = fabric.add_node();
-        let host = LocalHost {
+        let host = fabric::LocalHost {
             fabric: fabric.clone(),
             node,
         };

@@ -12,13 +12,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rolex::layout::{LeafImage, LeafLayout, LeafReject};
 use rolex::lease::{LogLayout, OwnerWord, DEFAULT_LEASE_MS, MIN_OWNER_LEASE_MS};
-use rolex::{ComputeNode, LocalHost, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION};
+use rolex::{ComputeNode, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION};
 use testkit::seed;
 use testkit::stall::{Cut, StallEndpoint};
 
 fn load(fabric: &LocalFabric, pairs: &[(u64, u64)], config: RolexConfig) -> (NodeId, MemoryNode) {
     let node = fabric.add_node();
-    let host = LocalHost {
+    let host = fabric::LocalHost {
         fabric: fabric.clone(),
         node,
     };
@@ -365,7 +365,7 @@ fn growth_on_two_memory_nodes_keeps_every_key_and_few_leaves_per_get() {
     let value = |k: u64| k.rotate_left(7) ^ seed;
     let mut loaded: Vec<(u64, u64)> = all[..2000].iter().map(|&k| (k, value(k))).collect();
     loaded.sort_unstable();
-    let ranges = rolex::multi::split(&loaded, 2).unwrap();
+    let ranges = rolex::range_nodes::split(&loaded, 2).unwrap();
     let mut memory = Vec::new();
     let mut retrainers = Vec::new();
     let mut compute = Vec::new();
@@ -374,12 +374,12 @@ fn growth_on_two_memory_nodes_keeps_every_key_and_few_leaves_per_get() {
         leaf_chunk: 1024,
         ..RolexConfig::default()
     };
-    for (part, &range) in rolex::multi::parts(&loaded, &ranges)
+    for (part, &range) in rolex::range_nodes::parts(&loaded, &ranges)
         .into_iter()
         .zip(&ranges)
     {
         let node = fabric.add_node();
-        let host = LocalHost {
+        let host = fabric::LocalHost {
             fabric: fabric.clone(),
             node,
         };

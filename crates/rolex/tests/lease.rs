@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 use fabric::{Adversary, Batch, Counters, Endpoint, FabricError, LocalFabric, NodeId, OpKind};
 use rolex::layout::{LeafImage, LeafLayout, LeafReject};
 use rolex::lease::DEFAULT_LEASE_MS;
-use rolex::{
-    Client, ComputeNode, LocalHost, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION,
-};
+use rolex::{Client, ComputeNode, MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION};
 use testkit::seed;
 use testkit::stall::{Cut, StallEndpoint};
 
@@ -42,7 +40,7 @@ fn pool_with(seed: u64, retrain_at: u64) -> Pool {
         ..Adversary::default()
     });
     let node = fabric.add_node();
-    let host = LocalHost {
+    let host = fabric::LocalHost {
         fabric: fabric.clone(),
         node,
     };

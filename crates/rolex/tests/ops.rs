@@ -2,7 +2,7 @@
 //! and verbs, with the models and leaf tables cached.
 
 use fabric::{Counters, LocalFabric};
-use rolex::{Client, ComputeNode, LocalHost, MemoryNode, RolexConfig};
+use rolex::{Client, ComputeNode, MemoryNode, RolexConfig};
 
 type Ep = fabric::LocalEndpoint;
 
@@ -15,7 +15,7 @@ fn setup(n: u64, config: RolexConfig) -> (LocalFabric, MemoryNode, Client<Ep>) {
 fn load(pairs: &[(u64, u64)], config: RolexConfig) -> (LocalFabric, MemoryNode, Client<Ep>) {
     let fabric = LocalFabric::new();
     let node = fabric.add_node();
-    let host = LocalHost {
+    let host = fabric::LocalHost {
         fabric: fabric.clone(),
         node,
     };

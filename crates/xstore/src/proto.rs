@@ -531,7 +531,7 @@ impl Meta {
 /// 0       8     model version
 /// 8       4     sub-models M
 /// 12      4     router bytes R
-/// 16      R     the router: group bases and distance units (learned::router)
+/// 16      R     the router: group bases and distance units (learned::submodel_router)
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopPayload {

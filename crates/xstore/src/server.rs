@@ -23,7 +23,7 @@
 //! # Growth
 //!
 //! Leaves live in chunk regions ([`xtree::chunks`]) that the tree adds as it
-//! grows; each is allocated and registered through the [`Registrar`] before
+//! grows; each is allocated and registered through the [`RegionHost`] before
 //! any leaf in it is linked, so clients (which compute a leaf's chunk by the
 //! rule META publishes) can always read the leaves they are pointed at.
 //! Inserts fail with [`Status::Full`] only at [`ServerConfig::max_leaf_bytes`]
@@ -37,7 +37,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fabric::{FabricError, Region, RegionId, RpcHandler};
+use fabric::{FabricError, Region, RegionHost, RegionId, RpcHandler};
 use learned::{TrainParams, TtEntry, XModel};
 use xtree::{Insert, XTree, XTreeConfig, XTreeError};
 
@@ -120,27 +120,15 @@ impl Admitted {
     }
 }
 
-/// Where the server registers the regions clients read.
-pub trait Registrar: Send + Sync {
-    /// Memory for a region this server will register (heap by default; a
-    /// file for the shared-memory backend).
-    fn alloc(
-        &self,
-        id: RegionId,
-        bytes: u64,
-        rights: fabric::Rights,
-    ) -> Result<Arc<Region>, FabricError> {
-        fabric::heap_region(id, bytes, rights)
-    }
-    /// Makes `region` readable by clients.
-    fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
-    /// Withdraws a region (later verbs to it fail alone).
-    fn deregister(&self, id: RegionId);
-}
+/// Where the server registers the regions clients read: the one trait
+/// every system uses, [`fabric::RegionHost`]. This name is kept one
+/// release for code still moving.
+#[doc(hidden)]
+pub use fabric::RegionHost as Registrar;
 
-/// Makes the tree's leaf chunks through a [`Registrar`] and registers
+/// Makes the tree's leaf chunks through a [`RegionHost`] and registers
 /// each as it is made.
-struct RegistrarSink(Arc<dyn Registrar>);
+struct RegistrarSink(Arc<dyn RegionHost>);
 
 impl xtree::LeafSink for RegistrarSink {
     fn alloc(&self, id: RegionId, bytes: u64) -> Result<Arc<Region>, FabricError> {
@@ -160,40 +148,11 @@ impl xtree::LeafSink for RegistrarSink {
     }
 }
 
-/// Registers on one node of a [`fabric::LocalFabric`].
-pub struct LocalRegistrar {
-    /// The fabric.
-    pub fabric: fabric::LocalFabric,
-    /// The server's node.
-    pub node: fabric::NodeId,
-}
-
-impl Registrar for fabric::Host {
-    fn alloc(
-        &self,
-        id: RegionId,
-        bytes: u64,
-        rights: fabric::Rights,
-    ) -> Result<Arc<Region>, FabricError> {
-        self.alloc_region(id, bytes, rights)
-    }
-    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-        fabric::Host::register(self, region)
-    }
-    fn deregister(&self, id: RegionId) {
-        fabric::Host::deregister(self, id)
-    }
-}
-
-impl Registrar for LocalRegistrar {
-    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-        self.fabric.register(self.node, region)
-    }
-    fn deregister(&self, id: RegionId) {
-        // Deregistering an unknown region is not an error worth reporting.
-        let _ = self.fabric.deregister(self.node, id);
-    }
-}
+/// Registers on one node of a [`fabric::LocalFabric`]: the fabric's
+/// [`fabric::LocalHost`], under the name kept one release for code still
+/// moving.
+#[doc(hidden)]
+pub use fabric::LocalHost as LocalRegistrar;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -358,7 +317,7 @@ struct Shared {
     resizing: AtomicBool,
     resize: Resize,
     full_log: Mutex<FullLog>,
-    registrar: Arc<dyn Registrar>,
+    registrar: Arc<dyn RegionHost>,
     counters: Counters,
     durable: Option<crate::durable::Durable>,
     recovery: Option<crate::durable::RecoveryReport>,
@@ -388,7 +347,7 @@ impl Server {
     pub fn start(
         config: ServerConfig,
         pairs: &[(u64, u64)],
-        registrar: Arc<dyn Registrar>,
+        registrar: Arc<dyn RegionHost>,
     ) -> Result<Server, ServerError> {
         config.validate()?;
         if config.submodel_keys == 0 {
@@ -532,7 +491,7 @@ impl Server {
         fabric: &fabric::LocalFabric,
         node: fabric::NodeId,
     ) -> Result<Server, ServerError> {
-        let registrar = Arc::new(LocalRegistrar {
+        let registrar = Arc::new(fabric::LocalHost {
             fabric: fabric.clone(),
             node,
         });

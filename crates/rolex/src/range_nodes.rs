@@ -21,15 +21,15 @@
 //! node's range goes on at the start of the next node's.
 //!
 //! ```
-//! use fabric::{Endpoint, LocalFabric};
-//! use rolex::{multi, ComputeNode, LocalHost, MemoryNode, MultiNode, RolexConfig};
+//! use fabric::{Endpoint, LocalFabric, LocalHost};
+//! use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RolexConfig};
 //!
 //! let pairs: Vec<(u64, u64)> = (1..=1000).map(|k| (k * 10, k)).collect();
 //! let fabric = LocalFabric::new();
-//! let ranges = multi::split(&pairs, 2).unwrap();
+//! let ranges = range_nodes::split(&pairs, 2).unwrap();
 //! let mut memory = Vec::new();
 //! let mut compute = Vec::new();
-//! for (part, &range) in multi::parts(&pairs, &ranges).into_iter().zip(&ranges) {
+//! for (part, &range) in range_nodes::parts(&pairs, &ranges).into_iter().zip(&ranges) {
 //!     let node = fabric.add_node();
 //!     let host = LocalHost { fabric: fabric.clone(), node };
 //!     memory.push(MemoryNode::load_range(part, RolexConfig::default(), range, &host).unwrap());

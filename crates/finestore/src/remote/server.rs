@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fabric::{FabricError, LocalFabric, NodeId, Region, RegionId, Rights, RpcHandler};
+use fabric::{FabricError, Region, RegionId, Rights, RpcHandler};
 use learned::lpa::Lpa;
 
 use super::barrier::{Barrier, BarrierError};
@@ -19,48 +19,11 @@ use super::proto::{reply_header, reply_word, Op, PublishedMsg, Request, Status, 
 use crate::mirror::{Mirror, MirrorFactory};
 use crate::{Config, FineError, FineStore, Hint, HintUse};
 
-/// Where the server's regions are registered.
-pub trait RegionHost: Send + Sync {
-    /// Memory for region `id`.
-    fn alloc(&self, id: RegionId, bytes: u64) -> Result<Arc<Region>, FabricError> {
-        fabric::heap_region(id, bytes, Rights::READ)
-    }
-    /// Makes `region` readable by clients.
-    fn register(&self, region: Arc<Region>) -> Result<(), FabricError>;
-    /// Takes region `id` away: later READs of it fail.
-    fn deregister(&self, id: RegionId);
-}
-
-/// A node of a [`LocalFabric`].
-#[derive(Clone)]
-pub struct LocalHost {
-    /// The fabric.
-    pub fabric: LocalFabric,
-    /// The server's node.
-    pub node: NodeId,
-}
-
-impl RegionHost for LocalHost {
-    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-        self.fabric.register(self.node, region)
-    }
-    fn deregister(&self, id: RegionId) {
-        // Removing an id that is not there is not an error on this fabric.
-        let _ = self.fabric.deregister(self.node, id);
-    }
-}
-
-impl RegionHost for fabric::Host {
-    fn alloc(&self, id: RegionId, bytes: u64) -> Result<Arc<Region>, FabricError> {
-        self.alloc_region(id, bytes, Rights::READ)
-    }
-    fn register(&self, region: Arc<Region>) -> Result<(), FabricError> {
-        fabric::Host::register(self, region)
-    }
-    fn deregister(&self, id: RegionId) {
-        fabric::Host::deregister(self, id)
-    }
-}
+/// Where the server's regions are registered: the one trait every system
+/// uses, and a node of a [`fabric::LocalFabric`]. These paths are kept one
+/// release for code still moving.
+#[doc(hidden)]
+pub use fabric::{LocalHost, RegionHost};
 
 /// Settings of a [`Server`].
 #[derive(Debug, Clone, Copy)]
@@ -255,7 +218,7 @@ impl MirrorFactory for Factory {
         let region_err = |e: FabricError| FineError::Config(format!("array region: {e}"));
         let region = s
             .host
-            .alloc(id, region_bytes(keys.len()))
+            .alloc(id, region_bytes(keys.len()), Rights::READ)
             .map_err(region_err)?;
         ArrayWriter {
             region: &region,

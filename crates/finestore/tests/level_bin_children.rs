@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use finestore::bin::{ChildWrite, LevelBin};
+use finestore::level_bin::{ChildWrite, LevelBin};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -11,10 +11,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fabric::{Adversary, Endpoint, LocalEndpoint, LocalFabric};
-use finestore::dist::client::Client;
-use finestore::dist::proto::{Op, Reply, Request, Status};
-use finestore::dist::server::{LocalHost, Server, ServerConfig};
+use fabric::{Adversary, Endpoint, LocalEndpoint, LocalFabric, LocalHost};
+use finestore::remote::client::Client;
+use finestore::remote::proto::{Op, Reply, Request, Status};
+use finestore::remote::server::{Server, ServerConfig};
 use finestore::Config;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -170,8 +170,9 @@ fn clients_agree_with_a_btreemap_while_the_server_retrains() {
         );
     }
     let stats: Vec<_> = clients.iter().map(|c| c.stats()).collect();
-    let total =
-        |f: fn(&finestore::dist::client::ClientStats) -> u64| -> u64 { stats.iter().map(f).sum() };
+    let total = |f: fn(&finestore::remote::client::ClientStats) -> u64| -> u64 {
+        stats.iter().map(f).sum()
+    };
     assert!(
         server.stats().versions > 2,
         "retrainings published: {:?}",
