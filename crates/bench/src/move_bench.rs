@@ -180,7 +180,7 @@ pub fn run(
     let system = crate::ClusterSystem::new(&options.url, None, xstore::CacheMode::Full, 1)
         .map_err(|source| MoveBenchError::Load {
             what: "connecting to the cluster",
-            source,
+            source: source.into(),
         })?;
     let mover = Mover {
         etcd: cluster::Etcd::connect(&options.url)?,
