@@ -1,13 +1,16 @@
 //! Range-partitioned XStore across server processes (§5.5): the shard map
-//! (key ranges → server), server membership under leases, and a watch on
-//! the map, all kept in etcd; plus the process helper that starts etcd.
+//! (key ranges → server) kept in etcd, fenced ownership changes and a
+//! watch on the map. Server membership under leases, etcd credentials and
+//! the etcd process helper are the generic pieces of the `coord` crate,
+//! re-exported here ([`Etcd`] wraps [`coord::Etcd`]).
 //!
 //! * [`map`] — [`ShardMap`] and the JSON it is stored as.
-//! * [`auth`] — etcd credentials ([`EtcdAuth`]) and the seal a member
-//!   entry carries ([`MemberSeal`]).
+//! * [`auth`] — re-exports etcd credentials ([`EtcdAuth`]) and the seal a
+//!   member entry carries ([`MemberSeal`]).
 //! * [`etcd`] — [`Etcd`]: the blocking API over etcd (map, fenced
 //!   ownership changes, registration, watch).
-//! * [`process`] — [`EtcdProcess`]: a single-member etcd on loopback.
+//! * [`process`] — re-exports [`EtcdProcess`]: a single-member etcd on
+//!   loopback.
 //! * [`shard`] — the server side: [`Shard`] registers a server and keeps
 //!   its [`Ownership`] (an [`xstore::Fence`]) on the current map.
 //! * [`router`] — the client side: [`Router`] sends each request to the
@@ -15,7 +18,7 @@
 //! * [`moves`] — online range moves: freeze, copy, commit.
 //! * [`rebalance`] — moves keys off the busiest server by measured load.
 //!
-//! The rest of the workspace is synchronous; tokio stays inside [`etcd`].
+//! The rest of the workspace is synchronous; tokio stays inside `coord`.
 
 pub mod auth;
 pub mod etcd;
@@ -28,6 +31,8 @@ pub mod shard;
 
 pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR};
 pub use etcd::{ClusterUrl, Etcd, EtcdError, MapWatch, Registration};
+/// The generic coordination crate, for users that reach it through the cluster.
+pub use coord;
 pub use map::{Member, Range, ShardMap};
 pub use moves::{move_range, MoveError, MoveReport};
 pub use process::{etcd_binary, etcd_for_test, EtcdProcess};
@@ -95,4 +100,26 @@ pub enum ClusterError {
     /// A local I/O error (spawning, runtime threads).
     #[error("i/o: {0}")]
     Io(std::io::Error),
+}
+
+/// The coordination layer's errors, each as the cluster's variant of the
+/// same name (a bad server id is an invalid map, as it always was here).
+impl From<coord::CoordError> for ClusterError {
+    fn from(e: coord::CoordError) -> ClusterError {
+        use coord::CoordError as C;
+        match e {
+            C::Url(url, why) => ClusterError::Url(url, why),
+            C::Etcd(e) => ClusterError::Etcd(e),
+            C::Timeout(t) => ClusterError::Timeout(t),
+            C::BadValue { key, reason } => ClusterError::BadValue { key, reason },
+            C::Fenced { expected, current } => ClusterError::Fenced { expected, current },
+            C::BadId(id) => ClusterError::InvalidMap(format!("bad server id {id:?}")),
+            C::AlreadyRegistered(id) => ClusterError::AlreadyRegistered(id),
+            C::WatchEnded(why) => ClusterError::WatchEnded(why),
+            C::NoEtcd => ClusterError::NoEtcd,
+            C::EtcdExited(why) => ClusterError::EtcdExited(why),
+            C::Auth(why) => ClusterError::Auth(why),
+            C::Io(e) => ClusterError::Io(e),
+        }
+    }
 }
