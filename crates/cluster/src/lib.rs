@@ -31,8 +31,6 @@ pub mod shard;
 
 pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR};
 pub use etcd::{ClusterUrl, Etcd, EtcdError, MapWatch, Registration};
-/// The generic coordination crate, for users that reach it through the cluster.
-pub use coord;
 pub use map::{Member, Range, ShardMap};
 pub use moves::{move_range, MoveError, MoveReport};
 pub use process::{etcd_binary, etcd_for_test, EtcdProcess};
@@ -121,5 +119,37 @@ impl From<coord::CoordError> for ClusterError {
             C::Auth(why) => ClusterError::Auth(why),
             C::Io(e) => ClusterError::Io(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClusterError;
+    use coord::CoordError;
+
+    #[test]
+    fn coordination_errors_become_the_cluster_variant_of_the_same_name() {
+        let fenced = ClusterError::from(CoordError::Fenced {
+            expected: 3,
+            current: 5,
+        });
+        assert!(matches!(
+            fenced,
+            ClusterError::Fenced {
+                expected: 3,
+                current: 5
+            }
+        ));
+        // As the cluster always said it: the map's words.
+        assert_eq!(
+            fenced.to_string(),
+            "the shard map changed (read at revision 3, now 5); nothing written"
+        );
+        let bad = ClusterError::from(CoordError::BadId("a/b".into()));
+        assert_eq!(bad.to_string(), "invalid shard map: bad server id \"a/b\"");
+        let taken = ClusterError::from(CoordError::AlreadyRegistered("s0".into()));
+        assert!(matches!(taken, ClusterError::AlreadyRegistered(id) if id == "s0"));
+        let ended = ClusterError::from(CoordError::WatchEnded("stream closed".into()));
+        assert_eq!(ended.to_string(), "map watch ended: stream closed");
     }
 }

@@ -719,12 +719,7 @@ impl Etcd {
     /// membership only says where a live server listens, ownership lives in
     /// the system's fenced records (a shard map, a group view), so coming
     /// back changes no ownership.
-    pub fn register(
-        &self,
-        id: &str,
-        url: &str,
-        ttl: Duration,
-    ) -> Result<Registration, CoordError> {
+    pub fn register(&self, id: &str, url: &str, ttl: Duration) -> Result<Registration, CoordError> {
         if !valid_id(id) {
             return Err(CoordError::BadId(id.to_string()));
         }

@@ -107,7 +107,10 @@ fn read_lines(out: ChildStdout, tx: SyncSender<String>) {
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        match (&mut reader).take(MAX_LINE as u64).read_until(b'\n', &mut buf) {
+        match (&mut reader)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut buf)
+        {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
@@ -445,7 +448,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(lines, ["one", "listening on x", "serving now"]);
-        assert_eq!(c.lines().recv_timeout(Duration::from_secs(30)).unwrap(), "after");
+        assert_eq!(
+            c.lines().recv_timeout(Duration::from_secs(30)).unwrap(),
+            "after"
+        );
         let pid = c.id();
         drop(c);
         assert!(!alive(pid), "killed and reaped on drop");

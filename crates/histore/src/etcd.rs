@@ -92,8 +92,8 @@ impl EtcdMembership {
     /// with the etcd credentials `XSTORE_ETCD_AUTH_FILE` names, if set
     /// (see [`coord::EtcdAuth`]).
     pub fn connect(url: &str, group: &str) -> Result<EtcdMembership, HiError> {
-        let creds = coord::EtcdAuth::from_env()
-            .map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
+        let creds =
+            coord::EtcdAuth::from_env().map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
         Self::connect_as(url, group, creds)
     }
 
