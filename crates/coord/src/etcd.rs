@@ -266,6 +266,7 @@ fn prefix_end(key: &[u8]) -> Vec<u8> {
         Some(i) => {
             let mut end = key[..=i].to_vec();
             end[i] += 1;
+            assert!(end.as_slice() > key, "a prefix's end sorts after it");
             end
         }
         None => vec![0],
@@ -340,6 +341,10 @@ impl std::str::FromStr for ClusterUrl {
         } else {
             format!("/{path}/")
         };
+        assert!(
+            prefix.len() >= 2 && prefix.starts_with('/') && prefix.ends_with('/'),
+            "a key prefix starts and ends with /: {prefix:?}"
+        );
         Ok(ClusterUrl {
             endpoint: endpoint.to_string(),
             prefix,
@@ -753,66 +758,36 @@ impl Etcd {
             .ok_or_else(|| CoordError::AlreadyRegistered(id.to_string()))?;
         let current = Arc::new(std::sync::atomic::AtomicI64::new(lease));
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let rpc = self.rpc.clone();
-        let id_owned = id.to_string();
-        let shared = current.clone();
-        let renewed_task = renewed.clone();
-        let bound = self.timeout;
+        let keep = Keep {
+            rpc: self.rpc.clone(),
+            id: id.to_string(),
+            key,
+            entry,
+            ttl_s,
+            bound: self.timeout,
+            base,
+            lease_now: current.clone(),
+            renewed: renewed.clone(),
+        };
         self.rt.spawn(async move {
-            use std::sync::atomic::Ordering;
             let (mut lease, mut value) = (lease, value);
             loop {
                 let own = Own {
-                    id: &id_owned,
-                    key: &key,
+                    id: &keep.id,
+                    key: &keep.key,
                     value: &value,
                     lease,
                 };
                 tokio::select! {
                     _ = &mut stop_rx => break,
-                    () = renew(&rpc, &own, ttl_s, &renewed_task, base) => {}
+                    () = renew(&keep.rpc, &own, keep.ttl_s, &keep.renewed, keep.base) => {}
                 }
-                // The lease is gone: register again, bounded by the stop
-                // signal, backing off up to a TTL between tries.
-                let mut pause = Duration::from_millis(100);
-                loop {
-                    tokio::select! {
-                        _ = &mut stop_rx => return,
-                        _ = tokio::time::sleep(pause) => {}
-                    }
-                    let asked_at = base.elapsed().as_millis() as u64;
-                    let again = tokio::time::timeout(
-                        bound,
-                        put_member(rpc.clone(), key.clone(), entry.clone(), ttl_s, Some(value.clone())),
-                    )
-                    .await;
-                    match again {
-                        Ok(Ok(Some((l, v)))) => {
-                            value = v;
-                            // The old lease holds nothing now; if etcd
-                            // still keeps it, let it go.
-                            let _ = tokio::time::timeout(bound, rpc.lease_revoke(lease)).await;
-                            lease = l;
-                            shared.store(l, Ordering::Relaxed);
-                            renewed_task.store(asked_at, Ordering::Release);
-                            tracing::warn!(id = id_owned, lease = l, "registered again after the lease lapsed");
-                            break;
-                        }
-                        Ok(Ok(None)) => {
-                            tracing::error!(
-                                id = id_owned,
-                                "another process registered this id while the lease was lapsed: not coming back"
-                            );
-                            return;
-                        }
-                        other => {
-                            tracing::warn!(id = id_owned, ?other, "registering again failed; retrying");
-                            pause = (pause * 2).min(Duration::from_secs(ttl_s as u64));
-                        }
-                    }
+                match register_again(&keep, lease, &value, &mut stop_rx).await {
+                    Some((l, v)) => (lease, value) = (l, v),
+                    None => return,
                 }
             }
-            let _ = tokio::time::timeout(bound, rpc.lease_revoke(lease)).await;
+            let _ = tokio::time::timeout(keep.bound, keep.rpc.lease_revoke(lease)).await;
         });
         Ok(Registration {
             stop: Some(stop_tx),
@@ -940,6 +915,78 @@ async fn put_member(
     }
     let _ = rpc.lease_revoke(lease).await;
     Ok(None)
+}
+
+/// What the background task of a registration keeps.
+struct Keep {
+    rpc: Rpc,
+    id: String,
+    key: String,
+    entry: Entry,
+    ttl_s: i64,
+    /// The bound on each request.
+    bound: Duration,
+    /// Freshness is measured in milliseconds after this.
+    base: std::time::Instant,
+    /// The current lease, shared with the [`Registration`].
+    lease_now: Arc<std::sync::atomic::AtomicI64>,
+    /// When the last grant or renewal that succeeded was asked for.
+    renewed: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The lease `lease` of the entry `value` is gone: registers again,
+/// bounded by the stop signal, backing off up to a TTL between tries. The
+/// new lease and entry, or `None` if stopped or another process took the
+/// id meanwhile.
+async fn register_again(
+    keep: &Keep,
+    lease: i64,
+    value: &[u8],
+    stop_rx: &mut tokio::sync::oneshot::Receiver<()>,
+) -> Option<(i64, Vec<u8>)> {
+    use std::sync::atomic::Ordering;
+    let (id, bound) = (&keep.id, keep.bound);
+    let mut pause = Duration::from_millis(100);
+    loop {
+        tokio::select! {
+            _ = &mut *stop_rx => return None,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        let asked_at = keep.base.elapsed().as_millis() as u64;
+        let again = tokio::time::timeout(
+            bound,
+            put_member(
+                keep.rpc.clone(),
+                keep.key.clone(),
+                keep.entry.clone(),
+                keep.ttl_s,
+                Some(value.to_vec()),
+            ),
+        )
+        .await;
+        match again {
+            Ok(Ok(Some((l, v)))) => {
+                // The old lease holds nothing now; if etcd still keeps
+                // it, let it go.
+                let _ = tokio::time::timeout(bound, keep.rpc.lease_revoke(lease)).await;
+                keep.lease_now.store(l, Ordering::Relaxed);
+                keep.renewed.store(asked_at, Ordering::Release);
+                tracing::warn!(id, lease = l, "registered again after the lease lapsed");
+                return Some((l, v));
+            }
+            Ok(Ok(None)) => {
+                tracing::error!(
+                    id,
+                    "another process registered this id while the lease was lapsed: not coming back"
+                );
+                return None;
+            }
+            other => {
+                tracing::warn!(id, ?other, "registering again failed; retrying");
+                pause = (pause * 2).min(Duration::from_secs(keep.ttl_s as u64));
+            }
+        }
+    }
 }
 
 /// What a registered server wrote: its id, member key, entry and lease.

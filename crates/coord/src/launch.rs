@@ -231,6 +231,10 @@ impl Launched {
                         seen.pop_front();
                     }
                     seen.push_back(line);
+                    assert!(
+                        seen.len() <= MAX_LINES_BEFORE_BANNER,
+                        "lines kept are bounded"
+                    );
                     if found {
                         return Ok(Some(seen.into()));
                     }

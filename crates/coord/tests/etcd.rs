@@ -120,6 +120,11 @@ fn urls_parse() {
     let u: coord::ClusterUrl = "etcd://127.0.0.1:2379/a/b".parse().unwrap();
     assert_eq!(u.prefix, "/a/b/");
     assert_eq!(u.endpoint, "127.0.0.1:2379");
+    // Slashes around the path are trimmed; doubled ones inside kept.
+    let u: coord::ClusterUrl = "etcd://h:1//a//".parse().unwrap();
+    assert_eq!(u.prefix, "/a/");
+    let u: coord::ClusterUrl = "etcd://h:1/a//b".parse().unwrap();
+    assert_eq!(u.prefix, "/a//b/");
     for bad in ["tcp://x:1", "etcd://", "etcd://host", "etcd://h:1/a b"] {
         assert!(bad.parse::<coord::ClusterUrl>().is_err(), "{bad}");
     }
