@@ -4,15 +4,15 @@
 //! instead (etcd, data and index server processes; docs/histore.md), and
 //! `status --histore GROUP` shows its view.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use coord::launch::{Group, Launched, StopBy};
 
 use crate::keys::KeyArgs;
 use crate::token::TokenArgs;
@@ -329,98 +329,9 @@ fn weighted_boundaries(keys: &[u64], weights: &[u64]) -> Vec<u64> {
     b
 }
 
-/// Server processes, stopped (SIGTERM, then SIGKILL after 30 s) on drop.
-struct Servers(Vec<(String, Child)>);
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        for (_, c) in &self.0 {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(c.id().to_string())
-                .status();
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for (id, c) in &mut self.0 {
-            loop {
-                match c.try_wait() {
-                    Ok(Some(_)) | Err(_) => break,
-                    Ok(None) if Instant::now() >= deadline => {
-                        eprintln!("server {id} did not stop within 30 s: killing it");
-                        let _ = c.kill();
-                        let _ = c.wait();
-                        break;
-                    }
-                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        }
-    }
-}
-
-/// Collects `child`'s stdout lines on a channel (read by a thread of its
-/// own, so the child's pipe never fills).
-fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let out = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-/// Waits until every server (its lines on `ready`, in order) printed a line
-/// starting with `banner`: `Ok(false)` if SIGINT/SIGTERM came first, an
-/// error if one exited or `timeout_s` passed.
-fn wait_banners(
-    servers: &mut Servers,
-    ready: &[mpsc::Receiver<String>],
-    banner: &str,
-    timeout_s: u64,
-    stop: &AtomicBool,
-) -> Result<bool> {
-    let deadline = Instant::now() + Duration::from_secs(timeout_s);
-    for ((id, child), rx) in servers.0.iter_mut().zip(ready) {
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(false);
-            }
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) if line.starts_with(banner) => break,
-                Ok(_) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    bail!("server {id} exited before serving: {:?}", child.try_wait())
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if Instant::now() >= deadline {
-                        bail!("server {id} did not serve within {timeout_s} s");
-                    }
-                }
-            }
-        }
-    }
-    Ok(true)
-}
-
-/// Runs until SIGINT/SIGTERM, reporting each server that exits meanwhile
-/// (with `consequence`) and forgetting it.
-fn until_stopped(servers: &mut Servers, stop: &AtomicBool, consequence: &str) {
-    while !stop.load(Ordering::Relaxed) {
-        for (id, child) in &mut servers.0 {
-            if let Ok(Some(status)) = child.try_wait() {
-                eprintln!("server {id} exited ({status}); {consequence}");
-            }
-        }
-        servers
-            .0
-            .retain_mut(|(_, c)| !matches!(c.try_wait(), Ok(Some(_))));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+/// How long a `cluster up` server has to stop after SIGTERM before it is
+/// killed.
+const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// The token every server of a `cluster up` requires: the one given, else
 /// a generated one in `DIR/token` (0600), whose path is returned too.
@@ -465,6 +376,79 @@ fn start_secured_etcd(
     Ok((etcd_proc, url, user, auth_file))
 }
 
+/// What `cluster up` starts first for either system: its directory, the
+/// token every server requires, and etcd with authentication on.
+struct Base {
+    etcd: cluster::EtcdProcess,
+    url: String,
+    creds: cluster::EtcdAuth,
+    auth_file: PathBuf,
+    token: String,
+    token_file: Option<PathBuf>,
+}
+
+impl Base {
+    /// Creates `dir`, settles the token (never none: a generated one, in a
+    /// file only its owner reads) and starts etcd secured.
+    fn start(dir: &std::path::Path, token: Option<String>) -> Result<Base> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let (token, token_file) = token_or_generated(dir, token)?;
+        let (etcd, url, creds, auth_file) = start_secured_etcd(dir)?;
+        Ok(Base {
+            etcd,
+            url,
+            creds,
+            auth_file,
+            token,
+            token_file,
+        })
+    }
+
+    /// Starts `xstore server ARGS` for each `(id, ARGS)`, the token and the
+    /// etcd credentials file in its environment (a command line is visible
+    /// to every user; the etcd password stays in its file). Each is
+    /// stopped by SIGTERM, then SIGKILL after [`STOP_GRACE`], when the
+    /// group is dropped.
+    fn launch(&self, servers: Vec<(String, Vec<String>)>) -> Result<Group> {
+        let exe = std::env::current_exe().context("locating the xstore binary")?;
+        let mut group = Group::new();
+        for (id, args) in servers {
+            let mut cmd = Command::new(&exe);
+            cmd.arg("server")
+                .args(args)
+                .env("XSTORE_TOKEN", &self.token)
+                .env(cluster::AUTH_FILE_VAR, &self.auth_file);
+            let stop_by = StopBy::Terminate { grace: STOP_GRACE };
+            group.push(Launched::spawn(format!("server {id}"), cmd, stop_by)?);
+        }
+        Ok(group)
+    }
+
+    /// Prints the URL and each server's pid (once all serve).
+    fn print_servers(&self, servers: &Group) {
+        println!("{}", self.url);
+        for s in servers.iter() {
+            println!("{} pid {}", s.name(), s.id());
+        }
+    }
+
+    /// Stops the servers (all at once, each within [`STOP_GRACE`]), then
+    /// etcd.
+    fn stop(self, servers: Group) {
+        eprintln!("stopping {} servers and etcd", servers.len());
+        drop(servers);
+        drop(self);
+    }
+}
+
+/// Runs until SIGINT/SIGTERM, reporting each server that exits meanwhile
+/// (with `consequence`) and forgetting it.
+fn until_stopped(servers: &mut Group, stop: &AtomicBool, consequence: &str) {
+    servers.watch_until(stop, |name, status| {
+        eprintln!("{name} exited ({status}); {consequence}")
+    });
+}
+
 fn up(args: &UpArgs) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -478,7 +462,9 @@ fn up(args: &UpArgs) -> Result<()> {
     }
 }
 
-fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Result<()> {
+/// The servers' ids and the shard map that gives each its share of the
+/// keys (by --weights if given), after checking the flags.
+fn xstore_map(args: &UpArgs) -> Result<(Vec<String>, cluster::ShardMap)> {
     if args.servers == 0 || args.servers > 64 {
         bail!("--servers must be 1..=64");
     }
@@ -499,70 +485,61 @@ fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Res
         weighted_boundaries(&keys, &args.weights)
     };
     let map = cluster::ShardMap::split(&bounds, &ids)?;
-    drop(keys);
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("creating {}", args.dir.display()))?;
+    Ok((ids, map))
+}
+
+/// The flags of XStore server `id` of the cluster at `url`.
+fn xstore_server_args(args: &UpArgs, url: &str, id: &str) -> Vec<String> {
+    let mut out: Vec<String> = ["--listen", "127.0.0.1:0", "--cluster", url, "--id", id]
+        .map(String::from)
+        .into();
+    out.extend(["--dataset".into(), args.keys.dataset.clone()]);
+    out.extend(["--keys".into(), args.keys.keys.to_string()]);
+    out.extend(["--seed".into(), args.keys.seed.to_string()]);
+    if let Some(p) = &args.keys.keys_file {
+        out.extend(["--keys-file".into(), p.display().to_string()]);
+    }
+    if let Some(mode) = &args.durability {
+        let dir = args.dir.join(id).display().to_string();
+        out.extend([
+            "--data-dir".into(),
+            dir,
+            "--durability".into(),
+            mode.clone(),
+        ]);
+    }
+    out
+}
+
+/// `cluster up --system xstore`: etcd, the shard map, N servers; runs until
+/// SIGINT/SIGTERM (with the rebalancer if asked), then stops everything.
+fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Result<()> {
+    let (ids, map) = xstore_map(args)?;
     // Never without a token: member entries are sealed with it, and
     // clients trust only sealed ones (docs/cluster.md).
-    let (token, token_file) = token_or_generated(&args.dir, token)?;
-    let (etcd_proc, url, creds, auth_file) = start_secured_etcd(&args.dir)?;
-    let etcd =
-        cluster::Etcd::connect_as(&url, Some(creds.clone()), cluster::etcd::REQUEST_TIMEOUT)?;
-    etcd.create_map(&map).context("storing the shard map")?;
-    let exe = std::env::current_exe().context("locating the xstore binary")?;
-    let mut servers = Servers(Vec::new());
-    let mut ready = Vec::new();
-    for id in &ids {
-        let mut child = Command::new(&exe)
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--cluster",
-                &url,
-                "--id",
-                id,
-            ])
-            .args(["--dataset", &args.keys.dataset])
-            .args(["--keys", &args.keys.keys.to_string()])
-            .args(["--seed", &args.keys.seed.to_string()])
-            .args(
-                args.keys
-                    .keys_file
-                    .iter()
-                    .flat_map(|p| ["--keys-file".into(), p.display().to_string()]),
-            )
-            .args(args.durability.iter().flat_map(|mode| {
-                [
-                    "--data-dir".to_string(),
-                    args.dir.join(id).display().to_string(),
-                    "--durability".to_string(),
-                    mode.clone(),
-                ]
-            }))
-            // In the environment: a command line is visible to every user.
-            // The etcd password stays in its file: only the path is passed.
-            .env("XSTORE_TOKEN", &token)
-            .env(cluster::AUTH_FILE_VAR, &auth_file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting server {id}"))?;
-        ready.push(stdout_lines(&mut child));
-        servers.0.push((id.clone(), child));
-    }
-    if !wait_banners(&mut servers, &ready, "serving", args.start_timeout_s, &stop)? {
+    let base = Base::start(&args.dir, token)?;
+    let creds = base.creds.clone();
+    cluster::Etcd::connect_as(
+        &base.url,
+        Some(creds.clone()),
+        cluster::etcd::REQUEST_TIMEOUT,
+    )?
+    .create_map(&map)
+    .context("storing the shard map")?;
+    let specs = ids
+        .iter()
+        .map(|id| (id.clone(), xstore_server_args(args, &base.url, id)))
+        .collect();
+    let mut servers = base.launch(specs)?;
+    let within = Duration::from_secs(args.start_timeout_s);
+    if !servers.wait_banners("serving", within, Some(&stop))? {
         return Ok(());
     }
-    println!("{url}");
-    for (id, child) in &servers.0 {
-        println!("server {id} pid {}", child.id());
-    }
-    print_access(&url, token_file.as_deref(), &auth_file);
+    base.print_servers(&servers);
+    print_access(&base.url, "", base.token_file.as_deref(), &base.auth_file);
     println!(
         "cluster up: etcd pid {}, {} servers",
-        etcd_proc.pid(),
+        base.etcd.pid(),
         ids.len()
     );
     let rebalancer = args.rebalance.map(|share| {
@@ -571,7 +548,7 @@ fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Res
             window: Duration::from_secs_f64(args.rebalance_window_s),
             ..Default::default()
         };
-        let (stop, url, token) = (stop.clone(), url.clone(), token.clone());
+        let (stop, url, token) = (stop.clone(), base.url.clone(), base.token.clone());
         std::thread::spawn(move || rebalance_while_up(&url, creds, Some(&token), &config, &stop))
     });
     // A server that exits: its lease runs out and clients get a clear
@@ -581,17 +558,105 @@ fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Res
         // A round ends within its window plus one move.
         let _ = r.join();
     }
-    eprintln!("stopping {} servers and etcd", servers.0.len());
-    drop(servers);
-    drop(etcd_proc);
+    base.stop(servers);
     Ok(())
 }
 
-/// `cluster up --system histore`: etcd, then the data servers (nodes 1..=D)
-/// and the index servers (nodes D+1..=D+I) of one group; waits until the
-/// group's view in etcd names a primary, every other index server as a
-/// backup and every data server; prints how to reach it; runs until
-/// SIGINT/SIGTERM, then stops everything started.
+/// The flags of each server of the HiStore group: data servers on nodes
+/// 1..=D, then index servers on nodes D+1..=D+I.
+fn histore_servers(args: &UpArgs, url: &str, peer_key_file: &Path) -> Vec<(String, Vec<String>)> {
+    let h = &args.histore;
+    let data = (1..=h.data_servers).map(|n| ("data", n));
+    let index = (1..=h.index_servers).map(|n| ("index", h.data_servers + n));
+    let shared = |role: &str, node: usize| -> Vec<String> {
+        let node = node.to_string();
+        let ttl = h.shape.lease_ttl_s.to_string();
+        let (index, data) = (h.index_servers.to_string(), h.data_servers.to_string());
+        [
+            "--system",
+            "histore",
+            "--role",
+            role,
+            "--listen",
+            "127.0.0.1:0",
+            "--etcd",
+            url,
+            "--group",
+            &h.group,
+            "--node",
+            &node,
+            "--lease-ttl-s",
+            &ttl,
+            "--index-servers",
+            &index,
+            "--data-servers",
+            &data,
+        ]
+        .map(String::from)
+        .into()
+    };
+    let role_args = |role: &str| -> Vec<String> {
+        if role == "data" {
+            return vec!["--data-mib".into(), h.shape.data_mib.to_string()];
+        }
+        vec![
+            "--main-buckets".into(),
+            h.shape.main_buckets.to_string(),
+            "--overflow-buckets".into(),
+            h.shape.overflow_buckets.to_string(),
+            "--peer-key-file".into(),
+            peer_key_file.display().to_string(),
+        ]
+    };
+    data.chain(index)
+        .map(|(role, node)| {
+            let mut args = shared(role, node);
+            args.extend(role_args(role));
+            (format!("{}{node}", &role[..1]), args)
+        })
+        .collect()
+}
+
+/// Waits until the group's view in etcd names a primary, every other
+/// index server as a backup and every data server: the view, or `None` if
+/// SIGINT/SIGTERM came first.
+fn wait_group_formed(
+    args: &UpArgs,
+    base: &Base,
+    servers: &mut Group,
+    stop: &AtomicBool,
+) -> Result<Option<histore::GroupView>> {
+    let h = &args.histore;
+    let creds = Some(base.creds.clone());
+    let membership = histore::etcd::EtcdMembership::connect_as(&base.url, &h.group, creds)?;
+    let deadline = Instant::now() + Duration::from_secs(args.start_timeout_s);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        // Extra index servers join one at a time after the first three.
+        if let Some((v, _)) = membership.current()? {
+            if v.backups.len() + 1 == h.index_servers && v.data.len() == h.data_servers {
+                return Ok(Some(v));
+            }
+        }
+        if let Some((name, status)) = servers.exited() {
+            bail!("{name} exited ({status}) before the group formed");
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "group {} did not form within {} s",
+                h.group,
+                args.start_timeout_s
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `cluster up --system histore`: etcd, then the data servers and the
+/// index servers of one group; waits until the group formed; prints how
+/// to reach it; runs until SIGINT/SIGTERM, then stops everything started.
 fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result<()> {
     let h = &args.histore;
     if !(2..=16).contains(&h.index_servers) || !(1..=16).contains(&h.data_servers) {
@@ -605,114 +670,35 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
         // A HiStore group starts empty and keeps no log on disk.
         bail!("--weights, --durability, --rebalance and --keys-file are for --system xstore");
     }
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("creating {}", args.dir.display()))?;
-    // Never without a token: a generated one, in a file only its owner
-    // reads. The group's peer key likewise: clients never get it.
-    let (token, token_file) = token_or_generated(&args.dir, token)?;
+    let base = Base::start(&args.dir, token)?;
+    // The group's peer key, like the token, in a file only its owner
+    // reads: clients never get it.
     let peer_key_file = args.dir.join("histore-peer.key");
     let _ = std::fs::remove_file(&peer_key_file);
     histore::peer::PeerKey::generate()
         .write_new_file(&peer_key_file)
         .with_context(|| format!("writing the peer key {}", peer_key_file.display()))?;
-    let (etcd_proc, url, creds, auth_file) = start_secured_etcd(&args.dir)?;
-    let exe = std::env::current_exe().context("locating the xstore binary")?;
-    let data = (1..=h.data_servers).map(|n| ("data", n));
-    let index = (1..=h.index_servers).map(|n| ("index", h.data_servers + n));
-    let mut servers = Servers(Vec::new());
-    let mut ready = Vec::new();
-    for (role, node) in data.chain(index) {
-        let id = format!("{}{node}", &role[..1]);
-        let role_args = if role == "data" {
-            vec!["--data-mib".to_string(), h.shape.data_mib.to_string()]
-        } else {
-            vec![
-                "--main-buckets".to_string(),
-                h.shape.main_buckets.to_string(),
-                "--overflow-buckets".to_string(),
-                h.shape.overflow_buckets.to_string(),
-                "--peer-key-file".to_string(),
-                peer_key_file.display().to_string(),
-            ]
-        };
-        let mut child = Command::new(&exe)
-            .args(["server", "--system", "histore", "--role", role])
-            .args(["--listen", "127.0.0.1:0", "--etcd", &url])
-            .args(["--group", &h.group, "--node", &node.to_string()])
-            .args(["--lease-ttl-s", &h.shape.lease_ttl_s.to_string()])
-            .args(["--index-servers", &h.index_servers.to_string()])
-            .args(["--data-servers", &h.data_servers.to_string()])
-            .args(role_args)
-            // In the environment: a command line is visible to every user.
-            .env("XSTORE_TOKEN", &token)
-            .env(cluster::AUTH_FILE_VAR, &auth_file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {role} server {node}"))?;
-        ready.push(stdout_lines(&mut child));
-        servers.0.push((id, child));
-    }
+    let mut servers = base.launch(histore_servers(args, &base.url, &peer_key_file))?;
     // Each prints "histore ... server N of group G" once registered.
-    if !wait_banners(&mut servers, &ready, "histore ", args.start_timeout_s, stop)? {
+    let within = Duration::from_secs(args.start_timeout_s);
+    if !servers.wait_banners("histore ", within, Some(stop))? {
         return Ok(());
     }
-    let membership = histore::etcd::EtcdMembership::connect_as(&url, &h.group, Some(creds))?;
-    let deadline = Instant::now() + Duration::from_secs(args.start_timeout_s);
-    let view = loop {
-        if stop.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        // Extra index servers join one at a time after the first three.
-        if let Some((v, _)) = membership.current()? {
-            if v.backups.len() + 1 == h.index_servers && v.data.len() == h.data_servers {
-                break v;
-            }
-        }
-        if let Some((id, status)) = servers
-            .0
-            .iter_mut()
-            .find_map(|(id, c)| Some((id.clone(), c.try_wait().ok()??)))
-        {
-            bail!("server {id} exited ({status}) before the group formed");
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "group {} did not form within {} s",
-                h.group,
-                args.start_timeout_s
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(view) = wait_group_formed(args, &base, &mut servers, stop)? else {
+        return Ok(());
     };
-    println!("{url}");
-    for (id, child) in &servers.0 {
-        println!("server {id} pid {}", child.id());
-    }
+    base.print_servers(&servers);
     println!("{}", view_line(&h.group, &view));
-    println!("etcd auth file {}", auth_file.display());
-    match &token_file {
-        Some(path) => {
-            println!("token file {} (generated)", path.display());
-            println!(
-                "{}={} xstore shell {url} --histore {} --token-file {}",
-                cluster::AUTH_FILE_VAR,
-                auth_file.display(),
-                h.group,
-                path.display()
-            );
-        }
-        None => println!(
-            "{}={} xstore shell {url} --histore {} (with the token)",
-            cluster::AUTH_FILE_VAR,
-            auth_file.display(),
-            h.group
-        ),
-    }
+    let shell = format!(" --histore {}", h.group);
+    print_access(
+        &base.url,
+        &shell,
+        base.token_file.as_deref(),
+        &base.auth_file,
+    );
     println!(
         "cluster up: etcd pid {}, histore group {}: {} index and {} data servers",
-        etcd_proc.pid(),
+        base.etcd.pid(),
         h.group,
         h.index_servers,
         h.data_servers
@@ -724,27 +710,32 @@ fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result
         stop,
         "the group goes on without it (a data server's records are lost)",
     );
-    eprintln!("stopping {} servers and etcd", servers.0.len());
-    drop(servers);
-    drop(etcd_proc);
+    base.stop(servers);
     Ok(())
 }
 
 /// Says where the token and the etcd credentials are, and how tools use
-/// them (paths only: the secrets stay in their files).
-fn print_access(url: &str, token_file: Option<&std::path::Path>, auth_file: &std::path::Path) {
+/// them (paths only: the secrets stay in their files); `shell_flags` go
+/// after the URL of the shell command shown.
+fn print_access(
+    url: &str,
+    shell_flags: &str,
+    token_file: Option<&std::path::Path>,
+    auth_file: &std::path::Path,
+) {
+    let var = cluster::AUTH_FILE_VAR;
     println!("etcd auth file {}", auth_file.display());
     match token_file {
         Some(path) => {
             println!("token file {} (generated)", path.display());
             println!(
-                "XSTORE_ETCD_AUTH_FILE={} xstore shell {url} --token-file {}",
+                "{var}={} xstore shell {url}{shell_flags} --token-file {}",
                 auth_file.display(),
                 path.display()
             );
         }
         None => println!(
-            "XSTORE_ETCD_AUTH_FILE={} xstore shell {url} (with the token)",
+            "{var}={} xstore shell {url}{shell_flags} (with the token)",
             auth_file.display()
         ),
     }

@@ -1,13 +1,16 @@
 //! Range-partitioned XStore across server processes (§5.5): the shard map
-//! (key ranges → server), server membership under leases, and a watch on
-//! the map, all kept in etcd; plus the process helper that starts etcd.
+//! (key ranges → server) kept in etcd, fenced ownership changes and a
+//! watch on the map. Server membership under leases, etcd credentials and
+//! the etcd process helper are the generic pieces of the `coord` crate,
+//! re-exported here ([`Etcd`] wraps [`coord::Etcd`]).
 //!
 //! * [`map`] — [`ShardMap`] and the JSON it is stored as.
-//! * [`auth`] — etcd credentials ([`EtcdAuth`]) and the seal a member
-//!   entry carries ([`MemberSeal`]).
+//! * [`auth`] — re-exports etcd credentials ([`EtcdAuth`]) and the seal a
+//!   member entry carries ([`MemberSeal`]).
 //! * [`etcd`] — [`Etcd`]: the blocking API over etcd (map, fenced
 //!   ownership changes, registration, watch).
-//! * [`process`] — [`EtcdProcess`]: a single-member etcd on loopback.
+//! * [`process`] — re-exports [`EtcdProcess`]: a single-member etcd on
+//!   loopback.
 //! * [`shard`] — the server side: [`Shard`] registers a server and keeps
 //!   its [`Ownership`] (an [`xstore::Fence`]) on the current map.
 //! * [`routed_client`] — the client side: [`Router`] sends each request to the
@@ -15,7 +18,7 @@
 //! * [`moves`] — online range moves: freeze, copy, commit.
 //! * [`rebalance`] — moves keys off the busiest server by measured load.
 //!
-//! The rest of the workspace is synchronous; tokio stays inside [`etcd`].
+//! The rest of the workspace is synchronous; tokio stays inside `coord`.
 
 pub mod auth;
 pub mod etcd;
@@ -100,4 +103,58 @@ pub enum ClusterError {
     /// A local I/O error (spawning, runtime threads).
     #[error("i/o: {0}")]
     Io(std::io::Error),
+}
+
+/// The coordination layer's errors, each as the cluster's variant of the
+/// same name (a bad server id is an invalid map, as it always was here).
+impl From<coord::CoordError> for ClusterError {
+    fn from(e: coord::CoordError) -> ClusterError {
+        use coord::CoordError as C;
+        match e {
+            C::Url(url, why) => ClusterError::Url(url, why),
+            C::Etcd(e) => ClusterError::Etcd(e),
+            C::Timeout(t) => ClusterError::Timeout(t),
+            C::BadValue { key, reason } => ClusterError::BadValue { key, reason },
+            C::Fenced { expected, current } => ClusterError::Fenced { expected, current },
+            C::BadId(id) => ClusterError::InvalidMap(format!("bad server id {id:?}")),
+            C::AlreadyRegistered(id) => ClusterError::AlreadyRegistered(id),
+            C::WatchEnded(why) => ClusterError::WatchEnded(why),
+            C::NoEtcd => ClusterError::NoEtcd,
+            C::EtcdExited(why) => ClusterError::EtcdExited(why),
+            C::Auth(why) => ClusterError::Auth(why),
+            C::Io(e) => ClusterError::Io(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClusterError;
+    use coord::CoordError;
+
+    #[test]
+    fn coordination_errors_become_the_cluster_variant_of_the_same_name() {
+        let fenced = ClusterError::from(CoordError::Fenced {
+            expected: 3,
+            current: 5,
+        });
+        assert!(matches!(
+            fenced,
+            ClusterError::Fenced {
+                expected: 3,
+                current: 5
+            }
+        ));
+        // As the cluster always said it: the map's words.
+        assert_eq!(
+            fenced.to_string(),
+            "the shard map changed (read at revision 3, now 5); nothing written"
+        );
+        let bad = ClusterError::from(CoordError::BadId("a/b".into()));
+        assert_eq!(bad.to_string(), "invalid shard map: bad server id \"a/b\"");
+        let taken = ClusterError::from(CoordError::AlreadyRegistered("s0".into()));
+        assert!(matches!(taken, ClusterError::AlreadyRegistered(id) if id == "s0"));
+        let ended = ClusterError::from(CoordError::WatchEnded("stream closed".into()));
+        assert_eq!(ended.to_string(), "map watch ended: stream closed");
+    }
 }

@@ -16,6 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use coord::etcd::{valid_id, Member, MAX_ID_LEN};
+
 use crate::ClusterError;
 
 /// The layout version written in `format`.
@@ -24,9 +26,6 @@ pub const MAP_FORMAT: u32 = 1;
 /// Most ranges a map may hold: a map of this many ranges is ~0.6 MiB of
 /// JSON, under etcd's 1.5 MiB request limit.
 pub const MAX_RANGES: usize = 10_000;
-
-/// Longest server id, in bytes.
-pub const MAX_ID_LEN: usize = 64;
 
 /// One range and its owner.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,16 +62,6 @@ pub struct ShardMap {
     pub revision: u64,
     /// The ranges, sorted and contiguous.
     pub ranges: Vec<Range>,
-}
-
-/// Whether `id` may name a server: 1 to 64 bytes of `[A-Za-z0-9_-]`, so it
-/// is safe in an etcd key and a log line.
-pub fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_ID_LEN
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl ShardMap {
@@ -317,48 +306,6 @@ impl ShardMap {
     }
 }
 
-/// What a server stores about itself under `<prefix>members/<id>`,
-/// attached to its lease (it disappears when the server stops renewing).
-///
-/// ```json
-/// {"format":1,"url":"tcp://127.0.0.1:40123","pid":4242}
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Member {
-    /// Layout version ([`MAP_FORMAT`]).
-    pub format: u32,
-    /// Where clients reach it (`tcp://` or `shm://`).
-    pub url: String,
-    /// Its process id (for operators).
-    pub pid: u32,
-    /// HMAC-SHA256 (hex) of the entry with the cluster's token
-    /// ([`crate::MemberSeal`]), when the server has a token: clients that
-    /// hold the token use only entries whose seal checks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seal: Option<String>,
-}
-
-impl Member {
-    /// Parses and checks a stored member.
-    pub fn from_json(key: &str, bytes: &[u8]) -> Result<Member, ClusterError> {
-        let bad = |reason: String| ClusterError::BadValue {
-            key: key.to_string(),
-            reason,
-        };
-        let m: Member = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        if m.format != MAP_FORMAT {
-            return Err(bad(format!("format {}", m.format)));
-        }
-        if m.url.len() > 4096 {
-            return Err(bad("url longer than 4096 bytes".into()));
-        }
-        if m.seal.as_ref().is_some_and(|s| s.len() > 128) {
-            return Err(bad("seal longer than 128 bytes".into()));
-        }
-        Ok(m)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,22 +422,5 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
-        let member = Member {
-            format: 1,
-            url: "tcp://127.0.0.1:1".into(),
-            pid: 3,
-            seal: Some("ab01".into()),
-        };
-        let json = serde_json::to_vec(&member).unwrap();
-        assert_eq!(Member::from_json("k", &json).unwrap(), member);
-        // An entry without a seal (a server without a token) parses.
-        let plain = br#"{"format":1,"url":"tcp://127.0.0.1:1","pid":3}"#;
-        assert_eq!(Member::from_json("k", plain).unwrap().seal, None);
-        let long = format!(
-            r#"{{"format":1,"url":"u","pid":3,"seal":"{}"}}"#,
-            "a".repeat(200)
-        );
-        assert!(Member::from_json("k", long.as_bytes()).is_err());
-        assert!(Member::from_json("k", b"{\"url\":1}").is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! The cluster layer against a real etcd on loopback: the map's fenced
-//! writes, registration under a lease, and the watch.
+//! writes and the watch on it (registration and raw keys: coord's tests).
 //!
 //! Each test starts its own etcd; it skips (saying why) only when no
 //! `etcd` binary exists (CI installs one with .ci/etcd-deps.sh).
@@ -76,30 +76,6 @@ fn a_bad_stored_map_is_an_error_not_a_panic() {
 }
 
 #[test]
-fn registration_lives_with_its_lease() {
-    let Some((p, _dir)) = etcd() else { return };
-    let e = Etcd::connect(&p.url()).unwrap();
-    let reg = e
-        .register("s0", "tcp://127.0.0.1:1", Duration::from_secs(1))
-        .unwrap();
-    assert!(matches!(
-        e.register("s0", "tcp://127.0.0.1:2", Duration::from_secs(1)),
-        Err(ClusterError::AlreadyRegistered(_))
-    ));
-    // Renewals keep it past several TTLs.
-    std::thread::sleep(Duration::from_millis(2500));
-    let members = e.members().unwrap();
-    assert_eq!(members["s0"].url, "tcp://127.0.0.1:1");
-    assert_eq!(members["s0"].pid, std::process::id());
-    // Dropping it revokes the lease: gone at once.
-    drop(reg);
-    assert!(e.members().unwrap().is_empty());
-    assert!(e
-        .register("bad/id", "tcp://127.0.0.1:1", Duration::from_secs(1))
-        .is_err());
-}
-
-#[test]
 fn the_watch_delivers_every_change_in_order() {
     let Some((p, _dir)) = etcd() else { return };
     let e = Etcd::connect(&p.url()).unwrap();
@@ -144,88 +120,4 @@ fn a_dead_etcd_is_a_timely_error() {
         Etcd::connect_with_timeout(&url, Duration::from_millis(500)).and_then(|e| e.revision());
     assert!(again.is_err());
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
-}
-
-#[test]
-fn urls_parse() {
-    let u: cluster::ClusterUrl = "etcd://127.0.0.1:2379".parse().unwrap();
-    assert_eq!(u.prefix, "/xstore/");
-    let u: cluster::ClusterUrl = "etcd://127.0.0.1:2379/a/b".parse().unwrap();
-    assert_eq!(u.prefix, "/a/b/");
-    assert_eq!(u.endpoint, "127.0.0.1:2379");
-    for bad in ["tcp://x:1", "etcd://", "etcd://host", "etcd://h:1/a b"] {
-        assert!(bad.parse::<cluster::ClusterUrl>().is_err(), "{bad}");
-    }
-}
-
-/// A machine stall longer than the TTL (here: etcd itself stopped) makes
-/// the server give its lease up; it registers again by itself once etcd
-/// answers, under a new lease, and stays registered.
-#[test]
-fn a_lapsed_registration_comes_back_by_itself() {
-    let Some((p, _dir)) = etcd() else { return };
-    let e = Etcd::connect(&p.url()).unwrap();
-    let reg = e
-        .register("s0", "tcp://127.0.0.1:1", Duration::from_secs(1))
-        .unwrap();
-    let first = reg.lease();
-    assert!(reg.fresh(), "a lease just granted is fresh");
-    let pid = p.pid() as i32;
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig} {pid}");
-    };
-    signal("-STOP");
-    std::thread::sleep(Duration::from_millis(2500));
-    // No renewal for over a TTL: the holder must not rely on it any more.
-    assert!(!reg.fresh(), "a lease not renewed for a TTL is not fresh");
-    signal("-CONT");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while reg.lease() == first {
-        assert!(Instant::now() < deadline, "never registered again");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // Stays registered past several TTLs under the new lease.
-    std::thread::sleep(Duration::from_millis(2500));
-    assert!(reg.fresh(), "the new lease is renewed");
-    let members = e.members().unwrap();
-    assert_eq!(members["s0"].url, "tcp://127.0.0.1:1");
-    assert_eq!(members["s0"].pid, std::process::id());
-    drop(reg);
-    assert!(e.members().unwrap().is_empty());
-}
-
-/// Raw keys beside the map: created only if absent, replaced only at the
-/// revision read, listed by directory.
-#[test]
-fn raw_keys_are_fenced_on_their_revision() {
-    let Some((p, _dir)) = etcd() else { return };
-    let e = Etcd::connect(&p.url()).unwrap();
-    assert_eq!(e.get_raw("v").unwrap(), None);
-    let r1 = e.replace_raw("v", 0, b"one".to_vec()).unwrap();
-    assert!(matches!(
-        e.replace_raw("v", 0, b"again".to_vec()),
-        Err(ClusterError::Fenced { current, .. }) if current == r1
-    ));
-    assert_eq!(e.get_raw("v").unwrap(), Some((b"one".to_vec(), r1)));
-    let r2 = e.replace_raw("v", r1, b"two".to_vec()).unwrap();
-    assert!(r2 > r1);
-    assert!(matches!(
-        e.replace_raw("v", r1, b"stale".to_vec()),
-        Err(ClusterError::Fenced { expected, current }) if expected == r1 && current == r2
-    ));
-    e.replace_raw("d/a", 0, b"a".to_vec()).unwrap();
-    e.replace_raw("d/b", 0, b"b".to_vec()).unwrap();
-    let listed = e.list_raw("d/").unwrap();
-    assert_eq!(
-        listed,
-        vec![
-            ("d/a".to_string(), b"a".to_vec()),
-            ("d/b".to_string(), b"b".to_vec())
-        ]
-    );
 }

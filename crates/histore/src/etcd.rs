@@ -9,7 +9,7 @@
 //!   the one the writer read ([`EtcdMembership::replace`]), so of two
 //!   concurrent reconfigurations exactly one wins (fencing).
 //! * `members/i<N>`, `members/d<N>` — index server / data server on node
-//!   `N`, where it listens, attached to its lease (`cluster::Etcd::register`):
+//!   `N`, where it listens, attached to its lease (`coord::Etcd::register`):
 //!   the key disappears when the process dies and its lease lapses.
 //! * `data/d<N>` — a data server's record region: `region u32, bytes u64`
 //!   (little-endian); kept after the server dies, since values written
@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use cluster::{ClusterUrl, Etcd};
+use coord::{ClusterUrl, Etcd};
 use fabric::{NodeId, RegionId};
 
 use crate::error::HiError;
@@ -28,10 +28,10 @@ use crate::view::{DataServer, GroupView, Membership};
 /// The etcd key (relative to the group prefix) of the view.
 const VIEW_KEY: &str = "view";
 
-fn etcd_err(e: cluster::ClusterError) -> HiError {
+fn etcd_err(e: coord::CoordError) -> HiError {
     HiError::Unavailable(match e {
-        cluster::ClusterError::Fenced { .. } => "the view changed",
-        cluster::ClusterError::Timeout(_) => "etcd did not answer",
+        coord::CoordError::Fenced { .. } => "the view changed",
+        coord::CoordError::Timeout(_) => "etcd did not answer",
         _ => "etcd failed",
     })
 }
@@ -90,10 +90,10 @@ impl std::fmt::Debug for EtcdMembership {
 impl EtcdMembership {
     /// Connects to group `group` at `url` (`etcd://host:port[/prefix]`),
     /// with the etcd credentials `XSTORE_ETCD_AUTH_FILE` names, if set
-    /// (see [`cluster::EtcdAuth`]).
+    /// (see [`coord::EtcdAuth`]).
     pub fn connect(url: &str, group: &str) -> Result<EtcdMembership, HiError> {
-        let creds = cluster::EtcdAuth::from_env()
-            .map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
+        let creds =
+            coord::EtcdAuth::from_env().map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
         Self::connect_as(url, group, creds)
     }
 
@@ -102,13 +102,13 @@ impl EtcdMembership {
     pub fn connect_as(
         url: &str,
         group: &str,
-        creds: Option<cluster::EtcdAuth>,
+        creds: Option<coord::EtcdAuth>,
     ) -> Result<EtcdMembership, HiError> {
         let parsed: ClusterUrl = url
             .parse()
-            .map_err(|e: cluster::ClusterError| HiError::BadMessage(e.to_string()))?;
+            .map_err(|e: coord::CoordError| HiError::BadMessage(e.to_string()))?;
         let group_url = format!("etcd://{}{}histore/{group}", parsed.endpoint, parsed.prefix);
-        let etcd = Etcd::connect_as(&group_url, creds, cluster::etcd::REQUEST_TIMEOUT)
+        let etcd = Etcd::connect_as(&group_url, creds, coord::etcd::REQUEST_TIMEOUT)
             .map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
         Ok(EtcdMembership {
             etcd,
@@ -248,7 +248,7 @@ impl Membership for EtcdMembership {
                 *self.cached.write().unwrap_or_else(|e| e.into_inner()) = Some(new);
                 Ok(())
             }
-            Err(cluster::ClusterError::Fenced { .. }) => Err(HiError::Fenced {
+            Err(coord::CoordError::Fenced { .. }) => Err(HiError::Fenced {
                 ours: expected.epoch,
                 current: current.epoch,
             }),

@@ -238,7 +238,7 @@ struct Shared {
     membership: Arc<EtcdMembership>,
     directory: Arc<EtcdDirectory>,
     server: Arc<IndexServer>,
-    registration: Arc<cluster::Registration>,
+    registration: Arc<coord::Registration>,
     /// The lease this server held when it became the primary: its
     /// authority. A lapse followed by registering again gives a new lease,
     /// which is no authority (a new primary may exist meanwhile).
@@ -716,7 +716,7 @@ pub struct DataNode {
     membership: EtcdMembership,
     node: NodeId,
     server: DataServer,
-    registration: Option<cluster::Registration>,
+    registration: Option<coord::Registration>,
 }
 
 impl std::fmt::Debug for DataNode {

@@ -5,7 +5,7 @@
 //! a server says they are out of date. The coordinator changes it only by
 //! [`Membership::replace`], a compare-and-set on the epoch and version, so
 //! the state maps onto one etcd key updated in a transaction guarded by
-//! its mod revision (`crates/cluster`), which is where it will move; the
+//! its mod revision (`coord::Etcd::replace_raw`, used by etcd.rs); the
 //! view has a byte encoding for that.
 //!
 //! ```text

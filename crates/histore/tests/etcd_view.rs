@@ -14,11 +14,11 @@ use histore::{DataServer, GroupView, HiError, Membership};
 
 #[test]
 fn the_view_changes_only_by_compare_and_swap() {
-    if cluster::etcd_for_test().is_none() {
+    if coord::etcd_for_test().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let etcd = cluster::EtcdProcess::start(dir.path()).unwrap();
+    let etcd = coord::EtcdProcess::start(dir.path()).unwrap();
     let m = EtcdMembership::connect(&etcd.url(), "g1").unwrap();
     let other = EtcdMembership::connect(&etcd.url(), "g2").unwrap();
     assert!(m.current().unwrap().is_none());

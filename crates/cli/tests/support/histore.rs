@@ -2,23 +2,17 @@
 //! process of one group, started with the group's peer key and waited for
 //! (bounded), killed on drop; and signals to pause, resume or kill it.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, OnceLock};
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use coord::launch::{Launched, StopBy};
 
 /// A server process, SIGKILLed and reaped on drop.
 pub struct Proc {
     /// The child.
-    pub child: Child,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    pub child: Launched,
 }
 
 /// The group's peer key file (index servers need it), made once per test
@@ -46,33 +40,20 @@ pub fn server(
     start_within: Duration,
 ) -> (Proc, String) {
     let buckets = buckets.to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
-        .args(["server", "--system", "histore", "--listen", "127.0.0.1:0"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xstore"));
+    cmd.args(["server", "--system", "histore", "--listen", "127.0.0.1:0"])
         .args(["--etcd", etcd, "--group", group, "--lease-ttl-s", "1"])
         .args(["--main-buckets", &buckets, "--overflow-buckets", &buckets])
         .args(args)
-        .env("XSTORE_HISTORE_PEER_KEY_FILE", peer_key_file())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn xstore server");
-    let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if line.starts_with("histore ") {
-                let _ = tx.send(line);
-            }
+        .env("XSTORE_HISTORE_PEER_KEY_FILE", peer_key_file());
+    let mut child =
+        Launched::spawn("histore server", cmd, StopBy::Kill).expect("spawn xstore server");
+    match child.wait_for("histore ", start_within, None) {
+        Ok(Some(mut lines)) => {
+            let banner = lines.pop().expect("the banner ends the lines");
+            (Proc { child }, banner)
         }
-    });
-    let mut p = Proc { child };
-    match rx.recv_timeout(start_within) {
-        Ok(banner) => (p, banner),
-        Err(_) => {
-            let status = p.child.try_wait();
-            panic!("server {args:?} did not start: {status:?}");
-        }
+        other => panic!("server {args:?} did not start: {other:?}"),
     }
 }
 

@@ -6,36 +6,30 @@
 //! every item).
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-/// A running `xstore server` process.
+use coord::launch::{Launched, StopBy};
+
+/// How long a server has to print "serving" (it may load many keys on a
+/// loaded machine).
+pub const START_WITHIN: Duration = Duration::from_secs(300);
+
+/// A running `xstore server` process, SIGKILLed and reaped on drop (a test
+/// that fails before `stop` must not leave its server running).
 pub struct ServerProcess {
     /// The child.
-    pub child: Child,
+    pub child: Launched,
     /// Its `tcp://` URL.
     pub tcp: String,
     /// Its `shm://` URL (with `--shm-dir`).
     pub shm: Option<String>,
-    /// Lines of its stdout after "serving", as they come.
-    pub stdout: std::sync::mpsc::Receiver<String>,
-}
-
-/// A test that fails before `stop` must not leave its server running.
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 impl ServerProcess {
     /// Starts `xstore server --listen 127.0.0.1:0 ARGS` and waits (at most
-    /// 120 s) until it serves. Panics with its output if it exits first.
+    /// [`START_WITHIN`]) until it serves. Panics if it exits first.
     pub fn start(args: &[&str]) -> ServerProcess {
         Self::start_with(args, &[])
     }
@@ -43,49 +37,32 @@ impl ServerProcess {
     /// [`ServerProcess::start`] with environment variables.
     pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> ServerProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xstore"));
-        cmd.args(["server", "--listen", "127.0.0.1:0"]).args(args);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn server");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        cmd.args(["server", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .envs(env.iter().copied());
+        let mut child = Launched::spawn("server", cmd, StopBy::Kill).expect("spawn server");
+        let lines = match child.wait_for("serving", START_WITHIN, None) {
+            Ok(lines) => lines.expect("no stop flag"),
+            Err(e) => panic!("{e}"),
+        };
         let (mut tcp, mut shm) = (None, None);
-        let mut served = false;
-        for line in lines.by_ref() {
-            let Ok(line) = line else { break };
-            if let Some(u) = line.strip_prefix("listening on ") {
-                if u.starts_with("tcp://") {
-                    tcp = Some(u.to_string());
-                } else {
-                    shm = Some(u.to_string());
-                }
-            }
-            if line.starts_with("serving") {
-                served = true;
-                break;
+        for u in lines.iter().filter_map(|l| l.strip_prefix("listening on ")) {
+            if u.starts_with("tcp://") {
+                tcp = Some(u.to_string());
+            } else {
+                shm = Some(u.to_string());
             }
         }
-        if !served {
-            let status = child.wait().expect("wait for the server");
-            panic!("the server exited before serving: {status}");
-        }
-        // Keep draining stdout so the server never blocks on a full pipe.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
         ServerProcess {
             child,
             tcp: tcp.expect("server printed its tcp URL"),
             shm,
-            stdout: rx,
         }
+    }
+
+    /// Lines of its stdout after "serving", as they come.
+    pub fn stdout(&self) -> &std::sync::mpsc::Receiver<String> {
+        self.child.lines()
     }
 
     /// The `host:port` of the tcp URL.
@@ -110,28 +87,18 @@ impl ServerProcess {
 
     /// SIGKILL, then reap.
     pub fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
     }
 
     /// SIGTERM (graceful shutdown); asserts a clean exit within 60 s.
     pub fn stop(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(status.success(), "server exited with {status}");
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "server did not stop within 60 s of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.child.terminate();
+        let status = self
+            .child
+            .wait_exit(Duration::from_secs(60))
+            .expect("wait")
+            .expect("server did not stop within 60 s of SIGTERM");
+        assert!(status.success(), "server exited with {status}");
     }
 }
 

@@ -27,7 +27,7 @@ fn child(require: Option<&str>) -> std::process::Output {
 #[test]
 fn a_missing_etcd_skips_unless_required() {
     if std::env::var_os(PROBE).is_some() {
-        assert!(cluster::etcd_for_test().is_none(), "no etcd on this PATH");
+        assert!(coord::etcd_for_test().is_none(), "no etcd on this PATH");
         return;
     }
     for require in [None, Some("0")] {
