@@ -17,6 +17,8 @@
 //!
 //! The rest of the workspace is synchronous; tokio stays inside [`etcd`].
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod etcd;
 pub mod map;
