@@ -2452,8 +2452,13 @@ fn dispatch<S>(
 
 /// Serves an RPC frame: by the node's handler (none: an error reply),
 /// on this thread or the worker pool; `charge` is held until it is served.
-fn dispatch_call<S>(inner: &Arc<Inner>, conn: &Arc<Conn<S>>, id: u64, payload: Vec<u8>, charge: Charge)
-where
+fn dispatch_call<S>(
+    inner: &Arc<Inner>,
+    conn: &Arc<Conn<S>>,
+    id: u64,
+    payload: Vec<u8>,
+    charge: Charge,
+) where
     S: Stream,
 {
     let handler = inner
@@ -2462,12 +2467,7 @@ where
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     let Some(handler) = handler else {
-        send_error(
-            conn,
-            id,
-            ErrorCode::NoHandler,
-            "this node serves no RPC",
-        );
+        send_error(conn, id, ErrorCode::NoHandler, "this node serves no RPC");
         return;
     };
     let conn = conn.clone();

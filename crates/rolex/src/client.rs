@@ -2112,4 +2112,3 @@ fn next_expected(
         expected
     }
 }
-

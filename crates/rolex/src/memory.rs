@@ -326,8 +326,7 @@ fn write_trained_leaves(
 ) {
     let mut buf = Vec::new();
     for j in 0..trained {
-        let chunk = &pairs
-            [(j * fill).min(pairs.len())..((j + 1) * fill).min(pairs.len())];
+        let chunk = &pairs[(j * fill).min(pairs.len())..((j + 1) * fill).min(pairs.len())];
         let high = if j + 1 < trained {
             low(j + 1) - 1
         } else {
@@ -482,7 +481,15 @@ impl MemoryNode {
         log.store(SLOTS_WORD, log_layout.slots());
         log.store(SLOT_BYTES_WORD, log_layout.slot_bytes());
 
-        write_trained_leaves(&leaves, layout, pairs, config.fill, trained, &low, range_high);
+        write_trained_leaves(
+            &leaves,
+            layout,
+            pairs,
+            config.fill,
+            trained,
+            &low,
+            range_high,
+        );
         let (off, blocks) = write_blocks(&tables, &tl, &fits, &low);
         assert!(
             off <= table_bytes,

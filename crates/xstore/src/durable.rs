@@ -477,10 +477,16 @@ impl SyncCore {
             };
             if new_key {
                 let before = self.pending_new.fetch_sub(1, Ordering::AcqRel);
-                assert!(before > 0, "a new key completes that reserved no leaf (lsn {lsn})");
+                assert!(
+                    before > 0,
+                    "a new key completes that reserved no leaf (lsn {lsn})"
+                );
             }
             let before = self.pending_writes.fetch_sub(1, Ordering::AcqRel);
-            assert!(before > 0, "a write completes that was never counted pending (lsn {lsn})");
+            assert!(
+                before > 0,
+                "a write completes that was never counted pending (lsn {lsn})"
+            );
             waiters
         };
         if let (Some(s), Some(hook)) = (split, self.on_split.get()) {
@@ -1001,4 +1007,3 @@ fn decide(op: WriteOp, current: Option<u64>) -> (Option<Option<u64>>, Vec<u8>) {
         WriteOp::Delete => (Some(None), Reply::Status(Status::Ok).to_vec()),
     }
 }
-
