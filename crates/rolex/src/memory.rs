@@ -406,6 +406,44 @@ fn write_header(tables: &Region, header: [u64; 8]) {
     }
 }
 
+/// The leaf space of `capacity` first leaves growing by regions of
+/// `chunk` leaves (none if 0), and the most leaves it may reach: within
+/// `max_leaves` (at least the first ones) and below [`NO_LEAF`].
+fn leaf_space(
+    layout: LeafLayout,
+    capacity: u64,
+    chunk: u64,
+    max_leaves: u64,
+) -> Result<(u64, LeafSpace), RolexError> {
+    let most = chunk
+        .saturating_mul(MAX_ADDED_REGIONS)
+        .saturating_add(capacity)
+        .min(max_leaves.max(capacity))
+        .min(NO_LEAF - 1);
+    let space = LeafSpace::new(layout, capacity, chunk, most).ok_or_else(|| {
+        RolexError::Config(format!(
+            "leaf chunk {chunk} of {} bytes too large",
+            layout.leaf_bytes()
+        ))
+    })?;
+    Ok((most, space))
+}
+
+/// Allocates the log region (one redo slot per owner) and writes its
+/// header: the owner lease, the slots and their size.
+fn alloc_log(
+    host: &dyn RegionHost,
+    layout: LeafLayout,
+    config: &RolexConfig,
+) -> Result<Arc<Region>, RolexError> {
+    let log_layout = LogLayout::new(layout, config.owners);
+    let log = host.alloc(LOG_REGION, log_layout.region_bytes(), Rights::ALL)?;
+    log.store(OWNER_LEASE_WORD, config.owner_lease_ms as u64);
+    log.store(SLOTS_WORD, log_layout.slots());
+    log.store(SLOT_BYTES_WORD, log_layout.slot_bytes());
+    Ok(log)
+}
+
 impl MemoryNode {
     /// Lays out `pairs` (sorted by key, distinct) in regions of `host`
     /// and registers them there: the whole key space on one memory node.
@@ -442,17 +480,7 @@ impl MemoryNode {
         } else {
             0
         };
-        let most = chunk
-            .saturating_mul(MAX_ADDED_REGIONS)
-            .saturating_add(capacity)
-            .min(config.max_leaves.max(capacity))
-            .min(NO_LEAF - 1);
-        let space = LeafSpace::new(layout, capacity, chunk, most).ok_or_else(|| {
-            RolexError::Config(format!(
-                "leaf chunk {chunk} of {} bytes too large",
-                layout.leaf_bytes()
-            ))
-        })?;
+        let (most, space) = leaf_space(layout, capacity, chunk, config.max_leaves)?;
         // Low fence of trained leaf j.
         let low = |j: usize| {
             if j == 0 {
@@ -475,11 +503,7 @@ impl MemoryNode {
 
         let leaves = host.alloc(LEAF_REGION, layout.region_bytes(capacity), Rights::ALL)?;
         let tables = host.alloc(TABLE_REGION, table_bytes.next_multiple_of(64), Rights::ALL)?;
-        let log_layout = LogLayout::new(layout, config.owners);
-        let log = host.alloc(LOG_REGION, log_layout.region_bytes(), Rights::ALL)?;
-        log.store(OWNER_LEASE_WORD, config.owner_lease_ms as u64);
-        log.store(SLOTS_WORD, log_layout.slots());
-        log.store(SLOT_BYTES_WORD, log_layout.slot_bytes());
+        let log = alloc_log(host, layout, &config)?;
 
         write_trained_leaves(
             &leaves,
