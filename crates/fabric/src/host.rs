@@ -869,7 +869,11 @@ impl Members {
             },
         );
         *self.per_peer.entry(peer).or_default() += 1;
-        debug_assert!(self.all.len() <= max_total);
+        assert!(
+            self.all.len() <= max_total,
+            "{} connections admitted, over the cap of {max_total}",
+            self.all.len()
+        );
         Ok((id, closed))
     }
 

@@ -2200,7 +2200,11 @@ impl XModel {
 
     /// Installs a retrained sub-model.
     pub fn replace_sub(&mut self, i: u32, sub: SubModel, tt: Box<[TtEntry]>) {
-        debug_assert_eq!(sub.tt_len as usize, tt.len());
+        assert_eq!(
+            sub.tt_len as usize,
+            tt.len(),
+            "sub-model {i} installed with a table of another length"
+        );
         self.subs[i as usize] = sub;
         self.tts[i as usize] = tt;
     }

@@ -796,7 +796,7 @@ impl Wal {
         let mut slot = Some(done);
         match self.append_inner(op, key, value, &mut slot, block) {
             Ok(lsn) => {
-                debug_assert!(slot.is_none());
+                assert!(slot.is_none(), "an append logged record {lsn} without registering its completion");
                 Ok(lsn)
             }
             Err(error) => match slot {
