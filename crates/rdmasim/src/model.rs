@@ -802,7 +802,11 @@ impl<'a> Sim<'a> {
             Load::Open { .. } => self.schedule(0, What::Arrival),
         }
         while let Some(Reverse((t, _, what))) = self.events.pop() {
-            assert!(t >= self.now, "time went backwards: event at {t} ps after {} ps", self.now);
+            assert!(
+                t >= self.now,
+                "time went backwards: event at {t} ps after {} ps",
+                self.now
+            );
             self.now = t;
             if t > MAX_VIRTUAL_PS {
                 return Err(SimError::Degenerate(format!(

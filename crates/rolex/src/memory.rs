@@ -221,7 +221,11 @@ pub(crate) fn write_block(
     pieces: &[Piece],
     lock: u64,
 ) {
-    assert_eq!(head.pieces, pieces.len(), "a block head counts other pieces than it gets");
+    assert_eq!(
+        head.pieces,
+        pieces.len(),
+        "a block head counts other pieces than it gets"
+    );
     let base = (off / 8) as usize;
     for (i, w) in head.encode().into_iter().enumerate() {
         tables.store(base + i, w);

@@ -796,7 +796,10 @@ impl Wal {
         let mut slot = Some(done);
         match self.append_inner(op, key, value, &mut slot, block) {
             Ok(lsn) => {
-                assert!(slot.is_none(), "an append logged record {lsn} without registering its completion");
+                assert!(
+                    slot.is_none(),
+                    "an append logged record {lsn} without registering its completion"
+                );
                 Ok(lsn)
             }
             Err(error) => match slot {
