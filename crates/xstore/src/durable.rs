@@ -420,9 +420,12 @@ impl SyncCore {
         false
     }
 
-    /// The completion of record `lsn` (key `key`, new state `value`): runs
-    /// on the log writer after its group commit, in LSN order.
-    fn complete(&self, w: Logged, lsn: u64, result: Result<(), WalError>) {
+    /// The completion of the record whose LSN `lsn_cell` holds (key `key`,
+    /// new state `value`): runs on the log writer after its group commit,
+    /// in LSN order. The LSN is read under the key's shard lock: the
+    /// writer that appended the record stores it there before it releases
+    /// that lock, and the group commit may end before the append returns.
+    fn complete(&self, w: Logged, lsn_cell: &AtomicU64, result: Result<(), WalError>) {
         let Logged {
             key,
             value,
@@ -434,6 +437,7 @@ impl SyncCore {
         let mut applied = result.is_ok();
         let waiters = {
             let mut shard = lock(self.shard(key));
+            let lsn = lsn_cell.load(Ordering::Acquire);
             if let Err(e) = &result {
                 tracing::error!(error = %e, lsn, "write not acknowledged: its record is not durable");
             } else {
@@ -729,9 +733,8 @@ impl Durable {
         })));
         let slot = logged.clone();
         let done: wal::Completion = Box::new(move |r| {
-            let lsn = cell.load(Ordering::Acquire);
             if let Some(w) = lock(&slot).take() {
-                me.complete(w, lsn, r)
+                me.complete(w, &cell, r)
             }
         });
         let (op, v) = match value {
