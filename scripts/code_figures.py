@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Per-crate code figures: functions, functions over a length, and runtime
 assertions, counted over each crate's non-test source (`crates/*/src`,
-without `#[cfg(test)]` modules and generated code).
+without generated code and without what builds only under `cfg(test)`:
+modules, functions, impls and blocks under `#[cfg(test)]` or
+`#[cfg(all(test, ...))]`).
 
 Usage: python3 scripts/code_figures.py [--limit 100] [--list] [--check]
 
@@ -18,6 +20,19 @@ import sys
 FN = re.compile(r'^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?(?:extern\s+"[^"]*"\s+)?fn\s+([A-Za-z_][A-Za-z0-9_]*)')
 ASSERT = re.compile(r'(?<![A-Za-z0-9_])assert(?:_eq|_ne)?!')
 DEBUG_ASSERT = re.compile(r'(?<![A-Za-z0-9_])debug_assert(?:_eq|_ne)?!')
+CFG = re.compile(r'#\[cfg\((.*)\)\]')
+ITEM = re.compile(r'^\s*(?:pub(?:\([^)]*\))?\s+)?(?:unsafe\s+)?(?:async\s+)?(?:fn|impl|mod|struct|enum|trait)\b')
+
+
+def test_only(raw_line):
+    """Whether a line is a `#[cfg(...)]` whose predicate holds only under
+    `cfg(test)`: `test` itself, or `all(test, ...)`; `not(test)` and
+    `any(test, ...)` also build outside tests."""
+    m = CFG.search(raw_line)
+    if not m:
+        return False
+    pred = m.group(1).replace(' ', '')
+    return pred == 'test' or (pred.startswith('all(') and re.search(r'[(,]test[,)]', pred) is not None)
 
 
 def strip(line, state):
@@ -92,33 +107,42 @@ def functions(path):
         s, state = strip(l, state)
         lines.append(s)
     depth = 0
-    skip_until = None  # depth at which a cfg(test) module ends
+    skip_until = None  # depth at which a cfg(test) item or block ends
+    # A cfg(test) attribute was seen: the next item (module, fn, impl...)
+    # or block-opening statement is test code, up to its closing brace.
     pending_test = False
+    test_item = False  # the test item's header started; its `{` is coming
     stack = []  # (name, start line, depth at open)
     pending_fn = None
     found = []
-    counts = {}
+    # Assertions per line outside test code; a function owns those of its
+    # lines (from its `fn` line, so one-line functions count too) less
+    # those of the functions nested in it (`inner`).
+    line_counts = [(0, 0)] * len(lines)
+    inner = {}
     for no, l in enumerate(lines):
         if skip_until is None:
-            if re.search(r'#\[cfg\(test\)\]', raw[no]):
+            if test_only(raw[no]):
                 pending_test = True
+            elif pending_test and not test_item and l.strip() and not l.strip().startswith('#'):
+                if ITEM.match(l):
+                    test_item = True
+                elif '{' not in l:
+                    # A cfg(test) field, statement or `use`: nothing to skip.
+                    pending_test = False
             m = FN.match(l)
-            if m:
+            if m and not pending_test:
                 pending_fn = (m.group(1), no)
-            if stack:
-                a = len(ASSERT.findall(l))
-                d = len(DEBUG_ASSERT.findall(l))
-                top = stack[-1][0]
-                counts[top] = (counts.get(top, (0, 0))[0] + a, counts.get(top, (0, 0))[1] + d)
+            line_counts[no] = (len(ASSERT.findall(l)), len(DEBUG_ASSERT.findall(l)))
         for ch in l:
             if ch == '{':
-                if skip_until is None and pending_test and re.search(r'\bmod\b', l):
+                if skip_until is None and pending_test:
                     skip_until = depth
-                    pending_test = False
+                    pending_test = test_item = False
                 elif skip_until is None and pending_fn is not None:
                     key = (pending_fn[0], pending_fn[1])
                     stack.append((key, depth))
-                    counts.setdefault(key, (0, 0))
+                    inner[key] = (0, 0)
                     pending_fn = None
                 depth += 1
             elif ch == '}':
@@ -127,13 +151,19 @@ def functions(path):
                     skip_until = None
                 elif stack and stack[-1][1] == depth:
                     key, _ = stack.pop()
-                    a, d = counts.pop(key)
-                    found.append((key[0], key[1] + 1, no - key[1] + 1, a, d))
+                    span = line_counts[key[1]:no + 1]
+                    a, d = sum(c[0] for c in span), sum(c[1] for c in span)
+                    ia, id_ = inner.pop(key)
+                    if stack:
+                        pa, pd = inner[stack[-1][0]]
+                        inner[stack[-1][0]] = (pa + a, pd + d)
+                    found.append((key[0], key[1] + 1, no - key[1] + 1, a - ia, d - id_))
+            elif ch == ';' and skip_until is None and pending_test and test_item:
+                # A test item without a body (`mod tests;`, a declaration).
+                pending_test = test_item = False
             elif ch == ';' and pending_fn is not None and not stack or (ch == ';' and pending_fn is not None and l.strip().endswith(';') and '{' not in l):
                 # A declaration without a body (trait method).
                 pending_fn = None
-        if pending_test and skip_until is None and l.strip() and not l.strip().startswith('#') and not re.search(r'\bmod\b', l):
-            pending_test = False
     return found
 
 

@@ -5,6 +5,8 @@
 //! read (values encode their key: [`values`]) and summarizes exact fabric
 //! costs, latency and throughput in a [`Report`].
 
+#![forbid(unsafe_code)]
+
 pub mod compat;
 pub mod finestore_system;
 pub mod histore_system;

@@ -11,6 +11,8 @@
 //! * `xstore cluster` — a range-partitioned cluster on this machine, and
 //!   its status.
 
+#![forbid(unsafe_code)]
+
 mod bench_cmd;
 mod check_cmd;
 mod cluster_cmd;

@@ -20,6 +20,8 @@
 //!
 //! The rest of the workspace is synchronous; tokio stays inside `coord`.
 
+#![forbid(unsafe_code)]
+
 pub mod auth;
 pub mod etcd;
 pub mod kv;

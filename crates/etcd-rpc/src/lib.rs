@@ -8,6 +8,8 @@
 //! pinned `etcd-client` release, and CI checks that it is current. Do not
 //! edit `src/gen/` by hand.
 
+#![forbid(unsafe_code)]
+
 /// etcd's key-value records and watch events (`mvccpb`).
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod mvccpb {

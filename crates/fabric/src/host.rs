@@ -869,7 +869,11 @@ impl Members {
             },
         );
         *self.per_peer.entry(peer).or_default() += 1;
-        debug_assert!(self.all.len() <= max_total);
+        assert!(
+            self.all.len() <= max_total,
+            "{} connections admitted, over the cap of {max_total}",
+            self.all.len()
+        );
         Ok((id, closed))
     }
 
@@ -1132,7 +1136,6 @@ fn accept_loop<S>(
     let mut parked: Vec<Parked<S>> = Vec::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let cap = inner.config.max_preauth.max(1);
-    let idle_timeout = inner.config.idle_timeout;
     let pollfd = |fd: RawFd| libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -1181,101 +1184,21 @@ fn accept_loop<S>(
         let parked_ready: Vec<bool> = parked_fds.iter().map(|f| f.revents != 0).collect();
         let now = Instant::now();
         // Idle connections that spoke get a thread again; those idle too
-        // long are closed.
-        let mut still = Vec::with_capacity(parked.len());
-        for (p, ready) in parked.drain(..).zip(parked_ready) {
-            if ready {
-                let active = inner.members().set_active(p.id);
-                if active {
-                    start_conn(inner, p, &parker);
-                } else {
-                    // Closed for a newcomer while idle.
-                    p.conn.close();
-                }
-            } else if !idle_timeout.is_zero() && now.duration_since(p.since) >= idle_timeout {
-                tracing::debug!("connection idle for the idle timeout; closing it");
-                p.conn.close();
-                inner.members().leave(p.id);
-            } else {
-                still.push(p);
-            }
-        }
-        // Connections parked since the poll began join the next round.
-        parked = still;
+        // long are closed. Connections parked since the poll began join
+        // the next round.
+        parked = wake_parked(inner, parked, parked_ready, now, &parker);
         // Handshakes next, then new connections.
-        let mut kept = VecDeque::with_capacity(pending.len());
-        for (mut p, ready) in pending.drain(..).zip(pending_ready) {
-            let state = if ready {
-                p.read(inner)
-            } else {
-                Handshake::Wait
-            };
-            match state {
-                Handshake::Wait if now < p.deadline => kept.push_back(p),
-                Handshake::Wait => {
-                    tracing::debug!(
-                        "no complete handshake within the handshake timeout; closing the connection"
-                    );
-                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
-                    p.stream.close();
-                }
-                Handshake::Close => {
-                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
-                    p.stream.close();
-                }
-                Handshake::Auth(h) => {
-                    inner.preauth.fetch_sub(1, Ordering::Relaxed);
-                    admit(inner, p, h, &parker);
-                }
-            }
-        }
-        pending = kept;
+        pending = advance_handshakes(inner, pending, pending_ready, now, &parker);
         if !listener_ready {
             continue;
         }
-        // At most `cap` new connections a round: a connection accepted in
-        // this round is evicted, if at all, only in a later one, after its
-        // HELLO2 (sent right after its connect) had a round to be read.
-        for _ in 0..cap {
-            match accept() {
-                Ok(stream) => {
-                    if stream.set_nonblocking(true).is_err() {
-                        continue;
-                    }
-                    inner.connections.fetch_add(1, Ordering::Relaxed);
-                    if pending.len() >= cap {
-                        // The oldest that has not said HELLO2 goes first:
-                        // a client between its CHALLENGE and its AUTH is
-                        // one round trip from done.
-                        let at = pending
-                            .iter()
-                            .position(|p| p.challenged.is_none())
-                            .unwrap_or(0);
-                        if let Some(old) = pending.remove(at) {
-                            if let Some(n) = inner.refused_log.check() {
-                                tracing::warn!(
-                                    cap,
-                                    also_closed_since_last_line = n,
-                                    "too many connections in their handshake; closed the oldest"
-                                );
-                            }
-                            inner.preauth.fetch_sub(1, Ordering::Relaxed);
-                            old.stream.close();
-                        }
-                    }
-                    inner.preauth.fetch_add(1, Ordering::Relaxed);
-                    pending.push_back(Pending::new(stream, inner.config.handshake_timeout));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // E.g. out of descriptors: let the pending ones finish.
-                    tracing::warn!(error = %e, "accept failed");
-                    std::thread::sleep(Duration::from_millis(20));
-                    break;
-                }
-            }
-        }
+        accept_new(inner, &mut pending, cap, &mut accept);
+        // An arrival over the cap closed an older handshake.
+        assert!(
+            pending.len() <= cap,
+            "{} connections in their handshake, over the cap of {cap}",
+            pending.len()
+        );
     }
     for p in pending {
         inner.preauth.fetch_sub(1, Ordering::Relaxed);
@@ -1285,6 +1208,131 @@ fn accept_loop<S>(
     for p in parked {
         p.conn.close();
         inner.members().leave(p.id);
+    }
+}
+
+/// One round of [`accept_loop`] for the idle connections: those that
+/// spoke (`ready`) get a thread again, those idle past the idle timeout
+/// are closed; the ones still parked.
+fn wake_parked<S: Stream>(
+    inner: &Arc<Inner>,
+    mut parked: Vec<Parked<S>>,
+    ready: Vec<bool>,
+    now: Instant,
+    parker: &Arc<Parker<S>>,
+) -> Vec<Parked<S>> {
+    let idle_timeout = inner.config.idle_timeout;
+    let mut still = Vec::with_capacity(parked.len());
+    for (p, ready) in parked.drain(..).zip(ready) {
+        if ready {
+            let active = inner.members().set_active(p.id);
+            if active {
+                start_conn(inner, p, parker);
+            } else {
+                // Closed for a newcomer while idle.
+                p.conn.close();
+            }
+        } else if !idle_timeout.is_zero() && now.duration_since(p.since) >= idle_timeout {
+            tracing::debug!("connection idle for the idle timeout; closing it");
+            p.conn.close();
+            inner.members().leave(p.id);
+        } else {
+            still.push(p);
+        }
+    }
+    still
+}
+
+/// One round of [`accept_loop`] for the connections in their handshake:
+/// reads those that are `ready`, admits the authenticated, closes the
+/// refused and the late; the ones still waiting.
+fn advance_handshakes<S: Stream>(
+    inner: &Arc<Inner>,
+    mut pending: VecDeque<Pending<S>>,
+    ready: Vec<bool>,
+    now: Instant,
+    parker: &Arc<Parker<S>>,
+) -> VecDeque<Pending<S>> {
+    let mut kept = VecDeque::with_capacity(pending.len());
+    for (mut p, ready) in pending.drain(..).zip(ready) {
+        let state = if ready {
+            p.read(inner)
+        } else {
+            Handshake::Wait
+        };
+        match state {
+            Handshake::Wait if now < p.deadline => kept.push_back(p),
+            Handshake::Wait => {
+                tracing::debug!(
+                    "no complete handshake within the handshake timeout; closing the connection"
+                );
+                inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                p.stream.close();
+            }
+            Handshake::Close => {
+                inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                p.stream.close();
+            }
+            Handshake::Auth(h) => {
+                inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                admit(inner, p, h, parker);
+            }
+        }
+    }
+    kept
+}
+
+/// Accepts up to `cap` new connections into `pending`, closing the
+/// oldest handshake (one that has not said HELLO2 first) for each one over
+/// the cap.
+fn accept_new<S: Stream>(
+    inner: &Arc<Inner>,
+    pending: &mut VecDeque<Pending<S>>,
+    cap: usize,
+    accept: &mut impl FnMut() -> std::io::Result<S>,
+) {
+    // At most `cap` new connections a round: a connection accepted in
+    // this round is evicted, if at all, only in a later one, after its
+    // HELLO2 (sent right after its connect) had a round to be read.
+    for _ in 0..cap {
+        match accept() {
+            Ok(stream) => {
+                if stream.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                inner.connections.fetch_add(1, Ordering::Relaxed);
+                if pending.len() >= cap {
+                    // The oldest that has not said HELLO2 goes first:
+                    // a client between its CHALLENGE and its AUTH is
+                    // one round trip from done.
+                    let at = pending
+                        .iter()
+                        .position(|p| p.challenged.is_none())
+                        .unwrap_or(0);
+                    if let Some(old) = pending.remove(at) {
+                        if let Some(n) = inner.refused_log.check() {
+                            tracing::warn!(
+                                cap,
+                                also_closed_since_last_line = n,
+                                "too many connections in their handshake; closed the oldest"
+                            );
+                        }
+                        inner.preauth.fetch_sub(1, Ordering::Relaxed);
+                        old.stream.close();
+                    }
+                }
+                inner.preauth.fetch_add(1, Ordering::Relaxed);
+                pending.push_back(Pending::new(stream, inner.config.handshake_timeout));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                // E.g. out of descriptors: let the pending ones finish.
+                tracing::warn!(error = %e, "accept failed");
+                std::thread::sleep(Duration::from_millis(20));
+                break;
+            }
+        }
     }
 }
 
@@ -2265,38 +2313,11 @@ where
         let len = header.len as usize;
         prefix.clear();
         let cost = if header.kind == Kind::Post {
-            let first = len.min(POST_PREFIX_BYTES);
-            prefix.resize(first, 0);
-            if let Err(end) = read.read_exact(&mut prefix, false) {
-                return end;
-            }
-            if first == POST_PREFIX_BYTES {
-                let n = u16::from_le_bytes([prefix[0], prefix[1]]) as usize;
-                let want = len.min(POST_PREFIX_BYTES + n.min(MAX_BATCH_OPS) * POST_VERB_BYTES);
-                prefix.resize(want, 0);
-                if let Err(end) = read.read_exact(&mut prefix[first..], false) {
-                    return end;
-                }
-            }
-            match wire::post_cost(&prefix).and_then(|c| {
-                if c.payload_len == len as u64 {
-                    Ok(c)
-                } else {
-                    Err(wire::WireError::Bad(
-                        "payload length differs from what the verbs carry",
-                    ))
-                }
-            }) {
-                // The reply goes out with its frame header: charged too.
-                Ok(c) => c.serving_bytes() + HEADER_BYTES as u64,
-                Err(e) => {
-                    inner.bad_frames.fetch_add(1, Ordering::Relaxed);
-                    if let Err(end) = read.skip(len - prefix.len()) {
-                        return end;
-                    }
-                    send_error(conn, header.id, ErrorCode::Malformed, &e.to_string());
-                    continue;
-                }
+            match post_frame_cost(inner, &mut read, conn, header, &mut prefix) {
+                Ok(Some(cost)) => cost,
+                // Malformed: answered, its payload skipped.
+                Ok(None) => continue,
+                Err(end) => return end,
             }
         } else {
             len as u64
@@ -2333,6 +2354,47 @@ where
     }
 }
 
+/// What serving a POST frame costs (its reply's frame header included),
+/// read off its descriptors (left in `prefix`) before its payload is:
+/// at most 8 + 40 * 1024 bytes held here, whatever it asks for. `None`:
+/// the descriptors were malformed; the frame was skipped and answered.
+fn post_frame_cost<S: Stream>(
+    inner: &Arc<Inner>,
+    read: &mut FrameReader<'_, S>,
+    conn: &Arc<Conn<S>>,
+    header: Header,
+    prefix: &mut Vec<u8>,
+) -> Result<Option<u64>, End> {
+    let len = header.len as usize;
+    let first = len.min(POST_PREFIX_BYTES);
+    prefix.resize(first, 0);
+    read.read_exact(prefix, false)?;
+    if first == POST_PREFIX_BYTES {
+        let n = u16::from_le_bytes([prefix[0], prefix[1]]) as usize;
+        let want = len.min(POST_PREFIX_BYTES + n.min(MAX_BATCH_OPS) * POST_VERB_BYTES);
+        prefix.resize(want, 0);
+        read.read_exact(&mut prefix[first..], false)?;
+    }
+    match wire::post_cost(prefix).and_then(|c| {
+        if c.payload_len == len as u64 {
+            Ok(c)
+        } else {
+            Err(wire::WireError::Bad(
+                "payload length differs from what the verbs carry",
+            ))
+        }
+    }) {
+        // The reply goes out with its frame header: charged too.
+        Ok(c) => Ok(Some(c.serving_bytes() + HEADER_BYTES as u64)),
+        Err(e) => {
+            inner.bad_frames.fetch_add(1, Ordering::Relaxed);
+            read.skip(len - prefix.len())?;
+            send_error(conn, header.id, ErrorCode::Malformed, &e.to_string());
+            Ok(None)
+        }
+    }
+}
+
 /// Serves one authenticated frame; `charge` is held until it is served.
 fn dispatch<S>(
     inner: &Arc<Inner>,
@@ -2364,60 +2426,9 @@ fn dispatch<S>(
                 }));
             }
         }
-        Kind::Call => {
-            let handler = inner
-                .handler
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            let Some(handler) = handler else {
-                send_error(
-                    conn,
-                    header.id,
-                    ErrorCode::NoHandler,
-                    "this node serves no RPC",
-                );
-                return;
-            };
-            let conn = conn.clone();
-            let id = header.id;
-            let call = move || {
-                handler.handle_deferred(
-                    &payload,
-                    Box::new(move |reply: Vec<u8>| send_reply(&conn, id, &reply)),
-                );
-            };
-            if inner.config.workers == 0 {
-                // The charge goes after the call is counted, as a reply
-                // can reach the client before run_here returns.
-                inner.workers.run_here(Box::new(call));
-                drop(charge);
-            } else {
-                inner.workers.submit(Box::new(move || {
-                    call();
-                    drop(charge);
-                }));
-            }
-        }
+        Kind::Call => dispatch_call(inner, conn, header.id, payload, charge),
         Kind::RegionInfo => {
-            let info = payload
-                .get(0..4)
-                .filter(|_| payload.len() == 4)
-                .map(|b| RegionId(u32::from_le_bytes(b.try_into().expect("4 bytes"))))
-                .and_then(|id| {
-                    let table = inner
-                        .regions
-                        .read()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .clone();
-                    table.0.get(&id).and_then(|e| {
-                        e.path.as_ref().map(|p| RegionInfo {
-                            rights: e.region.rights(),
-                            len: e.region.len_bytes(),
-                            path: p.to_string_lossy().into_owned(),
-                        })
-                    })
-                });
+            let info = region_info(inner, &payload);
             let mut out = Vec::new();
             wire::encode_region_info(info.as_ref(), &mut out);
             send(conn, Kind::RegionInfoReply, header.id, &out);
@@ -2441,6 +2452,69 @@ fn dispatch<S>(
             );
         }
     }
+}
+
+/// Serves an RPC frame: by the node's handler (none: an error reply),
+/// on this thread or the worker pool; `charge` is held until it is served.
+fn dispatch_call<S>(
+    inner: &Arc<Inner>,
+    conn: &Arc<Conn<S>>,
+    id: u64,
+    payload: Vec<u8>,
+    charge: Charge,
+) where
+    S: Stream,
+{
+    let handler = inner
+        .handler
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let Some(handler) = handler else {
+        send_error(conn, id, ErrorCode::NoHandler, "this node serves no RPC");
+        return;
+    };
+    let conn = conn.clone();
+    let call = move || {
+        handler.handle_deferred(
+            &payload,
+            Box::new(move |reply: Vec<u8>| send_reply(&conn, id, &reply)),
+        );
+    };
+    if inner.config.workers == 0 {
+        // The charge goes after the call is counted, as a reply
+        // can reach the client before run_here returns.
+        inner.workers.run_here(Box::new(call));
+        drop(charge);
+    } else {
+        inner.workers.submit(Box::new(move || {
+            call();
+            drop(charge);
+        }));
+    }
+}
+
+/// The region a REGION_INFO frame names (a 4-byte id), if it is registered
+/// with a path.
+fn region_info(inner: &Inner, payload: &[u8]) -> Option<RegionInfo> {
+    payload
+        .get(0..4)
+        .filter(|_| payload.len() == 4)
+        .map(|b| RegionId(u32::from_le_bytes(b.try_into().expect("4 bytes"))))
+        .and_then(|id| {
+            let table = inner
+                .regions
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            table.0.get(&id).and_then(|e| {
+                e.path.as_ref().map(|p| RegionInfo {
+                    rights: e.region.rights(),
+                    len: e.region.len_bytes(),
+                    path: p.to_string_lossy().into_owned(),
+                })
+            })
+        })
 }
 
 /// Whether a path looks like a live socket (for tests and tools).

@@ -886,6 +886,25 @@ impl RdmaEndpoint {
         start: usize,
         end: usize,
     ) -> Result<(), FabricError> {
+        assert!(
+            start < end && end <= self.plan.len(),
+            "rdma: chunk {start}..{end} of a plan of {} verbs",
+            self.plan.len()
+        );
+        self.post_chain(batch, start, end)?;
+        let first_error = self.await_chain(end - start)?;
+        self.complete_chain(batch, start, end, first_error)
+    }
+
+    /// Lays `self.plan[start..end]` out in the bounce buffer, stages the
+    /// WRITEs' data and posts the verbs as one chain of work requests with
+    /// one doorbell, only the last signaled.
+    fn post_chain(
+        &mut self,
+        batch: &mut Batch,
+        start: usize,
+        end: usize,
+    ) -> Result<(), FabricError> {
         let bytes: u64 = self.plan[start..end].iter().map(|p| p.len).sum();
         self.ensure_bounce(bytes)?;
         let bounce = self
@@ -945,7 +964,12 @@ impl RdmaEndpoint {
             self.broken = Some(err.to_string());
             return Err(err);
         }
+        Ok(())
+    }
 
+    /// Waits for the last completion of a chain of `n` verbs, or an error
+    /// and its flushes (within a grace); the first verb that failed.
+    fn await_chain(&mut self, n: usize) -> Result<Option<usize>, FabricError> {
         // Wait for the last completion, or an error and its flushes.
         self.status.clear();
         self.status.resize(n, u32::MAX);
@@ -1001,7 +1025,20 @@ impl RdmaEndpoint {
                 std::thread::yield_now();
             }
         }
+        Ok(first_error)
+    }
 
+    /// Completes the verbs of `self.plan[start..end]` in `batch` from the
+    /// bounce buffer and the chain's statuses; an error (at `first_error`)
+    /// leaves the endpoint broken.
+    fn complete_chain(
+        &mut self,
+        batch: &mut Batch,
+        start: usize,
+        end: usize,
+        first_error: Option<usize>,
+    ) -> Result<(), FabricError> {
+        let n = end - start;
         // Results. RC completes in order: without an error every verb
         // succeeded; with one, those before it did.
         let bounce = self

@@ -383,26 +383,7 @@ fn serve(
             return refuse(&mut stream, "connection without a valid token".into());
         }
     }
-    {
-        // Proven: counts against the connected cap from now on, and is no
-        // longer evicted as a waiting one.
-        let mut conns = inner.conns.lock().unwrap_or_else(|e| e.into_inner());
-        let connected = conns.values().filter(|c| c.connected).count();
-        match conns.get_mut(&id) {
-            None => return Err("evicted while waiting for its CONNECT".into()),
-            Some(_) if connected >= inner.config.max_connections => {
-                drop(conns);
-                return refuse(
-                    &mut stream,
-                    format!(
-                        "the server serves at most {} rdma connections",
-                        inner.config.max_connections
-                    ),
-                );
-            }
-            Some(c) => c.connected = true,
-        }
-    }
+    mark_connected(inner, id, &mut stream)?;
     let connected = match inner.ctx.create_qp().and_then(|p| {
         let local = p.info();
         p.connect(&qp).map(|c| (local, c))
@@ -431,22 +412,47 @@ fn serve(
     tracing::info!(%peer, qpn = local.qpn, "rdma door: queue pair connected");
     // From now on the connection only says whether the client is there.
     stream.set_read_timeout(None).map_err(|e| e.to_string())?;
+    serve_lookups(inner, &mut stream)
+}
+
+/// Proven: the connection counts against the connected cap from now on,
+/// and is no longer evicted as a waiting one; refused over the cap.
+fn mark_connected(inner: &DoorInner, id: u64, stream: &mut TcpStream) -> Result<(), String> {
+    // Proven: counts against the connected cap from now on, and is no
+    // longer evicted as a waiting one.
+    let mut conns = inner.conns.lock().unwrap_or_else(|e| e.into_inner());
+    let connected = conns.values().filter(|c| c.connected).count();
+    match conns.get_mut(&id) {
+        None => return Err("evicted while waiting for its CONNECT".into()),
+        Some(_) if connected >= inner.config.max_connections => {
+            drop(conns);
+            return refuse(
+                stream,
+                format!(
+                    "the server serves at most {} rdma connections",
+                    inner.config.max_connections
+                ),
+            );
+        }
+        Some(c) => c.connected = true,
+    }
+    Ok(())
+}
+
+/// Answers LOOKUPs until the client closes the connection (the door's
+/// stream only says whether the client is there).
+fn serve_lookups(inner: &DoorInner, stream: &mut TcpStream) -> Result<(), String> {
     loop {
-        match read_door_frame(&mut stream) {
+        match read_door_frame(stream) {
             Ok(DoorMsg::Lookup(id)) => {
                 let found = DoorMsg::Found(inner.ctx.registered_region(id));
-                if write_door_frame(&mut stream, &found).is_err() {
+                if write_door_frame(stream, &found).is_err() {
                     return Ok(());
                 }
             }
-            Ok(other) => {
-                return refuse(
-                    &mut stream,
-                    format!("expected LOOKUP, got {}", other.name()),
-                )
-            }
+            Ok(other) => return refuse(stream, format!("expected LOOKUP, got {}", other.name())),
             Err(DoorError::Io(_)) => return Ok(()),
-            Err(e) => return refuse(&mut stream, e.to_string()),
+            Err(e) => return refuse(stream, e.to_string()),
         }
     }
 }

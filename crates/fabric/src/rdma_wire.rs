@@ -472,66 +472,8 @@ impl DoorMsg {
                     proof: r.take(),
                 })
             }
-            TAG_ACCEPT => {
-                const W: &str = "door ACCEPT";
-                const FIXED: usize = QpInfo::ENCODED_LEN + PROOF_BYTES;
-                if rest.len() < FIXED {
-                    return Err(WireError::Length {
-                        what: W,
-                        expected: FIXED + 4,
-                        got: rest.len(),
-                    });
-                }
-                let (fixed, list) = rest.split_at(FIXED);
-                let (qp, proof) = fixed.split_at(QpInfo::ENCODED_LEN);
-                let qp = QpInfo::decode(qp)?;
-                let mut p = [0u8; PROOF_BYTES];
-                p.copy_from_slice(proof);
-                let regions = RemoteRegion::decode_list(list)?;
-                if regions.len() > MAX_DOOR_REGIONS {
-                    return Err(WireError::Invalid {
-                        what: W,
-                        field: "region count",
-                        value: regions.len() as u64,
-                    });
-                }
-                Ok(DoorMsg::Accept {
-                    qp,
-                    proof: p,
-                    regions,
-                })
-            }
-            TAG_REFUSE => {
-                const W: &str = "door REFUSE";
-                if rest.len() < 2 {
-                    return Err(WireError::Length {
-                        what: W,
-                        expected: 2,
-                        got: rest.len(),
-                    });
-                }
-                let len = u16::from_le_bytes([rest[0], rest[1]]) as usize;
-                if len > MAX_REFUSAL {
-                    return Err(WireError::Invalid {
-                        what: W,
-                        field: "text length",
-                        value: len as u64,
-                    });
-                }
-                if rest.len() != 2 + len {
-                    return Err(WireError::Length {
-                        what: W,
-                        expected: 2 + len,
-                        got: rest.len(),
-                    });
-                }
-                let text = std::str::from_utf8(&rest[2..]).map_err(|e| WireError::Invalid {
-                    what: W,
-                    field: "UTF-8 text at byte",
-                    value: e.valid_up_to() as u64,
-                })?;
-                Ok(DoorMsg::Refuse(text.to_string()))
-            }
+            TAG_ACCEPT => DoorMsg::decode_accept(rest),
+            TAG_REFUSE => DoorMsg::decode_refuse(rest),
             TAG_LOOKUP => {
                 let mut r = exact("door LOOKUP", rest, 4)?;
                 Ok(DoorMsg::Lookup(RegionId(r.u32())))
@@ -564,6 +506,70 @@ impl DoorMsg {
                 value: other.into(),
             }),
         }
+    }
+
+    /// The body of an ACCEPT after its tag.
+    fn decode_accept(rest: &[u8]) -> Result<DoorMsg, WireError> {
+        const W: &str = "door ACCEPT";
+        const FIXED: usize = QpInfo::ENCODED_LEN + PROOF_BYTES;
+        if rest.len() < FIXED {
+            return Err(WireError::Length {
+                what: W,
+                expected: FIXED + 4,
+                got: rest.len(),
+            });
+        }
+        let (fixed, list) = rest.split_at(FIXED);
+        let (qp, proof) = fixed.split_at(QpInfo::ENCODED_LEN);
+        let qp = QpInfo::decode(qp)?;
+        let mut p = [0u8; PROOF_BYTES];
+        p.copy_from_slice(proof);
+        let regions = RemoteRegion::decode_list(list)?;
+        if regions.len() > MAX_DOOR_REGIONS {
+            return Err(WireError::Invalid {
+                what: W,
+                field: "region count",
+                value: regions.len() as u64,
+            });
+        }
+        Ok(DoorMsg::Accept {
+            qp,
+            proof: p,
+            regions,
+        })
+    }
+
+    /// The body of a REFUSE after its tag.
+    fn decode_refuse(rest: &[u8]) -> Result<DoorMsg, WireError> {
+        const W: &str = "door REFUSE";
+        if rest.len() < 2 {
+            return Err(WireError::Length {
+                what: W,
+                expected: 2,
+                got: rest.len(),
+            });
+        }
+        let len = u16::from_le_bytes([rest[0], rest[1]]) as usize;
+        if len > MAX_REFUSAL {
+            return Err(WireError::Invalid {
+                what: W,
+                field: "text length",
+                value: len as u64,
+            });
+        }
+        if rest.len() != 2 + len {
+            return Err(WireError::Length {
+                what: W,
+                expected: 2 + len,
+                got: rest.len(),
+            });
+        }
+        let text = std::str::from_utf8(&rest[2..]).map_err(|e| WireError::Invalid {
+            what: W,
+            field: "UTF-8 text at byte",
+            value: e.valid_up_to() as u64,
+        })?;
+        Ok(DoorMsg::Refuse(text.to_string()))
     }
 
     /// The message's name, for errors.

@@ -311,6 +311,12 @@ impl LevelBin {
         };
         let cs = seq_lock(&kid.seq);
         let unlock = |changed: bool| {
+            // Seqlock parity: the word stayed locked, as we took it.
+            assert_eq!(
+                kid.seq.load(Ordering::Relaxed),
+                cs | LOCKED,
+                "a child's seqlock word changed while we held it"
+            );
             let next = if changed {
                 (cs & !LOCKED) + CHILD_VERSION
             } else {
@@ -365,9 +371,26 @@ impl LevelBin {
                 return Attempt::Again;
             }
         }
+        let (result, changed) = self.write_locked(kid, key, op, len, nc);
+        unlock(changed);
+        Attempt::Done(result)
+    }
+
+    /// [`Self::try_child`]'s write into child `kid` (of `len` keys, one of
+    /// `nc`), whose lock it holds and to which `key` belongs: the answer
+    /// (`None`: the child is full, or would be emptied, and the whole bin
+    /// must do it) and whether the child changed.
+    fn write_locked(
+        &self,
+        kid: &Child,
+        key: u64,
+        op: ChildWrite,
+        len: usize,
+        nc: usize,
+    ) -> (Option<bool>, bool) {
         let pos = (0..len).find(|&i| kid.key(i) >= key).unwrap_or(len);
         let present = pos < len && kid.key(pos) == key;
-        let (result, changed) = match op {
+        match op {
             ChildWrite::Insert(_) if present => (Some(true), false),
             ChildWrite::Update(v) | ChildWrite::Upsert(v) if present => {
                 kid.vals[pos].store(v, Ordering::Relaxed);
@@ -391,9 +414,7 @@ impl LevelBin {
                     (None, false)
                 }
             }
-        };
-        unlock(changed);
-        Attempt::Done(result)
+        }
     }
 }
 

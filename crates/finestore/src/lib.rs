@@ -26,6 +26,8 @@
 //! See `docs/finestore.md` for the structures, byte counts, the RCU rule,
 //! the array layout, the protocol and the barrier's rule.
 
+#![forbid(unsafe_code)]
+
 pub mod level_bin;
 #[cfg(not(loom))]
 pub mod mirror;

@@ -966,26 +966,7 @@ impl Inner {
         at: Option<Result<usize, usize>>,
     ) -> Result<WriteStep, FineError> {
         let s = match at.unwrap_or_else(|| m.locate(key)) {
-            Ok(p) => {
-                let mut g = m.recs[p].lock();
-                if g.moved() {
-                    drop(g);
-                    return Ok(forward(m).into());
-                }
-                let present = g.value().is_some();
-                let write = match mode {
-                    Mode::Insert => !present,
-                    Mode::Update => present,
-                    Mode::Upsert => true,
-                };
-                if write {
-                    g.set(value);
-                    if let Some(mirror) = &m.mirror {
-                        mirror.set_value(p, Some(value));
-                    }
-                }
-                return Ok(WriteStep::Done(present));
-            }
+            Ok(p) => return Ok(write_record(m, p, value, mode)),
             Err(s) => s,
         };
         let slot = &m.slots[s];
@@ -1017,82 +998,15 @@ impl Inner {
                     }
                 }
                 Some(Under::Bin(b)) => {
-                    // Inserts into different children of one root bin do
-                    // not serialize (§3.2): first under the child's lock
-                    // alone; the whole bin only for moves, splits and its
-                    // retraining.
-                    let op = match mode {
-                        Mode::Insert => ChildWrite::Insert(value),
-                        Mode::Update => ChildWrite::Update(value),
-                        Mode::Upsert => ChildWrite::Upsert(value),
+                    let put = Put {
+                        key,
+                        value,
+                        mode,
+                        path_key,
                     };
-                    match b.write_child(key, op) {
-                        Err(Retired) if slot.is_moved() => return Ok(forward(m).into()),
-                        Err(Retired) => continue,
-                        Ok(Some(present)) => return Ok(WriteStep::Done(present)),
-                        Ok(None) => {}
+                    if let Some(step) = self.write_bin(m, s, b, put)? {
+                        return Ok(step);
                     }
-                    let mut g = b.lock();
-                    if g.retired() {
-                        drop(g);
-                        if slot.is_moved() {
-                            return Ok(forward(m).into());
-                        }
-                        continue;
-                    }
-                    if g.find(key).is_some() {
-                        if mode != Mode::Insert {
-                            g.set(key, value);
-                        }
-                        return Ok(WriteStep::Done(true));
-                    }
-                    if mode == Mode::Update {
-                        return Ok(WriteStep::Done(false));
-                    }
-                    if g.insert(key, value).is_ok() {
-                        return Ok(WriteStep::Done(false));
-                    }
-                    // Level-bin retraining (§3.3.1): the full bin and
-                    // `key` become a small model, published in the slot
-                    // while the bin is still locked, so every writer
-                    // waiting on it finds it retired and reloads the slot.
-                    let mut entries = g.entries();
-                    let at = entries.partition_point(|e| e.0 < key);
-                    entries.insert(at, (key, value));
-                    let n = entries.len();
-                    let sub = Model::build(
-                        m.depth + 1,
-                        entries.iter().map(|e| e.0).collect(),
-                        entries.iter().map(|e| Some(e.1)).collect(),
-                        (0..=n).map(|_| None).collect(),
-                        self.config.threshold,
-                        None,
-                    )?;
-                    let sub = Arc::new(Under::Model(sub));
-                    if slot.update(|_| (Some(Some(sub)), ())).is_err() {
-                        // Frozen by a model retraining: the bin, unchanged,
-                        // is shared with the new model; go on there.
-                        drop(g);
-                        return Ok(forward(m).into());
-                    }
-                    g.retire();
-                    drop(g);
-                    self.bin_retrains.fetch_add(1, Ordering::Relaxed);
-                    let depth = m.depth + 1;
-                    if depth == 1 {
-                        let total =
-                            self.retrained_keys.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-                        if total > self.root().keys.len() as u64 / 2 {
-                            self.request(None);
-                        }
-                    } else {
-                        self.request(Some(path_key));
-                    }
-                    return Ok(if depth > self.config.max_depth {
-                        WriteStep::DoneTooDeep(false)
-                    } else {
-                        WriteStep::Done(false)
-                    });
                 }
                 Some(Under::Model(sub)) => {
                     return self.write_in(sub, key, value, mode, path_key, None)
@@ -1100,6 +1014,106 @@ impl Inner {
             }
         }
         Ok(WriteStep::Retry)
+    }
+
+    /// [`Self::write_in`] in the level bin `b` of slot `s` of model `m`:
+    /// the step it ends with, or `None` to reload the slot (the bin was
+    /// retired meanwhile). A full bin is retrained into a small model
+    /// (§3.3.1).
+    fn write_bin(
+        &self,
+        m: &Model,
+        s: usize,
+        b: &LevelBin,
+        put: Put,
+    ) -> Result<Option<WriteStep>, FineError> {
+        let Put {
+            key,
+            value,
+            mode,
+            path_key,
+        } = put;
+        let slot = &m.slots[s];
+        // Inserts into different children of one root bin do
+        // not serialize (§3.2): first under the child's lock
+        // alone; the whole bin only for moves, splits and its
+        // retraining.
+        let op = match mode {
+            Mode::Insert => ChildWrite::Insert(value),
+            Mode::Update => ChildWrite::Update(value),
+            Mode::Upsert => ChildWrite::Upsert(value),
+        };
+        match b.write_child(key, op) {
+            Err(Retired) if slot.is_moved() => return Ok(Some(forward(m).into())),
+            Err(Retired) => return Ok(None),
+            Ok(Some(present)) => return Ok(Some(WriteStep::Done(present))),
+            Ok(None) => {}
+        }
+        let mut g = b.lock();
+        if g.retired() {
+            drop(g);
+            if slot.is_moved() {
+                return Ok(Some(forward(m).into()));
+            }
+            return Ok(None);
+        }
+        if g.find(key).is_some() {
+            if mode != Mode::Insert {
+                g.set(key, value);
+            }
+            return Ok(Some(WriteStep::Done(true)));
+        }
+        if mode == Mode::Update {
+            return Ok(Some(WriteStep::Done(false)));
+        }
+        if g.insert(key, value).is_ok() {
+            return Ok(Some(WriteStep::Done(false)));
+        }
+        // Level-bin retraining (§3.3.1): the full bin and
+        // `key` become a small model, published in the slot
+        // while the bin is still locked, so every writer
+        // waiting on it finds it retired and reloads the slot.
+        let mut entries = g.entries();
+        let at = entries.partition_point(|e| e.0 < key);
+        entries.insert(at, (key, value));
+        // The bin's keys are sorted and `key` was not among them.
+        assert!(
+            entries.windows(2).all(|w| w[0].0 < w[1].0),
+            "a full level bin with {key} added is not strictly sorted"
+        );
+        let n = entries.len();
+        let sub = Model::build(
+            m.depth + 1,
+            entries.iter().map(|e| e.0).collect(),
+            entries.iter().map(|e| Some(e.1)).collect(),
+            (0..=n).map(|_| None).collect(),
+            self.config.threshold,
+            None,
+        )?;
+        let sub = Arc::new(Under::Model(sub));
+        if slot.update(|_| (Some(Some(sub)), ())).is_err() {
+            // Frozen by a model retraining: the bin, unchanged,
+            // is shared with the new model; go on there.
+            drop(g);
+            return Ok(Some(forward(m).into()));
+        }
+        g.retire();
+        drop(g);
+        self.bin_retrains.fetch_add(1, Ordering::Relaxed);
+        let depth = m.depth + 1;
+        if depth == 1 {
+            let total = self.retrained_keys.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+            if total > self.root().keys.len() as u64 / 2 {
+                self.request(None);
+            }
+        } else {
+            self.request(Some(path_key));
+        }
+        Ok(Some(if depth > self.config.max_depth {
+            WriteStep::DoneTooDeep(false)
+        } else {
+            WriteStep::Done(false)
+        }))
     }
 
     /// Asks for a model retraining: of the depth-1 model holding `key`,
@@ -1303,6 +1317,39 @@ fn release(old: Arc<Model>) {
         std::thread::sleep(Duration::from_micros(200));
     }
     drop(old);
+}
+
+/// A write [`Inner::write_in`] hands down: its key, value and mode, and
+/// the key that names the retraining it may ask for.
+#[derive(Debug, Clone, Copy)]
+struct Put {
+    key: u64,
+    value: u64,
+    mode: Mode,
+    path_key: u64,
+}
+
+/// [`Inner::write_in`] on record `p` of model `m` (the key is there):
+/// written unless `Insert`, or forwarded if the record moved on.
+fn write_record(m: &Model, p: usize, value: u64, mode: Mode) -> WriteStep {
+    let mut g = m.recs[p].lock();
+    if g.moved() {
+        drop(g);
+        return forward(m).into();
+    }
+    let present = g.value().is_some();
+    let write = match mode {
+        Mode::Insert => !present,
+        Mode::Update => present,
+        Mode::Upsert => true,
+    };
+    if write {
+        g.set(value);
+        if let Some(mirror) = &m.mirror {
+            mirror.set_value(p, Some(value));
+        }
+    }
+    WriteStep::Done(present)
 }
 
 enum WriteStep {

@@ -24,6 +24,8 @@
 //! See docs/histore.md for the protocol, the failover rules and what is not
 //! built yet.
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 pub mod error;
 pub mod etcd;

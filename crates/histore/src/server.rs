@@ -676,28 +676,7 @@ impl IndexServer {
                 commit,
                 entries,
             } => {
-                let mut role = lock(&self.role);
-                let last = match &mut *role {
-                    Role::Backup(b) => log_entries(b, epoch, commit, entries)?,
-                    // Only a sender of an older epoch is told it is fenced
-                    // (it then deposes itself); a newer one just failed to
-                    // reach a backup here.
-                    Role::Primary(p) if epoch < p.epoch => {
-                        return Err(HiError::Fenced {
-                            ours: epoch,
-                            current: p.epoch,
-                        })
-                    }
-                    Role::Deposed { epoch: e } if epoch < *e => {
-                        return Err(HiError::Fenced {
-                            ours: epoch,
-                            current: *e,
-                        })
-                    }
-                    Role::Primary(_) | Role::Deposed { .. } => {
-                        return Err(HiError::WrongRole("not a backup"))
-                    }
-                };
+                let last = self.replicated(epoch, commit, entries)?;
                 wire::ok(reply);
                 reply.extend_from_slice(&last.to_le_bytes());
             }
@@ -730,22 +709,7 @@ impl IndexServer {
                 wire::ok(reply);
             }
             Request::Join { node } => {
-                let epoch = match &*lock(&self.role) {
-                    Role::Primary(p) if !p.deposed => p.epoch,
-                    _ => return Err(HiError::WrongRole("not the primary")),
-                };
-                let (seq, pairs) = self.add_backup(node, |seq| {
-                    let mut control = lock(&self.control);
-                    let ep = control
-                        .as_mut()
-                        .ok_or(HiError::Unavailable("no control endpoint"))?;
-                    let mut buf = Vec::new();
-                    Request::Prepare { epoch, seq }.encode(&mut buf);
-                    let mut answer = Vec::new();
-                    ep.call(node, &buf, &mut answer)?;
-                    wire::reply_body(&answer)?.finish()?;
-                    Ok(())
-                })?;
+                let (seq, pairs) = self.join(node)?;
                 wire::ok(reply);
                 reply.extend_from_slice(&seq.to_le_bytes());
                 reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
@@ -774,6 +738,50 @@ impl IndexServer {
             }
         }
         Ok(())
+    }
+
+    /// A backup logs the entries a primary of `epoch` replicates (its
+    /// commit seq `commit`); the last seq logged. A sender of an older
+    /// epoch is fenced.
+    fn replicated(&self, epoch: u64, commit: u64, entries: Vec<LogEntry>) -> Result<u64, HiError> {
+        let mut role = lock(&self.role);
+        match &mut *role {
+            Role::Backup(b) => log_entries(b, epoch, commit, entries),
+            // Only a sender of an older epoch is told it is fenced
+            // (it then deposes itself); a newer one just failed to
+            // reach a backup here.
+            Role::Primary(p) if epoch < p.epoch => Err(HiError::Fenced {
+                ours: epoch,
+                current: p.epoch,
+            }),
+            Role::Deposed { epoch: e } if epoch < *e => Err(HiError::Fenced {
+                ours: epoch,
+                current: *e,
+            }),
+            Role::Primary(_) | Role::Deposed { .. } => Err(HiError::WrongRole("not a backup")),
+        }
+    }
+
+    /// The primary adds backup `node`: prepares it (over the control
+    /// endpoint) to take the snapshot from the seq it is taken at; that
+    /// seq and the snapshot.
+    fn join(&self, node: NodeId) -> Result<(u64, IndexPairs), HiError> {
+        let epoch = match &*lock(&self.role) {
+            Role::Primary(p) if !p.deposed => p.epoch,
+            _ => return Err(HiError::WrongRole("not the primary")),
+        };
+        self.add_backup(node, |seq| {
+            let mut control = lock(&self.control);
+            let ep = control
+                .as_mut()
+                .ok_or(HiError::Unavailable("no control endpoint"))?;
+            let mut buf = Vec::new();
+            Request::Prepare { epoch, seq }.encode(&mut buf);
+            let mut answer = Vec::new();
+            ep.call(node, &buf, &mut answer)?;
+            wire::reply_body(&answer)?.finish()?;
+            Ok(())
+        })
     }
 
     /// A primary's write: log, replicate to every backup, apply, answer.

@@ -40,6 +40,8 @@
 //! assert!(alns.contains(&6), "key 1000 lives in leaf 6");
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod index;
 pub mod keyline;
 pub mod linear;

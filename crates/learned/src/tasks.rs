@@ -66,7 +66,11 @@ impl<'s> Tasks<'s> {
             }
             tasks.work();
         });
-        debug_assert_eq!(tasks.lock().pending, 0);
+        assert_eq!(
+            tasks.lock().pending,
+            0,
+            "training threads ended with jobs pending"
+        );
     }
 
     /// Queues a job for any of the threads.

@@ -1676,6 +1676,110 @@ struct FitScratch {
     anchors: Vec<(f64, f64)>,
 }
 
+impl FitScratch {
+    /// Gathers sub-model `i`'s leaves (of `n` slots) into the buffers: the
+    /// translation table, where each leaf's fences route, and the points
+    /// to regress on. The anchors at 0 and 1 stand for fences in a
+    /// neighbouring sub-model, whose true position on this line is outside
+    /// [0, 1], so fitting them would bend the line: they join the points
+    /// only when the points alone cannot make a line. They still bound the
+    /// error below. The first leaf's low fence and the last leaf's high
+    /// fence bound nothing (see `leaf_errors`) and may lie across a wide
+    /// gap, so they stay out of the regression too.
+    fn gather(&mut self, i: u32, n: f64, leaves: impl Iterator<Item = Fences>) {
+        let FitScratch {
+            tt,
+            xs,
+            points,
+            anchors,
+        } = self;
+        tt.clear();
+        xs.clear();
+        points.clear();
+        anchors.clear();
+        let mut last_high = None;
+        for (l, Fences { leaf, low, high }) in leaves.enumerate() {
+            let p = l as f64 * n;
+            let xa = if low.0 == i {
+                if l > 0 {
+                    points.push((low.1, p));
+                }
+                low.1
+            } else {
+                anchors.push((0.0, p));
+                0.0
+            };
+            last_high = None;
+            let xb = if high.0 == i {
+                last_high = Some(points.len());
+                points.push((high.1, p + n));
+                high.1
+            } else {
+                anchors.push((1.0, p + n));
+                1.0
+            };
+            xs.push((xa, xb));
+            tt.push(TtEntry::new(leaf.aln, leaf.inca, leaf.count));
+        }
+        if let Some(at) = last_high {
+            points.remove(at);
+        }
+        if points.len() < 2 || points.iter().all(|p| p.0 == points[0].0) {
+            points.extend_from_slice(anchors);
+        }
+    }
+}
+
+/// A candidate curve for a sub-model of `tt_len` leaves of `slots` slots
+/// whose fences route to `xs`, with its bounds as stored (rounded up by
+/// `margin`), and the width of a lookup's range averaged over the leaves:
+/// a leaf reads with the bounds of the piece its keys route to, the wider
+/// of the two where its fences straddle the knot.
+fn score(
+    curve: Curve,
+    xs: &[(f64, f64)],
+    slots: usize,
+    tt_len: u32,
+    margin: f64,
+) -> (SubModel, f64) {
+    let mut sub = SubModel {
+        curve,
+        tt_len,
+        err_lo: ErrorCode(0),
+        err_hi: ErrorCode(0),
+    };
+    let [(lo, hi), (lo2, hi2)] = leaf_errors(xs, slots, &sub);
+    let code = |e: f64| ErrorCode::encode(e + margin);
+    let width = match &mut sub.curve {
+        Curve::Line(_) | Curve::Knots(_) => {
+            (sub.err_lo, sub.err_hi) = (code(lo), code(hi));
+            sub.err_lo.bound() + sub.err_hi.bound()
+        }
+        Curve::TwoPiece(_) => {
+            (sub.err_lo, sub.err_hi) = (code(lo.max(lo2)), code(hi.max(hi2)));
+            sub.err_lo.bound() + sub.err_hi.bound()
+        }
+        Curve::Bent(b) => {
+            (sub.err_lo, sub.err_hi) = (code(lo), code(hi));
+            *b = b.with_errors((code(lo2), code(hi2)));
+            let w = [sub.err_lo.bound() + sub.err_hi.bound(), {
+                let (l2, h2) = b.errors2();
+                l2 + h2
+            }];
+            let k = b.knot();
+            let total: f64 = xs
+                .iter()
+                .map(|&(xa, xb)| {
+                    let (pa, pb) = (piece_of(k, xa), piece_of(k, xb));
+                    w[pa].max(w[pb])
+                })
+                .sum();
+            total / xs.len() as f64
+        }
+    };
+    (sub, width)
+}
+
 thread_local! {
     /// This thread's [`FitScratch`].
     static FIT_SCRATCH: std::cell::RefCell<FitScratch> =
@@ -1766,6 +1870,26 @@ fn check_leaves(leaves: &[LeafInfo]) -> Result<(), ModelError> {
     Ok(())
 }
 
+/// Checks training parameters: sub-models in `1..=MAX_SUBMODELS`, a
+/// positive finite top error, leaves of 1 to 255 slots.
+fn check_params(slots: usize, params: &TrainParams) -> Result<(), ModelError> {
+    let m = params.submodels;
+    if m == 0 || m > MAX_SUBMODELS {
+        return Err(ModelError::Params(format!(
+            "sub-models must be in 1..={MAX_SUBMODELS}, got {m}"
+        )));
+    }
+    if !(params.top_error > 0.0 && params.top_error.is_finite()) {
+        return Err(ModelError::Params("top_error must be positive".into()));
+    }
+    if slots == 0 || slots > 255 {
+        return Err(ModelError::Params(format!(
+            "leaf slots must be in 1..=255, got {slots}"
+        )));
+    }
+    Ok(())
+}
+
 impl XModel {
     /// Trains the whole model over `leaves`, given in key order with fences
     /// that tile the key space, for leaves of `slots` slots (Fig. 6).
@@ -1775,20 +1899,8 @@ impl XModel {
         params: TrainParams,
     ) -> Result<XModel, ModelError> {
         check_leaves(leaves)?;
+        check_params(slots, &params)?;
         let m = params.submodels;
-        if m == 0 || m > MAX_SUBMODELS {
-            return Err(ModelError::Params(format!(
-                "sub-models must be in 1..={MAX_SUBMODELS}, got {m}"
-            )));
-        }
-        if !(params.top_error > 0.0 && params.top_error.is_finite()) {
-            return Err(ModelError::Params("top_error must be positive".into()));
-        }
-        if slots == 0 || slots > 255 {
-            return Err(ModelError::Params(format!(
-                "leaf slots must be in 1..=255, got {slots}"
-            )));
-        }
         // Several routings: equal counts suit CDFs that are smooth at the
         // scale of a sub-model; the spline's and the covers' suit skew.
         // Keep whichever model reads fewer leaves over the keys it was
@@ -2004,55 +2116,10 @@ impl XModel {
         scratch: &mut FitScratch,
     ) -> (SubModel, Box<[TtEntry]>, f64) {
         let n = self.slots as f64;
-        let FitScratch {
-            tt,
-            xs,
-            points,
-            anchors,
-        } = scratch;
-        tt.clear();
-        xs.clear();
-        points.clear();
-        anchors.clear();
-        // Regression on the fences that route here; the anchors at 0 and 1
-        // stand for fences in a neighbouring sub-model, whose true position
-        // on this line is outside [0, 1], so fitting them would bend the
-        // line. They still bound the error below.
-        // The first leaf's low fence and the last leaf's high fence bound
-        // nothing (see `leaf_errors`) and may lie across a wide gap, so they
-        // stay out of the regression too.
-        let mut last_high = None;
-        for (l, Fences { leaf, low, high }) in leaves.enumerate() {
-            let p = l as f64 * n;
-            let xa = if low.0 == i {
-                if l > 0 {
-                    points.push((low.1, p));
-                }
-                low.1
-            } else {
-                anchors.push((0.0, p));
-                0.0
-            };
-            last_high = None;
-            let xb = if high.0 == i {
-                last_high = Some(points.len());
-                points.push((high.1, p + n));
-                high.1
-            } else {
-                anchors.push((1.0, p + n));
-                1.0
-            };
-            xs.push((xa, xb));
-            tt.push(TtEntry::new(leaf.aln, leaf.inca, leaf.count));
-        }
+        scratch.gather(i, n, leaves);
+        let FitScratch { tt, xs, points, .. } = scratch;
         if tt.is_empty() {
             return (SubModel::empty(), Box::new([]), 0.0);
-        }
-        if let Some(at) = last_high {
-            points.remove(at);
-        }
-        if points.len() < 2 || points.iter().all(|p| p.0 == points[0].0) {
-            points.extend_from_slice(anchors);
         }
         // Candidate curves: the least-squares line, the line minimizing the
         // range a lookup reads, knots, and two pieces; keep whichever reads
@@ -2061,48 +2128,8 @@ impl XModel {
         let tt_len = tt.len() as u32;
         // Margin for rounding in the client's arithmetic.
         let margin = 1e-6 + tt.len() as f64 * n * 1e-12;
-        // A candidate with its bounds as stored, and the width of a
-        // lookup's range averaged over the leaves: a leaf reads with the
-        // bounds of the piece its keys route to, the wider of the two
-        // where its fences straddle the knot.
-        let candidate = |curve: Curve| {
-            let mut sub = SubModel {
-                curve,
-                tt_len,
-                err_lo: ErrorCode(0),
-                err_hi: ErrorCode(0),
-            };
-            let [(lo, hi), (lo2, hi2)] = leaf_errors(xs, self.slots, &sub);
-            let code = |e: f64| ErrorCode::encode(e + margin);
-            let width = match &mut sub.curve {
-                Curve::Line(_) | Curve::Knots(_) => {
-                    (sub.err_lo, sub.err_hi) = (code(lo), code(hi));
-                    sub.err_lo.bound() + sub.err_hi.bound()
-                }
-                Curve::TwoPiece(_) => {
-                    (sub.err_lo, sub.err_hi) = (code(lo.max(lo2)), code(hi.max(hi2)));
-                    sub.err_lo.bound() + sub.err_hi.bound()
-                }
-                Curve::Bent(b) => {
-                    (sub.err_lo, sub.err_hi) = (code(lo), code(hi));
-                    *b = b.with_errors((code(lo2), code(hi2)));
-                    let w = [sub.err_lo.bound() + sub.err_hi.bound(), {
-                        let (l2, h2) = b.errors2();
-                        l2 + h2
-                    }];
-                    let k = b.knot();
-                    let total: f64 = xs
-                        .iter()
-                        .map(|&(xa, xb)| {
-                            let (pa, pb) = (piece_of(k, xa), piece_of(k, xb));
-                            w[pa].max(w[pb])
-                        })
-                        .sum();
-                    total / xs.len() as f64
-                }
-            };
-            (sub, width)
-        };
+        let slots = self.slots;
+        let candidate = |curve: Curve| score(curve, xs, slots, tt_len, margin);
         let least_squares = Linear::fit(points).rounded_f32();
         let narrowest = narrowest_line(xs, n, LEAF_END_SLACK, least_squares.slope).rounded_f32();
         let mut best = candidate(Curve::Line(least_squares));
@@ -2173,7 +2200,11 @@ impl XModel {
 
     /// Installs a retrained sub-model.
     pub fn replace_sub(&mut self, i: u32, sub: SubModel, tt: Box<[TtEntry]>) {
-        debug_assert_eq!(sub.tt_len as usize, tt.len());
+        assert_eq!(
+            sub.tt_len as usize,
+            tt.len(),
+            "sub-model {i} installed with a table of another length"
+        );
         self.subs[i as usize] = sub;
         self.tts[i as usize] = tt;
     }

@@ -802,7 +802,11 @@ impl<'a> Sim<'a> {
             Load::Open { .. } => self.schedule(0, What::Arrival),
         }
         while let Some(Reverse((t, _, what))) = self.events.pop() {
-            debug_assert!(t >= self.now, "time went backwards");
+            assert!(
+                t >= self.now,
+                "time went backwards: event at {t} ps after {} ps",
+                self.now
+            );
             self.now = t;
             if t > MAX_VIRTUAL_PS {
                 return Err(SimError::Degenerate(format!(
@@ -846,8 +850,11 @@ impl<'a> Sim<'a> {
                 }
             }
         }
-        debug_assert_eq!(self.in_flight, 0);
-        debug_assert_eq!(self.completed, self.setup.ops);
+        assert_eq!(self.in_flight, 0, "the run ended with operations in flight");
+        assert_eq!(
+            self.completed, self.setup.ops,
+            "the run ended before completing every operation"
+        );
         Ok(())
     }
 
@@ -1052,7 +1059,7 @@ impl<'a> Sim<'a> {
         // Little's law over the whole run, exactly: the run starts and ends
         // empty, so the area under "operations in flight" is the sum of the
         // operations' times in the system.
-        debug_assert_eq!(
+        assert_eq!(
             self.area, self.latency_sum_all,
             "Little's law: area under in-flight count != sum of latencies"
         );
@@ -1066,7 +1073,11 @@ impl<'a> Sim<'a> {
         }
         let window_ps = (m2.t - m1.t) as f64;
         let n = self.window_latencies.len();
-        debug_assert_eq!(n as u64, self.k2 - self.k1);
+        assert_eq!(
+            n as u64,
+            self.k2 - self.k1,
+            "latencies kept in the window differ from the operations it counts"
+        );
         let throughput = n as f64 / window_ps * 1e12;
         // Open loop: a stable system completes what is offered. Serving
         // clearly less means the queue grew all run long, and its

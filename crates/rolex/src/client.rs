@@ -282,6 +282,56 @@ fn load_block<E: Endpoint>(
     })
 }
 
+/// Reads the log region's header: its layout and the owner lease (both
+/// untrusted: the lease never below the floor the lease rule needs).
+fn read_log_header<E: Endpoint>(
+    ep: &mut E,
+    node: NodeId,
+    b: &mut Batch,
+    leaf: LeafLayout,
+) -> Result<(LogLayout, u64), RolexError> {
+    b.clear();
+    let h = b.read(LOG_REGION, 0, 24);
+    ep.post(node, b)?;
+    let bytes = b.read_bytes(h)?;
+    let owner_lease_ms =
+        le_word(bytes, OWNER_LEASE_WORD).clamp(MIN_OWNER_LEASE_MS as u64, u16::MAX as u64);
+    let (slots, slot_bytes) = (le_word(bytes, SLOTS_WORD), le_word(bytes, SLOT_BYTES_WORD));
+    let log = LogLayout::from_header(leaf, slots, slot_bytes)
+        .filter(|l| l.slots() > 0)
+        .ok_or_else(|| corrupt("log header", format!("{slots} slots of {slot_bytes} bytes")))?;
+    Ok((log, owner_lease_ms))
+}
+
+/// Reads the directory of `models` block offsets, in READs of at most
+/// `MAX_VERB_BYTES`.
+fn read_directory<E: Endpoint>(
+    ep: &mut E,
+    node: NodeId,
+    b: &mut Batch,
+    tl: &TableLayout,
+    models: usize,
+) -> Result<Vec<u64>, RolexError> {
+    let mut dir = Vec::with_capacity(models);
+    let per = (MAX_VERB_BYTES / 8) as usize;
+    let mut m = 0;
+    while m < models {
+        b.clear();
+        let mut hs = Vec::new();
+        while m < models && hs.len() < MAX_BATCH_OPS {
+            let n = per.min(models - m);
+            hs.push((n, b.read(TABLE_REGION, tl.dir_offset(m), 8 * n as u64)));
+            m += n;
+        }
+        ep.post(node, b)?;
+        for (n, h) in hs {
+            let bytes = b.read_bytes(h)?;
+            dir.extend((0..n).map(|i| le_word(bytes, i)));
+        }
+    }
+    Ok(dir)
+}
+
 impl ComputeNode {
     /// Joins the memory pool at `node`: reads the table region header, the
     /// directory and every model's block with one-sided READs.
@@ -330,40 +380,8 @@ impl ComputeNode {
         };
         // Untrusted: the lock CAS rule needs a grace of four lock leases.
         let grace = Duration::from_millis(w(7).max(MIN_OWNER_LEASE_MS as u64));
-        b.clear();
-        let h = b.read(LOG_REGION, 0, 24);
-        ep.post(node, &mut b)?;
-        let (log, owner_lease_ms) = {
-            let bytes = b.read_bytes(h)?;
-            // Untrusted: never below the floor the lease rule needs.
-            let owner_lease_ms =
-                le_word(bytes, OWNER_LEASE_WORD).clamp(MIN_OWNER_LEASE_MS as u64, u16::MAX as u64);
-            let (slots, slot_bytes) = (le_word(bytes, SLOTS_WORD), le_word(bytes, SLOT_BYTES_WORD));
-            let log = LogLayout::from_header(leaf, slots, slot_bytes)
-                .filter(|l| l.slots() > 0)
-                .ok_or_else(|| {
-                    corrupt("log header", format!("{slots} slots of {slot_bytes} bytes"))
-                })?;
-            (log, owner_lease_ms)
-        };
-        // The directory, in READs of at most MAX_VERB_BYTES.
-        let mut dir = Vec::with_capacity(models as usize);
-        let per = (MAX_VERB_BYTES / 8) as usize;
-        let mut m = 0;
-        while m < models as usize {
-            b.clear();
-            let mut hs = Vec::new();
-            while m < models as usize && hs.len() < MAX_BATCH_OPS {
-                let n = per.min(models as usize - m);
-                hs.push((n, b.read(TABLE_REGION, tl.dir_offset(m), 8 * n as u64)));
-                m += n;
-            }
-            ep.post(node, &mut b)?;
-            for (n, h) in hs {
-                let bytes = b.read_bytes(h)?;
-                dir.extend((0..n).map(|i| le_word(bytes, i)));
-            }
-        }
+        let (log, owner_lease_ms) = read_log_header(ep, node, &mut b, leaf)?;
+        let dir = read_directory(ep, node, &mut b, &tl, models as usize)?;
         let dir_read = Instant::now();
         let mut caches = Vec::with_capacity(dir.len());
         let mut smallest = Vec::with_capacity(dir.len());
@@ -930,6 +948,36 @@ impl<E: Endpoint> Client<E> {
         Ok(())
     }
 
+    /// Which fetched chain's head has fences that hold `key` (its index in
+    /// `fetched`), else where to look (-1 left, 1 right, 0 retry); a torn
+    /// head is noted in `torn` (since when), a corrupt one is an error.
+    fn head_holding(
+        &self,
+        m: usize,
+        key: u64,
+        fetched: &[Fetched],
+        torn: &mut Option<(usize, Instant)>,
+    ) -> Result<(Option<usize>, i8), RolexError> {
+        let mut go = 0i8;
+        for (k, f) in fetched.iter().enumerate() {
+            let Ok(bytes) = self.batch.read_bytes(f.handles[0]) else {
+                return Err(corrupt_leaf(m, f.i));
+            };
+            match LeafImage::decode(self.cn.leaf, bytes) {
+                Ok(h) if key < h.low => go = go.min(-1),
+                Ok(h) if key > h.high => go = go.max(1),
+                Ok(_) => return Ok((Some(k), go)),
+                Err(LeafReject::Torn) => {
+                    if torn.is_none_or(|t| t.0 != f.i) {
+                        *torn = Some((f.i, Instant::now()));
+                    }
+                }
+                Err(LeafReject::Corrupt) => return Err(corrupt_leaf(m, f.i)),
+            }
+        }
+        Ok((None, go))
+    }
+
     /// Finds and reads the chain whose fences hold `key`.
     fn locate(&mut self, key: u64, count_leaves: bool) -> Result<Chain, RolexError> {
         let m = self.cn.model_of_key(key);
@@ -978,28 +1026,7 @@ impl<E: Endpoint> Client<E> {
             if count_leaves {
                 self.stats.get_leaves += fetched.iter().map(|f| f.links.len() as u64).sum::<u64>();
             }
-            // Which fetched head's fences hold the key, or where to look.
-            let mut target = None;
-            let mut go = 0i8;
-            for (k, f) in fetched.iter().enumerate() {
-                let Ok(bytes) = self.batch.read_bytes(f.handles[0]) else {
-                    return Err(corrupt_leaf(m, f.i));
-                };
-                match LeafImage::decode(self.cn.leaf, bytes) {
-                    Ok(h) if key < h.low => go = go.min(-1),
-                    Ok(h) if key > h.high => go = go.max(1),
-                    Ok(_) => {
-                        target = Some(k);
-                        break;
-                    }
-                    Err(LeafReject::Torn) => {
-                        if torn.is_none_or(|t| t.0 != f.i) {
-                            torn = Some((f.i, Instant::now()));
-                        }
-                    }
-                    Err(LeafReject::Corrupt) => return Err(corrupt_leaf(m, f.i)),
-                }
-            }
+            let (target, go) = self.head_holding(m, key, &fetched, &mut torn)?;
             let Some(k) = target else {
                 // Move the window toward the key (the fences of a model's
                 // leaves tile its key range), or retry a torn one.
@@ -1472,15 +1499,8 @@ impl<E: Endpoint> Client<E> {
             let e = self.batch.read(TABLE_REGION, lt, 8);
             // Only a word an honest writer could have written has a
             // record to replay (a forged one is just taken).
-            let redo =
-                (stealing && LockWord::is_writer(expected, self.cn.log.slots())).then(|| {
-                    let owner = LockWord::decode(expected).owner.max(1);
-                    let at = self
-                        .cn
-                        .log
-                        .slot_offset(owner.min(self.cn.log.slots() as u16));
-                    self.batch.read(LOG_REGION, at, self.cn.log.slot_bytes())
-                });
+            let redo = (stealing && LockWord::is_writer(expected, self.cn.log.slots()))
+                .then(|| self.read_redo(expected));
             let mut f = self.fetch_into(m, i, i);
             self.ep.post(self.cn.node, &mut self.batch)?;
             let old = self.batch.atomic_result(h)?;
@@ -1527,24 +1547,24 @@ impl<E: Endpoint> Client<E> {
                 // starts over.
                 return Ok(Locked::Lost);
             }
-            if old == LockWord::FREE {
-                expected = LockWord::FREE;
-                continue;
-            }
-            if old != seen.0 {
-                seen = (old, Instant::now());
-                expected = LockWord::FREE;
-            } else if LockWord::stealable(old, seen.1.elapsed().as_millis(), self.cn.log.slots()) {
-                expected = old;
-            } else if attempt % 4 == 3 {
-                std::thread::yield_now();
-            }
+            expected = next_expected(old, expected, &mut seen, self.cn.log.slots(), attempt);
         }
         Err(RolexError::Exhausted {
             op: "lock",
             attempts: MAX_LOCK_ATTEMPTS,
             why: "leaf locked throughout",
         })
+    }
+
+    /// Reads (in the current batch) the redo record of the writer whose
+    /// lock word `word` is being stolen.
+    fn read_redo(&mut self, word: u64) -> fabric::OpHandle {
+        let owner = LockWord::decode(word).owner.max(1);
+        let at = self
+            .cn
+            .log
+            .slot_offset(owner.min(self.cn.log.slots() as u16));
+        self.batch.read(LOG_REGION, at, self.cn.log.slot_bytes())
     }
 
     /// Whether model `m`'s cached block is `off` and the directory named
@@ -1663,41 +1683,14 @@ impl<E: Endpoint> Client<E> {
         &mut self,
         at: &Chain,
         entry: u64,
-        mut prefetched: Option<Fetched>,
+        prefetched: Option<Fetched>,
         key: u64,
         op: WriteOp,
     ) -> Result<Written, RolexError> {
         let (m, i, off) = (at.m, at.i, at.off);
         // The chain cannot change while we hold its lock, so a mismatch
         // with the cache is settled by one refresh.
-        self.cache_lt(m, off, i, entry);
-        let mut chain = None;
-        for _ in 0..4 {
-            let f = match prefetched.take() {
-                Some(f) => f,
-                None => match self.fetch(m, i, i)?.pop() {
-                    Some(f) if f.off == off => f,
-                    _ => break,
-                },
-            };
-            match self.check(f) {
-                Ok(c) => {
-                    chain = Some(c);
-                    break;
-                }
-                Err((Bad::Stale, _)) => {
-                    self.refresh(m)?;
-                    self.cache_lt(m, off, i, entry);
-                }
-                Err((Bad::Torn, _)) => {}
-                Err((Bad::Corrupt, _)) => return Err(corrupt_leaf(m, i)),
-            }
-        }
-        let mut c = chain.ok_or(RolexError::Exhausted {
-            op: "write",
-            attempts: 4,
-            why: "chain unreadable under its lock",
-        })?;
+        let mut c = self.chain_under_lock(m, i, off, entry, prefetched)?;
         let n = self.cn.model(m).lt.len();
         let layout = self.cn.leaf;
         let found = c.find(key);
@@ -1757,27 +1750,7 @@ impl<E: Endpoint> Client<E> {
                 // A full leaf: allocate a synonym leaf after it and split
                 // (Fig. 5). New leaf and SLT slot first, then the links,
                 // then the trained leaf with the new chain version.
-                let (leaf, slot) = self.allocate(m, off, n)?;
-                let ver = c.images[0].ver + 1;
-                let half = c.images[k].pairs.len() / 2;
-                let upper = c.images[k].pairs.split_off(half);
-                let syn = LeafImage {
-                    ver,
-                    next: c.images[k].next,
-                    low: c.images[0].low,
-                    high: c.images[0].high,
-                    pairs: upper,
-                };
-                let succ_slot = c.links.get(k + 1).map_or(0, |l| l.slot);
-                syn.encode(layout, &mut self.buf);
-                let (region, at) = self.cn.space.place(leaf);
-                self.plan.push(RedoWrite {
-                    target: Target::Leaves(region),
-                    offset: at,
-                    data: self.buf.clone(),
-                });
-                self.push_slt(m, off, n, slot, Entry::new(leaf, succ_slot).encode());
-                let new = self.relink(&mut c, entry, k, leaf, slot);
+                let new = self.split_leaf(&mut c, entry, k, (m, off, n))?;
                 Ok(Written {
                     entry: new,
                     splits: 1,
@@ -1785,6 +1758,89 @@ impl<E: Endpoint> Client<E> {
                 })
             }
         }
+    }
+
+    /// [`Self::locked_write`]'s chain: re-read (unless the lock's CAS
+    /// already did, `prefetched`) and checked, with one refresh of the
+    /// model on a stale table (the chain cannot change while we hold its
+    /// lock, so a mismatch with the cache is settled by one refresh).
+    fn chain_under_lock(
+        &mut self,
+        m: usize,
+        i: usize,
+        off: u64,
+        entry: u64,
+        mut prefetched: Option<Fetched>,
+    ) -> Result<Chain, RolexError> {
+        self.cache_lt(m, off, i, entry);
+        let mut chain = None;
+        for _ in 0..4 {
+            let f = match prefetched.take() {
+                Some(f) => f,
+                None => match self.fetch(m, i, i)?.pop() {
+                    Some(f) if f.off == off => f,
+                    _ => break,
+                },
+            };
+            match self.check(f) {
+                Ok(c) => {
+                    chain = Some(c);
+                    break;
+                }
+                Err((Bad::Stale, _)) => {
+                    self.refresh(m)?;
+                    self.cache_lt(m, off, i, entry);
+                }
+                Err((Bad::Torn, _)) => {}
+                Err((Bad::Corrupt, _)) => return Err(corrupt_leaf(m, i)),
+            }
+        }
+        chain.ok_or(RolexError::Exhausted {
+            op: "write",
+            attempts: 4,
+            why: "chain unreadable under its lock",
+        })
+    }
+
+    /// Splits the over-full chain leaf `k` of `c` (Fig. 5): allocates a
+    /// synonym leaf after it for its upper half, then queues the new leaf
+    /// and SLT slot, then the links, then the trained leaf with the new
+    /// chain version; the new LT entry. `(m, off, n)`: the chain's model,
+    /// its block and the block's chains.
+    fn split_leaf(
+        &mut self,
+        c: &mut Chain,
+        entry: u64,
+        k: usize,
+        (m, off, n): (usize, u64, usize),
+    ) -> Result<u64, RolexError> {
+        let (leaf, slot) = self.allocate(m, off, n)?;
+        let ver = c.images[0].ver + 1;
+        let len = c.images[k].pairs.len();
+        let half = len / 2;
+        // Called on a leaf one pair over its slots (at least two).
+        assert!(
+            half > 0 && half < len,
+            "split of a leaf of {len} pairs leaves a half empty"
+        );
+        let upper = c.images[k].pairs.split_off(half);
+        let syn = LeafImage {
+            ver,
+            next: c.images[k].next,
+            low: c.images[0].low,
+            high: c.images[0].high,
+            pairs: upper,
+        };
+        let succ_slot = c.links.get(k + 1).map_or(0, |l| l.slot);
+        syn.encode(self.cn.leaf, &mut self.buf);
+        let (region, at) = self.cn.space.place(leaf);
+        self.plan.push(RedoWrite {
+            target: Target::Leaves(region),
+            offset: at,
+            data: self.buf.clone(),
+        });
+        self.push_slt(m, off, n, slot, Entry::new(leaf, succ_slot).encode());
+        Ok(self.relink(c, entry, k, leaf, slot))
     }
 
     /// Points chain leaf `p` (and its LT or SLT entry) at `next_leaf` /
@@ -2029,4 +2085,30 @@ fn push_chain(c: &Chain, start: u64, out: &mut Vec<(u64, u64)>) {
 
 fn corrupt_leaf(m: usize, i: usize) -> RolexError {
     corrupt("leaf", format!("chain of trained leaf {i} of model {m}"))
+}
+/// The lock word the next CAS of [`Client::lock_remote`] expects after
+/// one that found `old` (expecting `expected`): free if the word is free
+/// or changed (seen anew from now), `old` once it stood still for its
+/// lease (a steal), else as before (yielding now and then).
+fn next_expected(
+    old: u64,
+    expected: u64,
+    seen: &mut (u64, Instant),
+    slots: u64,
+    attempt: u32,
+) -> u64 {
+    if old == LockWord::FREE {
+        return LockWord::FREE;
+    }
+    if old != seen.0 {
+        *seen = (old, Instant::now());
+        LockWord::FREE
+    } else if LockWord::stealable(old, seen.1.elapsed().as_millis(), slots) {
+        old
+    } else {
+        if attempt % 4 == 3 {
+            std::thread::yield_now();
+        }
+        expected
+    }
 }

@@ -25,6 +25,8 @@
 //! added regions, and a model is a piecewise line refit into more pieces
 //! as its leaves grow.
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 pub mod error;
 pub mod layout;

@@ -182,7 +182,11 @@ pub(crate) fn write_block(
     pieces: &[Piece],
     lock: u64,
 ) {
-    debug_assert_eq!(head.pieces, pieces.len());
+    assert_eq!(
+        head.pieces,
+        pieces.len(),
+        "a block head counts other pieces than it gets"
+    );
     let base = (off / 8) as usize;
     for (i, w) in head.encode().into_iter().enumerate() {
         tables.store(base + i, w);
@@ -205,6 +209,204 @@ pub(crate) fn write_block(
             tables.store(at + i, w);
         }
     }
+}
+
+/// Checks a load's inputs before anything is allocated: a non-empty
+/// range holding every pair, pairs sorted and distinct, and every
+/// configured bound; the leaf layout of `config.slots`.
+fn validate_load(
+    pairs: &[(u64, u64)],
+    config: &RolexConfig,
+    range: (u64, u64),
+) -> Result<LeafLayout, RolexError> {
+    let (range_low, range_high) = range;
+    if range_low > range_high {
+        return Err(RolexError::Config(format!(
+            "key range [{range_low}, {range_high}] is empty"
+        )));
+    }
+    if let Some(&(k, _)) = pairs
+        .iter()
+        .find(|p| !(range_low..=range_high).contains(&p.0))
+    {
+        return Err(RolexError::Load(format!(
+            "key {k} outside this memory node's range [{range_low}, {range_high}]"
+        )));
+    }
+    let layout = LeafLayout::new(config.slots)
+        .ok_or_else(|| RolexError::Config(format!("slots {} not in 2..=255", config.slots)))?;
+    if config.fill == 0 || config.fill > config.slots {
+        return Err(RolexError::Config(format!(
+            "fill {} not in 1..={}",
+            config.fill, config.slots
+        )));
+    }
+    if !(1..=4096).contains(&config.group) {
+        return Err(RolexError::Config(format!(
+            "group {} not in 1..=4096",
+            config.group
+        )));
+    }
+    if !(1..SLT_SLOTS as u64).contains(&config.retrain_at) {
+        return Err(RolexError::Config(format!(
+            "retrain_at {} not in 1..=255",
+            config.retrain_at
+        )));
+    }
+    if !(1..=MAX_OWNER as u64).contains(&config.owners) {
+        return Err(RolexError::Config(format!(
+            "owners {} not in 1..={MAX_OWNER}",
+            config.owners
+        )));
+    }
+    if config.block_grace_ms < MIN_OWNER_LEASE_MS as u32 {
+        return Err(RolexError::Config(format!(
+            "block grace {} ms below {MIN_OWNER_LEASE_MS} ms (four lock leases)",
+            config.block_grace_ms
+        )));
+    }
+    if config.owner_lease_ms < MIN_OWNER_LEASE_MS {
+        return Err(RolexError::Config(format!(
+            "owner lease {} ms below {MIN_OWNER_LEASE_MS} ms (four lock leases)",
+            config.owner_lease_ms
+        )));
+    }
+    if pairs.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err(RolexError::Load("pairs must be sorted and distinct".into()));
+    }
+    Ok(layout)
+}
+
+/// Writes trained leaf `j` (of `trained`, `fill` pairs each, low fence
+/// `low(j)`) as leaf number `j` of the `leaves` region; the last one ends
+/// at `range_high`.
+fn write_trained_leaves(
+    leaves: &Region,
+    layout: LeafLayout,
+    pairs: &[(u64, u64)],
+    fill: usize,
+    trained: usize,
+    low: &dyn Fn(usize) -> u64,
+    range_high: u64,
+) {
+    let mut buf = Vec::new();
+    for j in 0..trained {
+        let chunk = &pairs[(j * fill).min(pairs.len())..((j + 1) * fill).min(pairs.len())];
+        let high = if j + 1 < trained {
+            low(j + 1) - 1
+        } else {
+            range_high
+        };
+        LeafImage {
+            ver: 0,
+            next: NO_LEAF,
+            low: low(j),
+            high,
+            pairs: chunk.to_vec(),
+        }
+        .encode(layout, &mut buf);
+        // Trained leaf j is leaf number j of the region.
+        leaves.copy_in(layout.leaf_offset(j as u64), &buf);
+    }
+}
+
+/// Writes each model's block (its head, leaf numbers and pieces, lock
+/// free) one after the other from the table layout's first block, and its
+/// directory entry; returns the end of the blocks and the retrainer's copy
+/// of each.
+#[allow(clippy::type_complexity)]
+fn write_blocks(
+    tables: &Region,
+    tl: &TableLayout,
+    fits: &[(usize, usize, u64, Vec<Piece>)],
+    low: &dyn Fn(usize) -> u64,
+) -> (u64, Vec<(u64, BlockHead, Vec<Piece>)>) {
+    let models = fits.len();
+    let mut off = tl.blocks_start();
+    let mut blocks = Vec::with_capacity(models);
+    for (m, (a, b, largest, pieces)) in fits.iter().enumerate() {
+        let (a, b) = (*a, *b);
+        // Model starts are strictly increasing from 0.
+        assert!(a < b, "model {m} covers no trained leaf ({a}..{b})");
+        let head = BlockHead {
+            smallest: low(a),
+            largest: *largest,
+            n: b - a,
+            pieces: pieces.len(),
+        };
+        let numbers: Vec<u64> = (a as u64..b as u64).collect();
+        write_block(tables, off, &head, &numbers, pieces, LockWord::FREE);
+        tables.store((tl.dir_offset(m) / 8) as usize, off);
+        blocks.push((off, head, pieces.clone()));
+        off += tl.block_bytes(b - a, pieces.len());
+    }
+    (off, blocks)
+}
+
+/// Each model's trained leaves `a..b` (models start at `starts`), its
+/// largest key and the pieces fitted to its leaves' low fences.
+#[allow(clippy::type_complexity)]
+fn fit_models(
+    starts: &[usize],
+    trained: usize,
+    low: &dyn Fn(usize) -> u64,
+    range_high: u64,
+) -> Vec<(usize, usize, u64, Vec<Piece>)> {
+    (0..starts.len())
+        .map(|m| {
+            let (a, b) = (starts[m], *starts.get(m + 1).unwrap_or(&trained));
+            let lows: Vec<u64> = (a..b).map(low).collect();
+            let largest = if b < trained { low(b) - 1 } else { range_high };
+            let pieces = fit_pieces(&lows, largest);
+            (a, b, largest, pieces)
+        })
+        .collect()
+}
+
+/// Writes the table region's header words (magic to grace).
+fn write_header(tables: &Region, header: [u64; 8]) {
+    debug_assert_eq!(header.len(), GRACE_WORD + 1);
+    for (i, w) in header.into_iter().enumerate() {
+        tables.store(i, w);
+    }
+}
+
+/// The leaf space of `capacity` first leaves growing by regions of
+/// `chunk` leaves (none if 0), and the most leaves it may reach: within
+/// `max_leaves` (at least the first ones) and below [`NO_LEAF`].
+fn leaf_space(
+    layout: LeafLayout,
+    capacity: u64,
+    chunk: u64,
+    max_leaves: u64,
+) -> Result<(u64, LeafSpace), RolexError> {
+    let most = chunk
+        .saturating_mul(MAX_ADDED_REGIONS)
+        .saturating_add(capacity)
+        .min(max_leaves.max(capacity))
+        .min(NO_LEAF - 1);
+    let space = LeafSpace::new(layout, capacity, chunk, most).ok_or_else(|| {
+        RolexError::Config(format!(
+            "leaf chunk {chunk} of {} bytes too large",
+            layout.leaf_bytes()
+        ))
+    })?;
+    Ok((most, space))
+}
+
+/// Allocates the log region (one redo slot per owner) and writes its
+/// header: the owner lease, the slots and their size.
+fn alloc_log(
+    host: &dyn RegionHost,
+    layout: LeafLayout,
+    config: &RolexConfig,
+) -> Result<Arc<Region>, RolexError> {
+    let log_layout = LogLayout::new(layout, config.owners);
+    let log = host.alloc(LOG_REGION, log_layout.region_bytes(), Rights::ALL)?;
+    log.store(OWNER_LEASE_WORD, config.owner_lease_ms as u64);
+    log.store(SLOTS_WORD, log_layout.slots());
+    log.store(SLOT_BYTES_WORD, log_layout.slot_bytes());
+    Ok(log)
 }
 
 impl MemoryNode {
@@ -230,60 +432,7 @@ impl MemoryNode {
         host: &dyn RegionHost,
     ) -> Result<MemoryNode, RolexError> {
         let (range_low, range_high) = range;
-        if range_low > range_high {
-            return Err(RolexError::Config(format!(
-                "key range [{range_low}, {range_high}] is empty"
-            )));
-        }
-        if let Some(&(k, _)) = pairs
-            .iter()
-            .find(|p| !(range_low..=range_high).contains(&p.0))
-        {
-            return Err(RolexError::Load(format!(
-                "key {k} outside this memory node's range [{range_low}, {range_high}]"
-            )));
-        }
-        let layout = LeafLayout::new(config.slots)
-            .ok_or_else(|| RolexError::Config(format!("slots {} not in 2..=255", config.slots)))?;
-        if config.fill == 0 || config.fill > config.slots {
-            return Err(RolexError::Config(format!(
-                "fill {} not in 1..={}",
-                config.fill, config.slots
-            )));
-        }
-        if !(1..=4096).contains(&config.group) {
-            return Err(RolexError::Config(format!(
-                "group {} not in 1..=4096",
-                config.group
-            )));
-        }
-        if !(1..SLT_SLOTS as u64).contains(&config.retrain_at) {
-            return Err(RolexError::Config(format!(
-                "retrain_at {} not in 1..=255",
-                config.retrain_at
-            )));
-        }
-        if !(1..=MAX_OWNER as u64).contains(&config.owners) {
-            return Err(RolexError::Config(format!(
-                "owners {} not in 1..={MAX_OWNER}",
-                config.owners
-            )));
-        }
-        if config.block_grace_ms < MIN_OWNER_LEASE_MS as u32 {
-            return Err(RolexError::Config(format!(
-                "block grace {} ms below {MIN_OWNER_LEASE_MS} ms (four lock leases)",
-                config.block_grace_ms
-            )));
-        }
-        if config.owner_lease_ms < MIN_OWNER_LEASE_MS {
-            return Err(RolexError::Config(format!(
-                "owner lease {} ms below {MIN_OWNER_LEASE_MS} ms (four lock leases)",
-                config.owner_lease_ms
-            )));
-        }
-        if pairs.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err(RolexError::Load("pairs must be sorted and distinct".into()));
-        }
+        let layout = validate_load(pairs, &config, range)?;
         let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
         let trained = pairs.len().div_ceil(config.fill).max(1);
         let capacity = trained as u64 + config.spare_leaves;
@@ -296,17 +445,7 @@ impl MemoryNode {
         } else {
             0
         };
-        let most = chunk
-            .saturating_mul(MAX_ADDED_REGIONS)
-            .saturating_add(capacity)
-            .min(config.max_leaves.max(capacity))
-            .min(NO_LEAF - 1);
-        let space = LeafSpace::new(layout, capacity, chunk, most).ok_or_else(|| {
-            RolexError::Config(format!(
-                "leaf chunk {chunk} of {} bytes too large",
-                layout.leaf_bytes()
-            ))
-        })?;
+        let (most, space) = leaf_space(layout, capacity, chunk, config.max_leaves)?;
         // Low fence of trained leaf j.
         let low = |j: usize| {
             if j == 0 {
@@ -320,16 +459,7 @@ impl MemoryNode {
         // Every model may be queued once per life; twice covers a model
         // queued again while its first entry waits.
         let tl = TableLayout::new(models, (2 * models).next_power_of_two().max(64));
-        // Each model's trained leaves `a..b`, its largest key and pieces.
-        let fits: Vec<(usize, usize, u64, Vec<Piece>)> = (0..models)
-            .map(|m| {
-                let (a, b) = (starts[m], *starts.get(m + 1).unwrap_or(&trained));
-                let lows: Vec<u64> = (a..b).map(low).collect();
-                let largest = if b < trained { low(b) - 1 } else { range_high };
-                let pieces = fit_pieces(&lows, largest);
-                (a, b, largest, pieces)
-            })
-            .collect();
+        let fits = fit_models(&starts, trained, &low, range_high);
         let initial: u64 = fits
             .iter()
             .map(|(a, b, _, p)| tl.block_bytes(b - a, p.len()))
@@ -338,48 +468,22 @@ impl MemoryNode {
 
         let leaves = host.alloc(LEAF_REGION, layout.region_bytes(capacity), Rights::ALL)?;
         let tables = host.alloc(TABLE_REGION, table_bytes.next_multiple_of(64), Rights::ALL)?;
-        let log_layout = LogLayout::new(layout, config.owners);
-        let log = host.alloc(LOG_REGION, log_layout.region_bytes(), Rights::ALL)?;
-        log.store(OWNER_LEASE_WORD, config.owner_lease_ms as u64);
-        log.store(SLOTS_WORD, log_layout.slots());
-        log.store(SLOT_BYTES_WORD, log_layout.slot_bytes());
+        let log = alloc_log(host, layout, &config)?;
 
-        let mut buf = Vec::new();
-        for j in 0..trained {
-            let chunk = &pairs
-                [(j * config.fill).min(pairs.len())..((j + 1) * config.fill).min(pairs.len())];
-            let high = if j + 1 < trained {
-                low(j + 1) - 1
-            } else {
-                range_high
-            };
-            LeafImage {
-                ver: 0,
-                next: NO_LEAF,
-                low: low(j),
-                high,
-                pairs: chunk.to_vec(),
-            }
-            .encode(layout, &mut buf);
-            // Trained leaf j is leaf number j of the region.
-            leaves.copy_in(layout.leaf_offset(j as u64), &buf);
-        }
-        let mut off = tl.blocks_start();
-        let mut blocks = Vec::with_capacity(models);
-        for (m, (a, b, largest, pieces)) in fits.iter().enumerate() {
-            let (a, b) = (*a, *b);
-            let head = BlockHead {
-                smallest: low(a),
-                largest: *largest,
-                n: b - a,
-                pieces: pieces.len(),
-            };
-            let numbers: Vec<u64> = (a as u64..b as u64).collect();
-            write_block(&tables, off, &head, &numbers, pieces, LockWord::FREE);
-            tables.store((tl.dir_offset(m) / 8) as usize, off);
-            blocks.push((off, head, pieces.clone()));
-            off += tl.block_bytes(b - a, pieces.len());
-        }
+        write_trained_leaves(
+            &leaves,
+            layout,
+            pairs,
+            config.fill,
+            trained,
+            &low,
+            range_high,
+        );
+        let (off, blocks) = write_blocks(&tables, &tl, &fits, &low);
+        assert!(
+            off <= table_bytes,
+            "the initial blocks end at byte {off}, past the table region's {table_bytes} bytes"
+        );
         leaves.store(ALLOC_NUM_WORD, trained as u64);
         leaves.store(CAPACITY_WORD, capacity);
         leaves.store(FIRST_LEAVES_WORD, capacity);
@@ -395,10 +499,7 @@ impl MemoryNode {
             config.retrain_at,
             config.block_grace_ms as u64,
         ];
-        for (i, w) in header.into_iter().enumerate() {
-            tables.store(i, w);
-        }
-        debug_assert_eq!(header.len(), GRACE_WORD + 1);
+        write_header(&tables, header);
         host.register(leaves.clone())?;
         host.register(tables.clone())?;
         host.register(log.clone())?;

@@ -829,6 +829,7 @@ impl Pool {
         // client-writable.
         let head = own.head;
         let n = head.n;
+        assert!(n >= 1, "model {m}'s own block (at {off}) covers no leaf");
         if TableLayout::piece_offset(off, n, head.pieces) > self.tables.len_bytes() {
             return Outcome::Rejected(corrupt(
                 "model block",
@@ -837,10 +838,82 @@ impl Pool {
         }
         let lk = word(TableLayout::lk_offset(off, n, 0));
         let half = Duration::from_millis(MAX_LOCK_LEASE_MS as u64 / 2);
-        let slots = self.log_layout.slots();
         // 1. Lock every chain, under the memory node's own word, renewed
         // like a writer's lease so a waiter never sees it stand still
         // for a whole lease.
+        let Some((mut mine, mut since)) = self.lock_chains(lk, n, stats) else {
+            return Outcome::Abandoned;
+        };
+        // 2. Every leaf of every chain, in key order.
+        let seq = match self.chains(off, n) {
+            Ok(seq) => seq,
+            Err(e) => {
+                self.unlock(lk, n, mine);
+                return Outcome::Rejected(e);
+            }
+        };
+        let (kept, lows) = match kept_leaves(&seq, &head) {
+            Ok(k) => k,
+            Err(e) => {
+                self.unlock(lk, n, mine);
+                return Outcome::Rejected(e);
+            }
+        };
+        let pieces = fit_pieces(&lows, head.largest);
+        let bytes = self
+            .tl
+            .block_bytes(kept.len(), pieces.len())
+            .next_power_of_two();
+        let Some(new) = self.alloc_block(bytes, stats) else {
+            self.unlock(lk, n, mine);
+            return Outcome::NoSpace;
+        };
+        // Steps 3 to 5 are a few stores: renewed here, they end within
+        // half a lease of it.
+        if since.elapsed() >= half / 2 && !self.renew(lk, n, &mut mine, &mut since) {
+            self.free.push((
+                new,
+                self.placed.remove(&new).unwrap_or(bytes),
+                Instant::now(),
+            ));
+            return Outcome::Abandoned;
+        }
+        let new_head = BlockHead {
+            n: kept.len(),
+            pieces: pieces.len(),
+            ..head
+        };
+        let numbers: Vec<u64> = kept.iter().map(|(l, _)| *l).collect();
+        write_block(&self.tables, new, &new_head, &numbers, &pieces, mine);
+        // 3. Every kept leaf gets its own fences and no link.
+        self.rewrite_leaves(&seq, &kept, &lows, head.largest);
+        // 4. Redirect, 5. open the new block.
+        self.tables.store(word(self.tl.dir_offset(m)), new);
+        if let Some(b) = self.own.blocks().get_mut(m) {
+            *b = OwnBlock {
+                off: new,
+                head: new_head,
+                pieces,
+            };
+        }
+        // The grace of the old block starts after the swap.
+        let span = self.span_bytes(off, n, head.pieces);
+        self.free.push((off, span, Instant::now()));
+        stats.retired.fetch_add(1, Ordering::Relaxed);
+        let new_lk = word(TableLayout::lk_offset(new, numbers.len(), 0));
+        // A CAS: a waiter may have taken a word left standing too long.
+        self.unlock(new_lk, numbers.len(), mine);
+        Outcome::Done
+    }
+
+    /// Step 1 of [`Self::retrain`]: locks the block's `n` chains (lock
+    /// words from `lk`) under the memory node's own word, renewed like a
+    /// writer's lease so a waiter never sees it stand still for a whole
+    /// lease; the word and when it was last renewed, or `None` (nothing
+    /// left locked) if a word could not be taken in time.
+    fn lock_chains(&mut self, lk: usize, n: usize, stats: &RetrainStats) -> Option<(u64, Instant)> {
+        let half = Duration::from_millis(MAX_LOCK_LEASE_MS as u64 / 2);
+        let slots = self.log_layout.slots();
         let mut mine = self.next_word();
         let mut since = Instant::now();
         let start = Instant::now();
@@ -850,7 +923,7 @@ impl Pool {
             let mut seen = (LockWord::FREE, Instant::now());
             loop {
                 if since.elapsed() >= half && !self.renew(lk, i, &mut mine, &mut since) {
-                    return Outcome::Abandoned;
+                    return None;
                 }
                 let cur = self.tables.compare_exchange(lk + i, LockWord::FREE, mine);
                 if cur == LockWord::FREE {
@@ -884,87 +957,27 @@ impl Pool {
                 }
                 if start.elapsed() > LOCK_PATIENCE {
                     self.unlock(lk, i, mine);
-                    return Outcome::Abandoned;
+                    return None;
                 }
                 std::thread::yield_now();
             }
         }
-        // 2. Every leaf of every chain, in key order.
-        let seq = match self.chains(off, n) {
-            Ok(seq) => seq,
-            Err(e) => {
-                self.unlock(lk, n, mine);
-                return Outcome::Rejected(e);
-            }
-        };
-        let mut kept: Vec<(u64, LeafImage)> = seq
-            .iter()
-            .filter(|(_, img)| !img.pairs.is_empty())
-            .cloned()
-            .collect();
-        if kept.is_empty() {
-            kept.push(seq[0].clone());
-        }
-        let keys: Vec<u64> = kept
-            .iter()
-            .flat_map(|(_, img)| img.pairs.iter().map(|p| p.0))
-            .collect();
-        let sorted = keys.windows(2).all(|w| w[0] < w[1]);
-        let inside = keys
-            .iter()
-            .all(|k| (head.smallest..=head.largest).contains(k));
-        if !sorted || !inside {
-            self.unlock(lk, n, mine);
-            return Outcome::Rejected(corrupt(
-                "model chains",
-                format!(
-                    "keys {} outside [{}, {}]",
-                    if sorted { "lie" } else { "unsorted or" },
-                    head.smallest,
-                    head.largest
-                ),
-            ));
-        }
-        let lows: Vec<u64> = kept
-            .iter()
-            .enumerate()
-            .map(|(k, (_, img))| match (k, img.pairs.first()) {
-                (0, _) | (_, None) => head.smallest,
-                (_, Some(p)) => p.0,
-            })
-            .collect();
-        // Sorted keys inside the model's range make these ascending.
-        debug_assert!(lows.windows(2).all(|w| w[0] < w[1]));
-        let pieces = fit_pieces(&lows, head.largest);
-        let bytes = self
-            .tl
-            .block_bytes(kept.len(), pieces.len())
-            .next_power_of_two();
-        let Some(new) = self.alloc_block(bytes, stats) else {
-            self.unlock(lk, n, mine);
-            return Outcome::NoSpace;
-        };
-        // Steps 3 to 5 are a few stores: renewed here, they end within
-        // half a lease of it.
-        if since.elapsed() >= half / 2 && !self.renew(lk, n, &mut mine, &mut since) {
-            self.free.push((
-                new,
-                self.placed.remove(&new).unwrap_or(bytes),
-                Instant::now(),
-            ));
-            return Outcome::Abandoned;
-        }
-        let new_head = BlockHead {
-            n: kept.len(),
-            pieces: pieces.len(),
-            ..head
-        };
-        let numbers: Vec<u64> = kept.iter().map(|(l, _)| *l).collect();
-        write_block(&self.tables, new, &new_head, &numbers, &pieces, mine);
-        // 3. Every kept leaf gets its own fences and no link.
+        Some((mine, since))
+    }
+
+    /// Step 3 of [`Self::retrain`]: every kept leaf gets its own fences
+    /// (from `lows`, the last ending at `largest`) and no link; a dropped
+    /// (empty) leaf gets empty fences.
+    fn rewrite_leaves(
+        &self,
+        seq: &[(u64, LeafImage)],
+        kept: &[(u64, LeafImage)],
+        lows: &[u64],
+        largest: u64,
+    ) {
         let mut buf = Vec::new();
         for (k, (leaf, img)) in kept.iter().enumerate() {
-            let high = lows.get(k + 1).map_or(head.largest, |l| l - 1);
+            let high = lows.get(k + 1).map_or(largest, |l| l - 1);
             LeafImage {
                 ver: img.ver + 1,
                 next: NO_LEAF,
@@ -994,23 +1007,6 @@ impl Pool {
             .encode(self.leaf, &mut buf);
             self.leaf_in(*leaf, &buf);
         }
-        // 4. Redirect, 5. open the new block.
-        self.tables.store(word(self.tl.dir_offset(m)), new);
-        if let Some(b) = self.own.blocks().get_mut(m) {
-            *b = OwnBlock {
-                off: new,
-                head: new_head,
-                pieces,
-            };
-        }
-        // The grace of the old block starts after the swap.
-        let span = self.span_bytes(off, n, head.pieces);
-        self.free.push((off, span, Instant::now()));
-        stats.retired.fetch_add(1, Ordering::Relaxed);
-        let new_lk = word(TableLayout::lk_offset(new, numbers.len(), 0));
-        // A CAS: a waiter may have taken a word left standing too long.
-        self.unlock(new_lk, numbers.len(), mine);
-        Outcome::Done
     }
 
     /// Table space for a block of `bytes`: the first free span aged past
@@ -1118,7 +1114,6 @@ impl Pool {
         }
         true
     }
-
     /// Leaves of the block's chains in order, each with its image whose
     /// `ver` is its chain's. Every entry and link is client-written: a
     /// leaf number at or past the node's own capacity, a leaf linked
@@ -1162,6 +1157,58 @@ impl Pool {
         }
         Ok(out)
     }
+}
+
+/// The leaves a retrained block keeps (the non-empty ones of `seq`, or
+/// its first if all are empty) and their low fences (the first at the
+/// model's smallest key); a typed error if the client-written chains hold
+/// keys unsorted or outside the model's range.
+#[allow(clippy::type_complexity)]
+fn kept_leaves(
+    seq: &[(u64, LeafImage)],
+    head: &BlockHead,
+) -> Result<(Vec<(u64, LeafImage)>, Vec<u64>), RolexError> {
+    let mut kept: Vec<(u64, LeafImage)> = seq
+        .iter()
+        .filter(|(_, img)| !img.pairs.is_empty())
+        .cloned()
+        .collect();
+    if kept.is_empty() {
+        kept.push(seq[0].clone());
+    }
+    let keys: Vec<u64> = kept
+        .iter()
+        .flat_map(|(_, img)| img.pairs.iter().map(|p| p.0))
+        .collect();
+    let sorted = keys.windows(2).all(|w| w[0] < w[1]);
+    let inside = keys
+        .iter()
+        .all(|k| (head.smallest..=head.largest).contains(k));
+    if !sorted || !inside {
+        return Err(corrupt(
+            "model chains",
+            format!(
+                "keys {} outside [{}, {}]",
+                if sorted { "lie" } else { "unsorted or" },
+                head.smallest,
+                head.largest
+            ),
+        ));
+    }
+    let lows: Vec<u64> = kept
+        .iter()
+        .enumerate()
+        .map(|(k, (_, img))| match (k, img.pairs.first()) {
+            (0, _) | (_, None) => head.smallest,
+            (_, Some(p)) => p.0,
+        })
+        .collect();
+    // Sorted keys inside the model's range make these ascending.
+    assert!(
+        lows.windows(2).all(|w| w[0] < w[1]),
+        "checked keys gave low fences out of order: {lows:?}"
+    );
+    Ok((kept, lows))
 }
 
 fn corrupt(what: &'static str, detail: String) -> RolexError {

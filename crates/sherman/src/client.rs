@@ -726,35 +726,11 @@ impl<E: Endpoint> Client<E> {
             token = next;
         }
         node.version += 1;
-        let mut right: Option<(u64, Node)> = None;
-        let mut new_root: Option<(u64, Node)> = None;
-        if node.keys.len() > tree.slots {
-            let allocated = self.alloc().and_then(|r| {
-                let root = if held.root == held.no {
-                    Some(self.alloc()?)
-                } else {
-                    None
-                };
-                Ok((r, root))
-            });
-            let (rno, root_no) = match allocated {
-                Ok(a) => a,
-                Err(e) => {
-                    self.release_token(held.no, token)?;
-                    return Err(e);
-                }
-            };
-            let r = node.split(rno);
-            if let Some(root_no) = root_no {
-                debug_assert_eq!(node.low, 0, "the root covers every key");
-                let mut root = Node::empty(node.level + 1, 0, u64::MAX);
-                root.keys = vec![node.low, r.low];
-                root.vals = vec![held.no, rno];
-                new_root = Some((root_no, root));
-            }
-            right = Some((rno, r));
-            self.stats.splits += 1;
-        }
+        let (right, new_root) = if node.keys.len() > tree.slots {
+            self.split_held(held, token, &mut node)?
+        } else {
+            (None, None)
+        };
         self.batch.clear();
         // In order: the new right node before the node that links it, the
         // new root before the root word names it, the unlock last (a
@@ -805,6 +781,44 @@ impl<E: Endpoint> Client<E> {
             (Some((rno, r)), None) => Some((r.low, rno)),
             _ => None,
         }))
+    }
+
+    /// Splits locked node `held.no` (holding more than its slots, as
+    /// `node`) into a new right node, and grows a new root above both if
+    /// it was the root; on a failed allocation releases the lock (`token`).
+    #[allow(clippy::type_complexity)]
+    fn split_held(
+        &mut self,
+        held: &Held,
+        token: u64,
+        node: &mut Node,
+    ) -> Result<(Option<(u64, Node)>, Option<(u64, Node)>), ShermanError> {
+        let mut new_root: Option<(u64, Node)> = None;
+        let allocated = self.alloc().and_then(|r| {
+            let root = if held.root == held.no {
+                Some(self.alloc()?)
+            } else {
+                None
+            };
+            Ok((r, root))
+        });
+        let (rno, root_no) = match allocated {
+            Ok(a) => a,
+            Err(e) => {
+                self.release_token(held.no, token)?;
+                return Err(e);
+            }
+        };
+        let r = node.split(rno);
+        if let Some(root_no) = root_no {
+            debug_assert_eq!(node.low, 0, "the root covers every key");
+            let mut root = Node::empty(node.level + 1, 0, u64::MAX);
+            root.keys = vec![node.low, r.low];
+            root.vals = vec![held.no, rno];
+            new_root = Some((root_no, root));
+        }
+        self.stats.splits += 1;
+        Ok((Some((rno, r)), new_root))
     }
 
     fn release(&mut self, held: &Held) -> Result<(), ShermanError> {

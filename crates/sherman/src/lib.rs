@@ -27,6 +27,8 @@
 //! every word read from remote memory is bounds-checked: a bad one is a
 //! [`ShermanError::Corrupt`], never a panic.
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 pub mod error;
 pub mod layout;

@@ -7,6 +7,8 @@
 //! Every randomized test prints its seed and replays from it: run it again
 //! with `XSTORE_SEED=<seed>` to get the same operations.
 
+#![forbid(unsafe_code)]
+
 use rand::Rng;
 
 pub mod stall;

@@ -62,6 +62,8 @@
 //! (write/fsync errors → [`WalError::Io`] to the waiters, then
 //! [`WalError::Failed`]).
 
+#![forbid(unsafe_code)]
+
 mod dir;
 mod error;
 pub mod file;

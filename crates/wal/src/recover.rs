@@ -184,44 +184,7 @@ pub fn recover_locked(lock: &crate::DirLock) -> Result<Recovered, WalError> {
                 reason
             }
         };
-        // Segments are needed from the first one holding an LSN > lsn: the
-        // suffix starting at the last segment whose successor starts after
-        // lsn + 1.
-        let start =
-            (0..segs.len()).find(|&i| i + 1 == segs.len() || segs[i + 1].0 > lsn.saturating_add(1));
-        if let Some(s) = start {
-            let (first, path) = &segs[s];
-            if *first > lsn.saturating_add(1) {
-                if let Some((bad, reason)) = rejected.first() {
-                    let older = match cand {
-                        Some(_) => format!("the older checkpoint at LSN {lsn}"),
-                        None => "no older checkpoint".to_string(),
-                    };
-                    return Err(WalError::BadCheckpoint {
-                        path: bad.clone(),
-                        reason: format!(
-                            "{reason}; {older} cannot replace it: records from LSN {} are gone \
-                             (the oldest segment starts at {first})",
-                            lsn.saturating_add(1)
-                        ),
-                    });
-                }
-                return Err(WalError::MissingSegment {
-                    expected_lsn: lsn.saturating_add(1),
-                    found: *first,
-                    segment: path.clone(),
-                });
-            }
-        } else if let Some((bad, reason)) = rejected.first() {
-            if cand.is_none() {
-                // No segments and no usable checkpoint: the state is gone.
-                return Err(WalError::BadCheckpoint {
-                    path: bad.clone(),
-                    reason: format!("{reason}; no older checkpoint can replace it"),
-                });
-            }
-        }
-        let needed = start.map_or(&segs[..0], |s| &segs[s..]);
+        let needed = needed_segments(segs, lsn, cand.is_some(), &rejected)?;
         let (records, max_lsn, truncated) = read_segments(dir, needed, lsn)?;
         let next_lsn = lsn.max(max_lsn).saturating_add(1);
         tracing::info!(
@@ -242,6 +205,58 @@ pub fn recover_locked(lock: &crate::DirLock) -> Result<Recovered, WalError> {
         });
     }
     unreachable!("the implicit empty checkpoint always returns")
+}
+
+/// The segments recovery reads after the checkpoint at `lsn`
+/// (`from_checkpoint`: a file, else the implicit empty state): the suffix
+/// from the first one holding an LSN > `lsn`. A gap before it is
+/// [`WalError::MissingSegment`], or [`WalError::BadCheckpoint`] for the
+/// newest of the `rejected` checkpoints this one could not replace.
+fn needed_segments<'a>(
+    segs: &'a [(u64, PathBuf)],
+    lsn: u64,
+    from_checkpoint: bool,
+    rejected: &[(PathBuf, String)],
+) -> Result<&'a [(u64, PathBuf)], WalError> {
+    // Segments are needed from the first one holding an LSN > lsn: the
+    // suffix starting at the last segment whose successor starts after
+    // lsn + 1.
+    let start =
+        (0..segs.len()).find(|&i| i + 1 == segs.len() || segs[i + 1].0 > lsn.saturating_add(1));
+    if let Some(s) = start {
+        let (first, path) = &segs[s];
+        if *first > lsn.saturating_add(1) {
+            if let Some((bad, reason)) = rejected.first() {
+                let older = if from_checkpoint {
+                    format!("the older checkpoint at LSN {lsn}")
+                } else {
+                    "no older checkpoint".to_string()
+                };
+                return Err(WalError::BadCheckpoint {
+                    path: bad.clone(),
+                    reason: format!(
+                        "{reason}; {older} cannot replace it: records from LSN {} are gone \
+                         (the oldest segment starts at {first})",
+                        lsn.saturating_add(1)
+                    ),
+                });
+            }
+            return Err(WalError::MissingSegment {
+                expected_lsn: lsn.saturating_add(1),
+                found: *first,
+                segment: path.clone(),
+            });
+        }
+    } else if let Some((bad, reason)) = rejected.first() {
+        if !from_checkpoint {
+            // No segments and no usable checkpoint: the state is gone.
+            return Err(WalError::BadCheckpoint {
+                path: bad.clone(),
+                reason: format!("{reason}; no older checkpoint can replace it"),
+            });
+        }
+    }
+    Ok(start.map_or(&segs[..0], |s| &segs[s..]))
 }
 
 fn reject(rejected: &mut Vec<(PathBuf, String)>, path: &Path, reason: String) {
@@ -301,53 +316,8 @@ fn read_segments(
                 ));
             }
         }
-        match scan.end {
-            ScanEnd::Clean => {}
-            ScanEnd::Torn { offset, defect } if is_last => {
-                let dropped = bytes.len() as u64 - offset;
-                tracing::warn!(
-                    segment = %path.display(),
-                    offset,
-                    dropped_bytes = dropped,
-                    valid_records = scan.records.len(),
-                    %defect,
-                    "torn tail of the last log segment truncated (no valid record dropped)"
-                );
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| WalError::io(path, e))?;
-                f.set_len(offset).map_err(|e| WalError::io(path, e))?;
-                f.sync_all().map_err(|e| WalError::io(path, e))?;
-                truncated = Some(TornTail {
-                    segment: path.clone(),
-                    offset,
-                    dropped_bytes: dropped,
-                    defect,
-                    removed: false,
-                });
-            }
-            ScanEnd::BadHeader { defect, torn: true } if is_last => {
-                tracing::warn!(
-                    segment = %path.display(),
-                    dropped_bytes = bytes.len(),
-                    %defect,
-                    "last log segment has a torn header; removed"
-                );
-                dir::remove(path)?;
-                dir::sync_dir(dir)?;
-                truncated = Some(TornTail {
-                    segment: path.clone(),
-                    offset: 0,
-                    dropped_bytes: bytes.len() as u64,
-                    defect,
-                    removed: true,
-                });
-            }
-            ScanEnd::Torn { offset, defect } | ScanEnd::Corrupt { offset, defect, .. } => {
-                return Err(corrupt(offset, defect));
-            }
-            ScanEnd::BadHeader { defect, .. } => return Err(corrupt(0, defect)),
+        if let Some(t) = settle_end(dir, path, &bytes, scan.records.len(), scan.end, is_last)? {
+            truncated = Some(t);
         }
         let n = scan.records.len() as u64;
         max_lsn = max_lsn.max(first.saturating_add(n).saturating_sub(1));
@@ -355,6 +325,72 @@ fn read_segments(
         expected = Some(first.saturating_add(n));
     }
     Ok((records, max_lsn, truncated))
+}
+
+/// How a segment's scan ended: clean; a torn tail (or torn header) of
+/// the last segment, cut off (or the segment removed) and reported; else
+/// [`WalError::Corrupt`].
+fn settle_end(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    valid_records: usize,
+    end: ScanEnd,
+    is_last: bool,
+) -> Result<Option<TornTail>, WalError> {
+    let corrupt = |offset, reason| WalError::Corrupt {
+        segment: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    match end {
+        ScanEnd::Clean => Ok(None),
+        ScanEnd::Torn { offset, defect } if is_last => {
+            let dropped = bytes.len() as u64 - offset;
+            tracing::warn!(
+                segment = %path.display(),
+                offset,
+                dropped_bytes = dropped,
+                valid_records,
+                %defect,
+                "torn tail of the last log segment truncated (no valid record dropped)"
+            );
+            let f = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| WalError::io(path, e))?;
+            f.set_len(offset).map_err(|e| WalError::io(path, e))?;
+            f.sync_all().map_err(|e| WalError::io(path, e))?;
+            Ok(Some(TornTail {
+                segment: path.to_path_buf(),
+                offset,
+                dropped_bytes: dropped,
+                defect,
+                removed: false,
+            }))
+        }
+        ScanEnd::BadHeader { defect, torn: true } if is_last => {
+            tracing::warn!(
+                segment = %path.display(),
+                dropped_bytes = bytes.len(),
+                %defect,
+                "last log segment has a torn header; removed"
+            );
+            dir::remove(path)?;
+            dir::sync_dir(dir)?;
+            Ok(Some(TornTail {
+                segment: path.to_path_buf(),
+                offset: 0,
+                dropped_bytes: bytes.len() as u64,
+                defect,
+                removed: true,
+            }))
+        }
+        ScanEnd::Torn { offset, defect } | ScanEnd::Corrupt { offset, defect, .. } => {
+            Err(corrupt(offset, defect))
+        }
+        ScanEnd::BadHeader { defect, .. } => Err(corrupt(0, defect)),
+    }
 }
 
 /// Applies one record to a map with the reference semantics: `Insert`

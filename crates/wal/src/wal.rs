@@ -796,7 +796,10 @@ impl Wal {
         let mut slot = Some(done);
         match self.append_inner(op, key, value, &mut slot, block) {
             Ok(lsn) => {
-                debug_assert!(slot.is_none());
+                assert!(
+                    slot.is_none(),
+                    "an append logged record {lsn} without registering its completion"
+                );
                 Ok(lsn)
             }
             Err(error) => match slot {
@@ -1284,59 +1287,7 @@ impl Writer {
         let sh = &*shared;
         let _guard = PanicGuard(sh);
         let mut last_flush = Instant::now();
-        loop {
-            let chunk = {
-                let mut g = lock(&sh.inner);
-                loop {
-                    let closing = match g.state {
-                        State::Open => false,
-                        State::Closing => true,
-                        State::Closed | State::Failed(_) => return,
-                    };
-                    if g.chunks.is_empty() {
-                        if closing {
-                            return;
-                        }
-                    } else {
-                        let due = sh.durability == Durability::Sync
-                            || closing
-                            || g.chunks.len() > 1
-                            || g.space_waiters > 0
-                            || last_flush.elapsed() >= sh.async_interval;
-                        if due {
-                            break;
-                        }
-                    }
-                    g.writer_idle = true;
-                    g = if sh.durability == Durability::Sync || g.chunks.is_empty() {
-                        sh.work.wait(g).unwrap_or_else(PoisonError::into_inner)
-                    } else {
-                        let left = sh.async_interval.saturating_sub(last_flush.elapsed());
-                        sh.work
-                            .wait_timeout(g, left)
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .0
-                    };
-                    g.writer_idle = false;
-                }
-                // Let more records join this group commit. Appenders do not
-                // wake a writer that is not idle, so they just accumulate.
-                let gather = sh.durability == Durability::Sync
-                    && !sh.commit_delay.is_zero()
-                    && self.last_batch >= GATHER_AFTER
-                    && matches!(g.state, State::Open)
-                    && g.chunks.len() == 1
-                    && g.space_waiters == 0;
-                if gather {
-                    drop(g);
-                    std::thread::sleep(sh.commit_delay);
-                    g = lock(&sh.inner);
-                }
-                match g.chunks.pop_front() {
-                    Some(c) => c,
-                    None => continue,
-                }
-            };
+        while let Some(chunk) = self.next_chunk(sh, last_flush) {
             let res = self.write_batch(&chunk);
             let chunk_last = chunk.last_lsn();
             self.last_batch = chunk_last + 1 - chunk.first_lsn;
@@ -1344,8 +1295,19 @@ impl Writer {
             let mut g = lock(&sh.inner);
             match res {
                 Ok(()) => {
+                    assert!(
+                        g.unflushed >= chunk.bytes.len(),
+                        "{} unflushed bytes counted, yet a batch of {} was written",
+                        g.unflushed,
+                        chunk.bytes.len()
+                    );
                     g.unflushed -= chunk.bytes.len();
-                    sh.durable_lsn.store(chunk.last_lsn(), Ordering::Release);
+                    let before = sh.durable_lsn.swap(chunk_last, Ordering::AcqRel);
+                    assert!(
+                        before < chunk.first_lsn && chunk.first_lsn <= chunk_last,
+                        "batch {}..={chunk_last} made durable after LSN {before}: out of LSN order",
+                        chunk.first_lsn
+                    );
                     let mut bytes = chunk.bytes;
                     if g.pool.len() < 4 && bytes.capacity() <= 2 * sh.max_batch_bytes {
                         bytes.clear();
@@ -1395,6 +1357,64 @@ impl Writer {
                     }
                     return;
                 }
+            }
+        }
+    }
+
+    /// The next batch to write, once one is due (at once under `sync`
+    /// durability, else when the async interval since `last_flush` ends,
+    /// more batches wait, or an appender waits for space); `None` when the
+    /// log closes or has failed.
+    fn next_chunk(&self, sh: &Shared, last_flush: Instant) -> Option<Chunk> {
+        loop {
+            let mut g = lock(&sh.inner);
+            loop {
+                let closing = match g.state {
+                    State::Open => false,
+                    State::Closing => true,
+                    State::Closed | State::Failed(_) => return None,
+                };
+                if g.chunks.is_empty() {
+                    if closing {
+                        return None;
+                    }
+                } else {
+                    let due = sh.durability == Durability::Sync
+                        || closing
+                        || g.chunks.len() > 1
+                        || g.space_waiters > 0
+                        || last_flush.elapsed() >= sh.async_interval;
+                    if due {
+                        break;
+                    }
+                }
+                g.writer_idle = true;
+                g = if sh.durability == Durability::Sync || g.chunks.is_empty() {
+                    sh.work.wait(g).unwrap_or_else(PoisonError::into_inner)
+                } else {
+                    let left = sh.async_interval.saturating_sub(last_flush.elapsed());
+                    sh.work
+                        .wait_timeout(g, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                };
+                g.writer_idle = false;
+            }
+            // Let more records join this group commit. Appenders do not
+            // wake a writer that is not idle, so they just accumulate.
+            let gather = sh.durability == Durability::Sync
+                && !sh.commit_delay.is_zero()
+                && self.last_batch >= GATHER_AFTER
+                && matches!(g.state, State::Open)
+                && g.chunks.len() == 1
+                && g.space_waiters == 0;
+            if gather {
+                drop(g);
+                std::thread::sleep(sh.commit_delay);
+                g = lock(&sh.inner);
+            }
+            if let Some(c) = g.chunks.pop_front() {
+                return Some(c);
             }
         }
     }

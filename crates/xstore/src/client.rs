@@ -605,17 +605,7 @@ impl<E: Endpoint> Client<E> {
                     unvouched = true;
                     break;
                 }
-                answer = Some(match view.find(key) {
-                    None => Found::Absent,
-                    Some(slot) => match view.value(slot) {
-                        Some(v) => Found::Value(v),
-                        None => Found::Slot {
-                            aln: t.entry.aln(),
-                            slot,
-                            seq: view.seq(),
-                        },
-                    },
-                });
+                answer = Some(Found::in_view(&view, key, t.entry.aln()));
                 break;
             }
         }
@@ -653,17 +643,7 @@ impl<E: Endpoint> Client<E> {
             return Ok(Attempt::Fallback);
         };
         let found = match LeafView::decode(self.layout, bytes) {
-            Ok(view) if view.owns(key) => match view.find(key) {
-                None => Found::Absent,
-                Some(slot) => match view.value(slot) {
-                    Some(v) => Found::Value(v),
-                    None => Found::Slot {
-                        aln: next,
-                        slot,
-                        seq: view.seq(),
-                    },
-                },
-            },
+            Ok(view) if view.owns(key) => Found::in_view(&view, key, next),
             Err(LeafError::Torn) => return Ok(Attempt::Retry),
             _ => return Ok(Attempt::Fallback),
         };
@@ -827,49 +807,8 @@ impl<E: Endpoint> Client<E> {
             return Ok(Attempt::Fallback);
         }
         let leaf_len = self.layout.leaf_bytes() as u64;
-        self.batch.clear();
-        for t in &plan {
-            let (region, offset) = self.leaf_address(t.entry.aln());
-            self.batch.read(region, offset, leaf_len);
-        }
-        self.ep.post(self.node, &mut self.batch)?;
-        // Verified copies of every leaf read, by ALN.
-        let mut leaves: Vec<(u32, Vec<u8>)> = Vec::with_capacity(plan.len());
-        let mut torn = false;
-        let mut stale = Vec::new();
         let fenced = self.fence.is_some();
-        for (i, t) in plan.iter().enumerate() {
-            let Ok(bytes) = self.batch.read_bytes(fabric::batch_handle(i)) else {
-                continue;
-            };
-            match LeafView::decode(self.layout, bytes) {
-                Ok(view) => {
-                    let current = view.header().inca == t.entry.inca();
-                    if !current {
-                        stale.push(*t);
-                    }
-                    // A fenced client uses vouched-for leaves only.
-                    if !fenced || (current && t.entry.valid()) {
-                        leaves.push((t.entry.aln(), bytes.to_vec()));
-                    }
-                }
-                Err(LeafError::Torn) => torn = true,
-                Err(_) => stale.push(*t),
-            }
-        }
-        for t in &stale {
-            self.invalidate(t);
-        }
-        if fenced && !stale.is_empty() && self.config.cache == CacheMode::Full {
-            // A fenced scan cannot read past stale entries, and its
-            // fallback brings no sub-model: fetch them now, so the next
-            // scan here is one-sided again.
-            let mut subs: Vec<u32> = stale.iter().map(|t| t.sub).collect();
-            subs.dedup();
-            for sub in subs {
-                self.fetch_subs(sub, 1)?;
-            }
-        }
+        let (mut leaves, torn) = self.read_scan_leaves(&plan, leaf_len)?;
         // The chain: the leaf that owns `start`, then each right sibling
         // whose low fence continues the previous high fence.
         let layout = self.layout;
@@ -931,6 +870,61 @@ impl<E: Endpoint> Client<E> {
                 }
             }
         }
+    }
+
+    /// Reads every planned leaf of a scan in one batch: verified copies of
+    /// the leaves it may use, by ALN, and whether any read was torn. Stale
+    /// entries are invalidated (and, for a fenced client with cached
+    /// tables, fetched again).
+    #[allow(clippy::type_complexity)]
+    fn read_scan_leaves(
+        &mut self,
+        plan: &[Target],
+        leaf_len: u64,
+    ) -> Result<(Vec<(u32, Vec<u8>)>, bool), ClientError> {
+        self.batch.clear();
+        for t in plan {
+            let (region, offset) = self.leaf_address(t.entry.aln());
+            self.batch.read(region, offset, leaf_len);
+        }
+        self.ep.post(self.node, &mut self.batch)?;
+        let mut leaves: Vec<(u32, Vec<u8>)> = Vec::with_capacity(plan.len());
+        let mut torn = false;
+        let mut stale = Vec::new();
+        let fenced = self.fence.is_some();
+        for (i, t) in plan.iter().enumerate() {
+            let Ok(bytes) = self.batch.read_bytes(fabric::batch_handle(i)) else {
+                continue;
+            };
+            match LeafView::decode(self.layout, bytes) {
+                Ok(view) => {
+                    let current = view.header().inca == t.entry.inca();
+                    if !current {
+                        stale.push(*t);
+                    }
+                    // A fenced client uses vouched-for leaves only.
+                    if !fenced || (current && t.entry.valid()) {
+                        leaves.push((t.entry.aln(), bytes.to_vec()));
+                    }
+                }
+                Err(LeafError::Torn) => torn = true,
+                Err(_) => stale.push(*t),
+            }
+        }
+        for t in &stale {
+            self.invalidate(t);
+        }
+        if fenced && !stale.is_empty() && self.config.cache == CacheMode::Full {
+            // A fenced scan cannot read past stale entries, and its
+            // fallback brings no sub-model: fetch them now, so the next
+            // scan here is one-sided again.
+            let mut subs: Vec<u32> = stale.iter().map(|t| t.sub).collect();
+            subs.dedup();
+            for sub in subs {
+                self.fetch_subs(sub, 1)?;
+            }
+        }
+        Ok((leaves, torn))
     }
 
     /// [`Client::scan`] answered by the server (one RPC, fenced like
@@ -1093,6 +1087,25 @@ enum Found {
     Absent,
     Value(u64),
     Slot { aln: u32, slot: usize, seq: u64 },
+}
+
+impl Found {
+    /// What leaf `aln`, read as `view` (which owns `key`), says of `key`:
+    /// absent, its value, or (two-READ mode) the slot whose value part
+    /// is still to be read.
+    fn in_view(view: &LeafView<'_>, key: u64, aln: u32) -> Found {
+        match view.find(key) {
+            None => Found::Absent,
+            Some(slot) => match view.value(slot) {
+                Some(v) => Found::Value(v),
+                None => Found::Slot {
+                    aln,
+                    slot,
+                    seq: view.seq(),
+                },
+            },
+        }
+    }
 }
 
 /// A write request (see [`Client::start_write`]).

@@ -420,9 +420,12 @@ impl SyncCore {
         false
     }
 
-    /// The completion of record `lsn` (key `key`, new state `value`): runs
-    /// on the log writer after its group commit, in LSN order.
-    fn complete(&self, w: Logged, lsn: u64, result: Result<(), WalError>) {
+    /// The completion of the record whose LSN `lsn_cell` holds (key `key`,
+    /// new state `value`): runs on the log writer after its group commit,
+    /// in LSN order. The LSN is read under the key's shard lock: the
+    /// writer that appended the record stores it there before it releases
+    /// that lock, and the group commit may end before the append returns.
+    fn complete(&self, w: Logged, lsn_cell: &AtomicU64, result: Result<(), WalError>) {
         let Logged {
             key,
             value,
@@ -434,6 +437,7 @@ impl SyncCore {
         let mut applied = result.is_ok();
         let waiters = {
             let mut shard = lock(self.shard(key));
+            let lsn = lsn_cell.load(Ordering::Acquire);
             if let Err(e) = &result {
                 tracing::error!(error = %e, lsn, "write not acknowledged: its record is not durable");
             } else {
@@ -442,9 +446,16 @@ impl SyncCore {
                         Ok((Insert::Inserted { split: s }, _)) => split = s,
                         Ok((Insert::Exists, _)) => {}
                         Err(e) => {
-                            // Admission makes this unreachable; if it
-                            // happens the record is durable but not served:
-                            // say so loudly, and do not claim success.
+                            // Admission reserved a leaf for every pending
+                            // new key, so the tree cannot be out of leaves
+                            // here: if it is, the reservation count is wrong.
+                            assert!(
+                                !matches!(e, xtree::XTreeError::OutOfLeaves { .. }),
+                                "admission reserved a leaf for key {key} (lsn {lsn}) yet the tree is out of leaves: the reservation count is wrong"
+                            );
+                            // Any other failure (a leaf chunk the fabric
+                            // could not make): the record is durable but not
+                            // served; say so loudly, and do not claim success.
                             tracing::error!(error = %e, key, lsn, "a durable write could not be applied to the tree; it will reappear after a restart");
                             applied = false;
                         }
@@ -456,7 +467,11 @@ impl SyncCore {
                         }
                     }
                 }
-                self.applied_lsn.store(lsn, Ordering::Release);
+                let before = self.applied_lsn.swap(lsn, Ordering::AcqRel);
+                assert!(
+                    before < lsn,
+                    "completions run in LSN order, yet record {lsn} completes after record {before}"
+                );
             }
             let newest = shard.get(&key).is_some_and(|p| p.lsn == lsn);
             let waiters = if newest {
@@ -465,9 +480,17 @@ impl SyncCore {
                 Vec::new()
             };
             if new_key {
-                self.pending_new.fetch_sub(1, Ordering::AcqRel);
+                let before = self.pending_new.fetch_sub(1, Ordering::AcqRel);
+                assert!(
+                    before > 0,
+                    "a new key completes that reserved no leaf (lsn {lsn})"
+                );
             }
-            self.pending_writes.fetch_sub(1, Ordering::AcqRel);
+            let before = self.pending_writes.fetch_sub(1, Ordering::AcqRel);
+            assert!(
+                before > 0,
+                "a write completes that was never counted pending (lsn {lsn})"
+            );
             waiters
         };
         if let (Some(s), Some(hook)) = (split, self.on_split.get()) {
@@ -672,25 +695,7 @@ impl Durable {
             Some(p) => (p.value, true),
             None => (core.tree.get(key), false),
         };
-        // What to log (None: nothing, the reply reports the current state).
-        let (record, reply): (Option<Option<u64>>, Vec<u8>) = match op {
-            WriteOp::Insert(_) if current.is_some() => {
-                (None, Reply::Status(Status::Exists).to_vec())
-            }
-            WriteOp::Insert(v) => (Some(Some(v)), Reply::Status(Status::Ok).to_vec()),
-            WriteOp::Upsert(v) => (
-                Some(Some(v)),
-                Reply::Upserted {
-                    new: current.is_none(),
-                }
-                .to_vec(),
-            ),
-            WriteOp::Update(_) | WriteOp::Delete if current.is_none() => {
-                (None, Reply::Status(Status::NotFound).to_vec())
-            }
-            WriteOp::Update(v) => (Some(Some(v)), Reply::Status(Status::Ok).to_vec()),
-            WriteOp::Delete => (Some(None), Reply::Status(Status::Ok).to_vec()),
-        };
+        let (record, reply) = decide(op, current);
         let Some(value) = record else {
             if pending {
                 // The state it reports is not durable yet: answer when it
@@ -728,9 +733,8 @@ impl Durable {
         })));
         let slot = logged.clone();
         let done: wal::Completion = Box::new(move |r| {
-            let lsn = cell.load(Ordering::Acquire);
             if let Some(w) = lock(&slot).take() {
-                me.complete(w, lsn, r)
+                me.complete(w, &cell, r)
             }
         });
         let (op, v) = match value {
@@ -983,5 +987,26 @@ impl Iterator for TreePairs<'_> {
         }
         self.at += 1;
         Some(Ok(self.buffer[self.at - 1]))
+    }
+}
+/// What a write does given the key's current state (pending or applied):
+/// the record to log (`None`: nothing, the reply reports the current
+/// state; `Some(None)`: a delete) and the reply it gets once durable.
+fn decide(op: WriteOp, current: Option<u64>) -> (Option<Option<u64>>, Vec<u8>) {
+    match op {
+        WriteOp::Insert(_) if current.is_some() => (None, Reply::Status(Status::Exists).to_vec()),
+        WriteOp::Insert(v) => (Some(Some(v)), Reply::Status(Status::Ok).to_vec()),
+        WriteOp::Upsert(v) => (
+            Some(Some(v)),
+            Reply::Upserted {
+                new: current.is_none(),
+            }
+            .to_vec(),
+        ),
+        WriteOp::Update(_) | WriteOp::Delete if current.is_none() => {
+            (None, Reply::Status(Status::NotFound).to_vec())
+        }
+        WriteOp::Update(v) => (Some(Some(v)), Reply::Status(Status::Ok).to_vec()),
+        WriteOp::Delete => (Some(None), Reply::Status(Status::Ok).to_vec()),
     }
 }

@@ -10,6 +10,8 @@
 //! * [`durable`] — write-ahead log, checkpoints and recovery.
 //! * [`proto`] — the RPC messages.
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 pub mod durable;
 pub mod kv;

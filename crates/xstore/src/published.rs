@@ -203,6 +203,10 @@ impl Published {
             if at + len > capacity {
                 at = 0;
             }
+            assert!(
+                at + len <= capacity,
+                "sub-model {i}'s table ({len} entries at {at}) overruns the arena of {capacity}"
+            );
             self.tt_next.store(at + len, Ordering::Relaxed);
             for (j, e) in tt.iter().enumerate() {
                 self.tt_region.store(at as usize + j, e.to_bits());

@@ -77,6 +77,12 @@ pub fn try_retrain_submodel(
 pub fn affected_submodels(model: &XModel, low: u64, high: u64) -> std::ops::RangeInclusive<u32> {
     let (first, _) = model.locate(low);
     let (last, _) = model.locate(high.saturating_sub(1).max(low));
+    // The top model is monotone in the key: a leaf's range never maps to
+    // an empty run of sub-models.
+    assert!(
+        first <= last,
+        "leaf [{low}, {high}) maps to sub-models {first}..={last}: the top model is not monotone"
+    );
     first..=last
 }
 

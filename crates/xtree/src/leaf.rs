@@ -544,6 +544,16 @@ impl Drop for LeafGuard<'_> {
     fn drop(&mut self) {
         let region = self.region;
         let seq_index = self.base + SEQ_WORD;
+        // Seqlock parity: only this guard writes the word while it holds
+        // it odd (clients only read leaves). Not checked while unwinding,
+        // where a second panic would abort before the message below.
+        let held = region.load_relaxed(seq_index);
+        assert!(
+            held == self.seq + 1 || std::thread::panicking(),
+            "leaf {}'s seq word is {held}, not the odd {} its writer took",
+            self.aln,
+            self.seq + 1
+        );
         if !self.changed {
             region.store(seq_index, self.seq);
             return;

@@ -24,6 +24,8 @@
 //! assert_eq!(out, vec![(33, 11), (36, 12)]);
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod chunks;
 pub mod error;
 pub mod inner;

@@ -267,7 +267,11 @@ pub fn generate_with_progress(
         }
     };
     progress.finish();
-    debug_assert_eq!(keys.len(), n);
+    assert_eq!(
+        keys.len(),
+        n,
+        "the generator made another number of keys than asked"
+    );
     Ok(keys)
 }
 
