@@ -68,7 +68,7 @@ pub fn systems() -> &'static [SystemDesc] {
             options: &[],
             // The colour bench's plots gave FineStore before the registry.
             colour: (227, 119, 194),
-            load_local: load_local,
+            load_local,
             connect: Some(connect),
         },
         crate::peers::system::<0>(),

@@ -348,7 +348,11 @@ impl GroupVersion {
     /// compaction runs the fresh buffer takes writes of array keys too, so
     /// its entries win; the frozen buffer and the array hold disjoint keys.
     fn scan_into(&self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) {
-        let mut pairs: Vec<(u64, u64, u8)> = Vec::with_capacity(3 * n);
+        // At most n from each of three places; n is the caller's, so the
+        // reservation is bounded by what the array holds (a scan of "all",
+        // n = usize::MAX, overflowed `3 * n`).
+        let mut pairs: Vec<(u64, u64, u8)> =
+            Vec::with_capacity(n.min(self.keys.len() + COMPACT_AT).saturating_mul(3));
         let from = self.keys.partition_point(|&k| k < start);
         pairs.extend(
             self.keys[from..]

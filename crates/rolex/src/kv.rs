@@ -128,7 +128,7 @@ pub fn systems() -> &'static [SystemDesc] {
         options: RolexOptions::DESCS,
         // The colour bench's plots gave ROLEX before the registry.
         colour: (148, 103, 189),
-        load_local: load_local,
+        load_local,
         connect: Some(connect),
     }];
     SYSTEMS
