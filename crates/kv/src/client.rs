@@ -3,7 +3,7 @@
 
 use std::any::Any;
 
-use crate::{ClientFigures, KvError};
+use crate::{ClientFigures, Counters, KvError};
 
 /// How durable a system can make an acknowledged write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,8 +223,15 @@ pub trait KvClient: Send {
     fn words(&mut self) -> Option<&mut dyn WordClient> {
         None
     }
-    /// Counters and statistics so far.
+    /// Counters and statistics so far. May cost a walk of the client's
+    /// cache (`cache_bytes`): call it at phase ends, not per operation.
     fn figures(&self) -> ClientFigures;
+    /// The fabric cost counters alone: the harness reads them around every
+    /// operation, so a system whose `figures` is not a few loads should
+    /// override this with the plain counter read.
+    fn counters(&self) -> Counters {
+        self.figures().counters
+    }
 }
 
 /// The same operations on u64 keys and values: what the harness drives
@@ -275,6 +282,22 @@ pub trait WordClient: Send {
     fn finish_write(&mut self, p: Pending) -> Result<bool, KvError> {
         finish_done(p)
     }
-    /// Counters and statistics so far.
+    /// Counters and statistics so far. May cost a walk of the client's
+    /// cache (`cache_bytes`): call it at phase ends, not per operation.
     fn figures(&self) -> ClientFigures;
+    /// The fabric cost counters alone: the harness reads them around every
+    /// operation, so a system whose `figures` is not a few loads should
+    /// override this with the plain counter read.
+    fn counters(&self) -> Counters {
+        self.figures().counters
+    }
+}
+
+/// Runs `f` on `client`'s u64 path: its own [`KvClient::words`] when it
+/// has one (no encoding), else the client through [`crate::Bytes`].
+pub fn with_words<R>(client: &mut dyn KvClient, f: impl FnOnce(&mut dyn WordClient) -> R) -> R {
+    if let Some(w) = client.words() {
+        return f(w);
+    }
+    f(&mut crate::Bytes(client))
 }

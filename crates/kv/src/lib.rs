@@ -18,7 +18,8 @@ mod system;
 mod words;
 
 pub use client::{
-    ticket, Capabilities, Durability, KvClient, Pending, Started, WordClient, WordWrite, Write,
+    ticket, with_words, Capabilities, Durability, KvClient, Pending, Started, WordClient,
+    WordWrite, Write,
 };
 pub use error::{ErrorKind, KvError};
 pub use figures::{ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, ServerTime};

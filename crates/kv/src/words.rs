@@ -3,7 +3,7 @@
 //! between [`KvClient`] and [`WordClient`].
 
 use crate::{
-    Capabilities, ClientFigures, KvClient, KvError, Pending, WordClient, WordWrite, Write,
+    Capabilities, ClientFigures, Counters, KvClient, KvError, Pending, WordClient, WordWrite, Write,
 };
 
 /// The contract's bytes of a u64 key: 8 bytes big-endian, so comparing
@@ -134,6 +134,10 @@ impl<C: WordClient> KvClient for Words<C> {
     fn figures(&self) -> ClientFigures {
         self.0.figures()
     }
+
+    fn counters(&self) -> Counters {
+        self.0.counters()
+    }
 }
 
 /// Any [`KvClient`] driven with u64s (for a harness whose system has no
@@ -205,5 +209,9 @@ impl WordClient for Bytes<'_> {
 
     fn figures(&self) -> ClientFigures {
         self.0.figures()
+    }
+
+    fn counters(&self) -> Counters {
+        self.0.counters()
     }
 }

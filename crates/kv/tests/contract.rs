@@ -348,3 +348,15 @@ proptest! {
         prop_assert_eq!(&words.0.map, &model);
     }
 }
+
+#[test]
+fn with_words_takes_the_word_path_when_there_is_one() {
+    let mut words = Words(MapClient::default());
+    words.0.map.insert(3, 4);
+    assert_eq!(kv::with_words(&mut words, |w| w.get(3)).unwrap(), Some(4));
+    // No word path: the same call goes through the byte contract, which
+    // here answers 7 bytes, so the u64 view calls it corrupt.
+    let e = kv::with_words(&mut ShortValues, |w| w.get(3)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Corrupt);
+    assert_eq!(words.counters(), words.figures().counters);
+}
