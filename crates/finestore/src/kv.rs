@@ -191,6 +191,9 @@ impl<E: Endpoint + 'static> WordClient for FineClient<E> {
     fn delete(&mut self, key: u64) -> Result<bool, KvError> {
         Ok(self.0.delete(key)?)
     }
+    fn counters(&self) -> kv::Counters {
+        self.0.endpoint().counters()
+    }
     fn figures(&self) -> ClientFigures {
         let s = self.0.stats();
         let reads = s.direct + s.bin_rpcs + s.fallbacks;

@@ -140,6 +140,7 @@ fn matches_a_map(name: &str, deletes: bool) -> (Box<dyn Store>, Box<dyn KvClient
 fn finestore_matches_a_map() {
     let (store, c) = matches_a_map("finestore", true);
     let f = c.figures();
+    assert_eq!(c.counters(), f.counters);
     assert!(f.counters.reads > 0 && f.direct.unwrap().reads > 0);
     assert!(f.cache_bytes.unwrap() > 0);
     assert!(store.model().is_none());

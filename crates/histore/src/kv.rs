@@ -323,6 +323,10 @@ impl KvClient for HiStoreClient {
         Some(self)
     }
 
+    fn counters(&self) -> kv::Counters {
+        self.client.counters()
+    }
+
     fn figures(&self) -> ClientFigures {
         self.client_figures()
     }
@@ -362,6 +366,10 @@ impl WordClient for HiStoreClient {
 
     fn delete(&mut self, key: u64) -> Result<bool, KvError> {
         Ok(self.client.delete(&key_bytes(key))?)
+    }
+
+    fn counters(&self) -> kv::Counters {
+        self.client.counters()
     }
 
     fn figures(&self) -> ClientFigures {

@@ -92,6 +92,8 @@ fn groups_match_a_map(groups: usize) {
     other.words().unwrap().scan(0, 10_000, &mut all).unwrap();
     assert_eq!(all, model.into_iter().collect::<Vec<_>>(), "seed {seed}");
     assert!(c.figures().counters.reads > 0);
+    assert_eq!(c.counters(), c.figures().counters);
+    assert_eq!(c.words().unwrap().counters(), c.counters());
     assert!(store.model().is_none() && store.server_time().is_none());
 }
 

@@ -358,6 +358,9 @@ impl<E: Endpoint + 'static> WordClient for RolexClient<E> {
     fn delete(&mut self, key: u64) -> Result<bool, KvError> {
         Ok(self.0.delete(key)?)
     }
+    fn counters(&self) -> kv::Counters {
+        self.0.counters()
+    }
     fn figures(&self) -> ClientFigures {
         let s = self.0.stats();
         ClientFigures {

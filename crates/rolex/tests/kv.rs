@@ -115,6 +115,7 @@ fn matches_a_map(memory_nodes: usize) {
         .unwrap();
     assert_eq!(all, model.into_iter().collect::<Vec<_>>(), "seed {seed}");
     let f = c.figures();
+    assert_eq!(c.counters(), f.counters);
     assert!(f.counters.reads > 0 && f.direct.unwrap().reads > 0);
     assert!(f.cache_bytes.unwrap() > 0);
     assert!(store.model().unwrap().submodels >= memory_nodes as u32);

@@ -234,6 +234,9 @@ impl WordClient for ShermanClient {
     fn delete(&mut self, key: u64) -> Result<bool, KvError> {
         Ok(self.0.delete(key)?)
     }
+    fn counters(&self) -> kv::Counters {
+        self.0.counters()
+    }
     fn figures(&self) -> ClientFigures {
         let s = self.0.stats();
         ClientFigures {

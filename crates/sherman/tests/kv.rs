@@ -120,6 +120,7 @@ fn both_trees_match_a_map() {
             "{name} seed {seed}"
         );
         let f = c.figures();
+        assert_eq!(c.counters(), f.counters);
         assert!(
             f.counters.reads > 0 && f.direct.unwrap().reads > 0,
             "{name}"
