@@ -71,7 +71,8 @@ pub fn value_of(bytes: &[u8]) -> Result<u64, KvError> {
 /// The settings HiStore reads from [`kv::Options`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HiStoreOptions {
-    /// Index groups, keys hashed to groups (`histore-groups`).
+    /// Index groups, keys hashed to groups (`groups`, as `xstore bench
+    /// --groups` spells it).
     pub groups: usize,
 }
 
@@ -84,16 +85,16 @@ impl Default for HiStoreOptions {
 impl HiStoreOptions {
     /// The options HiStore reads, for listings.
     pub const DESCS: &'static [OptionDesc] = &[OptionDesc {
-        name: "histore-groups",
+        name: "groups",
         help: "index groups, each a primary, two backups and a data server; keys hashed to groups (1..=64; default 1)",
     }];
 
     /// Reads the options; a value out of range is bad input naming it.
     pub fn from_options(o: &Options) -> Result<HiStoreOptions, KvError> {
-        let groups = o.get_usize("histore-groups", HiStoreOptions::default().groups)?;
+        let groups = o.get_usize("groups", HiStoreOptions::default().groups)?;
         if !(1..=MAX_GROUPS).contains(&groups) {
             return Err(KvError::bad_input(format!(
-                "option histore-groups: 1..={MAX_GROUPS}, not {groups}"
+                "option groups: 1..={MAX_GROUPS}, not {groups}"
             )));
         }
         Ok(HiStoreOptions { groups })

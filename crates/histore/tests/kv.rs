@@ -72,7 +72,7 @@ fn groups_match_a_map(groups: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let pairs: Vec<(u64, u64)> = (1..1_500u64).map(|k| (k, k ^ 0x55)).collect();
     let mut options = Options::new();
-    options.set("histore-groups", groups).unwrap();
+    options.set("groups", groups).unwrap();
     let store = load(&pairs, &options).unwrap();
     let mut model: BTreeMap<u64, u64> = pairs.iter().copied().collect();
     let mut c = store.client().unwrap();
@@ -172,7 +172,7 @@ fn kind_of<T>(r: Result<T, KvError>) -> ErrorKind {
 fn bad_options_and_lengths_are_bad_input() {
     for value in ["0", "65", "two"] {
         let mut o = Options::new();
-        o.set("histore-groups", value).unwrap();
+        o.set("groups", value).unwrap();
         let r = histore::kv::HiStoreOptions::from_options(&o);
         assert_eq!(kind_of(r), ErrorKind::BadInput, "{value}");
         assert_eq!(kind_of(load(&[], &o)), ErrorKind::BadInput, "{value}");
