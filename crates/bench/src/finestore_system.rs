@@ -11,7 +11,8 @@ use finestore::dist::client::{Client, ClientError};
 use finestore::dist::server::{LocalHost, Server, ServerConfig};
 
 use crate::report::{HintCounters, ModelFigures};
-use crate::system::{DirectStats, KvClient, ServerTime, System, TimedHandler, XStoreOptions};
+use crate::system::legacy::{KvClient, System, XStoreOptions};
+use crate::system::{DirectStats, ServerTime, TimedHandler};
 use crate::BenchError;
 
 fn client_error(e: ClientError) -> BenchError {

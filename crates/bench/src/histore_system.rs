@@ -13,7 +13,8 @@ use fabric::{Counters, LocalEndpoint};
 use histore::{ClientConfig, GroupConfig, HiError, LocalGroups, MultiClient};
 
 use crate::report::ModelFigures;
-use crate::system::{DirectStats, KvClient, ServerTime, System, XStoreOptions};
+use crate::system::legacy::{KvClient, System, XStoreOptions};
+use crate::system::{DirectStats, ServerTime};
 use crate::BenchError;
 
 /// Bytes of a key.

@@ -1,14 +1,13 @@
 //! The benchmark harness (design.md, "Benchmark contract").
 //!
-//! A [`System`] is a loaded design that hands out [`KvClient`]s; [`run`]
-//! drives one client per thread with YCSB operation streams, checks every
+//! A [`Store`] (the key-value contract's loaded system, from the
+//! registry) hands out [`KvClient`]s; [`run`] drives one client per thread with YCSB operation streams, checks every
 //! read (values encode their key: [`values`]) and summarizes exact fabric
 //! costs, latency and throughput in a [`Report`].
 
-pub mod baselines;
-pub mod cluster_system;
 pub mod finestore_system;
 pub mod histore_system;
+pub mod compat;
 pub mod history;
 pub mod ledger;
 pub mod linearize;
@@ -24,7 +23,8 @@ pub mod suite;
 pub mod system;
 pub mod values;
 
-pub use cluster_system::ClusterSystem;
+pub use cluster::kv::{ClusterSystem, ServerShares};
+pub use kv::{KvClient, Store};
 pub use report::Report;
 pub use run::{
     run, run_recorded, run_traced, run_with, Judge, Progress, RunConfig, MAX_PIPELINE, MAX_THREADS,
@@ -33,10 +33,8 @@ pub use suite::{
     is_system, run_suite, run_suites, system_list, system_names, KeySet, SuiteError, SuiteName,
     SuiteOptions, SuiteRow, SuiteSummary, SystemFactory, SystemSpec,
 };
-pub use system::{
-    load_local, BaselineLocal, BaselineOptions, KvClient, ServerTime, System, XStoreLocal,
-    XStoreOptions, XStoreRemote, SYSTEMS,
-};
+pub use compat::{load_local, BaselineOptions, XStoreOptions};
+pub use system::ServerTime;
 pub use values::{belongs, value_for};
 
 /// Errors of a benchmark run.
@@ -57,6 +55,29 @@ pub enum BenchError {
     /// An operation stream could not be made.
     #[error(transparent)]
     Workload(#[from] ycsb::DistError),
+}
+
+impl BenchError {
+    /// A system that failed to load or connect.
+    pub fn load(e: kv::KvError) -> BenchError {
+        match e.kind {
+            kv::ErrorKind::BadInput => BenchError::Config(e.message),
+            kv::ErrorKind::Failed => BenchError::Load(e.message),
+            _ => BenchError::Load(e.to_string()),
+        }
+    }
+}
+
+impl From<kv::KvError> for BenchError {
+    /// A client operation's failure (bad input is a configuration the
+    /// system refused).
+    fn from(e: kv::KvError) -> Self {
+        match e.kind {
+            kv::ErrorKind::BadInput => BenchError::Config(e.message),
+            kv::ErrorKind::Failed => BenchError::Client(e.message),
+            _ => BenchError::Client(e.to_string()),
+        }
+    }
 }
 
 impl From<xstore::ClientError> for BenchError {

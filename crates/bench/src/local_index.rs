@@ -461,8 +461,8 @@ impl IndexSystem {
     }
 }
 
-impl crate::system::System for IndexSystem {
-    fn client(&self) -> Result<Box<dyn crate::system::KvClient>, BenchError> {
+impl crate::system::legacy::System for IndexSystem {
+    fn client(&self) -> Result<Box<dyn crate::system::legacy::KvClient>, BenchError> {
         Ok(Box::new(IndexClient {
             index: self.index.clone(),
         }))
@@ -480,7 +480,7 @@ struct IndexClient {
     index: Arc<dyn LocalIndex>,
 }
 
-impl crate::system::KvClient for IndexClient {
+impl crate::system::legacy::KvClient for IndexClient {
     fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
         Ok(self.index.get(key))
     }

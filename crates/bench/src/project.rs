@@ -484,7 +484,7 @@ pub struct ProjectSuite {
 }
 
 /// Loads a design by name (the command line's factory).
-pub type SystemLoader<'a> = dyn Fn(&str) -> Result<Box<dyn crate::System>, BenchError> + 'a;
+pub type SystemLoader<'a> = dyn Fn(&str) -> Result<Box<dyn crate::Store>, BenchError> + 'a;
 
 /// Runs `suite`: traces every design on every workload (loading each
 /// design once with `load`), projects each trace with 1, 2, 4, ... client

@@ -48,70 +48,9 @@ pub struct ServerSplit {
     pub worker: f64,
 }
 
-/// Model figures of designs that have a learned model.
-#[derive(Debug, Clone, Copy, Serialize, Default)]
-pub struct ModelFigures {
-    /// Sub-models.
-    pub submodels: u32,
-    /// Mean |predicted − actual| position.
-    pub mean_abs_error: f64,
-    /// Largest such error.
-    pub max_error: f64,
-}
-
-/// Counters a FineStore server keeps over the measured phase: how often
-/// the hints of its pipelined operations (§4) held, so a reader sees what
-/// the extra window READ before a write or scan bought.
-#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
-pub struct HintCounters {
-    /// Pipelined writes whose hint held (no model lookup on the server).
-    pub hinted_writes: u64,
-    /// Pipelined writes whose hint was stale or wrong (the server looked
-    /// the key up itself).
-    pub stale_write_hints: u64,
-    /// Pipelined scans whose hint held.
-    pub hinted_scans: u64,
-    /// Pipelined scans whose hint was stale or wrong.
-    pub stale_scan_hints: u64,
-    /// Bin lookups that went straight to the named slot.
-    pub bin_gets: u64,
-    /// Versions (retrained models and arrays) published.
-    pub versions: u64,
-}
-
-impl HintCounters {
-    /// The counts from `before` to `self` (counters only grow; a server
-    /// restarted in between reads as 0, not as a wrapped count).
-    pub fn since(&self, before: &HintCounters) -> HintCounters {
-        HintCounters {
-            hinted_writes: self.hinted_writes.saturating_sub(before.hinted_writes),
-            stale_write_hints: self
-                .stale_write_hints
-                .saturating_sub(before.stale_write_hints),
-            hinted_scans: self.hinted_scans.saturating_sub(before.hinted_scans),
-            stale_scan_hints: self
-                .stale_scan_hints
-                .saturating_sub(before.stale_scan_hints),
-            bin_gets: self.bin_gets.saturating_sub(before.bin_gets),
-            versions: self.versions.saturating_sub(before.versions),
-        }
-    }
-
-    /// Share of hinted operations whose hint was stale (`None` if none).
-    fn miss_rate(held: u64, stale: u64) -> Option<f64> {
-        (held + stale > 0).then(|| stale as f64 / (held + stale) as f64)
-    }
-
-    /// Share of pipelined writes whose hint missed.
-    pub fn write_miss_rate(&self) -> Option<f64> {
-        Self::miss_rate(self.hinted_writes, self.stale_write_hints)
-    }
-
-    /// Share of pipelined scans whose hint missed.
-    pub fn scan_miss_rate(&self) -> Option<f64> {
-        Self::miss_rate(self.hinted_scans, self.stale_scan_hints)
-    }
-}
+/// Model figures and FineStore's hint counters: part of the contract
+/// (systems report them), re-exported where the report always had them.
+pub use kv::{HintCounters, ModelFigures};
 
 /// Checked reads.
 #[derive(Debug, Clone, Serialize, Default)]

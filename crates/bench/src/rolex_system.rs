@@ -14,7 +14,8 @@ use rolex::{
 };
 
 use crate::report::ModelFigures;
-use crate::system::{DirectStats, KvClient, ServerTime, System, XStoreOptions};
+use crate::system::legacy::{KvClient, System, XStoreOptions};
+use crate::system::{DirectStats, ServerTime};
 use crate::BenchError;
 
 fn client_error(e: RolexError) -> BenchError {

@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 use fabric::Counters;
 use hdrhistogram::Histogram;
-use xstore::Write;
+use kv::{Pending, Store, WordClient, WordWrite};
 use ycsb::{Distribution, Op, OpStream, StreamOptions, Workload};
 
 use crate::history::{History, OpKind, Operation, Recorder};
 use crate::ledger::{Ledger, Verdict};
 use crate::report::{Correctness, HintCounters, Latency, PerGet, PerOp, Report, ServerSplit};
-use crate::system::{DirectStats, InFlight, KvClient, ServerTime, System};
+use crate::system::{DirectStats, ServerTime};
 use crate::values::value_for;
 use crate::BenchError;
 
@@ -114,7 +114,7 @@ const MAX_EXAMPLES: usize = 8;
 
 /// Runs `config` against `system` over `loaded` keys (sorted, as loaded).
 pub fn run(
-    system: &dyn System,
+    system: &dyn Store,
     loaded: Arc<[u64]>,
     config: &RunConfig,
     progress: &Progress,
@@ -129,7 +129,7 @@ pub fn run(
 /// pipelined (`pipeline` 1): a trace is of operations that wait for each
 /// round trip.
 pub fn run_traced(
-    system: &dyn System,
+    system: &dyn Store,
     loaded: Arc<[u64]>,
     config: &RunConfig,
     judge: Judge,
@@ -147,7 +147,7 @@ pub fn run_traced(
 
 /// [`run`], judged as `judge` says.
 pub fn run_with(
-    system: &dyn System,
+    system: &dyn Store,
     loaded: Arc<[u64]>,
     config: &RunConfig,
     judge: Judge,
@@ -164,7 +164,7 @@ pub const MAX_HISTORY_OPS: u64 = 20_000_000;
 /// initial values assume `system` was freshly loaded with `loaded`, each
 /// key holding the value of version 0.
 pub fn run_recorded(
-    system: &dyn System,
+    system: &dyn Store,
     loaded: Arc<[u64]>,
     config: &RunConfig,
     progress: &Progress,
@@ -192,7 +192,7 @@ fn measure_window(release: impl FnOnce(), wait_end: impl FnOnce()) -> f64 {
 }
 
 fn run_inner(
-    system: &dyn System,
+    system: &dyn Store,
     loaded: Arc<[u64]>,
     config: &RunConfig,
     progress: &Progress,
@@ -246,7 +246,7 @@ fn run_inner(
                 let stop = &stop;
                 let ledger = &ledger;
                 scope.spawn(move || -> Result<ThreadResult, BenchError> {
-                    let prepared = system.client().and_then(|client| {
+                    let prepared = system.client().map_err(BenchError::from).and_then(|client| {
                         let stream = OpStream::with_options(
                             config.workload,
                             config.dist,
@@ -268,6 +268,9 @@ fn run_inner(
                             return Err(e);
                         }
                     };
+                    // The u64 path of the client (its own, or the byte
+                    // contract encoded): what every operation below drives.
+                    kv::with_words(&mut *client, |client| {
                     let mut w = Worker::new(t, threads, config.pipeline, ledger);
                     w.judging = judge != Judge::Off;
                     w.recorder = record.then(Recorder::default);
@@ -323,11 +326,12 @@ fn run_inner(
                     // the audit sees the final state.
                     barrier.wait();
                     measured?;
-                    let direct = client.direct_stats();
+                    let direct = client.figures().direct;
                     if w.judging {
                         w.audit(&mut *client)?;
                     }
                     Ok(w.finish(&*client, direct))
+                    })
                 })
             })
             .collect();
@@ -455,7 +459,7 @@ struct Flight {
     measured: bool,
     /// Fabric cost of starting it.
     cost: Counters,
-    write: InFlight,
+    write: Pending,
 }
 
 impl<'l> Worker<'l> {
@@ -517,7 +521,7 @@ impl<'l> Worker<'l> {
 
     /// Finishes the writes in flight whose answers are here, or (`all`)
     /// every one.
-    fn reap(&mut self, client: &mut dyn KvClient, all: bool) -> Result<(), BenchError> {
+    fn reap(&mut self, client: &mut dyn WordClient, all: bool) -> Result<(), BenchError> {
         let mut i = 0;
         while i < self.in_flight.len() {
             if all || self.in_flight[i].write.is_ready() {
@@ -531,11 +535,11 @@ impl<'l> Worker<'l> {
     }
 
     /// Waits for every write in flight.
-    fn drain(&mut self, client: &mut dyn KvClient) -> Result<(), BenchError> {
+    fn drain(&mut self, client: &mut dyn WordClient) -> Result<(), BenchError> {
         self.reap(client, true)
     }
 
-    fn complete(&mut self, client: &mut dyn KvClient, f: Flight) -> Result<(), BenchError> {
+    fn complete(&mut self, client: &mut dyn WordClient, f: Flight) -> Result<(), BenchError> {
         let before = client.counters();
         let took = client.finish_write(f.write)?;
         let end = Instant::now();
@@ -558,8 +562,8 @@ impl<'l> Worker<'l> {
     /// Starts a write in flight, first making room if `pipeline` are.
     fn start_write(
         &mut self,
-        client: &mut dyn KvClient,
-        write: Write,
+        client: &mut dyn WordClient,
+        write: WordWrite,
         measured: bool,
     ) -> Result<(), BenchError> {
         while self.in_flight.len() >= self.pipeline {
@@ -567,7 +571,7 @@ impl<'l> Worker<'l> {
             self.complete(client, oldest)?;
         }
         let (key, value) = match write {
-            Write::Insert { key, value } | Write::Update { key, value } => (key, value),
+            WordWrite::Insert { key, value } | WordWrite::Update { key, value } => (key, value),
             other => {
                 return Err(BenchError::Client(format!(
                     "the benchmark does not issue {other:?}"
@@ -587,7 +591,7 @@ impl<'l> Worker<'l> {
             inv,
             key,
             value,
-            insert: matches!(write, Write::Insert { .. }),
+            insert: matches!(write, WordWrite::Insert { .. }),
             measured,
             cost: client.counters() - before,
             write: started,
@@ -595,9 +599,9 @@ impl<'l> Worker<'l> {
         Ok(())
     }
 
-    fn reset(&mut self, client: &dyn KvClient) {
+    fn reset(&mut self, client: &dyn WordClient) {
         self.base = client.counters();
-        self.base_direct = client.direct_stats();
+        self.base_direct = client.figures().direct;
         self.all = Counters::default();
         self.get_costs = Counters::default();
         self.ops = 0;
@@ -637,7 +641,7 @@ impl<'l> Worker<'l> {
 
     /// Reads every written key of this thread's share once more, after
     /// all writes are answered: each must hold one of its last writes.
-    fn audit(&mut self, client: &mut dyn KvClient) -> Result<(), BenchError> {
+    fn audit(&mut self, client: &mut dyn WordClient) -> Result<(), BenchError> {
         let keys = self.ledger.audit_keys();
         let share = keys
             .iter()
@@ -665,7 +669,7 @@ impl<'l> Worker<'l> {
     /// operation's start): returns when its answer was seen.
     fn write_now(
         &mut self,
-        client: &mut dyn KvClient,
+        client: &mut dyn WordClient,
         key: u64,
         insert: bool,
         start: Instant,
@@ -732,7 +736,7 @@ impl<'l> Worker<'l> {
     /// was seen (judging is not in the latency).
     fn read_now(
         &mut self,
-        client: &mut dyn KvClient,
+        client: &mut dyn WordClient,
         key: u64,
         s: u64,
     ) -> Result<Instant, BenchError> {
@@ -806,7 +810,7 @@ impl<'l> Worker<'l> {
 
     fn step(
         &mut self,
-        client: &mut dyn KvClient,
+        client: &mut dyn WordClient,
         stream: &mut OpStream,
         measured: bool,
     ) -> Result<(), BenchError> {
@@ -837,11 +841,11 @@ impl<'l> Worker<'l> {
             match op {
                 Op::Update(k) => {
                     let value = value_for(k, self.version);
-                    return self.start_write(client, Write::Update { key: k, value }, measured);
+                    return self.start_write(client, WordWrite::Update { key: k, value }, measured);
                 }
                 Op::Insert(k) => {
                     let value = value_for(k, self.version);
-                    return self.start_write(client, Write::Insert { key: k, value }, measured);
+                    return self.start_write(client, WordWrite::Insert { key: k, value }, measured);
                 }
                 _ => {}
             }
@@ -910,7 +914,7 @@ impl<'l> Worker<'l> {
     /// Counts a synchronous operation that ran from `start` to `end`.
     fn measured(
         &mut self,
-        client: &mut dyn KvClient,
+        client: &mut dyn WordClient,
         op: Op,
         measured: bool,
         before: Counters,
@@ -933,7 +937,7 @@ impl<'l> Worker<'l> {
     }
 
     /// The thread's figures; `direct` is taken before the audit.
-    fn finish(self, client: &dyn KvClient, direct: Option<DirectStats>) -> ThreadResult {
+    fn finish(self, client: &dyn WordClient, direct: Option<DirectStats>) -> ThreadResult {
         let direct = match (direct, self.base_direct) {
             (Some(now), Some(then)) => Some(DirectStats {
                 reads: now.reads - then.reads,
@@ -949,7 +953,7 @@ impl<'l> Worker<'l> {
             all: self.all,
             get_costs: self.get_costs,
             direct,
-            cache_bytes: client.cache_bytes(),
+            cache_bytes: client.figures().cache_bytes,
             hist: self.hist,
             correctness: self.correctness,
             recorded: self.recorder.map_or_else(Vec::new, |r| r.ops),
@@ -986,7 +990,7 @@ pub fn knobs_text(dist: Distribution, stream: &StreamOptions) -> String {
 }
 
 fn summarize(
-    system: &dyn System,
+    system: &dyn Store,
     config: &RunConfig,
     keys: u64,
     results: &[ThreadResult],
@@ -1159,20 +1163,17 @@ mod tests {
     struct SlowClient(Arc<Mutex<BTreeMap<u64, u64>>>);
     const SLOW: Duration = Duration::from_micros(300);
 
-    impl System for Slow {
-        fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
-            Ok(Box::new(SlowClient(self.0.clone())))
-        }
-        fn model(&self) -> Option<crate::report::ModelFigures> {
-            None
-        }
-        fn server_time(&self) -> Option<ServerTime> {
-            None
+    impl Store for Slow {
+        fn client(&self) -> Result<Box<dyn kv::KvClient>, kv::KvError> {
+            Ok(Box::new(kv::Words(SlowClient(self.0.clone()))))
         }
     }
 
-    impl KvClient for SlowClient {
-        fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+    impl WordClient for SlowClient {
+        fn capabilities(&self) -> kv::Capabilities {
+            kv::Capabilities::words()
+        }
+        fn get(&mut self, key: u64) -> Result<Option<u64>, kv::KvError> {
             std::thread::sleep(SLOW);
             Ok(self.0.lock().unwrap().get(&key).copied())
         }
@@ -1181,7 +1182,7 @@ mod tests {
             start: u64,
             n: usize,
             out: &mut Vec<(u64, u64)>,
-        ) -> Result<(), BenchError> {
+        ) -> Result<(), kv::KvError> {
             std::thread::sleep(SLOW);
             out.extend(
                 self.0
@@ -1193,7 +1194,7 @@ mod tests {
             );
             Ok(())
         }
-        fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        fn insert(&mut self, key: u64, value: u64) -> Result<bool, kv::KvError> {
             std::thread::sleep(SLOW);
             let mut m = self.0.lock().unwrap();
             if m.contains_key(&key) {
@@ -1202,7 +1203,7 @@ mod tests {
             m.insert(key, value);
             Ok(true)
         }
-        fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+        fn update(&mut self, key: u64, value: u64) -> Result<bool, kv::KvError> {
             std::thread::sleep(SLOW);
             Ok(self
                 .0
@@ -1212,14 +1213,8 @@ mod tests {
                 .map(|v| *v = value)
                 .is_some())
         }
-        fn counters(&self) -> Counters {
-            Counters::default()
-        }
-        fn direct_stats(&self) -> Option<DirectStats> {
-            None
-        }
-        fn cache_bytes(&self) -> Option<u64> {
-            None
+        fn figures(&self) -> kv::ClientFigures {
+            kv::ClientFigures::default()
         }
     }
 

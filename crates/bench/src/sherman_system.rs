@@ -8,7 +8,8 @@ use fabric::{Counters, LocalEndpoint, LocalFabric};
 use sherman::{Client, MemoryNode, Options, ShermanError, Tree, TreeConfig};
 
 use crate::report::ModelFigures;
-use crate::system::{DirectStats, KvClient, ServerTime, System, XStoreOptions};
+use crate::system::legacy::{KvClient, System, XStoreOptions};
+use crate::system::{DirectStats, ServerTime};
 use crate::BenchError;
 
 fn client_error(e: ShermanError) -> BenchError {

@@ -54,33 +54,27 @@ use ycsb::{Dataset, Distribution, Workload};
 use crate::plot::{self, PlotError};
 use crate::report::{Correctness, HintCounters, Latency, ModelFigures, PerOp, Report};
 use crate::run::{run, Progress, RunConfig};
-use crate::system::{DirectStats, KvClient, ServerTime, System};
+use crate::system::ServerTime;
+use kv::{ClientFigures, KvClient, KvError, Store, WordClient, Words};
 use crate::values::value_for;
 use crate::BenchError;
 
-/// The designs a suite runs, by name: XStore and the baselines.
-pub fn system_names() -> &'static [&'static str] {
-    &crate::system::SYSTEMS
+/// The designs a suite runs by default, by name: XStore and the
+/// baselines (the registry's line-up; not the single-machine `index:`
+/// peers).
+pub fn system_names() -> Vec<&'static str> {
+    registry::lineup("all")
 }
 
-/// Every name [`is_system`] takes, for error messages: the systems, then
-/// `index:` with the single-machine indexes.
+/// Every name [`is_system`] takes, for error messages.
 pub fn system_list() -> String {
-    format!(
-        "{}, index:{}",
-        system_names().join(", "),
-        crate::local_index::LOCAL_INDEXES.join("|")
-    )
+    crate::system::names().join(", ")
 }
 
-/// Whether `name` names a system the harness can load: one of
-/// [`system_names`], or `index:NAME` for a single-machine index of
-/// [`crate::local_index::LOCAL_INDEXES`] (never in a suite's default list).
+/// Whether `name` names a system the harness can load (the registry's,
+/// `index:NAME` for the single-machine indexes among them).
 pub fn is_system(name: &str) -> bool {
-    system_names().contains(&name)
-        || name
-            .strip_prefix(crate::local_index::INDEX_PREFIX)
-            .is_some_and(|i| crate::local_index::LOCAL_INDEXES.contains(&i))
+    crate::system::find(name).is_some()
 }
 
 /// The name of a client cache mode, as `--cache` accepts it.
@@ -134,7 +128,7 @@ impl SystemSpec {
 /// Builds a loaded design from a spec and the pairs to load (sorted by key;
 /// every value is [`value_for`]`(key, 0)`).
 pub type SystemFactory<'a> =
-    dyn Fn(&SystemSpec, &[(u64, u64)]) -> Result<Box<dyn System>, BenchError> + 'a;
+    dyn Fn(&SystemSpec, &[(u64, u64)]) -> Result<Box<dyn Store>, BenchError> + 'a;
 
 /// Errors of a suite (a run's own failure is a row, not an error).
 #[derive(Debug, thiserror::Error)]
@@ -924,12 +918,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A design whose clients record the keys they insert and, for a timeline,
 /// are kept from one run to the next.
 struct Tracker<'a> {
-    inner: &'a dyn System,
+    inner: &'a dyn Store,
     shared: Arc<Shared>,
 }
 
 impl<'a> Tracker<'a> {
-    fn new(inner: &'a dyn System, keep_clients: bool) -> Tracker<'a> {
+    fn new(inner: &'a dyn Store, keep_clients: bool) -> Tracker<'a> {
         Tracker {
             inner,
             shared: Arc::new(Shared {
@@ -951,8 +945,8 @@ impl Drop for Tracker<'_> {
     }
 }
 
-impl System for Tracker<'_> {
-    fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
+impl Store for Tracker<'_> {
+    fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
         let kept = if self.shared.keep_clients {
             lock(&self.shared.pool).pop()
         } else {
@@ -962,11 +956,11 @@ impl System for Tracker<'_> {
             Some(c) => c,
             None => self.inner.client()?,
         };
-        Ok(Box::new(TrackedClient {
+        Ok(Box::new(Words(TrackedClient {
             inner: Some(inner),
             inserted: Vec::new(),
             shared: self.shared.clone(),
-        }))
+        })))
     }
 
     fn model(&self) -> Option<ModelFigures> {
@@ -1011,30 +1005,37 @@ impl Drop for TrackedClient {
     }
 }
 
-impl KvClient for TrackedClient {
-    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
-        self.inner_mut().get(key)
+/// The inner client's u64 path (its own, or its byte contract).
+fn words<R>(c: &mut TrackedClient, f: impl FnOnce(&mut dyn WordClient) -> R) -> R {
+    kv::with_words(c.inner_mut(), f)
+}
+
+/// Writes are answered before `start_write` returns (the default): a
+/// pipelined insert is recorded like any other.
+impl WordClient for TrackedClient {
+    fn capabilities(&self) -> kv::Capabilities {
+        self.inner().capabilities()
     }
-    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError> {
-        self.inner_mut().scan(start, n, out)
+    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
+        words(self, |w| w.get(key))
     }
-    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
-        let r = self.inner_mut().insert(key, value)?;
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
+        words(self, |w| w.scan(start, n, out))
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        let r = words(self, |w| w.insert(key, value))?;
         // Present afterwards either way: later runs must not insert it.
         self.inserted.push(key);
         Ok(r)
     }
-    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
-        self.inner_mut().update(key, value)
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        words(self, |w| w.update(key, value))
     }
     fn counters(&self) -> Counters {
         self.inner().counters()
     }
-    fn direct_stats(&self) -> Option<DirectStats> {
-        self.inner().direct_stats()
-    }
-    fn cache_bytes(&self) -> Option<u64> {
-        self.inner().cache_bytes()
+    fn figures(&self) -> ClientFigures {
+        self.inner().figures()
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions, SYSTEMS};
+use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
 use xstore::CacheMode;
 use ycsb::{Distribution, Workload};
 
@@ -21,7 +21,7 @@ fn options(adversary: Option<u64>, get_reads: u8) -> XStoreOptions {
 }
 
 fn run(
-    system: &dyn bench::System,
+    system: &dyn kv::Store,
     keys: &Arc<[u64]>,
     w: Workload,
     d: Distribution,
@@ -31,7 +31,7 @@ fn run(
 }
 
 fn run_pipelined(
-    system: &dyn bench::System,
+    system: &dyn kv::Store,
     keys: &Arc<[u64]>,
     w: Workload,
     d: Distribution,
@@ -69,7 +69,7 @@ fn every_system_is_correct_on_every_workload() {
         .unwrap()
         .into();
     let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    for name in SYSTEMS {
+    for name in bench::system_names() {
         for adversary in [None, Some(3)] {
             let system = load_local(
                 name,
@@ -104,7 +104,7 @@ fn pipelined_writes_are_checked_and_counted() {
         .unwrap()
         .into();
     let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    for name in SYSTEMS {
+    for name in bench::system_names() {
         let system = load_local(
             name,
             &pairs,

@@ -20,7 +20,7 @@ fn options() -> XStoreOptions {
     }
 }
 
-fn run(system: &dyn bench::System, keys: &Arc<[u64]>, w: Workload, ops: u64) -> bench::Report {
+fn run(system: &dyn kv::Store, keys: &Arc<[u64]>, w: Workload, ops: u64) -> bench::Report {
     let config = RunConfig {
         system: "t".into(),
         fabric: "local".into(),

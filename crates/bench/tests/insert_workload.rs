@@ -5,8 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bench::system::{DirectStats, KvClient, ServerTime};
-use bench::{load_local, BaselineOptions, BenchError, Progress, RunConfig, XStoreOptions};
+use bench::system::ServerTime;
+use kv::KvClient;
+use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
 use fabric::Counters;
 use xstore::CacheMode;
 use ycsb::Workload;
@@ -65,7 +66,7 @@ fn every_system_runs_the_insert_workload_with_no_lost_write() {
     let keys = keys(2_000);
     let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
     let threads = 4;
-    for name in bench::SYSTEMS {
+    for name in bench::system_names() {
         // HiStore's hash table has a fixed size, chosen at load for about
         // the loaded keys (4 per 7-slot bucket): it takes a few hundred new
         // keys here, not twice the loaded ones.
@@ -96,7 +97,7 @@ fn every_system_runs_the_insert_workload_with_no_lost_write() {
 /// Wraps a system so that its clients acknowledge some inserts without
 /// sending them.
 struct Dropper {
-    inner: Box<dyn bench::System>,
+    inner: Box<dyn kv::Store>,
     /// Drop the insert with this number (counted over all clients).
     drop_nth: u64,
     seen: Arc<AtomicU64>,
@@ -108,13 +109,13 @@ struct DropperClient {
     seen: Arc<AtomicU64>,
 }
 
-impl bench::System for Dropper {
-    fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
-        Ok(Box::new(DropperClient {
+impl kv::Store for Dropper {
+    fn client(&self) -> Result<Box<dyn KvClient>, kv::KvError> {
+        Ok(Box::new(kv::Words(DropperClient {
             inner: self.inner.client()?,
             drop_nth: self.drop_nth,
             seen: self.seen.clone(),
-        }))
+        })))
     }
     fn model(&self) -> Option<bench::report::ModelFigures> {
         self.inner.model()
@@ -124,30 +125,30 @@ impl bench::System for Dropper {
     }
 }
 
-impl KvClient for DropperClient {
-    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
-        self.inner.get(key)
+impl kv::WordClient for DropperClient {
+    fn capabilities(&self) -> kv::Capabilities {
+        self.inner.capabilities()
     }
-    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError> {
-        self.inner.scan(start, n, out)
+    fn get(&mut self, key: u64) -> Result<Option<u64>, kv::KvError> {
+        kv::with_words(&mut *self.inner, |w| w.get(key))
     }
-    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), kv::KvError> {
+        kv::with_words(&mut *self.inner, |w| w.scan(start, n, out))
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, kv::KvError> {
         if self.seen.fetch_add(1, Ordering::SeqCst) == self.drop_nth {
             return Ok(true);
         }
-        self.inner.insert(key, value)
+        kv::with_words(&mut *self.inner, |w| w.insert(key, value))
     }
-    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
-        self.inner.update(key, value)
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, kv::KvError> {
+        kv::with_words(&mut *self.inner, |w| w.update(key, value))
     }
     fn counters(&self) -> Counters {
         self.inner.counters()
     }
-    fn direct_stats(&self) -> Option<DirectStats> {
-        self.inner.direct_stats()
-    }
-    fn cache_bytes(&self) -> Option<u64> {
-        self.inner.cache_bytes()
+    fn figures(&self) -> kv::ClientFigures {
+        self.inner.figures()
     }
 }
 

@@ -4,10 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use bench::suite::{run_suites, SuiteEvent};
-use bench::{
-    run_suite, BenchError, KeySet, SuiteName, SuiteOptions, System, SystemSpec, XStoreLocal,
-    XStoreOptions,
-};
+use bench::{run_suite, BenchError, KeySet, SuiteName, SuiteOptions, SystemSpec};
+use kv::Store;
+use xstore::kv::{XStoreLocal, XStoreOptions};
 use serde_json::Value;
 use ycsb::Dataset;
 
@@ -34,20 +33,23 @@ const CONTRACT: &[&str] = &[
     "correctness",
 ];
 
-fn factory(spec: &SystemSpec, pairs: &[(u64, u64)]) -> Result<Box<dyn System>, BenchError> {
+fn factory(spec: &SystemSpec, pairs: &[(u64, u64)]) -> Result<Box<dyn Store>, BenchError> {
     match spec.name.as_str() {
-        "xstore" => Ok(Box::new(XStoreLocal::load(
-            pairs,
-            XStoreOptions {
-                cache: spec.cache,
-                get_reads: spec.get_reads,
-                leaf_slots: xtree::DEFAULT_LEAF_SLOTS,
-                submodel_keys: 200,
-                train_threads: 1,
-                adversary: None,
-                server_workers: None,
-            },
-        )?)),
+        "xstore" => Ok(Box::new(
+            XStoreLocal::load(
+                pairs,
+                XStoreOptions {
+                    cache: spec.cache,
+                    get_reads: spec.get_reads,
+                    leaf_slots: xtree::DEFAULT_LEAF_SLOTS,
+                    submodel_keys: 200,
+                    train_threads: 1,
+                },
+                None,
+                None,
+            )
+            .map_err(BenchError::load)?,
+        )),
         other => Err(BenchError::Config(format!(
             "system {other} not available yet"
         ))),

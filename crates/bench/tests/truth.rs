@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bench::system::{DirectStats, KvClient, ServerTime};
-use bench::{load_local, BaselineOptions, BenchError, Progress, RunConfig, XStoreOptions};
+use bench::system::ServerTime;
+use kv::KvClient;
+use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
 use fabric::Counters;
 use xstore::CacheMode;
 use ycsb::{Distribution, Workload};
@@ -25,7 +26,7 @@ enum Lie {
 }
 
 struct Liar {
-    inner: Box<dyn bench::System>,
+    inner: Box<dyn kv::Store>,
     lie: Lie,
     told: Arc<AtomicBool>,
 }
@@ -38,15 +39,15 @@ struct LiarClient {
     updated: Option<u64>,
 }
 
-impl bench::System for Liar {
-    fn client(&self) -> Result<Box<dyn KvClient>, BenchError> {
-        Ok(Box::new(LiarClient {
+impl kv::Store for Liar {
+    fn client(&self) -> Result<Box<dyn KvClient>, kv::KvError> {
+        Ok(Box::new(kv::Words(LiarClient {
             inner: self.inner.client()?,
             lie: self.lie,
             told: self.told.clone(),
             seen: HashMap::new(),
             updated: None,
-        }))
+        })))
     }
     fn model(&self) -> Option<bench::report::ModelFigures> {
         self.inner.model()
@@ -63,8 +64,11 @@ impl LiarClient {
     }
 }
 
-impl KvClient for LiarClient {
-    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+impl kv::WordClient for LiarClient {
+    fn capabilities(&self) -> kv::Capabilities {
+        self.inner.capabilities()
+    }
+    fn get(&mut self, key: u64) -> Result<Option<u64>, kv::KvError> {
         if self.updated == Some(key) {
             if let Some(&old) = self.seen.get(&key) {
                 if self.lie_now(Lie::StaleRead) {
@@ -72,26 +76,26 @@ impl KvClient for LiarClient {
                 }
             }
         }
-        let got = self.inner.get(key)?;
+        let got = kv::with_words(&mut *self.inner, |w| w.get(key))?;
         if let Some(v) = got {
             self.seen.entry(key).or_insert(v);
         }
         Ok(got)
     }
-    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError> {
-        self.inner.scan(start, n, out)
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), kv::KvError> {
+        kv::with_words(&mut *self.inner, |w| w.scan(start, n, out))
     }
-    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, kv::KvError> {
         if self.lie_now(Lie::DropInsert) {
             return Ok(true);
         }
-        self.inner.insert(key, value)
+        kv::with_words(&mut *self.inner, |w| w.insert(key, value))
     }
-    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, kv::KvError> {
         if self.lie_now(Lie::DropUpdate) {
             return Ok(true);
         }
-        let took = self.inner.update(key, value)?;
+        let took = kv::with_words(&mut *self.inner, |w| w.update(key, value))?;
         if took && self.seen.contains_key(&key) && self.updated.is_none() {
             self.updated = Some(key);
         }
@@ -100,11 +104,8 @@ impl KvClient for LiarClient {
     fn counters(&self) -> Counters {
         self.inner.counters()
     }
-    fn direct_stats(&self) -> Option<DirectStats> {
-        self.inner.direct_stats()
-    }
-    fn cache_bytes(&self) -> Option<u64> {
-        self.inner.cache_bytes()
+    fn figures(&self) -> kv::ClientFigures {
+        self.inner.figures()
     }
 }
 
@@ -222,7 +223,7 @@ fn a_dropped_insert_is_caught() {
 fn every_system_records_a_linearizable_history() {
     let keys = keys(2_000);
     let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    for name in bench::SYSTEMS {
+    for name in bench::system_names() {
         for w in [Workload::A, Workload::D, Workload::F, Workload::E] {
             // A fresh load per run: the history's initial values are the
             // bulk load's.

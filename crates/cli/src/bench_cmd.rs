@@ -10,10 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use bench::suite::SuiteEvent;
-use bench::{
-    BenchError, KeySet, Progress, RunConfig, SuiteName, SuiteOptions, System, SystemSpec,
-    XStoreOptions, XStoreRemote,
-};
+use bench::{BenchError, KeySet, Progress, RunConfig, Store, SuiteName, SuiteOptions, SystemSpec};
 use clap::Args;
 use xstore::CacheMode;
 use ycsb::{Distribution, Workload};
@@ -342,32 +339,42 @@ fn local_system(
     args: &BenchArgs,
     spec: &SystemSpec,
     pairs: &[(u64, u64)],
-) -> Result<Box<dyn System>, BenchError> {
-    bench::load_local(
+) -> Result<Box<dyn Store>, BenchError> {
+    let options = system_options(args, spec)?;
+    bench::system::load_local(
         &spec.name,
-        pairs,
-        XStoreOptions {
-            cache: spec.cache,
-            get_reads: spec.get_reads,
-            leaf_slots: args.leaf_slots,
-            submodel_keys: args.submodel_keys,
-            train_threads: args.train_threads,
+        &kv::LocalLoad {
+            pairs,
             adversary: args.adversarial.then_some(args.keys.seed),
             server_workers: args.server_workers,
-        },
-        bench::BaselineOptions {
-            cache_bytes: spec.cache_bytes.unwrap_or(u64::MAX),
-            // A byte budget (the memory suite) means a plain LRU; otherwise
-            // the top levels, as the paper's tree-cache configuration.
-            top_levels: match spec.cache_bytes {
-                Some(_) => None,
-                None => (args.tree_levels > 0).then_some(args.tree_levels),
-            },
-            inner_fanout: args.inner_fanout,
-            memory_nodes: args.memory_nodes,
-            histore_groups: args.groups,
+            options: &options,
         },
     )
+}
+
+/// The flags every system may read, as the contract's options (each
+/// system takes the ones it knows).
+fn system_options(args: &BenchArgs, spec: &SystemSpec) -> Result<kv::Options, BenchError> {
+    let mut o = kv::Options::new();
+    o.set("cache", bench::suite::cache_mode_name(spec.cache))?
+        .set("get-reads", spec.get_reads)?
+        .set("leaf-slots", args.leaf_slots)?
+        .set("submodel-keys", args.submodel_keys)?
+        .set("train-threads", args.train_threads)?
+        .set("cache-bytes", spec.cache_bytes.unwrap_or(u64::MAX))?
+        // A byte budget (the memory suite) means a plain LRU; otherwise
+        // the top levels (0: any), as the paper's tree-cache configuration.
+        .set(
+            "top-levels",
+            match spec.cache_bytes {
+                Some(_) => 0,
+                None => args.tree_levels,
+            },
+        )?
+        .set("inner-fanout", args.inner_fanout)?
+        .set("memory-nodes", args.memory_nodes)?
+        .set("groups", args.groups)?;
+    Ok(o)
 }
 
 /// A byte count: digits with an optional k, m or g suffix (KiB, MiB, GiB).
@@ -652,21 +659,19 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
             &args.keys,
         )?;
     }
-    let system: Box<dyn bench::System> = match remote {
+    let system: Box<dyn Store> = match remote {
         _ if cluster.is_some() => Box::new(cluster.expect("checked")),
-        Some(urls) if system_name == "rolex" => Box::new(bench::rolex_system::RolexRemote::new(
-            urls,
-            args.token.resolve()?,
-        )?),
-        Some(mut urls) if system_name == "finestore" => Box::new(
-            bench::finestore_system::FineStoreRemote::new(urls.remove(0), args.token.resolve()?)?,
-        ),
-        Some(mut urls) => Box::new(XStoreRemote::new(
-            urls.remove(0),
-            args.token.resolve()?,
-            cache,
-            args.get_reads,
-        )?),
+        Some(urls) => {
+            let spec = SystemSpec {
+                name: system_name.to_string(),
+                cache,
+                get_reads: args.get_reads,
+                cache_bytes,
+            };
+            let options = system_options(args, &spec)?;
+            let token = args.token.resolve()?;
+            bench::system::connect_all(system_name, &urls, token.as_deref(), &options)?
+        }
         None => {
             let pairs: Vec<(u64, u64)> =
                 keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
@@ -825,7 +830,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
 const MAX_SNAPSHOT_KEYS: usize = 200_000_000;
 
 /// Every key `system` holds, in order, by scanning it from the first key.
-fn snapshot_keys(system: &dyn System) -> Result<Vec<u64>> {
+fn snapshot_keys(system: &dyn Store) -> Result<Vec<u64>> {
     const BATCH: usize = 4096;
     let mut client = system.client()?;
     let mut keys = Vec::new();
@@ -833,7 +838,7 @@ fn snapshot_keys(system: &dyn System) -> Result<Vec<u64>> {
     let mut from = 0u64;
     loop {
         out.clear();
-        client.scan(from, BATCH, &mut out)?;
+        kv::with_words(&mut *client, |w| w.scan(from, BATCH, &mut out))?;
         keys.extend(out.iter().map(|p| p.0).filter(|&k| k >= from));
         if keys.len() > MAX_SNAPSHOT_KEYS {
             bail!("--data existing reads at most {MAX_SNAPSHOT_KEYS} keys from a server");

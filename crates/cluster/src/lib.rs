@@ -19,6 +19,7 @@
 
 pub mod auth;
 pub mod etcd;
+pub mod kv;
 pub mod map;
 pub mod moves;
 pub mod process;

@@ -12,6 +12,7 @@
 
 pub mod client;
 pub mod durable;
+pub mod kv;
 pub mod proto;
 pub mod published;
 pub mod server;

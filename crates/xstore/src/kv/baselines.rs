@@ -20,13 +20,13 @@ use std::sync::Arc;
 
 use fabric::{Batch, Counters, Endpoint, NodeId, RegionId};
 use lru::LruCache;
-use xstore::proto::{Meta, ProtoError, Reply, Request, Status};
+use ::kv::{Capabilities, ClientFigures, DirectStats, KvError, WordClient};
+
+use crate::proto::{Meta, ProtoError, Reply, Request, Status};
 use xtree::layout::value_from_part;
 use xtree::mirror::{decode_meta, decode_node, slot_bytes, NodeImage, OUT_OF_SERVICE};
 use xtree::{LeafError, LeafLayout, LeafView};
 
-use crate::system::{DirectStats, KvClient};
-use crate::BenchError;
 
 /// Which baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +120,7 @@ impl<E: Endpoint> BaselineClient<E> {
         node: NodeId,
         kind: Baseline,
         get_reads: u8,
-    ) -> Result<BaselineClient<E>, BenchError> {
+    ) -> Result<BaselineClient<E>, KvError> {
         let mut c = BaselineClient {
             ep,
             node,
@@ -137,10 +137,10 @@ impl<E: Endpoint> BaselineClient<E> {
             reply: Vec::new(),
         };
         let Reply::Meta(meta) = c.rpc(&Request::Meta)? else {
-            return Err(BenchError::Client("META answered without metadata".into()));
+            return Err(KvError::failed("META answered without metadata"));
         };
         c.layout = LeafLayout::new(meta.leaf_slots as usize)
-            .ok_or_else(|| BenchError::Client("bad leaf slots".into()))?;
+            .ok_or_else(|| KvError::failed("bad leaf slots"))?;
         c.fanout = (meta.inner_fanout as usize).max(3);
         c.meta = meta;
         let budget = match kind {
@@ -150,8 +150,8 @@ impl<E: Endpoint> BaselineClient<E> {
         };
         c.cache = NodeCache::new(budget, slot_bytes(c.fanout) as u64);
         if kind != Baseline::ServerCentric && meta.inner_region == 0 {
-            return Err(BenchError::Config(
-                "the server keeps no copy of its internal levels".into(),
+            return Err(KvError::refused(
+                "the server keeps no copy of its internal levels",
             ));
         }
         if kind == Baseline::WholeTreeCache {
@@ -162,35 +162,35 @@ impl<E: Endpoint> BaselineClient<E> {
 
     /// One RPC, its reply decoded against the request (the same checks
     /// the XStore client makes); refusals are errors.
-    fn rpc(&mut self, req: &Request) -> Result<Reply, BenchError> {
+    fn rpc(&mut self, req: &Request) -> Result<Reply, KvError> {
         self.request.clear();
         req.encode(&mut self.request);
         self.ep
             .call(self.node, &self.request, &mut self.reply)
-            .map_err(|e| BenchError::Client(e.to_string()))?;
+            .map_err(|e| KvError::failed(e.to_string()))?;
         match Reply::decode(req, &self.reply).map_err(proto)? {
             Reply::Status(
                 s @ (Status::BadRequest | Status::ReservedKey | Status::Full | Status::Unavailable),
-            ) => Err(BenchError::Client(format!("server answered {s:?}"))),
+            ) => Err(KvError::failed(format!("server answered {s:?}"))),
             reply => Ok(reply),
         }
     }
 
-    fn read(&mut self, region: u32, offset: u64, len: u64) -> Result<Option<Vec<u8>>, BenchError> {
+    fn read(&mut self, region: u32, offset: u64, len: u64) -> Result<Option<Vec<u8>>, KvError> {
         self.batch.clear();
         let h = self.batch.read(RegionId(region), offset, len);
         self.ep
             .post(self.node, &mut self.batch)
-            .map_err(|e| BenchError::Client(e.to_string()))?;
+            .map_err(|e| KvError::failed(e.to_string()))?;
         Ok(self.batch.read_bytes(h).ok().map(<[u8]>::to_vec))
     }
 
-    fn slot(&mut self, slot: u64) -> Result<Option<Vec<u8>>, BenchError> {
+    fn slot(&mut self, slot: u64) -> Result<Option<Vec<u8>>, KvError> {
         let n = slot_bytes(self.fanout) as u64;
         self.read(self.meta.inner_region, slot * n, n)
     }
 
-    fn root(&mut self) -> Result<Option<(u32, u32)>, BenchError> {
+    fn root(&mut self) -> Result<Option<(u32, u32)>, KvError> {
         if self.root.is_none() {
             for _ in 0..MAX_ATTEMPTS {
                 let Some(bytes) = self.slot(0)? else {
@@ -209,7 +209,7 @@ impl<E: Endpoint> BaselineClient<E> {
         Ok(self.root)
     }
 
-    fn fetch(&mut self, id: u32, depth: u32) -> Result<Option<Arc<NodeImage>>, BenchError> {
+    fn fetch(&mut self, id: u32, depth: u32) -> Result<Option<Arc<NodeImage>>, KvError> {
         if let Some(n) = self.cache.get(id) {
             return Ok(Some(n));
         }
@@ -241,7 +241,7 @@ impl<E: Endpoint> BaselineClient<E> {
     }
 
     /// Reads every internal node, level by level (the whole-tree fill).
-    fn fill(&mut self) -> Result<(), BenchError> {
+    fn fill(&mut self) -> Result<(), KvError> {
         let Some((root, height)) = self.root()? else {
             return Ok(());
         };
@@ -261,7 +261,7 @@ impl<E: Endpoint> BaselineClient<E> {
     }
 
     /// Walks to the leaf that should hold `key`; returns it and the path.
-    fn descend(&mut self, key: u64, path: &mut Vec<u32>) -> Result<Option<u32>, BenchError> {
+    fn descend(&mut self, key: u64, path: &mut Vec<u32>) -> Result<Option<u32>, KvError> {
         path.clear();
         let Some((root, height)) = self.root()? else {
             return Ok(None);
@@ -288,7 +288,7 @@ impl<E: Endpoint> BaselineClient<E> {
         (region.0, offset)
     }
 
-    fn read_leaf(&mut self, aln: u32, key: u64) -> Result<Leaf, BenchError> {
+    fn read_leaf(&mut self, aln: u32, key: u64) -> Result<Leaf, KvError> {
         let whole = self.get_reads == 1;
         let len = if whole {
             self.layout.leaf_bytes()
@@ -330,7 +330,7 @@ impl<E: Endpoint> BaselineClient<E> {
         Ok(Leaf::Missed)
     }
 
-    fn rpc_get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+    fn rpc_get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
         match self.rpc(&Request::GetValue { key })? {
             Reply::Value(v) => Ok(v),
             other => Err(unexpected(other)),
@@ -347,16 +347,20 @@ impl<E: Endpoint> BaselineClient<E> {
 }
 
 /// A well-formed reply that does not answer what was asked.
-fn unexpected(reply: Reply) -> BenchError {
-    BenchError::Client(format!("unexpected reply {:?}", reply.status()))
+fn unexpected(reply: Reply) -> KvError {
+    KvError::failed(format!("unexpected reply {:?}", reply.status()))
 }
 
-fn proto(e: ProtoError) -> BenchError {
-    BenchError::Client(e.to_string())
+fn proto(e: ProtoError) -> KvError {
+    KvError::failed(e.to_string())
 }
 
-impl<E: Endpoint> KvClient for BaselineClient<E> {
-    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+impl<E: Endpoint> WordClient for BaselineClient<E> {
+    fn capabilities(&self) -> Capabilities {
+        capabilities(self.kind)
+    }
+
+    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
         if self.kind == Baseline::ServerCentric {
             return self.rpc_get(key);
         }
@@ -377,7 +381,7 @@ impl<E: Endpoint> KvClient for BaselineClient<E> {
         self.rpc_get(key)
     }
 
-    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError> {
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
         let mark = out.len();
         if self.kind != Baseline::ServerCentric {
             self.stats.reads += 1;
@@ -433,7 +437,7 @@ impl<E: Endpoint> KvClient for BaselineClient<E> {
         }
         match self.rpc(&Request::Scan {
             start,
-            n: n.min(xstore::proto::MAX_SCAN as usize) as u32,
+            n: n.min(crate::proto::MAX_SCAN as usize) as u32,
         })? {
             Reply::Scan(pairs) => {
                 out.extend_from_slice(&pairs);
@@ -443,11 +447,11 @@ impl<E: Endpoint> KvClient for BaselineClient<E> {
         }
     }
 
-    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
         Ok(self.rpc(&Request::Insert { key, value })?.status() == Status::Ok)
     }
 
-    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
         Ok(self
             .rpc(&Request::Update {
                 key,
@@ -462,20 +466,30 @@ impl<E: Endpoint> KvClient for BaselineClient<E> {
         self.ep.counters()
     }
 
-    fn direct_stats(&self) -> Option<DirectStats> {
-        (self.kind != Baseline::ServerCentric).then_some(self.stats)
+    fn figures(&self) -> ClientFigures {
+        let tree = self.kind != Baseline::ServerCentric;
+        ClientFigures {
+            counters: self.ep.counters(),
+            direct: tree.then_some(self.stats),
+            cache_bytes: tree.then(|| self.cache.bytes()),
+        }
     }
+}
 
-    fn cache_bytes(&self) -> Option<u64> {
-        (self.kind != Baseline::ServerCentric).then(|| self.cache.bytes())
+/// What a baseline takes and does: u64 pairs; reads one-sided except the
+/// server-centric design's; every write by RPC.
+pub const fn capabilities(kind: Baseline) -> Capabilities {
+    Capabilities {
+        one_sided_reads: !matches!(kind, Baseline::ServerCentric),
+        ..Capabilities::words()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Server, ServerConfig};
     use fabric::LocalFabric;
-    use xstore::{Server, ServerConfig};
 
     /// Tree-traversing clients read leaves wherever the chunk rule puts
     /// them: a tree spread over dozens of small chunk regions, half loaded
@@ -520,7 +534,7 @@ mod tests {
             c.scan(100, 50, &mut out).unwrap();
             let want: Vec<(u64, u64)> = (100..150u64).map(|k| (k, k / 2)).collect();
             assert_eq!(out, want);
-            let s = c.direct_stats().unwrap();
+            let s = c.figures().direct.unwrap();
             assert!(s.fallbacks * 2 < s.reads, "{s:?}");
         }
     }

@@ -1,0 +1,97 @@
+//! The table of systems the bench, the shell and the server dispatch
+//! from: each system crate exports its [`SystemDesc`]s (`systems()`), and
+//! this crate concatenates them, one line per crate. Adding a system is
+//! its crate and one line here.
+//!
+//! This is also where the suites' default line-ups are written down: the
+//! only place outside the system crates that spells system names.
+
+#![forbid(unsafe_code)]
+
+pub use kv::SystemDesc;
+
+/// Each system crate's table, in listing order (which is also the order
+/// plots and `--list-systems` show them).
+fn tables() -> [&'static [SystemDesc]; 1] {
+    [
+        xstore::kv::systems(),
+        // kvsys adds: rolex::kv::systems(),
+        // kvsys adds: histore::kv::systems(),
+        // kvsys adds: finestore::kv::systems(),
+        // kvsys adds: sherman::kv::systems(),
+    ]
+}
+
+/// Every system, in listing order.
+pub fn all() -> Vec<&'static SystemDesc> {
+    tables().into_iter().flatten().collect()
+}
+
+/// The system called `name`.
+pub fn find(name: &str) -> Option<&'static SystemDesc> {
+    tables().into_iter().flatten().find(|d| d.name == name)
+}
+
+/// Every system's name, in listing order.
+pub fn names() -> Vec<&'static str> {
+    all().into_iter().map(|d| d.name).collect()
+}
+
+/// The systems a suite runs when the user names none. `all` is every
+/// distributed design the bench has always compared (not the
+/// single-machine `index:` peers); `project` is what `--suite project`
+/// sweeps; `cache` the designs the cache suite varies (XStore's cache
+/// modes, tree-cache's budgets). Unknown suites get `all`.
+pub fn lineup(suite: &str) -> Vec<&'static str> {
+    match suite {
+        "project" => vec![
+            "xstore",
+            "server-centric",
+            "tree-cache",
+            "whole-tree-cache",
+            "rolex",
+            "finestore",
+            "xstore-d",
+        ],
+        _ => vec![
+            "xstore",
+            "server-centric",
+            "tree-cache",
+            "whole-tree-cache",
+            "rolex",
+            "histore",
+            "finestore",
+            "xstore-d",
+            "sherman",
+            "fg",
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found() {
+        let names = names();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate names in {names:?}");
+        for n in names {
+            assert_eq!(find(n).map(|d| d.name), Some(n));
+        }
+        assert!(find("no-such-system").is_none());
+    }
+
+    #[test]
+    fn every_system_documents_its_options() {
+        for d in all() {
+            assert!(!d.about.is_empty(), "{} has no about line", d.name);
+            for o in d.options {
+                assert!(!o.name.is_empty() && !o.help.is_empty(), "{}: {o:?}", d.name);
+            }
+        }
+    }
+}

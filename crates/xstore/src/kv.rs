@@ -1,0 +1,559 @@
+//! XStore behind the key-value contract (`kv`): its client as a
+//! [`WordClient`], its local load and remote connect as [`Store`]s, and the
+//! systems built on its server — XStore, XStore-D and the tree baselines
+//! (server-centric, tree-cache, whole-tree-cache: XStore's server with
+//! another client) — as the [`SystemDesc`]s of [`systems`].
+
+use std::sync::Arc;
+
+use ::kv::local::TimedHandler;
+use ::kv::{
+    Capabilities, ClientFigures, Connect, Counters, DirectStats, KvClient, KvError, LocalLoad,
+    ModelFigures, OptionDesc, Options, Pending, ServerTime, Started, Store, SystemDesc,
+    WordClient, WordWrite, Words,
+};
+use fabric::{Endpoint, LocalFabric, NodeId};
+use rdmasim::record::TracingEndpoint;
+
+use crate::{
+    CacheMode, Client, ClientConfig, ClientError, ClientStats, PendingWrite, Server, ServerConfig,
+    ServerError, Write,
+};
+
+mod baselines;
+
+pub use baselines::{Baseline, BaselineClient};
+
+impl From<ClientError> for KvError {
+    fn from(e: ClientError) -> KvError {
+        let message = e.to_string();
+        match e {
+            ClientError::ReservedKey(_) | ClientError::Config(_) => KvError::bad_input(message),
+            ClientError::Full => KvError::full(message),
+            ClientError::Fabric(f) => KvError::from(f),
+            ClientError::Protocol(_) => KvError::corrupt(message),
+            ClientError::Server(_) => KvError::refused(message),
+            ClientError::WrongOwner { .. } => KvError::wrong_owner(message),
+        }
+    }
+}
+
+impl From<ServerError> for KvError {
+    fn from(e: ServerError) -> KvError {
+        KvError::failed(e.to_string())
+    }
+}
+
+impl From<ClientStats> for DirectStats {
+    fn from(s: ClientStats) -> DirectStats {
+        DirectStats {
+            reads: s.gets + s.scans,
+            fallbacks: s.fallbacks,
+            invalidations: s.invalidations,
+            get_leaves: s.get_leaves,
+        }
+    }
+}
+
+/// The options XStore's systems read (the bench's flags of the same names).
+pub const OPTIONS: &[OptionDesc] = &[
+    OptionDesc {
+        name: "cache",
+        help: "client cache mode: full, model or top (default full)",
+    },
+    OptionDesc {
+        name: "get-reads",
+        help: "READs per GET, 1 or 2 (default 1)",
+    },
+    OptionDesc {
+        name: "leaf-slots",
+        help: "slots per leaf (default xtree's)",
+    },
+    OptionDesc {
+        name: "submodel-keys",
+        help: "target keys per sub-model (default the server's)",
+    },
+    OptionDesc {
+        name: "train-threads",
+        help: "background training threads (default the server's)",
+    },
+];
+
+/// The options of the tree baselines beyond [`OPTIONS`].
+pub const BASELINE_OPTIONS: &[OptionDesc] = &[
+    OptionDesc {
+        name: "get-reads",
+        help: "READs per GET, 1 or 2 (default 1)",
+    },
+    OptionDesc {
+        name: "leaf-slots",
+        help: "slots per leaf (default xtree's)",
+    },
+    OptionDesc {
+        name: "cache-bytes",
+        help: "tree-cache: LRU byte budget of cached nodes (default unlimited)",
+    },
+    OptionDesc {
+        name: "top-levels",
+        help: "tree-cache: cache only this many levels from the root, 0 for any (default 3)",
+    },
+    OptionDesc {
+        name: "inner-fanout",
+        help: "children per internal node (default 16, like Cell's)",
+    },
+];
+
+/// XStore's settings, parsed from [`Options`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XStoreOptions {
+    /// Client cache mode.
+    pub cache: CacheMode,
+    /// 1 or 2 READs per GET.
+    pub get_reads: u8,
+    /// Slots per leaf.
+    pub leaf_slots: usize,
+    /// Target keys per sub-model.
+    pub submodel_keys: u64,
+    /// Background training threads.
+    pub train_threads: usize,
+}
+
+impl XStoreOptions {
+    /// Reads the options; unset ones take XStore's defaults, bad ones are
+    /// [`::kv::ErrorKind::BadInput`].
+    pub fn parse(o: &Options) -> Result<XStoreOptions, KvError> {
+        let server = ServerConfig::default();
+        let cache = match o.get_str("cache") {
+            None => CacheMode::Full,
+            Some(s) => s
+                .parse()
+                .map_err(|e: String| KvError::bad_input(format!("option cache: {e}")))?,
+        };
+        let get_reads = o.get_parsed::<u8>("get-reads")?.unwrap_or(1);
+        if !(1..=2).contains(&get_reads) {
+            return Err(KvError::bad_input(format!(
+                "option get-reads: 1 or 2, not {get_reads}"
+            )));
+        }
+        Ok(XStoreOptions {
+            cache,
+            get_reads,
+            leaf_slots: o.get_usize("leaf-slots", server.leaf_slots)?,
+            submodel_keys: o.get_u64("submodel-keys", server.submodel_keys)?,
+            train_threads: o.get_usize("train-threads", server.train_threads)?,
+        })
+    }
+
+    /// The client's configuration: a cache that holds sub-models is filled
+    /// at connect, so the first operations do not measure cache misses.
+    pub fn client_config(&self) -> ClientConfig {
+        client_config(self.cache, self.get_reads)
+    }
+}
+
+/// A client configuration for `cache` and `get_reads`, as every benchmark
+/// client of XStore has it.
+pub fn client_config(cache: CacheMode, get_reads: u8) -> ClientConfig {
+    ClientConfig {
+        cache,
+        get_reads,
+        prefill: cache != CacheMode::Top,
+        speculate: true,
+    }
+}
+
+/// A local fabric (adversarial with a seed) with one node for a server,
+/// and the registrar that puts the server's regions on it.
+fn local_fabric(adversary: Option<u64>) -> (LocalFabric, NodeId, Arc<crate::LocalRegistrar>) {
+    let (fabric, node) = ::kv::local::fabric_with_node(adversary);
+    let registrar = Arc::new(crate::LocalRegistrar {
+        fabric: fabric.clone(),
+        node,
+    });
+    (fabric, node, registrar)
+}
+
+/// XStore over the local fabric.
+pub struct XStoreLocal {
+    fabric: LocalFabric,
+    node: NodeId,
+    server: Server,
+    timer: Arc<TimedHandler>,
+    client_config: ClientConfig,
+    model: ModelFigures,
+}
+
+impl XStoreLocal {
+    /// Loads `pairs` into a new server on a new local fabric.
+    pub fn load(
+        pairs: &[(u64, u64)],
+        o: XStoreOptions,
+        adversary: Option<u64>,
+        server_workers: Option<usize>,
+    ) -> Result<XStoreLocal, KvError> {
+        let (fabric, node, registrar) = local_fabric(adversary);
+        let config = ServerConfig {
+            leaf_slots: o.leaf_slots,
+            submodel_keys: o.submodel_keys,
+            train_threads: o.train_threads,
+            ..ServerConfig::default()
+        };
+        let server = Server::start(config, pairs, registrar)?;
+        let timer = Arc::new(TimedHandler::new(server.handler(), server_workers));
+        fabric.set_handler(node, timer.clone())?;
+        let trained = server.trained_model();
+        let acc = crate::accuracy(server.tree(), &trained, &mut |_| {});
+        let model = ModelFigures {
+            submodels: trained.submodels(),
+            mean_abs_error: acc.mean_abs_error,
+            max_error: acc.max_error,
+        };
+        Ok(XStoreLocal {
+            fabric,
+            node,
+            server,
+            timer,
+            client_config: o.client_config(),
+            model,
+        })
+    }
+
+    /// The server.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+}
+
+impl Store for XStoreLocal {
+    fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
+        let c = Client::connect(
+            TracingEndpoint::new(self.fabric.endpoint()),
+            self.node,
+            self.client_config,
+        )?;
+        Ok(Box::new(Words(XStoreClient(c))))
+    }
+
+    fn model(&self) -> Option<ModelFigures> {
+        Some(self.model)
+    }
+
+    fn server_time(&self) -> Option<ServerTime> {
+        Some(self.timer.server_time())
+    }
+}
+
+/// An XStore client at the contract.
+pub struct XStoreClient<E: Endpoint>(pub Client<E>);
+
+/// An XStore write in flight, as the contract carries it.
+struct XStoreTicket(PendingWrite);
+
+impl Started for XStoreTicket {
+    fn is_ready(&self) -> bool {
+        self.0.is_ready()
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// XStore's capabilities: one-sided reads through the learned cache,
+/// writes by RPC (pipelined), deletes and upserts, a durable log when the
+/// server runs with one.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    one_sided_reads: true,
+    deletes: true,
+    upserts: true,
+    pipelined_writes: true,
+    durability: ::kv::Durability::Sync,
+    ..Capabilities::words()
+};
+
+impl<E: Endpoint + Send> WordClient for XStoreClient<E> {
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
+        Ok(self.0.get(key)?)
+    }
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
+        Ok(self.0.scan(start, n, out)?)
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        Ok(self.0.insert(key, value)?)
+    }
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        Ok(self.0.update(key, value)?)
+    }
+    fn upsert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        Ok(self.0.upsert(key, value)?)
+    }
+    fn delete(&mut self, key: u64) -> Result<bool, KvError> {
+        Ok(self.0.delete(key)?)
+    }
+    fn start_write(&mut self, w: WordWrite) -> Result<Pending, KvError> {
+        let w = match w {
+            WordWrite::Insert { key, value } => Write::Insert { key, value },
+            WordWrite::Update { key, value } => Write::Update { key, value },
+            WordWrite::Upsert { key, value } => Write::Upsert { key, value },
+            WordWrite::Delete { key } => Write::Delete { key },
+        };
+        Ok(Pending::Started(Box::new(XStoreTicket(
+            self.0.start_write(w)?,
+        ))))
+    }
+    fn finish_write(&mut self, p: Pending) -> Result<bool, KvError> {
+        match p {
+            Pending::Done(b) => Ok(b),
+            Pending::Started(s) => Ok(self.0.finish_write(::kv::ticket::<XStoreTicket>(s)?.0)?),
+        }
+    }
+    fn counters(&self) -> Counters {
+        self.0.counters()
+    }
+    fn figures(&self) -> ClientFigures {
+        ClientFigures {
+            counters: self.0.counters(),
+            direct: Some(self.0.stats().into()),
+            cache_bytes: Some(self.0.cache_bytes()),
+        }
+    }
+}
+
+/// XStore in another process, over the `tcp` or `shm` fabric.
+pub struct XStoreRemote {
+    url: fabric::Url,
+    token: Option<String>,
+    client_config: ClientConfig,
+}
+
+impl XStoreRemote {
+    /// A system reached at `url`; fails early if the server is not there.
+    pub fn new(
+        url: fabric::Url,
+        token: Option<String>,
+        cache: CacheMode,
+        get_reads: u8,
+    ) -> Result<XStoreRemote, KvError> {
+        fabric::remote::host_stats(&url, token.as_deref())
+            .map_err(|e| KvError::unavailable(e.to_string()))?;
+        Ok(XStoreRemote {
+            url,
+            token,
+            client_config: client_config(cache, get_reads),
+        })
+    }
+}
+
+impl Store for XStoreRemote {
+    fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
+        let ep = fabric::remote::connect(&self.url, self.token.as_deref())?;
+        let c = Client::connect(TracingEndpoint::new(ep), NodeId(0), self.client_config)?;
+        Ok(Box::new(Words(XStoreClient(c))))
+    }
+
+    fn server_time(&self) -> Option<ServerTime> {
+        ::kv::local::remote_server_time(&self.url, self.token.as_deref())
+    }
+}
+
+/// A baseline design over the local fabric.
+pub struct BaselineLocal {
+    fabric: LocalFabric,
+    node: NodeId,
+    _server: Server,
+    timer: Arc<TimedHandler>,
+    kind: Baseline,
+    get_reads: u8,
+}
+
+/// The tree baselines' settings beyond XStore's, parsed from [`Options`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaselineOptions {
+    /// Tree-cache LRU byte budget.
+    pub cache_bytes: u64,
+    /// Tree-cache: cache only this many levels from the root.
+    pub top_levels: Option<u32>,
+    /// Children per internal node.
+    pub inner_fanout: usize,
+}
+
+impl BaselineOptions {
+    /// Reads the options; unset ones take the defaults of the §7
+    /// comparison (unlimited budget, top 3 levels, fan-out 16).
+    pub fn parse(o: &Options) -> Result<BaselineOptions, KvError> {
+        let top = o.get_parsed::<u32>("top-levels")?.unwrap_or(3);
+        Ok(BaselineOptions {
+            cache_bytes: o.get_u64("cache-bytes", u64::MAX)?,
+            top_levels: (top > 0).then_some(top),
+            // Small nodes, like Cell's, so traversals cost what they did there.
+            inner_fanout: o.get_usize("inner-fanout", 16)?,
+        })
+    }
+}
+
+impl BaselineLocal {
+    /// Loads `pairs` into a server that also keeps a remote-readable copy
+    /// of its internal levels, with nodes of `inner_fanout` children.
+    pub fn load(
+        pairs: &[(u64, u64)],
+        kind: Baseline,
+        o: XStoreOptions,
+        inner_fanout: usize,
+        adversary: Option<u64>,
+        server_workers: Option<usize>,
+    ) -> Result<BaselineLocal, KvError> {
+        let (fabric, node, registrar) = local_fabric(adversary);
+        let config = ServerConfig {
+            leaf_slots: o.leaf_slots,
+            submodel_keys: o.submodel_keys,
+            // The baselines have no learned model to keep fresh.
+            train_threads: 0,
+            resize_model: false,
+            inner_fanout,
+            mirror_inner: true,
+            ..ServerConfig::default()
+        };
+        let server = Server::start(config, pairs, registrar)?;
+        let timer = Arc::new(TimedHandler::new(server.handler(), server_workers));
+        fabric.set_handler(node, timer.clone())?;
+        Ok(BaselineLocal {
+            fabric,
+            node,
+            _server: server,
+            timer,
+            kind,
+            get_reads: o.get_reads,
+        })
+    }
+}
+
+impl Store for BaselineLocal {
+    fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
+        let c = BaselineClient::connect(
+            TracingEndpoint::new(self.fabric.endpoint()),
+            self.node,
+            self.kind,
+            self.get_reads,
+        )?;
+        Ok(Box::new(Words(c)))
+    }
+
+    fn server_time(&self) -> Option<ServerTime> {
+        Some(self.timer.server_time())
+    }
+}
+
+fn load_xstore(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    let o = XStoreOptions::parse(l.options)?;
+    Ok(Box::new(XStoreLocal::load(
+        l.pairs,
+        o,
+        l.adversary,
+        l.server_workers,
+    )?))
+}
+
+/// XStore-D: XStore with its server limited to one RPC worker (the ROLEX
+/// paper's baseline whose memory node has the one weak core ROLEX's
+/// retrainer has).
+fn load_xstore_d(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    let o = XStoreOptions::parse(l.options)?;
+    Ok(Box::new(XStoreLocal::load(l.pairs, o, l.adversary, Some(1))?))
+}
+
+fn connect_xstore(c: &Connect<'_>) -> Result<Box<dyn Store>, KvError> {
+    let o = XStoreOptions::parse(c.options)?;
+    Ok(Box::new(XStoreRemote::new(
+        c.url.clone(),
+        c.token.map(str::to_owned),
+        o.cache,
+        o.get_reads,
+    )?))
+}
+
+fn load_baseline(l: &LocalLoad<'_>, kind: Baseline) -> Result<Box<dyn Store>, KvError> {
+    let o = XStoreOptions::parse(l.options)?;
+    let b = BaselineOptions::parse(l.options)?;
+    Ok(Box::new(BaselineLocal::load(
+        l.pairs,
+        kind,
+        o,
+        b.inner_fanout,
+        l.adversary,
+        l.server_workers,
+    )?))
+}
+
+fn load_server_centric(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    load_baseline(l, Baseline::ServerCentric)
+}
+
+fn load_tree_cache(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    let b = BaselineOptions::parse(l.options)?;
+    let kind = Baseline::TreeCache {
+        cache_bytes: b.cache_bytes,
+        top_levels: b.top_levels,
+    };
+    load_baseline(l, kind)
+}
+
+fn load_whole_tree_cache(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    load_baseline(l, Baseline::WholeTreeCache)
+}
+
+/// The systems on XStore's server, in the order the bench has always
+/// listed them (their plot colours follow from it).
+static SYSTEMS: [SystemDesc; 5] = [
+    SystemDesc {
+        name: "xstore",
+        about: "XStore: learned cache on the client, one-sided GETs and SCANs, writes by RPC",
+        capabilities: CAPABILITIES,
+        options: OPTIONS,
+        colour: (31, 119, 180),
+        load_local: load_xstore,
+        connect: Some(connect_xstore),
+    },
+    SystemDesc {
+        name: "server-centric",
+        about: "every operation an RPC to XStore's server tree (DrTM-Tree / eRPC+Masstree point)",
+        capabilities: baselines::capabilities(Baseline::ServerCentric),
+        options: BASELINE_OPTIONS,
+        colour: (255, 127, 14),
+        load_local: load_server_centric,
+        connect: None,
+    },
+    SystemDesc {
+        name: "tree-cache",
+        about: "Cell-like: one-sided traversal with a partial cache of internal nodes",
+        capabilities: baselines::capabilities(Baseline::WholeTreeCache),
+        options: BASELINE_OPTIONS,
+        colour: (44, 160, 44),
+        load_local: load_tree_cache,
+        connect: None,
+    },
+    SystemDesc {
+        name: "whole-tree-cache",
+        about: "every internal node cached on the client: one READ per GET",
+        capabilities: baselines::capabilities(Baseline::WholeTreeCache),
+        options: BASELINE_OPTIONS,
+        colour: (214, 39, 40),
+        load_local: load_whole_tree_cache,
+        connect: None,
+    },
+    SystemDesc {
+        name: "xstore-d",
+        about: "XStore with one server RPC worker (ROLEX's XStore-D)",
+        capabilities: CAPABILITIES,
+        options: OPTIONS,
+        colour: (127, 127, 127),
+        load_local: load_xstore_d,
+        connect: None,
+    },
+];
+
+/// The systems this crate exports, one per `--system` name.
+pub fn systems() -> &'static [SystemDesc] {
+    &SYSTEMS
+}
