@@ -5,25 +5,24 @@
 //! read (values encode their key: [`values`]) and summarizes exact fabric
 //! costs, latency and throughput in a [`Report`].
 
-pub mod finestore_system;
-pub mod histore_system;
 pub mod compat;
 pub mod history;
 pub mod ledger;
 pub mod linearize;
-pub mod local_index;
 pub mod models_suite;
 pub mod plot;
 pub mod project;
 pub mod report;
-pub mod rolex_system;
 pub mod run;
-pub mod sherman_system;
 pub mod suite;
 pub mod system;
 pub mod values;
 
 pub use cluster::kv::{ClusterSystem, ServerShares};
+pub use compat::{load_local, BaselineOptions, XStoreOptions};
+/// FineStore §5's single-machine comparison, which moved into FineStore's
+/// crate; its old path, for the `--local-index` command and its tests.
+pub use finestore::peers as local_index;
 pub use kv::{KvClient, Store};
 pub use report::Report;
 pub use run::{
@@ -33,7 +32,6 @@ pub use suite::{
     is_system, run_suite, run_suites, system_list, system_names, KeySet, SuiteError, SuiteName,
     SuiteOptions, SuiteRow, SuiteSummary, SystemFactory, SystemSpec,
 };
-pub use compat::{load_local, BaselineOptions, XStoreOptions};
 pub use system::ServerTime;
 pub use values::{belongs, value_for};
 

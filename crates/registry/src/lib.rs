@@ -12,13 +12,13 @@ pub use kv::SystemDesc;
 
 /// Each system crate's table, in listing order (which is also the order
 /// plots and `--list-systems` show them).
-fn tables() -> [&'static [SystemDesc]; 1] {
+fn tables() -> [&'static [SystemDesc]; 5] {
     [
         xstore::kv::systems(),
-        // kvsys adds: rolex::kv::systems(),
-        // kvsys adds: histore::kv::systems(),
-        // kvsys adds: finestore::kv::systems(),
-        // kvsys adds: sherman::kv::systems(),
+        rolex::kv::systems(),
+        histore::kv::systems(),
+        finestore::kv::systems(),
+        sherman::kv::systems(),
     ]
 }
 
@@ -90,7 +90,11 @@ mod tests {
         for d in all() {
             assert!(!d.about.is_empty(), "{} has no about line", d.name);
             for o in d.options {
-                assert!(!o.name.is_empty() && !o.help.is_empty(), "{}: {o:?}", d.name);
+                assert!(
+                    !o.name.is_empty() && !o.help.is_empty(),
+                    "{}: {o:?}",
+                    d.name
+                );
             }
         }
     }
