@@ -6,9 +6,6 @@
 //! costs, latency and throughput in a [`Report`].
 
 pub mod compat;
-pub mod history;
-pub mod ledger;
-pub mod linearize;
 pub mod models_suite;
 pub mod plot;
 pub mod project;
@@ -16,7 +13,6 @@ pub mod report;
 pub mod run;
 pub mod suite;
 pub mod system;
-pub mod values;
 
 pub use cluster::kv::{ClusterSystem, ServerShares};
 pub use compat::{load_local, BaselineOptions, XStoreOptions};
@@ -33,7 +29,10 @@ pub use suite::{
     SuiteOptions, SuiteRow, SuiteSummary, SystemFactory, SystemSpec,
 };
 pub use system::ServerTime;
-pub use values::{belongs, value_for};
+// The ledger, histories, the linearizability checker and the value rule
+// moved to `check`; these paths stay until the harness uses `check::`.
+pub use check::{belongs, value_for};
+pub use check::{history, ledger, linearize, values};
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]

@@ -208,7 +208,7 @@ pub fn memory_figure(rows: &[SuiteRow]) -> LineChart {
         let Some(bytes) = rep.client_cache_bytes else {
             continue;
         };
-        let label = if r.spec.name == "xstore" {
+        let label = if crate::system::reads_option(&r.spec.name, "cache") {
             Some(cache_mode_name(r.spec.cache).to_string())
         } else {
             r.spec
@@ -312,7 +312,9 @@ fn fonts() -> Result<(), PlotError> {
     }
 }
 
-/// A colour per series name, the same in every figure.
+/// A colour per series name, the same in every figure: a system's own
+/// (its registry description), else a learned model's place in the
+/// palette, else a hash of the name.
 fn color_for(name: &str) -> RGBColor {
     const COLORS: [RGBColor; 8] = [
         RGBColor(31, 119, 180),
@@ -325,17 +327,15 @@ fn color_for(name: &str) -> RGBColor {
         RGBColor(127, 127, 127),
     ];
     let base = name.split('/').next().unwrap_or(name);
-    // Designs and learned models never share a figure, so each list
-    // starts the palette afresh.
-    let model = || {
-        learned::ModelKind::ALL
-            .iter()
-            .position(|m| m.name() == base)
-    };
-    let index = match system_names()
+    if let Some(d) = crate::system::find(base) {
+        let (r, g, b) = d.colour;
+        return RGBColor(r, g, b);
+    }
+    // Designs and learned models never share a figure, so the models'
+    // list starts the palette afresh.
+    let index = match learned::ModelKind::ALL
         .iter()
-        .position(|s| *s == base)
-        .or_else(model)
+        .position(|m| m.name() == base)
     {
         Some(i) => i,
         None => name

@@ -76,9 +76,10 @@ impl ProjectSpec {
 /// weak core ROLEX's retrainer has; the local run limits its server to one
 /// worker likewise), the profile's server cores otherwise.
 pub fn default_server_cores(system: &str, profile: &Profile) -> u32 {
-    match system {
-        "xstore-d" => 1,
-        _ => profile.machine.server_cores,
+    if registry::lineup("one-server-core").contains(&system) {
+        1
+    } else {
+        profile.machine.server_cores
     }
 }
 
@@ -448,16 +449,11 @@ pub fn traceable(system: &str) -> Result<(), BenchError> {
     }
 }
 
-/// The designs `--suite project` sweeps by default.
-pub const SUITE_SYSTEMS: [&str; 7] = [
-    "xstore",
-    "server-centric",
-    "tree-cache",
-    "whole-tree-cache",
-    "rolex",
-    "finestore",
-    "xstore-d",
-];
+/// The designs `--suite project` sweeps by default (the registry's
+/// `project` line-up).
+pub fn suite_systems() -> Vec<&'static str> {
+    registry::lineup("project")
+}
 
 /// `--suite project`: what to run.
 pub struct ProjectSuite {

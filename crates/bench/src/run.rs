@@ -246,18 +246,21 @@ fn run_inner(
                 let stop = &stop;
                 let ledger = &ledger;
                 scope.spawn(move || -> Result<ThreadResult, BenchError> {
-                    let prepared = system.client().map_err(BenchError::from).and_then(|client| {
-                        let stream = OpStream::with_options(
-                            config.workload,
-                            config.dist,
-                            &config.stream,
-                            loaded,
-                            t,
-                            threads,
-                            config.seed,
-                        )?;
-                        Ok((client, stream))
-                    });
+                    let prepared = system
+                        .client()
+                        .map_err(BenchError::from)
+                        .and_then(|client| {
+                            let stream = OpStream::with_options(
+                                config.workload,
+                                config.dist,
+                                &config.stream,
+                                loaded,
+                                t,
+                                threads,
+                                config.seed,
+                            )?;
+                            Ok((client, stream))
+                        });
                     let (mut client, mut stream) = match prepared {
                         Ok(p) => p,
                         Err(e) => {
@@ -271,66 +274,66 @@ fn run_inner(
                     // The u64 path of the client (its own, or the byte
                     // contract encoded): what every operation below drives.
                     kv::with_words(&mut *client, |client| {
-                    let mut w = Worker::new(t, threads, config.pipeline, ledger);
-                    w.judging = judge != Judge::Off;
-                    w.recorder = record.then(Recorder::default);
-                    w.trace = trace;
-                    if w.judging {
-                        ledger.join(t as usize);
-                    }
-                    let warmed = (0..config.warmup_ops)
-                        .try_for_each(|_| w.step(&mut *client, &mut stream, false))
-                        .and_then(|()| w.drain(&mut *client));
-                    if let Err(e) = warmed {
-                        barrier.wait();
-                        barrier.wait();
-                        barrier.wait();
-                        return Err(e);
-                    }
-                    barrier.wait();
-                    // Measure from here.
-                    w.reset(&*client);
-                    barrier.wait();
-                    let deadline = config
-                        .seconds
-                        .map(|s| Instant::now() + Duration::from_secs_f64(s));
-                    let mut n = 0u64;
-                    let measured = (|| -> Result<(), BenchError> {
-                        loop {
-                            match deadline {
-                                Some(d) => {
-                                    if n.is_multiple_of(64)
-                                        && (Instant::now() >= d || stop.load(Ordering::Relaxed))
-                                    {
-                                        break;
-                                    }
-                                }
-                                None => {
-                                    if n >= per_thread {
-                                        break;
-                                    }
-                                }
-                            }
-                            w.step(&mut *client, &mut stream, true)?;
-                            n += 1;
-                            if n.is_multiple_of(1024) {
-                                progress.done.fetch_add(1024, Ordering::Relaxed);
-                            }
+                        let mut w = Worker::new(t, threads, config.pipeline, ledger);
+                        w.judging = judge != Judge::Off;
+                        w.recorder = record.then(Recorder::default);
+                        w.trace = trace;
+                        if w.judging {
+                            ledger.join(t as usize);
                         }
-                        w.drain(&mut *client)
-                    })();
-                    // This thread reads nothing until the audit: it holds
-                    // no write of the ledger back from pruning meanwhile.
-                    ledger.leave(t as usize);
-                    // Every thread's writes are answered past this barrier:
-                    // the audit sees the final state.
-                    barrier.wait();
-                    measured?;
-                    let direct = client.figures().direct;
-                    if w.judging {
-                        w.audit(&mut *client)?;
-                    }
-                    Ok(w.finish(&*client, direct))
+                        let warmed = (0..config.warmup_ops)
+                            .try_for_each(|_| w.step(&mut *client, &mut stream, false))
+                            .and_then(|()| w.drain(&mut *client));
+                        if let Err(e) = warmed {
+                            barrier.wait();
+                            barrier.wait();
+                            barrier.wait();
+                            return Err(e);
+                        }
+                        barrier.wait();
+                        // Measure from here.
+                        w.reset(&*client);
+                        barrier.wait();
+                        let deadline = config
+                            .seconds
+                            .map(|s| Instant::now() + Duration::from_secs_f64(s));
+                        let mut n = 0u64;
+                        let measured = (|| -> Result<(), BenchError> {
+                            loop {
+                                match deadline {
+                                    Some(d) => {
+                                        if n.is_multiple_of(64)
+                                            && (Instant::now() >= d || stop.load(Ordering::Relaxed))
+                                        {
+                                            break;
+                                        }
+                                    }
+                                    None => {
+                                        if n >= per_thread {
+                                            break;
+                                        }
+                                    }
+                                }
+                                w.step(&mut *client, &mut stream, true)?;
+                                n += 1;
+                                if n.is_multiple_of(1024) {
+                                    progress.done.fetch_add(1024, Ordering::Relaxed);
+                                }
+                            }
+                            w.drain(&mut *client)
+                        })();
+                        // This thread reads nothing until the audit: it holds
+                        // no write of the ledger back from pruning meanwhile.
+                        ledger.leave(t as usize);
+                        // Every thread's writes are answered past this barrier:
+                        // the audit sees the final state.
+                        barrier.wait();
+                        measured?;
+                        let direct = client.figures().direct;
+                        if w.judging {
+                            w.audit(&mut *client)?;
+                        }
+                        Ok(w.finish(&*client, direct))
                     })
                 })
             })

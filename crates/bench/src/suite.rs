@@ -55,9 +55,9 @@ use crate::plot::{self, PlotError};
 use crate::report::{Correctness, HintCounters, Latency, ModelFigures, PerOp, Report};
 use crate::run::{run, Progress, RunConfig};
 use crate::system::ServerTime;
-use kv::{ClientFigures, KvClient, KvError, Store, WordClient, Words};
 use crate::values::value_for;
 use crate::BenchError;
+use kv::{ClientFigures, KvClient, KvError, Store, WordClient, Words};
 
 /// The designs a suite runs by default, by name: XStore and the
 /// baselines (the registry's line-up; not the single-machine `index:`
@@ -117,7 +117,9 @@ impl SystemSpec {
     pub fn label(&self) -> String {
         match self.cache_bytes {
             Some(b) => format!("{}/{}", self.name, human_bytes(b as f64)),
-            None if self.name == "xstore" && self.cache != CacheMode::Full => {
+            None if self.cache != CacheMode::Full
+                && crate::system::reads_option(&self.name, "cache") =>
+            {
                 format!("{}/{}", self.name, cache_mode_name(self.cache))
             }
             None => self.name.clone(),
@@ -650,22 +652,28 @@ fn plan(suite: SuiteName, o: &SuiteOptions) -> Vec<Group> {
             }
             SuiteName::Memory => {
                 let run = vec![single(Workload::C, Distribution::Uniform)];
-                if o.has("xstore") {
-                    for cache in [CacheMode::Full, CacheMode::Model, CacheMode::Top] {
-                        let s = SystemSpec {
-                            cache,
-                            ..spec("xstore")
-                        };
-                        groups.push(group(s, run.clone(), false));
+                // The designs whose client cache the suite varies: a
+                // design's cache modes where it has them, else budgets.
+                for name in registry::lineup("memory") {
+                    if !o.has(name) {
+                        continue;
                     }
-                }
-                if o.has("tree-cache") {
-                    for budget in o.budgets(keyset.keys.len() as u64) {
-                        let s = SystemSpec {
-                            cache_bytes: Some(budget),
-                            ..spec("tree-cache")
-                        };
-                        groups.push(group(s, run.clone(), false));
+                    if crate::system::reads_option(name, "cache") {
+                        for cache in [CacheMode::Full, CacheMode::Model, CacheMode::Top] {
+                            let s = SystemSpec {
+                                cache,
+                                ..spec(name)
+                            };
+                            groups.push(group(s, run.clone(), false));
+                        }
+                    } else {
+                        for budget in o.budgets(keyset.keys.len() as u64) {
+                            let s = SystemSpec {
+                                cache_bytes: Some(budget),
+                                ..spec(name)
+                            };
+                            groups.push(group(s, run.clone(), false));
+                        }
                     }
                 }
             }
@@ -1220,14 +1228,21 @@ mod tests {
             .iter()
             .map(|g| g.spec.label())
             .collect();
+        // The memory line-up: a design with cache modes (XStore), then
+        // one with a byte budget (tree-cache).
+        let [modes, budget] = registry::lineup("memory")[..] else {
+            panic!("the memory line-up has two designs")
+        };
+        assert!(crate::system::reads_option(modes, "cache"));
+        assert!(!crate::system::reads_option(budget, "cache"));
         assert_eq!(
             labels,
             [
-                "xstore",
-                "xstore/model",
-                "xstore/top",
-                "tree-cache/10kB",
-                "tree-cache/20kB"
+                modes.to_string(),
+                format!("{modes}/model"),
+                format!("{modes}/top"),
+                format!("{budget}/10kB"),
+                format!("{budget}/20kB"),
             ]
         );
     }

@@ -104,3 +104,31 @@ fn url_text(url: &fabric::Url) -> Result<String, BenchError> {
         },
     })
 }
+
+/// Whether the system called `name` reads the option `option` (the memory
+/// suite varies `cache` where a system reads it, `cache-bytes` where not).
+pub fn reads_option(name: &str, option: &str) -> bool {
+    find(name).is_some_and(|d| d.options.iter().any(|o| o.name == option))
+}
+
+/// The system `--system` means when not given.
+pub fn default_system() -> &'static str {
+    registry::lineup("default")
+        .first()
+        .copied()
+        .unwrap_or_default()
+}
+
+/// The systems that can be reached running elsewhere (`--fabric tcp`).
+pub fn connectable() -> Vec<&'static str> {
+    all()
+        .into_iter()
+        .filter(|d| d.connect.is_some())
+        .map(|d| d.name)
+        .collect()
+}
+
+/// Whether a sharded cluster runs the system called `name`.
+pub fn runs_in_cluster(name: &str) -> bool {
+    registry::lineup("cluster").contains(&name)
+}

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bench::system::ServerTime;
-use kv::KvClient;
 use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
 use fabric::Counters;
+use kv::KvClient;
 use xstore::CacheMode;
 use ycsb::Workload;
 

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use bench::suite::{run_suites, SuiteEvent};
 use bench::{run_suite, BenchError, KeySet, SuiteName, SuiteOptions, SystemSpec};
 use kv::Store;
-use xstore::kv::{XStoreLocal, XStoreOptions};
 use serde_json::Value;
+use xstore::kv::{XStoreLocal, XStoreOptions};
 use ycsb::Dataset;
 
 /// The contract's keys (design.md, "Benchmark contract").

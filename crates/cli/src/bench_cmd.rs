@@ -265,7 +265,7 @@ fn run_project_suite(args: &BenchArgs) -> Result<()> {
         .context("--suite project needs --out DIR")?;
     let systems: Vec<String> = match &args.system {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
-        None => bench::project::SUITE_SYSTEMS
+        None => bench::project::suite_systems()
             .iter()
             .map(|s| s.to_string())
             .collect(),
@@ -544,7 +544,10 @@ fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
 /// One system's run (`--system NAME`): its report, or an error that also
 /// covers wrong reads.
 fn run_one(args: &BenchArgs) -> Result<bench::Report> {
-    let system_name = args.system.as_deref().unwrap_or("xstore");
+    let system_name = args
+        .system
+        .as_deref()
+        .unwrap_or(bench::system::default_system());
     if !bench::is_system(system_name) {
         bail!(
             "unknown --system '{system_name}' (available: {})",
@@ -579,9 +582,6 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
                 }
                 urls.push(url);
             }
-            if urls.len() > 1 && system_name != "rolex" {
-                bail!("several --server URLs are the memory nodes of --system rolex only");
-            }
             Some(urls)
         }
         ("tcp" | "shm" | "rdma", None) => bail!(
@@ -600,16 +600,19 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     if !(1..=2).contains(&args.get_reads) {
         bail!("--get-reads must be 1 or 2, got {}", args.get_reads);
     }
-    if remote.is_some() && !matches!(system_name, "xstore" | "rolex" | "finestore") {
+    let connectable = bench::system::connectable();
+    if remote.is_some() && !connectable.contains(&system_name) {
         bail!(
-            "--fabric {} runs xstore, rolex or finestore only",
-            args.fabric
+            "--fabric {} runs {} only",
+            args.fabric,
+            connectable.join(", ")
         );
     }
     if args.cluster.is_some()
-        && (system_name != "xstore" || matches!(args.fabric.as_str(), "shm" | "rdma"))
+        && (!bench::system::runs_in_cluster(system_name)
+            || matches!(args.fabric.as_str(), "shm" | "rdma"))
     {
-        bail!("--cluster runs xstore over tcp only");
+        bail!("--cluster runs {} over tcp only", registry_cluster_names());
     }
     let as_found = args.data == "existing";
     if as_found && remote.is_none() && args.cluster.is_none() {
@@ -824,6 +827,16 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         );
     }
     Ok(report)
+}
+
+/// The designs a cluster runs, for messages.
+fn registry_cluster_names() -> String {
+    bench::system::all()
+        .into_iter()
+        .filter(|d| bench::system::runs_in_cluster(d.name))
+        .map(|d| d.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Most keys `--data existing` reads from a server before a run.

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use bench::history::History;
-use bench::linearize::{self, Outcome};
+use check::history::History;
+use check::linearize::{self, Outcome};
 use clap::Args;
 
 /// Arguments of `xstore check`.

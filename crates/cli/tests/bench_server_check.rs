@@ -173,7 +173,7 @@ fn existing_data_put_through_the_shell_is_benched_and_own_writes_judged() {
         .split_whitespace()
         .filter_map(|p| p.split_once('='))
         .map(|(k, v)| (k.parse::<u64>().unwrap(), v.parse::<u64>().unwrap()))
-        .filter(|&(k, v)| bench::belongs(k, v))
+        .filter(|&(k, v)| check::belongs(k, v))
         .count();
     assert!(written > 0, "{line}");
     server.stop();

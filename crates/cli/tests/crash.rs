@@ -78,7 +78,7 @@ fn acknowledged_writes_survive_kill_9() {
             (
                 k,
                 KeyState {
-                    acked: Some(bench::value_for(k, 0)),
+                    acked: Some(check::value_for(k, 0)),
                     in_flight: None,
                 },
             )
@@ -130,7 +130,7 @@ fn acknowledged_writes_survive_kill_9() {
                         let k = wrng.random_range(0..3000u64) * 3 + t;
                         v += 1;
                         let new = if wrng.random_bool(0.8) {
-                            Some(bench::value_for(k, v))
+                            Some(check::value_for(k, v))
                         } else {
                             None
                         };
@@ -194,7 +194,7 @@ fn acknowledged_writes_survive_kill_9() {
                         }
                     };
                     v += 1;
-                    let new = wrng.random_bool(0.8).then(|| bench::value_for(k, v));
+                    let new = wrng.random_bool(0.8).then(|| check::value_for(k, v));
                     shared.lock().unwrap().entry(k).or_default().in_flight = Some(new);
                     let write = match new {
                         Some(value) => xstore::Write::Upsert { key: k, value },

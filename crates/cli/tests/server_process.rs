@@ -304,7 +304,7 @@ fn shm_gets_cost_the_server_no_cpu() {
     let before = settled_host_stats(&url);
     let rpcs_before = client.counters().rpcs;
     for &k in keys.iter().step_by(5) {
-        assert_eq!(client.get(k).unwrap(), Some(bench::value_for(k, 0)));
+        assert_eq!(client.get(k).unwrap(), Some(check::value_for(k, 0)));
     }
     let after = settled_host_stats(&url);
     assert_eq!(client.counters().rpcs, rpcs_before, "GETs made RPCs");

@@ -52,7 +52,7 @@
 //! A reader checks the magic, the lengths against the limits and the words
 //! it read, the checksum, and that the key is the one it looked up.
 
-use xtree::layout::word_hash;
+use le::word_hash;
 
 use crate::error::HiError;
 

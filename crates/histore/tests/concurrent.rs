@@ -1,5 +1,5 @@
-//! Concurrent clients: histories checked for linearizability by the bench
-//! harness's checker, and index servers killed mid-load with every
+//! Concurrent clients: histories checked for linearizability by
+//! `check::linearize`, and index servers killed mid-load with every
 //! acknowledged write checked afterwards. Over the adversarial fabric,
 //! seeded by `testkit::seed()` (replay with XSTORE_SEED; thread
 //! interleavings still vary between runs).
@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bench::history::{History, OpKind, Operation};
-use bench::linearize::{self, Outcome};
+use check::history::{History, OpKind, Operation};
+use check::linearize::{self, Outcome};
 use histore::{ClientConfig, GroupConfig, LocalGroup};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

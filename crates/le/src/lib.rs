@@ -10,6 +10,9 @@
 //!   that refuses trailing bytes.
 //! * [`u16_at`], [`u32_at`], [`u64_at`] — one field at a byte offset, for
 //!   fixed layouts read out of order.
+//! * [`word_hash`], [`le_word`] — the per-position word checksum every
+//!   design's region images carry, and the word read its checks use on
+//!   images whose length was already checked (see [`word`]).
 //!
 //! ```
 //! let bytes = [7u8, 1, 0, 0, 0, 0, 0, 0, 0];
@@ -23,6 +26,10 @@
 //! ```
 
 #![forbid(unsafe_code)]
+
+pub mod word;
+
+pub use word::{le_word, word_hash};
 
 /// Why bytes did not hold the fields asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -42,8 +42,17 @@ pub fn names() -> Vec<&'static str> {
 /// single-machine `index:` peers); `project` is what `--suite project`
 /// sweeps; `cache` the designs the cache suite varies (XStore's cache
 /// modes, tree-cache's budgets). Unknown suites get `all`.
+///
+/// A few line-ups name one system for a role rather than a suite:
+/// `default` (what `--system` means when not given), `memory` (the
+/// designs the memory suite varies, in figure order), `cluster` (the
+/// design a sharded cluster runs), `one-server-core` (designs projected
+/// with one memory-node core: ROLEX's XStore-D).
 pub fn lineup(suite: &str) -> Vec<&'static str> {
     match suite {
+        "default" | "cluster" => vec!["xstore"],
+        "memory" => vec!["xstore", "tree-cache"],
+        "one-server-core" => vec!["xstore-d"],
         "project" => vec![
             "xstore",
             "server-centric",

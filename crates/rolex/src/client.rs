@@ -67,7 +67,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use fabric::{Batch, Counters, Endpoint, NodeId, OpHandle, MAX_BATCH_OPS, MAX_VERB_BYTES};
-use xtree::layout::le_word;
+use le::le_word;
 
 use crate::error::RolexError;
 use crate::layout::{

@@ -160,7 +160,7 @@
 //! bits 0..48  leaf number in the region
 //! ```
 
-use xtree::layout::{le_word, word_hash};
+use le::{le_word, word_hash};
 
 /// Magic word at the start of the table region ("ROLEXTB3": blocks with
 /// a lock table).

@@ -130,7 +130,7 @@
 //! [T + (o-1)*slot..)   redo slot of owner o, T = 64 + 8R rounded up to 64
 //! ```
 
-use xtree::layout::{le_word, word_hash};
+use le::{le_word, word_hash};
 
 use crate::layout::LeafLayout;
 

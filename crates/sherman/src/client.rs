@@ -212,7 +212,7 @@ impl Tree {
         let bytes = batch.read_bytes(h)?;
         let mut words = [0u64; HEADER_WORDS];
         for (i, w) in words.iter_mut().enumerate() {
-            *w = xtree::layout::le_word(bytes, i);
+            *w = le::le_word(bytes, i);
         }
         let (capacity, slots, lock_entries) = layout::check_header(&words)?;
         let root = words[ROOT_WORD];
@@ -878,7 +878,7 @@ impl<E: Endpoint> Client<E> {
                     self.stats.steals += 1;
                 }
                 let root = match rt {
-                    Some(h) => xtree::layout::le_word(self.batch.read_bytes(h)?, 0),
+                    Some(h) => le::le_word(self.batch.read_bytes(h)?, 0),
                     None => NO_NODE,
                 };
                 let node = match Node::decode(self.batch.read_bytes(rd)?, tree.slots, tree.capacity)
@@ -987,7 +987,7 @@ impl<E: Endpoint> Client<E> {
         self.batch.clear();
         let h = self.batch.read(HEADER_REGION, ROOT_WORD as u64 * 8, 8);
         self.ep.post(self.tree.node, &mut self.batch)?;
-        let root = xtree::layout::le_word(self.batch.read_bytes(h)?, 0);
+        let root = le::le_word(self.batch.read_bytes(h)?, 0);
         self.check_no(root)?;
         self.tree.root.store(root, Ordering::Release);
         Ok(root)

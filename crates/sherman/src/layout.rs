@@ -59,7 +59,7 @@
 //! client holds at most one lock at a time, so sharing costs waiting, never
 //! a deadlock.
 
-use xtree::layout::{le_word, word_hash};
+use le::{le_word, word_hash};
 
 use crate::error::ShermanError;
 

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use ::kv::local::TimedHandler;
 use ::kv::{
     Capabilities, ClientFigures, Connect, Counters, DirectStats, KvClient, KvError, LocalLoad,
-    ModelFigures, OptionDesc, Options, Pending, ServerTime, Started, Store, SystemDesc,
-    WordClient, WordWrite, Words,
+    ModelFigures, OptionDesc, Options, Pending, ServerTime, Started, Store, SystemDesc, WordClient,
+    WordWrite, Words,
 };
 use fabric::{Endpoint, LocalFabric, NodeId};
 use rdmasim::record::TracingEndpoint;
@@ -460,7 +460,12 @@ fn load_xstore(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
 /// retrainer has).
 fn load_xstore_d(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
     let o = XStoreOptions::parse(l.options)?;
-    Ok(Box::new(XStoreLocal::load(l.pairs, o, l.adversary, Some(1))?))
+    Ok(Box::new(XStoreLocal::load(
+        l.pairs,
+        o,
+        l.adversary,
+        Some(1),
+    )?))
 }
 
 fn connect_xstore(c: &Connect<'_>) -> Result<Box<dyn Store>, KvError> {
@@ -556,4 +561,90 @@ static SYSTEMS: [SystemDesc; 5] = [
 /// The systems this crate exports, one per `--system` name.
 pub fn systems() -> &'static [SystemDesc] {
     &SYSTEMS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ::kv::{key_bytes, ErrorKind, WordWrite};
+
+    fn load(name: &str, options: &Options) -> Result<Box<dyn Store>, KvError> {
+        let pairs: Vec<(u64, u64)> = (0..2_000u64).map(|k| (k * 2, k)).collect();
+        let d = systems().iter().find(|d| d.name == name).expect("exported");
+        (d.load_local)(&LocalLoad {
+            pairs: &pairs,
+            adversary: None,
+            server_workers: None,
+            options,
+        })
+    }
+
+    /// Every exported system answers through the byte contract as its u64
+    /// path does, refuses keys that are not 8 bytes, and keeps pipelined
+    /// writes in order.
+    #[test]
+    fn every_system_meets_the_contract() {
+        let mut o = Options::new();
+        o.set("leaf-slots", 16)
+            .unwrap()
+            .set("train-threads", 0)
+            .unwrap();
+        for d in systems() {
+            let store = load(d.name, &o).unwrap();
+            let mut c = store.client().unwrap();
+            let mut v = Vec::new();
+            assert!(c.get(&key_bytes(10), &mut v).unwrap(), "{}", d.name);
+            assert_eq!(v, 5u64.to_be_bytes(), "{}", d.name);
+            assert!(!c.get(&key_bytes(11), &mut v).unwrap(), "{}", d.name);
+            let e = c.get(&[1, 2, 3], &mut v).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::BadInput, "{}", d.name);
+            let w = c.words().expect("a word system");
+            let p = w
+                .start_write(WordWrite::Insert { key: 11, value: 7 })
+                .unwrap();
+            assert!(w.finish_write(p).unwrap(), "{}", d.name);
+            assert_eq!(w.get(11).unwrap(), Some(7), "{}", d.name);
+            let mut out = Vec::new();
+            w.scan(10, 3, &mut out).unwrap();
+            assert_eq!(out, [(10, 5), (11, 7), (12, 6)], "{}", d.name);
+            assert!(c.figures().counters.round_trips > 0, "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn bad_options_are_bad_input() {
+        for (name, value) in [("get-reads", "3"), ("cache", "most"), ("leaf-slots", "x")] {
+            let mut o = Options::new();
+            o.set(name, value).unwrap();
+            let e = XStoreOptions::parse(&o).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::BadInput, "{name}={value}: {e}");
+            assert!(e.message.contains(name), "{e}");
+        }
+        let mut o = Options::new();
+        o.set("top-levels", 0).unwrap();
+        assert_eq!(BaselineOptions::parse(&o).unwrap().top_levels, None);
+        assert_eq!(
+            BaselineOptions::parse(&Options::new()).unwrap().top_levels,
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn a_ticket_of_another_client_is_refused() {
+        let store = load("xstore", &Options::new()).unwrap();
+        let mut c = store.client().unwrap();
+        let w = c.words().unwrap();
+        let foreign = Pending::Started(Box::new(Foreign));
+        assert_eq!(w.finish_write(foreign).unwrap_err().kind, ErrorKind::Failed);
+    }
+
+    struct Foreign;
+    impl Started for Foreign {
+        fn is_ready(&self) -> bool {
+            true
+        }
+        fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+            self
+        }
+    }
 }

@@ -171,37 +171,9 @@ impl Header {
     }
 }
 
-/// Position tweak of the checksum hash; a random odd constant per position
-/// keeps swapped words from cancelling.
-#[inline]
-fn position_salt(i: usize) -> u64 {
-    fmix64((i as u64).wrapping_add(0x243F_6A88_85A3_08D3))
-}
-
-#[inline]
-fn fmix64(mut z: u64) -> u64 {
-    z ^= z >> 33;
-    z = z.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    z ^= z >> 33;
-    z = z.wrapping_mul(0xC4CE_B9FE_1A85_EC53);
-    z ^ (z >> 33)
-}
-
-/// The checksum term of word `i` holding `w`.
-#[inline]
-pub fn word_hash(i: usize, w: u64) -> u64 {
-    fmix64(w ^ position_salt(i))
-}
-
-/// Reads a little-endian word out of a byte slice at word index `i`.
-#[inline]
-///
-/// # Panics
-/// If `bytes` holds fewer than `i + 1` words: callers check an image's
-/// length against its layout before reading words of it.
-pub fn le_word(bytes: &[u8], i: usize) -> u64 {
-    le::u64_at(bytes, i * 8).expect("image length checked against the layout")
-}
+// The checksum hash and the word read moved down to `le`, below every
+// design that shares them; this path stays for XStore's users.
+pub use le::{le_word, word_hash};
 
 /// Checksum of the key part given the words in leaf order.
 pub fn key_sum(words: impl Iterator<Item = u64>) -> u64 {

@@ -47,7 +47,7 @@
 //! for the version the client expects.
 
 use fabric::Region;
-use xtree::layout::{le_word, word_hash};
+use le::{le_word, word_hash};
 
 /// Magic word at the start of an array region ("FINEARR1").
 pub const ARRAY_MAGIC: u64 = u64::from_le_bytes(*b"FINEARR1");

@@ -18,15 +18,14 @@
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
+use ::kv::{Capabilities, ClientFigures, DirectStats, KvError, WordClient};
 use fabric::{Batch, Counters, Endpoint, NodeId, RegionId};
 use lru::LruCache;
-use ::kv::{Capabilities, ClientFigures, DirectStats, KvError, WordClient};
 
 use crate::proto::{Meta, ProtoError, Reply, Request, Status};
 use xtree::layout::value_from_part;
 use xtree::mirror::{decode_meta, decode_node, slot_bytes, NodeImage, OUT_OF_SERVICE};
 use xtree::{LeafError, LeafLayout, LeafView};
-
 
 /// Which baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -143,9 +143,9 @@ struct Entry {
 
 const NIL: usize = usize::MAX;
 
-/// Whether `ops` (one key's) are linearizable from `init`; `None` if the
-/// search took more than `budget` steps.
-pub fn check_key(init: Option<u64>, ops: &[Operation], budget: u64) -> Option<bool> {
+/// The search's list: a sentinel head at index 0, then the call and the
+/// return of every operation in time order, each call linked to its return.
+fn entry_list(ops: &[Operation]) -> Vec<Entry> {
     let n = ops.len();
     // Entries in time order: (time, is_return, op).
     let mut events: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * n);
@@ -183,6 +183,45 @@ pub fn check_key(init: Option<u64>, ops: &[Operation], budget: u64) -> Option<bo
             call_at[op] = at;
         }
     }
+    list
+}
+
+/// Unlinks entry `e` (a call, and its return if any); [`unlift`] links it
+/// back.
+fn lift(list: &mut [Entry], e: usize) {
+    for x in [e, list[e].partner] {
+        if x == NIL {
+            continue;
+        }
+        let (p, nx) = (list[x].prev, list[x].next);
+        list[p].next = nx;
+        if nx != NIL {
+            list[nx].prev = p;
+        }
+    }
+}
+
+/// Links entry `e` (and its return) back where [`lift`] took it from.
+fn unlift(list: &mut [Entry], e: usize) {
+    // In reverse order of `lift`, each entry's neighbours are exactly
+    // as they were when it was unlinked.
+    for x in [list[e].partner, e] {
+        if x == NIL {
+            continue;
+        }
+        let (p, nx) = (list[x].prev, list[x].next);
+        list[p].next = x;
+        if nx != NIL {
+            list[nx].prev = x;
+        }
+    }
+}
+
+/// Whether `ops` (one key's) are linearizable from `init`; `None` if the
+/// search took more than `budget` steps.
+pub fn check_key(init: Option<u64>, ops: &[Operation], budget: u64) -> Option<bool> {
+    let n = ops.len();
+    let mut list = entry_list(ops);
     let mut remaining = ops.iter().filter(|o| o.res.is_some()).count();
     let words = n.div_ceil(64);
     let mut lifted = vec![0u64; words];
@@ -191,34 +230,6 @@ pub fn check_key(init: Option<u64>, ops: &[Operation], budget: u64) -> Option<bo
     let mut state = init;
     let mut entry = list[0].next;
     let mut steps = 0u64;
-
-    // Unlinks entry `e` (a call, and its return if any) or links it back.
-    fn lift(list: &mut [Entry], e: usize) {
-        for x in [e, list[e].partner] {
-            if x == NIL {
-                continue;
-            }
-            let (p, nx) = (list[x].prev, list[x].next);
-            list[p].next = nx;
-            if nx != NIL {
-                list[nx].prev = p;
-            }
-        }
-    }
-    fn unlift(list: &mut [Entry], e: usize) {
-        // In reverse order of `lift`, each entry's neighbours are exactly
-        // as they were when it was unlinked.
-        for x in [list[e].partner, e] {
-            if x == NIL {
-                continue;
-            }
-            let (p, nx) = (list[x].prev, list[x].next);
-            list[p].next = x;
-            if nx != NIL {
-                list[nx].prev = x;
-            }
-        }
-    }
 
     while remaining > 0 {
         steps += 1;
