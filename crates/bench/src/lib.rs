@@ -8,22 +8,20 @@
 #![forbid(unsafe_code)]
 
 pub mod compat;
-pub mod finestore_system;
-pub mod histore_system;
-pub mod local_index;
 pub mod models_suite;
 pub mod move_bench;
 pub mod plot;
 pub mod project;
 pub mod report;
-pub mod rolex_system;
 pub mod run;
-pub mod sherman_system;
 pub mod suite;
 pub mod system;
 
 pub use cluster::kv::{ClusterSystem, ServerShares};
 pub use compat::{load_local, BaselineOptions, XStoreOptions};
+/// FineStore §5's single-machine comparison, which moved into FineStore's
+/// crate; its old path, for the `--local-index` command and its tests.
+pub use finestore::peers as local_index;
 pub use kv::{KvClient, Store};
 pub use report::Report;
 pub use run::{

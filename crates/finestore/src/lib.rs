@@ -23,6 +23,12 @@
 //!   extended RCU barrier that keeps an old version registered until
 //!   every client has moved on (or was cut off).
 //!
+//! * **Behind the key-value contract** ([`kv`]): the local load, the
+//!   remote connect and the registry's descriptions of `finestore` and of
+//!   the single-machine indexes of the §5 comparison ([`peers`]:
+//!   `index:finestore`, `index:xindex-like`, `index:btree`,
+//!   `index:skiplist`).
+//!
 //! See `docs/finestore.md` for the structures, byte counts, the RCU rule,
 //! the array layout, the protocol and the barrier's rule.
 
@@ -30,11 +36,14 @@
 
 pub mod level_bin;
 #[cfg(not(loom))]
+pub mod kv;
+#[cfg(not(loom))]
 pub mod mirror;
 #[cfg(not(loom))]
 mod model;
 #[cfg(not(loom))]
 pub mod node;
+pub mod peers;
 pub mod rcu;
 pub mod record;
 pub mod remote;

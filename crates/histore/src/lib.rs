@@ -17,6 +17,9 @@
 //! * [`client`] — GET, PUT, DELETE, SCAN.
 //! * [`group`] — an in-process group with its failover coordinator.
 //! * [`hashed_groups`] — several in-process groups, keys hashed to groups.
+//! * [`kv`] — HiStore behind the key-value contract: byte strings as
+//!   they are, a u64 path with the paper's key and value sizes, the local
+//!   load and the description for the registry.
 //! * [`etcd`], [`net`], [`node`] — groups of processes: the view and
 //!   leases in etcd, one endpoint to every node, and the index and data
 //!   server processes with their watcher (failover, joins).
@@ -31,6 +34,7 @@ pub mod error;
 pub mod etcd;
 pub mod group;
 pub mod hashed_groups;
+pub mod kv;
 pub mod layout;
 pub mod net;
 pub mod node;

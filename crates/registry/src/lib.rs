@@ -12,13 +12,13 @@ pub use kv::SystemDesc;
 
 /// Each system crate's table, in listing order (which is also the order
 /// plots and `--list-systems` show them).
-fn tables() -> [&'static [SystemDesc]; 1] {
+fn tables() -> [&'static [SystemDesc]; 5] {
     [
         xstore::kv::systems(),
-        // kvsys adds: rolex::kv::systems(),
-        // kvsys adds: histore::kv::systems(),
-        // kvsys adds: finestore::kv::systems(),
-        // kvsys adds: sherman::kv::systems(),
+        rolex::kv::systems(),
+        histore::kv::systems(),
+        finestore::kv::systems(),
+        sherman::kv::systems(),
     ]
 }
 

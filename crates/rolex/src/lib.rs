@@ -16,6 +16,8 @@
 //!   chain repaired, so a crashed compute node never blocks a chain; owner
 //!   ids leased, given back and taken back, so any number of clients may
 //!   come and go.
+//! * [`kv`] — ROLEX behind the key-value contract: its options, local
+//!   load and remote connect, and its description for the registry.
 //! * [`range_nodes`] — several memory nodes (§3.6): the key space split into
 //!   ranges, each with its own regions, models and retrainer, and a
 //!   compute node that sends each operation to the node of its key.
@@ -29,6 +31,7 @@
 
 pub mod client;
 pub mod error;
+pub mod kv;
 pub mod layout;
 pub mod lease;
 pub mod memory;

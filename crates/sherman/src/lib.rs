@@ -26,11 +26,15 @@
 //! checksummed and versioned ([`layout`]), so torn READs are re-read, and
 //! every word read from remote memory is bounds-checked: a bad one is a
 //! [`ShermanError::Corrupt`], never a panic.
+//!
+//! [`kv`] puts both trees behind the key-value contract: their options,
+//! local load and descriptions for the registry.
 
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod error;
+pub mod kv;
 pub mod layout;
 pub mod memory;
 

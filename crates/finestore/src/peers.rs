@@ -11,7 +11,7 @@
 //! keys); insert the next 9x (timed); search again. Every search checks
 //! its value; a wrong or missing one fails the run.
 //!
-//! * `finestore` — [`finestore::FineStore`] with the paper's settings.
+//! * `finestore` — [`crate::FineStore`] with the paper's settings.
 //! * `xindex-like` — XIndex's shape: a root (the XModel of
 //!   `learned::xindex` over the trained keys) routing to groups of 256
 //!   trained keys, each group a sorted array with a linear model and an
@@ -33,14 +33,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+use crate::rcu::ArcCell;
 use crossbeam_skiplist::SkipMap;
-use finestore::rcu::ArcCell;
 use learned::xindex::XIndex;
 use learned::KeyIndex;
 use scc::TreeIndex;
 use serde::Serialize;
 
-use crate::BenchError;
+use kv::{Capabilities, ClientFigures, KvError, LocalLoad, Store, SystemDesc, WordClient, Words};
 
 /// The indexes compared.
 pub const LOCAL_INDEXES: [&str; 4] = ["finestore", "xindex-like", "btree", "skiplist"];
@@ -82,21 +82,21 @@ pub trait LocalIndex: Send + Sync {
     }
 }
 
-impl LocalIndex for finestore::FineStore {
+impl LocalIndex for crate::FineStore {
     fn get(&self, key: u64) -> Option<u64> {
-        finestore::FineStore::get(self, key).expect("finestore get")
+        crate::FineStore::get(self, key).expect("finestore get")
     }
     fn put(&self, key: u64, value: u64) {
         self.upsert(key, value).expect("finestore upsert");
     }
     fn scan(&self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) {
-        *out = finestore::FineStore::scan(self, start, n).expect("finestore scan");
+        *out = crate::FineStore::scan(self, start, n).expect("finestore scan");
     }
     fn insert(&self, key: u64, value: u64) -> bool {
-        finestore::FineStore::insert(self, key, value).expect("finestore insert")
+        crate::FineStore::insert(self, key, value).expect("finestore insert")
     }
     fn update(&self, key: u64, value: u64) -> bool {
-        finestore::FineStore::update(self, key, value).expect("finestore update")
+        crate::FineStore::update(self, key, value).expect("finestore update")
     }
 }
 
@@ -208,7 +208,7 @@ impl GroupVersion {
         let p = self.predict(key);
         let lo = p.saturating_sub(self.err);
         let hi = (p + self.err + 1).min(self.keys.len());
-        finestore::search(&self.keys, lo, hi, key)
+        crate::search(&self.keys, lo, hi, key)
     }
 }
 
@@ -301,11 +301,11 @@ struct XIndexLike {
 }
 
 impl XIndexLike {
-    fn load(pairs: &[(u64, u64)]) -> Result<XIndexLike, BenchError> {
+    fn load(pairs: &[(u64, u64)]) -> Result<XIndexLike, KvError> {
         let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
         let submodels = (keys.len() / 200).clamp(1, learned::MAX_SUBMODELS as usize) as u32;
         let model =
-            XIndex::train(&keys, 16, submodels).map_err(|e| BenchError::Load(e.to_string()))?;
+            XIndex::train(&keys, 16, submodels).map_err(|e| KvError::bad_input(e.to_string()))?;
         let groups = pairs
             .chunks(GROUP)
             .map(|g| Group {
@@ -334,7 +334,7 @@ impl XIndexLike {
     /// The index of [`XIndexLike::group`]'s group.
     fn group_index(&self, key: u64) -> usize {
         let r = self.model.predict(key);
-        let p = match finestore::search(&self.root_keys, r.lo, r.hi, key) {
+        let p = match crate::search(&self.root_keys, r.lo, r.hi, key) {
             Ok(p) => p,
             Err(p) => p.saturating_sub(1),
         };
@@ -348,7 +348,11 @@ impl GroupVersion {
     /// compaction runs the fresh buffer takes writes of array keys too, so
     /// its entries win; the frozen buffer and the array hold disjoint keys.
     fn scan_into(&self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) {
-        let mut pairs: Vec<(u64, u64, u8)> = Vec::with_capacity(3 * n);
+        // At most n from each of three places; n is the caller's, so the
+        // reservation is bounded by what the array holds (a scan of "all",
+        // n = usize::MAX, overflowed `3 * n`).
+        let mut pairs: Vec<(u64, u64, u8)> =
+            Vec::with_capacity(n.min(self.keys.len() + COMPACT_AT).saturating_mul(3));
         let from = self.keys.partition_point(|&k| k < start);
         pairs.extend(
             self.keys[from..]
@@ -454,24 +458,18 @@ pub struct IndexSystem {
 impl IndexSystem {
     /// Loads the index `name` (one of [`LOCAL_INDEXES`]) with sorted,
     /// distinct `pairs`.
-    pub fn load(name: &str, pairs: &[(u64, u64)]) -> Result<IndexSystem, BenchError> {
+    pub fn load(name: &str, pairs: &[(u64, u64)]) -> Result<IndexSystem, KvError> {
         Ok(IndexSystem {
             index: Arc::from(load_index(name, pairs)?),
         })
     }
 }
 
-impl crate::system::legacy::System for IndexSystem {
-    fn client(&self) -> Result<Box<dyn crate::system::legacy::KvClient>, BenchError> {
-        Ok(Box::new(IndexClient {
+impl Store for IndexSystem {
+    fn client(&self) -> Result<Box<dyn kv::KvClient>, KvError> {
+        Ok(Box::new(Words(IndexClient {
             index: self.index.clone(),
-        }))
-    }
-    fn model(&self) -> Option<crate::report::ModelFigures> {
-        None
-    }
-    fn server_time(&self) -> Option<crate::system::ServerTime> {
-        None
+        })))
     }
 }
 
@@ -480,37 +478,84 @@ struct IndexClient {
     index: Arc<dyn LocalIndex>,
 }
 
-impl crate::system::legacy::KvClient for IndexClient {
-    fn get(&mut self, key: u64) -> Result<Option<u64>, BenchError> {
+impl WordClient for IndexClient {
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
         Ok(self.index.get(key))
     }
-    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), BenchError> {
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
         self.index.scan(start, n, out);
         Ok(())
     }
-    fn insert(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
         Ok(self.index.insert(key, value))
     }
-    fn update(&mut self, key: u64, value: u64) -> Result<bool, BenchError> {
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
         Ok(self.index.update(key, value))
     }
-    fn counters(&self) -> fabric::Counters {
-        fabric::Counters::default()
-    }
-    fn direct_stats(&self) -> Option<crate::system::DirectStats> {
-        None
-    }
-    fn cache_bytes(&self) -> Option<u64> {
-        None
+    fn figures(&self) -> ClientFigures {
+        // No fabric, no client-direct reads, no cache.
+        ClientFigures::default()
     }
 }
 
+/// What the single-machine indexes take and do: u64 keys and values, in
+/// this process (nothing one-sided: there is no fabric).
+pub const CAPABILITIES: Capabilities = Capabilities {
+    upserts: true,
+    ..Capabilities::words()
+};
+
+/// The description of index `I` of [`LOCAL_INDEXES`] as the system
+/// `index:NAME`, for [`crate::kv::systems`].
+pub(crate) const fn system<const I: usize>() -> SystemDesc {
+    SystemDesc {
+        name: SYSTEM_NAMES[I],
+        about: ABOUT[I],
+        capabilities: CAPABILITIES,
+        options: &[],
+        colour: COLOURS[I],
+        load_local: load_system::<I>,
+        connect: None,
+    }
+}
+
+/// [`LOCAL_INDEXES`] as system names, [`INDEX_PREFIX`] first.
+const SYSTEM_NAMES: [&str; 4] = [
+    "index:finestore",
+    "index:xindex-like",
+    "index:btree",
+    "index:skiplist",
+];
+
+/// One line on each of [`LOCAL_INDEXES`].
+const ABOUT: [&str; 4] = [
+    "FineStore's §3 index in this process, no fabric (§5's comparison)",
+    "an XIndex-like learned index with delta buffers in this process (§5's peer)",
+    "scc's concurrent B+-tree in this process (§5's B-tree peer)",
+    "crossbeam's lock-free skip list in this process (§5's peer)",
+];
+
+/// The colours bench's plots gave these names before the registry (a
+/// hash of the name into its palette).
+const COLOURS: [(u8, u8, u8); 4] = [
+    (127, 127, 127),
+    (44, 160, 44),
+    (31, 119, 180),
+    (140, 86, 75),
+];
+
+fn load_system<const I: usize>(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    Ok(Box::new(IndexSystem::load(LOCAL_INDEXES[I], l.pairs)?))
+}
+
 /// Loads index `name` with sorted, distinct `pairs`.
-pub fn load_index(name: &str, pairs: &[(u64, u64)]) -> Result<Box<dyn LocalIndex>, BenchError> {
+pub fn load_index(name: &str, pairs: &[(u64, u64)]) -> Result<Box<dyn LocalIndex>, KvError> {
     match name {
         "finestore" => Ok(Box::new(
-            finestore::FineStore::bulk_load(pairs, finestore::Config::default())
-                .map_err(|e| BenchError::Load(e.to_string()))?,
+            crate::FineStore::bulk_load(pairs, crate::Config::default()).map_err(KvError::from)?,
         )),
         "xindex-like" => Ok(Box::new(XIndexLike::load(pairs)?)),
         "btree" => {
@@ -527,7 +572,7 @@ pub fn load_index(name: &str, pairs: &[(u64, u64)]) -> Result<Box<dyn LocalIndex
             }
             Ok(Box::new(map))
         }
-        other => Err(BenchError::Config(format!(
+        other => Err(KvError::bad_input(format!(
             "unknown local index '{other}' (available: {})",
             LOCAL_INDEXES.join(", ")
         ))),
@@ -604,26 +649,22 @@ pub fn run_local(
     keys: &[u64],
     options: &LocalOptions,
     on_row: &mut dyn FnMut(&LocalRow),
-) -> Result<Vec<LocalRow>, BenchError> {
+) -> Result<Vec<LocalRow>, KvError> {
     if options.indexes.is_empty() || options.threads.is_empty() {
-        return Err(BenchError::Config(
-            "no index or no thread count to run".into(),
-        ));
+        return Err(KvError::bad_input("no index or no thread count to run"));
     }
     if let Some(bad) = options
         .indexes
         .iter()
         .find(|n| !LOCAL_INDEXES.contains(&n.as_str()))
     {
-        return Err(BenchError::Config(format!(
+        return Err(KvError::bad_input(format!(
             "unknown local index '{bad}' (available: {})",
             LOCAL_INDEXES.join(", ")
         )));
     }
     if keys.len() < 22 {
-        return Err(BenchError::Config(
-            "the comparison needs at least 22 keys".into(),
-        ));
+        return Err(KvError::bad_input("the comparison needs at least 22 keys"));
     }
     let trained: Vec<(u64, u64)> = keys.iter().step_by(11).map(|&k| (k, value_of(k))).collect();
     let mut inserts: Vec<u64> = keys
@@ -678,7 +719,7 @@ pub fn run_local(
                 });
                 let wrong = wrong.into_inner();
                 if wrong > 0 {
-                    return Err(BenchError::Client(format!(
+                    return Err(KvError::failed(format!(
                         "{name}: {wrong} searches missed or read a wrong value"
                     )));
                 }

@@ -1,0 +1,398 @@
+//! HiStore behind the key-value contract ([`kv`]): its options, its local
+//! load (one or more index groups, each a hash-table primary, two sorted
+//! backups and a data server, keys hashed to groups, in this process) and
+//! its [`kv::SystemDesc`] for the registry.
+//!
+//! HiStore stores byte strings: its [`kv::KvClient`] passes keys and
+//! values through as they are. Its u64 path ([`kv::WordClient`], what the
+//! harness drives) makes keys 20-byte zero-padded decimal strings
+//! (order-preserving, so SCANs return the harness's order) and values 32
+//! bytes whose first 8 are the u64, little-endian — the paper's ~20 B keys
+//! and 32 B values. The two paths address different keys: a pair written
+//! through one is read back through the same one.
+
+use std::sync::Arc;
+
+use fabric::LocalEndpoint;
+use kv::{
+    Capabilities, ClientFigures, DirectStats, ErrorKind, KvClient, KvError, LocalLoad, OptionDesc,
+    Options, Store, SystemDesc, WordClient,
+};
+use rdmasim::record::TracingEndpoint;
+
+use crate::layout::{MAX_KEY, MAX_VALUE};
+use crate::{ClientConfig, GroupConfig, HiError, LocalGroups, MultiClient};
+
+/// Bytes of a key on the u64 path.
+pub const KEY_BYTES: usize = 20;
+/// Bytes of a value on the u64 path.
+pub const VALUE_BYTES: usize = 32;
+/// Most index groups a local load starts.
+pub const MAX_GROUPS: usize = 64;
+
+/// The byte key of `key` on the u64 path.
+pub fn key_bytes(key: u64) -> [u8; KEY_BYTES] {
+    let mut out = [b'0'; KEY_BYTES];
+    let digits = key.to_string();
+    out[KEY_BYTES - digits.len()..].copy_from_slice(digits.as_bytes());
+    out
+}
+
+/// The u64 key of a byte key of the u64 path; any other key (one written
+/// through the byte path) is `Corrupt` here.
+pub fn key_of(bytes: &[u8]) -> Result<u64, KvError> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .filter(|s| s.len() == KEY_BYTES)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| KvError::corrupt(format!("not a u64 path key: {bytes:?}")))
+}
+
+/// The byte value of `value` on the u64 path.
+pub fn value_bytes(value: u64) -> [u8; VALUE_BYTES] {
+    let mut out = [0u8; VALUE_BYTES];
+    out[..8].copy_from_slice(&value.to_le_bytes());
+    out
+}
+
+/// The u64 value of a byte value of the u64 path.
+pub fn value_of(bytes: &[u8]) -> Result<u64, KvError> {
+    match bytes {
+        [head @ .., _] if bytes.len() == VALUE_BYTES => {
+            Ok(u64::from_le_bytes(head[..8].try_into().expect("8 bytes")))
+        }
+        _ => Err(KvError::corrupt(format!(
+            "value of {} bytes, expected {VALUE_BYTES}",
+            bytes.len()
+        ))),
+    }
+}
+
+/// The settings HiStore reads from [`kv::Options`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HiStoreOptions {
+    /// Index groups, keys hashed to groups (`groups`, as `xstore bench
+    /// --groups` spells it).
+    pub groups: usize,
+}
+
+impl Default for HiStoreOptions {
+    fn default() -> Self {
+        HiStoreOptions { groups: 1 }
+    }
+}
+
+impl HiStoreOptions {
+    /// The options HiStore reads, for listings.
+    pub const DESCS: &'static [OptionDesc] = &[OptionDesc {
+        name: "groups",
+        help: "index groups, each a primary, two backups and a data server; keys hashed to groups (1..=64; default 1)",
+    }];
+
+    /// Reads the options; a value out of range is bad input naming it.
+    pub fn from_options(o: &Options) -> Result<HiStoreOptions, KvError> {
+        let groups = o.get_usize("groups", HiStoreOptions::default().groups)?;
+        if !(1..=MAX_GROUPS).contains(&groups) {
+            return Err(KvError::bad_input(format!(
+                "option groups: 1..={MAX_GROUPS}, not {groups}"
+            )));
+        }
+        Ok(HiStoreOptions { groups })
+    }
+}
+
+impl From<HiError> for KvError {
+    /// The kind says what a caller may do: a fenced or misdirected request
+    /// went to the wrong server (`WrongOwner`), a group down or failing
+    /// over is `Unavailable`, a bad key or value length `BadInput`.
+    fn from(e: HiError) -> KvError {
+        let kind = match &e {
+            HiError::KeyLength(_) | HiError::ValueLength(_) | HiError::Config(_) => {
+                ErrorKind::BadInput
+            }
+            HiError::Torn | HiError::Corrupt(_) | HiError::BadMessage(_) => ErrorKind::Corrupt,
+            HiError::Fenced { .. } | HiError::WrongRole(_) => ErrorKind::WrongOwner,
+            HiError::Down
+            | HiError::Unavailable(_)
+            | HiError::GroupUnavailable { .. }
+            | HiError::Fabric(_)
+            | HiError::GaveUp(..) => ErrorKind::Unavailable,
+            HiError::Full(_) => ErrorKind::Full,
+            HiError::Unauthorized(_) => ErrorKind::Refused,
+            HiError::LogGap { .. } => ErrorKind::Failed,
+        };
+        KvError::new(kind, e.to_string())
+    }
+}
+
+/// What HiStore takes and does: byte-string keys and values, GETs by
+/// one-sided READs of the primary's table, writes and SCANs by RPC.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    key_len: (1, MAX_KEY),
+    value_len: (0, MAX_VALUE),
+    one_sided_reads: true,
+    deletes: true,
+    upserts: true,
+    ..Capabilities::words()
+};
+
+/// The systems this crate exports: `histore`.
+pub fn systems() -> &'static [SystemDesc] {
+    const SYSTEMS: &[SystemDesc] = &[SystemDesc {
+        name: "histore",
+        about: "HiStore: hash-table primary and sorted backups per group, one-sided GETs, byte-string keys",
+        capabilities: CAPABILITIES,
+        options: HiStoreOptions::DESCS,
+        // The colour bench's plots gave HiStore before the registry.
+        colour: (140, 86, 75),
+        load_local,
+        connect: None,
+    }];
+    SYSTEMS
+}
+
+fn load_local(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    let o = HiStoreOptions::from_options(l.options)?;
+    Ok(Box::new(HiStoreLocal::load(l.pairs, l.adversary, o)?))
+}
+
+/// HiStore on a local fabric (adversarial with a seed).
+pub struct HiStoreLocal {
+    groups: LocalGroups,
+}
+
+impl HiStoreLocal {
+    /// Starts `o.groups` groups (at least one), each sized for its share
+    /// of `pairs`, and loads them through clients on the u64 path (every
+    /// pair is logged, replicated to both backups and indexed, as a PUT
+    /// would be), on two threads.
+    pub fn load(
+        pairs: &[(u64, u64)],
+        adversary: Option<u64>,
+        o: HiStoreOptions,
+    ) -> Result<HiStoreLocal, KvError> {
+        let groups = o.groups.max(1);
+        // A group's share, with room for the hash's unevenness (one group:
+        // exactly the keys, as before groups existed).
+        let n = match groups {
+            1 => pairs.len() as u64,
+            g => (pairs.len() as u64).div_ceil(g as u64) * 5 / 4 + 64,
+        };
+        // Room for a record per loaded key and for 3n + 4 M more writes
+        // (records are not reclaimed yet); regions are committed lazily.
+        let config = GroupConfig {
+            adversary,
+            ..GroupConfig::sized(n, 3 * n + (4 << 20), KEY_BYTES as u64, VALUE_BYTES as u64)
+        };
+        // Every index server's handler is traced (its thread CPU per call
+        // goes to the traced RPC that made it, `--project`); a primary's
+        // calls to its backups run inside its own handler on this fabric,
+        // so they are charged to the primary's call once.
+        let trace: crate::HandlerWrap = Arc::new(|h: Arc<dyn fabric::RpcHandler>| {
+            Arc::new(rdmasim::record::TracingHandler::new(h)) as Arc<dyn fabric::RpcHandler>
+        });
+        let all = LocalGroups::start_wrapped(groups, config, Some(trace))?;
+        let threads = 2;
+        let chunk = pairs.len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = pairs
+                .chunks(chunk)
+                .map(|part| {
+                    let all = &all;
+                    s.spawn(move || -> Result<(), HiError> {
+                        let mut c = all.client(ClientConfig::default());
+                        for &(k, v) in part {
+                            c.put(&key_bytes(k), &value_bytes(v))?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .map_err(|_| KvError::failed("a load thread panicked"))?
+                    .map_err(KvError::from)
+            })
+        })?;
+        Ok(HiStoreLocal { groups: all })
+    }
+
+    /// The groups (to kill servers and fail over during a run).
+    pub fn groups(&self) -> &LocalGroups {
+        &self.groups
+    }
+}
+
+impl Store for HiStoreLocal {
+    fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
+        Ok(Box::new(HiStoreClient {
+            client: self
+                .groups
+                .client_with(ClientConfig::default(), TracingEndpoint::new),
+            scans: 0,
+        }))
+    }
+
+    // No model figures (no learned model), and no server time: not
+    // measured yet, since a primary's handler waits inside its backups'
+    // handlers on this fabric, so wall time would count them twice.
+}
+
+/// One thread's HiStore client: byte strings at [`KvClient`], the u64
+/// path's encoding at [`WordClient`].
+pub struct HiStoreClient {
+    client: MultiClient<TracingEndpoint<LocalEndpoint>>,
+    /// SCANs made (always by RPC), for the read statistics.
+    scans: u64,
+}
+
+impl HiStoreClient {
+    fn client_figures(&self) -> ClientFigures {
+        let s = self.client.stats();
+        ClientFigures {
+            counters: self.client.counters(),
+            direct: Some(DirectStats {
+                reads: s.direct_gets + s.rpc_gets + self.scans,
+                // GETs a backup answered, and every SCAN (always by RPC).
+                fallbacks: s.rpc_gets + self.scans,
+                invalidations: s.refreshes,
+                get_leaves: 0,
+            }),
+            // Clients cache only each group's view.
+            cache_bytes: None,
+        }
+    }
+}
+
+impl KvClient for HiStoreClient {
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    fn get(&mut self, key: &[u8], value: &mut Vec<u8>) -> Result<bool, KvError> {
+        match self.client.get(key)? {
+            Some(v) => {
+                *value = v;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn scan(
+        &mut self,
+        start: &[u8],
+        n: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<(), KvError> {
+        self.scans += 1;
+        if n == 0 {
+            return Ok(());
+        }
+        out.extend(self.client.scan(start, n)?);
+        Ok(())
+    }
+
+    fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
+        Ok(self.client.insert(key, value)?)
+    }
+
+    fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
+        Ok(self.client.update(key, value)?)
+    }
+
+    fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
+        // Insert, then update if it existed: two steps (HiStore's PUT does
+        // not say whether the key was new), so a concurrent delete in
+        // between is reported, not lost.
+        if self.client.insert(key, value)? {
+            return Ok(true);
+        }
+        if self.client.update(key, value)? {
+            return Ok(false);
+        }
+        Err(KvError::not_found(
+            "the key vanished between the insert and the update of an upsert",
+        ))
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<bool, KvError> {
+        Ok(self.client.delete(key)?)
+    }
+
+    fn words(&mut self) -> Option<&mut dyn WordClient> {
+        Some(self)
+    }
+
+    fn counters(&self) -> kv::Counters {
+        self.client.counters()
+    }
+
+    fn figures(&self) -> ClientFigures {
+        self.client_figures()
+    }
+}
+
+impl WordClient for HiStoreClient {
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
+        self.client
+            .get(&key_bytes(key))?
+            .map(|v| value_of(&v))
+            .transpose()
+    }
+
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
+        self.scans += 1;
+        out.clear();
+        if n == 0 {
+            return Ok(());
+        }
+        for (k, v) in self.client.scan(&key_bytes(start), n)? {
+            out.push((key_of(&k)?, value_of(&v)?));
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        Ok(self.client.insert(&key_bytes(key), &value_bytes(value))?)
+    }
+
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        Ok(self.client.update(&key_bytes(key), &value_bytes(value))?)
+    }
+
+    fn delete(&mut self, key: u64) -> Result<bool, KvError> {
+        Ok(self.client.delete(&key_bytes(key))?)
+    }
+
+    fn counters(&self) -> kv::Counters {
+        self.client.counters()
+    }
+
+    fn figures(&self) -> ClientFigures {
+        self.client_figures()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_keep_their_order_and_values_round_trip() {
+        let keys = [0u64, 1, 9, 10, 99, 12345, u64::MAX - 1, u64::MAX];
+        for w in keys.windows(2) {
+            assert!(key_bytes(w[0]) < key_bytes(w[1]));
+        }
+        for k in keys {
+            assert_eq!(key_of(&key_bytes(k)).unwrap(), k);
+            assert_eq!(value_of(&value_bytes(k)).unwrap(), k);
+        }
+        assert!(key_of(b"12").is_err());
+        assert!(value_of(&[0; 8]).is_err());
+    }
+}

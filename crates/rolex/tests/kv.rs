@@ -1,0 +1,221 @@
+//! ROLEX at the key-value contract: loaded through its registry
+//! description, every operation on either path (u64 words, 8-byte
+//! big-endian strings) answers as a BTreeMap does, on one memory node and
+//! on three; bad options and bad key lengths are typed errors.
+
+use std::collections::BTreeMap;
+
+use kv::{key_bytes, ErrorKind, KvClient, KvError, LocalLoad, Options, Store};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn desc() -> &'static kv::SystemDesc {
+    let s = rolex::kv::systems();
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].name, "rolex");
+    &s[0]
+}
+
+fn load(pairs: &[(u64, u64)], options: &Options, adversary: Option<u64>) -> Box<dyn Store> {
+    (desc().load_local)(&LocalLoad {
+        pairs,
+        adversary,
+        server_workers: None,
+        options,
+    })
+    .unwrap()
+}
+
+/// One random operation on `c` (on the word path if `words`, else on
+/// encoded bytes), checked against `model`. Keys come from a small range
+/// so that hits, misses, inserts of present keys and deletes all happen.
+fn step(rng: &mut StdRng, c: &mut dyn KvClient, words: bool, model: &mut BTreeMap<u64, u64>) {
+    let key = rng.random_range(1..4_000u64);
+    let value = rng.random::<u64>();
+    match (rng.random_range(0..6), words) {
+        (0, true) => assert_eq!(
+            c.words().unwrap().get(key).unwrap(),
+            model.get(&key).copied()
+        ),
+        (0, false) => {
+            let mut v = Vec::new();
+            let found = c.get(&key_bytes(key), &mut v).unwrap();
+            let want = model.get(&key).map(|v| v.to_be_bytes().to_vec());
+            assert_eq!(found.then_some(v), want, "get {key}");
+        }
+        (1, _) => {
+            let want = !model.contains_key(&key);
+            let got = if words {
+                c.words().unwrap().insert(key, value).unwrap()
+            } else {
+                c.insert(&key_bytes(key), &value.to_be_bytes()).unwrap()
+            };
+            assert_eq!(got, want, "insert {key}");
+            model.entry(key).or_insert(value);
+        }
+        (2, _) => {
+            let want = model.contains_key(&key);
+            let got = if words {
+                c.words().unwrap().update(key, value).unwrap()
+            } else {
+                c.update(&key_bytes(key), &value.to_be_bytes()).unwrap()
+            };
+            assert_eq!(got, want, "update {key}");
+            if want {
+                model.insert(key, value);
+            }
+        }
+        (3, _) => {
+            let want = model.insert(key, value).is_none();
+            let got = if words {
+                c.words().unwrap().upsert(key, value).unwrap()
+            } else {
+                c.upsert(&key_bytes(key), &value.to_be_bytes()).unwrap()
+            };
+            assert_eq!(got, want, "upsert {key}");
+        }
+        (4, _) => {
+            let want = model.remove(&key).is_some();
+            let got = if words {
+                c.words().unwrap().delete(key).unwrap()
+            } else {
+                c.delete(&key_bytes(key)).unwrap()
+            };
+            assert_eq!(got, want, "delete {key}");
+        }
+        _ => {
+            let n = rng.random_range(0..20);
+            let want: Vec<(u64, u64)> = model.range(key..).take(n).map(|(&k, &v)| (k, v)).collect();
+            let mut got = Vec::new();
+            c.words().unwrap().scan(key, n, &mut got).unwrap();
+            assert_eq!(got, want, "scan {key} {n}");
+        }
+    }
+}
+
+fn matches_a_map(memory_nodes: usize) {
+    let seed = testkit::seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let pairs: Vec<(u64, u64)> = (1..1_000u64).map(|k| (k * 3, k ^ 0x55)).collect();
+    let mut options = Options::new();
+    options.set("memory-nodes", memory_nodes).unwrap();
+    let store = load(&pairs, &options, Some(seed));
+    let mut model: BTreeMap<u64, u64> = pairs.iter().copied().collect();
+    let mut c = store.client().unwrap();
+    for i in 0..3_000 {
+        step(&mut rng, &mut *c, i % 2 == 0, &mut model);
+    }
+    // A second client (another thread's) sees every write of the first.
+    let mut other = store.client().unwrap();
+    let mut all = Vec::new();
+    other
+        .words()
+        .unwrap()
+        .scan(0, usize::MAX, &mut all)
+        .unwrap();
+    assert_eq!(all, model.into_iter().collect::<Vec<_>>(), "seed {seed}");
+    let f = c.figures();
+    assert_eq!(c.counters(), f.counters);
+    assert!(f.counters.reads > 0 && f.direct.unwrap().reads > 0);
+    assert!(f.cache_bytes.unwrap() > 0);
+    assert!(store.model().unwrap().submodels >= memory_nodes as u32);
+    assert_eq!(store.server_time(), Some(kv::ServerTime::default()));
+}
+
+#[test]
+fn one_memory_node_matches_a_map() {
+    matches_a_map(1);
+}
+
+#[test]
+fn three_memory_nodes_match_a_map() {
+    matches_a_map(3);
+}
+
+fn kind_of<T>(r: Result<T, KvError>) -> ErrorKind {
+    match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.kind,
+    }
+}
+
+#[test]
+fn bad_options_and_keys_are_bad_input() {
+    let pairs: Vec<(u64, u64)> = (1..100u64).map(|k| (k, k)).collect();
+    for (name, value) in [
+        ("leaf-slots", "1"),
+        ("leaf-slots", "256"),
+        ("leaf-slots", "many"),
+        ("memory-nodes", "0"),
+        ("memory-nodes", "65"),
+    ] {
+        let mut o = Options::new();
+        o.set(name, value).unwrap();
+        let r = rolex::kv::RolexOptions::from_options(&o);
+        assert_eq!(kind_of(r), ErrorKind::BadInput, "{name}={value}");
+        let r = (desc().load_local)(&LocalLoad {
+            pairs: &pairs,
+            adversary: None,
+            server_workers: None,
+            options: &o,
+        });
+        assert_eq!(kind_of(r), ErrorKind::BadInput, "{name}={value}");
+    }
+    let mut o = Options::new();
+    o.set("leaf-slots", 32)
+        .unwrap()
+        .set("memory-nodes", 2)
+        .unwrap();
+    let parsed = rolex::kv::RolexOptions::from_options(&o).unwrap();
+    assert_eq!((parsed.delta, parsed.memory_nodes), (32, 2));
+    assert_eq!(
+        rolex::kv::RolexOptions::from_options(&Options::new()).unwrap(),
+        rolex::kv::RolexOptions::default()
+    );
+    let store = load(&pairs, &Options::new(), None);
+    let mut c = store.client().unwrap();
+    let mut v = Vec::new();
+    assert_eq!(kind_of(c.get(b"short", &mut v)), ErrorKind::BadInput);
+    assert_eq!(kind_of(c.insert(&key_bytes(5), b"v")), ErrorKind::BadInput);
+    // Unsorted pairs are the caller's mistake.
+    let r = (desc().load_local)(&LocalLoad {
+        pairs: &[(5, 1), (3, 1)],
+        adversary: None,
+        server_workers: None,
+        options: &Options::new(),
+    });
+    assert_eq!(kind_of(r), ErrorKind::BadInput);
+}
+
+#[test]
+fn errors_say_why() {
+    use rolex::RolexError as R;
+    let kind = |e: R| KvError::from(e).kind;
+    assert_eq!(kind(R::LeafRegionFull { capacity: 1 }), ErrorKind::Full);
+    assert_eq!(kind(R::SltFull { model: 0 }), ErrorKind::Full);
+    assert_eq!(kind(R::OwnersExhausted { slots: 1 }), ErrorKind::Full);
+    let out = R::OutOfRange {
+        key: 9,
+        low: 0,
+        high: 5,
+    };
+    assert_eq!(kind(out), ErrorKind::WrongOwner);
+    let e = R::Exhausted {
+        op: "get",
+        attempts: 3,
+        why: "torn",
+    };
+    assert_eq!(kind(e), ErrorKind::Unavailable);
+    let e = R::Corrupt {
+        what: "leaf",
+        detail: "count".into(),
+    };
+    assert_eq!(kind(e), ErrorKind::Corrupt);
+    assert_eq!(
+        kind(R::Fabric(fabric::FabricError::Disconnected("gone".into()))),
+        ErrorKind::Unavailable
+    );
+    let e = KvError::from(R::Config("bad".into()));
+    assert_eq!(e.kind, ErrorKind::BadInput);
+    assert!(e.message.contains("bad"), "{e}");
+}
