@@ -92,17 +92,17 @@ mod real {
         }
 
         /// Where an XStore server registers its regions.
-        pub fn registrar(&self) -> Arc<dyn xstore::Registrar> {
+        pub fn registrar(&self) -> Arc<dyn fabric::RegionHost> {
             Arc::new(self.regions.clone())
         }
 
         /// Where a ROLEX memory node registers its regions.
-        pub fn rolex(&self) -> &dyn rolex::RegionHost {
+        pub fn rolex(&self) -> &dyn fabric::RegionHost {
             &self.regions
         }
 
         /// Where a FineStore server registers its arrays.
-        pub fn finestore(&self) -> Arc<dyn finestore::dist::server::RegionHost> {
+        pub fn finestore(&self) -> Arc<dyn fabric::RegionHost> {
             Arc::new(self.regions.clone())
         }
 
@@ -157,17 +157,17 @@ mod stub {
         }
 
         /// See the `rdma` build.
-        pub fn registrar(&self) -> std::sync::Arc<dyn xstore::Registrar> {
+        pub fn registrar(&self) -> std::sync::Arc<dyn fabric::RegionHost> {
             match *self {}
         }
 
         /// See the `rdma` build.
-        pub fn rolex(&self) -> &dyn rolex::RegionHost {
+        pub fn rolex(&self) -> &dyn fabric::RegionHost {
             match *self {}
         }
 
         /// See the `rdma` build.
-        pub fn finestore(&self) -> std::sync::Arc<dyn finestore::dist::server::RegionHost> {
+        pub fn finestore(&self) -> std::sync::Arc<dyn fabric::RegionHost> {
             match *self {}
         }
 

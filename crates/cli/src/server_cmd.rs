@@ -350,7 +350,7 @@ fn serve_xstore(
         value_of,
         loaded_from: loaded_from(args),
     };
-    let registrar: Arc<dyn xstore::Registrar> = match &rdma {
+    let registrar: Arc<dyn fabric::RegionHost> = match &rdma {
         Some(r) => r.registrar(),
         None => Arc::new(host.clone()),
     };
@@ -519,7 +519,7 @@ fn serve_rolex(
         slots: args.leaf_slots,
         memory_node: args.memory_node.as_deref().map(memory_node).transpose()?,
     };
-    let regions: &dyn rolex::RegionHost = match &rdma {
+    let regions: &dyn fabric::RegionHost = match &rdma {
         Some(r) => r.rolex(),
         None => host,
     };
@@ -544,14 +544,14 @@ fn serve_finestore(
     keys: Vec<u64>,
 ) -> Result<()> {
     no_log(args, "finestore")?;
-    let regions: Arc<dyn finestore::dist::server::RegionHost> = match &rdma {
+    let regions: Arc<dyn fabric::RegionHost> = match &rdma {
         Some(r) => r.finestore(),
         None => Arc::new(host.clone()),
     };
     let config = finestore::node::NodeConfig {
         keys,
         value_of,
-        server: finestore::dist::server::ServerConfig::default(),
+        server: finestore::remote::server::ServerConfig::default(),
     };
     let node = finestore::node::start(config, host, regions).context("loading finestore")?;
     let stop = stop_on_signals()?;

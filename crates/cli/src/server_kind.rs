@@ -71,7 +71,7 @@ pub fn probe(url: &Url, token: Option<&str>) -> Result<ServerKind> {
     // parse with its own header; joining it confirms.
     let ep =
         fabric::remote::connect(url, token).with_context(|| format!("connecting to {url:?}"))?;
-    match finestore::dist::client::Client::connect(ep, NodeId(0)) {
+    match finestore::remote::client::Client::connect(ep, NodeId(0)) {
         Ok(client) => {
             let _ = client.leave();
             Ok(ServerKind::FineStore)

@@ -104,7 +104,7 @@ enum Target {
     },
     /// A FineStore server.
     FineStore {
-        client: Box<finestore::dist::client::Client<Box<dyn Endpoint>>>,
+        client: Box<finestore::remote::client::Client<Box<dyn Endpoint>>>,
         url: Url,
         token: Option<String>,
     },
@@ -307,7 +307,7 @@ pub fn run(args: &ShellArgs) -> Result<()> {
             }
             crate::server_kind::ServerKind::FineStore => Target::FineStore {
                 client: Box::new(
-                    finestore::dist::client::Client::connect(ep, fabric::NodeId(0))
+                    finestore::remote::client::Client::connect(ep, fabric::NodeId(0))
                         .context("joining the FineStore server")?,
                 ),
                 url,

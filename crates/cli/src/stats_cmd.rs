@@ -109,7 +109,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
                 keys_from = Some(node.key_range().0);
                 keys_to = Some(node.key_range().1);
             } else {
-                let client = finestore::dist::client::Client::connect(ep, fabric::NodeId(0))
+                let client = finestore::remote::client::Client::connect(ep, fabric::NodeId(0))
                     .context("joining the FineStore server")?;
                 model_version = Some(client.version());
                 let _ = client.leave();

@@ -32,10 +32,6 @@ pub mod rebalance;
 pub mod routed_client;
 pub mod shard;
 
-/// Old path of [`routed_client`], kept one release for code still moving.
-#[doc(hidden)]
-pub use routed_client as router;
-
 pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR};
 pub use etcd::{ClusterUrl, Etcd, EtcdError, MapWatch, Registration};
 pub use map::{Member, Range, ShardMap};

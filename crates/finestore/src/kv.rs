@@ -16,9 +16,10 @@ use kv::{
 };
 use rdmasim::record::TracingEndpoint;
 
-use crate::dist::client::{Client, ClientError};
-use crate::dist::server::{LocalHost, Server, ServerConfig};
+use crate::remote::client::{Client, ClientError};
+use crate::remote::server::{Server, ServerConfig};
 use crate::FineError;
+use fabric::LocalHost;
 
 impl From<FineError> for KvError {
     /// Keys that cannot be trained on and settings out of range are the

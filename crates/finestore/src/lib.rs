@@ -34,9 +34,9 @@
 
 #![forbid(unsafe_code)]
 
-pub mod level_bin;
 #[cfg(not(loom))]
 pub mod kv;
+pub mod level_bin;
 #[cfg(not(loom))]
 pub mod mirror;
 #[cfg(not(loom))]
@@ -50,13 +50,6 @@ pub mod remote;
 #[cfg(not(loom))]
 mod store;
 mod sync;
-
-/// Old path of [`level_bin`], kept one release for code still moving.
-#[doc(hidden)]
-pub use level_bin as bin;
-/// Old path of [`remote`], kept one release for code still moving.
-#[doc(hidden)]
-pub use remote as dist;
 
 #[cfg(not(loom))]
 pub use store::{FineStore, Hint, HintUse, Shape, Stats};

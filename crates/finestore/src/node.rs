@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use fabric::Host;
 
-use crate::dist::server::{RegionHost, Server, ServerConfig};
+use crate::remote::server::{Server, ServerConfig};
 use crate::FineError;
+use fabric::RegionHost;
 
 /// How often [`RunningNode::serve_until`] looks at its stop flag.
 pub const STOP_POLL: Duration = Duration::from_millis(50);

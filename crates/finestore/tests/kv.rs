@@ -184,7 +184,7 @@ fn bad_input_and_errors_say_why() {
         kind_of(finestore::peers::load_index("masstree", &pairs)),
         ErrorKind::BadInput
     );
-    use finestore::dist::client::ClientError as C;
+    use finestore::remote::client::ClientError as C;
     let kind = |e: C| KvError::from(e).kind;
     assert_eq!(kind(C::Expired), ErrorKind::Unavailable);
     assert_eq!(kind(C::Server("no".into())), ErrorKind::Failed);

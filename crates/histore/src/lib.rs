@@ -45,10 +45,6 @@ pub mod table;
 pub mod view;
 pub mod wire;
 
-/// Old path of [`hashed_groups`], kept one release for code still moving.
-#[doc(hidden)]
-pub use hashed_groups as multi;
-
 pub use client::{Client, ClientConfig, ClientStats, Pairs};
 pub use error::HiError;
 pub use group::{GroupConfig, HandlerWrap, LocalGroup};

@@ -57,10 +57,6 @@ pub mod tt;
 pub mod xindex;
 pub mod xmodel;
 
-/// Old path of [`submodel_router`], kept one release for code still moving.
-#[doc(hidden)]
-pub use submodel_router as router;
-
 pub use index::{
     check_keys, evaluate, train_to_budget, BudgetParams, Evaluation, IndexError, KeyIndex,
     ModelKind, PosRange,

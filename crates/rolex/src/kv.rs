@@ -19,7 +19,7 @@ use kv::{
 use rdmasim::record::TracingEndpoint;
 
 use crate::{
-    multi, ComputeNode, LocalHost, MemoryNode, MultiClient, MultiNode, Retrainer, RolexConfig,
+    range_nodes, ComputeNode, MemoryNode, MultiClient, MultiNode, Retrainer, RolexConfig,
     RolexError,
 };
 
@@ -179,13 +179,13 @@ impl RolexLocal {
         o: RolexOptions,
     ) -> Result<RolexLocal, RolexError> {
         let fabric = kv::local::fabric(adversary);
-        let ranges = multi::split(pairs, o.memory_nodes)?;
+        let ranges = range_nodes::split(pairs, o.memory_nodes)?;
         let slots = o.delta;
         let fill = (slots * 3 / 4).max(1);
         let mut memory = Vec::with_capacity(ranges.len());
         let mut retrainers = Vec::with_capacity(ranges.len());
         let mut compute = Vec::with_capacity(ranges.len());
-        for (part, &range) in multi::parts(pairs, &ranges).into_iter().zip(&ranges) {
+        for (part, &range) in range_nodes::parts(pairs, &ranges).into_iter().zip(&ranges) {
             let node = fabric.add_node();
             let trained = part.len().div_ceil(fill) as u64;
             // Retraining moves no pair between leaves, so nothing but a
@@ -202,7 +202,7 @@ impl RolexLocal {
                 retrain_bytes: 256 << 20,
                 ..RolexConfig::default()
             };
-            let host = LocalHost {
+            let host = fabric::LocalHost {
                 fabric: fabric.clone(),
                 node,
             };

@@ -39,16 +39,8 @@ pub mod node;
 pub mod range_nodes;
 pub mod retrain;
 
-/// Old path of [`range_nodes`], kept one release for code still moving.
-#[doc(hidden)]
-pub use range_nodes as multi;
-
 pub use client::{Client, ClientStats, ComputeNode};
 pub use error::RolexError;
-/// Old paths of [`fabric::LocalHost`] and [`fabric::RegionHost`], kept one
-/// release for code still moving.
-#[doc(hidden)]
-pub use memory::{LocalHost, RegionHost};
 pub use memory::{MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION};
 pub use range_nodes::{MultiClient, MultiNode};
 pub use retrain::{RetrainStats, Retrainer};

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use fabric::{Region, RegionId, Rights};
+use fabric::{Region, RegionHost, RegionId, Rights};
 use learned::plr::{Plr, PlrParams};
 
 use crate::error::RolexError;
@@ -89,12 +89,6 @@ impl Default for RolexConfig {
         }
     }
 }
-
-/// Where a memory node's regions come from and how verbs reach them: the
-/// one trait every system uses, and a node of a [`fabric::LocalFabric`]. These
-/// paths are kept one release for code still moving.
-#[doc(hidden)]
-pub use fabric::{LocalHost, RegionHost};
 
 /// A ROLEX memory node: the two registered regions and their contents.
 pub struct MemoryNode {

@@ -8,7 +8,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::{MemoryNode, RegionHost, Retrainer, RolexConfig, RolexError};
+use crate::{MemoryNode, Retrainer, RolexConfig, RolexError};
+use fabric::RegionHost;
 
 /// How often [`RunningNode::serve_until`] looks at its stop flag.
 pub const STOP_POLL: Duration = Duration::from_millis(50);
@@ -77,8 +78,8 @@ pub fn start(config: NodeConfig, regions: &dyn RegionHost) -> Result<RunningNode
                     "memory node {i} of {n}: want I < N"
                 )));
             }
-            let ranges = crate::multi::split(&pairs, n)?;
-            let part = crate::multi::parts(&pairs, &ranges)[i];
+            let ranges = crate::range_nodes::split(&pairs, n)?;
+            let part = crate::range_nodes::parts(&pairs, &ranges)[i];
             let (low, high) = ranges[i];
             (
                 part,
@@ -153,7 +154,7 @@ mod tests {
     #[test]
     fn one_node_holds_every_key_and_a_part_holds_its_range() {
         let fabric = fabric::LocalFabric::new();
-        let host = crate::LocalHost {
+        let host = fabric::LocalHost {
             node: fabric.add_node(),
             fabric: fabric.clone(),
         };
@@ -165,7 +166,7 @@ mod tests {
         whole.serve_until(&stop, || torn = true);
         assert!(torn);
 
-        let host = crate::LocalHost {
+        let host = fabric::LocalHost {
             node: fabric.add_node(),
             fabric,
         };
@@ -178,7 +179,7 @@ mod tests {
     #[test]
     fn a_node_past_the_count_is_refused() {
         let fabric = fabric::LocalFabric::new();
-        let host = crate::LocalHost {
+        let host = fabric::LocalHost {
             node: fabric.add_node(),
             fabric,
         };

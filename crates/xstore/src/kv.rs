@@ -164,9 +164,9 @@ pub fn client_config(cache: CacheMode, get_reads: u8) -> ClientConfig {
 
 /// A local fabric (adversarial with a seed) with one node for a server,
 /// and the registrar that puts the server's regions on it.
-fn local_fabric(adversary: Option<u64>) -> (LocalFabric, NodeId, Arc<crate::LocalRegistrar>) {
+fn local_fabric(adversary: Option<u64>) -> (LocalFabric, NodeId, Arc<fabric::LocalHost>) {
     let (fabric, node) = ::kv::local::fabric_with_node(adversary);
-    let registrar = Arc::new(crate::LocalRegistrar {
+    let registrar = Arc::new(fabric::LocalHost {
         fabric: fabric.clone(),
         node,
     });

@@ -24,10 +24,6 @@ pub mod train;
 pub use client::{CacheMode, Client, ClientConfig, ClientError, ClientStats, PendingWrite, Write};
 pub use durable::{DurabilityConfig, RecoveryReport};
 pub use server::{Admitted, Fence, Server, ServerConfig, ServerError};
-/// Old names of [`fabric::RegionHost`] and [`fabric::LocalHost`], kept one
-/// release for code still moving.
-#[doc(hidden)]
-pub use server::{LocalRegistrar, Registrar};
 pub use train::{
     accuracy, affected_submodels, collect_leaves, retrain_submodel, train_model, Accuracy,
 };

@@ -17,7 +17,8 @@ use std::time::Duration;
 use fabric::Host;
 
 use crate::proto::LoadedKeys;
-use crate::{Fence, Registrar, Server, ServerConfig, ServerError};
+use crate::{Fence, Server, ServerConfig, ServerError};
+use fabric::RegionHost;
 
 /// How often [`RunningNode::serve_until`] looks at its stop flag.
 pub const STOP_POLL: Duration = Duration::from_millis(50);
@@ -95,7 +96,7 @@ impl std::fmt::Debug for RunningNode {
 pub fn start(
     config: NodeConfig,
     host: &Host,
-    registrar: Arc<dyn Registrar>,
+    registrar: Arc<dyn RegionHost>,
     membership: Option<Box<dyn Membership>>,
 ) -> Result<RunningNode, NodeError> {
     let NodeConfig {

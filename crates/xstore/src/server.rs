@@ -120,12 +120,6 @@ impl Admitted {
     }
 }
 
-/// Where the server registers the regions clients read: the one trait
-/// every system uses, [`fabric::RegionHost`]. This name is kept one
-/// release for code still moving.
-#[doc(hidden)]
-pub use fabric::RegionHost as Registrar;
-
 /// Makes the tree's leaf chunks through a [`RegionHost`] and registers
 /// each as it is made.
 struct RegistrarSink(Arc<dyn RegionHost>);
@@ -147,12 +141,6 @@ impl xtree::LeafSink for RegistrarSink {
         Ok(())
     }
 }
-
-/// Registers on one node of a [`fabric::LocalFabric`]: the fabric's
-/// [`fabric::LocalHost`], under the name kept one release for code still
-/// moving.
-#[doc(hidden)]
-pub use fabric::LocalHost as LocalRegistrar;
 
 /// Server settings.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fabric::{FabricError, Region, RegionId, Rights, RpcHandler};
+use fabric::{FabricError, Region, RegionHost, RegionId, Rights, RpcHandler};
 use learned::lpa::Lpa;
 
 use super::barrier::{Barrier, BarrierError};
@@ -18,12 +18,6 @@ use super::layout::{region_bytes, ArrayWriter, BIN, DELETED, RETIRED};
 use super::proto::{reply_header, reply_word, Op, PublishedMsg, Request, Status, MAX_SCAN};
 use crate::mirror::{Mirror, MirrorFactory};
 use crate::{Config, FineError, FineStore, Hint, HintUse};
-
-/// Where the server's regions are registered: the one trait every system
-/// uses, and a node of a [`fabric::LocalFabric`]. These paths are kept one
-/// release for code still moving.
-#[doc(hidden)]
-pub use fabric::{LocalHost, RegionHost};
 
 /// Settings of a [`Server`].
 #[derive(Debug, Clone, Copy)]
