@@ -11,25 +11,28 @@
 pub use kv::SystemDesc;
 
 /// Each system crate's table, in listing order (which is also the order
-/// plots and `--list-systems` show them).
-fn tables() -> [&'static [SystemDesc]; 5] {
-    [
-        xstore::kv::systems(),
-        rolex::kv::systems(),
-        histore::kv::systems(),
-        finestore::kv::systems(),
-        sherman::kv::systems(),
-    ]
+/// plots and `--list-systems` show them). One line per system crate.
+const TABLES: &[fn() -> &'static [SystemDesc]] = &[
+    xstore::kv::systems,
+    rolex::kv::systems,
+    histore::kv::systems,
+    finestore::kv::systems,
+    sherman::kv::systems,
+    single::systems,
+];
+
+fn tables() -> impl Iterator<Item = &'static [SystemDesc]> {
+    TABLES.iter().map(|table| table())
 }
 
 /// Every system, in listing order.
 pub fn all() -> Vec<&'static SystemDesc> {
-    tables().into_iter().flatten().collect()
+    tables().flatten().collect()
 }
 
 /// The system called `name`.
 pub fn find(name: &str) -> Option<&'static SystemDesc> {
-    tables().into_iter().flatten().find(|d| d.name == name)
+    tables().flatten().find(|d| d.name == name)
 }
 
 /// Every system's name, in listing order.
