@@ -16,7 +16,7 @@ LAYERS = [
     ("base", ["le", "etcd-rpc"]),
     ("fabric", ["fabric"]),
     ("shared", ["testkit", "learned", "wal", "ycsb", "rdmasim", "kv", "check", "coord"]),
-    ("systems", ["xtree", "xstore", "cluster", "rolex", "histore", "finestore", "sherman"]),
+    ("systems", ["xtree", "xstore", "cluster", "rolex", "histore", "finestore", "sherman", "single"]),
     ("registry", ["registry"]),
     ("harness", ["bench"]),
     ("binary", ["xstore-cli"]),
