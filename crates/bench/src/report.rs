@@ -150,11 +150,34 @@ pub struct Report {
     pub projected: Option<crate::project::Projected>,
 }
 
+/// A table row: its label and its text.
+type Row = (&'static str, String);
+
+/// `v` with `p` decimals, or `null`.
+fn opt(v: Option<f64>, p: usize) -> String {
+    v.map_or("null".to_string(), |v| format!("{v:.p$}"))
+}
+
 impl Report {
     /// A human-readable table.
     pub fn table(&self) -> String {
-        let opt = |v: Option<f64>, p: usize| v.map_or("null".to_string(), |v| format!("{v:.p$}"));
-        let mut rows: Vec<(&str, String)> = vec![
+        let mut rows = self.run_rows();
+        self.cost_rows(&mut rows);
+        if let Some(h) = self.hints {
+            hint_rows(&h, &mut rows);
+        }
+        self.judge_rows(&mut rows);
+        if let Some(p) = &self.projected {
+            rows.extend(p.rows());
+        }
+        rows.iter()
+            .map(|(k, v)| format!("{k:>18}  {v}\n"))
+            .collect()
+    }
+
+    /// What ran, and how fast.
+    fn run_rows(&self) -> Vec<Row> {
+        vec![
             ("system", self.system.clone()),
             ("fabric", self.fabric.clone()),
             (
@@ -191,7 +214,12 @@ impl Report {
                     self.per_op.bytes_written
                 ),
             ),
-        ];
+        ]
+    }
+
+    /// What the operations cost, the client's cache, the server's time,
+    /// the model and the client-direct rates.
+    fn cost_rows(&self, rows: &mut Vec<Row>) {
         if let Some(g) = self.per_get {
             rows.push((
                 "per get",
@@ -235,38 +263,10 @@ impl Report {
             "invalidation rate",
             opt(self.invalidation_rate.map(|r| r * 100.0), 3) + " %",
         ));
-        if let Some(h) = self.hints {
-            let missed = |r: Option<f64>| {
-                r.map_or("none hinted".into(), |r| {
-                    format!("{:.3} % missed", r * 100.0)
-                })
-            };
-            rows.push((
-                "write hints",
-                format!(
-                    "{} held  {} stale  ({})",
-                    h.hinted_writes,
-                    h.stale_write_hints,
-                    missed(h.write_miss_rate())
-                ),
-            ));
-            rows.push((
-                "scan hints",
-                format!(
-                    "{} held  {} stale  ({})",
-                    h.hinted_scans,
-                    h.stale_scan_hints,
-                    missed(h.scan_miss_rate())
-                ),
-            ));
-            rows.push((
-                "server",
-                format!(
-                    "{} bin lookups  {} versions published",
-                    h.bin_gets, h.versions
-                ),
-            ));
-        }
+    }
+
+    /// What the judge found.
+    fn judge_rows(&self, rows: &mut Vec<Row>) {
         rows.push((
             "checked reads",
             if self.judged {
@@ -290,11 +290,39 @@ impl Report {
                 ),
             ));
         }
-        if let Some(p) = &self.projected {
-            rows.extend(p.rows());
-        }
-        rows.iter()
-            .map(|(k, v)| format!("{k:>18}  {v}\n"))
-            .collect()
     }
+}
+
+/// FineStore's hint counters.
+fn hint_rows(h: &HintCounters, rows: &mut Vec<Row>) {
+    let missed = |r: Option<f64>| {
+        r.map_or("none hinted".into(), |r| {
+            format!("{:.3} % missed", r * 100.0)
+        })
+    };
+    rows.push((
+        "write hints",
+        format!(
+            "{} held  {} stale  ({})",
+            h.hinted_writes,
+            h.stale_write_hints,
+            missed(h.write_miss_rate())
+        ),
+    ));
+    rows.push((
+        "scan hints",
+        format!(
+            "{} held  {} stale  ({})",
+            h.hinted_scans,
+            h.stale_scan_hints,
+            missed(h.scan_miss_rate())
+        ),
+    ));
+    rows.push((
+        "server",
+        format!(
+            "{} bin lookups  {} versions published",
+            h.bin_gets, h.versions
+        ),
+    ));
 }

@@ -191,15 +191,8 @@ fn measure_window(release: impl FnOnce(), wait_end: impl FnOnce()) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
-fn run_inner(
-    system: &dyn Store,
-    loaded: Arc<[u64]>,
-    config: &RunConfig,
-    progress: &Progress,
-    record: bool,
-    judge: Judge,
-    trace: Option<&rdmasim::record::Recorder>,
-) -> Result<(Report, History), BenchError> {
+/// Refuses a configuration no run can honour, before any thread starts.
+fn validate(config: &RunConfig, record: bool, judge: Judge) -> Result<(), BenchError> {
     if !(1..=MAX_THREADS).contains(&config.threads) {
         return Err(BenchError::Config(format!(
             "--threads {} (1..={MAX_THREADS} accepted)",
@@ -230,183 +223,94 @@ fn run_inner(
             "a recorded history is of a fully judged run".into(),
         ));
     }
+    Ok(())
+}
+
+/// What every client thread of one run shares with the others and with
+/// the coordinating thread.
+struct Shared<'a> {
+    config: &'a RunConfig,
+    progress: &'a Progress,
+    record: bool,
+    judge: Judge,
+    trace: Option<&'a rdmasim::record::Recorder>,
+    ledger: Ledger,
+    /// Three phases' edges, met by every client thread and the
+    /// coordinator: end of warm-up, start of measuring, end of measuring.
+    barrier: Barrier,
+    /// Set when a joined thread failed; a timed measuring loop checks it.
+    stop: AtomicBool,
+    /// Measured operations per thread (`--ops`).
+    per_thread: u64,
+}
+
+impl Shared<'_> {
+    /// A failed thread still meets the barriers so the others go on.
+    fn skip_barriers(&self) {
+        self.barrier.wait();
+        self.barrier.wait();
+        self.barrier.wait();
+    }
+}
+
+/// What the coordinating thread measures of the measured phase.
+struct Window {
+    seconds: f64,
+    server: Option<ServerTime>,
+    hints: Option<HintCounters>,
+}
+
+fn run_inner(
+    system: &dyn Store,
+    loaded: Arc<[u64]>,
+    config: &RunConfig,
+    progress: &Progress,
+    record: bool,
+    judge: Judge,
+    trace: Option<&rdmasim::record::Recorder>,
+) -> Result<(Report, History), BenchError> {
+    validate(config, record, judge)?;
     let threads = config.threads;
     let ledger = match judge {
         Judge::AsFound => Ledger::as_found(threads as usize, loaded.len()),
         Judge::Full | Judge::Off => Ledger::new(threads as usize, loaded.clone()),
     };
-    let barrier = Barrier::new(threads as usize + 1);
-    let stop = AtomicBool::new(false);
-    let per_thread = config.ops.div_ceil(threads as u64);
-    let (results, seconds, server, hints) = std::thread::scope(|scope| -> Result<_, BenchError> {
+    let shared = Shared {
+        config,
+        progress,
+        record,
+        judge,
+        trace,
+        ledger,
+        barrier: Barrier::new(threads as usize + 1),
+        stop: AtomicBool::new(false),
+        per_thread: config.ops.div_ceil(threads as u64),
+    };
+    let (results, window) = std::thread::scope(|scope| -> Result<_, BenchError> {
+        let shared = &shared;
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let loaded = loaded.clone();
-                let barrier = &barrier;
-                let stop = &stop;
-                let ledger = &ledger;
-                scope.spawn(move || -> Result<ThreadResult, BenchError> {
-                    let prepared = system
-                        .client()
-                        .map_err(BenchError::from)
-                        .and_then(|client| {
-                            let stream = OpStream::with_options(
-                                config.workload,
-                                config.dist,
-                                &config.stream,
-                                loaded,
-                                t,
-                                threads,
-                                config.seed,
-                            )?;
-                            Ok((client, stream))
-                        });
-                    let (mut client, mut stream) = match prepared {
-                        Ok(p) => p,
-                        Err(e) => {
-                            // Still meet the barriers so the others go on.
-                            barrier.wait();
-                            barrier.wait();
-                            barrier.wait();
-                            return Err(e);
-                        }
-                    };
-                    // The u64 path of the client (its own, or the byte
-                    // contract encoded): what every operation below drives.
-                    kv::with_words(&mut *client, |client| {
-                        let mut w = Worker::new(t, threads, config.pipeline, ledger);
-                        w.judging = judge != Judge::Off;
-                        w.recorder = record.then(Recorder::default);
-                        w.trace = trace;
-                        if w.judging {
-                            ledger.join(t as usize);
-                        }
-                        let warmed = (0..config.warmup_ops)
-                            .try_for_each(|_| w.step(&mut *client, &mut stream, false))
-                            .and_then(|()| w.drain(&mut *client));
-                        if let Err(e) = warmed {
-                            barrier.wait();
-                            barrier.wait();
-                            barrier.wait();
-                            return Err(e);
-                        }
-                        barrier.wait();
-                        // Measure from here.
-                        w.reset(&*client);
-                        barrier.wait();
-                        let deadline = config
-                            .seconds
-                            .map(|s| Instant::now() + Duration::from_secs_f64(s));
-                        let mut n = 0u64;
-                        let measured = (|| -> Result<(), BenchError> {
-                            loop {
-                                match deadline {
-                                    Some(d) => {
-                                        if n.is_multiple_of(64)
-                                            && (Instant::now() >= d || stop.load(Ordering::Relaxed))
-                                        {
-                                            break;
-                                        }
-                                    }
-                                    None => {
-                                        if n >= per_thread {
-                                            break;
-                                        }
-                                    }
-                                }
-                                w.step(&mut *client, &mut stream, true)?;
-                                n += 1;
-                                if n.is_multiple_of(1024) {
-                                    progress.done.fetch_add(1024, Ordering::Relaxed);
-                                }
-                            }
-                            w.drain(&mut *client)
-                        })();
-                        // This thread reads nothing until the audit: it holds
-                        // no write of the ledger back from pruning meanwhile.
-                        ledger.leave(t as usize);
-                        // Every thread's writes are answered past this barrier:
-                        // the audit sees the final state.
-                        barrier.wait();
-                        measured?;
-                        let direct = client.figures().direct;
-                        if w.judging {
-                            w.audit(&mut *client)?;
-                        }
-                        Ok(w.finish(&*client, direct))
-                    })
-                })
+                scope.spawn(move || client_thread(shared, system, loaded, t))
             })
             .collect();
-        barrier.wait();
-        // Warm-up is over: the measured phase starts after this barrier.
-        let server_before = system.server_time();
-        let hints_before = system.hints();
-        // The measured phase ends when every thread is done; the audit
-        // that follows is not measured.
-        let seconds = measure_window(
-            || {
-                barrier.wait();
-            },
-            || {
-                barrier.wait();
-            },
-        );
-        let server_after = system.server_time();
-        let hints = match (hints_before, system.hints()) {
-            (Some(a), Some(b)) => Some(b.since(&a)),
-            _ => None,
-        };
-        let mut results = Vec::new();
-        let mut first_err = None;
-        for h in handles {
-            match h.join() {
-                Ok(Ok(r)) => results.push(r),
-                Ok(Err(e)) => {
-                    stop.store(true, Ordering::Relaxed);
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert(BenchError::Client("a client thread panicked".into()));
-                }
-            }
-        }
-        let server = match (server_before, server_after) {
-            (Some(a), Some(b)) => Some(ServerTime {
-                nic_ns: b.nic_ns.saturating_sub(a.nic_ns),
-                worker_ns: b.worker_ns.saturating_sub(a.worker_ns),
-            }),
-            _ => None,
-        };
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok((results, seconds, server, hints)),
-        }
+        let window = coordinate(system, &shared.barrier);
+        let results = join_clients(handles, &shared.stop)?;
+        Ok((results, window))
     })?;
-    let mut history = History::default();
-    if record {
-        for r in &results {
-            history.ops.extend_from_slice(&r.recorded);
-        }
-        let mut keys: Vec<u64> = history.ops.iter().map(|o| o.key).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        history.init = keys
-            .into_iter()
-            .map(|k| {
-                let present = loaded.binary_search(&k).is_ok();
-                (k, present.then(|| value_for(k, 0)))
-            })
-            .collect();
-    }
+    let history = if record {
+        history_of(&results, &loaded)
+    } else {
+        History::default()
+    };
     let mut report = summarize(
         system,
         config,
         loaded.len() as u64,
         &results,
-        seconds,
-        server,
-        hints,
+        window.seconds,
+        window.server,
+        window.hints,
     );
     report.judged = judge != Judge::Off;
     report.data = match judge {
@@ -416,6 +320,205 @@ fn run_inner(
     .to_string();
     check_possible(&report, &results)?;
     Ok((report, history))
+}
+
+/// One client thread: its client and stream, then its phases.
+fn client_thread(
+    shared: &Shared,
+    system: &dyn Store,
+    loaded: Arc<[u64]>,
+    t: u32,
+) -> Result<ThreadResult, BenchError> {
+    let config = shared.config;
+    let prepared = system
+        .client()
+        .map_err(BenchError::from)
+        .and_then(|client| {
+            let stream = OpStream::with_options(
+                config.workload,
+                config.dist,
+                &config.stream,
+                loaded,
+                t,
+                config.threads,
+                config.seed,
+            )?;
+            Ok((client, stream))
+        });
+    let (mut client, mut stream) = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            shared.skip_barriers();
+            return Err(e);
+        }
+    };
+    // The u64 path of the client (its own, or the byte contract encoded):
+    // what every operation below drives.
+    kv::with_words(&mut *client, |client| {
+        client_phases(shared, client, &mut stream, t)
+    })
+}
+
+/// Warm-up, the measured phase and the audit of client thread `t`, each
+/// between the run's barriers.
+fn client_phases(
+    shared: &Shared,
+    client: &mut dyn WordClient,
+    stream: &mut OpStream,
+    t: u32,
+) -> Result<ThreadResult, BenchError> {
+    let config = shared.config;
+    let ledger = &shared.ledger;
+    let mut w = Worker::new(t, config.threads, config.pipeline, ledger);
+    w.judging = shared.judge != Judge::Off;
+    w.recorder = shared.record.then(Recorder::default);
+    w.trace = shared.trace;
+    if w.judging {
+        ledger.join(t as usize);
+    }
+    let warmed = (0..config.warmup_ops)
+        .try_for_each(|_| w.step(&mut *client, stream, false))
+        .and_then(|()| w.drain(&mut *client));
+    if let Err(e) = warmed {
+        shared.skip_barriers();
+        return Err(e);
+    }
+    shared.barrier.wait();
+    // Measure from here.
+    w.reset(&*client);
+    shared.barrier.wait();
+    let measured = measure(shared, &mut w, &mut *client, stream);
+    // This thread reads nothing until the audit: it holds no write of the
+    // ledger back from pruning meanwhile.
+    ledger.leave(t as usize);
+    // Every thread's writes are answered past this barrier: the audit sees
+    // the final state.
+    shared.barrier.wait();
+    measured?;
+    let direct = client.figures().direct;
+    if w.judging {
+        w.audit(&mut *client)?;
+    }
+    Ok(w.finish(&*client, direct))
+}
+
+/// The measured operations of one thread: its share (`--ops`), or until
+/// the deadline (`--seconds`) or another thread's failure; then its writes
+/// in flight answered.
+fn measure(
+    shared: &Shared,
+    w: &mut Worker,
+    client: &mut dyn WordClient,
+    stream: &mut OpStream,
+) -> Result<(), BenchError> {
+    let deadline = shared
+        .config
+        .seconds
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let mut n = 0u64;
+    loop {
+        match deadline {
+            Some(d) => {
+                if n.is_multiple_of(64)
+                    && (Instant::now() >= d || shared.stop.load(Ordering::Relaxed))
+                {
+                    break;
+                }
+            }
+            None => {
+                if n >= shared.per_thread {
+                    break;
+                }
+            }
+        }
+        w.step(&mut *client, stream, true)?;
+        n += 1;
+        if n.is_multiple_of(1024) {
+            shared.progress.done.fetch_add(1024, Ordering::Relaxed);
+        }
+    }
+    w.drain(client)
+}
+
+/// The coordinating thread's part: the measured window and the server's
+/// figures over it.
+fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
+    barrier.wait();
+    // Warm-up is over: the measured phase starts after this barrier.
+    let server_before = system.server_time();
+    let hints_before = system.hints();
+    // The measured phase ends when every thread is done; the audit
+    // that follows is not measured.
+    let seconds = measure_window(
+        || {
+            barrier.wait();
+        },
+        || {
+            barrier.wait();
+        },
+    );
+    let server_after = system.server_time();
+    let hints = match (hints_before, system.hints()) {
+        (Some(a), Some(b)) => Some(b.since(&a)),
+        _ => None,
+    };
+    let server = match (server_before, server_after) {
+        (Some(a), Some(b)) => Some(ServerTime {
+            nic_ns: b.nic_ns.saturating_sub(a.nic_ns),
+            worker_ns: b.worker_ns.saturating_sub(a.worker_ns),
+        }),
+        _ => None,
+    };
+    Window {
+        seconds,
+        server,
+        hints,
+    }
+}
+
+/// Every client thread's figures, or the first failure.
+fn join_clients(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<ThreadResult, BenchError>>>,
+    stop: &AtomicBool,
+) -> Result<Vec<ThreadResult>, BenchError> {
+    let mut results = Vec::new();
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(r)) => results.push(r),
+            Ok(Err(e)) => {
+                stop.store(true, Ordering::Relaxed);
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {
+                first_err.get_or_insert(BenchError::Client("a client thread panicked".into()));
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(results),
+    }
+}
+
+/// The recorded operations of every thread, with the initial value of
+/// every key they touch.
+fn history_of(results: &[ThreadResult], loaded: &[u64]) -> History {
+    let mut history = History::default();
+    for r in results {
+        history.ops.extend_from_slice(&r.recorded);
+    }
+    let mut keys: Vec<u64> = history.ops.iter().map(|o| o.key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    history.init = keys
+        .into_iter()
+        .map(|k| {
+            let present = loaded.binary_search(&k).is_ok();
+            (k, present.then(|| value_for(k, 0)))
+        })
+        .collect();
+    history
 }
 
 struct Worker<'l> {
@@ -820,37 +923,12 @@ impl<'l> Worker<'l> {
         let op = stream.next();
         if self.pipeline > 1 {
             self.reap(client, false)?;
-            // Inserts are read only once done: an operation on a key waits
-            // for this thread's insert of it still in flight (the stream
-            // reads and updates keys it has just inserted; YCSB likewise
-            // reads only acknowledged inserts). An update in flight holds
-            // nobody up: a read may see the old value or the new one, both
-            // values of that key.
-            let key = match op {
-                Op::Read(k)
-                | Op::Update(k)
-                | Op::Insert(k)
-                | Op::ReadModifyWrite(k)
-                | Op::Delete(k) => k,
-                Op::Scan { start, .. } => start,
-            };
-            while let Some(i) = self.in_flight.iter().position(|f| f.key == key && f.insert) {
-                let f = self.in_flight.remove(i).expect("index found");
-                self.complete(client, f)?;
-            }
+            self.wait_for_insert(client, op.key())?;
         }
         self.next_version();
         if self.pipeline > 1 {
-            match op {
-                Op::Update(k) => {
-                    let value = value_for(k, self.version);
-                    return self.start_write(client, WordWrite::Update { key: k, value }, measured);
-                }
-                Op::Insert(k) => {
-                    let value = value_for(k, self.version);
-                    return self.start_write(client, WordWrite::Insert { key: k, value }, measured);
-                }
-                _ => {}
+            if let Some(write) = self.pipelined_write(op) {
+                return self.start_write(client, write, measured);
             }
         }
         let before = client.counters();
@@ -879,39 +957,78 @@ impl<'l> Worker<'l> {
                 // is made.
                 unreachable!("delete of key {k} drawn, but mixes with deletes are refused")
             }
-            Op::Scan { start: from, len } => {
-                let mut buf = std::mem::take(&mut self.scan_buf);
-                buf.clear();
-                client.scan(from, len as usize, &mut buf)?;
-                let end = Instant::now();
-                self.trace_end();
-                if !self.judging {
-                    self.scan_buf = buf;
-                    return self.measured(client, op, measured, before, start, end);
-                }
-                self.correctness.checked_reads += 1;
-                let sorted = buf.windows(2).all(|w| w[0].0 < w[1].0);
-                let bounded = buf.len() <= len as usize && buf.iter().all(|&(k, _)| k >= from);
-                // The start key exists (streams only pick existing keys).
-                let starts = buf.first().is_some_and(|p| p.0 == from);
-                if !(sorted && bounded && starts) {
-                    self.correctness.mismatches += 1;
-                    self.note(format!(
-                        "mismatch: scan from {from} for {len} returned {} pairs, unsorted, out of range or not starting at its key",
-                        buf.len()
-                    ));
-                }
-                // Every pair is judged like a read that began with the scan.
-                for &(k, v) in &buf {
-                    self.record_read(k, s, Some(v));
-                    let verdict = self.ledger.check(k, s, Some(v));
-                    self.judge(verdict, false);
-                }
-                self.scan_buf = buf;
-                end
-            }
+            Op::Scan { start: from, len } => self.scan_now(client, from, len, s)?,
         };
         self.measured(client, op, measured, before, start, end)
+    }
+
+    /// Inserts are read only once done: an operation on `key` waits for
+    /// this thread's insert of it still in flight (the stream reads and
+    /// updates keys it has just inserted; YCSB likewise reads only
+    /// acknowledged inserts). An update in flight holds nobody up: a read
+    /// may see the old value or the new one, both values of that key.
+    fn wait_for_insert(&mut self, client: &mut dyn WordClient, key: u64) -> Result<(), BenchError> {
+        while let Some(i) = self.in_flight.iter().position(|f| f.key == key && f.insert) {
+            let f = self.in_flight.remove(i).expect("index found");
+            self.complete(client, f)?;
+        }
+        Ok(())
+    }
+
+    /// The write `op` sends in flight (`--pipeline`), if it is an update
+    /// or an insert; other operations run synchronously.
+    fn pipelined_write(&self, op: Op) -> Option<WordWrite> {
+        match op {
+            Op::Update(k) => Some(WordWrite::Update {
+                key: k,
+                value: value_for(k, self.version),
+            }),
+            Op::Insert(k) => Some(WordWrite::Insert {
+                key: k,
+                value: value_for(k, self.version),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Scans `len` pairs from `from` in an operation that began at ledger
+    /// time `s`, and judges them: returns when the answer was seen.
+    fn scan_now(
+        &mut self,
+        client: &mut dyn WordClient,
+        from: u64,
+        len: u32,
+        s: u64,
+    ) -> Result<Instant, BenchError> {
+        let mut buf = std::mem::take(&mut self.scan_buf);
+        buf.clear();
+        client.scan(from, len as usize, &mut buf)?;
+        let end = Instant::now();
+        self.trace_end();
+        if !self.judging {
+            self.scan_buf = buf;
+            return Ok(end);
+        }
+        self.correctness.checked_reads += 1;
+        let sorted = buf.windows(2).all(|w| w[0].0 < w[1].0);
+        let bounded = buf.len() <= len as usize && buf.iter().all(|&(k, _)| k >= from);
+        // The start key exists (streams only pick existing keys).
+        let starts = buf.first().is_some_and(|p| p.0 == from);
+        if !(sorted && bounded && starts) {
+            self.correctness.mismatches += 1;
+            self.note(format!(
+                "mismatch: scan from {from} for {len} returned {} pairs, unsorted, out of range or not starting at its key",
+                buf.len()
+            ));
+        }
+        // Every pair is judged like a read that began with the scan.
+        for &(k, v) in &buf {
+            self.record_read(k, s, Some(v));
+            let verdict = self.ledger.check(k, s, Some(v));
+            self.judge(verdict, false);
+        }
+        self.scan_buf = buf;
+        Ok(end)
     }
 
     /// Counts a synchronous operation that ran from `start` to `end`.
