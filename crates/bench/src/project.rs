@@ -492,8 +492,7 @@ pub fn run_project_suite(
     load: &SystemLoader<'_>,
     log: &mut dyn FnMut(String),
 ) -> Result<Vec<SweepPoint>, BenchError> {
-    let io = |e: std::io::Error| BenchError::Config(format!("{}: {e}", suite.out.display()));
-    std::fs::create_dir_all(&suite.out).map_err(io)?;
+    std::fs::create_dir_all(&suite.out).map_err(out_err(suite))?;
     let machines = sweep_machines(&suite.spec.profile);
     let mut points = Vec::new();
     let mut measured = String::from(
@@ -504,67 +503,16 @@ pub fn run_project_suite(
         log(format!("== {system}: loading"));
         let sys = load(system)?;
         for &(workload, dist) in &suite.workloads {
-            let config = crate::RunConfig {
-                system: system.clone(),
-                fabric: "local".into(),
-                dataset: suite.dataset.clone(),
+            let traced = TracedRun {
+                suite,
+                system,
                 workload,
                 dist,
-                ops: suite.ops,
-                seconds: None,
-                warmup_ops: suite.warmup_ops,
-                threads: suite.threads,
-                pipeline: 1,
-                seed: suite.seed,
-                stream: ycsb::StreamOptions::default(),
             };
-            let rec = suite.spec.recorder();
-            let report = crate::run_traced(
-                &*sys,
-                suite.keys.clone(),
-                &config,
-                crate::Judge::Full,
-                &crate::Progress::default(),
-                &rec,
-            )?;
-            if report.correctness.errors() > 0 {
-                return Err(BenchError::Client(format!(
-                    "{system} {}: wrong answers: {}",
-                    workload.name(),
-                    report.correctness.examples.join("; ")
-                )));
-            }
-            let name = format!("{} {}", workload.name().to_uppercase(), dist.name());
-            let trace = rec.into_trace(system, &name);
-            let tf = TraceFigures::of(&trace);
-            measured.push_str(&format!(
-                "| {system} | {name} | {:.3} | {} | {:.3} | {:.3} | {:.3} |\n",
-                report.throughput_ops_per_s / 1e6,
-                tf.ops,
-                tf.round_trips,
-                tf.client_cpu_us,
-                tf.server_cpu_us_per_rpc
-            ));
-            let swept = sweep(&trace, &suite.spec, system, &machines)?;
-            log(format!(
-                "{system} {name}: measured {:.3} Mops/s here; projected {} Mops/s with {:?} client machines",
-                report.throughput_ops_per_s / 1e6,
-                swept
-                    .iter()
-                    .map(|p| format!("{:.2}", p.projected.throughput_ops_per_s / 1e6))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                machines
-            ));
-            points.extend(swept);
+            points.extend(traced.trace_and_sweep(&*sys, &machines, &mut measured, log)?);
         }
     }
-    let mut jsonl = String::new();
-    for p in &points {
-        jsonl += &serde_json::to_string(p).map_err(|e| BenchError::Config(e.to_string()))?;
-        jsonl.push('\n');
-    }
-    std::fs::write(suite.out.join("projection.jsonl"), jsonl).map_err(io)?;
+    write_projection_jsonl(suite, &points)?;
     let mut md = format!(
         "# Projection suite on {}\n\nKeys: {} ({}), {} traced operations per run at most, {} client threads here.\n\n## Measured here and traced\n\n{measured}\n## Projected\n\n{}",
         suite.spec.profile.name,
@@ -574,6 +522,120 @@ pub fn run_project_suite(
         suite.threads,
         sweep_markdown(&points)
     );
+    md += &figures_markdown(suite, &points)?;
+    std::fs::write(suite.out.join("summary.md"), md).map_err(out_err(suite))?;
+    Ok(points)
+}
+
+/// An output-directory write error of `suite`, as a [`BenchError`].
+fn out_err(suite: &ProjectSuite) -> impl Fn(std::io::Error) -> BenchError + '_ {
+    |e| BenchError::Config(format!("{}: {e}", suite.out.display()))
+}
+
+/// One design on one workload of a [`ProjectSuite`].
+struct TracedRun<'a> {
+    suite: &'a ProjectSuite,
+    system: &'a str,
+    workload: ycsb::Workload,
+    dist: ycsb::Distribution,
+}
+
+impl TracedRun<'_> {
+    /// The workload's name in tables, logs and the points: `A uniform`.
+    fn name(&self) -> String {
+        format!(
+            "{} {}",
+            self.workload.name().to_uppercase(),
+            self.dist.name()
+        )
+    }
+
+    /// The measured run that is traced.
+    fn config(&self) -> crate::RunConfig {
+        let suite = self.suite;
+        crate::RunConfig {
+            system: self.system.to_string(),
+            fabric: "local".into(),
+            dataset: suite.dataset.clone(),
+            workload: self.workload,
+            dist: self.dist,
+            ops: suite.ops,
+            seconds: None,
+            warmup_ops: suite.warmup_ops,
+            threads: suite.threads,
+            pipeline: 1,
+            seed: suite.seed,
+            stream: ycsb::StreamOptions::default(),
+        }
+    }
+
+    /// Runs the workload on `sys` traced (wrong answers fail the suite),
+    /// adds its row to the `measured` table, and projects the trace onto
+    /// each count of client `machines`.
+    fn trace_and_sweep(
+        &self,
+        sys: &dyn crate::Store,
+        machines: &[u32],
+        measured: &mut String,
+        log: &mut dyn FnMut(String),
+    ) -> Result<Vec<SweepPoint>, BenchError> {
+        let (suite, system) = (self.suite, self.system);
+        let rec = suite.spec.recorder();
+        let report = crate::run_traced(
+            sys,
+            suite.keys.clone(),
+            &self.config(),
+            crate::Judge::Full,
+            &crate::Progress::default(),
+            &rec,
+        )?;
+        if report.correctness.errors() > 0 {
+            return Err(BenchError::Client(format!(
+                "{system} {}: wrong answers: {}",
+                self.workload.name(),
+                report.correctness.examples.join("; ")
+            )));
+        }
+        let name = self.name();
+        let trace = rec.into_trace(system, &name);
+        let tf = TraceFigures::of(&trace);
+        measured.push_str(&format!(
+            "| {system} | {name} | {:.3} | {} | {:.3} | {:.3} | {:.3} |\n",
+            report.throughput_ops_per_s / 1e6,
+            tf.ops,
+            tf.round_trips,
+            tf.client_cpu_us,
+            tf.server_cpu_us_per_rpc
+        ));
+        let swept = sweep(&trace, &suite.spec, system, machines)?;
+        log(format!(
+            "{system} {name}: measured {:.3} Mops/s here; projected {} Mops/s with {:?} client machines",
+            report.throughput_ops_per_s / 1e6,
+            swept
+                .iter()
+                .map(|p| format!("{:.2}", p.projected.throughput_ops_per_s / 1e6))
+                .collect::<Vec<_>>()
+                .join(", "),
+            machines
+        ));
+        Ok(swept)
+    }
+}
+
+/// Writes `projection.jsonl`: one JSON line per point.
+fn write_projection_jsonl(suite: &ProjectSuite, points: &[SweepPoint]) -> Result<(), BenchError> {
+    let mut jsonl = String::new();
+    for p in points {
+        jsonl += &serde_json::to_string(p).map_err(|e| BenchError::Config(e.to_string()))?;
+        jsonl.push('\n');
+    }
+    std::fs::write(suite.out.join("projection.jsonl"), jsonl).map_err(out_err(suite))
+}
+
+/// Saves each workload's two sweep figures (PNG and SVG) and returns the
+/// summary's links to them.
+fn figures_markdown(suite: &ProjectSuite, points: &[SweepPoint]) -> Result<String, BenchError> {
+    let mut md = String::new();
     for &(workload, dist) in &suite.workloads {
         let name = format!("{} {}", workload.name().to_uppercase(), dist.name());
         let these: Vec<SweepPoint> = points
@@ -602,8 +664,7 @@ pub fn run_project_suite(
             ));
         }
     }
-    std::fs::write(suite.out.join("summary.md"), md).map_err(io)?;
-    Ok(points)
+    Ok(md)
 }
 
 #[cfg(test)]

@@ -724,142 +724,268 @@ pub fn run_suites(
     validate(options)?;
     let start = Instant::now();
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
-    let results_path = out_dir.join("results.jsonl");
-    let file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .append(options.append)
-        .truncate(!options.append)
-        .open(&results_path)
-        .map_err(io_err(&results_path))?;
-    let mut results = BufWriter::new(file);
+    let mut sink = RowSink::open(out_dir, options.append)?;
     let groups: Vec<Group> = names.iter().flat_map(|&n| plan(n, options)).collect();
-    let total: usize = groups.iter().map(|g| g.runs.len()).sum();
-    let mut rows: Vec<SuiteRow> = Vec::with_capacity(total);
+    sink.total = groups.iter().map(|g| g.runs.len()).sum();
+    sink.rows.reserve(sink.total);
     for group in &groups {
-        let keyset = &options.datasets[group.dataset];
-        on_progress(SuiteEvent::Loading {
-            spec: &group.spec,
-            dataset: &keyset.name,
-            keys: keyset.keys.len(),
-        });
-        let load_start = Instant::now();
-        let pairs: Vec<(u64, u64)> = keyset.keys.iter().map(|&k| (k, value_for(k, 0))).collect();
-        let system = factory(&group.spec, &pairs);
-        drop(pairs);
-        let load_error = system.as_ref().err().map(error_text);
-        let load_failed = system
-            .as_ref()
-            .is_err_and(|e| !matches!(e, BenchError::Config(_)));
-        on_progress(SuiteEvent::Loaded {
-            spec: &group.spec,
-            seconds: load_start.elapsed().as_secs_f64(),
-            error: load_error.as_deref(),
-        });
-        let tracker = match &system {
-            Ok(system) => Some(Tracker::new(&**system, group.keep_clients)),
-            Err(_) => None,
-        };
-        let mut loaded: Arc<[u64]> = keyset.keys.clone();
-        for (position, planned) in group.runs.iter().enumerate() {
-            let mut row = SuiteRow {
-                suite: group.suite,
-                spec: group.spec.clone(),
-                fabric: options.fabric.clone(),
-                dataset: keyset.name.clone(),
-                keys: loaded.len() as u64,
-                threads: options.threads,
-                workload: planned.workload,
-                dist: planned.dist,
-                slice: planned.slice,
-                report: None,
-                error: None,
-                failed: false,
-            };
-            let index = rows.len() + 1;
-            let label = row.label();
-            on_progress(SuiteEvent::Started {
-                index,
-                total,
-                label: &label,
-            });
-            match &tracker {
-                Some(tracker) => {
-                    let config = RunConfig {
-                        system: group.spec.name.clone(),
-                        fabric: options.fabric.clone(),
-                        dataset: keyset.name.clone(),
-                        workload: planned.workload,
-                        dist: planned.dist,
-                        ops: match planned.slice {
-                            Some(_) => (options.ops / u64::from(options.slices)).max(1),
-                            None => options.ops,
-                        },
-                        seconds: None,
-                        warmup_ops: match planned.slice {
-                            Some(_) => 0,
-                            None => options.warmup_ops,
-                        },
-                        threads: options.threads,
-                        pipeline: 1,
-                        seed: options.seed.wrapping_add(position as u64),
-                        stream: Default::default(),
-                    };
-                    let result = run(tracker, loaded.clone(), &config, &Progress::default());
-                    let inserted = tracker.take_inserted();
-                    if !inserted.is_empty() {
-                        loaded = merge_keys(&loaded, inserted);
-                    }
-                    match result {
-                        Ok(report) => row.report = Some(report),
-                        Err(e) => {
-                            row.failed = !matches!(e, BenchError::Config(_));
-                            row.error = Some(error_text(&e));
-                        }
-                    }
-                }
-                None => {
-                    row.failed = load_failed;
-                    row.error = load_error.clone();
-                }
-            }
-            let line = row
-                .to_json_line()
-                .map_err(|e| io_err(&results_path)(std::io::Error::other(e)))?;
-            writeln!(results, "{line}")
-                .and_then(|_| results.flush())
-                .map_err(io_err(&results_path))?;
-            on_progress(SuiteEvent::Finished {
-                index,
-                total,
-                row: &row,
-            });
-            rows.push(row);
-        }
-        // Pooled clients go before the system they talk to.
-        drop(tracker);
-        drop(system);
+        run_group(group, options, factory, &mut sink, on_progress)?;
     }
-    results.flush().map_err(io_err(&results_path))?;
-    drop(results);
+    let (results_path, rows) = sink.close()?;
     let seconds = start.elapsed().as_secs_f64();
     let mut files = vec![results_path];
-    let summary_path = out_dir.join("summary.md");
-    std::fs::write(
-        &summary_path,
-        summary_markdown(names, options, &rows, seconds),
-    )
-    .map_err(io_err(&summary_path))?;
-    files.push(summary_path);
-    for &name in names {
-        let suite_rows: Vec<SuiteRow> = rows.iter().filter(|r| r.suite == name).cloned().collect();
-        files.extend(plot::plot_suite(name, &suite_rows, out_dir)?);
-    }
+    files.extend(write_summary_and_plots(
+        names, options, &rows, seconds, out_dir,
+    )?);
     Ok(SuiteSummary {
         rows,
         files,
         seconds,
     })
+}
+
+/// The rows of a suite as runs end: each is written to `results.jsonl` at
+/// once (so the runs a suite finished survive it) and kept for the summary.
+struct RowSink {
+    results: BufWriter<std::fs::File>,
+    path: PathBuf,
+    rows: Vec<SuiteRow>,
+    /// Runs the suite makes in all (for progress).
+    total: usize,
+}
+
+impl RowSink {
+    /// Opens `out_dir/results.jsonl`, appending or truncating.
+    fn open(out_dir: &Path, append: bool) -> Result<RowSink, SuiteError> {
+        let path = out_dir.join("results.jsonl");
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        Ok(RowSink {
+            results: BufWriter::new(file),
+            path,
+            rows: Vec::new(),
+            total: 0,
+        })
+    }
+
+    /// The 1-based index of the next row.
+    fn next_index(&self) -> usize {
+        self.rows.len() + 1
+    }
+
+    /// Writes and keeps `row`, the run number `index`, and reports it
+    /// finished.
+    fn record(
+        &mut self,
+        row: SuiteRow,
+        index: usize,
+        on_progress: &mut dyn FnMut(SuiteEvent<'_>),
+    ) -> Result<(), SuiteError> {
+        let line = row
+            .to_json_line()
+            .map_err(|e| io_err(&self.path)(std::io::Error::other(e)))?;
+        writeln!(self.results, "{line}")
+            .and_then(|_| self.results.flush())
+            .map_err(io_err(&self.path))?;
+        on_progress(SuiteEvent::Finished {
+            index,
+            total: self.total,
+            row: &row,
+        });
+        self.rows.push(row);
+        Ok(())
+    }
+
+    /// Flushes and closes the results file: its path and the rows.
+    fn close(self) -> Result<(PathBuf, Vec<SuiteRow>), SuiteError> {
+        let RowSink {
+            mut results,
+            path,
+            rows,
+            ..
+        } = self;
+        results.flush().map_err(io_err(&path))?;
+        drop(results);
+        Ok((path, rows))
+    }
+}
+
+/// A group's design as the factory built it, or why it did not.
+struct GroupLoad {
+    system: Result<Box<dyn Store>, BenchError>,
+    /// The load's error message, given to each of the group's rows.
+    error: Option<String>,
+    /// Whether that error is a failure (not an unavailable design).
+    failed: bool,
+}
+
+/// Loads `group`'s design over its key set, reporting the load.
+fn load_group(
+    group: &Group,
+    keyset: &KeySet,
+    factory: &SystemFactory<'_>,
+    on_progress: &mut dyn FnMut(SuiteEvent<'_>),
+) -> GroupLoad {
+    on_progress(SuiteEvent::Loading {
+        spec: &group.spec,
+        dataset: &keyset.name,
+        keys: keyset.keys.len(),
+    });
+    let load_start = Instant::now();
+    let pairs: Vec<(u64, u64)> = keyset.keys.iter().map(|&k| (k, value_for(k, 0))).collect();
+    let system = factory(&group.spec, &pairs);
+    drop(pairs);
+    let error = system.as_ref().err().map(error_text);
+    let failed = system
+        .as_ref()
+        .is_err_and(|e| !matches!(e, BenchError::Config(_)));
+    on_progress(SuiteEvent::Loaded {
+        spec: &group.spec,
+        seconds: load_start.elapsed().as_secs_f64(),
+        error: error.as_deref(),
+    });
+    GroupLoad {
+        system,
+        error,
+        failed,
+    }
+}
+
+/// Loads `group`'s design once and makes its runs in order, a row each;
+/// keys a run inserts join the key set of the runs after it.
+fn run_group(
+    group: &Group,
+    options: &SuiteOptions,
+    factory: &SystemFactory<'_>,
+    sink: &mut RowSink,
+    on_progress: &mut dyn FnMut(SuiteEvent<'_>),
+) -> Result<(), SuiteError> {
+    let keyset = &options.datasets[group.dataset];
+    let load = load_group(group, keyset, factory, on_progress);
+    let tracker = match &load.system {
+        Ok(system) => Some(Tracker::new(&**system, group.keep_clients)),
+        Err(_) => None,
+    };
+    let mut loaded: Arc<[u64]> = keyset.keys.clone();
+    for (position, planned) in group.runs.iter().enumerate() {
+        let mut row = SuiteRow {
+            suite: group.suite,
+            spec: group.spec.clone(),
+            fabric: options.fabric.clone(),
+            dataset: keyset.name.clone(),
+            keys: loaded.len() as u64,
+            threads: options.threads,
+            workload: planned.workload,
+            dist: planned.dist,
+            slice: planned.slice,
+            report: None,
+            error: None,
+            failed: false,
+        };
+        let index = sink.next_index();
+        let label = row.label();
+        on_progress(SuiteEvent::Started {
+            index,
+            total: sink.total,
+            label: &label,
+        });
+        match &tracker {
+            Some(tracker) => {
+                let config = run_config(group, keyset, options, planned, position);
+                loaded = measure(tracker, &config, loaded, &mut row);
+            }
+            None => {
+                row.failed = load.failed;
+                row.error = load.error.clone();
+            }
+        }
+        sink.record(row, index, on_progress)?;
+    }
+    // Pooled clients go before the system they talk to.
+    drop(tracker);
+    drop(load);
+    Ok(())
+}
+
+/// The run of `planned`, the run number `position` of `group`: a slice of
+/// a timeline gets its share of the operations and no warm-up.
+fn run_config(
+    group: &Group,
+    keyset: &KeySet,
+    options: &SuiteOptions,
+    planned: &PlannedRun,
+    position: usize,
+) -> RunConfig {
+    RunConfig {
+        system: group.spec.name.clone(),
+        fabric: options.fabric.clone(),
+        dataset: keyset.name.clone(),
+        workload: planned.workload,
+        dist: planned.dist,
+        ops: match planned.slice {
+            Some(_) => (options.ops / u64::from(options.slices)).max(1),
+            None => options.ops,
+        },
+        seconds: None,
+        warmup_ops: match planned.slice {
+            Some(_) => 0,
+            None => options.warmup_ops,
+        },
+        threads: options.threads,
+        pipeline: 1,
+        seed: options.seed.wrapping_add(position as u64),
+        stream: Default::default(),
+    }
+}
+
+/// Makes the run `config` over the `loaded` keys into `row` (its report,
+/// or its error); returns the keys loaded after it (with its inserts).
+fn measure(
+    tracker: &Tracker<'_>,
+    config: &RunConfig,
+    mut loaded: Arc<[u64]>,
+    row: &mut SuiteRow,
+) -> Arc<[u64]> {
+    let result = run(tracker, loaded.clone(), config, &Progress::default());
+    let inserted = tracker.take_inserted();
+    if !inserted.is_empty() {
+        loaded = merge_keys(&loaded, inserted);
+    }
+    match result {
+        Ok(report) => row.report = Some(report),
+        Err(e) => {
+            row.failed = !matches!(e, BenchError::Config(_));
+            row.error = Some(error_text(&e));
+        }
+    }
+    loaded
+}
+
+/// Writes `summary.md` and each suite's plots: their paths.
+fn write_summary_and_plots(
+    names: &[SuiteName],
+    options: &SuiteOptions,
+    rows: &[SuiteRow],
+    seconds: f64,
+    out_dir: &Path,
+) -> Result<Vec<PathBuf>, SuiteError> {
+    let summary_path = out_dir.join("summary.md");
+    std::fs::write(
+        &summary_path,
+        summary_markdown(names, options, rows, seconds),
+    )
+    .map_err(io_err(&summary_path))?;
+    let mut files = vec![summary_path];
+    for &name in names {
+        let suite_rows: Vec<SuiteRow> = rows.iter().filter(|r| r.suite == name).cloned().collect();
+        files.extend(plot::plot_suite(name, &suite_rows, out_dir)?);
+    }
+    Ok(files)
 }
 
 fn validate(o: &SuiteOptions) -> Result<(), SuiteError> {
@@ -1082,12 +1208,31 @@ pub fn summary_markdown(
     seconds: f64,
 ) -> String {
     let mut md = String::from("# Benchmark suites\n\n");
+    md += &summary_intro(names, options, rows, seconds);
+    for &name in names {
+        let suite_rows = table_order(name, rows);
+        if suite_rows.is_empty() {
+            continue;
+        }
+        md += &format!("\n## {name}\n\n");
+        md += &suite_table(name == SuiteName::Dynamic, &suite_rows);
+    }
+    md
+}
+
+/// The summary's opening line: what ran, over what, and how it went.
+fn summary_intro(
+    names: &[SuiteName],
+    options: &SuiteOptions,
+    rows: &[SuiteRow],
+    seconds: f64,
+) -> String {
     let datasets: Vec<String> = options
         .datasets
         .iter()
         .map(|d| format!("{} ({} keys)", d.name, d.keys.len()))
         .collect();
-    md += &format!(
+    format!(
         "Suites {}; key sets {}; {} ops per run{}; {} threads; fabric {}; \
          {} runs ({} unsupported, {} failed, {} with mismatches) in {:.1} s.\n",
         names
@@ -1111,75 +1256,82 @@ pub fn summary_markdown(
         rows.iter().filter(|r| r.failed).count(),
         rows.iter().filter(|r| r.mismatches() > 0).count(),
         seconds
-    );
-    for &name in names {
-        let mut suite_rows: Vec<&SuiteRow> = rows.iter().filter(|r| r.suite == name).collect();
-        if name == SuiteName::Ycsb {
-            // Run order puts D and E last; the table reads A to F.
-            let systems: Vec<String> = {
-                let mut seen: Vec<String> = Vec::new();
-                for r in &suite_rows {
-                    if !seen.contains(&r.spec.label()) {
-                        seen.push(r.spec.label());
-                    }
+    )
+}
+
+/// The rows of suite `name` in table order: run order, except that `ycsb`
+/// reads A to F per design (its runs put D and E last).
+fn table_order(name: SuiteName, rows: &[SuiteRow]) -> Vec<&SuiteRow> {
+    let mut suite_rows: Vec<&SuiteRow> = rows.iter().filter(|r| r.suite == name).collect();
+    if name == SuiteName::Ycsb {
+        let systems: Vec<String> = {
+            let mut seen: Vec<String> = Vec::new();
+            for r in &suite_rows {
+                if !seen.contains(&r.spec.label()) {
+                    seen.push(r.spec.label());
                 }
-                seen
-            };
-            suite_rows.sort_by_key(|r| {
-                (
-                    systems.iter().position(|s| *s == r.spec.label()),
-                    r.dataset.clone(),
-                    r.workload.name(),
-                    r.dist,
-                )
-            });
-        }
-        if suite_rows.is_empty() {
-            continue;
-        }
-        md += &format!("\n## {name}\n\n");
-        let slices = name == SuiteName::Dynamic;
-        md += "| system | dataset | workload | dist |";
-        if slices {
-            md += " slice |";
-        }
-        md += " Mops/s | RTT/op | RTT/GET | client cache B | fallback % | mismatches | stale reads | lost writes | error |\n";
-        md += "|---|---|---|---|";
-        if slices {
-            md += "---:|";
-        }
-        md += "---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
-        for r in suite_rows {
-            let opt =
-                |v: Option<f64>, p: usize| v.map_or("–".to_string(), |v| format!("{v:.p$}"));
-            let rep = r.report.as_ref();
-            md += &format!(
-                "| {} | {} | {} | {} |",
-                r.spec.label(),
-                r.dataset,
-                r.workload.name().to_uppercase(),
-                r.dist.name()
-            );
-            if slices {
-                md += &format!(" {} |", r.slice.unwrap_or(0));
             }
-            md += &format!(
-                " {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                opt(rep.map(|r| r.throughput_ops_per_s / 1e6), 3),
-                opt(rep.map(|r| r.per_op.round_trips), 3),
-                opt(rep.and_then(|r| r.per_get.map(|g| g.round_trips)), 3),
-                rep.and_then(|r| r.client_cache_bytes)
-                    .map_or("–".to_string(), |b| b.to_string()),
-                opt(rep.and_then(|r| r.fallback_rate.map(|f| f * 100.0)), 3),
-                rep.map_or("–".to_string(), |r| r.correctness.mismatches.to_string()),
-                rep.map_or("–".to_string(), |r| r.correctness.stale_reads.to_string()),
-                rep.map_or("–".to_string(), |r| r.correctness.lost_writes.to_string()),
-                r.error
-                    .as_deref()
-                    .map_or(String::new(), |e| e.replace('|', "\\|").replace('\n', " ")),
-            );
-        }
+            seen
+        };
+        suite_rows.sort_by_key(|r| {
+            (
+                systems.iter().position(|s| *s == r.spec.label()),
+                r.dataset.clone(),
+                r.workload.name(),
+                r.dist,
+            )
+        });
     }
+    suite_rows
+}
+
+/// One suite's markdown table; `slices` adds the slice column.
+fn suite_table(slices: bool, rows: &[&SuiteRow]) -> String {
+    let mut md = String::from("| system | dataset | workload | dist |");
+    if slices {
+        md += " slice |";
+    }
+    md += " Mops/s | RTT/op | RTT/GET | client cache B | fallback % | mismatches | stale reads | lost writes | error |\n";
+    md += "|---|---|---|---|";
+    if slices {
+        md += "---:|";
+    }
+    md += "---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+    for r in rows {
+        md += &table_row(slices, r);
+    }
+    md
+}
+
+/// One row of a suite's table (`–` where the run has no figure).
+fn table_row(slices: bool, r: &SuiteRow) -> String {
+    let opt = |v: Option<f64>, p: usize| v.map_or("–".to_string(), |v| format!("{v:.p$}"));
+    let rep = r.report.as_ref();
+    let mut md = format!(
+        "| {} | {} | {} | {} |",
+        r.spec.label(),
+        r.dataset,
+        r.workload.name().to_uppercase(),
+        r.dist.name()
+    );
+    if slices {
+        md += &format!(" {} |", r.slice.unwrap_or(0));
+    }
+    md += &format!(
+        " {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+        opt(rep.map(|r| r.throughput_ops_per_s / 1e6), 3),
+        opt(rep.map(|r| r.per_op.round_trips), 3),
+        opt(rep.and_then(|r| r.per_get.map(|g| g.round_trips)), 3),
+        rep.and_then(|r| r.client_cache_bytes)
+            .map_or("–".to_string(), |b| b.to_string()),
+        opt(rep.and_then(|r| r.fallback_rate.map(|f| f * 100.0)), 3),
+        rep.map_or("–".to_string(), |r| r.correctness.mismatches.to_string()),
+        rep.map_or("–".to_string(), |r| r.correctness.stale_reads.to_string()),
+        rep.map_or("–".to_string(), |r| r.correctness.lost_writes.to_string()),
+        r.error
+            .as_deref()
+            .map_or(String::new(), |e| e.replace('|', "\\|").replace('\n', " ")),
+    );
     md
 }
 
