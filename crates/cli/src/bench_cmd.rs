@@ -544,6 +544,105 @@ fn run_side_by_side(args: &BenchArgs, list: &str) -> Result<()> {
 /// One system's run (`--system NAME`): its report, or an error that also
 /// covers wrong reads.
 fn run_one(args: &BenchArgs) -> Result<bench::Report> {
+    let plan = plan_run(args)?;
+    let system_name = plan.system_name;
+    let as_found = plan.as_found;
+    // As found, the keys are the server's, read below.
+    let keys = if as_found {
+        Vec::new()
+    } else {
+        args.keys.load()?
+    };
+    let cluster = args
+        .cluster
+        .as_deref()
+        .map(|url| {
+            bench::ClusterSystem::new(url, args.token.resolve()?, plan.cache, args.get_reads)
+                .with_context(|| format!("reaching the cluster at {url}"))
+        })
+        .transpose()?;
+    let shares = cluster.as_ref().map(|c| c.shares());
+    // The servers must be the design asked for, and (unless as found)
+    // hold this run's key set: a mismatch is refused here in one line,
+    // not reported as thousands of lost writes.
+    let servers = servers_of(args, plan.remote.as_deref(), cluster.as_ref())?;
+    if !servers.is_empty() {
+        let token = args.token.resolve()?;
+        check_servers(
+            &servers,
+            token.as_deref(),
+            system_name,
+            (!as_found).then_some(&keys[..]),
+            &args.keys,
+        )?;
+    }
+    let system = open_system(args, &plan, cluster, &keys)?;
+    let keys = if as_found {
+        let keys = snapshot_keys(&*system)?;
+        eprintln!("--data existing: the server holds {} keys", keys.len());
+        keys
+    } else {
+        keys
+    };
+    let loaded: Arc<[u64]> = keys.into();
+    let config = run_config(args, &plan, shares.is_some());
+    let pb = progress::bar(args.ops, "run");
+    let (report, history) = measure(args, &plan, &*system, loaded, &config, &pb)?;
+    if let Some(shares) = &shares {
+        let per = shares.snapshot();
+        let total: u64 = per.values().sum::<u64>().max(1);
+        let line: Vec<String> = per
+            .iter()
+            .map(|(id, n)| format!("{id} {n} ({:.1} %)", *n as f64 * 100.0 / total as f64))
+            .collect();
+        eprintln!("requests per server: {}", line.join(", "));
+    }
+    if let (Some(path), Some(history)) = (&args.history, history) {
+        history.write(path)?;
+        eprintln!(
+            "history of {} operations written to {} (check it with: xstore check {})",
+            history.ops.len(),
+            path.display(),
+            path.display()
+        );
+    }
+    pb.finish_and_clear();
+    write_report(args, &report)?;
+    verdict(&report, as_found)?;
+    Ok(report)
+}
+
+/// What [`run_one`] settles from its flags alone, before it loads keys or
+/// reaches a server: every flag error is one line here.
+struct Plan<'a> {
+    system_name: &'a str,
+    cache_bytes: Option<u64>,
+    project: Option<bench::project::ProjectSpec>,
+    /// The server URLs of `--fabric tcp|shm|rdma` (none locally or with
+    /// `--cluster`).
+    remote: Option<Vec<fabric::Url>>,
+    workload: Workload,
+    dist: Distribution,
+    stream: ycsb::StreamOptions,
+    cache: CacheMode,
+    /// `--data existing`: the run benches the data a server holds.
+    as_found: bool,
+}
+
+impl Plan<'_> {
+    /// The system as [`local_system`] and [`system_options`] take it.
+    fn spec(&self, args: &BenchArgs) -> SystemSpec {
+        SystemSpec {
+            name: self.system_name.to_string(),
+            cache: self.cache,
+            get_reads: args.get_reads,
+            cache_bytes: self.cache_bytes,
+        }
+    }
+}
+
+/// Parses and cross-checks `args` for one run.
+fn plan_run(args: &BenchArgs) -> Result<Plan<'_>> {
     let system_name = args
         .system
         .as_deref()
@@ -559,37 +658,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     if project.is_some() {
         bench::project::traceable(system_name)?;
     }
-    let remote = match (args.fabric.as_str(), &args.server) {
-        _ if args.cluster.is_some() => None,
-        ("local", None) => None,
-        ("local", Some(_)) => bail!("--server goes with --fabric tcp, shm or rdma"),
-        ("tcp" | "shm" | "rdma", Some(list)) => {
-            // Several URLs: the memory nodes of one ROLEX pool.
-            let mut urls = Vec::new();
-            for url in list.split(',').map(str::trim) {
-                let url: fabric::Url = url.parse()?;
-                let matches = matches!(
-                    (&url, args.fabric.as_str()),
-                    (fabric::Url::Tcp(_), "tcp")
-                        | (fabric::Url::Shm(_), "shm")
-                        | (fabric::Url::Rdma(_), "rdma")
-                );
-                if !matches {
-                    bail!(
-                        "--fabric {} does not match the server URL {url:?}",
-                        args.fabric
-                    );
-                }
-                urls.push(url);
-            }
-            Some(urls)
-        }
-        ("tcp" | "shm" | "rdma", None) => bail!(
-            "--fabric {} needs --server URL of a running xstore server",
-            args.fabric
-        ),
-        (other, _) => bail!("unknown --fabric '{other}' (available: local, tcp, shm, rdma)"),
-    };
+    let remote = remote_urls(args)?;
     let workload: Workload = args.workload.parse()?;
     let dist: Distribution = match &args.dist {
         Some(d) => d.parse()?,
@@ -621,25 +690,62 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     if as_found && args.history.is_some() {
         bail!("--history records a run from a known load, not --data existing");
     }
-    // As found, the keys are the server's, read below.
-    let keys = if as_found {
-        Vec::new()
-    } else {
-        args.keys.load()?
-    };
-    let cluster = args
-        .cluster
-        .as_deref()
-        .map(|url| {
-            bench::ClusterSystem::new(url, args.token.resolve()?, cache, args.get_reads)
-                .with_context(|| format!("reaching the cluster at {url}"))
-        })
-        .transpose()?;
-    let shares = cluster.as_ref().map(|c| c.shares());
-    // The servers must be the design asked for, and (unless as found)
-    // hold this run's key set: a mismatch is refused here in one line,
-    // not reported as thousands of lost writes.
-    let servers: Vec<(String, fabric::Url)> = match (&remote, &cluster) {
+    Ok(Plan {
+        system_name,
+        cache_bytes,
+        project,
+        remote,
+        workload,
+        dist,
+        stream,
+        cache,
+        as_found,
+    })
+}
+
+/// The server URLs `--fabric` and `--server` name, each of that fabric.
+fn remote_urls(args: &BenchArgs) -> Result<Option<Vec<fabric::Url>>> {
+    Ok(match (args.fabric.as_str(), &args.server) {
+        _ if args.cluster.is_some() => None,
+        ("local", None) => None,
+        ("local", Some(_)) => bail!("--server goes with --fabric tcp, shm or rdma"),
+        ("tcp" | "shm" | "rdma", Some(list)) => {
+            // Several URLs: the memory nodes of one ROLEX pool.
+            let mut urls = Vec::new();
+            for url in list.split(',').map(str::trim) {
+                let url: fabric::Url = url.parse()?;
+                let matches = matches!(
+                    (&url, args.fabric.as_str()),
+                    (fabric::Url::Tcp(_), "tcp")
+                        | (fabric::Url::Shm(_), "shm")
+                        | (fabric::Url::Rdma(_), "rdma")
+                );
+                if !matches {
+                    bail!(
+                        "--fabric {} does not match the server URL {url:?}",
+                        args.fabric
+                    );
+                }
+                urls.push(url);
+            }
+            Some(urls)
+        }
+        ("tcp" | "shm" | "rdma", None) => bail!(
+            "--fabric {} needs --server URL of a running xstore server",
+            args.fabric
+        ),
+        (other, _) => bail!("unknown --fabric '{other}' (available: local, tcp, shm, rdma)"),
+    })
+}
+
+/// The servers to check before a run, each with the name messages give it:
+/// a cluster's members, or the `--server` URLs.
+fn servers_of(
+    args: &BenchArgs,
+    remote: Option<&[fabric::Url]>,
+    cluster: Option<&bench::ClusterSystem>,
+) -> Result<Vec<(String, fabric::Url)>> {
+    Ok(match (remote, cluster) {
         (_, Some(c)) => c
             .member_urls()?
             .into_iter()
@@ -651,85 +757,83 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
             .map(|(u, s)| (s.trim().to_string(), u.clone()))
             .collect(),
         (None, None) => Vec::new(),
-    };
-    if !servers.is_empty() {
-        let token = args.token.resolve()?;
-        check_servers(
-            &servers,
-            token.as_deref(),
-            system_name,
-            (!as_found).then_some(&keys[..]),
-            &args.keys,
-        )?;
+    })
+}
+
+/// The system under test: the cluster, the running servers, or one loaded
+/// with `keys` in this process.
+fn open_system(
+    args: &BenchArgs,
+    plan: &Plan,
+    cluster: Option<bench::ClusterSystem>,
+    keys: &[u64],
+) -> Result<Box<dyn Store>> {
+    if let Some(cluster) = cluster {
+        return Ok(Box::new(cluster));
     }
-    let system: Box<dyn Store> = match remote {
-        _ if cluster.is_some() => Box::new(cluster.expect("checked")),
-        Some(urls) => {
-            let spec = SystemSpec {
-                name: system_name.to_string(),
-                cache,
-                get_reads: args.get_reads,
-                cache_bytes,
-            };
-            let options = system_options(args, &spec)?;
-            let token = args.token.resolve()?;
-            bench::system::connect_all(system_name, &urls, token.as_deref(), &options)?
-        }
-        None => {
-            let pairs: Vec<(u64, u64)> =
-                keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-            let spinner = progress::bar(1, "load");
-            spinner.enable_steady_tick(Duration::from_millis(200));
-            let spec = SystemSpec {
-                name: system_name.to_string(),
-                cache,
-                get_reads: args.get_reads,
-                cache_bytes,
-            };
-            let system = local_system(args, &spec, &pairs).context("loading the server")?;
-            spinner.finish_and_clear();
-            system
-        }
-    };
-    let keys = if as_found {
-        let keys = snapshot_keys(&*system)?;
-        eprintln!("--data existing: the server holds {} keys", keys.len());
-        keys
-    } else {
-        keys
-    };
-    let loaded: Arc<[u64]> = keys.into();
-    let judge = match (args.no_judge, as_found) {
-        (true, _) => bench::Judge::Off,
-        (false, true) => bench::Judge::AsFound,
-        (false, false) => bench::Judge::Full,
-    };
-    let config = RunConfig {
-        system: system_name.to_string(),
-        fabric: if shares.is_some() {
+    if let Some(urls) = &plan.remote {
+        let options = system_options(args, &plan.spec(args))?;
+        let token = args.token.resolve()?;
+        return Ok(bench::system::connect_all(
+            plan.system_name,
+            urls,
+            token.as_deref(),
+            &options,
+        )?);
+    }
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let spinner = progress::bar(1, "load");
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    let system = local_system(args, &plan.spec(args), &pairs).context("loading the server")?;
+    spinner.finish_and_clear();
+    Ok(system)
+}
+
+/// The run's configuration, as its report names it.
+fn run_config(args: &BenchArgs, plan: &Plan, cluster: bool) -> RunConfig {
+    RunConfig {
+        system: plan.system_name.to_string(),
+        fabric: if cluster {
             "tcp".to_string()
         } else {
             args.fabric.clone()
         },
-        dataset: if as_found {
+        dataset: if plan.as_found {
             "existing".to_string()
         } else {
             args.keys.name()
         },
-        workload,
-        dist,
+        workload: plan.workload,
+        dist: plan.dist,
         ops: args.ops,
         seconds: args.seconds,
         warmup_ops: args.warmup,
         threads: args.threads,
         pipeline: args.pipeline,
         seed: args.op_seed.unwrap_or(args.keys.seed),
-        stream,
+        stream: plan.stream,
+    }
+}
+
+/// Runs `config` on `system` with `pb` following it: recorded with
+/// `--history`, traced and projected with `--project`, judged as the
+/// flags say.
+fn measure(
+    args: &BenchArgs,
+    plan: &Plan,
+    system: &dyn Store,
+    loaded: Arc<[u64]>,
+    config: &RunConfig,
+    pb: &indicatif::ProgressBar,
+) -> Result<(bench::Report, Option<bench::history::History>)> {
+    let judge = match (args.no_judge, plan.as_found) {
+        (true, _) => bench::Judge::Off,
+        (false, true) => bench::Judge::AsFound,
+        (false, false) => bench::Judge::Full,
     };
-    let recorder = project.as_ref().map(|p| p.recorder());
+    let recorder = plan.project.as_ref().map(|p| p.recorder());
     let live = Progress::default();
     let total = args.ops;
-    let pb = progress::bar(total, "run");
     let done = AtomicBool::new(false);
     let report = std::thread::scope(|s| {
         s.spawn(|| {
@@ -739,22 +843,22 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
             }
         });
         let r = match &args.history {
-            Some(_) => bench::run_recorded(&*system, loaded.clone(), &config, &live)
+            Some(_) => bench::run_recorded(system, loaded.clone(), config, &live)
                 .map(|(r, h)| (r, Some(h))),
             None => match &recorder {
-                Some(rec) => {
-                    bench::run_traced(&*system, loaded.clone(), &config, judge, &live, rec)
-                        .map(|r| (r, None))
-                }
-                None => bench::run_with(&*system, loaded.clone(), &config, judge, &live)
+                Some(rec) => bench::run_traced(system, loaded.clone(), config, judge, &live, rec)
                     .map(|r| (r, None)),
+                None => {
+                    bench::run_with(system, loaded.clone(), config, judge, &live).map(|r| (r, None))
+                }
             },
         };
         done.store(true, Ordering::Relaxed);
         r
     })?;
     let (mut report, history) = report;
-    if let (Some(spec), Some(rec)) = (&project, recorder) {
+    if let (Some(spec), Some(rec)) = (&plan.project, recorder) {
+        let system_name = plan.system_name;
         let workload = format!("{} / {}", report.workload, report.dist);
         let mut trace = rec.into_trace(system_name, &workload);
         bench::project::fill_remote_server_cpu(&mut trace, &report);
@@ -769,25 +873,11 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         }
         report.projected = Some(bench::project::project(&trace, spec, system_name)?);
     }
-    if let Some(shares) = &shares {
-        let per = shares.snapshot();
-        let total: u64 = per.values().sum::<u64>().max(1);
-        let line: Vec<String> = per
-            .iter()
-            .map(|(id, n)| format!("{id} {n} ({:.1} %)", *n as f64 * 100.0 / total as f64))
-            .collect();
-        eprintln!("requests per server: {}", line.join(", "));
-    }
-    if let (Some(path), Some(history)) = (&args.history, history) {
-        history.write(path)?;
-        eprintln!(
-            "history of {} operations written to {} (check it with: xstore check {})",
-            history.ops.len(),
-            path.display(),
-            path.display()
-        );
-    }
-    pb.finish_and_clear();
+    Ok((report, history))
+}
+
+/// The table (to stderr when the JSON goes to stdout) and `--json`.
+fn write_report(args: &BenchArgs, report: &bench::Report) -> Result<()> {
     let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     if json_to_stdout {
         eprint!("{}", report.table());
@@ -795,7 +885,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         print!("{}", report.table());
     }
     if let Some(path) = &args.json {
-        let json = serde_json::to_string(&report)?;
+        let json = serde_json::to_string(report)?;
         if json_to_stdout {
             println!("{json}");
         } else if args.append {
@@ -810,6 +900,11 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
                 .with_context(|| format!("writing {}", path.display()))?;
         }
     }
+    Ok(())
+}
+
+/// Fails the run on any wrong answer, after the report is out.
+fn verdict(report: &bench::Report, as_found: bool) -> Result<()> {
     let c = &report.correctness;
     if as_found {
         eprintln!(
@@ -826,7 +921,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
             c.examples.join("; ")
         );
     }
-    Ok(report)
+    Ok(())
 }
 
 /// The designs a cluster runs, for messages.

@@ -315,116 +315,115 @@ struct Shared {
     loaded: RwLock<crate::proto::LoadedKeys>,
 }
 
-/// A running XStore server.
-pub struct Server {
-    shared: Arc<Shared>,
-    trainers: Vec<JoinHandle<()>>,
+/// The tree's configuration from the server's, refusing what cannot run:
+/// no sub-model keys, leaf slots out of range, a byte budget below one leaf.
+fn tree_config(config: &ServerConfig) -> Result<XTreeConfig, ServerError> {
+    config.validate()?;
+    if config.submodel_keys == 0 {
+        return Err(ServerError::Config(
+            "submodel_keys must be at least 1".into(),
+        ));
+    }
+    let layout = xtree::LeafLayout::new(config.leaf_slots).ok_or_else(|| {
+        ServerError::Config(format!("leaf slots out of range: {}", config.leaf_slots))
+    })?;
+    let by_bytes = config.max_leaf_bytes.map(|b| {
+        let leaves = b / xtree::leaf::Leaves::block_bytes_of(layout);
+        leaves.min(xtree::MAX_LEAVES as u64) as u32
+    });
+    let max_leaves = match (config.max_leaves, by_bytes) {
+        (_, Some(0)) => {
+            return Err(ServerError::Config(
+                "max_leaf_bytes is smaller than one leaf".into(),
+            ))
+        }
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(XTreeConfig {
+        leaf_slots: config.leaf_slots,
+        max_leaves,
+        chunk_leaves: config.chunk_leaves,
+        inner_fanout: config.inner_fanout,
+        mirror_inner: config.mirror_inner.then_some(INNER_REGION),
+        ..XTreeConfig::default()
+    })
 }
 
-impl std::fmt::Debug for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server")
-            .field("stats", &self.stats())
-            .finish()
+/// What a server with a log found on disk before it loads its tree.
+struct Recovered {
+    /// The pairs on disk, unless the directory was fresh.
+    pairs: Option<Vec<(u64, u64)>>,
+    /// The LSN the log goes on from.
+    next_lsn: u64,
+    report: Option<crate::durable::RecoveryReport>,
+    /// Held from recovery on, then kept by the log.
+    lock: Option<wal::DirLock>,
+}
+
+impl Recovered {
+    /// With a log, the state on disk wins over the initial key set.
+    /// Recovery holds the directory lock, which the log then keeps: no
+    /// other server can start on this directory meanwhile.
+    fn from_disk(config: &ServerConfig, pairs: &[(u64, u64)]) -> Result<Recovered, ServerError> {
+        let Some(d) = &config.durability else {
+            return Ok(Recovered {
+                pairs: None,
+                next_lsn: 1,
+                report: None,
+                lock: None,
+            });
+        };
+        let (lock, (pairs_on_disk, next_lsn, report)) = crate::durable::Durable::recover(d)?;
+        if !report.fresh && !pairs.is_empty() {
+            tracing::warn!("the data directory holds state; the initial key set is ignored");
+        }
+        tracing::info!(?report, "recovered");
+        Ok(Recovered {
+            pairs: (!report.fresh).then_some(pairs_on_disk),
+            next_lsn,
+            report: Some(report),
+            lock: Some(lock),
+        })
     }
 }
 
-impl Server {
-    /// Bulk-loads `pairs` (strictly increasing keys), trains the first
-    /// model, registers the regions and starts the training threads.
-    pub fn start(
-        config: ServerConfig,
-        pairs: &[(u64, u64)],
+/// Opens the log on the loaded `tree`, taking over the directory lock
+/// recovery held (none without a log).
+fn start_log(
+    config: &ServerConfig,
+    report: Option<&crate::durable::RecoveryReport>,
+    lock: Option<wal::DirLock>,
+    next_lsn: u64,
+    tree: &Arc<XTree>,
+) -> Result<Option<crate::durable::Durable>, ServerError> {
+    Ok(match (&config.durability, report, lock) {
+        (Some(d), Some(r), Some(lock)) => Some(crate::durable::Durable::start(
+            d,
+            lock,
+            next_lsn,
+            tree.clone(),
+            r.fresh,
+            Reply::Status(Status::Unavailable).to_vec(),
+        )?),
+        _ => None,
+    })
+}
+
+impl Shared {
+    /// The state a server shares with its training threads, model version 1
+    /// published.
+    fn new(
+        tree: Arc<XTree>,
+        published: Arc<Published>,
         registrar: Arc<dyn RegionHost>,
-    ) -> Result<Server, ServerError> {
-        config.validate()?;
-        if config.submodel_keys == 0 {
-            return Err(ServerError::Config(
-                "submodel_keys must be at least 1".into(),
-            ));
-        }
-        let layout = xtree::LeafLayout::new(config.leaf_slots).ok_or_else(|| {
-            ServerError::Config(format!("leaf slots out of range: {}", config.leaf_slots))
-        })?;
-        let by_bytes = config.max_leaf_bytes.map(|b| {
-            let leaves = b / xtree::leaf::Leaves::block_bytes_of(layout);
-            leaves.min(xtree::MAX_LEAVES as u64) as u32
-        });
-        let max_leaves = match (config.max_leaves, by_bytes) {
-            (_, Some(0)) => {
-                return Err(ServerError::Config(
-                    "max_leaf_bytes is smaller than one leaf".into(),
-                ))
-            }
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let tree_config = XTreeConfig {
-            leaf_slots: config.leaf_slots,
-            max_leaves,
-            chunk_leaves: config.chunk_leaves,
-            inner_fanout: config.inner_fanout,
-            mirror_inner: config.mirror_inner.then_some(INNER_REGION),
-            ..XTreeConfig::default()
-        };
-        // With a log, the state on disk wins over the initial key set.
-        // Recovery holds the directory lock, which the log then keeps: no
-        // other server can start on this directory meanwhile.
-        let (recovered, next_lsn, recovery, dir_lock) = match &config.durability {
-            Some(d) => {
-                let (lock, (pairs_on_disk, next_lsn, report)) =
-                    crate::durable::Durable::recover(d)?;
-                if !report.fresh && !pairs.is_empty() {
-                    tracing::warn!(
-                        "the data directory holds state; the initial key set is ignored"
-                    );
-                }
-                tracing::info!(?report, "recovered");
-                let recovered = (!report.fresh).then_some(pairs_on_disk);
-                (recovered, next_lsn, Some(report), Some(lock))
-            }
-            None => (None, 1, None, None),
-        };
-        let pairs: &[(u64, u64)] = recovered.as_deref().unwrap_or(pairs);
-        let alloc = |id, bytes, rights| registrar.alloc(id, bytes, rights);
-        let tree = Arc::new(XTree::bulk_load_with(
-            &tree_config,
-            pairs,
-            config.fill,
-            &mut |_| {},
-            Arc::new(RegistrarSink(registrar.clone())),
-        )?);
-        if let Some(mirror) = tree.mirror_region() {
-            registrar.register(mirror)?;
-        }
-        let durable = match (&config.durability, &recovery, dir_lock) {
-            (Some(d), Some(r), Some(lock)) => Some(crate::durable::Durable::start(
-                d,
-                lock,
-                next_lsn,
-                tree.clone(),
-                r.fresh,
-                Reply::Status(Status::Unavailable).to_vec(),
-            )?),
-            _ => None,
-        };
-        let m = config.submodels.unwrap_or_else(|| {
-            (pairs.len() as u64 / config.submodel_keys).clamp(1, learned::MAX_SUBMODELS as u64)
-                as u32
-        });
-        // The whole-model training runs on as many threads as the
-        // background training will (at least one): the model is the same.
-        let model = XModel::train(
-            &collect_leaves(&tree)?,
-            tree.layout().slots(),
-            TrainParams::new(m).with_threads(config.train_threads.max(1)),
-        )?;
-        let published = Arc::new(Published::new(1, model, &alloc)?);
-        registrar.register(published.tt_region.clone())?;
-        registrar.register(published.sub_region.clone())?;
+        durable: Option<crate::durable::Durable>,
+        recovery: Option<crate::durable::RecoveryReport>,
+        config: ServerConfig,
+    ) -> Arc<Shared> {
         let (jobs, queue) = crossbeam_channel::unbounded();
         let (close, closed) = crossbeam_channel::bounded(0);
-        let shared = Arc::new(Shared {
+        Arc::new(Shared {
             tree,
             current: RwLock::new(published),
             previous: Mutex::new(None),
@@ -447,7 +446,67 @@ impl Server {
             fence: RwLock::new(None),
             loaded: RwLock::new(crate::proto::LoadedKeys::default()),
             config,
+        })
+    }
+}
+
+/// A running XStore server.
+pub struct Server {
+    shared: Arc<Shared>,
+    trainers: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Server {
+    /// Bulk-loads `pairs` (strictly increasing keys), trains the first
+    /// model, registers the regions and starts the training threads.
+    pub fn start(
+        config: ServerConfig,
+        pairs: &[(u64, u64)],
+        registrar: Arc<dyn RegionHost>,
+    ) -> Result<Server, ServerError> {
+        let tree_config = tree_config(&config)?;
+        let Recovered {
+            pairs: on_disk,
+            next_lsn,
+            report,
+            lock,
+        } = Recovered::from_disk(&config, pairs)?;
+        let pairs: &[(u64, u64)] = on_disk.as_deref().unwrap_or(pairs);
+        let alloc = |id, bytes, rights| registrar.alloc(id, bytes, rights);
+        let tree = Arc::new(XTree::bulk_load_with(
+            &tree_config,
+            pairs,
+            config.fill,
+            &mut |_| {},
+            Arc::new(RegistrarSink(registrar.clone())),
+        )?);
+        if let Some(mirror) = tree.mirror_region() {
+            registrar.register(mirror)?;
+        }
+        let durable = start_log(&config, report.as_ref(), lock, next_lsn, &tree)?;
+        let m = config.submodels.unwrap_or_else(|| {
+            (pairs.len() as u64 / config.submodel_keys).clamp(1, learned::MAX_SUBMODELS as u64)
+                as u32
         });
+        // The whole-model training runs on as many threads as the
+        // background training will (at least one): the model is the same.
+        let model = XModel::train(
+            &collect_leaves(&tree)?,
+            tree.layout().slots(),
+            TrainParams::new(m).with_threads(config.train_threads.max(1)),
+        )?;
+        let published = Arc::new(Published::new(1, model, &alloc)?);
+        registrar.register(published.tt_region.clone())?;
+        registrar.register(published.sub_region.clone())?;
+        let shared = Shared::new(tree, published, registrar, durable, report, config);
         if let Some(d) = &shared.durable {
             // Splits made when a `sync` write is applied after its group
             // commit retrain like any other. Weak: the hook lives in

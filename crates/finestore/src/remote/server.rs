@@ -388,6 +388,15 @@ struct Serving {
     shared: Arc<Shared>,
 }
 
+/// A scan's answer: the pair count, then each key and value.
+fn reply_pairs(out: &mut Vec<u8>, pairs: Vec<(u64, u64)>) {
+    reply_word(out, pairs.len() as u64);
+    for (k, v) in pairs {
+        reply_word(out, k);
+        reply_word(out, v);
+    }
+}
+
 /// A pipelined write's hint: the entry the client named in the array of
 /// the version it reported (an index past usize is never valid, and the
 /// store refuses it like any other wrong one).
@@ -409,20 +418,47 @@ impl Serving {
         result
     }
 
+    /// A client joins: its id, the lease and the models it starts from.
+    fn join(&self, now: u64, out: &mut Vec<u8>) -> Result<(), FineError> {
+        let s = &self.shared;
+        match s.barrier.join(now) {
+            Ok((id, cur)) => {
+                reply_header(out, Status::Ok, cur.version);
+                reply_word(out, id);
+                reply_word(out, s.barrier.limit_ms());
+                cur.value.msg().encode(out);
+                Ok(())
+            }
+            Err(e) => Err(FineError::Config(e.to_string())),
+        }
+    }
+
+    /// A scan from the entry the client named, counting whether its hint held.
+    fn scan_at(
+        &self,
+        start: u64,
+        count: u64,
+        hint: Hint,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FineError> {
+        let s = &self.shared;
+        let (pairs, used) = self
+            .store
+            .scan_hinted(start, count.min(MAX_SCAN) as usize, hint)?;
+        let c = match used {
+            HintUse::Used => &s.hinted_scans,
+            HintUse::Stale => &s.stale_scan_hints,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        reply_pairs(out, pairs);
+        Ok(())
+    }
+
     fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<(), FineError> {
         let s = &self.shared;
         let now = s.now();
         if req.op == Op::Join {
-            return match s.barrier.join(now) {
-                Ok((id, cur)) => {
-                    reply_header(out, Status::Ok, cur.version);
-                    reply_word(out, id);
-                    reply_word(out, s.barrier.limit_ms());
-                    cur.value.msg().encode(out);
-                    Ok(())
-                }
-                Err(e) => Err(FineError::Config(e.to_string())),
-            };
+            return self.join(now, out);
         }
         let cur = match s.barrier.report(req.client, req.version, now) {
             Ok(c) => c,
@@ -438,6 +474,8 @@ impl Serving {
             reply_word(out, u64::from(v.is_some()));
             reply_word(out, v.unwrap_or(0));
         };
+        // A pipelined op's hint names an entry of the version it reported.
+        let at = |entry| hint(req.version, entry);
         match req.op {
             Op::Join => {}
             Op::Models => cur.value.msg().encode(out),
@@ -460,55 +498,29 @@ impl Serving {
             }
             Op::Delete { key } => reply_word(out, u64::from(self.store.delete(key)?)),
             Op::InsertAt { key, value, entry } => {
-                let r = self
-                    .store
-                    .insert_hinted(key, value, hint(req.version, entry))?;
+                let r = self.store.insert_hinted(key, value, at(entry))?;
                 reply_word(out, u64::from(self.count(r)));
             }
             Op::UpdateAt { key, value, entry } => {
-                let r = self
-                    .store
-                    .update_hinted(key, value, hint(req.version, entry))?;
+                let r = self.store.update_hinted(key, value, at(entry))?;
                 reply_word(out, u64::from(self.count(r)));
             }
             Op::UpsertAt { key, value, entry } => {
-                let r = self
-                    .store
-                    .upsert_hinted(key, value, hint(req.version, entry))?;
+                let r = self.store.upsert_hinted(key, value, at(entry))?;
                 reply_word(out, u64::from(self.count(r)));
             }
             Op::DeleteAt { key, entry } => {
-                let r = self.store.delete_hinted(key, hint(req.version, entry))?;
+                let r = self.store.delete_hinted(key, at(entry))?;
                 reply_word(out, u64::from(self.count(r)));
             }
             Op::ScanAt {
                 start,
                 count,
                 entry,
-            } => {
-                let (pairs, used) = self.store.scan_hinted(
-                    start,
-                    count.min(MAX_SCAN) as usize,
-                    hint(req.version, entry),
-                )?;
-                let c = match used {
-                    HintUse::Used => &s.hinted_scans,
-                    HintUse::Stale => &s.stale_scan_hints,
-                };
-                c.fetch_add(1, Ordering::Relaxed);
-                reply_word(out, pairs.len() as u64);
-                for (k, v) in pairs {
-                    reply_word(out, k);
-                    reply_word(out, v);
-                }
-            }
+            } => self.scan_at(start, count, at(entry), out)?,
             Op::Scan { start, count } => {
                 let pairs = self.store.scan(start, count.min(MAX_SCAN) as usize)?;
-                reply_word(out, pairs.len() as u64);
-                for (k, v) in pairs {
-                    reply_word(out, k);
-                    reply_word(out, v);
-                }
+                reply_pairs(out, pairs);
             }
         }
         Ok(())
