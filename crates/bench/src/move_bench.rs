@@ -238,7 +238,8 @@ pub fn run(
 /// judged.
 fn load_config(options: &MoveBenchOptions, workload: ycsb::Workload) -> RunConfig {
     RunConfig {
-        system: "xstore".into(),
+        // The design a sharded cluster runs, as the registry names it.
+        system: registry::lineup("cluster").join(","),
         fabric: "tcp".into(),
         dataset: options.dataset.clone(),
         workload,

@@ -43,6 +43,7 @@ pub mod mirror;
 mod model;
 #[cfg(not(loom))]
 pub mod node;
+#[cfg(not(loom))]
 pub mod peers;
 pub mod rcu;
 pub mod record;
