@@ -208,16 +208,6 @@ fn validate(config: &RunConfig, record: bool, judge: Judge) -> Result<(), BenchE
         return Err(BenchError::Config("--ops must be at least 1".into()));
     }
     config.stream.validate()?;
-    if config.stream.mix.is_some_and(|m| m.delete > 0.0) {
-        // The streams draw deletes, but no system's client in the harness
-        // deletes yet and the ledger does not judge a key's absence after
-        // one: refuse rather than run unjudged.
-        return Err(BenchError::Config(
-            "--mix: delete is not run by the benchmark yet (its clients have no delete); \
-             use read, update, insert, scan and rmw"
-                .into(),
-        ));
-    }
     if record && judge != Judge::Full {
         return Err(BenchError::Config(
             "a recorded history is of a fully judged run".into(),
@@ -330,10 +320,18 @@ fn client_thread(
     t: u32,
 ) -> Result<ThreadResult, BenchError> {
     let config = shared.config;
+    let deletes = config.stream.mix.is_some_and(|m| m.delete > 0.0);
     let prepared = system
         .client()
         .map_err(BenchError::from)
         .and_then(|client| {
+            if deletes && !client.capabilities().deletes {
+                return Err(BenchError::Config(
+                    "--mix: this system does not delete (its capabilities say so); \
+                     use read, update, insert, scan and rmw"
+                        .into(),
+                ));
+            }
             let stream = OpStream::with_options(
                 config.workload,
                 config.dist,
@@ -652,7 +650,7 @@ impl<'l> Worker<'l> {
         if self.judging {
             let res = self.ledger.end_write_at(f.key, f.value, took, end);
             self.record_write(f.key, f.value, f.insert, f.inv, res, took);
-            self.check_write(f.key, f.insert, took);
+            self.check_write(f.key, f.insert, took, f.inv);
         }
         if f.measured {
             let nanos = end.duration_since(f.start).as_nanos() as u64;
@@ -797,7 +795,7 @@ impl<'l> Worker<'l> {
         if self.judging {
             let res = self.ledger.end_write_at(key, value, took, end);
             self.record_write(key, value, insert, inv, res, took);
-            self.check_write(key, insert, took);
+            self.check_write(key, insert, took, inv);
         }
         Ok(end)
     }
@@ -859,11 +857,57 @@ impl<'l> Worker<'l> {
         Ok(end)
     }
 
+    /// Deletes `key` (synchronously, begun at `start`), then judges the
+    /// answer: finding no key is right only while a delete of it may be
+    /// the latest write (streams delete only keys they may address).
+    fn delete_now(
+        &mut self,
+        client: &mut dyn WordClient,
+        key: u64,
+        start: Instant,
+    ) -> Result<Instant, BenchError> {
+        // The write's version names the delete in the ledger and history.
+        let version = self.version & 0xFFFF_FFFF;
+        let inv = if self.judging {
+            self.ledger.begin_delete_at(key, version, start)
+        } else {
+            0
+        };
+        let took = client.delete(key)?;
+        let end = Instant::now();
+        self.trace_end();
+        if self.judging {
+            let res = self.ledger.end_delete_at(key, version, took, end);
+            if let Some(r) = &mut self.recorder {
+                r.push(Operation {
+                    thread: self.thread,
+                    op: OpKind::Delete,
+                    key,
+                    inv,
+                    res: Some(res),
+                    value: None,
+                    result: None,
+                    wrote: Some(took),
+                });
+            }
+            if !took && !self.ledger.deleted_at(key, inv) {
+                if self.ledger.is_as_found() && !self.ledger.written_by_run(key) {
+                    self.correctness.unknown += 1;
+                } else {
+                    self.correctness.mismatches += 1;
+                    self.note(format!("mismatch: delete of key {key} found no key"));
+                }
+            }
+        }
+        Ok(end)
+    }
+
     /// An insert must find its key fresh, an update must find it present
     /// (as found: unless the key was never written by this run, whose
-    /// presence before the run is unknown).
-    fn check_write(&mut self, key: u64, insert: bool, took: bool) {
-        if took {
+    /// presence before the run is unknown; with deletes: unless a delete
+    /// of it may be the latest write when the update began).
+    fn check_write(&mut self, key: u64, insert: bool, took: bool, inv: u64) {
+        if took || (!insert && self.ledger.deleted_at(key, inv)) {
             return;
         }
         if self.ledger.is_as_found() && !self.ledger.written_by_run(key) {
@@ -884,9 +928,9 @@ impl<'l> Worker<'l> {
     /// a value the ledger accepts.
     fn check_read(&mut self, key: u64, s: u64, got: Option<u64>) {
         let verdict = match self.ledger.check(key, s, got) {
-            Verdict::Ok if got.is_none() => Verdict::Mismatch(format!(
-                "key {key}: read found nothing, and no insert of it was answered yet"
-            )),
+            Verdict::Ok if got.is_none() && !self.ledger.deleted_at(key, s) => Verdict::Mismatch(
+                format!("key {key}: read found nothing, and no insert of it was answered yet"),
+            ),
             v => v,
         };
         if verdict != Verdict::Unknown {
@@ -952,11 +996,7 @@ impl<'l> Worker<'l> {
                 read?;
                 self.write_now(client, k, false, start)?
             }
-            Op::Delete(k) => {
-                // `run_inner` refuses mixes with deletes before any stream
-                // is made.
-                unreachable!("delete of key {k} drawn, but mixes with deletes are refused")
-            }
+            Op::Delete(k) => self.delete_now(client, k, start)?,
             Op::Scan { start: from, len } => self.scan_now(client, from, len, s)?,
         };
         self.measured(client, op, measured, before, start, end)
@@ -1012,8 +1052,10 @@ impl<'l> Worker<'l> {
         self.correctness.checked_reads += 1;
         let sorted = buf.windows(2).all(|w| w[0].0 < w[1].0);
         let bounded = buf.len() <= len as usize && buf.iter().all(|&(k, _)| k >= from);
-        // The start key exists (streams only pick existing keys).
-        let starts = buf.first().is_some_and(|p| p.0 == from);
+        // The start key exists (streams only pick existing keys), unless
+        // a delete of it may be the latest write.
+        let starts = buf.first().is_some_and(|p| p.0 == from)
+            || ((buf.is_empty() || buf[0].0 > from) && self.ledger.deleted_at(from, s));
         if !(sorted && bounded && starts) {
             self.correctness.mismatches += 1;
             self.note(format!(

@@ -42,6 +42,8 @@ pub enum OpKind {
     Insert,
     /// Overwrites the key if present.
     Update,
+    /// Removes the key if present.
+    Delete,
 }
 
 /// One operation of a history.
@@ -189,6 +191,9 @@ impl Operation {
             }
             OpKind::Insert | OpKind::Update if self.value.is_none() => {
                 Err("a write needs a value".into())
+            }
+            OpKind::Delete if self.value.is_some() || self.result.is_some() => {
+                Err("a delete carries no value; its outcome is `wrote`".into())
             }
             OpKind::Insert | OpKind::Update if self.result.is_some() => {
                 Err("a write's outcome is `wrote`, not `result`".into())

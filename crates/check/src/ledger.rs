@@ -18,8 +18,15 @@
 //! * W1's value, with `superseded_at < s`: a **stale read** (the reply
 //!   that replaced it came before the read was sent);
 //! * a value no write of that key ever carried: a **mismatch**;
-//! * nothing, for a key that was loaded, or whose insert was answered
-//!   before `s` (the harness never deletes): a **lost write**.
+//! * nothing, when no state without the key may still be the latest at
+//!   `s` — the key was loaded, or its insert was answered before `s`, and
+//!   every delete of it was superseded before `s` too: a **lost write**.
+//!
+//! A delete is a write of *absence*: it carries a version of its own and
+//! supersedes, and is superseded, by the same rule, so a read that returns
+//! a value deleted before it began is stale, and a read that finds nothing
+//! is right exactly when a delete (or, for a key not loaded, the state
+//! before the run) may still be the latest write.
 //!
 //! Writes that overlap the read, or each other, are never held against
 //! it: a write in flight, or one answered after the read began, may be
@@ -124,6 +131,8 @@ struct WriteEntry {
     res: u64,
     /// Time it was first superseded; [`NEVER`] if not (yet).
     superseded_at: u64,
+    /// A delete: the key is absent after it.
+    absent: bool,
 }
 
 #[derive(Debug, Default)]
@@ -291,6 +300,7 @@ impl Ledger {
                 inv: 0,
                 res: 0,
                 superseded_at: NEVER,
+                absent: false,
             }],
             pruned: false,
         })
@@ -305,6 +315,27 @@ impl Ledger {
     /// [`Ledger::begin_write`] for a write whose invocation time is `inv`,
     /// read before the call (the latency histogram's start).
     pub fn begin_write_at(&self, key: u64, value: u64, inv: Instant) -> u64 {
+        self.begin_at(key, version_of(value), false, inv)
+    }
+
+    /// A delete of `key` is about to be sent (invoked at `inv`); `version`
+    /// names it as a write's value names that write (a fresh version of
+    /// [`next_versions`], never 0). Returns its invocation time.
+    pub fn begin_delete_at(&self, key: u64, version: u64, inv: Instant) -> u64 {
+        assert!(
+            version != 0 && version <= 0xFFFF_FFFF,
+            "a delete's version is a fresh 32-bit version (0 is the load's)"
+        );
+        self.begin_at(key, version, true, inv)
+    }
+
+    /// The answer to the delete of `key` named `version` arrived at `res`;
+    /// `took` says whether it removed the key. Returns the response time.
+    pub fn end_delete_at(&self, key: u64, version: u64, took: bool, res: Instant) -> u64 {
+        self.answer_at(key, version, took, res)
+    }
+
+    fn begin_at(&self, key: u64, version: u64, absent: bool, inv: Instant) -> u64 {
         let inv = self.at(inv);
         let (w, b) = self.filter_bit(key);
         // Before the entry, and so before the write is sent: see
@@ -317,10 +348,11 @@ impl Ledger {
         let mut map = self.shard(key);
         let log = self.log(&mut map, key);
         log.writes.push(WriteEntry {
-            version: version_of(value),
+            version,
             inv,
             res: NEVER,
             superseded_at: NEVER,
+            absent,
         });
         inv
     }
@@ -345,7 +377,11 @@ impl Ledger {
     /// pruned before this one arrived could only have given a later stamp
     /// than the write that superseded it, which is never pruned before.
     pub fn end_write_at(&self, key: u64, value: u64, took: bool, res: Instant) -> u64 {
-        let version = version_of(value);
+        self.answer_at(key, version_of(value), took, res)
+    }
+
+    /// Settles the answer of the write (or delete) named `version`.
+    fn answer_at(&self, key: u64, version: u64, took: bool, res: Instant) -> u64 {
         let res = self.at(res);
         let mut map = self.shard(key);
         let log = self.log(&mut map, key);
@@ -365,7 +401,9 @@ impl Ledger {
         // Its own invocation precedes its answer.
         let res = res.max(inv);
         log.writes[i].res = res;
-        log.present_since = Some(log.present_since.map_or(res, |p| p.min(res)));
+        if !log.writes[i].absent {
+            log.present_since = Some(log.present_since.map_or(res, |p| p.min(res)));
+        }
         if inv >= log.frontier {
             log.frontier = inv;
             log.frontier_version = version;
@@ -490,17 +528,7 @@ impl Ledger {
             return self.check_unwritten(key, got);
         };
         let Some(value) = got else {
-            if log.present_since.is_some_and(|t| t < s) {
-                return Verdict::Lost(format!(
-                    "key {key}: read found nothing, but the key was present before the read began (newest answered write: version {})",
-                    log.frontier_version
-                ));
-            }
-            return if self.as_found {
-                Verdict::Unknown
-            } else {
-                Verdict::Ok
-            };
+            return self.check_absent(key, log, s);
         };
         let foreign = !belongs(key, value);
         if foreign && !self.as_found {
@@ -537,6 +565,36 @@ impl Ledger {
                 "key {key}: read returned version {version}, which no write of this key carried"
             )),
         }
+    }
+
+    /// Judges a read of `key`, begun at `s`, that found nothing: right
+    /// while a delete, or the state before the run of a key not loaded,
+    /// may still be the latest write (not superseded before `s`).
+    fn check_absent(&self, key: u64, log: &KeyLog, s: u64) -> Verdict {
+        let live = |w: &&WriteEntry| w.superseded_at >= s;
+        if log.writes.iter().filter(live).any(|w| w.absent) {
+            return Verdict::Ok;
+        }
+        match log.writes.iter().filter(live).find(|w| w.version == BEFORE_RUN) {
+            // As found, the state before the run may have lacked the key.
+            Some(_) if self.as_found => Verdict::Unknown,
+            Some(_) if !self.is_loaded(key) => Verdict::Ok,
+            _ => Verdict::Lost(format!(
+                "key {key}: read found nothing, but the key was present before the read began (newest answered write: version {})",
+                log.frontier_version
+            )),
+        }
+    }
+
+    /// Whether a delete of `key` may be the latest write for an operation
+    /// begun at `s`: then finding the key absent is right (a read that
+    /// finds nothing, an update or delete that finds no key).
+    pub fn deleted_at(&self, key: u64, s: u64) -> bool {
+        self.maybe_written(key)
+            && self
+                .shard(key)
+                .get(&key)
+                .is_some_and(|l| l.writes.iter().any(|w| w.absent && w.superseded_at >= s))
     }
 
     /// Whether an answered write of this run made `key` present (as found,
@@ -798,5 +856,78 @@ mod tests {
         assert!(l.written_by_run(6));
         assert!(!l.written_by_run(5));
         l.leave(0);
+    }
+
+    #[test]
+    fn a_delete_is_a_write_of_absence() {
+        let l = ledger();
+        let now = Instant::now;
+        // Loaded key 10: absent only once a delete may be the latest write.
+        let s = l.begin_read(0);
+        assert!(matches!(l.check(10, s, None), Verdict::Lost(_)));
+        assert!(!l.deleted_at(10, s));
+        l.end_read(0);
+        l.begin_delete_at(10, 7, now());
+        // In flight: present and absent are both right.
+        let s = l.begin_read(0);
+        assert_eq!(l.check(10, s, None), Verdict::Ok);
+        assert_eq!(l.check(10, s, Some(value_for(10, 0))), Verdict::Ok);
+        assert!(l.deleted_at(10, s));
+        l.end_read(0);
+        l.end_delete_at(10, 7, true, now());
+        // Answered: the loaded value is gone for good, absence is right.
+        let s = l.begin_read(0);
+        assert_eq!(l.check(10, s, None), Verdict::Ok);
+        assert!(matches!(
+            l.check(10, s, Some(value_for(10, 0))),
+            Verdict::Stale(m) if m.contains("replaced by version 7")
+        ));
+        l.end_read(0);
+        // A write after the delete supersedes it: absence is lost again.
+        l.begin_write(10, value_for(10, 8));
+        l.end_write(10, value_for(10, 8), true);
+        let s = l.begin_read(0);
+        assert!(matches!(l.check(10, s, None), Verdict::Lost(_)));
+        assert!(!l.deleted_at(10, s));
+        assert_eq!(l.check(10, s, Some(value_for(10, 8))), Verdict::Ok);
+        l.end_read(0);
+    }
+
+    #[test]
+    fn a_delete_that_found_nothing_wrote_nothing() {
+        let l = ledger();
+        let now = Instant::now;
+        l.begin_delete_at(20, 3, now());
+        l.end_delete_at(20, 3, false, now());
+        let s = l.begin_read(1);
+        // The loaded value stays the latest; absence is a lost write.
+        assert_eq!(l.check(20, s, Some(value_for(20, 0))), Verdict::Ok);
+        assert!(matches!(l.check(20, s, None), Verdict::Lost(_)));
+        assert!(!l.deleted_at(20, s));
+        l.end_read(1);
+    }
+
+    #[test]
+    fn overlapping_delete_and_update_may_land_in_either_order() {
+        let l = ledger();
+        let now = Instant::now;
+        l.begin_delete_at(30, 4, now());
+        l.begin_write(30, value_for(30, 5));
+        l.end_write(30, value_for(30, 5), true);
+        l.end_delete_at(30, 4, true, now());
+        let s = l.begin_read(0);
+        assert_eq!(l.check(30, s, None), Verdict::Ok);
+        assert_eq!(l.check(30, s, Some(value_for(30, 5))), Verdict::Ok);
+        assert!(matches!(
+            l.check(30, s, Some(value_for(30, 0))),
+            Verdict::Stale(_)
+        ));
+        l.end_read(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "fresh 32-bit version")]
+    fn a_delete_never_takes_the_loads_version() {
+        ledger().begin_delete_at(10, 0, Instant::now());
     }
 }

@@ -126,6 +126,13 @@ fn apply(state: Option<u64>, op: &Operation) -> Option<Option<u64>> {
                 _ => Some(if writes { op.value } else { state }),
             }
         }
+        OpKind::Delete => {
+            let removes = state.is_some();
+            match op.wrote {
+                Some(w) if complete && w != removes => None,
+                _ => Some(None),
+            }
+        }
     }
 }
 
@@ -340,6 +347,15 @@ pub fn describe(op: &Operation) -> String {
             op.result
                 .map_or("not found".to_string(), |v| format!("{v:#x}"))
         ),
+        OpKind::Delete => format!(
+            "delete {} -> {}",
+            op.key,
+            match op.wrote {
+                Some(true) => "removed",
+                Some(false) => "found nothing",
+                None => "no answer",
+            }
+        ),
         OpKind::Insert | OpKind::Update => format!(
             "{} {} {:#x} -> {}",
             if op.op == OpKind::Insert {
@@ -423,6 +439,46 @@ mod tests {
             ],
         );
         assert_eq!(check(&h), Outcome::Linearizable { ops: 10, keys: 2 });
+    }
+
+    fn delete(key: u64, inv: u64, res: u64, removed: bool) -> Operation {
+        Operation {
+            thread: 8,
+            op: OpKind::Delete,
+            key,
+            inv,
+            res: Some(res),
+            value: None,
+            result: None,
+            wrote: Some(removed),
+        }
+    }
+
+    #[test]
+    fn deletes_remove_and_a_read_after_one_must_find_nothing() {
+        let ok = history(
+            &[(1, Some(10))],
+            vec![
+                delete(1, 10, 20, true),
+                get(0, 1, 30, 35, None),
+                delete(1, 40, 45, false),
+                write(OpKind::Insert, 1, 11, 50, Some(60)),
+                get(0, 1, 70, 75, Some(11)),
+            ],
+        );
+        assert!(is_linearizable(&ok), "{:?}", check(&ok));
+        // The old value after the delete answered: a violation.
+        let stale = history(
+            &[(1, Some(10))],
+            vec![delete(1, 10, 20, true), get(0, 1, 30, 35, Some(10))],
+        );
+        assert!(!is_linearizable(&stale));
+        // A delete that removed a key no one had: a violation.
+        let phantom = history(&[(2, None)], vec![delete(2, 10, 20, true)]);
+        assert!(!is_linearizable(&phantom));
+        // A delete that found nothing while the key was there: a violation.
+        let blind = history(&[(1, Some(10))], vec![delete(1, 10, 20, false)]);
+        assert!(!is_linearizable(&blind));
     }
 
     #[test]

@@ -92,7 +92,8 @@ pub struct BenchArgs {
     hot_ops: f64,
     /// An operation mix replacing the workload's, in percent adding up to 100:
     /// e.g. read=50,update=30,insert=10,scan=10 (parts: read, update, insert,
-    /// scan, rmw).
+    /// scan, rmw, delete; a system that cannot delete refuses a mix with
+    /// deletes).
     #[arg(long, conflicts_with = "suite")]
     mix: Option<String>,
     /// Scan lengths: N (every scan reads N keys) or uniform:MIN..MAX
