@@ -80,7 +80,7 @@ impl Run {
     }
 
     /// The run's pairs from the first key at or above `start`.
-    fn from(&self, start: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+    fn at_or_above(&self, start: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
         let p = self.keys.partition_point(|&k| k < start);
         self.keys[p..]
             .iter()
@@ -143,7 +143,7 @@ impl Levels {
         let mut pairs: Vec<(u64, usize, u64)> = Vec::new();
         for (level, run) in self.runs.iter().enumerate() {
             if let Some(run) = run {
-                pairs.extend(run.from(start).take(n).map(|(k, v)| (k, level, v)));
+                pairs.extend(run.at_or_above(start).take(n).map(|(k, v)| (k, level, v)));
             }
         }
         pairs.sort_unstable_by_key(|&(k, level, _)| (k, level));
