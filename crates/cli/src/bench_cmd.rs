@@ -217,7 +217,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10, value_parser = crate::flags::u32_in(1, 1000))]
     slices: u32,
     /// Instead of a design: compare concurrent indexes on this machine
-    /// (comma-separated: finestore, xindex-like, btree, skiplist): insert 1x then
+    /// (comma-separated: finestore, xindex-like, btree, skiplist, li-delta, pgm): insert 1x then
     /// 10x the trained keys (every 11th key of the set), searching after
     /// each, with 1 and --threads threads; --ops searches a phase.
     #[arg(long, conflicts_with_all = ["suite", "system"])]

@@ -76,6 +76,8 @@ pub fn systems() -> &'static [SystemDesc] {
         crate::peers::system::<1>(),
         crate::peers::system::<2>(),
         crate::peers::system::<3>(),
+        crate::peers::system::<4>(),
+        crate::peers::system::<5>(),
     ];
     SYSTEMS
 }

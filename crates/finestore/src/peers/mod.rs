@@ -28,6 +28,14 @@
 //!   the concurrent B-tree peer (Masstree's role in the paper).
 //! * `skiplist` — `crossbeam_skiplist::SkipMap`, a lock-free ordered map,
 //!   the peer this comparison used before `btree`.
+//! * `li-delta` — the paper's LI+Δ: an RMI over a sorted array with one
+//!   delta buffer, merged and retrained with the index stopped
+//!   ([`li_delta`] says what is modelled).
+//! * `pgm` — the PGM-index's dynamic version (the logarithmic method over
+//!   runs indexed by the verified `OneLevel` adapter), behind one lock
+//!   ([`pgm`] says what is modelled).
+//!
+//! ALEX is absent: see docs/finestore.md for why.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -42,8 +50,18 @@ use serde::Serialize;
 
 use kv::{Capabilities, ClientFigures, KvError, LocalLoad, Store, SystemDesc, WordClient, Words};
 
+pub mod li_delta;
+pub mod pgm;
+
 /// The indexes compared.
-pub const LOCAL_INDEXES: [&str; 4] = ["finestore", "xindex-like", "btree", "skiplist"];
+pub const LOCAL_INDEXES: [&str; 6] = [
+    "finestore",
+    "xindex-like",
+    "btree",
+    "skiplist",
+    "li-delta",
+    "pgm",
+];
 
 /// Trained keys of an XIndex-like group (one delta buffer each).
 const GROUP: usize = 256;
@@ -523,28 +541,34 @@ pub(crate) const fn system<const I: usize>() -> SystemDesc {
 }
 
 /// [`LOCAL_INDEXES`] as system names, [`INDEX_PREFIX`] first.
-const SYSTEM_NAMES: [&str; 4] = [
+const SYSTEM_NAMES: [&str; 6] = [
     "index:finestore",
     "index:xindex-like",
     "index:btree",
     "index:skiplist",
+    "index:li-delta",
+    "index:pgm",
 ];
 
 /// One line on each of [`LOCAL_INDEXES`].
-const ABOUT: [&str; 4] = [
+const ABOUT: [&str; 6] = [
     "FineStore's §3 index in this process, no fabric (§5's comparison)",
     "an XIndex-like learned index with delta buffers in this process (§5's peer)",
     "scc's concurrent B+-tree in this process (§5's B-tree peer)",
     "crossbeam's lock-free skip list in this process (§5's peer)",
+    "LI+Δ: an RMI over a sorted array and a delta buffer, merged with the index stopped (§5's peer)",
+    "the dynamic PGM-index (logarithmic method) behind one lock in this process (§5's peer)",
 ];
 
 /// The colours bench's plots gave these names before the registry (a
-/// hash of the name into its palette).
-const COLOURS: [(u8, u8, u8); 4] = [
+/// hash of the name into its palette), then two more of the palette.
+const COLOURS: [(u8, u8, u8); 6] = [
     (127, 127, 127),
     (44, 160, 44),
     (31, 119, 180),
     (140, 86, 75),
+    (188, 189, 34),
+    (23, 190, 207),
 ];
 
 fn load_system<const I: usize>(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
@@ -572,6 +596,8 @@ pub fn load_index(name: &str, pairs: &[(u64, u64)]) -> Result<Box<dyn LocalIndex
             }
             Ok(Box::new(map))
         }
+        "li-delta" => Ok(Box::new(li_delta::LiDelta::load(pairs)?)),
+        "pgm" => Ok(Box::new(pgm::DynamicPgm::load(pairs)?)),
         other => Err(KvError::bad_input(format!(
             "unknown local index '{other}' (available: {})",
             LOCAL_INDEXES.join(", ")
