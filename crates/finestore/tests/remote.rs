@@ -231,29 +231,21 @@ fn quiet_server(silence_limit: Duration) -> (LocalFabric, Server, fabric::NodeId
 }
 
 /// What the stall tests start from: a [`quiet_server`], a client that
-/// will pause in its first GET ([`pausing_client`]) and a writer.
-struct Stall {
-    /// Keeps the fabric the clients use.
-    _fabric: LocalFabric,
-    server: Server,
-    stalled: Client<LocalEndpoint>,
-    paused: mpsc::Receiver<()>,
-    resume: mpsc::Sender<()>,
-    writer: Client<LocalEndpoint>,
-}
-
-fn stall(silence_limit: Duration) -> Stall {
+/// will pause in its first GET with its two channels ([`pausing_client`]),
+/// and a writer.
+fn stall(
+    silence_limit: Duration,
+) -> (
+    Server,
+    Client<LocalEndpoint>,
+    mpsc::Receiver<()>,
+    mpsc::Sender<()>,
+    Client<LocalEndpoint>,
+) {
     let (fabric, server, node) = quiet_server(silence_limit);
     let (stalled, paused, resume) = pausing_client(&fabric, node);
     let writer = Client::connect(fabric.endpoint(), node).unwrap();
-    Stall {
-        _fabric: fabric,
-        server,
-        stalled,
-        paused,
-        resume,
-        writer,
-    }
+    (server, stalled, paused, resume, writer)
 }
 
 /// A client whose first GET stops after its prediction until `resume`
@@ -291,14 +283,7 @@ fn retrain_around(server: &Server, writer: &mut Client<LocalEndpoint>, base: u64
 
 #[test]
 fn a_stalled_client_holds_the_old_version_and_never_reads_it_stale() {
-    let Stall {
-        server,
-        mut stalled,
-        paused,
-        resume,
-        mut writer,
-        _fabric,
-    } = stall(Duration::from_secs(60));
+    let (server, mut stalled, paused, resume, mut writer) = stall(Duration::from_secs(60));
     assert_eq!(server.version(), 1);
 
     let reader = std::thread::spawn(move || {
@@ -360,14 +345,7 @@ fn a_stalled_client_holds_the_old_version_and_never_reads_it_stale() {
 
 #[test]
 fn a_client_stalled_past_the_limit_is_cut_off_and_rejects_reused_memory() {
-    let Stall {
-        server,
-        mut stalled,
-        paused,
-        resume,
-        mut writer,
-        _fabric,
-    } = stall(Duration::from_millis(200));
+    let (server, mut stalled, paused, resume, mut writer) = stall(Duration::from_millis(200));
     let first_id = stalled.id();
 
     let reader = std::thread::spawn(move || {

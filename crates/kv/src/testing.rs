@@ -23,8 +23,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::{
-    key_bytes, key_word, value_word, with_words, ErrorKind, KvClient, KvError, LocalLoad, Store,
-    SystemDesc, WordWrite, Write,
+    with_words, Bytes, ErrorKind, KvClient, KvError, LocalLoad, Store, SystemDesc, WordClient,
+    WordWrite,
 };
 
 /// Which of a client's two paths the operations take.
@@ -184,12 +184,15 @@ impl Model {
         self.done += 1;
         match op {
             Op::Get => {
-                let got = get(c, words, key).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let got =
+                    on_path(c, words, |c| c.get(key)).unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 assert_eq!(got, self.map.get(&key).copied(), "{ctx}");
             }
             Op::Write(w) => self.write(c, words, pipelined, w, &ctx),
             Op::Scan(n) => {
-                let got = scan(c, words, key, n).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let mut got = Vec::new();
+                on_path(c, words, |c| c.scan(key, n, &mut got))
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 self.check_scan(key, n, &got, &ctx);
             }
         }
@@ -203,7 +206,7 @@ impl Model {
         w: WordWrite,
         ctx: &str,
     ) {
-        let r = write(c, words, pipelined, w);
+        let r = on_path(c, words, |c| write(c, pipelined, w));
         let (want, key) = match w {
             WordWrite::Delete { .. } if !self.plan.deletes => {
                 let e = r.expect_err(ctx);
@@ -283,80 +286,27 @@ pub fn matches_a_map(
     (store, c)
 }
 
-/// `key`'s value through `c`.
-fn get(c: &mut dyn KvClient, words: bool, key: u64) -> Result<Option<u64>, KvError> {
+/// Runs `f` on `c`'s u64 path (`words`) or on its byte path through the
+/// [`Bytes`] adapter (keys and values 8 bytes big-endian, answers decoded).
+fn on_path<R>(c: &mut dyn KvClient, words: bool, f: impl FnOnce(&mut dyn WordClient) -> R) -> R {
     if words {
-        return with_words(c, |w| w.get(key));
+        with_words(c, f)
+    } else {
+        f(&mut Bytes(c))
     }
-    let mut v = Vec::new();
-    match c.get(&key_bytes(key), &mut v)? {
-        true => Ok(Some(value_word(&v)?)),
-        false => Ok(None),
-    }
-}
-
-/// A scan of `n` from `start` through `c`, as u64 pairs.
-fn scan(
-    c: &mut dyn KvClient,
-    words: bool,
-    start: u64,
-    n: usize,
-) -> Result<Vec<(u64, u64)>, KvError> {
-    let mut got = Vec::new();
-    if words {
-        with_words(c, |w| w.scan(start, n, &mut got))?;
-        return Ok(got);
-    }
-    let mut out = Vec::new();
-    c.scan(&key_bytes(start), n, &mut out)?;
-    for (k, v) in out {
-        got.push((key_word(&k)?, value_word(&v)?));
-    }
-    Ok(got)
 }
 
 /// `w` through `c`, blocking or started and finished.
-fn write(
-    c: &mut dyn KvClient,
-    words: bool,
-    pipelined: bool,
-    w: WordWrite,
-) -> Result<bool, KvError> {
-    if words {
-        return with_words(c, |c| {
-            if pipelined {
-                let p = c.start_write(w)?;
-                return c.finish_write(p);
-            }
-            match w {
-                WordWrite::Insert { key, value } => c.insert(key, value),
-                WordWrite::Update { key, value } => c.update(key, value),
-                WordWrite::Upsert { key, value } => c.upsert(key, value),
-                WordWrite::Delete { key } => c.delete(key),
-            }
-        });
-    }
-    let (k, v) = match w {
-        WordWrite::Insert { key, value }
-        | WordWrite::Update { key, value }
-        | WordWrite::Upsert { key, value } => (key_bytes(key), value.to_be_bytes()),
-        WordWrite::Delete { key } => (key_bytes(key), [0; 8]),
-    };
-    let bw = match w {
-        WordWrite::Insert { .. } => Write::Insert { key: &k, value: &v },
-        WordWrite::Update { .. } => Write::Update { key: &k, value: &v },
-        WordWrite::Upsert { .. } => Write::Upsert { key: &k, value: &v },
-        WordWrite::Delete { .. } => Write::Delete { key: &k },
-    };
+fn write(c: &mut dyn WordClient, pipelined: bool, w: WordWrite) -> Result<bool, KvError> {
     if pipelined {
-        let p = c.start_write(bw)?;
+        let p = c.start_write(w)?;
         return c.finish_write(p);
     }
-    match bw {
-        Write::Insert { key, value } => c.insert(key, value),
-        Write::Update { key, value } => c.update(key, value),
-        Write::Upsert { key, value } => c.upsert(key, value),
-        Write::Delete { key } => c.delete(key),
+    match w {
+        WordWrite::Insert { key, value } => c.insert(key, value),
+        WordWrite::Update { key, value } => c.update(key, value),
+        WordWrite::Upsert { key, value } => c.upsert(key, value),
+        WordWrite::Delete { key } => c.delete(key),
     }
 }
 
