@@ -315,7 +315,7 @@ pub fn with_words<R>(client: &mut dyn KvClient, f: impl FnOnce(&mut dyn WordClie
 /// impl<E: Endpoint> WordClient for RolexClient<E> {
 ///     fn capabilities(&self) -> Capabilities { CAPABILITIES }
 ///     kv::forward_words!(0; get, scan, insert, update, delete, counters);
-///     fn figures(&self) -> ClientFigures { … }
+///     fn figures(&self) -> ClientFigures { figures(&self.0) }
 /// }
 /// ```
 #[macro_export]

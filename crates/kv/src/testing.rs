@@ -162,7 +162,7 @@ impl Model {
         let words = match self.plan.path {
             Path::Words => true,
             Path::Bytes => false,
-            Path::Both => self.done % 2 == 0,
+            Path::Both => self.done.is_multiple_of(2),
         };
         let op = match self.rng.random_range(0..6) {
             0 => Op::Get,
