@@ -2,12 +2,11 @@
 //!
 //! A [`Store`] (the key-value contract's loaded system, from the
 //! registry) hands out [`KvClient`]s; [`run`] drives one client per thread with YCSB operation streams, checks every
-//! read (values encode their key: [`values`]) and summarizes exact fabric
+//! read (values encode their key: [`check::values`]) and summarizes exact fabric
 //! costs, latency and throughput in a [`Report`].
 
 #![forbid(unsafe_code)]
 
-pub mod compat;
 pub mod models_suite;
 pub mod move_bench;
 pub mod plot;
@@ -17,11 +16,6 @@ pub mod run;
 pub mod suite;
 pub mod system;
 
-pub use cluster::kv::{ClusterSystem, ServerShares};
-pub use compat::{load_local, BaselineOptions, XStoreOptions};
-/// FineStore §5's single-machine comparison, which moved into FineStore's
-/// crate; its old path, for the `--local-index` command and its tests.
-pub use finestore::peers as local_index;
 pub use kv::{KvClient, Store};
 pub use report::Report;
 pub use run::{
@@ -32,10 +26,9 @@ pub use suite::{
     SuiteOptions, SuiteRow, SuiteSummary, SystemFactory, SystemSpec,
 };
 pub use system::ServerTime;
-// The ledger, histories, the linearizability checker and the value rule
-// moved to `check`; these paths stay until the harness uses `check::`.
-pub use check::{belongs, value_for};
-pub use check::{history, ledger, linearize, values};
+// The value rule's old path: `xstore server` (cli/src/server_cmd.rs)
+// still makes its values through it.
+pub use check::value_for;
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]

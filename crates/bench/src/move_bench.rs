@@ -177,7 +177,7 @@ pub fn run(
     loaded: Arc<[u64]>,
 ) -> Result<MoveBenchReport, MoveBenchError> {
     let (workload, rebalance) = validate(options, loaded.len())?;
-    let system = crate::ClusterSystem::new(&options.url, None, xstore::CacheMode::Full, 1)
+    let system = cluster::kv::ClusterSystem::new(&options.url, None, xstore::CacheMode::Full, 1)
         .map_err(|source| MoveBenchError::Load {
             what: "connecting to the cluster",
             source: source.into(),

@@ -442,7 +442,7 @@ pub fn sweep_markdown(points: &[SweepPoint]) -> String {
 /// (HiStore through `LocalGroups::client_with` and its handler wrap).
 pub fn traceable(system: &str) -> Result<(), BenchError> {
     match system {
-        s if s.starts_with(crate::local_index::INDEX_PREFIX) => Err(BenchError::Config(format!(
+        s if s.starts_with(finestore::peers::INDEX_PREFIX) => Err(BenchError::Config(format!(
             "--project: {s} is a single-machine index: it has no fabric to trace"
         ))),
         _ => Ok(()),

@@ -19,12 +19,12 @@ use hdrhistogram::Histogram;
 use kv::{Pending, Store, WordClient, WordWrite};
 use ycsb::{Distribution, Op, OpStream, StreamOptions, Workload};
 
-use crate::history::{History, OpKind, Operation, Recorder};
-use crate::ledger::{Ledger, Verdict};
 use crate::report::{Correctness, HintCounters, Latency, PerGet, PerOp, Report, ServerSplit};
 use crate::system::{DirectStats, ServerTime};
-use crate::values::value_for;
 use crate::BenchError;
+use check::history::{History, OpKind, Operation, Recorder};
+use check::ledger::{Ledger, Verdict};
+use check::values::value_for;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -946,7 +946,7 @@ impl<'l> Worker<'l> {
         const BLOCK: u64 = 4096;
         loop {
             if self.versions_left == 0 {
-                self.version = crate::ledger::next_versions(BLOCK);
+                self.version = check::ledger::next_versions(BLOCK);
                 self.versions_left = BLOCK;
             } else {
                 self.version += 1;

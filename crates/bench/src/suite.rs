@@ -55,8 +55,8 @@ use crate::plot::{self, PlotError};
 use crate::report::{Correctness, HintCounters, Latency, ModelFigures, PerOp, Report};
 use crate::run::{run, Progress, RunConfig};
 use crate::system::ServerTime;
-use crate::values::value_for;
 use crate::BenchError;
+use check::values::value_for;
 use kv::{ClientFigures, KvClient, KvError, Store, WordClient, Words};
 
 /// The designs a suite runs by default, by name: XStore and the

@@ -4,20 +4,14 @@
 
 use std::sync::Arc;
 
-use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
-use xstore::CacheMode;
+use bench::{Progress, RunConfig};
 use ycsb::{Distribution, Workload};
 
-fn options(adversary: Option<u64>, get_reads: u8) -> XStoreOptions {
-    XStoreOptions {
-        cache: CacheMode::Full,
-        get_reads,
-        leaf_slots: 16,
-        submodel_keys: 100,
-        train_threads: 1,
-        adversary,
-        server_workers: None,
-    }
+mod common;
+
+/// Leaves of 16, sub-models of 100 keys.
+fn options(get_reads: u8) -> kv::Options {
+    common::options(get_reads, 16, 100)
 }
 
 fn run(
@@ -68,16 +62,10 @@ fn every_system_is_correct_on_every_workload() {
     let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 30_000, 42)
         .unwrap()
         .into();
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     for name in bench::system_names() {
         for adversary in [None, Some(3)] {
-            let system = load_local(
-                name,
-                &pairs,
-                options(adversary, 1),
-                BaselineOptions::default(),
-            )
-            .unwrap();
+            let system = common::load(name, &pairs, adversary, &options(1)).unwrap();
             for w in [
                 Workload::C,
                 Workload::A,
@@ -103,15 +91,9 @@ fn pipelined_writes_are_checked_and_counted() {
     let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 20_000, 43)
         .unwrap()
         .into();
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     for name in bench::system_names() {
-        let system = load_local(
-            name,
-            &pairs,
-            options(Some(5), 1),
-            BaselineOptions::default(),
-        )
-        .unwrap();
+        let system = common::load(name, &pairs, Some(5), &options(1)).unwrap();
         for w in [Workload::A, Workload::D, Workload::F] {
             let r = run_pipelined(&*system, &keys, w, w.default_distribution(), 4000, 8);
             assert_eq!(r.correctness.errors(), 0, "{name} {w:?}");
@@ -129,13 +111,7 @@ fn pipelined_writes_are_checked_and_counted() {
         }
     }
     // A bad pipeline depth is a configuration error, not a hang.
-    let system = load_local(
-        "xstore",
-        &pairs,
-        options(None, 1),
-        BaselineOptions::default(),
-    )
-    .unwrap();
+    let system = common::load("xstore", &pairs, None, &options(1)).unwrap();
     let mut config = RunConfig {
         ops: 10,
         pipeline: 0,
@@ -151,25 +127,23 @@ fn round_trips_per_get_follow_the_designs() {
     let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 200_000, 42)
         .unwrap()
         .into();
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    let rt = |name: &str, b: BaselineOptions| {
-        let system = load_local(name, &pairs, options(None, 2), b).unwrap();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
+    let rt = |name: &str, o: kv::Options| {
+        let system = common::load(name, &pairs, None, &o).unwrap();
         let r = run(&*system, &keys, Workload::C, Distribution::Uniform, 20_000);
         assert_eq!(r.correctness.errors(), 0);
         r.per_get.unwrap().round_trips
     };
-    let xstore = rt("xstore", BaselineOptions::default());
-    let whole = rt("whole-tree-cache", BaselineOptions::default());
-    let server = rt("server-centric", BaselineOptions::default());
+    let xstore = rt("xstore", options(2));
+    let whole = rt("whole-tree-cache", options(2));
+    let server = rt("server-centric", options(2));
     // 200 K keys, fanout 16: 12,500 leaves under 4 internal levels; the
     // top 2 cached leaves 2 internal READs + key part + value part.
-    let partial = rt(
-        "tree-cache",
-        BaselineOptions {
-            top_levels: Some(2),
-            ..BaselineOptions::default()
-        },
-    );
+    let partial = rt("tree-cache", {
+        let mut o = options(2);
+        o.set("top-levels", 2).unwrap();
+        o
+    });
     eprintln!("round trips per GET: xstore {xstore} whole {whole} server {server} tree-cache(top 2) {partial}");
     assert!(xstore <= 2.02, "xstore {xstore}");
     assert!((whole - 2.0).abs() < 0.05, "whole-tree-cache {whole}");

@@ -4,20 +4,14 @@
 
 use std::sync::Arc;
 
-use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
-use xstore::CacheMode;
+use bench::{Progress, RunConfig};
 use ycsb::{Distribution, Workload};
 
-fn options() -> XStoreOptions {
-    XStoreOptions {
-        cache: CacheMode::Full,
-        get_reads: 1,
-        leaf_slots: 16,
-        submodel_keys: 100,
-        train_threads: 1,
-        adversary: None,
-        server_workers: None,
-    }
+mod common;
+
+/// Leaves of 16, sub-models of 100 keys, one READ per GET.
+fn options() -> kv::Options {
+    common::options(1, 16, 100)
 }
 
 fn run(system: &dyn kv::Store, keys: &Arc<[u64]>, w: Workload, ops: u64) -> bench::Report {
@@ -43,8 +37,8 @@ fn finestore_reports_its_hints_per_run() {
     let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 20_000, 44)
         .unwrap()
         .into();
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    let system = load_local("finestore", &pairs, options(), BaselineOptions::default()).unwrap();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
+    let system = common::load("finestore", &pairs, None, &options()).unwrap();
 
     // C has no writes and no scans: nothing hinted in its measured phase,
     // although the server has counted nothing either way before it.
@@ -78,7 +72,7 @@ fn finestore_reports_its_hints_per_run() {
     let scans = h.hinted_scans + h.stale_scan_hints;
     assert!((900..=1000).contains(&scans), "{h:?}");
 
-    let xstore = load_local("xstore", &pairs, options(), BaselineOptions::default()).unwrap();
+    let xstore = common::load("xstore", &pairs, None, &options()).unwrap();
     let x = run(&*xstore, &keys, Workload::A, 500);
     assert!(x.hints.is_none());
     assert!(!x.table().contains("write hints"));

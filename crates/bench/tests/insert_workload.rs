@@ -6,10 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bench::system::ServerTime;
-use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
+use bench::{Progress, RunConfig};
 use fabric::Counters;
 use kv::KvClient;
-use xstore::CacheMode;
 use ycsb::Workload;
 
 /// The operation streams' and the adversary's seed: fixed, so a failure
@@ -27,18 +26,12 @@ fn keys(n: usize) -> Arc<[u64]> {
     ycsb::generate(ycsb::Dataset::Ycsb, n, 42).unwrap().into()
 }
 
-fn options(adversary: Option<u64>) -> XStoreOptions {
-    XStoreOptions {
-        cache: CacheMode::Full,
-        get_reads: 2,
-        // Small leaves and models: a few thousand inserts split leaves,
-        // fill ROLEX's synonym leaves and make its memory node retrain.
-        leaf_slots: 8,
-        submodel_keys: 50,
-        train_threads: 1,
-        adversary,
-        server_workers: None,
-    }
+mod common;
+
+/// Small leaves and models: a few thousand inserts split leaves, fill
+/// ROLEX's synonym leaves and make its memory node retrain.
+fn options() -> kv::Options {
+    common::options(2, 8, 50)
 }
 
 fn config(system: &str, ops: u64, threads: u32, pipeline: u32, seed: u64) -> RunConfig {
@@ -64,7 +57,7 @@ fn config(system: &str, ops: u64, threads: u32, pipeline: u32, seed: u64) -> Run
 fn every_system_runs_the_insert_workload_with_no_lost_write() {
     let seed = seed();
     let keys = keys(2_000);
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     let threads = 4;
     for name in bench::system_names() {
         // HiStore's hash table has a fixed size, chosen at load for about
@@ -74,7 +67,7 @@ fn every_system_runs_the_insert_workload_with_no_lost_write() {
         // The adversarial fabric tears reads for the designs that read
         // memory one-sidedly; ROLEX and XStore must survive it.
         let adversary = matches!(name, "rolex" | "xstore").then_some(seed);
-        let system = load_local(name, &pairs, options(adversary), BaselineOptions::default())
+        let system = common::load(name, &pairs, adversary, &options())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let pipeline = if name == "xstore" { 4 } else { 1 };
         let r = bench::run(
@@ -159,10 +152,10 @@ impl kv::WordClient for DropperClient {
 fn a_dropped_insert_fails_the_insert_run() {
     let seed = seed();
     let keys = keys(500);
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     for name in ["rolex", "xstore"] {
         let system = Dropper {
-            inner: load_local(name, &pairs, options(None), BaselineOptions::default()).unwrap(),
+            inner: common::load(name, &pairs, None, &options()).unwrap(),
             drop_nth: 1_234,
             seen: Arc::new(AtomicU64::new(0)),
         };

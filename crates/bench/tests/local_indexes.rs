@@ -10,23 +10,11 @@
 
 use std::sync::Arc;
 
-use bench::local_index::{INDEX_PREFIX, LOCAL_INDEXES};
-use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
-use xstore::CacheMode;
+use bench::{Progress, RunConfig};
+use finestore::peers::{INDEX_PREFIX, LOCAL_INDEXES};
 use ycsb::{Distribution, StreamOptions, Workload};
 
-/// The XStore settings `load_local` takes; an index ignores them.
-fn options() -> XStoreOptions {
-    XStoreOptions {
-        cache: CacheMode::Full,
-        get_reads: 1,
-        leaf_slots: 16,
-        submodel_keys: 100,
-        train_threads: 1,
-        adversary: None,
-        server_workers: None,
-    }
-}
+mod common;
 
 #[test]
 fn every_index_is_judged_right_under_concurrent_writers() {
@@ -34,7 +22,7 @@ fn every_index_is_judged_right_under_concurrent_writers() {
     let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Lognormal, 20_000, seed)
         .unwrap()
         .into();
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     let every_op = StreamOptions {
         mix: Some(
             "read=40,update=30,insert=10,scan=10,rmw=10"
@@ -53,7 +41,7 @@ fn every_index_is_judged_right_under_concurrent_writers() {
         ] {
             // A fresh load per run: the insert keys of one run would be
             // present in the next.
-            let system = load_local(&name, &pairs, options(), BaselineOptions::default()).unwrap();
+            let system = common::load(&name, &pairs, None, &kv::Options::new()).unwrap();
             let config = RunConfig {
                 system: name.clone(),
                 fabric: "none".into(),
@@ -88,13 +76,8 @@ fn unknown_indexes_are_refused() {
     assert!(bench::is_system("index:btree"));
     assert!(!bench::is_system("index:masstree"));
     assert!(!bench::is_system("index:"));
-    let err = load_local(
-        "index:masstree",
-        &[(1, 1)],
-        options(),
-        BaselineOptions::default(),
-    )
-    .err()
-    .expect("an unknown index is an error");
+    let err = common::load("index:masstree", &[(1, 1)], None, &kv::Options::new())
+        .err()
+        .expect("an unknown index is an error");
     assert!(err.to_string().contains("xindex-like"), "{err}");
 }

@@ -5,21 +5,15 @@
 use std::sync::Arc;
 
 use bench::project::{Profile, ProjectSpec};
-use bench::{load_local, BaselineOptions, Judge, Progress, RunConfig, XStoreOptions};
+use bench::{Judge, Progress, RunConfig};
 use rdmasim::trace::{OpClass, VerbKind};
-use xstore::CacheMode;
 use ycsb::{Distribution, Workload};
 
-fn options() -> XStoreOptions {
-    XStoreOptions {
-        cache: CacheMode::Full,
-        get_reads: 1,
-        leaf_slots: 16,
-        submodel_keys: 100,
-        train_threads: 1,
-        adversary: None,
-        server_workers: None,
-    }
+mod common;
+
+/// Leaves of 16, sub-models of 100 keys, one READ per GET.
+fn options() -> kv::Options {
+    common::options(1, 16, 100)
 }
 
 fn config(system: &str, w: Workload, ops: u64) -> RunConfig {
@@ -50,8 +44,8 @@ fn traced(
     let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 20_000, 5)
         .unwrap()
         .into();
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    let sys = load_local(system, &pairs, options(), BaselineOptions::default()).unwrap();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
+    let sys = common::load(system, &pairs, None, &options()).unwrap();
     let mut spec = ProjectSpec::new(Profile::builtin("cx4-100g").unwrap());
     spec.clients = Some((2, 8));
     spec.sample = sample;
@@ -149,8 +143,8 @@ fn server_centric_rpcs_carry_the_servers_cpu_and_the_sample_is_bounded() {
 #[test]
 fn a_pipelined_run_is_not_traced() {
     let keys: Arc<[u64]> = (1..=1000u64).map(|k| k * 8).collect::<Vec<_>>().into();
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    let sys = load_local("xstore", &pairs, options(), BaselineOptions::default()).unwrap();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
+    let sys = common::load("xstore", &pairs, None, &options()).unwrap();
     let rec = rdmasim::record::Recorder::new(10);
     let config = RunConfig {
         pipeline: 4,

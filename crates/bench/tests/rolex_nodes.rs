@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
-use xstore::CacheMode;
+use bench::{Progress, RunConfig};
 use ycsb::Workload;
+
+mod common;
 
 #[test]
 fn rolex_on_three_memory_nodes_is_linearizable_over_a_tearing_fabric() {
@@ -19,24 +20,13 @@ fn rolex_on_three_memory_nodes_is_linearizable_over_a_tearing_fabric() {
     let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 2_000, 42)
         .unwrap()
         .into();
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     for w in [Workload::A, Workload::E, Workload::Insert] {
         // A fresh load per run: the history's initial values are the bulk
         // load's.
-        let options = XStoreOptions {
-            cache: CacheMode::Full,
-            get_reads: 2,
-            leaf_slots: 8,
-            submodel_keys: 50,
-            train_threads: 1,
-            adversary: Some(seed),
-            server_workers: None,
-        };
-        let nodes = BaselineOptions {
-            memory_nodes: 3,
-            ..BaselineOptions::default()
-        };
-        let system = load_local("rolex", &pairs, options, nodes).unwrap();
+        let mut options = common::options(2, 8, 50);
+        options.set("memory-nodes", 3).unwrap();
+        let system = common::load("rolex", &pairs, Some(seed), &options).unwrap();
         let config = RunConfig {
             system: "rolex".into(),
             fabric: "local".into(),
@@ -53,14 +43,14 @@ fn rolex_on_three_memory_nodes_is_linearizable_over_a_tearing_fabric() {
         };
         let (report, history) =
             bench::run_recorded(&*system, keys.clone(), &config, &Progress::default()).unwrap();
-        let outcome = bench::linearize::check(&history);
+        let outcome = check::linearize::check(&history);
         eprintln!(
             "{w:?}: {} operations: {outcome:?}, {:?}",
             history.ops.len(),
             report.correctness
         );
         assert!(
-            matches!(outcome, bench::linearize::Outcome::Linearizable { .. }),
+            matches!(outcome, check::linearize::Outcome::Linearizable { .. }),
             "{w:?} (seed {seed}): {outcome:?}"
         );
         assert_eq!(
@@ -78,21 +68,10 @@ fn rolex_on_three_memory_nodes_is_linearizable_over_a_tearing_fabric() {
 /// More memory nodes than keys cannot be split: a load error, not a panic.
 #[test]
 fn more_memory_nodes_than_keys_is_a_load_error() {
-    let pairs: Vec<(u64, u64)> = (1..=3).map(|k| (k, bench::value_for(k, 0))).collect();
-    let nodes = BaselineOptions {
-        memory_nodes: 4,
-        ..BaselineOptions::default()
-    };
-    let options = XStoreOptions {
-        cache: CacheMode::Full,
-        get_reads: 2,
-        leaf_slots: 8,
-        submodel_keys: 50,
-        train_threads: 1,
-        adversary: None,
-        server_workers: None,
-    };
-    let err = load_local("rolex", &pairs, options, nodes)
+    let pairs: Vec<(u64, u64)> = (1..=3).map(|k| (k, check::value_for(k, 0))).collect();
+    let mut options = common::options(2, 8, 50);
+    options.set("memory-nodes", 4).unwrap();
+    let err = common::load("rolex", &pairs, None, &options)
         .err()
         .expect("4 memory nodes for 3 keys must fail");
     assert!(err.to_string().contains("memory nodes"), "{err}");

@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
-use xstore::CacheMode;
+use bench::{Progress, RunConfig};
 use ycsb::Workload;
+
+mod common;
 
 #[test]
 fn sherman_and_fg_record_linearizable_histories_over_a_tearing_fabric() {
@@ -14,22 +15,14 @@ fn sherman_and_fg_record_linearizable_histories_over_a_tearing_fabric() {
     let keys: Arc<[u64]> = ycsb::generate(ycsb::Dataset::Ycsb, 2_000, 42)
         .unwrap()
         .into();
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     for name in ["sherman", "fg"] {
         for w in [Workload::A, Workload::D, Workload::E, Workload::Insert] {
             // A fresh load per run: the history's initial values are the
             // bulk load's. Small nodes, so the run splits leaves and
             // internal nodes.
-            let options = XStoreOptions {
-                cache: CacheMode::Full,
-                get_reads: 2,
-                leaf_slots: 4,
-                submodel_keys: 50,
-                train_threads: 1,
-                adversary: Some(seed),
-                server_workers: None,
-            };
-            let system = load_local(name, &pairs, options, BaselineOptions::default()).unwrap();
+            let options = common::options(2, 4, 50);
+            let system = common::load(name, &pairs, Some(seed), &options).unwrap();
             let config = RunConfig {
                 system: name.into(),
                 fabric: "local".into(),
@@ -46,14 +39,14 @@ fn sherman_and_fg_record_linearizable_histories_over_a_tearing_fabric() {
             };
             let (report, history) =
                 bench::run_recorded(&*system, keys.clone(), &config, &Progress::default()).unwrap();
-            let outcome = bench::linearize::check(&history);
+            let outcome = check::linearize::check(&history);
             eprintln!(
                 "{name} {w:?}: {} operations: {outcome:?}, {:?}",
                 history.ops.len(),
                 report.correctness
             );
             assert!(
-                matches!(outcome, bench::linearize::Outcome::Linearizable { .. }),
+                matches!(outcome, check::linearize::Outcome::Linearizable { .. }),
                 "{name} {w:?} (seed {seed}): {outcome:?}"
             );
             assert_eq!(

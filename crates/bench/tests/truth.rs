@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bench::system::ServerTime;
-use bench::{load_local, BaselineOptions, Progress, RunConfig, XStoreOptions};
+use bench::{Progress, RunConfig};
 use fabric::Counters;
 use kv::KvClient;
-use xstore::CacheMode;
 use ycsb::{Distribution, Workload};
+
+mod common;
 
 /// How the wrapped client lies, once.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -110,18 +111,10 @@ impl kv::WordClient for LiarClient {
 }
 
 fn liar(keys: &[u64], lie: Lie) -> Liar {
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
-    let options = XStoreOptions {
-        cache: CacheMode::Full,
-        get_reads: 2,
-        leaf_slots: 16,
-        submodel_keys: 100,
-        train_threads: 1,
-        adversary: None,
-        server_workers: None,
-    };
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
+    let options = common::options(2, 16, 100);
     Liar {
-        inner: load_local("xstore", &pairs, options, BaselineOptions::default()).unwrap(),
+        inner: common::load("xstore", &pairs, None, &options).unwrap(),
         lie,
         told: Arc::new(AtomicBool::new(false)),
     }
@@ -222,21 +215,13 @@ fn a_dropped_insert_is_caught() {
 #[test]
 fn every_system_records_a_linearizable_history() {
     let keys = keys(2_000);
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     for name in bench::system_names() {
         for w in [Workload::A, Workload::D, Workload::F, Workload::E] {
             // A fresh load per run: the history's initial values are the
             // bulk load's.
-            let options = XStoreOptions {
-                cache: CacheMode::Full,
-                get_reads: 2,
-                leaf_slots: 8,
-                submodel_keys: 50,
-                train_threads: 1,
-                adversary: Some(3),
-                server_workers: None,
-            };
-            let system = load_local(name, &pairs, options, BaselineOptions::default()).unwrap();
+            let options = common::options(2, 8, 50);
+            let system = common::load(name, &pairs, Some(3), &options).unwrap();
             let config = RunConfig {
                 system: name.to_string(),
                 fabric: "local".into(),
@@ -255,14 +240,14 @@ fn every_system_records_a_linearizable_history() {
                 bench::run_recorded(&*system, keys.clone(), &config, &Progress::default()).unwrap();
             assert!(history.ops.len() >= 10_000, "{}", history.ops.len());
             let start = std::time::Instant::now();
-            let outcome = bench::linearize::check(&history);
+            let outcome = check::linearize::check(&history);
             println!(
                 "{name} {w:?}: {} operations checked in {:.3} s: {outcome:?}",
                 history.ops.len(),
                 start.elapsed().as_secs_f64()
             );
             assert!(
-                matches!(outcome, bench::linearize::Outcome::Linearizable { .. }),
+                matches!(outcome, check::linearize::Outcome::Linearizable { .. }),
                 "{name} {w:?}: {outcome:?}"
             );
             assert_eq!(
@@ -297,9 +282,9 @@ fn the_checker_finds_the_stale_read_in_a_recorded_history() {
     };
     let (_, history) =
         bench::run_recorded(&system, keys.clone(), &config, &Progress::default()).unwrap();
-    let bench::linearize::Outcome::Violation(v) = bench::linearize::check(&history) else {
+    let check::linearize::Outcome::Violation(v) = check::linearize::check(&history) else {
         panic!("the stale read passed the checker");
     };
     assert!(v.ops.len() >= 2 && v.ops.len() <= 4, "{v:?}");
-    assert!(v.ops.iter().any(|o| o.op == bench::history::OpKind::Update));
+    assert!(v.ops.iter().any(|o| o.op == check::history::OpKind::Update));
 }

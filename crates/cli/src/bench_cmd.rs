@@ -280,7 +280,7 @@ fn run_project_suite(args: &BenchArgs) -> Result<()> {
         }
     }
     let keys = args.keys.load()?;
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     let suite = bench::project::ProjectSuite {
         systems,
         workloads: vec![
@@ -558,7 +558,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         .cluster
         .as_deref()
         .map(|url| {
-            bench::ClusterSystem::new(url, args.token.resolve()?, plan.cache, args.get_reads)
+            cluster::kv::ClusterSystem::new(url, args.token.resolve()?, plan.cache, args.get_reads)
                 .with_context(|| format!("reaching the cluster at {url}"))
         })
         .transpose()?;
@@ -744,7 +744,7 @@ fn remote_urls(args: &BenchArgs) -> Result<Option<Vec<fabric::Url>>> {
 fn servers_of(
     args: &BenchArgs,
     remote: Option<&[fabric::Url]>,
-    cluster: Option<&bench::ClusterSystem>,
+    cluster: Option<&cluster::kv::ClusterSystem>,
 ) -> Result<Vec<(String, fabric::Url)>> {
     Ok(match (remote, cluster) {
         (_, Some(c)) => c
@@ -766,7 +766,7 @@ fn servers_of(
 fn open_system(
     args: &BenchArgs,
     plan: &Plan,
-    cluster: Option<bench::ClusterSystem>,
+    cluster: Option<cluster::kv::ClusterSystem>,
     keys: &[u64],
 ) -> Result<Box<dyn Store>> {
     if let Some(cluster) = cluster {
@@ -782,7 +782,7 @@ fn open_system(
             &options,
         )?);
     }
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     let spinner = progress::bar(1, "load");
     spinner.enable_steady_tick(Duration::from_millis(200));
     let system = local_system(args, &plan.spec(args), &pairs).context("loading the server")?;
@@ -826,7 +826,7 @@ fn measure(
     loaded: Arc<[u64]>,
     config: &RunConfig,
     pb: &indicatif::ProgressBar,
-) -> Result<(bench::Report, Option<bench::history::History>)> {
+) -> Result<(bench::Report, Option<check::history::History>)> {
     let judge = match (args.no_judge, plan.as_found) {
         (true, _) => bench::Judge::Off,
         (false, true) => bench::Judge::AsFound,
@@ -1228,7 +1228,7 @@ fn run_models_suite(args: &BenchArgs, out: &std::path::Path) -> Result<()> {
 
 /// `xstore bench --local-index LIST`: a table, and JSON lines with --json.
 fn run_local_index(args: &BenchArgs, list: &str) -> Result<()> {
-    use bench::local_index::{run_local, LocalOptions};
+    use finestore::peers::{run_local, LocalOptions};
     let mut threads = vec![1];
     if args.threads > 1 {
         threads.push(args.threads as usize);

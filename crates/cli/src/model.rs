@@ -181,7 +181,7 @@ fn submodels_for(args: &ModelArgs, n: u64) -> Result<u32> {
 /// benchmarks make them).
 fn load_tree(args: &ModelArgs, keys: Vec<u64>) -> Result<XTree> {
     let n = keys.len() as u64;
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     drop(keys);
     let config = XTreeConfig {
         leaf_slots: args.leaf_slots,

@@ -52,8 +52,8 @@ impl Up {
     }
 
     /// The cluster as a benchmark system.
-    fn system(&self) -> bench::ClusterSystem {
-        bench::ClusterSystem::with_etcd(
+    fn system(&self) -> cluster::kv::ClusterSystem {
+        cluster::kv::ClusterSystem::with_etcd(
             self.etcd(),
             Some(self.token.clone()),
             xstore::CacheMode::Full,
@@ -618,7 +618,7 @@ fn range_moves_under_ycsb_a_lose_nothing_and_no_stale_client_reads_or_writes_old
     let mut expect = BTreeMap::new();
     for (lo, hi, _) in &moved {
         for &k in loaded.iter().filter(|&&k| *lo <= k && k < *hi) {
-            let v = bench::value_for(k, 1 << 40);
+            let v = check::value_for(k, 1 << 40);
             fresh.upsert(k, v).unwrap();
             expect.insert(k, v);
         }
@@ -688,7 +688,7 @@ fn zipfian_c_shares(
     ops: u64,
     seed: u64,
 ) -> BTreeMap<String, u64> {
-    let system = bench::ClusterSystem::with_etcd(
+    let system = cluster::kv::ClusterSystem::with_etcd(
         etcd.clone(),
         Some(token.to_string()),
         xstore::CacheMode::Full,
@@ -835,7 +835,7 @@ fn the_shell_talks_to_a_cluster() {
         let r = map.ranges_of(&id).next().unwrap();
         let k = *keys.iter().find(|&&k| k >= r.lo && k < r.hi).unwrap();
         script += &format!("get {k}\n");
-        expect.push(bench::value_for(k, 0).to_string());
+        expect.push(check::value_for(k, 0).to_string());
     }
     let boundary = map.ranges[1].lo;
     let below: Vec<u64> = keys.iter().copied().filter(|&k| k < boundary).collect();
@@ -844,8 +844,8 @@ fn the_shell_talks_to_a_cluster() {
     script += &format!("scan {a} 2\nput {b} 77\nget {b}\ndel {b}\nget {b}\nstats\nput 1 x\n");
     expect.push(format!(
         "{a}={} {b}={}",
-        bench::value_for(a, 0),
-        bench::value_for(b, 0)
+        check::value_for(a, 0),
+        check::value_for(b, 0)
     ));
     expect.extend(["OK", "77", "OK", "NOT_FOUND"].map(String::from));
     let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
@@ -999,7 +999,7 @@ fn a_member_refuses_plain_requests_for_keys_it_does_not_own() {
     // fresh key is absent everywhere.
     let mut r = up.router();
     assert_eq!(r.get(fresh).unwrap(), None);
-    assert_eq!(r.get(in_s1).unwrap(), Some(bench::value_for(in_s1, 0)));
+    assert_eq!(r.get(in_s1).unwrap(), Some(check::value_for(in_s1, 0)));
     let s0_range = map.ranges_of("s0").next().unwrap().clone();
     let s0_keys: Vec<u64> = loaded
         .iter()
@@ -1016,7 +1016,7 @@ fn a_member_refuses_plain_requests_for_keys_it_does_not_own() {
     // Its own keys it still serves to a plain client.
     let own = s0_keys[0];
     let out = shell(&up, s0, &format!("get {own}\n"));
-    assert_eq!(out, vec![bench::value_for(own, 0).to_string()]);
+    assert_eq!(out, vec![check::value_for(own, 0).to_string()]);
 
     // Move 100 of s0's keys to s2: s0, the former owner, refuses them.
     let (lo, hi) = (s0_keys[10], s0_keys[110]);
@@ -1039,7 +1039,7 @@ fn a_member_refuses_plain_requests_for_keys_it_does_not_own() {
             "{out:?}"
         );
     }
-    assert_eq!(r.get(moved).unwrap(), Some(bench::value_for(moved, 0)));
+    assert_eq!(r.get(moved).unwrap(), Some(check::value_for(moved, 0)));
 }
 
 /// Issue 23, finding 4: the cluster's etcd refuses anyone without
@@ -1117,11 +1117,11 @@ fn etcd_refuses_strangers_and_a_repointed_member_diverts_no_client() {
                 Err(e) => panic!("s1 never reachable again: {e}"),
             }
         };
-        assert_eq!(got, Some(bench::value_for(in_s1, 0)));
+        assert_eq!(got, Some(check::value_for(in_s1, 0)));
         // The shell, routing through the map, is not diverted either.
         let out = shell(&up, &up.url, &format!("get {in_s1}\n"));
         assert!(
-            out == vec![bench::value_for(in_s1, 0).to_string()] || out[0].starts_with("ERR "),
+            out == vec![check::value_for(in_s1, 0).to_string()] || out[0].starts_with("ERR "),
             "{out:?}"
         );
     }

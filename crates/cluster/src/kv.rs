@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use ::kv::{
-    Capabilities, ClientFigures, Counters, KvClient, KvError, Pending, ServerTime, Started, Store,
+    Capabilities, ClientFigures, KvClient, KvError, Pending, ServerTime, Started, Store,
     WordClient, WordWrite, Words,
 };
-use xstore::{CacheMode, ClientConfig, Write};
+use xstore::{CacheMode, ClientConfig};
 
 use crate::{RoutedWrite, Router, RouterError};
 
@@ -158,36 +158,13 @@ impl WordClient for ClusterClient {
     fn capabilities(&self) -> Capabilities {
         xstore::kv::CAPABILITIES
     }
-    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
-        Ok(self.router.get(key)?)
-    }
-    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
-        Ok(self.router.scan(start, n, out)?)
-    }
-    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.router.insert(key, value)?)
-    }
-    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.router.update(key, value)?)
-    }
-    fn upsert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.router.upsert(key, value)?)
-    }
-    fn delete(&mut self, key: u64) -> Result<bool, KvError> {
-        Ok(self.router.delete(key)?)
-    }
+    kv::forward_words!(router; get, scan, insert, update, upsert, delete, counters);
     /// Kept in flight by the router: a write refused by a former owner
     /// is re-sent to the new one before `finish_write` answers, so the
     /// ledger sees it acknowledged once, when its final answer arrives.
     fn start_write(&mut self, w: WordWrite) -> Result<Pending, KvError> {
-        let w = match w {
-            WordWrite::Insert { key, value } => Write::Insert { key, value },
-            WordWrite::Update { key, value } => Write::Update { key, value },
-            WordWrite::Upsert { key, value } => Write::Upsert { key, value },
-            WordWrite::Delete { key } => Write::Delete { key },
-        };
         Ok(Pending::Started(Box::new(ClusterTicket(
-            self.router.start_write(w)?,
+            self.router.start_write(w.into())?,
         ))))
     }
     fn finish_write(&mut self, p: Pending) -> Result<bool, KvError> {
@@ -197,9 +174,6 @@ impl WordClient for ClusterClient {
                 .router
                 .finish_write(::kv::ticket::<ClusterTicket>(s)?.0)?),
         }
-    }
-    fn counters(&self) -> Counters {
-        self.router.counters()
     }
     fn figures(&self) -> ClientFigures {
         ClientFigures {

@@ -176,24 +176,7 @@ impl<E: Endpoint + 'static> WordClient for FineClient<E> {
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
     }
-    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
-        Ok(self.0.get(key)?)
-    }
-    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
-        Ok(self.0.scan(start, n, out)?)
-    }
-    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.0.insert(key, value)?)
-    }
-    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.0.update(key, value)?)
-    }
-    fn upsert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.0.upsert(key, value)?)
-    }
-    fn delete(&mut self, key: u64) -> Result<bool, KvError> {
-        Ok(self.0.delete(key)?)
-    }
+    kv::forward_words!(0; get, scan, insert, update, upsert, delete);
     fn counters(&self) -> kv::Counters {
         self.0.endpoint().counters()
     }

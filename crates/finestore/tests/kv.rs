@@ -4,22 +4,22 @@
 //! answers as a BTreeMap does; bad key lengths and failures are typed
 //! errors.
 
-use std::collections::BTreeMap;
-
+use kv::testing::Plan;
 use kv::{key_bytes, ErrorKind, KvClient, KvError, LocalLoad, Options, Store};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+
+fn desc(name: &str) -> &'static kv::SystemDesc {
+    finestore::kv::systems()
+        .iter()
+        .find(|d| d.name == name)
+        .expect("a system of this crate")
+}
 
 fn load(
     name: &str,
     pairs: &[(u64, u64)],
     adversary: Option<u64>,
 ) -> Result<Box<dyn Store>, KvError> {
-    let desc = finestore::kv::systems()
-        .iter()
-        .find(|d| d.name == name)
-        .expect("a system of this crate");
-    (desc.load_local)(&LocalLoad {
+    (desc(name).load_local)(&LocalLoad {
         pairs,
         adversary,
         server_workers: Some(2),
@@ -27,113 +27,22 @@ fn load(
     })
 }
 
-/// One random operation on `c` (on the word path if `words`, else on
-/// encoded bytes), checked against `model`. Keys come from a small range
-/// so that hits, misses, inserts of present keys and deletes all happen;
-/// a system without deletes must refuse them.
-fn step(
-    rng: &mut StdRng,
-    c: &mut dyn KvClient,
-    words: bool,
-    model: &mut BTreeMap<u64, u64>,
-    deletes: bool,
-) {
-    let key = rng.random_range(1..4_000u64);
-    let value = rng.random::<u64>();
-    match (rng.random_range(0..6), words) {
-        (0, true) => assert_eq!(
-            c.words().unwrap().get(key).unwrap(),
-            model.get(&key).copied()
-        ),
-        (0, false) => {
-            let mut v = Vec::new();
-            let found = c.get(&key_bytes(key), &mut v).unwrap();
-            let want = model.get(&key).map(|v| v.to_be_bytes().to_vec());
-            assert_eq!(found.then_some(v), want, "get {key}");
-        }
-        (1, _) => {
-            let want = !model.contains_key(&key);
-            let got = if words {
-                c.words().unwrap().insert(key, value).unwrap()
-            } else {
-                c.insert(&key_bytes(key), &value.to_be_bytes()).unwrap()
-            };
-            assert_eq!(got, want, "insert {key}");
-            model.entry(key).or_insert(value);
-        }
-        (2, _) => {
-            let want = model.contains_key(&key);
-            let got = if words {
-                c.words().unwrap().update(key, value).unwrap()
-            } else {
-                c.update(&key_bytes(key), &value.to_be_bytes()).unwrap()
-            };
-            assert_eq!(got, want, "update {key}");
-            if want {
-                model.insert(key, value);
-            }
-        }
-        (3, _) => {
-            let want = model.insert(key, value).is_none();
-            let got = if words {
-                c.words().unwrap().upsert(key, value).unwrap()
-            } else {
-                c.upsert(&key_bytes(key), &value.to_be_bytes()).unwrap()
-            };
-            assert_eq!(got, want, "upsert {key}");
-        }
-        (4, _) if !deletes => {
-            let r = if words {
-                c.words().unwrap().delete(key)
-            } else {
-                c.delete(&key_bytes(key))
-            };
-            assert_eq!(r.unwrap_err().kind, ErrorKind::Refused, "delete {key}");
-        }
-        (4, _) => {
-            let want = model.remove(&key).is_some();
-            let got = if words {
-                c.words().unwrap().delete(key).unwrap()
-            } else {
-                c.delete(&key_bytes(key)).unwrap()
-            };
-            assert_eq!(got, want, "delete {key}");
-        }
-        _ => {
-            let n = rng.random_range(0..20);
-            let want: Vec<(u64, u64)> = model.range(key..).take(n).map(|(&k, &v)| (k, v)).collect();
-            let mut got = Vec::new();
-            c.words().unwrap().scan(key, n, &mut got).unwrap();
-            assert_eq!(got, want, "scan {key} {n}");
-        }
-    }
-}
-
-/// Loads `name`, runs random operations through one client, and checks
-/// what a second client reads; returns the store and the first client.
+/// Loads `name` and runs the model test on it (a system without deletes
+/// must refuse them); returns the store and the client it ran.
 fn matches_a_map(name: &str, deletes: bool) -> (Box<dyn Store>, Box<dyn KvClient>) {
     let seed = testkit::seed();
-    let mut rng = StdRng::seed_from_u64(seed);
     let pairs: Vec<(u64, u64)> = (1..1_000u64).map(|k| (k * 3, k ^ 0x55)).collect();
-    let store = load(name, &pairs, Some(seed)).unwrap();
-    let mut model: BTreeMap<u64, u64> = pairs.iter().copied().collect();
-    let mut c = store.client().unwrap();
-    for i in 0..3_000 {
-        step(&mut rng, &mut *c, i % 2 == 0, &mut model, deletes);
-    }
-    let mut other = store.client().unwrap();
-    let mut all = Vec::new();
-    other
-        .words()
-        .unwrap()
-        .scan(0, usize::MAX, &mut all)
-        .unwrap();
-    assert_eq!(
-        all,
-        model.into_iter().collect::<Vec<_>>(),
-        "{name} seed {seed}"
-    );
-    (store, c)
+    let load = LocalLoad {
+        pairs: &pairs,
+        adversary: Some(seed),
+        server_workers: Some(2),
+        options: &Options::new(),
+    };
+    let plan = Plan {
+        deletes,
+        ..Plan::default()
+    };
+    kv::testing::matches_a_map(desc(name), &load, seed, plan)
 }
 
 #[test]

@@ -211,6 +211,43 @@ fn clients_agree_with_a_btreemap_while_the_server_retrains() {
     );
 }
 
+/// The keys of [`quiet_server`]: 1,000 of them, `i * 100 → i`.
+fn quiet_pairs() -> Vec<(u64, u64)> {
+    (0..1000u64).map(|i| (i * 100, i)).collect()
+}
+
+/// A server of [`quiet_pairs`] with small bins that reclaims only when
+/// the test says so; a client silent for `silence_limit` is cut off.
+fn quiet_server(silence_limit: Duration) -> (LocalFabric, Server, fabric::NodeId) {
+    let fabric = LocalFabric::new();
+    let config = ServerConfig {
+        store: small_bins(false),
+        silence_limit,
+        reclaim_every: None,
+        ..ServerConfig::default()
+    };
+    let (server, node) = start(&fabric, &quiet_pairs(), config);
+    (fabric, server, node)
+}
+
+/// What the stall tests start from: a [`quiet_server`], a client that
+/// will pause in its first GET with its two channels ([`pausing_client`]),
+/// and a writer.
+fn stall(
+    silence_limit: Duration,
+) -> (
+    Server,
+    Client<LocalEndpoint>,
+    mpsc::Receiver<()>,
+    mpsc::Sender<()>,
+    Client<LocalEndpoint>,
+) {
+    let (fabric, server, node) = quiet_server(silence_limit);
+    let (stalled, paused, resume) = pausing_client(&fabric, node);
+    let writer = Client::connect(fabric.endpoint(), node).unwrap();
+    (server, stalled, paused, resume, writer)
+}
+
 /// A client whose first GET stops after its prediction until `resume`
 /// says so.
 fn pausing_client(
@@ -246,17 +283,7 @@ fn retrain_around(server: &Server, writer: &mut Client<LocalEndpoint>, base: u64
 
 #[test]
 fn a_stalled_client_holds_the_old_version_and_never_reads_it_stale() {
-    let fabric = LocalFabric::new();
-    let pairs: Vec<(u64, u64)> = (0..1000u64).map(|i| (i * 100, i)).collect();
-    let config = ServerConfig {
-        store: small_bins(false),
-        silence_limit: Duration::from_secs(60),
-        reclaim_every: None,
-        ..ServerConfig::default()
-    };
-    let (server, node) = start(&fabric, &pairs, config);
-    let (mut stalled, paused, resume) = pausing_client(&fabric, node);
-    let mut writer = Client::connect(fabric.endpoint(), node).unwrap();
+    let (server, mut stalled, paused, resume, mut writer) = stall(Duration::from_secs(60));
     assert_eq!(server.version(), 1);
 
     let reader = std::thread::spawn(move || {
@@ -318,17 +345,7 @@ fn a_stalled_client_holds_the_old_version_and_never_reads_it_stale() {
 
 #[test]
 fn a_client_stalled_past_the_limit_is_cut_off_and_rejects_reused_memory() {
-    let fabric = LocalFabric::new();
-    let pairs: Vec<(u64, u64)> = (0..1000u64).map(|i| (i * 100, i)).collect();
-    let config = ServerConfig {
-        store: small_bins(false),
-        silence_limit: Duration::from_millis(200),
-        reclaim_every: None,
-        ..ServerConfig::default()
-    };
-    let (server, node) = start(&fabric, &pairs, config);
-    let (mut stalled, paused, resume) = pausing_client(&fabric, node);
-    let mut writer = Client::connect(fabric.endpoint(), node).unwrap();
+    let (server, mut stalled, paused, resume, mut writer) = stall(Duration::from_millis(200));
     let first_id = stalled.id();
 
     let reader = std::thread::spawn(move || {
@@ -400,15 +417,8 @@ fn raw(
 fn forged_hints_are_checked_and_never_misplace_a_key() {
     let seed = testkit::seed();
     let mut rng = StdRng::seed_from_u64(seed);
-    let fabric = LocalFabric::new();
-    let pairs: Vec<(u64, u64)> = (0..1000u64).map(|i| (i * 100, i)).collect();
-    let config = ServerConfig {
-        store: small_bins(false),
-        silence_limit: Duration::from_secs(60),
-        reclaim_every: None,
-        ..ServerConfig::default()
-    };
-    let (server, node) = start(&fabric, &pairs, config);
+    let pairs = quiet_pairs();
+    let (fabric, server, node) = quiet_server(Duration::from_secs(60));
     let mut c = Client::connect(fabric.endpoint(), node).unwrap();
     let mut ep = fabric.endpoint();
     let (id, version) = (c.id(), c.version());

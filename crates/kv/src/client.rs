@@ -301,3 +301,66 @@ pub fn with_words<R>(client: &mut dyn KvClient, f: impl FnOnce(&mut dyn WordClie
     }
     f(&mut crate::Bytes(client))
 }
+
+/// Writes the [`WordClient`] methods that only forward to a system's own
+/// client: inside `impl WordClient for C`, `kv::forward_words!(FIELD;
+/// OPS)` writes each of OPS (`get`, `scan`, `insert`, `update`, `upsert`,
+/// `delete`, `counters`) as a call of the method of the same name on
+/// `self.FIELD` with the same arguments, its error converted by `?` (the
+/// system's `From<ItsError> for KvError`). The system writes by hand only
+/// what differs. The expansion is the plain call: no allocation and no
+/// dynamic dispatch per operation.
+///
+/// ```ignore
+/// impl<E: Endpoint> WordClient for RolexClient<E> {
+///     fn capabilities(&self) -> Capabilities { CAPABILITIES }
+///     kv::forward_words!(0; get, scan, insert, update, delete, counters);
+///     fn figures(&self) -> ClientFigures { figures(&self.0) }
+/// }
+/// ```
+#[macro_export]
+macro_rules! forward_words {
+    ($field:tt; $($op:ident),+ $(,)?) => {
+        $( $crate::forward_words!(@op $field $op); )+
+    };
+    (@op $f:tt get) => {
+        fn get(&mut self, key: u64) -> ::core::result::Result<::core::option::Option<u64>, $crate::KvError> {
+            ::core::result::Result::Ok(self.$f.get(key)?)
+        }
+    };
+    (@op $f:tt scan) => {
+        fn scan(
+            &mut self,
+            start: u64,
+            n: usize,
+            out: &mut ::std::vec::Vec<(u64, u64)>,
+        ) -> ::core::result::Result<(), $crate::KvError> {
+            ::core::result::Result::Ok(self.$f.scan(start, n, out)?)
+        }
+    };
+    (@op $f:tt insert) => {
+        fn insert(&mut self, key: u64, value: u64) -> ::core::result::Result<bool, $crate::KvError> {
+            ::core::result::Result::Ok(self.$f.insert(key, value)?)
+        }
+    };
+    (@op $f:tt update) => {
+        fn update(&mut self, key: u64, value: u64) -> ::core::result::Result<bool, $crate::KvError> {
+            ::core::result::Result::Ok(self.$f.update(key, value)?)
+        }
+    };
+    (@op $f:tt upsert) => {
+        fn upsert(&mut self, key: u64, value: u64) -> ::core::result::Result<bool, $crate::KvError> {
+            ::core::result::Result::Ok(self.$f.upsert(key, value)?)
+        }
+    };
+    (@op $f:tt delete) => {
+        fn delete(&mut self, key: u64) -> ::core::result::Result<bool, $crate::KvError> {
+            ::core::result::Result::Ok(self.$f.delete(key)?)
+        }
+    };
+    (@op $f:tt counters) => {
+        fn counters(&self) -> $crate::Counters {
+            self.$f.counters()
+        }
+    };
+}

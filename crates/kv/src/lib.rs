@@ -15,6 +15,7 @@ mod error;
 mod figures;
 pub mod local;
 mod system;
+pub mod testing;
 mod words;
 
 pub use client::{

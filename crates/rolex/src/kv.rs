@@ -343,24 +343,7 @@ impl<E: Endpoint + 'static> WordClient for RolexClient<E> {
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
     }
-    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
-        Ok(self.0.get(key)?)
-    }
-    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
-        Ok(self.0.scan(start, n, out)?)
-    }
-    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.0.insert(key, value)?)
-    }
-    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.0.update(key, value)?)
-    }
-    fn delete(&mut self, key: u64) -> Result<bool, KvError> {
-        Ok(self.0.delete(key)?)
-    }
-    fn counters(&self) -> kv::Counters {
-        self.0.counters()
-    }
+    kv::forward_words!(0; get, scan, insert, update, delete, counters);
     fn figures(&self) -> ClientFigures {
         let s = self.0.stats();
         ClientFigures {

@@ -3,11 +3,8 @@
 //! big-endian strings) answers as a BTreeMap does, on one memory node and
 //! on three; bad options and bad key lengths are typed errors.
 
-use std::collections::BTreeMap;
-
-use kv::{key_bytes, ErrorKind, KvClient, KvError, LocalLoad, Options, Store};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use kv::testing::Plan;
+use kv::{key_bytes, ErrorKind, KvError, LocalLoad, Options, Store};
 
 fn desc() -> &'static kv::SystemDesc {
     let s = rolex::kv::systems();
@@ -26,94 +23,18 @@ fn load(pairs: &[(u64, u64)], options: &Options, adversary: Option<u64>) -> Box<
     .unwrap()
 }
 
-/// One random operation on `c` (on the word path if `words`, else on
-/// encoded bytes), checked against `model`. Keys come from a small range
-/// so that hits, misses, inserts of present keys and deletes all happen.
-fn step(rng: &mut StdRng, c: &mut dyn KvClient, words: bool, model: &mut BTreeMap<u64, u64>) {
-    let key = rng.random_range(1..4_000u64);
-    let value = rng.random::<u64>();
-    match (rng.random_range(0..6), words) {
-        (0, true) => assert_eq!(
-            c.words().unwrap().get(key).unwrap(),
-            model.get(&key).copied()
-        ),
-        (0, false) => {
-            let mut v = Vec::new();
-            let found = c.get(&key_bytes(key), &mut v).unwrap();
-            let want = model.get(&key).map(|v| v.to_be_bytes().to_vec());
-            assert_eq!(found.then_some(v), want, "get {key}");
-        }
-        (1, _) => {
-            let want = !model.contains_key(&key);
-            let got = if words {
-                c.words().unwrap().insert(key, value).unwrap()
-            } else {
-                c.insert(&key_bytes(key), &value.to_be_bytes()).unwrap()
-            };
-            assert_eq!(got, want, "insert {key}");
-            model.entry(key).or_insert(value);
-        }
-        (2, _) => {
-            let want = model.contains_key(&key);
-            let got = if words {
-                c.words().unwrap().update(key, value).unwrap()
-            } else {
-                c.update(&key_bytes(key), &value.to_be_bytes()).unwrap()
-            };
-            assert_eq!(got, want, "update {key}");
-            if want {
-                model.insert(key, value);
-            }
-        }
-        (3, _) => {
-            let want = model.insert(key, value).is_none();
-            let got = if words {
-                c.words().unwrap().upsert(key, value).unwrap()
-            } else {
-                c.upsert(&key_bytes(key), &value.to_be_bytes()).unwrap()
-            };
-            assert_eq!(got, want, "upsert {key}");
-        }
-        (4, _) => {
-            let want = model.remove(&key).is_some();
-            let got = if words {
-                c.words().unwrap().delete(key).unwrap()
-            } else {
-                c.delete(&key_bytes(key)).unwrap()
-            };
-            assert_eq!(got, want, "delete {key}");
-        }
-        _ => {
-            let n = rng.random_range(0..20);
-            let want: Vec<(u64, u64)> = model.range(key..).take(n).map(|(&k, &v)| (k, v)).collect();
-            let mut got = Vec::new();
-            c.words().unwrap().scan(key, n, &mut got).unwrap();
-            assert_eq!(got, want, "scan {key} {n}");
-        }
-    }
-}
-
 fn matches_a_map(memory_nodes: usize) {
     let seed = testkit::seed();
-    let mut rng = StdRng::seed_from_u64(seed);
     let pairs: Vec<(u64, u64)> = (1..1_000u64).map(|k| (k * 3, k ^ 0x55)).collect();
     let mut options = Options::new();
     options.set("memory-nodes", memory_nodes).unwrap();
-    let store = load(&pairs, &options, Some(seed));
-    let mut model: BTreeMap<u64, u64> = pairs.iter().copied().collect();
-    let mut c = store.client().unwrap();
-    for i in 0..3_000 {
-        step(&mut rng, &mut *c, i % 2 == 0, &mut model);
-    }
-    // A second client (another thread's) sees every write of the first.
-    let mut other = store.client().unwrap();
-    let mut all = Vec::new();
-    other
-        .words()
-        .unwrap()
-        .scan(0, usize::MAX, &mut all)
-        .unwrap();
-    assert_eq!(all, model.into_iter().collect::<Vec<_>>(), "seed {seed}");
+    let load = LocalLoad {
+        pairs: &pairs,
+        adversary: Some(seed),
+        server_workers: None,
+        options: &options,
+    };
+    let (store, c) = kv::testing::matches_a_map(desc(), &load, seed, Plan::default());
     let f = c.figures();
     assert_eq!(c.counters(), f.counters);
     assert!(f.counters.reads > 0 && f.direct.unwrap().reads > 0);

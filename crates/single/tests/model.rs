@@ -1,88 +1,14 @@
 //! single-skiplist against `BTreeMap`: four clients at once over the local
 //! fabric through the key-value contract, each checking every answer about
-//! its own keys (keys ≡ thread mod 4) against its model, scans included.
+//! its own keys (keys ≡ thread mod 4) against its model (`kv::testing`),
+//! scans included.
 //! Seeded: the seed is printed; `XSTORE_SEED=N` replays it.
 
-use std::collections::BTreeMap;
-
-use kv::{KvClient, LocalLoad, Options};
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use kv::testing::{Model, Path, Plan, Share};
+use kv::{LocalLoad, Options};
 
 const THREADS: u64 = 4;
 const KEYS: u64 = 2_000;
-const OPS: usize = 4_000;
-
-fn owned(key: u64, t: u64) -> bool {
-    key % THREADS == t
-}
-
-fn check_thread(client: &mut dyn KvClient, t: u64, seed: u64, pairs: &[(u64, u64)]) {
-    let mut rng = StdRng::seed_from_u64(seed ^ (t + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut model: BTreeMap<u64, u64> = pairs
-        .iter()
-        .copied()
-        .filter(|&(k, _)| owned(k, t))
-        .collect();
-    let mut value = Vec::new();
-    let mut out = Vec::new();
-    for i in 0..OPS {
-        let key = rng.random_range(0..KEYS / THREADS) * THREADS + t;
-        let v = rng.random::<u64>();
-        let kb = kv::key_bytes(key);
-        let vb = v.to_be_bytes();
-        let op = rng.random_range(0..6);
-        let ctx = format!("seed {seed} thread {t} op {i} ({op}) key {key}");
-        match op {
-            0 => {
-                let found = client.get(&kb, &mut value).expect(&ctx);
-                let got = found.then(|| kv::value_word(&value).expect(&ctx));
-                assert_eq!(got, model.get(&key).copied(), "{ctx}: get");
-            }
-            1 => {
-                let added = client.insert(&kb, &vb).expect(&ctx);
-                assert_eq!(added, !model.contains_key(&key), "{ctx}: insert");
-                model.entry(key).or_insert(v);
-            }
-            2 => {
-                let updated = client.update(&kb, &vb).expect(&ctx);
-                assert_eq!(updated, model.contains_key(&key), "{ctx}: update");
-                if let Some(old) = model.get_mut(&key) {
-                    *old = v;
-                }
-            }
-            3 => {
-                let new = client.upsert(&kb, &vb).expect(&ctx);
-                assert_eq!(new, model.insert(key, v).is_none(), "{ctx}: upsert");
-            }
-            4 => {
-                let removed = client.delete(&kb).expect(&ctx);
-                assert_eq!(removed, model.remove(&key).is_some(), "{ctx}: delete");
-            }
-            _ => {
-                let n = rng.random_range(0..64);
-                out.clear();
-                client.scan(&kb, n, &mut out).expect(&ctx);
-                assert!(out.len() <= n, "{ctx}: scan longer than asked");
-                let keys: Vec<u64> = out.iter().map(|(k, _)| kv::key_word(k).unwrap()).collect();
-                assert!(
-                    keys.windows(2).all(|w| w[0] < w[1]),
-                    "{ctx}: scan out of order"
-                );
-                // Own keys in the scanned window are exactly the model's.
-                if let Some(&last) = keys.last() {
-                    let mine: Vec<(u64, u64)> = out
-                        .iter()
-                        .map(|(k, v)| (kv::key_word(k).unwrap(), kv::value_word(v).unwrap()))
-                        .filter(|&(k, _)| owned(k, t))
-                        .collect();
-                    let want: Vec<(u64, u64)> =
-                        model.range(key..=last).map(|(&k, &v)| (k, v)).collect();
-                    assert_eq!(mine, want, "{ctx}: scan");
-                }
-            }
-        }
-    }
-}
 
 #[test]
 fn four_clients_agree_with_btreemap() {
@@ -97,13 +23,32 @@ fn four_clients_agree_with_btreemap() {
         options: &options,
     })
     .expect("load");
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let mut client = store.client().expect("client");
-            let pairs = &pairs;
-            s.spawn(move || check_thread(client.as_mut(), t, seed, pairs));
-        }
+    let models: Vec<Model> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|me| {
+                let mut client = store.client().expect("client");
+                let plan = Plan {
+                    keys: 0..KEYS,
+                    ops: 4_000,
+                    path: Path::Bytes,
+                    max_scan: 64,
+                    share: Some(Share { of: THREADS, me }),
+                    ..Plan::default()
+                };
+                let mut model = Model::new(seed, &pairs, plan);
+                s.spawn(move || {
+                    model.run(client.as_mut());
+                    model
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
+    // At rest, the store holds exactly every client's keys.
+    let mut client = store.client().expect("client");
+    for model in &models {
+        model.check_store(client.as_mut());
+    }
 }
 
 #[test]

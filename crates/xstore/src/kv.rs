@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use ::kv::local::TimedHandler;
 use ::kv::{
-    Capabilities, ClientFigures, Connect, Counters, DirectStats, KvClient, KvError, LocalLoad,
-    ModelFigures, OptionDesc, Options, Pending, ServerTime, Started, Store, SystemDesc, WordClient,
-    WordWrite, Words,
+    Capabilities, ClientFigures, Connect, DirectStats, KvClient, KvError, LocalLoad, ModelFigures,
+    OptionDesc, Options, Pending, ServerTime, Started, Store, SystemDesc, WordClient, WordWrite,
+    Words,
 };
 use fabric::{Endpoint, LocalFabric, NodeId};
 use rdmasim::record::TracingEndpoint;
@@ -274,33 +274,10 @@ impl<E: Endpoint + Send> WordClient for XStoreClient<E> {
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
     }
-    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
-        Ok(self.0.get(key)?)
-    }
-    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
-        Ok(self.0.scan(start, n, out)?)
-    }
-    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.0.insert(key, value)?)
-    }
-    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.0.update(key, value)?)
-    }
-    fn upsert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.0.upsert(key, value)?)
-    }
-    fn delete(&mut self, key: u64) -> Result<bool, KvError> {
-        Ok(self.0.delete(key)?)
-    }
+    ::kv::forward_words!(0; get, scan, insert, update, upsert, delete, counters);
     fn start_write(&mut self, w: WordWrite) -> Result<Pending, KvError> {
-        let w = match w {
-            WordWrite::Insert { key, value } => Write::Insert { key, value },
-            WordWrite::Update { key, value } => Write::Update { key, value },
-            WordWrite::Upsert { key, value } => Write::Upsert { key, value },
-            WordWrite::Delete { key } => Write::Delete { key },
-        };
         Ok(Pending::Started(Box::new(XStoreTicket(
-            self.0.start_write(w)?,
+            self.0.start_write(w.into())?,
         ))))
     }
     fn finish_write(&mut self, p: Pending) -> Result<bool, KvError> {
@@ -309,14 +286,23 @@ impl<E: Endpoint + Send> WordClient for XStoreClient<E> {
             Pending::Started(s) => Ok(self.0.finish_write(::kv::ticket::<XStoreTicket>(s)?.0)?),
         }
     }
-    fn counters(&self) -> Counters {
-        self.0.counters()
-    }
     fn figures(&self) -> ClientFigures {
         ClientFigures {
             counters: self.0.counters(),
             direct: Some(self.0.stats().into()),
             cache_bytes: Some(self.0.cache_bytes()),
+        }
+    }
+}
+
+/// The contract's u64 write as XStore's own (the same four writes).
+impl From<WordWrite> for Write {
+    fn from(w: WordWrite) -> Write {
+        match w {
+            WordWrite::Insert { key, value } => Write::Insert { key, value },
+            WordWrite::Update { key, value } => Write::Update { key, value },
+            WordWrite::Upsert { key, value } => Write::Upsert { key, value },
+            WordWrite::Delete { key } => Write::Delete { key },
         }
     }
 }

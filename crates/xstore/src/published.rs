@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use fabric::{Region, RegionId, Rights};
+use le::word_hash;
 use learned::{ErrorCode, Router, SubModel, TtEntry, XModel};
-use xtree::layout::word_hash;
 
 /// Bytes of one sub-model slot.
 pub const SUB_SLOT_BYTES: u64 = 32;

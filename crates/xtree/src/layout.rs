@@ -38,6 +38,8 @@
 //! Server-side readers do not need the checksums: they use `seq` as a
 //! classic seqlock (see [`crate::leaf`]).
 
+use le::{le_word, word_hash};
+
 use crate::error::LeafError;
 
 /// Word index of the header.
@@ -170,10 +172,6 @@ impl Header {
         }
     }
 }
-
-// The checksum hash and the word read moved down to `le`, below every
-// design that shares them; this path stays for XStore's users.
-pub use le::{le_word, word_hash};
 
 /// Checksum of the key part given the words in leaf order.
 pub fn key_sum(words: impl Iterator<Item = u64>) -> u64 {

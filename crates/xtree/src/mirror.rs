@@ -28,7 +28,8 @@ use fabric::Region;
 
 use crate::error::LeafError;
 use crate::inner::InnerIndex;
-use crate::layout::{key_sum, le_word};
+use crate::layout::key_sum;
+use le::le_word;
 
 /// Root id meaning "the copy is not usable".
 pub const OUT_OF_SERVICE: u32 = u32::MAX;
