@@ -83,6 +83,25 @@ fn data_region(id: RegionId, bytes: u64) -> Result<Arc<Region>, HiError> {
     Ok(r)
 }
 
+/// Gives all-hashtable backup `server` its own table (main + overflow
+/// buckets, as the primary's), registered on its node for one-sided GETs.
+fn backup_table(
+    fabric: &LocalFabric,
+    server: &IndexServer,
+    main: u64,
+    overflow: u64,
+    epoch: u64,
+) -> Result<(), HiError> {
+    let node = server.node();
+    let region = table_region(backup_table_id(node), main, overflow)?;
+    fabric.register(node, region.clone())?;
+    let t = HashTable::new(region, main, overflow, epoch)?;
+    // Trusted for good, as an in-process primary's table.
+    t.set_lease_until(crate::layout::LEASE_FOREVER);
+    t.set_serving(true);
+    server.keep_table(t)
+}
+
 /// Region id of the table built at `epoch` (a new one per primary).
 pub(crate) fn table_id(epoch: u64) -> RegionId {
     RegionId(0x4854_0000 | (epoch as u32 & 0xFFFF))
@@ -214,14 +233,7 @@ impl LocalGroup {
             );
             s.follow(epoch, p_node, table_id(epoch))?;
             if kind == IndexKind::AllHash {
-                let id = backup_table_id(b);
-                let region = table_region(id, main, config.overflow_buckets)?;
-                fabric.register(b, region.clone())?;
-                let t = HashTable::new(region, main, config.overflow_buckets, epoch)?;
-                // Trusted for good, as an in-process primary's table.
-                t.set_lease_until(crate::layout::LEASE_FOREVER);
-                t.set_serving(true);
-                s.keep_table(t)?;
+                backup_table(&fabric, &s, main, config.overflow_buckets, epoch)?;
             }
             fabric.set_handler(b, served(s.clone()))?;
             servers.push(s);
