@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use fabric::{Batch, Counters, Endpoint, MAX_BATCH_OPS};
 
+use crate::baselines::{backup_table_id, IndexKind};
 use crate::error::HiError;
 use crate::layout::{
     self, bucket_offset, decode_record, encode_record, key_hash, record_words_of, signature,
@@ -107,6 +108,10 @@ pub struct Client<E: Endpoint> {
     chunk: Option<(u8, u64, u64)>,
     next_data: usize,
     next_backup: usize,
+    /// How reads go: HiStore's, or one of its baselines'.
+    reads: IndexKind,
+    /// Picks the replica a baseline reads (xorshift; never 0).
+    pick: u64,
     batch: Batch,
     buf: Vec<u8>,
     reply: Vec<u8>,
@@ -125,10 +130,34 @@ impl<E: Endpoint> Client<E> {
             chunk: None,
             next_data: 0,
             next_backup: 0,
+            reads: IndexKind::Hybrid,
+            pick: rand::random::<u64>() | 1,
             batch: Batch::new(),
             buf: Vec::new(),
             reply: Vec::new(),
             stats: ClientStats::default(),
+        }
+    }
+
+    /// This client reading a group whose servers keep the indexes of
+    /// `kind` (HiStore's baselines, [`crate::baselines`]): all-hashtable
+    /// GETs read a random replica's table one-sidedly, all-skiplist GETs
+    /// and SCANs go by RPC to a random replica; single-hashtable and
+    /// all-hashtable refuse SCANs.
+    pub fn reading(mut self, kind: IndexKind) -> Client<E> {
+        self.reads = kind;
+        self
+    }
+
+    /// A replica of the view chosen at random: the primary or a backup.
+    fn any_replica(&mut self) -> fabric::NodeId {
+        self.pick ^= self.pick << 13;
+        self.pick ^= self.pick >> 7;
+        self.pick ^= self.pick << 17;
+        let i = (self.pick % (self.view.backups.len() as u64 + 1)) as usize;
+        match i {
+            0 => self.view.primary,
+            i => self.view.backups[i - 1],
         }
     }
 
@@ -294,6 +323,14 @@ impl<E: Endpoint> Client<E> {
     /// while the primary is unreachable.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
         layout::check_lengths(key.len(), 0)?;
+        if self.reads == IndexKind::AllSorted {
+            return self.retrying(|c| {
+                let node = c.any_replica();
+                let v = c.get_rpc_at(node, key)?;
+                c.stats.rpc_gets += 1;
+                Ok(v)
+            });
+        }
         self.retrying(|c| match c.get_direct(key) {
             Ok(v) => {
                 c.stats.direct_gets += 1;
@@ -312,7 +349,25 @@ impl<E: Endpoint> Client<E> {
         })
     }
 
+    /// A one-sided GET at the primary's table, or (all-hashtable) at a
+    /// random replica's.
     fn get_direct(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
+        let (node, table) = match self.reads {
+            IndexKind::AllHash => match self.any_replica() {
+                n if n == self.view.primary => (n, self.view.table),
+                n => (n, backup_table_id(n)),
+            },
+            _ => (self.view.primary, self.view.table),
+        };
+        self.get_direct_at(node, table, key)
+    }
+
+    fn get_direct_at(
+        &mut self,
+        node: fabric::NodeId,
+        table: fabric::RegionId,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, HiError> {
         let hash = key_hash(key);
         let sig = signature(hash);
         let mut bucket = hash & (self.view.main - 1);
@@ -322,11 +377,9 @@ impl<E: Endpoint> Client<E> {
             self.batch.clear();
             let h_header = header
                 .is_none()
-                .then(|| self.batch.read(self.view.table, 0, HEADER_READ_BYTES));
-            let h = self
-                .batch
-                .read(self.view.table, bucket_offset(bucket), BUCKET_BYTES);
-            self.ep.post(self.view.primary, &mut self.batch)?;
+                .then(|| self.batch.read(table, 0, HEADER_READ_BYTES));
+            let h = self.batch.read(table, bucket_offset(bucket), BUCKET_BYTES);
+            self.ep.post(node, &mut self.batch)?;
             if let Some(h_header) = h_header {
                 let read = TableHeader::decode(self.batch.read_bytes(h_header)?)?;
                 if read.epoch != self.view.epoch || read.state != STATE_SERVING {
@@ -420,6 +473,10 @@ impl<E: Endpoint> Client<E> {
 
     fn get_rpc(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
         let node = self.backup()?;
+        self.get_rpc_at(node, key)
+    }
+
+    fn get_rpc_at(&mut self, node: fabric::NodeId, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
         Request::Get { key: key.to_vec() }.encode(&mut self.buf);
         self.ep.call(node, &self.buf, &mut self.reply)?;
         let mut body = wire::reply_body(&self.reply)?;
@@ -446,9 +503,18 @@ impl<E: Endpoint> Client<E> {
             return self.scan(&[0], n);
         }
         layout::check_lengths(start.len(), 0)?;
+        if !self.reads.scans() {
+            return Err(HiError::BadMessage(format!(
+                "{} keeps no sorted index: no SCAN",
+                self.reads.name()
+            )));
+        }
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         self.retrying(|c| {
-            let node = c.backup()?;
+            let node = match c.reads {
+                IndexKind::AllSorted => c.any_replica(),
+                _ => c.backup()?,
+            };
             Request::Scan {
                 start: start.to_vec(),
                 n,

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use fabric::{Adversary, LocalEndpoint, LocalFabric, NodeId, Region, RegionId, Rights, RpcHandler};
 
+use crate::baselines::{backup_table_id, IndexKind};
 use crate::client::{Client, ClientConfig};
 use crate::error::HiError;
 use crate::layout::{DATA_HEADER_BYTES, D_CAPACITY, D_CURSOR};
@@ -82,6 +83,25 @@ fn data_region(id: RegionId, bytes: u64) -> Result<Arc<Region>, HiError> {
     Ok(r)
 }
 
+/// Gives all-hashtable backup `server` its own table (main + overflow
+/// buckets, as the primary's), registered on its node for one-sided GETs.
+fn backup_table(
+    fabric: &LocalFabric,
+    server: &IndexServer,
+    main: u64,
+    overflow: u64,
+    epoch: u64,
+) -> Result<(), HiError> {
+    let node = server.node();
+    let region = table_region(backup_table_id(node), main, overflow)?;
+    fabric.register(node, region.clone())?;
+    let t = HashTable::new(region, main, overflow, epoch)?;
+    // Trusted for good, as an in-process primary's table.
+    t.set_lease_until(crate::layout::LEASE_FOREVER);
+    t.set_serving(true);
+    server.keep_table(t)
+}
+
 /// Region id of the table built at `epoch` (a new one per primary).
 pub(crate) fn table_id(epoch: u64) -> RegionId {
     RegionId(0x4854_0000 | (epoch as u32 & 0xFFFF))
@@ -98,6 +118,8 @@ pub struct LocalGroup {
     /// failover or a replacement starts later.
     wrap: Option<HandlerWrap>,
     config: GroupConfig,
+    /// Which index each server keeps (HiStore or a baseline).
+    kind: IndexKind,
     membership: Arc<LocalMembership>,
     servers: Mutex<Vec<Arc<IndexServer>>>,
     /// Serializes the coordinator's reconfigurations.
@@ -134,6 +156,16 @@ impl LocalGroup {
         config: GroupConfig,
         wrap: Option<HandlerWrap>,
     ) -> Result<LocalGroup, HiError> {
+        LocalGroup::start_kind(config, IndexKind::Hybrid, wrap)
+    }
+
+    /// [`LocalGroup::start_wrapped`] with the servers keeping the indexes
+    /// of `kind` (HiStore's baselines, [`crate::baselines`]).
+    pub fn start_kind(
+        config: GroupConfig,
+        kind: IndexKind,
+        wrap: Option<HandlerWrap>,
+    ) -> Result<LocalGroup, HiError> {
         let served = |h: Arc<dyn RpcHandler>| match &wrap {
             Some(w) => w(h),
             None => h,
@@ -164,11 +196,17 @@ impl LocalGroup {
             });
         }
         let p_node = fabric.add_node();
-        let b_nodes = [fabric.add_node(), fabric.add_node()];
+        let b_nodes: Vec<NodeId> = (0..kind.backups()).map(|_| fabric.add_node()).collect();
         let epoch = 1;
-        let region = table_region(table_id(epoch), main, config.overflow_buckets)?;
+        // An all-skiplist primary's table is only the header its backups
+        // check (one bucket, never used).
+        let (p_main, p_overflow) = match kind {
+            IndexKind::AllSorted => (1, 0),
+            _ => (main, config.overflow_buckets),
+        };
+        let region = table_region(table_id(epoch), p_main, p_overflow)?;
         fabric.register(p_node, region.clone())?;
-        let table = HashTable::new(region, main, config.overflow_buckets, epoch)?;
+        let table = HashTable::new(region, p_main, p_overflow, epoch)?;
         let primary = IndexServer::new_primary(
             p_node,
             epoch,
@@ -177,6 +215,11 @@ impl LocalGroup {
             Box::new(fabric.endpoint()),
             Box::new(fabric.endpoint()),
         );
+        match kind {
+            IndexKind::AllSorted => primary.keep_sorted_index(config.partitions)?,
+            IndexKind::Solo => primary.commit_alone()?,
+            IndexKind::Hybrid | IndexKind::AllHash => {}
+        }
         fabric.set_handler(p_node, served(primary.clone()))?;
         let mut servers = vec![primary];
         for &b in &b_nodes {
@@ -189,6 +232,9 @@ impl LocalGroup {
                 Box::new(fabric.endpoint()),
             );
             s.follow(epoch, p_node, table_id(epoch))?;
+            if kind == IndexKind::AllHash {
+                backup_table(&fabric, &s, main, config.overflow_buckets, epoch)?;
+            }
             fabric.set_handler(b, served(s.clone()))?;
             servers.push(s);
         }
@@ -197,7 +243,7 @@ impl LocalGroup {
             version: 1,
             primary: p_node,
             table: table_id(epoch),
-            main,
+            main: p_main,
             backups: b_nodes.to_vec(),
             data,
         };
@@ -205,15 +251,33 @@ impl LocalGroup {
             fabric,
             wrap,
             config,
+            kind,
             membership: Arc::new(LocalMembership::new(view)),
             servers: Mutex::new(servers),
             control: Mutex::new(()),
         })
     }
 
-    /// A new client (one per thread).
+    /// A new client (one per thread), reading as the group's kind asks.
     pub fn client(&self, config: ClientConfig) -> Client<LocalEndpoint> {
-        Client::new(self.fabric.endpoint(), self.membership.clone(), config)
+        Client::new(self.fabric.endpoint(), self.membership.clone(), config).reading(self.kind)
+    }
+
+    /// Which index each server keeps.
+    pub fn kind(&self) -> IndexKind {
+        self.kind
+    }
+
+    /// Refuses a reconfiguration of a baseline group: its servers keep
+    /// indexes a promotion or a snapshot does not rebuild.
+    fn hybrid_only(&self) -> Result<(), HiError> {
+        match self.kind {
+            IndexKind::Hybrid => Ok(()),
+            _ => Err(HiError::Config(format!(
+                "{}: failover and replacements are HiStore's only",
+                self.kind.name()
+            ))),
+        }
     }
 
     /// A new client whose endpoint is `wrap` of a fresh one (a
@@ -228,6 +292,7 @@ impl LocalGroup {
             self.membership.clone(),
             config,
         )
+        .reading(self.kind)
     }
 
     /// `handler` as the fabric serves it: through the group's wrap.
@@ -278,6 +343,7 @@ impl LocalGroup {
 
     /// Replaces a dead primary by the backup with the longest log.
     pub fn fail_over(&self) -> Result<(), HiError> {
+        self.hybrid_only()?;
         let _c = self.control.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.view();
         if self.live(old.primary).is_ok() {
@@ -346,6 +412,7 @@ impl LocalGroup {
     /// Adds a fresh backup on a new node, rebuilt from the primary's table
     /// while writes go on; returns its node.
     pub fn add_backup(&self) -> Result<NodeId, HiError> {
+        self.hybrid_only()?;
         let _c = self.control.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.view();
         let primary = self.live(old.primary)?;

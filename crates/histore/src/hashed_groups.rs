@@ -48,13 +48,25 @@ impl LocalGroups {
         config: GroupConfig,
         wrap: Option<crate::group::HandlerWrap>,
     ) -> Result<LocalGroups, HiError> {
+        LocalGroups::start_kind(groups, config, crate::IndexKind::Hybrid, wrap)
+    }
+
+    /// [`LocalGroups::start_wrapped`] with every group's servers keeping
+    /// the indexes of `kind` (HiStore's baselines).
+    pub fn start_kind(
+        groups: usize,
+        config: GroupConfig,
+        kind: crate::IndexKind,
+        wrap: Option<crate::group::HandlerWrap>,
+    ) -> Result<LocalGroups, HiError> {
         let groups = (0..groups.max(1))
             .map(|i| {
-                LocalGroup::start_wrapped(
+                LocalGroup::start_kind(
                     GroupConfig {
                         adversary: config.adversary.map(|s| s.wrapping_add(i as u64)),
                         ..config
                     },
+                    kind,
                     wrap.clone(),
                 )
             })

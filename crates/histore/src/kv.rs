@@ -21,7 +21,7 @@ use kv::{
 use rdmasim::record::TracingEndpoint;
 
 use crate::layout::{MAX_KEY, MAX_VALUE};
-use crate::{ClientConfig, GroupConfig, HiError, LocalGroups, MultiClient};
+use crate::{ClientConfig, GroupConfig, HiError, IndexKind, LocalGroups, MultiClient};
 
 /// Bytes of a key on the u64 path.
 pub const KEY_BYTES: usize = 20;
@@ -136,29 +136,97 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     ..Capabilities::words()
 };
 
-/// The systems this crate exports: `histore`.
+/// What all-hashtable takes and does: HiStore's, without scans (no
+/// server keeps a sorted index).
+pub const ALL_HASH_CAPABILITIES: Capabilities = Capabilities {
+    scans: false,
+    ..CAPABILITIES
+};
+
+/// What all-skiplist takes and does: HiStore's, but every read by RPC.
+pub const ALL_SORTED_CAPABILITIES: Capabilities = Capabilities {
+    one_sided_reads: false,
+    ..CAPABILITIES
+};
+
+/// What single-hashtable takes and does: one-sided GETs, writes by RPC,
+/// no scans.
+pub const SOLO_CAPABILITIES: Capabilities = ALL_HASH_CAPABILITIES;
+
+/// The capabilities of a group of `kind`.
+pub fn capabilities(kind: IndexKind) -> Capabilities {
+    match kind {
+        IndexKind::Hybrid => CAPABILITIES,
+        IndexKind::AllHash => ALL_HASH_CAPABILITIES,
+        IndexKind::AllSorted => ALL_SORTED_CAPABILITIES,
+        IndexKind::Solo => SOLO_CAPABILITIES,
+    }
+}
+
+/// The systems this crate exports: `histore` and two of its baselines
+/// (§5.1), `all-hashtable` and `all-skiplist` (single-hashtable is in
+/// crates/single, beside single-skiplist).
 pub fn systems() -> &'static [SystemDesc] {
-    const SYSTEMS: &[SystemDesc] = &[SystemDesc {
-        name: "histore",
-        about: "HiStore: hash-table primary and sorted backups per group, one-sided GETs, byte-string keys",
-        capabilities: CAPABILITIES,
-        options: HiStoreOptions::DESCS,
-        // The colour bench's plots gave HiStore before the registry.
-        colour: (140, 86, 75),
-        load_local,
-        connect: None,
-    }];
+    const SYSTEMS: &[SystemDesc] = &[
+        SystemDesc {
+            name: "histore",
+            about: "HiStore: hash-table primary and sorted backups per group, one-sided GETs, byte-string keys",
+            capabilities: CAPABILITIES,
+            options: HiStoreOptions::DESCS,
+            // The colour bench's plots gave HiStore before the registry.
+            colour: (140, 86, 75),
+            load_local,
+            connect: None,
+        },
+        SystemDesc {
+            name: "all-hashtable",
+            about: "HiStore's all-hashtable baseline: hash tables on the primary and both backups, one-sided GETs at any replica, no scans",
+            capabilities: ALL_HASH_CAPABILITIES,
+            options: HiStoreOptions::DESCS,
+            colour: (196, 156, 148),
+            load_local: load_all_hash,
+            connect: None,
+        },
+        SystemDesc {
+            name: "all-skiplist",
+            about: "HiStore's all-skiplist baseline: sorted indexes on the primary and both backups, GET and SCAN by RPC to any replica",
+            capabilities: ALL_SORTED_CAPABILITIES,
+            options: HiStoreOptions::DESCS,
+            colour: (99, 60, 52),
+            load_local: load_all_sorted,
+            connect: None,
+        },
+    ];
     SYSTEMS
 }
 
 fn load_local(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    load_kind(l, IndexKind::Hybrid)
+}
+
+fn load_all_hash(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    load_kind(l, IndexKind::AllHash)
+}
+
+fn load_all_sorted(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    load_kind(l, IndexKind::AllSorted)
+}
+
+/// Loads groups of `kind` with the options HiStore reads (`groups`).
+pub fn load_kind(l: &LocalLoad<'_>, kind: IndexKind) -> Result<Box<dyn Store>, KvError> {
     let o = HiStoreOptions::from_options(l.options)?;
-    Ok(Box::new(HiStoreLocal::load(l.pairs, l.adversary, o)?))
+    Ok(Box::new(HiStoreLocal::load_kind(
+        l.pairs,
+        l.adversary,
+        o,
+        kind,
+    )?))
 }
 
 /// HiStore on a local fabric (adversarial with a seed).
 pub struct HiStoreLocal {
     groups: LocalGroups,
+    kind: IndexKind,
 }
 
 impl HiStoreLocal {
@@ -170,6 +238,17 @@ impl HiStoreLocal {
         pairs: &[(u64, u64)],
         adversary: Option<u64>,
         o: HiStoreOptions,
+    ) -> Result<HiStoreLocal, KvError> {
+        HiStoreLocal::load_kind(pairs, adversary, o, IndexKind::Hybrid)
+    }
+
+    /// [`HiStoreLocal::load`] with the servers keeping the indexes of
+    /// `kind` (HiStore's baselines).
+    pub fn load_kind(
+        pairs: &[(u64, u64)],
+        adversary: Option<u64>,
+        o: HiStoreOptions,
+        kind: IndexKind,
     ) -> Result<HiStoreLocal, KvError> {
         let groups = o.groups.max(1);
         // A group's share, with room for the hash's unevenness (one group:
@@ -191,7 +270,7 @@ impl HiStoreLocal {
         let trace: crate::HandlerWrap = Arc::new(|h: Arc<dyn fabric::RpcHandler>| {
             Arc::new(rdmasim::record::TracingHandler::new(h)) as Arc<dyn fabric::RpcHandler>
         });
-        let all = LocalGroups::start_wrapped(groups, config, Some(trace))?;
+        let all = LocalGroups::start_kind(groups, config, kind, Some(trace))?;
         let threads = 2;
         let chunk = pairs.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
@@ -214,7 +293,7 @@ impl HiStoreLocal {
                     .map_err(KvError::from)
             })
         })?;
-        Ok(HiStoreLocal { groups: all })
+        Ok(HiStoreLocal { groups: all, kind })
     }
 
     /// The groups (to kill servers and fail over during a run).
@@ -230,6 +309,7 @@ impl Store for HiStoreLocal {
                 .groups
                 .client_with(ClientConfig::default(), TracingEndpoint::new),
             scans: 0,
+            kind: self.kind,
         }))
     }
 
@@ -244,6 +324,8 @@ pub struct HiStoreClient {
     client: MultiClient<TracingEndpoint<LocalEndpoint>>,
     /// SCANs made (always by RPC), for the read statistics.
     scans: u64,
+    /// Which system this is a client of (HiStore or a baseline).
+    kind: IndexKind,
 }
 
 impl HiStoreClient {
@@ -251,7 +333,8 @@ impl HiStoreClient {
         let s = self.client.stats();
         ClientFigures {
             counters: self.client.counters(),
-            direct: Some(DirectStats {
+            // all-skiplist reads nothing one-sidedly: no direct figures.
+            direct: (self.kind != IndexKind::AllSorted).then_some(DirectStats {
                 reads: s.direct_gets + s.rpc_gets + self.scans,
                 // GETs a backup answered, and every SCAN (always by RPC).
                 fallbacks: s.rpc_gets + self.scans,
@@ -262,11 +345,22 @@ impl HiStoreClient {
             cache_bytes: None,
         }
     }
+
+    /// A typed refusal of a SCAN on a system without one.
+    fn scans_or_refuse(&self) -> Result<(), KvError> {
+        if self.kind.scans() {
+            return Ok(());
+        }
+        Err(KvError::new(
+            ErrorKind::Refused,
+            format!("{} keeps no sorted index: no scans", self.kind.name()),
+        ))
+    }
 }
 
 impl KvClient for HiStoreClient {
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        capabilities(self.kind)
     }
 
     fn get(&mut self, key: &[u8], value: &mut Vec<u8>) -> Result<bool, KvError> {
@@ -285,6 +379,7 @@ impl KvClient for HiStoreClient {
         n: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<(), KvError> {
+        self.scans_or_refuse()?;
         self.scans += 1;
         if n == 0 {
             return Ok(());
@@ -335,7 +430,7 @@ impl KvClient for HiStoreClient {
 
 impl WordClient for HiStoreClient {
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        capabilities(self.kind)
     }
 
     fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
@@ -346,6 +441,7 @@ impl WordClient for HiStoreClient {
     }
 
     fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
+        self.scans_or_refuse()?;
         self.scans += 1;
         out.clear();
         if n == 0 {

@@ -17,6 +17,8 @@
 //! * [`client`] — GET, PUT, DELETE, SCAN.
 //! * [`group`] — an in-process group with its failover coordinator.
 //! * [`hashed_groups`] — several in-process groups, keys hashed to groups.
+//! * [`baselines`] — the paper's baselines (all-hashtable, all-skiplist,
+//!   single-hashtable) as configurations of the same group.
 //! * [`kv`] — HiStore behind the key-value contract: byte strings as
 //!   they are, a u64 path with the paper's key and value sizes, the local
 //!   load and the description for the registry.
@@ -29,6 +31,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod baselines;
 pub mod client;
 pub mod error;
 pub mod etcd;
@@ -45,6 +48,7 @@ pub mod table;
 pub mod view;
 pub mod wire;
 
+pub use baselines::IndexKind;
 pub use client::{Client, ClientConfig, ClientStats, Pairs};
 pub use error::HiError;
 pub use group::{GroupConfig, HandlerWrap, LocalGroup};

@@ -56,6 +56,13 @@ struct Primary {
     /// Failed replication attempts so far, and the highest seq the last
     /// one carried: a writer whose entry it carried answers `Unavailable`.
     failures: (u64, u64),
+    /// all-skiplist (`IndexKind::AllSorted`): the index writes go to and
+    /// GETs and SCANs by RPC read; the table then only carries the header
+    /// (epoch, state, lease, commit) its backups check before they read.
+    sorted: Option<Arc<SortedIndex>>,
+    /// single-hashtable (`IndexKind::Solo`): a primary that commits
+    /// without backups (it has none, and is never fenced: no failover).
+    solo: bool,
 }
 
 /// A backup's state.
@@ -72,6 +79,11 @@ struct Backup {
     /// A snapshot is being installed: entries are logged but not applied.
     installing: bool,
     sorted: Arc<SortedIndex>,
+    /// all-hashtable (`IndexKind::AllHash`): a hash table clients read
+    /// one-sidedly, written when an entry is *logged* (before the ack the
+    /// primary waits for), so it holds every acknowledged write; the
+    /// sorted index is then unused.
+    table: Option<HashTable>,
 }
 
 enum Role {
@@ -149,6 +161,7 @@ impl IndexServer {
                 primary: None,
                 installing,
                 sorted: Arc::new(SortedIndex::new(partitions)),
+                table: None,
             })),
             apply: Mutex::new(()),
             reader: Mutex::new(reader),
@@ -196,6 +209,8 @@ impl IndexServer {
                 ep: Some(ep),
                 deposed: false,
                 failures: (0, 0),
+                sorted: None,
+                solo: false,
             }))),
             apply: Mutex::new(()),
             reader: Mutex::new(reader),
@@ -268,6 +283,49 @@ impl IndexServer {
     /// server can be promoted.
     pub fn use_read_leases(&self) {
         self.leased.store(true, Ordering::SeqCst);
+    }
+
+    /// Makes a primary keep its index in a sorted index of `partitions`
+    /// partitions instead of its hash table (all-skiplist, HiStore §5.1):
+    /// writes are applied there, GETs and SCANs by RPC read it. Called
+    /// before the server serves.
+    pub fn keep_sorted_index(&self, partitions: usize) -> Result<(), HiError> {
+        match &mut *lock(&self.role) {
+            Role::Primary(p) => {
+                p.sorted = Some(Arc::new(SortedIndex::new(partitions)));
+                Ok(())
+            }
+            _ => Err(HiError::WrongRole("not a primary")),
+        }
+    }
+
+    /// Makes a primary commit writes without backups (single-hashtable,
+    /// HiStore §5.1). Such a primary cannot be fenced; its group has no
+    /// failover. Called before the server serves.
+    pub fn commit_alone(&self) -> Result<(), HiError> {
+        match &mut *lock(&self.role) {
+            Role::Primary(p) if p.backups.is_empty() => {
+                p.solo = true;
+                Ok(())
+            }
+            _ => Err(HiError::WrongRole("not a primary without backups")),
+        }
+    }
+
+    /// Makes a backup keep `table` (registered, empty, serving) as its
+    /// index instead of its sorted index (all-hashtable, HiStore §5.1):
+    /// each entry is applied to it when logged, before the backup acks,
+    /// so a one-sided read of it sees every acknowledged write. Called
+    /// before the backup logs anything.
+    pub fn keep_table(&self, table: HashTable) -> Result<(), HiError> {
+        match &mut *lock(&self.role) {
+            Role::Backup(b) if b.last_seq == 0 && b.pending.is_empty() => {
+                table.set_commit(0);
+                b.table = Some(table);
+                Ok(())
+            }
+            _ => Err(HiError::WrongRole("not an empty backup")),
+        }
     }
 
     /// Extends a serving primary's read lease to wall-clock `until_ms`
@@ -357,6 +415,7 @@ impl IndexServer {
             primary: None,
             installing: true,
             sorted: Arc::new(SortedIndex::new(partitions)),
+            table: None,
         };
         Ok(())
     }
@@ -515,6 +574,8 @@ impl IndexServer {
                 ep: Some(ep),
                 deposed: false,
                 failures: (0, 0),
+                sorted: None,
+                solo: false,
             })),
         );
         // Freeing a large sorted index takes a while; the new primary
@@ -681,7 +742,10 @@ impl IndexServer {
                 reply.extend_from_slice(&last.to_le_bytes());
             }
             Request::Scan { start, n } => {
-                let sorted = self.caught_up()?;
+                let sorted = match self.primary_sorted()? {
+                    Some(sorted) => sorted,
+                    None => self.caught_up()?,
+                };
                 let pairs = sorted.scan(&start, n as usize);
                 wire::ok(reply);
                 reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
@@ -718,14 +782,19 @@ impl IndexServer {
                 }
             }
             Request::Get { key } => {
-                let found = {
-                    let role = lock(&self.role);
-                    match &*role {
-                        Role::Primary(p) if !p.deposed => Some(p.table.get(&key)),
-                        Role::Primary(_) | Role::Deposed { .. } => {
-                            return Err(HiError::WrongRole("deposed"))
+                let found = match self.primary_sorted()? {
+                    Some(sorted) => Some(sorted.get(&key)),
+                    None => {
+                        let role = lock(&self.role);
+                        match &*role {
+                            Role::Primary(p) if !p.deposed => Some(p.table.get(&key)),
+                            Role::Primary(_) | Role::Deposed { .. } => {
+                                return Err(HiError::WrongRole("deposed"))
+                            }
+                            // all-hashtable: the table holds every
+                            // acknowledged write (applied when logged).
+                            Role::Backup(b) => b.table.as_ref().map(|t| t.get(&key)),
                         }
-                        Role::Backup(_) => None,
                     }
                 };
                 let found = match found {
@@ -738,6 +807,17 @@ impl IndexServer {
             }
         }
         Ok(())
+    }
+
+    /// An all-skiplist primary's sorted index (it holds every committed
+    /// entry: a batch is applied before its writers are answered); `None`
+    /// for any other server.
+    fn primary_sorted(&self) -> Result<Option<Arc<SortedIndex>>, HiError> {
+        match &*lock(&self.role) {
+            Role::Primary(p) if p.deposed => Err(HiError::WrongRole("deposed")),
+            Role::Primary(p) => Ok(p.sorted.clone()),
+            _ => Ok(None),
+        }
     }
 
     /// A backup logs the entries a primary of `epoch` replicates (its
@@ -810,7 +890,7 @@ impl IndexServer {
                 current: p.epoch,
             });
         }
-        if p.backups.is_empty() {
+        if p.backups.is_empty() && !p.solo {
             // Acknowledging with no backup would make this server
             // impossible to fence: refuse.
             return Err(HiError::Unavailable("no live backup"));
@@ -822,7 +902,10 @@ impl IndexServer {
         // unapplied, else the table.
         let exists = match p.unacked.iter().rev().find(|e| e.key == key) {
             Some(e) => matches!(e.op, EntryOp::Put(_)),
-            None => p.table.contains(&key),
+            None => match &p.sorted {
+                Some(sorted) => sorted.get(&key).is_some(),
+                None => p.table.contains(&key),
+            },
         };
         let entry_op = match op {
             Some((PutMode::Insert, _)) if exists => return Ok(false),
@@ -895,8 +978,11 @@ impl IndexServer {
             // Leader: replicate the whole queue with the lock released.
             let batch = p.unacked.clone();
             let (epoch, commit, backups) = (p.epoch, p.commit, p.backups.clone());
+            let p_solo = p.solo;
             drop(role);
-            let result = if backups.is_empty() {
+            let result = if backups.is_empty() && p_solo {
+                Ok(())
+            } else if backups.is_empty() {
                 Err(HiError::Unavailable("no live backup"))
             } else {
                 self.replicate(&mut *ep, &backups, epoch, commit, &batch)
@@ -1020,6 +1106,13 @@ impl IndexServer {
                 Role::Backup(b) if b.installing => {
                     return Err(HiError::WrongRole("installing a snapshot"))
                 }
+                // all-hashtable: the sorted index is empty; answering from
+                // it would be wrong, and retrying cannot help.
+                Role::Backup(b) if b.table.is_some() => {
+                    return Err(HiError::BadMessage(
+                        "this backup keeps a hash table: no SCAN".into(),
+                    ))
+                }
                 Role::Backup(b) => (b.primary, b.epoch),
                 _ => return Err(HiError::WrongRole("not a backup")),
             }
@@ -1117,6 +1210,22 @@ fn log_entries(
                 got: e.seq,
             });
         }
+        if let Some(table) = &mut b.table {
+            // all-hashtable: applied now, before the ack, so the table a
+            // client reads one-sidedly holds every acknowledged write.
+            // The primary applies the same entries in the same order to
+            // a table of the same size after has_room passed, so this
+            // cannot fail unless the tables diverged.
+            match e.op {
+                EntryOp::Put(ptr) => table.put(&e.key, ptr)?,
+                EntryOp::Delete => {
+                    table.delete(&e.key);
+                }
+            }
+            b.last_seq = e.seq;
+            table.set_commit(e.seq);
+            continue;
+        }
         b.last_seq = e.seq;
         b.pending.push_back(e);
     }
@@ -1131,6 +1240,10 @@ fn log_entries(
 /// bucket and this one. Duplicates among queued keys are counted twice,
 /// and queued deletes are not credited: it errs on the side of refusing.
 fn has_room(p: &Primary, key: &[u8]) -> bool {
+    if p.sorted.is_some() {
+        // A sorted index grows as needed; the table is only a header.
+        return true;
+    }
     let queued_put = |e: &LogEntry| matches!(e.op, EntryOp::Put(_));
     if p.table.contains(key) || p.unacked.iter().any(|e| queued_put(e) && e.key == key) {
         return true;
@@ -1151,6 +1264,13 @@ fn has_room(p: &Primary, key: &[u8]) -> bool {
 /// Applies the first `n` queued entries (just logged by every backup) to
 /// the table and publishes the commit.
 fn apply_batch(p: &mut Primary, n: usize) -> Result<(), HiError> {
+    if let Some(sorted) = &p.sorted {
+        let entries: Vec<LogEntry> = p.unacked.drain(..n).collect();
+        p.commit = entries.last().map_or(p.commit, |e| e.seq);
+        sorted.apply(entries);
+        p.table.set_commit(p.commit);
+        return Ok(());
+    }
     for e in p.unacked.drain(..n) {
         match e.op {
             EntryOp::Put(ptr) => p.table.put(&e.key, ptr)?,

@@ -1,7 +1,11 @@
 //! HiStore at the key-value contract: loaded through its registry
 //! description, its u64 path (the harness's) and its byte-string path
 //! each answer as a BTreeMap does, on one group and on three; bad options
-//! and bad key lengths are typed errors.
+//! and bad key lengths are typed errors. Its baselines all-hashtable and
+//! all-skiplist (§5.1), loaded through theirs, answer four clients at once
+//! as BTreeMaps do, whichever replica each read reaches, over the
+//! adversarial fabric (seeded: the seed is printed, `XSTORE_SEED=N`
+//! replays it); all-hashtable refuses scans with a typed error.
 
 use std::collections::BTreeMap;
 
@@ -10,11 +14,16 @@ use kv::{ErrorKind, KvError, LocalLoad, Options, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-fn load(pairs: &[(u64, u64)], options: &Options) -> Result<Box<dyn Store>, KvError> {
+/// The description of `name` in this crate's table.
+fn desc(name: &str) -> &'static kv::SystemDesc {
     let s = histore::kv::systems();
-    assert_eq!(s.len(), 1);
-    assert_eq!(s[0].name, "histore");
-    (s[0].load_local)(&LocalLoad {
+    let names: Vec<&str> = s.iter().map(|d| d.name).collect();
+    assert_eq!(names, ["histore", "all-hashtable", "all-skiplist"]);
+    s.iter().find(|d| d.name == name).expect("listed")
+}
+
+fn load(pairs: &[(u64, u64)], options: &Options) -> Result<Box<dyn Store>, KvError> {
+    (desc("histore").load_local)(&LocalLoad {
         pairs,
         adversary: Some(7),
         server_workers: None,
@@ -169,4 +178,171 @@ fn errors_say_why() {
     assert_eq!(kind(H::Down), ErrorKind::Unavailable);
     assert_eq!(kind(H::Unauthorized("seal")), ErrorKind::Refused);
     assert_eq!(kind(H::Torn), ErrorKind::Corrupt);
+}
+
+/// Client threads of the baselines' model tests.
+const THREADS: u64 = 4;
+
+/// One random operation of thread `t` on its own keys (key ≡ t mod
+/// [`THREADS`]), checked against its `model`; a scan checks the thread's
+/// keys in the window it returned (other threads write the rest), or
+/// that a system without scans refuses it as `Refused`.
+fn owned_step(
+    rng: &mut StdRng,
+    c: &mut dyn KvClient,
+    t: u64,
+    scans: bool,
+    model: &mut BTreeMap<u64, u64>,
+    ctx: &str,
+) {
+    let key = rng.random_range(0..400u64) * THREADS + t;
+    let value = rng.random::<u64>();
+    let w = c.words().unwrap();
+    match rng.random_range(0..6) {
+        0 => assert_eq!(
+            w.get(key).unwrap(),
+            model.get(&key).copied(),
+            "{ctx}: get {key}"
+        ),
+        1 => {
+            let want = !model.contains_key(&key);
+            assert_eq!(w.insert(key, value).unwrap(), want, "{ctx}: insert {key}");
+            model.entry(key).or_insert(value);
+        }
+        2 => {
+            let want = model.contains_key(&key);
+            assert_eq!(w.update(key, value).unwrap(), want, "{ctx}: update {key}");
+            if want {
+                model.insert(key, value);
+            }
+        }
+        3 => {
+            let want = model.insert(key, value).is_none();
+            assert_eq!(w.upsert(key, value).unwrap(), want, "{ctx}: upsert {key}");
+        }
+        4 => {
+            let want = model.remove(&key).is_some();
+            assert_eq!(w.delete(key).unwrap(), want, "{ctx}: delete {key}");
+        }
+        _ if !scans => {
+            let mut out = Vec::new();
+            let r = w.scan(key, 5, &mut out);
+            assert_eq!(kind_of(r), ErrorKind::Refused, "{ctx}: scan");
+        }
+        _ => {
+            let n = rng.random_range(1..40);
+            let mut out = Vec::new();
+            w.scan(key, n, &mut out).unwrap();
+            assert!(out.len() <= n, "{ctx}: scan longer than asked");
+            assert!(out.windows(2).all(|p| p[0].0 < p[1].0), "{ctx}: scan order");
+            assert!(out.first().is_none_or(|p| p.0 >= key), "{ctx}: scan start");
+            // A short scan reached the end: the window runs to u64::MAX.
+            let last = match out.last() {
+                Some(&(k, _)) if out.len() == n => k,
+                _ => u64::MAX,
+            };
+            let mine: Vec<(u64, u64)> = out
+                .iter()
+                .copied()
+                .filter(|&(k, _)| k % THREADS == t)
+                .collect();
+            let want: Vec<(u64, u64)> = model.range(key..=last).map(|(&k, &v)| (k, v)).collect();
+            assert_eq!(mine, want, "{ctx}: scan {key} {n}");
+        }
+    }
+}
+
+/// The baseline `name` (`groups` index groups), four clients at once,
+/// each against its own BTreeMap; at the end every key each thread owns
+/// is read back through a fresh client.
+fn four_clients_match_maps(name: &str, groups: usize) {
+    let seed = testkit::seed();
+    let d = desc(name);
+    let pairs: Vec<(u64, u64)> = (0..1_600u64).step_by(3).map(|k| (k, k ^ 0x55)).collect();
+    let mut options = Options::new();
+    options.set("groups", groups).unwrap();
+    let store = (d.load_local)(&LocalLoad {
+        pairs: &pairs,
+        adversary: Some(seed),
+        server_workers: None,
+        options: &options,
+    })
+    .unwrap();
+    let scans = d.capabilities.scans;
+    let models: Vec<BTreeMap<u64, u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let mut c = store.client().unwrap();
+                let pairs = &pairs;
+                s.spawn(move || {
+                    let mut rng =
+                        StdRng::seed_from_u64(seed ^ (t + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                    let mut model: BTreeMap<u64, u64> = pairs
+                        .iter()
+                        .copied()
+                        .filter(|&(k, _)| k % THREADS == t)
+                        .collect();
+                    for i in 0..1_500 {
+                        let ctx = format!("{name} seed {seed} thread {t} op {i}");
+                        owned_step(&mut rng, c.as_mut(), t, scans, &mut model, &ctx);
+                    }
+                    model
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut c = store.client().unwrap();
+    for (t, model) in models.iter().enumerate() {
+        for k in (0..400u64).map(|i| i * THREADS + t as u64) {
+            let got = c.words().unwrap().get(k).unwrap();
+            assert_eq!(got, model.get(&k).copied(), "{name} seed {seed}: key {k}");
+        }
+    }
+    assert_eq!(c.capabilities(), d.capabilities);
+}
+
+#[test]
+fn all_hashtable_matches_maps_with_four_clients() {
+    four_clients_match_maps("all-hashtable", 1);
+}
+
+#[test]
+fn all_hashtable_matches_maps_on_three_groups() {
+    four_clients_match_maps("all-hashtable", 3);
+}
+
+#[test]
+fn all_skiplist_matches_maps_with_four_clients() {
+    four_clients_match_maps("all-skiplist", 1);
+}
+
+#[test]
+fn all_skiplist_matches_maps_on_three_groups() {
+    four_clients_match_maps("all-skiplist", 3);
+}
+
+/// What each baseline's reads cost, from the client's counters: an
+/// all-hashtable GET is one-sided (no RPC), an all-skiplist GET and SCAN
+/// one RPC each.
+#[test]
+fn baselines_read_the_way_the_paper_says() {
+    let pairs: Vec<(u64, u64)> = (0..200u64).map(|k| (k, k)).collect();
+    let options = Options::new();
+    for (name, rpcs_per_get) in [("all-hashtable", 0), ("all-skiplist", 1)] {
+        let store = (desc(name).load_local)(&LocalLoad {
+            pairs: &pairs,
+            adversary: None,
+            server_workers: None,
+            options: &options,
+        })
+        .unwrap();
+        let mut c = store.client().unwrap();
+        let before = c.counters();
+        for k in 0..100 {
+            assert_eq!(c.words().unwrap().get(k).unwrap(), Some(k), "{name}");
+        }
+        let rpcs = c.counters().rpcs - before.rpcs;
+        assert_eq!(rpcs, 100 * rpcs_per_get, "{name}");
+    }
 }

@@ -50,12 +50,21 @@ pub fn names() -> Vec<&'static str> {
 /// `default` (what `--system` means when not given), `memory` (the
 /// designs the memory suite varies, in figure order), `cluster` (the
 /// design a sharded cluster runs), `one-server-core` (designs projected
-/// with one memory-node core: ROLEX's XStore-D).
+/// with one memory-node core: ROLEX's XStore-D), `paper-histore` (HiStore
+/// and its four baselines, §5.1).
 pub fn lineup(suite: &str) -> Vec<&'static str> {
     match suite {
         "default" | "cluster" => vec!["xstore"],
         "memory" => vec!["xstore", "tree-cache"],
         "one-server-core" => vec!["xstore-d"],
+        // HiStore's evaluation (§5.1-5.4): HiStore and its four baselines.
+        "paper-histore" => vec![
+            "histore",
+            "all-hashtable",
+            "all-skiplist",
+            "single-hashtable",
+            "single-skiplist",
+        ],
         "project" => vec![
             "xstore",
             "server-centric",
@@ -95,6 +104,15 @@ mod tests {
             assert_eq!(find(n).map(|d| d.name), Some(n));
         }
         assert!(find("no-such-system").is_none());
+    }
+
+    #[test]
+    fn the_histore_lineup_names_registered_systems() {
+        let lineup = lineup("paper-histore");
+        assert_eq!(lineup.len(), 5);
+        for n in lineup {
+            assert!(find(n).is_some(), "{n} is not registered");
+        }
     }
 
     #[test]
