@@ -6,8 +6,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bench::history::{History, OpKind};
-use bench::{linearize, Progress, RunConfig};
+use check::history::{History, OpKind};
+use check::linearize;
+use bench::{Progress, RunConfig};
 use fabric::Counters;
 use kv::{KvClient, LocalLoad, Options};
 use ycsb::{Distribution, Mix, StreamOptions, Workload};
@@ -20,7 +21,7 @@ fn keys(n: usize) -> Arc<[u64]> {
 }
 
 fn load(name: &str, keys: &[u64]) -> Box<dyn kv::Store> {
-    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, bench::value_for(k, 0))).collect();
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     let options = Options::new();
     bench::system::load_local(
         name,
