@@ -147,6 +147,7 @@ pub fn systems() -> &'static [SystemDesc] {
         colour: (140, 86, 75),
         load_local,
         connect: None,
+        server: Some(crate::node::SERVER),
     }];
     SYSTEMS
 }

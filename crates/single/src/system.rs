@@ -23,6 +23,7 @@ pub fn systems() -> &'static [SystemDesc] {
         colour: (188, 189, 34),
         load_local,
         connect: None,
+        server: None,
     }];
     SYSTEMS
 }
