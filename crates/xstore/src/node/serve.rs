@@ -350,4 +350,53 @@ mod tests {
         assert!(!SERVER.takes("memory-node"));
         assert!(!SERVER.takes("role"));
     }
+
+    #[test]
+    fn the_probe_claims_an_xstore_server_and_says_its_key_set() {
+        let host = fabric::Host::new(fabric::HostConfig::default()).unwrap();
+        let keys: Vec<u64> = (1..=300).map(|k| k * 7).collect();
+        let config = NodeConfig {
+            server: ServerConfig {
+                train_threads: 0,
+                ..ServerConfig::default()
+            },
+            keys: keys.clone(),
+            value_of: |k| k + 1,
+            loaded_from: "a test".into(),
+        };
+        let node = start(config, &host, std::sync::Arc::new(host.clone()), None).unwrap();
+        let bound = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let url: Url = format!("tcp://{bound}").parse().unwrap();
+        let Probed::Mine(said) = probe(&url, None).unwrap() else {
+            panic!("an XStore server not claimed");
+        };
+        assert_eq!(
+            said.keys,
+            Announced::Keys {
+                count: 300,
+                fingerprint: crate::proto::fingerprint_keys(keys.iter().copied()),
+                from: "a test".into(),
+            }
+        );
+        let field = |name: &str| {
+            said.fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(field("keys").as_deref(), Some("300"));
+        assert!(field("splits").is_some() && field("rpcs").is_some());
+        drop(node);
+        host.shutdown();
+    }
+
+    #[test]
+    fn a_server_without_rpcs_is_not_claimed() {
+        // A host with no handler: what a ROLEX memory node looks like.
+        let host = fabric::Host::new(fabric::HostConfig::default()).unwrap();
+        let bound = host.listen_tcp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let url: Url = format!("tcp://{bound}").parse().unwrap();
+        assert_eq!(probe(&url, None).unwrap(), Probed::NotMine);
+        host.shutdown();
+    }
 }
