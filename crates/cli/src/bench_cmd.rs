@@ -984,7 +984,8 @@ fn check_servers(
     expect: Option<&[u64]>,
     key_args: &KeyArgs,
 ) -> Result<()> {
-    use crate::server_kind::{probe, ServerKind};
+    use crate::server_kind::probe;
+    use kv::serve::Announced;
     let (mut count, mut fingerprint) = (0u64, 0u64);
     let mut described = None;
     let mut unannounced = false;
@@ -998,24 +999,21 @@ fn check_servers(
             );
         }
         let Some(_) = expect else { continue };
-        match kind {
-            ServerKind::XStore(info) => {
-                if !info.loaded.known {
-                    bail!(
-                        "{label} {} and cannot say which keys it holds: bench it with --data existing",
-                        info.loaded.from
-                    );
-                }
-                count += info.loaded.count;
-                fingerprint = fingerprint.wrapping_add(info.loaded.fingerprint);
-                described.get_or_insert(info.loaded.from);
+        match kind.said.keys {
+            Announced::Keys {
+                count: c,
+                fingerprint: f,
+                from,
+            } => {
+                count += c;
+                fingerprint = fingerprint.wrapping_add(f);
+                described.get_or_insert(from);
             }
-            ServerKind::XStoreBeforeInfo => bail!(
-                "{label} predates INFO and cannot say which keys it holds: bench it with --data existing, or restart it with this xstore"
+            Announced::Unknown(why) => bail!(
+                "{label} {why} and cannot say which keys it holds: bench it with --data existing"
             ),
-            // ROLEX and FineStore servers announce no key set: only
-            // their design is checked.
-            ServerKind::Rolex | ServerKind::FineStore => unannounced = true,
+            // Designs that announce no key set: only the design is checked.
+            Announced::Nothing => unannounced = true,
         }
     }
     let Some(keys) = expect.filter(|_| !unannounced) else {

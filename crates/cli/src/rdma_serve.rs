@@ -91,18 +91,8 @@ mod real {
             })
         }
 
-        /// Where an XStore server registers its regions.
+        /// Where a server registers its regions (every design's).
         pub fn registrar(&self) -> Arc<dyn fabric::RegionHost> {
-            Arc::new(self.regions.clone())
-        }
-
-        /// Where a ROLEX memory node registers its regions.
-        pub fn rolex(&self) -> &dyn fabric::RegionHost {
-            &self.regions
-        }
-
-        /// Where a FineStore server registers its arrays.
-        pub fn finestore(&self) -> Arc<dyn fabric::RegionHost> {
             Arc::new(self.regions.clone())
         }
 
@@ -158,16 +148,6 @@ mod stub {
 
         /// See the `rdma` build.
         pub fn registrar(&self) -> std::sync::Arc<dyn fabric::RegionHost> {
-            match *self {}
-        }
-
-        /// See the `rdma` build.
-        pub fn rolex(&self) -> &dyn fabric::RegionHost {
-            match *self {}
-        }
-
-        /// See the `rdma` build.
-        pub fn finestore(&self) -> std::sync::Arc<dyn fabric::RegionHost> {
             match *self {}
         }
 

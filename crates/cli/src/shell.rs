@@ -2,9 +2,10 @@
 //! a cluster (`etcd://host:port`: every command is routed by the shard
 //! map, scans cross servers, `stats` prints a line per server).
 //!
-//! A `tcp://` or `shm://` URL may reach an XStore server, a ROLEX memory
-//! node or a FineStore server: the shell asks which first
-//! ([`crate::server_kind`]) and speaks its protocol.
+//! A `tcp://`, `shm://` or `rdma://` URL may reach a server of any design
+//! with a probe in the registry: the shell asks which first
+//! ([`crate::server_kind`]) and drives it through that system's client
+//! (`connect`, the key-value contract).
 //!
 //! Commands: `get K`, `put K V` (insert or update), `del K`, `scan K N`,
 //! `stats`, `help`, `quit`. Keys and values are decimal u64. Every command
@@ -22,8 +23,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use crate::token::TokenArgs;
 use anyhow::{Context, Result};
 use clap::Args;
-use fabric::{Endpoint, Url};
-use xstore::{Client, ClientConfig};
+use fabric::Url;
+use xstore::ClientConfig;
 
 /// Arguments of `xstore shell`.
 #[derive(Args, Debug)]
@@ -87,27 +88,65 @@ fn parse(line: &str) -> Result<Command, String> {
 
 /// What the shell talks to.
 enum Target {
-    /// One server.
-    Server {
-        client: Box<Client<Box<dyn Endpoint>>>,
-        url: Url,
-        token: Option<String>,
-    },
+    /// One server of any design, through its registry entry's client.
+    Server(Box<Served>),
     /// A range-partitioned cluster, through the routing client.
     Cluster(Box<cluster::Router>),
-    /// A ROLEX memory node, through a compute node of this process.
-    Rolex {
-        client: Box<rolex::MultiClient<Box<dyn Endpoint>>>,
-        range: (u64, u64),
-        url: Url,
-        token: Option<String>,
-    },
-    /// A FineStore server.
-    FineStore {
-        client: Box<finestore::remote::client::Client<Box<dyn Endpoint>>>,
-        url: Url,
-        token: Option<String>,
-    },
+}
+
+/// One server, found by the probes and reached by its system's `connect`.
+struct Served {
+    /// Its system, as the probe found it.
+    desc: &'static kv::SystemDesc,
+    /// The reached system (kept for as long as its client).
+    _store: Box<dyn kv::Store>,
+    client: Box<dyn kv::KvClient>,
+    url: Url,
+    token: Option<String>,
+}
+
+impl Served {
+    /// The server at `url`: the first system whose probe claims it.
+    fn reach(url: Url, token: Option<String>) -> Result<Served> {
+        let kind = crate::server_kind::probe(&url, token.as_deref())?;
+        let desc = kind.desc;
+        let connect = desc.connect.with_context(|| {
+            format!("{url:?} is a {} server, which no client reaches", desc.name)
+        })?;
+        let store = connect(&kv::Connect {
+            url: &url,
+            token: token.as_deref(),
+            options: &kv::Options::new(),
+        })
+        .with_context(|| format!("joining the {} server at {url:?}", desc.name))?;
+        let client = store.client()?;
+        Ok(Served {
+            desc,
+            _store: store,
+            client,
+            url,
+            token,
+        })
+    }
+
+    /// Runs `f` on the client's u64 path.
+    fn words<R>(
+        &mut self,
+        f: impl FnOnce(&mut dyn kv::WordClient) -> Result<R, kv::KvError>,
+    ) -> Result<R, String> {
+        kv::with_words(&mut *self.client, f).map_err(|e| e.to_string())
+    }
+
+    /// `system=NAME`, what the server says of itself now, and its host's
+    /// figures.
+    fn stats(&self) -> Result<String, String> {
+        let kind = crate::server_kind::probe(&self.url, self.token.as_deref())
+            .map_err(|e| crate::flags::one_line(&e))?;
+        let mut words = vec![format!("system={}", self.desc.name)];
+        words.extend(kind.said.fields.iter().map(|(k, v)| format!("{k}={v}")));
+        words.push(host_words(&self.url, self.token.as_deref())?);
+        Ok(words.join(" "))
+    }
 }
 
 /// The fabric host's counters of `url`, as `key=value` words.
@@ -139,65 +178,35 @@ trait Store {
 impl Store for Target {
     fn get(&mut self, k: u64) -> Result<Option<u64>, String> {
         match self {
-            Target::Server { client, .. } => client.get(k).map_err(|e| e.to_string()),
+            Target::Server(s) => s.words(|c| c.get(k)),
             Target::Cluster(r) => r.get(k).map_err(|e| e.to_string()),
-            Target::Rolex { client, .. } => client.get(k).map_err(|e| e.to_string()),
-            Target::FineStore { client, .. } => client.get(k).map_err(|e| e.to_string()),
         }
     }
 
     fn upsert(&mut self, k: u64, v: u64) -> Result<(), String> {
         match self {
-            Target::Server { client, .. } => {
-                client.upsert(k, v).map(drop).map_err(|e| e.to_string())
-            }
+            Target::Server(s) => s.words(|c| c.upsert(k, v)).map(drop),
             Target::Cluster(r) => r.upsert(k, v).map(drop).map_err(|e| e.to_string()),
-            // ROLEX has no upsert: update, else insert; a racing insert
-            // of the same key makes the update the one that lands.
-            Target::Rolex { client, .. } => {
-                let e = |e: rolex::RolexError| e.to_string();
-                if !client.update(k, v).map_err(e)? && !client.insert(k, v).map_err(e)? {
-                    client.update(k, v).map_err(e)?;
-                }
-                Ok(())
-            }
-            Target::FineStore { client, .. } => {
-                client.upsert(k, v).map(drop).map_err(|e| e.to_string())
-            }
         }
     }
 
     fn delete(&mut self, k: u64) -> Result<bool, String> {
         match self {
-            Target::Server { client, .. } => client.delete(k).map_err(|e| e.to_string()),
+            Target::Server(s) => s.words(|c| c.delete(k)),
             Target::Cluster(r) => r.delete(k).map_err(|e| e.to_string()),
-            Target::Rolex { client, .. } => client.delete(k).map_err(|e| e.to_string()),
-            Target::FineStore { client, .. } => client.delete(k).map_err(|e| e.to_string()),
         }
     }
 
     fn scan(&mut self, k: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), String> {
         match self {
-            Target::Server { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
+            Target::Server(s) => s.words(|c| c.scan(k, n, out)),
             Target::Cluster(r) => r.scan(k, n, out).map_err(|e| e.to_string()),
-            Target::Rolex { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
-            Target::FineStore { client, .. } => client.scan(k, n, out).map_err(|e| e.to_string()),
         }
     }
 
     fn stats(&mut self) -> Result<String, String> {
         match self {
-            Target::Server { client, url, token } => {
-                let s = client.server_stats().map_err(|e| e.to_string())?;
-                let h =
-                    fabric::remote::host_stats(url, token.as_deref()).map_err(|e| e.to_string())?;
-                Ok(format!(
-                    "keys={} leaves={} splits={} model_version={} submodels={} retrains={} full_trains={} fallbacks={} hinted_updates={} rpcs={} bad_requests={} checkpoints={} checkpoint_failures={} nic_requests={} nic_verbs={} nic_busy_us={} worker_requests={} worker_busy_us={} bad_frames={} connections={}",
-                    s.keys, s.leaves, s.splits, s.version, s.submodels, s.retrains, s.full_trains, s.fallbacks,
-                    s.hinted_updates, s.rpcs, s.bad_requests, s.checkpoints, s.checkpoint_failures, h.nic_requests, h.nic_verbs, h.nic_busy_ns / 1000,
-                    h.worker_requests, h.worker_busy_ns / 1000, h.bad_frames, h.connections
-                ))
-            }
+            Target::Server(s) => s.stats(),
             // One line, as every command: the servers side by side.
             Target::Cluster(r) => Ok(r
                 .server_stats()
@@ -211,19 +220,6 @@ impl Store for Target {
                 })
                 .collect::<Vec<_>>()
                 .join("; ")),
-            Target::Rolex {
-                range, url, token, ..
-            } => Ok(format!(
-                "system=rolex memory_node_keys={}..={} {}",
-                range.0,
-                range.1,
-                host_words(url, token.as_deref())?
-            )),
-            Target::FineStore { client, url, token } => Ok(format!(
-                "system=finestore model_version={} {}",
-                client.version(),
-                host_words(url, token.as_deref())?
-            )),
         }
     }
 }
@@ -282,47 +278,7 @@ pub fn run(args: &ShellArgs) -> Result<()> {
             token,
         )?))
     } else {
-        let url: Url = args.url.parse()?;
-        let kind = crate::server_kind::probe(&url, token.as_deref())?;
-        let ep = fabric::remote::connect(&url, token.as_deref())
-            .with_context(|| format!("connecting to {}", args.url))?;
-        match kind {
-            crate::server_kind::ServerKind::Rolex => {
-                let mut ep = ep;
-                let node = rolex::ComputeNode::connect(&mut ep, fabric::NodeId(0))
-                    .context("joining the ROLEX memory node")?;
-                let range = node.key_range();
-                let pool = rolex::MultiNode::new(vec![node]).with_context(|| {
-                    format!(
-                        "{} is one ROLEX memory node of a pool (keys {}..={}): bench the pool with xstore bench --system rolex --fabric tcp --server URL1,URL2,...",
-                        args.url, range.0, range.1
-                    )
-                })?;
-                Target::Rolex {
-                    client: Box::new(pool.client(vec![ep])?),
-                    range,
-                    url,
-                    token,
-                }
-            }
-            crate::server_kind::ServerKind::FineStore => Target::FineStore {
-                client: Box::new(
-                    finestore::remote::client::Client::connect(ep, fabric::NodeId(0))
-                        .context("joining the FineStore server")?,
-                ),
-                url,
-                token,
-            },
-            crate::server_kind::ServerKind::XStore(_)
-            | crate::server_kind::ServerKind::XStoreBeforeInfo => {
-                let client = Box::new(Client::connect(
-                    ep,
-                    fabric::NodeId(0),
-                    ClientConfig::default(),
-                )?);
-                Target::Server { client, url, token }
-            }
-        }
+        Target::Server(Box::new(Served::reach(args.url.parse()?, token)?))
     };
     repl("xstore> ", |line| execute(&mut target, line))
 }

@@ -1,7 +1,8 @@
-//! `xstore stats URL`: a running server's statistics — the index (keys,
-//! leaves, model, retrains, fallbacks served) and the fabric host (soft-NIC
-//! and worker requests and CPU, verbs). Against a ROLEX memory node or a
-//! FineStore server: what that server is, and its fabric host's figures.
+//! `xstore stats URL`: a running server's statistics — its system (as the
+//! registry's probes find it), what it says of itself (XStore: keys,
+//! leaves, model, retrains, fallbacks served; a ROLEX memory node: its key
+//! range; FineStore: its model version) and the fabric host (soft-NIC and
+//! worker requests and CPU, verbs).
 
 use std::path::PathBuf;
 
@@ -10,9 +11,6 @@ use anyhow::{Context, Result};
 use clap::Args;
 use fabric::Url;
 use serde::Serialize;
-use xstore::{Client, ClientConfig};
-
-use crate::server_kind::ServerKind;
 
 /// Arguments of `xstore stats`.
 #[derive(Args, Debug)]
@@ -25,41 +23,6 @@ pub struct StatsArgs {
     /// Also write the statistics as JSON to PATH (`-` for stdout only).
     #[arg(long)]
     json: Option<PathBuf>,
-}
-
-#[derive(Serialize)]
-struct Stats {
-    keys: u64,
-    leaves: u64,
-    splits: u64,
-    model_version: u64,
-    submodels: u32,
-    retrains: u64,
-    full_trains: u64,
-    fallbacks_served: u64,
-    hinted_updates: u64,
-    rpcs: u64,
-    bad_requests: u64,
-    checkpoints: u64,
-    checkpoint_failures: u64,
-    #[serde(flatten)]
-    host: HostFigures,
-}
-
-/// A server of another design: what it is, and its host's figures.
-#[derive(Serialize)]
-struct OtherStats {
-    system: &'static str,
-    /// ROLEX: the memory node's key range.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    keys_from: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    keys_to: Option<u64>,
-    /// FineStore: the published model version.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    model_version: Option<u64>,
-    #[serde(flatten)]
-    host: HostFigures,
 }
 
 /// The serving host's figures, the same for every design.
@@ -94,36 +57,21 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let token = args.token.resolve()?;
     let token = token.as_deref();
     let kind = crate::server_kind::probe(&url, token)?;
-    let ep = fabric::remote::connect(&url, token)
-        .with_context(|| format!("connecting to {}", args.url))?;
-    let json = match kind {
-        ServerKind::XStore(_) | ServerKind::XStoreBeforeInfo => {
-            serde_json::to_value(xstore_stats(&url, token, ep)?)?
-        }
-        other => {
-            let (mut keys_from, mut keys_to, mut model_version) = (None, None, None);
-            if let ServerKind::Rolex = other {
-                let mut ep = ep;
-                let node = rolex::ComputeNode::connect(&mut ep, fabric::NodeId(0))
-                    .context("joining the ROLEX memory node")?;
-                keys_from = Some(node.key_range().0);
-                keys_to = Some(node.key_range().1);
-            } else {
-                let client = finestore::remote::client::Client::connect(ep, fabric::NodeId(0))
-                    .context("joining the FineStore server")?;
-                model_version = Some(client.version());
-                let _ = client.leave();
-            }
-            let h = fabric::remote::host_stats(&url, token)?;
-            serde_json::to_value(OtherStats {
-                system: other.name(),
-                keys_from,
-                keys_to,
-                model_version,
-                host: h.into(),
-            })?
-        }
-    };
+    let h = fabric::remote::host_stats(&url, token)?;
+    let mut json = serde_json::Map::new();
+    json.insert("system".into(), kind.name().into());
+    for (name, value) in kind.said.fields {
+        // Figures are numbers; anything else the server said stays text.
+        let value = match value.parse::<u64>() {
+            Ok(n) => n.into(),
+            Err(_) => value.into(),
+        };
+        json.insert(name, value);
+    }
+    if let serde_json::Value::Object(host) = serde_json::to_value(HostFigures::from(h))? {
+        json.extend(host);
+    }
+    let json = serde_json::Value::Object(json);
     let to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     if to_stdout {
         println!("{json}");
@@ -137,27 +85,4 @@ pub fn run(args: &StatsArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
-}
-
-/// An XStore server's statistics.
-fn xstore_stats(url: &Url, token: Option<&str>, ep: Box<dyn fabric::Endpoint>) -> Result<Stats> {
-    let mut client = Client::connect(ep, fabric::NodeId(0), ClientConfig::default())?;
-    let s = client.server_stats()?;
-    let h = fabric::remote::host_stats(url, token)?;
-    Ok(Stats {
-        keys: s.keys,
-        leaves: s.leaves,
-        splits: s.splits,
-        model_version: s.version,
-        submodels: s.submodels,
-        retrains: s.retrains,
-        full_trains: s.full_trains,
-        fallbacks_served: s.fallbacks,
-        hinted_updates: s.hinted_updates,
-        rpcs: s.rpcs,
-        bad_requests: s.bad_requests,
-        checkpoints: s.checkpoints,
-        checkpoint_failures: s.checkpoint_failures,
-        host: h.into(),
-    })
 }

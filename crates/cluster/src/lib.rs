@@ -26,6 +26,7 @@ pub mod auth;
 pub mod etcd;
 pub mod kv;
 pub mod map;
+pub mod member;
 pub mod moves;
 pub mod process;
 pub mod rebalance;

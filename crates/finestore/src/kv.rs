@@ -71,6 +71,7 @@ pub fn systems() -> &'static [SystemDesc] {
             colour: (227, 119, 194),
             load_local,
             connect: Some(connect),
+            server: Some(crate::node::SERVER),
         },
         crate::peers::system::<0>(),
         crate::peers::system::<1>(),

@@ -15,6 +15,10 @@ use crate::remote::server::{Server, ServerConfig};
 use crate::FineError;
 use fabric::RegionHost;
 
+mod serve;
+
+pub use serve::{SERVER, SERVE_OPTIONS};
+
 /// How often [`RunningNode::serve_until`] looks at its stop flag.
 pub const STOP_POLL: Duration = Duration::from_millis(50);
 

@@ -177,6 +177,7 @@ pub fn systems() -> &'static [SystemDesc] {
             colour: (140, 86, 75),
             load_local,
             connect: None,
+            server: Some(crate::node::SERVER),
         },
         SystemDesc {
             name: "all-hashtable",
@@ -186,6 +187,7 @@ pub fn systems() -> &'static [SystemDesc] {
             colour: (196, 156, 148),
             load_local: load_all_hash,
             connect: None,
+            server: None,
         },
         SystemDesc {
             name: "all-skiplist",
@@ -195,6 +197,7 @@ pub fn systems() -> &'static [SystemDesc] {
             colour: (99, 60, 52),
             load_local: load_all_sorted,
             connect: None,
+            server: None,
         },
     ];
     SYSTEMS

@@ -45,6 +45,10 @@ use crate::table::HashTable;
 use crate::view::{DataServer, GroupView, Membership};
 use crate::wire::{self, Request};
 
+pub mod serve;
+
+pub use serve::{process_config, SERVER, SERVE_OPTIONS};
+
 /// Settings of an index server process.
 #[derive(Debug, Clone)]
 pub struct IndexNodeConfig {

@@ -2,7 +2,8 @@
 //! does ([`KvClient`] on byte strings, [`WordClient`] on u64s), why an
 //! operation failed ([`KvError`]), what a system takes and does
 //! ([`Capabilities`]), and how a system describes itself to the registry
-//! ([`SystemDesc`]: name, options, local load, connect).
+//! ([`SystemDesc`]: name, options, local load, connect, and [`serve`]:
+//! serve from a process of its own, probe a running server).
 //!
 //! Keys and values are byte strings. A system that stores u64 keys takes
 //! exactly 8 bytes, big-endian, so the byte order of encoded keys is their
@@ -14,6 +15,7 @@ mod client;
 mod error;
 mod figures;
 pub mod local;
+pub mod serve;
 mod system;
 pub mod testing;
 mod words;
@@ -24,6 +26,7 @@ pub use client::{
 };
 pub use error::{ErrorKind, KvError};
 pub use figures::{ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, ServerTime};
+pub use serve::{Announced, Doors, ProbeFn, Probed, Said, Serve, ServeFn, ServerDesc};
 pub use system::{
     Connect, ConnectFn, LoadLocalFn, LocalLoad, OptionDesc, Options, Store, SystemDesc,
     MAX_OPTION_LEN,

@@ -168,6 +168,9 @@ pub struct SystemDesc {
     pub load_local: LoadLocalFn,
     /// Reaches it running elsewhere, if it can be.
     pub connect: Option<ConnectFn>,
+    /// Serves it from a process of its own (`xstore server --system`),
+    /// if it can be.
+    pub server: Option<crate::ServerDesc>,
 }
 
 impl std::fmt::Debug for SystemDesc {
@@ -179,6 +182,7 @@ impl std::fmt::Debug for SystemDesc {
             .field("options", &self.options)
             .field("colour", &self.colour)
             .field("connect", &self.connect.is_some())
+            .field("server", &self.server)
             .finish()
     }
 }

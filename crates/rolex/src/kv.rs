@@ -130,6 +130,7 @@ pub fn systems() -> &'static [SystemDesc] {
         colour: (148, 103, 189),
         load_local,
         connect: Some(connect),
+        server: Some(crate::node::SERVER),
     }];
     SYSTEMS
 }

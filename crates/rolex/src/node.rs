@@ -11,6 +11,10 @@ use std::time::Duration;
 use crate::{MemoryNode, Retrainer, RolexConfig, RolexError};
 use fabric::RegionHost;
 
+mod serve;
+
+pub use serve::{memory_node, SERVER, SERVE_OPTIONS};
+
 /// How often [`RunningNode::serve_until`] looks at its stop flag.
 pub const STOP_POLL: Duration = Duration::from_millis(50);
 

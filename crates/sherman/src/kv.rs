@@ -105,6 +105,7 @@ pub fn systems() -> &'static [SystemDesc] {
             colour: (31, 119, 180),
             load_local: load_sherman,
             connect: None,
+            server: None,
         },
         SystemDesc {
             name: "fg",
@@ -114,6 +115,7 @@ pub fn systems() -> &'static [SystemDesc] {
             colour: (255, 127, 14),
             load_local: load_fg,
             connect: None,
+            server: None,
         },
     ];
     SYSTEMS

@@ -25,6 +25,7 @@ pub const DESC: SystemDesc = SystemDesc {
     colour: (219, 219, 141),
     load_local,
     connect: None,
+    server: None,
 };
 
 fn load_local(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {

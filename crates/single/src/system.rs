@@ -24,6 +24,7 @@ pub fn systems() -> &'static [SystemDesc] {
         colour: (188, 189, 34),
         load_local,
         connect: None,
+        server: None,
     }, crate::hashtable::DESC];
     SYSTEMS
 }

@@ -505,6 +505,7 @@ static SYSTEMS: [SystemDesc; 5] = [
         colour: (31, 119, 180),
         load_local: load_xstore,
         connect: Some(connect_xstore),
+        server: Some(crate::node::SERVER),
     },
     SystemDesc {
         name: "server-centric",
@@ -514,6 +515,7 @@ static SYSTEMS: [SystemDesc; 5] = [
         colour: (255, 127, 14),
         load_local: load_server_centric,
         connect: None,
+        server: None,
     },
     SystemDesc {
         name: "tree-cache",
@@ -523,6 +525,7 @@ static SYSTEMS: [SystemDesc; 5] = [
         colour: (44, 160, 44),
         load_local: load_tree_cache,
         connect: None,
+        server: None,
     },
     SystemDesc {
         name: "whole-tree-cache",
@@ -532,6 +535,7 @@ static SYSTEMS: [SystemDesc; 5] = [
         colour: (214, 39, 40),
         load_local: load_whole_tree_cache,
         connect: None,
+        server: None,
     },
     SystemDesc {
         name: "xstore-d",
@@ -541,6 +545,7 @@ static SYSTEMS: [SystemDesc; 5] = [
         colour: (127, 127, 127),
         load_local: load_xstore_d,
         connect: None,
+        server: None,
     },
 ];
 

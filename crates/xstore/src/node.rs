@@ -6,6 +6,10 @@
 //! its flags to a [`NodeConfig`] and calls [`start`], listens, then
 //! [`RunningNode::serve_until`].
 //!
+//! `xstore server --system xstore` reaches it through [`SERVER`] (the
+//! registry's entry): its flags parsed here, the doors opened by the
+//! command line when this module says.
+//!
 //! Membership of a cluster is a [`Membership`] (the cluster crate's shard
 //! map, which sits above this crate): this module needs only which keys
 //! are the shard's, how to attach the fence, and how to register.
@@ -19,6 +23,10 @@ use fabric::Host;
 use crate::proto::LoadedKeys;
 use crate::{Fence, Server, ServerConfig, ServerError};
 use fabric::RegionHost;
+
+mod serve;
+
+pub use serve::{durability, server_config, SERVER, SERVE_OPTIONS};
 
 /// How often [`RunningNode::serve_until`] looks at its stop flag.
 pub const STOP_POLL: Duration = Duration::from_millis(50);

@@ -537,6 +537,7 @@ pub(crate) const fn system<const I: usize>() -> SystemDesc {
         colour: COLOURS[I],
         load_local: load_system::<I>,
         connect: None,
+        server: None,
     }
 }
 
