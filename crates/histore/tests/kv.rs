@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use kv::testing::{Model, Path, Plan};
-use kv::{ErrorKind, KvError, LocalLoad, Options, Store};
+use kv::{ErrorKind, KvClient, KvError, LocalLoad, Options, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
