@@ -6,9 +6,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use bench::{Progress, RunConfig};
 use check::history::{History, OpKind};
 use check::linearize;
-use bench::{Progress, RunConfig};
 use fabric::Counters;
 use kv::{KvClient, LocalLoad, Options};
 use ycsb::{Distribution, Mix, StreamOptions, Workload};

@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use kv::testing::{Model, Path, Plan};
-use kv::{ErrorKind, KvClient, KvError, LocalLoad, Options, Store};
+use kv::testing::{clients_match_maps, Model, Path, Plan};
+use kv::{ErrorKind, KvError, LocalLoad, Options, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -183,75 +183,6 @@ fn errors_say_why() {
 /// Client threads of the baselines' model tests.
 const THREADS: u64 = 4;
 
-/// One random operation of thread `t` on its own keys (key ≡ t mod
-/// [`THREADS`]), checked against its `model`; a scan checks the thread's
-/// keys in the window it returned (other threads write the rest), or
-/// that a system without scans refuses it as `Refused`.
-fn owned_step(
-    rng: &mut StdRng,
-    c: &mut dyn KvClient,
-    t: u64,
-    scans: bool,
-    model: &mut BTreeMap<u64, u64>,
-    ctx: &str,
-) {
-    let key = rng.random_range(0..400u64) * THREADS + t;
-    let value = rng.random::<u64>();
-    let w = c.words().unwrap();
-    match rng.random_range(0..6) {
-        0 => assert_eq!(
-            w.get(key).unwrap(),
-            model.get(&key).copied(),
-            "{ctx}: get {key}"
-        ),
-        1 => {
-            let want = !model.contains_key(&key);
-            assert_eq!(w.insert(key, value).unwrap(), want, "{ctx}: insert {key}");
-            model.entry(key).or_insert(value);
-        }
-        2 => {
-            let want = model.contains_key(&key);
-            assert_eq!(w.update(key, value).unwrap(), want, "{ctx}: update {key}");
-            if want {
-                model.insert(key, value);
-            }
-        }
-        3 => {
-            let want = model.insert(key, value).is_none();
-            assert_eq!(w.upsert(key, value).unwrap(), want, "{ctx}: upsert {key}");
-        }
-        4 => {
-            let want = model.remove(&key).is_some();
-            assert_eq!(w.delete(key).unwrap(), want, "{ctx}: delete {key}");
-        }
-        _ if !scans => {
-            let mut out = Vec::new();
-            let r = w.scan(key, 5, &mut out);
-            assert_eq!(kind_of(r), ErrorKind::Refused, "{ctx}: scan");
-        }
-        _ => {
-            let n = rng.random_range(1..40);
-            let mut out = Vec::new();
-            w.scan(key, n, &mut out).unwrap();
-            assert!(out.len() <= n, "{ctx}: scan longer than asked");
-            assert!(out.windows(2).all(|p| p[0].0 < p[1].0), "{ctx}: scan order");
-            assert!(out.first().is_none_or(|p| p.0 >= key), "{ctx}: scan start");
-            // A short scan reached the end: the window runs to u64::MAX.
-            let last = match out.last() {
-                Some(&(k, _)) if out.len() == n => k,
-                _ => u64::MAX,
-            };
-            let mine: Vec<(u64, u64)> = out
-                .iter()
-                .copied()
-                .filter(|&(k, _)| k % THREADS == t)
-                .collect();
-            let want: Vec<(u64, u64)> = model.range(key..=last).map(|(&k, &v)| (k, v)).collect();
-            assert_eq!(mine, want, "{ctx}: scan {key} {n}");
-        }
-    }
-}
-
 /// The baseline `name` (`groups` index groups), four clients at once,
 /// each against its own BTreeMap; at the end every key each thread owns
 /// is read back through a fresh client.
@@ -268,38 +199,16 @@ fn four_clients_match_maps(name: &str, groups: usize) {
         options: &options,
     })
     .unwrap();
-    let scans = d.capabilities.scans;
-    let models: Vec<BTreeMap<u64, u64>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let mut c = store.client().unwrap();
-                let pairs = &pairs;
-                s.spawn(move || {
-                    let mut rng =
-                        StdRng::seed_from_u64(seed ^ (t + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                    let mut model: BTreeMap<u64, u64> = pairs
-                        .iter()
-                        .copied()
-                        .filter(|&(k, _)| k % THREADS == t)
-                        .collect();
-                    for i in 0..1_500 {
-                        let ctx = format!("{name} seed {seed} thread {t} op {i}");
-                        owned_step(&mut rng, c.as_mut(), t, scans, &mut model, &ctx);
-                    }
-                    model
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let mut c = store.client().unwrap();
-    for (t, model) in models.iter().enumerate() {
-        for k in (0..400u64).map(|i| i * THREADS + t as u64) {
-            let got = c.words().unwrap().get(k).unwrap();
-            assert_eq!(got, model.get(&k).copied(), "{name} seed {seed}: key {k}");
-        }
-    }
-    assert_eq!(c.capabilities(), d.capabilities);
+    let plan = Plan {
+        keys: 0..1_600,
+        ops: 1_500,
+        path: Path::Words,
+        scans: d.capabilities.scans,
+        max_scan: 40,
+        ..Plan::default()
+    };
+    clients_match_maps(&*store, &pairs, seed, THREADS, plan);
+    assert_eq!(store.client().unwrap().capabilities(), d.capabilities);
 }
 
 #[test]

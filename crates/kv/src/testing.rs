@@ -63,6 +63,9 @@ pub struct Plan {
     /// Whether the system deletes; if not, every delete must be
     /// [`ErrorKind::Refused`] and leave the key.
     pub deletes: bool,
+    /// Whether the system scans; if not, every scan must be
+    /// [`ErrorKind::Refused`].
+    pub scans: bool,
     /// Scans ask for `0..max_scan` pairs.
     pub max_scan: usize,
     /// Set when other clients write the same store at the same time.
@@ -78,6 +81,7 @@ impl Default for Plan {
             ops: 3_000,
             path: Path::Both,
             deletes: true,
+            scans: true,
             max_scan: 20,
             share: None,
         }
@@ -191,8 +195,13 @@ impl Model {
             Op::Write(w) => self.write(c, words, pipelined, w, &ctx),
             Op::Scan(n) => {
                 let mut got = Vec::new();
-                on_path(c, words, |c| c.scan(key, n, &mut got))
-                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let r = on_path(c, words, |c| c.scan(key, n, &mut got));
+                if !self.plan.scans {
+                    let e = r.expect_err(&ctx);
+                    assert_eq!(e.kind, ErrorKind::Refused, "{ctx}: {e}");
+                    return;
+                }
+                r.unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 self.check_scan(key, n, &got, &ctx);
             }
         }
@@ -258,6 +267,20 @@ impl Model {
     /// store holds exactly the model: every key of it and no other (of this
     /// client's, when shared).
     pub fn check_store(&self, c: &mut dyn KvClient) {
+        if !self.plan.scans {
+            // Key by key over the plan's range (the model never leaves it).
+            for key in self.plan.keys.clone().filter(|&k| self.owned(k)) {
+                let got = with_words(c, |w| w.get(key))
+                    .unwrap_or_else(|e| panic!("seed {}: the final get of {key}: {e}", self.seed));
+                assert_eq!(
+                    got,
+                    self.map.get(&key).copied(),
+                    "seed {}: key {key} at the end",
+                    self.seed
+                );
+            }
+            return;
+        }
         let mut all = Vec::new();
         with_words(c, |w| w.scan(0, usize::MAX, &mut all))
             .unwrap_or_else(|e| panic!("seed {}: the final scan: {e}", self.seed));
@@ -284,6 +307,42 @@ pub fn matches_a_map(
     let mut other = store.client().expect("a second client");
     model.check_store(&mut *other);
     (store, c)
+}
+
+/// Several clients at once on one `store` loaded with `pairs`: client
+/// `me` of `clients` runs `plan` on the keys it owns ([`Share`]), each on
+/// its own thread with its own model; at rest a fresh client must read
+/// exactly every client's model. Returns the models.
+pub fn clients_match_maps(
+    store: &dyn Store,
+    pairs: &[(u64, u64)],
+    seed: u64,
+    clients: u64,
+    plan: Plan,
+) -> Vec<Model> {
+    assert!(clients >= 1, "at least one client");
+    let models: Vec<Model> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..clients)
+            .map(|me| {
+                let mut client = store.client().expect("a client");
+                let plan = Plan {
+                    share: Some(Share { of: clients, me }),
+                    ..plan.clone()
+                };
+                let mut model = Model::new(seed, pairs, plan);
+                s.spawn(move || {
+                    model.run(client.as_mut());
+                    model
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let mut client = store.client().expect("a client");
+    for model in &models {
+        model.check_store(client.as_mut());
+    }
+    models
 }
 
 /// Runs `f` on `c`'s u64 path (`words`) or on its byte path through the

@@ -4,7 +4,7 @@
 //! scans included.
 //! Seeded: the seed is printed; `XSTORE_SEED=N` replays it.
 
-use kv::testing::{Model, Path, Plan, Share};
+use kv::testing::{clients_match_maps, Path, Plan};
 use kv::{LocalLoad, Options};
 
 const THREADS: u64 = 4;
@@ -23,32 +23,15 @@ fn four_clients_agree_with_btreemap() {
         options: &options,
     })
     .expect("load");
-    let models: Vec<Model> = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..THREADS)
-            .map(|me| {
-                let mut client = store.client().expect("client");
-                let plan = Plan {
-                    keys: 0..KEYS,
-                    ops: 4_000,
-                    path: Path::Bytes,
-                    max_scan: 64,
-                    share: Some(Share { of: THREADS, me }),
-                    ..Plan::default()
-                };
-                let mut model = Model::new(seed, &pairs, plan);
-                s.spawn(move || {
-                    model.run(client.as_mut());
-                    model
-                })
-            })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
-    });
+    let plan = Plan {
+        keys: 0..KEYS,
+        ops: 4_000,
+        path: Path::Bytes,
+        max_scan: 64,
+        ..Plan::default()
+    };
     // At rest, the store holds exactly every client's keys.
-    let mut client = store.client().expect("client");
-    for model in &models {
-        model.check_store(client.as_mut());
-    }
+    clients_match_maps(&*store, &pairs, seed, THREADS, plan);
 }
 
 #[test]
