@@ -26,9 +26,6 @@ pub use suite::{
     SuiteOptions, SuiteRow, SuiteSummary, SystemFactory, SystemSpec,
 };
 pub use system::ServerTime;
-// The value rule's old path: `xstore server` (cli/src/server_cmd.rs)
-// still makes its values through it.
-pub use check::value_for;
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]

@@ -233,7 +233,7 @@ pub struct HistoreShape {
 /// The value rule the servers load with: values encode their key, so
 /// benchmark clients can check every read.
 fn value_of(key: u64) -> u64 {
-    bench::value_for(key, 0)
+    check::value_for(key, 0)
 }
 
 /// The system `--system` names, with its server.
