@@ -1085,7 +1085,14 @@ fn move_bench(up: &Up, args: &[&str], env: &[(&str, String)]) -> std::process::O
     Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["cluster", "move-bench", &up.url])
         .args(["--keys", &KEYS.to_string(), "--seed", &SEED.to_string()])
-        .args(["--move-keys", "1000", "--baseline-s", "0.5", "--gap-s", "0.2"])
+        .args([
+            "--move-keys",
+            "1000",
+            "--baseline-s",
+            "0.5",
+            "--gap-s",
+            "0.2",
+        ])
         .args(args)
         .env_remove("XSTORE_TOKEN")
         .envs(env.iter().map(|(k, v)| (k, v)))
@@ -1101,10 +1108,7 @@ fn move_bench(up: &Up, args: &[&str], env: &[(&str, String)]) -> std::process::O
 #[test]
 fn move_bench_presents_the_token_of_a_cluster_up_cluster() {
     let Some(up) = up() else { return };
-    let auth = (
-        cluster::AUTH_FILE_VAR,
-        up.auth_file().display().to_string(),
-    );
+    let auth = (cluster::AUTH_FILE_VAR, up.auth_file().display().to_string());
     let revision = |up: &Up| up.etcd().require_map().unwrap().revision;
     let before = revision(&up);
     let out = move_bench(&up, &["--moves", "2", "--seconds", "6"], &up.tool_env());
