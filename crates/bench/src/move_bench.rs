@@ -171,19 +171,24 @@ fn validate(
 
 /// Runs the load over the cluster at `options.url` (whose servers hold
 /// `loaded`) for `options.seconds`, moving ranges meanwhile. Progress
-/// lines (each move, each round) go to stderr as they happen.
+/// lines (each move, each round) go to stderr as they happen. `token` is
+/// the servers' access token (a `cluster up` cluster requires one): the
+/// load's clients, the moves and the rebalancer's rounds present it.
 pub fn run(
     options: &MoveBenchOptions,
     loaded: Arc<[u64]>,
+    token: Option<String>,
 ) -> Result<MoveBenchReport, MoveBenchError> {
     let (workload, rebalance) = validate(options, loaded.len())?;
-    let system = cluster::kv::ClusterSystem::new(&options.url, None, xstore::CacheMode::Full, 1)
-        .map_err(|source| MoveBenchError::Load {
-            what: "connecting to the cluster",
-            source: source.into(),
-        })?;
+    let system =
+        cluster::kv::ClusterSystem::new(&options.url, token.clone(), xstore::CacheMode::Full, 1)
+            .map_err(|source| MoveBenchError::Load {
+                what: "connecting to the cluster",
+                source: source.into(),
+            })?;
     let mover = Mover {
-        etcd: cluster::Etcd::connect(&options.url)?,
+        // Member entries are used only if sealed with the token.
+        etcd: cluster::Etcd::connect(&options.url)?.sealed_by(token.as_deref()),
         loaded: loaded.clone(),
         progress: Arc::new(Progress::default()),
         stop: Arc::new(AtomicBool::new(false)),
@@ -191,6 +196,7 @@ pub fn run(
         zero: Arc::default(),
         options: options.clone(),
         rebalance,
+        token,
     };
     let (progress, stop, timed) = (
         mover.progress.clone(),
@@ -284,6 +290,8 @@ struct Mover {
     zero: Arc<Mutex<Option<Instant>>>,
     options: MoveBenchOptions,
     rebalance: cluster::rebalance::RebalanceConfig,
+    /// The servers' access token, for moves and rebalancer rounds.
+    token: Option<String>,
 }
 
 impl Mover {
@@ -327,12 +335,11 @@ impl Mover {
                     MoveBenchError::Mover("no range to move (too few keys per server?)".into())
                 })?;
             let start = t0.elapsed().as_secs_f64();
-            let report = cluster::move_range(&self.etcd, lo, hi, &to, None).map_err(|source| {
-                MoveBenchError::Move {
+            let report = cluster::move_range(&self.etcd, lo, hi, &to, self.token.as_deref())
+                .map_err(|source| MoveBenchError::Move {
                     what: format!("move {i}: {lo}..{hi} to {to}"),
                     source,
-                }
-            })?;
+                })?;
             let end = t0.elapsed().as_secs_f64();
             eprintln!(
                 "move {i}: {lo}..{hi} {} -> {}: {} keys in {:.3} s ({:.3} s frozen)",
@@ -362,13 +369,12 @@ impl Mover {
                 eprintln!("the load ended after {i} rebalancer rounds (raise --seconds)");
                 break;
             }
-            let round =
-                rebalancer
-                    .round(&self.etcd, None)
-                    .map_err(|source| MoveBenchError::Move {
-                        what: format!("rebalancer round {i}"),
-                        source,
-                    })?;
+            let round = rebalancer
+                .round(&self.etcd, self.token.as_deref())
+                .map_err(|source| MoveBenchError::Move {
+                    what: format!("rebalancer round {i}"),
+                    source,
+                })?;
             let shares: Vec<String> = round
                 .shares
                 .iter()

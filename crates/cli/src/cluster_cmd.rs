@@ -4,15 +4,14 @@
 //! instead (etcd, data and index server processes; docs/histore.md), and
 //! `status --histore GROUP` shows its view.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use coord::launch::{Group, Launched, StopBy};
+use coord::deploy::{GroupUp, KeySource, ShardedUp, UpConfig};
 
 use crate::keys::KeyArgs;
 use crate::token::TokenArgs;
@@ -120,8 +119,8 @@ struct MoveArgs {
 struct UpArgs {
     /// The system: xstore (range-partitioned servers) or histore (one
     /// index group of data and index servers that starts empty; see
-    /// docs/histore.md).
-    #[arg(long, default_value = "xstore", value_name = "xstore|histore")]
+    /// docs/histore.md). The registry's deployments table lists them.
+    #[arg(long, default_value = registry::default_deployment().name, value_name = "SYSTEM")]
     system: String,
     /// Server processes (--system xstore; 1..=64).
     #[arg(long, default_value_t = 3, value_parser = crate::flags::usize_in(1, 64))]
@@ -299,478 +298,81 @@ fn move_cmd(args: &MoveArgs) -> Result<()> {
     Ok(())
 }
 
-/// Range boundaries that give each of `n` servers an equal share of `keys`
-/// (of the key space when there are fewer keys than servers).
-fn boundaries(keys: &[u64], n: usize) -> Vec<u64> {
-    let mut b: Vec<u64> = if keys.len() >= n {
-        (1..n).map(|i| keys[i * keys.len() / n]).collect()
-    } else {
-        (1..n as u64).map(|i| i * (u64::MAX / n as u64)).collect()
-    };
-    b.retain(|&x| x > 0);
-    b.dedup();
-    b
-}
-
-/// Range boundaries that give server `i` a `weights[i]` part of `keys`.
-fn weighted_boundaries(keys: &[u64], weights: &[u64]) -> Vec<u64> {
-    let total: u64 = weights.iter().sum();
-    let mut b = Vec::new();
-    let mut acc = 0;
-    for w in &weights[..weights.len().saturating_sub(1)] {
-        acc += w;
-        let i = (acc as u128 * keys.len() as u128 / total.max(1) as u128) as usize;
-        if let Some(&k) = keys.get(i) {
-            b.push(k);
-        }
-    }
-    b.retain(|&x| x > 0);
-    b.dedup();
-    b
-}
-
-/// How long a `cluster up` server has to stop after SIGTERM before it is
-/// killed.
-const STOP_GRACE: Duration = Duration::from_secs(30);
-
-/// The token every server of a `cluster up` requires: the one given, else
-/// a generated one in `DIR/token` (0600), whose path is returned too.
-fn token_or_generated(
-    dir: &std::path::Path,
-    token: Option<String>,
-) -> Result<(String, Option<PathBuf>)> {
-    Ok(match token {
-        Some(t) => (t, None),
-        None => {
-            let path = dir.join("token");
-            let t: String = rand::random::<[u8; 32]>()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            write_private(&path, &t).context("writing the generated token")?;
-            (t, Some(path))
-        }
-    })
-}
-
-/// Starts etcd in `dir` and turns its authentication on before anything
-/// else talks to it: root's credentials go to `DIR/etcd-root`, those of
-/// the user whose role may read and write the cluster's prefix (servers
-/// and tools) to `DIR/etcd-auth`, both 0600. Returns etcd, its URL, the
-/// user's credentials and their file.
-fn start_secured_etcd(
-    dir: &std::path::Path,
-) -> Result<(cluster::EtcdProcess, String, cluster::EtcdAuth, PathBuf)> {
-    let etcd_proc = cluster::EtcdProcess::start(dir).context("starting etcd")?;
-    let url = etcd_proc.url();
-    let root = cluster::EtcdAuth::generate("root")?;
-    let user = cluster::EtcdAuth::generate("xstore")?;
-    // Written before etcd knows them: credentials never exist only in
-    // etcd (and this process).
-    root.write_new_file(&dir.join("etcd-root"))?;
-    let auth_file = dir.join("etcd-auth");
-    user.write_new_file(&auth_file)?;
-    cluster::Etcd::connect_as(&url, None, cluster::etcd::REQUEST_TIMEOUT)?
-        .enable_auth(&root, &user)
-        .context("turning on etcd's authentication")?;
-    Ok((etcd_proc, url, user, auth_file))
-}
-
-/// What `cluster up` starts first for either system: its directory, the
-/// token every server requires, and etcd with authentication on.
-struct Base {
-    etcd: cluster::EtcdProcess,
-    url: String,
-    creds: cluster::EtcdAuth,
-    auth_file: PathBuf,
-    token: String,
-    token_file: Option<PathBuf>,
-}
-
-impl Base {
-    /// Creates `dir`, settles the token (never none: a generated one, in a
-    /// file only its owner reads) and starts etcd secured.
-    fn start(dir: &std::path::Path, token: Option<String>) -> Result<Base> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let (token, token_file) = token_or_generated(dir, token)?;
-        let (etcd, url, creds, auth_file) = start_secured_etcd(dir)?;
-        Ok(Base {
-            etcd,
-            url,
-            creds,
-            auth_file,
-            token,
-            token_file,
-        })
-    }
-
-    /// Starts `xstore server ARGS` for each `(id, ARGS)`, the token and the
-    /// etcd credentials file in its environment (a command line is visible
-    /// to every user; the etcd password stays in its file). Each is
-    /// stopped by SIGTERM, then SIGKILL after [`STOP_GRACE`], when the
-    /// group is dropped.
-    fn launch(&self, servers: Vec<(String, Vec<String>)>) -> Result<Group> {
-        let exe = std::env::current_exe().context("locating the xstore binary")?;
-        let mut group = Group::new();
-        for (id, args) in servers {
-            let mut cmd = Command::new(&exe);
-            cmd.arg("server")
-                .args(args)
-                .env("XSTORE_TOKEN", &self.token)
-                .env(cluster::AUTH_FILE_VAR, &self.auth_file);
-            let stop_by = StopBy::Terminate { grace: STOP_GRACE };
-            group.push(Launched::spawn(format!("server {id}"), cmd, stop_by)?);
-        }
-        Ok(group)
-    }
-
-    /// Prints the URL and each server's pid (once all serve).
-    fn print_servers(&self, servers: &Group) {
-        println!("{}", self.url);
-        for s in servers.iter() {
-            println!("{} pid {}", s.name(), s.id());
-        }
-    }
-
-    /// Stops the servers (all at once, each within [`STOP_GRACE`]), then
-    /// etcd.
-    fn stop(self, servers: Group) {
-        eprintln!("stopping {} servers and etcd", servers.len());
-        drop(servers);
-        drop(self);
-    }
-}
-
-/// Runs until SIGINT/SIGTERM, reporting each server that exits meanwhile
-/// (with `consequence`) and forgetting it.
-fn until_stopped(servers: &mut Group, stop: &AtomicBool, consequence: &str) {
-    servers.watch_until(stop, |name, status| {
-        eprintln!("{name} exited ({status}); {consequence}")
-    });
-}
-
+/// Runs `xstore cluster up`: the deployment `--system` names, from the
+/// registry's table, started with the flags as plain settings.
 fn up(args: &UpArgs) -> Result<()> {
+    let Some(deployment) = registry::find_deployment(&args.system) else {
+        bail!(
+            "unknown --system '{}' (cluster up starts {})",
+            args.system,
+            deployment_names()
+        );
+    };
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
-    let token = args.token.resolve()?;
-    match args.system.as_str() {
-        "xstore" => up_xstore(args, stop, token),
-        "histore" => up_histore(args, &stop, token),
-        other => bail!("unknown --system '{other}' (cluster up starts xstore or histore)"),
-    }
-}
-
-/// The servers' ids and the shard map that gives each its share of the
-/// keys (by --weights if given), after checking the flags.
-fn xstore_map(args: &UpArgs) -> Result<(Vec<String>, cluster::ShardMap)> {
-    if args.servers == 0 || args.servers > 64 {
-        bail!("--servers must be 1..=64");
-    }
-    if let Some(share) = args.rebalance {
-        let window = args.rebalance_window_s;
-        if !((0.0..=1.0).contains(&share) && share > 0.0 && window > 0.0 && window <= 600.0) {
-            bail!("--rebalance must be in (0, 1] and --rebalance-window-s in (0, 600]");
-        }
-    }
-    let keys = args.keys.load()?;
-    let ids: Vec<String> = (0..args.servers).map(|i| format!("s{i}")).collect();
-    let bounds = if args.weights.is_empty() {
-        boundaries(&keys, args.servers)
-    } else {
-        if args.weights.len() != args.servers || args.weights.contains(&0) {
-            bail!("--weights needs {} positive numbers", args.servers);
-        }
-        weighted_boundaries(&keys, &args.weights)
-    };
-    let map = cluster::ShardMap::split(&bounds, &ids)?;
-    Ok((ids, map))
-}
-
-/// The flags of XStore server `id` of the cluster at `url`.
-fn xstore_server_args(args: &UpArgs, url: &str, id: &str) -> Vec<String> {
-    let mut out: Vec<String> = ["--listen", "127.0.0.1:0", "--cluster", url, "--id", id]
-        .map(String::from)
-        .into();
-    out.extend(["--dataset".into(), args.keys.dataset.clone()]);
-    out.extend(["--keys".into(), args.keys.keys.to_string()]);
-    out.extend(["--seed".into(), args.keys.seed.to_string()]);
-    if let Some(p) = &args.keys.keys_file {
-        out.extend(["--keys-file".into(), p.display().to_string()]);
-    }
-    if let Some(mode) = &args.durability {
-        let dir = args.dir.join(id).display().to_string();
-        out.extend([
-            "--data-dir".into(),
-            dir,
-            "--durability".into(),
-            mode.clone(),
-        ]);
-    }
-    out
-}
-
-/// `cluster up --system xstore`: etcd, the shard map, N servers; runs until
-/// SIGINT/SIGTERM (with the rebalancer if asked), then stops everything.
-fn up_xstore(args: &UpArgs, stop: Arc<AtomicBool>, token: Option<String>) -> Result<()> {
-    let (ids, map) = xstore_map(args)?;
-    // Never without a token: member entries are sealed with it, and
-    // clients trust only sealed ones (docs/cluster.md).
-    let base = Base::start(&args.dir, token)?;
-    let creds = base.creds.clone();
-    cluster::Etcd::connect_as(
-        &base.url,
-        Some(creds.clone()),
-        cluster::etcd::REQUEST_TIMEOUT,
-    )?
-    .create_map(&map)
-    .context("storing the shard map")?;
-    let specs = ids
-        .iter()
-        .map(|id| (id.clone(), xstore_server_args(args, &base.url, id)))
-        .collect();
-    let mut servers = base.launch(specs)?;
-    let within = Duration::from_secs(args.start_timeout_s);
-    if !servers.wait_banners("serving", within, Some(&stop))? {
-        return Ok(());
-    }
-    base.print_servers(&servers);
-    print_access(&base.url, "", base.token_file.as_deref(), &base.auth_file);
-    println!(
-        "cluster up: etcd pid {}, {} servers",
-        base.etcd.pid(),
-        ids.len()
-    );
-    let rebalancer = args.rebalance.map(|share| {
-        let config = cluster::rebalance::RebalanceConfig {
-            target_share: share,
-            window: Duration::from_secs_f64(args.rebalance_window_s),
-            ..Default::default()
-        };
-        let (stop, url, token) = (stop.clone(), base.url.clone(), base.token.clone());
-        std::thread::spawn(move || rebalance_while_up(&url, creds, Some(&token), &config, &stop))
-    });
-    // A server that exits: its lease runs out and clients get a clear
-    // error for its ranges; the others keep serving.
-    until_stopped(&mut servers, &stop, "its ranges are unavailable");
-    if let Some(r) = rebalancer {
-        // A round ends within its window plus one move.
-        let _ = r.join();
-    }
-    base.stop(servers);
+    let config = args.config(stop)?;
+    (deployment.up)(&config)?;
     Ok(())
 }
 
-/// The flags of each server of the HiStore group: data servers on nodes
-/// 1..=D, then index servers on nodes D+1..=D+I.
-fn histore_servers(args: &UpArgs, url: &str, peer_key_file: &Path) -> Vec<(String, Vec<String>)> {
-    let h = &args.histore;
-    let data = (1..=h.data_servers).map(|n| ("data", n));
-    let index = (1..=h.index_servers).map(|n| ("index", h.data_servers + n));
-    let shared = |role: &str, node: usize| -> Vec<String> {
-        let node = node.to_string();
-        let ttl = h.shape.lease_ttl_s.to_string();
-        let (index, data) = (h.index_servers.to_string(), h.data_servers.to_string());
-        [
-            "--system",
-            "histore",
-            "--role",
-            role,
-            "--listen",
-            "127.0.0.1:0",
-            "--etcd",
-            url,
-            "--group",
-            &h.group,
-            "--node",
-            &node,
-            "--lease-ttl-s",
-            &ttl,
-            "--index-servers",
-            &index,
-            "--data-servers",
-            &data,
-        ]
-        .map(String::from)
-        .into()
-    };
-    let role_args = |role: &str| -> Vec<String> {
-        if role == "data" {
-            return vec!["--data-mib".into(), h.shape.data_mib.to_string()];
+/// The systems `cluster up` can start, for messages: `a or b`.
+fn deployment_names() -> String {
+    let names: Vec<&str> = registry::deployments().iter().map(|d| d.name).collect();
+    names.join(" or ")
+}
+
+impl UpArgs {
+    /// The deployment's settings: these flags as plain values, the
+    /// `xstore` binary each server runs, and the stop flag.
+    fn config(&self, stop: Arc<AtomicBool>) -> Result<UpConfig> {
+        let keys = self.keys.clone();
+        let mut key_args: Vec<String> = vec![
+            "--dataset".into(),
+            keys.dataset.clone(),
+            "--keys".into(),
+            keys.keys.to_string(),
+            "--seed".into(),
+            keys.seed.to_string(),
+        ];
+        if let Some(p) = &keys.keys_file {
+            key_args.extend(["--keys-file".into(), p.display().to_string()]);
         }
-        vec![
-            "--main-buckets".into(),
-            h.shape.main_buckets.to_string(),
-            "--overflow-buckets".into(),
-            h.shape.overflow_buckets.to_string(),
-            "--peer-key-file".into(),
-            peer_key_file.display().to_string(),
-        ]
-    };
-    data.chain(index)
-        .map(|(role, node)| {
-            let mut args = shared(role, node);
-            args.extend(role_args(role));
-            (format!("{}{node}", &role[..1]), args)
+        let h = &self.histore;
+        Ok(UpConfig {
+            exe: std::env::current_exe().context("locating the xstore binary")?,
+            dir: self.dir.clone(),
+            token: self.token.resolve()?,
+            start_within: Duration::from_secs(self.start_timeout_s),
+            stop,
+            sharded: ShardedUp {
+                servers: self.servers,
+                weights: self.weights.clone(),
+                durability: self.durability.clone(),
+                rebalance: self.rebalance,
+                rebalance_window_s: self.rebalance_window_s,
+                keys: KeySource {
+                    args: key_args,
+                    from_file: keys.keys_file.is_some(),
+                    load: Box::new(move || keys.load().map_err(|e| format!("{e:#}"))),
+                },
+            },
+            group: GroupUp {
+                name: h.group.clone(),
+                index_servers: h.index_servers,
+                data_servers: h.data_servers,
+                server_args: vec!["--lease-ttl-s".into(), h.shape.lease_ttl_s.to_string()],
+                data_args: vec!["--data-mib".into(), h.shape.data_mib.to_string()],
+                index_args: vec![
+                    "--main-buckets".into(),
+                    h.shape.main_buckets.to_string(),
+                    "--overflow-buckets".into(),
+                    h.shape.overflow_buckets.to_string(),
+                ],
+            },
         })
-        .collect()
-}
-
-/// Waits until the group's view in etcd names a primary, every other
-/// index server as a backup and every data server: the view, or `None` if
-/// SIGINT/SIGTERM came first.
-fn wait_group_formed(
-    args: &UpArgs,
-    base: &Base,
-    servers: &mut Group,
-    stop: &AtomicBool,
-) -> Result<Option<histore::GroupView>> {
-    let h = &args.histore;
-    let creds = Some(base.creds.clone());
-    let membership = histore::etcd::EtcdMembership::connect_as(&base.url, &h.group, creds)?;
-    let deadline = Instant::now() + Duration::from_secs(args.start_timeout_s);
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
-        // Extra index servers join one at a time after the first three.
-        if let Some((v, _)) = membership.current()? {
-            if v.backups.len() + 1 == h.index_servers && v.data.len() == h.data_servers {
-                return Ok(Some(v));
-            }
-        }
-        if let Some((name, status)) = servers.exited() {
-            bail!("{name} exited ({status}) before the group formed");
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "group {} did not form within {} s",
-                h.group,
-                args.start_timeout_s
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// `cluster up --system histore`: etcd, then the data servers and the
-/// index servers of one group; waits until the group formed; prints how
-/// to reach it; runs until SIGINT/SIGTERM, then stops everything started.
-fn up_histore(args: &UpArgs, stop: &AtomicBool, token: Option<String>) -> Result<()> {
-    let h = &args.histore;
-    if !(2..=16).contains(&h.index_servers) || !(1..=16).contains(&h.data_servers) {
-        bail!("--index-servers must be 2..=16 and --data-servers 1..=16");
-    }
-    if !args.weights.is_empty()
-        || args.durability.is_some()
-        || args.rebalance.is_some()
-        || args.keys.keys_file.is_some()
-    {
-        // A HiStore group starts empty and keeps no log on disk.
-        bail!("--weights, --durability, --rebalance and --keys-file are for --system xstore");
-    }
-    let base = Base::start(&args.dir, token)?;
-    // The group's peer key, like the token, in a file only its owner
-    // reads: clients never get it.
-    let peer_key_file = args.dir.join("histore-peer.key");
-    let _ = std::fs::remove_file(&peer_key_file);
-    histore::peer::PeerKey::generate()
-        .write_new_file(&peer_key_file)
-        .with_context(|| format!("writing the peer key {}", peer_key_file.display()))?;
-    let mut servers = base.launch(histore_servers(args, &base.url, &peer_key_file))?;
-    // Each prints "histore ... server N of group G" once registered.
-    let within = Duration::from_secs(args.start_timeout_s);
-    if !servers.wait_banners("histore ", within, Some(stop))? {
-        return Ok(());
-    }
-    let Some(view) = wait_group_formed(args, &base, &mut servers, stop)? else {
-        return Ok(());
-    };
-    base.print_servers(&servers);
-    println!("{}", view_line(&h.group, &view));
-    let shell = format!(" --histore {}", h.group);
-    print_access(
-        &base.url,
-        &shell,
-        base.token_file.as_deref(),
-        &base.auth_file,
-    );
-    println!(
-        "cluster up: etcd pid {}, histore group {}: {} index and {} data servers",
-        base.etcd.pid(),
-        h.group,
-        h.index_servers,
-        h.data_servers
-    );
-    // An index server that exits is failed over or dropped by the others
-    // once its lease runs out; a data server's records become unreadable.
-    until_stopped(
-        &mut servers,
-        stop,
-        "the group goes on without it (a data server's records are lost)",
-    );
-    base.stop(servers);
-    Ok(())
-}
-
-/// Says where the token and the etcd credentials are, and how tools use
-/// them (paths only: the secrets stay in their files); `shell_flags` go
-/// after the URL of the shell command shown.
-fn print_access(
-    url: &str,
-    shell_flags: &str,
-    token_file: Option<&std::path::Path>,
-    auth_file: &std::path::Path,
-) {
-    let var = cluster::AUTH_FILE_VAR;
-    println!("etcd auth file {}", auth_file.display());
-    match token_file {
-        Some(path) => {
-            println!("token file {} (generated)", path.display());
-            println!(
-                "{var}={} xstore shell {url}{shell_flags} --token-file {}",
-                auth_file.display(),
-                path.display()
-            );
-        }
-        None => println!(
-            "{var}={} xstore shell {url}{shell_flags} (with the token)",
-            auth_file.display()
-        ),
-    }
-}
-
-/// Writes `text` and a newline to a new file at `path` (replacing an old
-/// one) that only its owner can read, from its creation on.
-fn write_private(path: &std::path::Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    writeln!(f, "{text}")?;
-    f.sync_all()?;
-    Ok(())
-}
-
-/// One line naming a HiStore group's primary, backups and data servers.
-fn view_line(group: &str, v: &histore::GroupView) -> String {
-    let nodes = |n: &mut dyn Iterator<Item = fabric::NodeId>| {
-        n.map(|n| n.0.to_string()).collect::<Vec<_>>().join(",")
-    };
-    format!(
-        "histore group {group}: epoch {} version {}, primary {}, backups {}, data {}",
-        v.epoch,
-        v.version,
-        v.primary.0,
-        nodes(&mut v.backups.iter().copied()),
-        nodes(&mut v.data.iter().map(|d| d.node)),
-    )
 }
 
 /// `cluster status --histore GROUP`: the view, then each server in it with
@@ -786,7 +388,10 @@ fn histore_status(url: &str, group: &str, creds: Option<cluster::EtcdAuth>) -> R
         }
         return Ok(());
     };
-    println!("{} (view revision {revision})", view_line(group, &view));
+    println!(
+        "{} (view revision {revision})",
+        histore::up::view_line(group, &view)
+    );
     println!("{:<8} {:<6} {:<8} url", "role", "node", "pid");
     let roles = std::iter::once(("primary", view.primary))
         .chain(view.backups.iter().map(|&b| ("backup", b)))
@@ -806,47 +411,6 @@ fn histore_status(url: &str, group: &str, creds: Option<cluster::EtcdAuth>) -> R
         );
     }
     Ok(())
-}
-
-/// `cluster up --rebalance`: rounds until `stop`. A failed round (a server
-/// down, a move refused) is logged and the next round tries again: the
-/// cluster stays up whatever the rebalancer meets.
-fn rebalance_while_up(
-    url: &str,
-    creds: cluster::EtcdAuth,
-    token: Option<&str>,
-    config: &cluster::rebalance::RebalanceConfig,
-    stop: &AtomicBool,
-) {
-    let etcd = match cluster::Etcd::connect_as(url, Some(creds), cluster::etcd::REQUEST_TIMEOUT) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("rebalancer: cannot reach etcd: {e}; not rebalancing");
-            return;
-        }
-    };
-    while !stop.load(Ordering::Relaxed) {
-        match cluster::rebalance::rebalance_once(&etcd, token, config) {
-            Ok(round) => {
-                if let Some(m) = round.moved {
-                    eprintln!(
-                        "rebalancer: moved {}..{} ({} keys) {} -> {} in {:.3} s",
-                        m.lo,
-                        m.hi,
-                        m.keys,
-                        m.from,
-                        m.to,
-                        m.took.as_secs_f64()
-                    );
-                }
-            }
-            Err(e) => {
-                eprintln!("rebalancer: round failed: {e}");
-                // Bounded retry rate while a server is down.
-                std::thread::sleep(config.window);
-            }
-        }
-    }
 }
 
 fn status(args: &StatusArgs) -> Result<()> {
@@ -918,25 +482,6 @@ fn status(args: &StatusArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn boundaries_split_keys_evenly_and_stay_valid() {
-        let keys: Vec<u64> = (1..=90).collect();
-        assert_eq!(boundaries(&keys, 3), vec![31, 61]);
-        assert!(boundaries(&keys, 1).is_empty());
-        let b = boundaries(&[], 4);
-        assert_eq!(b.len(), 3);
-        assert!(b.windows(2).all(|w| w[0] < w[1]));
-        // Key 0 cannot be a boundary (the first range starts there).
-        assert_eq!(boundaries(&[0, 5], 2), vec![5]);
-    }
-
-    #[test]
-    fn weighted_boundaries_follow_the_weights() {
-        let keys: Vec<u64> = (1..=60).collect();
-        assert_eq!(weighted_boundaries(&keys, &[4, 1, 1]), vec![41, 51]);
-        assert_eq!(weighted_boundaries(&keys, &[1, 1]), vec![31]);
-    }
 
     #[test]
     fn ranges_parse() {

@@ -7,6 +7,7 @@ use bench::move_bench::{MoveBenchOptions, MAX_MOVES};
 use clap::Args;
 
 use crate::keys::KeyArgs;
+use crate::token::TokenArgs;
 
 /// Arguments of `xstore cluster move-bench`.
 #[derive(Args, Debug)]
@@ -54,6 +55,9 @@ pub struct MoveBenchArgs {
     /// Seconds of load the rebalancer measures per round.
     #[arg(long, default_value_t = 1.0)]
     rebalance_window_s: f64,
+    /// The servers' access token (`cluster up` makes one: DIR/token).
+    #[command(flatten)]
+    token: TokenArgs,
 }
 
 impl MoveBenchArgs {
@@ -81,8 +85,9 @@ impl MoveBenchArgs {
 pub fn run(args: &MoveBenchArgs) -> Result<()> {
     let options = args.options();
     options.check()?;
+    let token = args.token.resolve()?;
     let loaded = args.keys.load()?;
-    let report = bench::move_bench::run(&options, loaded.into())?;
+    let report = bench::move_bench::run(&options, loaded.into(), token)?;
     print!("{report}");
     if report.wrong_reads > 0 {
         bail!("{} reads were wrong", report.wrong_reads);

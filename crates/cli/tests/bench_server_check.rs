@@ -10,6 +10,7 @@ mod support;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+use support::cluster::ClusterUp;
 use support::ServerProcess;
 
 fn xstore(args: &[&str], stdin: &str) -> Output {
@@ -219,79 +220,23 @@ fn shell_and_stats_speak_to_rolex_and_finestore_servers() {
     }
 }
 
-/// `xstore cluster up` (etcd and `servers` servers), stopped on drop.
-struct ClusterUp {
-    child: std::process::Child,
-    url: String,
-    /// The token file and etcd credentials file `cluster up` wrote.
-    token_file: String,
-    auth_file: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for ClusterUp {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn cluster_up(servers: &str, keys: &str, seed: &str) -> Option<ClusterUp> {
-    use std::io::BufRead;
-    cluster::etcd_for_test()?;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
-        .args(["cluster", "up", "--servers", servers, "--dir"])
-        .arg(dir.path().join("cluster"))
-        .args(["--keys", keys, "--seed", seed])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn cluster up");
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = match lines.next() {
-        Some(Ok(l)) if l.starts_with("etcd://") => l,
-        other => {
-            let _ = child.kill();
-            panic!("cluster up did not print its URL: {other:?}");
-        }
-    };
-    std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-    let cdir = dir.path().join("cluster");
-    Some(ClusterUp {
-        child,
-        url,
-        token_file: cdir.join("token").display().to_string(),
-        auth_file: cdir.join("etcd-auth").display().to_string(),
-        _dir: dir,
-    })
-}
-
 #[test]
 fn a_cluster_with_another_key_set_is_refused_in_one_line() {
-    let Some(up) = cluster_up("2", "20000", "7") else {
+    let Some(up) = ClusterUp::start(2, 20_000, 7, &[], &[]) else {
         return;
     };
+    let (token_file, auth_file) = (
+        up.token_file().display().to_string(),
+        up.auth_file().display().to_string(),
+    );
     // The shards' key counts and fingerprints add up to the run's set.
-    let env = [(cluster::AUTH_FILE_VAR, up.auth_file.as_str())];
+    let env = [(cluster::AUTH_FILE_VAR, auth_file.as_str())];
     support::bench_judged_env(
         &[
             "--cluster",
             &up.url,
             "--token-file",
-            &up.token_file,
+            &token_file,
             "--keys",
             "20000",
             "--seed",
@@ -311,7 +256,7 @@ fn a_cluster_with_another_key_set_is_refused_in_one_line() {
             "--cluster",
             &up.url,
             "--token-file",
-            &up.token_file,
+            &token_file,
             "--keys",
             "20000",
             "--seed",

@@ -17,6 +17,8 @@
 //!   key's owner and continues SCANs across servers.
 //! * [`moves`] — online range moves: freeze, copy, commit.
 //! * [`rebalance`] — moves keys off the busiest server by measured load.
+//! * [`up`] — `xstore cluster up`'s deployment of N servers on this
+//!   machine ([`up::DEPLOYMENT`]).
 //!
 //! The rest of the workspace is synchronous; tokio stays inside `coord`.
 
@@ -32,6 +34,7 @@ pub mod process;
 pub mod rebalance;
 pub mod routed_client;
 pub mod shard;
+pub mod up;
 
 pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR};
 pub use etcd::{ClusterUrl, Etcd, EtcdError, MapWatch, Registration};

@@ -26,6 +26,11 @@ use crate::CoordError;
 /// every cluster tool and server uses when it is set.
 pub const AUTH_FILE_VAR: &str = "XSTORE_ETCD_AUTH_FILE";
 
+/// The etcd user `xstore cluster up` creates for its servers and tools:
+/// its role may read and write the cluster's prefix (root may do
+/// anything and is kept for the operator).
+pub const ETCD_USER: &str = "xstore";
+
 /// Longest credentials file read, in bytes.
 const MAX_AUTH_FILE: u64 = 1024;
 

@@ -17,17 +17,22 @@
 //! * [`launch`] — [`launch::Launched`] and [`launch::Group`]: server child
 //!   processes started with their stdout read by a thread, waited for
 //!   until they print their banner, and stopped and reaped on drop.
+//! * [`deploy`] — [`deploy::Deployment`]: what a system crate exports to
+//!   be started by `xstore cluster up` (from the registry's table), the
+//!   plain [`deploy::UpConfig`] it is started with, and [`deploy::Base`]:
+//!   the token, etcd with authentication on, and its servers launched.
 //!
 //! The rest of the workspace is synchronous; tokio stays inside [`etcd`].
 
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod deploy;
 pub mod etcd;
 pub mod launch;
 pub mod process;
 
-pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR};
+pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR, ETCD_USER};
 pub use etcd::{
     valid_id, ClusterUrl, Etcd, EtcdError, Member, RawWatch, Registration, WatchEvent, MAX_ID_LEN,
     MEMBER_FORMAT,

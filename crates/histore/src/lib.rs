@@ -25,6 +25,8 @@
 //! * [`etcd`], [`net`], [`node`] — groups of processes: the view and
 //!   leases in etcd, one endpoint to every node, and the index and data
 //!   server processes with their watcher (failover, joins).
+//! * [`up`] — `xstore cluster up`'s deployment of one group's processes
+//!   on this machine ([`up::DEPLOYMENT`]).
 //!
 //! See docs/histore.md for the protocol, the failover rules and what is not
 //! built yet.
@@ -45,6 +47,7 @@ pub mod peer;
 pub mod server;
 pub mod sorted;
 pub mod table;
+pub mod up;
 pub mod view;
 pub mod wire;
 

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub use coord::deploy::Deployment;
 pub use kv::SystemDesc;
 
 /// Each system crate's table, in listing order (which is also the order
@@ -38,6 +39,26 @@ pub fn find(name: &str) -> Option<&'static SystemDesc> {
 /// Every system's name, in listing order.
 pub fn names() -> Vec<&'static str> {
     all().into_iter().map(|d| d.name).collect()
+}
+
+/// Each crate that can deploy a multi-process cluster on this machine
+/// (`xstore cluster up --system NAME`), in listing order; the first is
+/// the default. One line per crate.
+const DEPLOYMENTS: &[Deployment] = &[cluster::up::DEPLOYMENT, histore::up::DEPLOYMENT];
+
+/// Every deployment `xstore cluster up` can start, the default first.
+pub fn deployments() -> &'static [Deployment] {
+    DEPLOYMENTS
+}
+
+/// The deployment of system `name`.
+pub fn find_deployment(name: &str) -> Option<&'static Deployment> {
+    DEPLOYMENTS.iter().find(|d| d.name == name)
+}
+
+/// The deployment `cluster up` starts when given no `--system`.
+pub fn default_deployment() -> &'static Deployment {
+    &DEPLOYMENTS[0]
 }
 
 /// The systems a suite runs when the user names none. `all` is every
@@ -113,6 +134,23 @@ mod tests {
         for n in lineup {
             assert!(find(n).is_some(), "{n} is not registered");
         }
+    }
+
+    #[test]
+    fn deployments_are_unique_documented_systems() {
+        let names: Vec<&str> = deployments().iter().map(|d| d.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "duplicate names in {names:?}");
+        for d in deployments() {
+            assert!(!d.about.is_empty(), "{} has no about line", d.name);
+            // A deployment runs servers of a system the table knows.
+            assert!(find(d.name).is_some(), "{} is no system", d.name);
+            assert_eq!(find_deployment(d.name).map(|f| f.name), Some(d.name));
+        }
+        assert_eq!(default_deployment().name, lineup("cluster")[0]);
+        assert!(find_deployment("no-such-system").is_none());
     }
 
     #[test]

@@ -182,4 +182,5 @@ pub fn bench_judged_env(args: &[&str], env: &[(&str, &str)]) -> serde_json::Valu
     );
     v
 }
+pub mod cluster;
 pub mod histore;
