@@ -61,8 +61,8 @@ pub struct EtcdAuthArgs {
 impl EtcdAuthArgs {
     /// Connects to the cluster at `url` with these credentials.
     fn connect(&self, url: &str) -> Result<cluster::Etcd> {
-        let creds = cluster::EtcdAuth::resolve(self.etcd_auth_file.as_deref())?;
-        cluster::Etcd::connect_as(url, creds, cluster::etcd::REQUEST_TIMEOUT)
+        let creds = coord::EtcdAuth::resolve(self.etcd_auth_file.as_deref())?;
+        cluster::Etcd::connect_as(url, creds, coord::etcd::REQUEST_TIMEOUT)
             .with_context(|| format!("connecting to {url}"))
     }
 }
@@ -378,7 +378,7 @@ impl UpArgs {
 /// `cluster status --histore GROUP`: the view, then each server in it with
 /// where it listens (or that its lease is gone), then live servers the
 /// view does not name yet (replacements joining).
-fn histore_status(url: &str, group: &str, creds: Option<cluster::EtcdAuth>) -> Result<()> {
+fn histore_status(url: &str, group: &str, creds: Option<coord::EtcdAuth>) -> Result<()> {
     let membership = histore::etcd::EtcdMembership::connect_as(url, group, creds)?;
     let live = membership.live()?;
     let Some((view, revision)) = membership.current()? else {
@@ -415,7 +415,7 @@ fn histore_status(url: &str, group: &str, creds: Option<cluster::EtcdAuth>) -> R
 
 fn status(args: &StatusArgs) -> Result<()> {
     if let Some(group) = &args.histore {
-        let creds = cluster::EtcdAuth::resolve(args.etcd_auth.etcd_auth_file.as_deref())?;
+        let creds = coord::EtcdAuth::resolve(args.etcd_auth.etcd_auth_file.as_deref())?;
         return histore_status(&args.url, group, creds);
     }
     let token = args.token.resolve()?;

@@ -230,7 +230,7 @@ fn a_cluster_with_another_key_set_is_refused_in_one_line() {
         up.auth_file().display().to_string(),
     );
     // The shards' key counts and fingerprints add up to the run's set.
-    let env = [(cluster::AUTH_FILE_VAR, auth_file.as_str())];
+    let env = [(coord::AUTH_FILE_VAR, auth_file.as_str())];
     support::bench_judged_env(
         &[
             "--cluster",

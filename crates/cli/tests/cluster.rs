@@ -37,7 +37,7 @@ impl Up {
         Etcd::connect_as(
             &self.url,
             Some(self.creds.clone()),
-            cluster::etcd::REQUEST_TIMEOUT,
+            coord::etcd::REQUEST_TIMEOUT,
         )
         .unwrap()
     }
@@ -988,7 +988,7 @@ fn etcd_refuses_strangers_and_a_repointed_member_diverts_no_client() {
     let entry = |url: &str| format!(r#"{{"format":1,"url":"{url}","pid":1}}"#).into_bytes();
 
     // Unauthenticated: over gRPC ...
-    let anon = Etcd::connect_as(&up.url, None, cluster::etcd::REQUEST_TIMEOUT).unwrap();
+    let anon = Etcd::connect_as(&up.url, None, coord::etcd::REQUEST_TIMEOUT).unwrap();
     assert!(anon.map().is_err());
     assert!(anon.members().is_err());
     assert!(anon
@@ -1026,8 +1026,8 @@ fn etcd_refuses_strangers_and_a_repointed_member_diverts_no_client() {
             }
         })
     };
-    let root = cluster::EtcdAuth::read_file(&up.dir.join("etcd-root")).unwrap();
-    let root = Etcd::connect_as(&up.url, Some(root), cluster::etcd::REQUEST_TIMEOUT).unwrap();
+    let root = coord::EtcdAuth::read_file(&up.dir.join("etcd-root")).unwrap();
+    let root = Etcd::connect_as(&up.url, Some(root), coord::etcd::REQUEST_TIMEOUT).unwrap();
     let loaded = keys();
     let map = etcd.require_map().unwrap();
     let s1_range = map.ranges_of("s1").next().unwrap().clone();
@@ -1108,7 +1108,7 @@ fn move_bench(up: &Up, args: &[&str], env: &[(&str, String)]) -> std::process::O
 #[test]
 fn move_bench_presents_the_token_of_a_cluster_up_cluster() {
     let Some(up) = up() else { return };
-    let auth = (cluster::AUTH_FILE_VAR, up.auth_file().display().to_string());
+    let auth = (coord::AUTH_FILE_VAR, up.auth_file().display().to_string());
     let revision = |up: &Up| up.etcd().require_map().unwrap().revision;
     let before = revision(&up);
     let out = move_bench(&up, &["--moves", "2", "--seconds", "6"], &up.tool_env());

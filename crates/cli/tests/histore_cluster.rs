@@ -54,7 +54,7 @@ fn running(pid: u32) -> bool {
 fn xstore(args: &[&str], stdin: &str, auth: &str) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(args)
-        .env(cluster::AUTH_FILE_VAR, auth)
+        .env(coord::AUTH_FILE_VAR, auth)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -73,7 +73,7 @@ fn xstore(args: &[&str], stdin: &str, auth: &str) -> String {
 
 #[test]
 fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everything() {
-    if cluster::etcd_for_test().is_none() {
+    if coord::etcd_for_test().is_none() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");

@@ -92,7 +92,7 @@ fn value(i: u64, round: u64) -> Vec<u8> {
 
 #[test]
 fn clients_cannot_fence_or_prepare_and_cluster_up_always_has_a_token() {
-    if cluster::etcd_for_test().is_none() {
+    if coord::etcd_for_test().is_none() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
@@ -149,7 +149,7 @@ fn clients_cannot_fence_or_prepare_and_cluster_up_always_has_a_token() {
     // group's view as the cluster's user, like the servers it started
     // (the path is in the environment for `histore::node::connect_client`
     // too; this binary runs this one test, so no other test reads it).
-    std::env::set_var(cluster::AUTH_FILE_VAR, cdir.join("etcd-auth"));
+    std::env::set_var(coord::AUTH_FILE_VAR, cdir.join("etcd-auth"));
     let membership = Arc::new(EtcdMembership::connect(&url, GROUP).expect("etcd"));
     let view = wait_view(&membership, "the group formed", |v| v.backups.len() == 2);
     let primary = view.primary;

@@ -35,11 +35,11 @@ fn server(etcd: &str, args: &[&str]) -> Proc {
 
 #[test]
 fn a_dead_group_fails_fast_with_a_typed_error() {
-    if cluster::etcd_for_test().is_none() {
+    if coord::etcd_for_test().is_none() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let etcd = cluster::EtcdProcess::start(&dir.path().join("etcd")).expect("start etcd");
+    let etcd = coord::EtcdProcess::start(&dir.path().join("etcd")).expect("start etcd");
     let url = etcd.url();
     let _data = server(&url, &["--role", "data", "--node", "1", "--data-mib", "8"]);
     let index: Vec<Proc> = (2..=4)

@@ -105,12 +105,12 @@ struct Load {
 
 #[test]
 fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
-    if cluster::etcd_for_test().is_none() {
+    if coord::etcd_for_test().is_none() {
         return;
     }
     let seed = testkit::seed();
     let dir = tempfile::tempdir().expect("temp dir");
-    let etcd = cluster::EtcdProcess::start(&dir.path().join("etcd")).expect("start etcd");
+    let etcd = coord::EtcdProcess::start(&dir.path().join("etcd")).expect("start etcd");
     let url = etcd.url();
     let _data = server(&url, &["--role", "data", "--node", "1", "--data-mib", "64"]);
     let mut procs: BTreeMap<u16, Proc> = (2..=4).map(|n| (n, index(&url, n))).collect();
@@ -367,11 +367,11 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
 /// answer line per command line, against a group of processes.
 #[test]
 fn the_shell_talks_to_a_group_with_string_keys() {
-    if cluster::etcd_for_test().is_none() {
+    if coord::etcd_for_test().is_none() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let etcd = cluster::EtcdProcess::start(&dir.path().join("etcd")).expect("start etcd");
+    let etcd = coord::EtcdProcess::start(&dir.path().join("etcd")).expect("start etcd");
     let url = etcd.url();
     let _data = server(&url, &["--role", "data", "--node", "1", "--data-mib", "8"]);
     let _procs: Vec<Proc> = (2..=4).map(|n| index(&url, n)).collect();

@@ -185,7 +185,7 @@ impl Load {
 }
 
 struct Group {
-    etcd: cluster::EtcdProcess,
+    etcd: coord::EtcdProcess,
     _dir: tempfile::TempDir,
     _data: Proc,
     index: BTreeMap<u16, Proc>,
@@ -198,7 +198,7 @@ struct Group {
 
 fn start() -> Group {
     let dir = tempfile::tempdir().expect("temp dir");
-    let etcd = cluster::EtcdProcess::start(&dir.path().join("etcd")).expect("start etcd");
+    let etcd = coord::EtcdProcess::start(&dir.path().join("etcd")).expect("start etcd");
     let url = etcd.url();
     let data = server(&url, &["--role", "data", "--node", "1", "--data-mib", "64"]);
     let index: BTreeMap<u16, Proc> = (2..=4)
@@ -328,7 +328,7 @@ impl Group {
 
 #[test]
 fn a_backup_paused_past_its_lease_answers_nothing_stale() {
-    if cluster::etcd_for_test().is_none() {
+    if coord::etcd_for_test().is_none() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -413,7 +413,7 @@ fn a_backup_paused_past_its_lease_answers_nothing_stale() {
 
 #[test]
 fn a_primary_paused_past_its_lease_serves_no_stale_one_sided_get() {
-    if cluster::etcd_for_test().is_none() {
+    if coord::etcd_for_test().is_none() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

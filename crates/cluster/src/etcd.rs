@@ -21,12 +21,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use coord::etcd::{ClusterUrl, EtcdError, Registration, REQUEST_TIMEOUT};
+use coord::etcd::Registration;
 use coord::{CoordError, WatchEvent};
 
-use crate::auth::EtcdAuth;
 use crate::map::{Member, ShardMap};
 use crate::ClusterError;
+use coord::EtcdAuth;
 
 /// The raw key (relative to the prefix) the map is stored at.
 const MAP_KEY: &str = "map";

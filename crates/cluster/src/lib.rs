@@ -1,16 +1,12 @@
 //! Range-partitioned XStore across server processes (§5.5): the shard map
 //! (key ranges → server) kept in etcd, fenced ownership changes and a
 //! watch on the map. Server membership under leases, etcd credentials and
-//! the etcd process helper are the generic pieces of the `coord` crate,
-//! re-exported here ([`Etcd`] wraps [`coord::Etcd`]).
+//! the etcd process helper are the generic pieces of the `coord` crate
+//! (used from there; [`Etcd`] wraps [`coord::Etcd`]).
 //!
 //! * [`map`] — [`ShardMap`] and the JSON it is stored as.
-//! * [`auth`] — re-exports etcd credentials ([`EtcdAuth`]) and the seal a
-//!   member entry carries ([`MemberSeal`]).
 //! * [`etcd`] — [`Etcd`]: the blocking API over etcd (map, fenced
 //!   ownership changes, registration, watch).
-//! * [`process`] — re-exports [`EtcdProcess`]: a single-member etcd on
-//!   loopback.
 //! * [`shard`] — the server side: [`Shard`] registers a server and keeps
 //!   its [`Ownership`] (an [`xstore::Fence`]) on the current map.
 //! * [`routed_client`] — the client side: [`Router`] sends each request to the
@@ -24,23 +20,19 @@
 
 #![forbid(unsafe_code)]
 
-pub mod auth;
 pub mod etcd;
 pub mod kv;
 pub mod map;
 pub mod member;
 pub mod moves;
-pub mod process;
 pub mod rebalance;
 pub mod routed_client;
 pub mod shard;
 pub mod up;
 
-pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR};
-pub use etcd::{ClusterUrl, Etcd, EtcdError, MapWatch, Registration};
+pub use etcd::{Etcd, MapWatch};
 pub use map::{Member, Range, ShardMap};
 pub use moves::{move_range, MoveError, MoveReport};
-pub use process::{etcd_binary, etcd_for_test, EtcdProcess};
 pub use routed_client::{RoutedWrite, Router, RouterError, RouterStats};
 pub use shard::{Ownership, RangeHook, Shard};
 
@@ -54,7 +46,7 @@ pub enum ClusterError {
     Url(String, &'static str),
     /// etcd answered with an error or the connection failed.
     #[error("etcd: {0}")]
-    Etcd(#[from] EtcdError),
+    Etcd(#[from] coord::EtcdError),
     /// etcd did not answer in time.
     #[error("etcd did not answer within {0:?}")]
     Timeout(Duration),

@@ -7,7 +7,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::{ClusterError, Etcd, EtcdAuth, Shard, ShardMap};
+use crate::{ClusterError, Etcd, Shard, ShardMap};
+use coord::EtcdAuth;
 
 /// Why joining the cluster failed.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +57,7 @@ impl ShardMember {
         let creds = EtcdAuth::resolve(auth_file)?;
         // Sealed with the token: clients holding it use only the member
         // entry this server wrote (docs/cluster.md).
-        let etcd = Etcd::connect_as(url, creds, crate::etcd::REQUEST_TIMEOUT)
+        let etcd = Etcd::connect_as(url, creds, coord::etcd::REQUEST_TIMEOUT)
             .map_err(|e| JoinError::Connect(url.to_string(), e))?
             .with_seal(token);
         let shard = Shard::follow(&etcd, id).map_err(|e| JoinError::Follow(url.to_string(), e))?;

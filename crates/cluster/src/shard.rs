@@ -8,7 +8,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::{ClusterError, Etcd, Registration, ShardMap};
+use crate::{ClusterError, Etcd, ShardMap};
+use coord::Registration;
 
 /// Lease TTL of a server's registration: a server that stops renewing
 /// (crashed, partitioned) disappears from the members within this.
@@ -284,7 +285,7 @@ impl Shard {
     pub fn follow(etcd: &Etcd, id: &str) -> Result<Shard, ClusterError> {
         let watch = etcd.watch_map()?;
         let first = watch
-            .next(crate::etcd::REQUEST_TIMEOUT)?
+            .next(coord::etcd::REQUEST_TIMEOUT)?
             .ok_or_else(|| ClusterError::NoMap("(watch)".into()))?;
         let ownership = Arc::new(Ownership::new(id, first));
         let stop = Arc::new(AtomicBool::new(false));

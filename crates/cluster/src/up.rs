@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use coord::deploy::{until_stopped, Base, DeployError, Deployment, UpConfig};
 
-use crate::{EtcdAuth, ShardMap};
+use crate::ShardMap;
+use coord::EtcdAuth;
 
 /// This crate's entry in the registry's table of deployments.
 pub const DEPLOYMENT: Deployment = Deployment {
@@ -108,7 +109,7 @@ pub fn up(config: &UpConfig) -> Result<(), DeployError> {
     // clients trust only sealed ones (docs/cluster.md).
     let base = Base::start(config)?;
     let creds = base.creds.clone();
-    crate::Etcd::connect_as(&base.url, Some(creds.clone()), crate::etcd::REQUEST_TIMEOUT)
+    crate::Etcd::connect_as(&base.url, Some(creds.clone()), coord::etcd::REQUEST_TIMEOUT)
         .and_then(|etcd| etcd.create_map(&map))
         .map_err(|e| DeployError::system("storing the shard map", e))?;
     let specs = ids
@@ -157,7 +158,7 @@ fn rebalance_while_up(
     config: &crate::rebalance::RebalanceConfig,
     stop: &AtomicBool,
 ) {
-    let etcd = match crate::Etcd::connect_as(url, Some(creds), crate::etcd::REQUEST_TIMEOUT) {
+    let etcd = match crate::Etcd::connect_as(url, Some(creds), coord::etcd::REQUEST_TIMEOUT) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("rebalancer: cannot reach etcd: {e}; not rebalancing");

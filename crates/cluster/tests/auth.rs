@@ -8,9 +8,10 @@
 
 use std::time::Duration;
 
-use cluster::{ClusterError, Etcd, EtcdAuth, EtcdProcess, ShardMap};
+use cluster::{ClusterError, Etcd, ShardMap};
+use coord::{EtcdAuth, EtcdProcess};
 
-const T: Duration = cluster::etcd::REQUEST_TIMEOUT;
+const T: Duration = coord::etcd::REQUEST_TIMEOUT;
 
 /// A started etcd with auth enabled as `cluster up` does it: its URL, root
 /// and the cluster user.
@@ -22,7 +23,7 @@ struct Secured {
 }
 
 fn secured(extra: &[&str]) -> Option<Secured> {
-    cluster::etcd_for_test()?;
+    coord::etcd_for_test()?;
     let dir = tempfile::tempdir().expect("temp dir");
     let p = EtcdProcess::start_with(dir.path(), extra).expect("etcd starts");
     let root = EtcdAuth::generate("root").unwrap();
@@ -41,7 +42,7 @@ fn secured(extra: &[&str]) -> Option<Secured> {
 
 fn refused(r: Result<impl std::fmt::Debug, ClusterError>) -> bool {
     match r {
-        Err(ClusterError::Etcd(cluster::EtcdError::Status(s))) => {
+        Err(ClusterError::Etcd(coord::EtcdError::Status(s))) => {
             let m = s.message();
             m.contains("user name is empty")
                 || m.contains("permission denied")

@@ -6,10 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use cluster::{ClusterError, Etcd, EtcdProcess, ShardMap};
+use cluster::{ClusterError, Etcd, ShardMap};
+use coord::EtcdProcess;
 
 fn etcd() -> Option<(EtcdProcess, tempfile::TempDir)> {
-    cluster::etcd_for_test()?;
+    coord::etcd_for_test()?;
     let dir = tempfile::tempdir().expect("temp dir");
     let p = EtcdProcess::start(dir.path()).expect("etcd starts");
     Some((p, dir))
