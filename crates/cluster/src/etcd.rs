@@ -50,7 +50,7 @@ impl From<coord::Etcd> for Etcd {
 
 impl Etcd {
     /// Connects to `url` (`etcd://host:port[/prefix]`), with the
-    /// credentials in the file [`crate::AUTH_FILE_VAR`] names if it is set.
+    /// credentials in the file [`coord::AUTH_FILE_VAR`] names if it is set.
     pub fn connect(url: &str) -> Result<Etcd, ClusterError> {
         Ok(Etcd(coord::Etcd::connect(url)?))
     }

@@ -46,7 +46,7 @@ impl std::fmt::Debug for ShardMember {
 impl ShardMember {
     /// Follows the shard map at `url` as server `id`, with the etcd
     /// credentials of `auth_file` (default: the file
-    /// [`crate::AUTH_FILE_VAR`] names) and member entries sealed with
+    /// [`coord::AUTH_FILE_VAR`] names) and member entries sealed with
     /// `token`.
     pub fn join(
         url: &str,
