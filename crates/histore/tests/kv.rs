@@ -18,7 +18,15 @@ use rand::{Rng, SeedableRng};
 fn desc(name: &str) -> &'static kv::SystemDesc {
     let s = histore::kv::systems();
     let names: Vec<&str> = s.iter().map(|d| d.name).collect();
-    assert_eq!(names, ["histore", "all-hashtable", "all-skiplist"]);
+    assert_eq!(
+        names,
+        [
+            "histore",
+            "all-hashtable",
+            "all-skiplist",
+            "single-hashtable"
+        ]
+    );
     s.iter().find(|d| d.name == name).expect("listed")
 }
 

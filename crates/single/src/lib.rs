@@ -1,8 +1,6 @@
-//! HiStore's single-server baselines (HiStore §5.1). "single-skiplist": one
+//! HiStore's single-server baselines (HiStore §5, "single-skiplist"): one
 //! server keeps the whole index in a skip list and answers GET, SCAN and
 //! every write by RPC; the client caches nothing and reads no remote memory.
-//! "single-hashtable" ([`hashtable`]): one server keeps a hash table that
-//! clients read one-sidedly, HiStore's own group without backups.
 //! It is the two-sided end of HiStore's comparison: every operation costs
 //! one round trip and server CPU, so a run shows what HiStore's one-sided
 //! GETs and replicated sorted backups buy over the simplest store.
@@ -19,7 +17,6 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
-pub mod hashtable;
 pub mod server;
 pub mod system;
 pub mod wire;

@@ -1,6 +1,6 @@
 //! single-skiplist behind the key-value contract: its description for the
-//! registry and its local load; the crate's table also lists
-//! single-hashtable ([`crate::hashtable`]).
+//! registry and its local load. (single-hashtable, HiStore's group without
+//! backups, is listed by crates/histore.)
 
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ pub fn systems() -> &'static [SystemDesc] {
         load_local,
         connect: None,
         server: None,
-    }, crate::hashtable::DESC];
+    }];
     SYSTEMS
 }
 

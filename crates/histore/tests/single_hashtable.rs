@@ -14,10 +14,10 @@ const KEYS: u64 = 1_600;
 const OPS: usize = 2_000;
 
 fn desc() -> &'static SystemDesc {
-    let s = single::systems();
-    let names: Vec<&str> = s.iter().map(|d| d.name).collect();
-    assert_eq!(names, ["single-skiplist", "single-hashtable"]);
-    &s[1]
+    histore::kv::systems()
+        .iter()
+        .find(|d| d.name == "single-hashtable")
+        .expect("histore lists single-hashtable")
 }
 
 fn load(pairs: &[(u64, u64)], adversary: Option<u64>) -> Box<dyn Store> {
