@@ -320,17 +320,27 @@ fn client_thread(
     t: u32,
 ) -> Result<ThreadResult, BenchError> {
     let config = shared.config;
-    let deletes = config.stream.mix.is_some_and(|m| m.delete > 0.0);
+    // What the streams will draw: refused up front if the system cannot
+    // do it (a suite then counts the run unsupported, not failed).
+    let mix = config.stream.mix.unwrap_or_else(|| config.workload.mix());
     let prepared = system
         .client()
         .map_err(BenchError::from)
         .and_then(|client| {
-            if deletes && !client.capabilities().deletes {
+            let caps = client.capabilities();
+            if mix.delete > 0.0 && !caps.deletes {
                 return Err(BenchError::Config(
                     "--mix: this system does not delete (its capabilities say so); \
                      use read, update, insert, scan and rmw"
                         .into(),
                 ));
+            }
+            if mix.scan > 0.0 && !caps.scans {
+                return Err(BenchError::Config(format!(
+                    "workload {:?} scans, and this system does not (its capabilities say so); \
+                     use a workload or --mix without scans",
+                    config.workload
+                )));
             }
             let stream = OpStream::with_options(
                 config.workload,

@@ -1,7 +1,8 @@
 //! Mixes with deletes are run and judged: every system that deletes
 //! passes a mix of reads, updates, inserts, scans and deletes with every
 //! read checked and its history linearizable, and a client that lies
-//! about a delete is caught.
+//! about a delete is caught. A system that cannot delete, or scan, is
+//! refused a run that would ask it to, before the run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -159,6 +160,34 @@ fn a_system_that_cannot_delete_is_refused_before_the_run() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("does not delete"), "{e}");
+}
+
+#[test]
+fn a_system_that_cannot_scan_is_refused_a_workload_with_scans_before_the_run() {
+    let keys = keys(100);
+    for name in ["all-hashtable", "single-hashtable"] {
+        let system = load(name, &keys);
+        assert!(!bench::system::find(name).unwrap().capabilities.scans);
+        let mut c = config(name, 1, 100);
+        c.workload = Workload::E;
+        c.stream = StreamOptions::default();
+        let e = bench::run(&*system, keys.clone(), &c, &Progress::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("does not (its capabilities say so)"),
+            "{name}: {e}"
+        );
+        // Without scans it runs, judged.
+        c.workload = Workload::A;
+        let r = bench::run(&*system, keys.clone(), &c, &Progress::default()).unwrap();
+        assert_eq!(
+            r.correctness.errors(),
+            0,
+            "{name}: {:?}",
+            r.correctness.examples
+        );
+    }
 }
 
 /// How the wrapped client lies about one delete.
