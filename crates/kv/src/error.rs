@@ -60,6 +60,12 @@ pub struct KvError {
 }
 
 impl KvError {
+    /// The same error, its message prefixed with what was being done
+    /// (`loading rolex: ...`).
+    pub fn context(self, what: &str) -> KvError {
+        KvError::new(self.kind, format!("{what}: {}", self.message))
+    }
+
     /// An error of `kind` saying `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> KvError {
         KvError {

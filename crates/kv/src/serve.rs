@@ -169,6 +169,39 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     line
 }
 
+// Server flags of the key set and the doors, the same for every system
+// whose server loads keys at start: each lists those it takes.
+
+/// `--keys N`: how many keys to generate and load at start.
+pub const KEYS: OptionDesc = OptionDesc {
+    name: "keys",
+    help: "keys to load at start (default 0: start empty)",
+};
+
+/// `--keys-file FILE`: load the keys from a SOSD file instead.
+pub const KEYS_FILE: OptionDesc = OptionDesc {
+    name: "keys-file",
+    help: "a SOSD file to load the keys from",
+};
+
+/// `--dataset NAME`: the generated key set's distribution.
+pub const DATASET: OptionDesc = OptionDesc {
+    name: "dataset",
+    help: "the key set's dataset (default ycsb)",
+};
+
+/// `--seed N`: the seed of the generated keys.
+pub const SEED: OptionDesc = OptionDesc {
+    name: "seed",
+    help: "seed of the generated keys (default 42)",
+};
+
+/// `--shm-dir DIR`: also serve shared-memory clients from DIR.
+pub const SHM_DIR: OptionDesc = OptionDesc {
+    name: "shm-dir",
+    help: "also serve shared-memory clients from this directory",
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

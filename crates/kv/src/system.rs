@@ -100,6 +100,18 @@ impl Options {
         Ok(self.get_parsed(name)?.unwrap_or(default))
     }
 
+    /// `name` as a u64 in `lo..=hi`, `default` if unset; a value outside
+    /// is bad input naming the flag and the range.
+    pub fn get_u64_in(&self, name: &str, default: u64, lo: u64, hi: u64) -> Result<u64, KvError> {
+        let v = self.get_u64(name, default)?;
+        if !(lo..=hi).contains(&v) {
+            return Err(KvError::bad_input(format!(
+                "--{name} {v}: want {lo}..={hi}"
+            )));
+        }
+        Ok(v)
+    }
+
     /// `name` as a bool (`true`/`false`), `default` if unset.
     pub fn get_bool(&self, name: &str, default: bool) -> Result<bool, KvError> {
         Ok(self.get_parsed(name)?.unwrap_or(default))

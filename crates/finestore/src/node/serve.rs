@@ -3,7 +3,7 @@
 //! server (it answers a join in its own protocol).
 
 use fabric::{NodeId, Url};
-use kv::serve::{Announced, Probed, Said, Serve, ServerDesc};
+use kv::serve::{self, Announced, Probed, Said, Serve, ServerDesc};
 use kv::{KvError, OptionDesc};
 
 use super::{start, NodeConfig};
@@ -21,26 +21,11 @@ pub const SERVER: ServerDesc = ServerDesc {
 /// The server flags FineStore takes: the key set and the doors (its
 /// server's own settings are the paper's, §4).
 pub const SERVE_OPTIONS: &[OptionDesc] = &[
-    OptionDesc {
-        name: "keys",
-        help: "keys to load at start (default 0: start empty)",
-    },
-    OptionDesc {
-        name: "keys-file",
-        help: "a SOSD file to load the keys from",
-    },
-    OptionDesc {
-        name: "dataset",
-        help: "the key set's dataset (default ycsb)",
-    },
-    OptionDesc {
-        name: "seed",
-        help: "seed of the generated keys (default 42)",
-    },
-    OptionDesc {
-        name: "shm-dir",
-        help: "also serve shared-memory clients from this directory",
-    },
+    serve::KEYS,
+    serve::KEYS_FILE,
+    serve::DATASET,
+    serve::SEED,
+    serve::SHM_DIR,
     OptionDesc {
         name: "fabric",
         help: "rdma: one-sided READs over an RDMA NIC (default tcp)",
@@ -54,10 +39,8 @@ fn serve(s: Serve<'_>) -> Result<(), KvError> {
         value_of: s.value_of,
         server: ServerConfig::default(),
     };
-    let node = start(config, s.host, s.regions.clone()).map_err(|e| {
-        let e = KvError::from(e);
-        KvError::new(e.kind, format!("loading finestore: {}", e.message))
-    })?;
+    let node = start(config, s.host, s.regions.clone())
+        .map_err(|e| KvError::from(e).context("loading finestore"))?;
     s.doors.catch_signals()?;
     s.doors.open()?;
     println!("{}", node.banner());

@@ -91,17 +91,6 @@ pub const DEFAULT_INDEX_SERVERS: usize = 3;
 /// Default data servers a group forms with.
 pub const DEFAULT_DATA_SERVERS: usize = 1;
 
-/// `name` as a u64 in `lo..=hi`, `default` if unset.
-fn in_range(o: &Options, name: &str, default: u64, lo: u64, hi: u64) -> Result<u64, KvError> {
-    let v = o.get_u64(name, default)?;
-    if !(lo..=hi).contains(&v) {
-        return Err(KvError::bad_input(format!(
-            "--{name} {v}: want {lo}..={hi}"
-        )));
-    }
-    Ok(v)
-}
-
 /// The process `role` asks for, and what starting it is called in an
 /// error.
 pub fn process_config(
@@ -116,8 +105,7 @@ pub fn process_config(
             .ok_or_else(|| KvError::bad_input("--system histore needs --node N"))?,
     );
     let group = o.get_str("group").unwrap_or(DEFAULT_GROUP);
-    let ttl = Duration::from_secs(in_range(
-        o,
+    let ttl = Duration::from_secs(o.get_u64_in(
         "lease-ttl-s",
         DEFAULT_LEASE_TTL_S,
         1,
@@ -130,8 +118,7 @@ pub fn process_config(
                 etcd: etcd.to_string(),
                 group: group.to_string(),
                 // At most 64 GiB: no wrap.
-                bytes: in_range(
-                    o,
+                bytes: o.get_u64_in(
                     "data-mib",
                     DEFAULT_DATA_MIB,
                     1,
@@ -155,15 +142,13 @@ pub fn process_config(
                 lease_ttl: ttl,
                 main_buckets: o.get_u64("main-buckets", DEFAULT_MAIN_BUCKETS)?,
                 overflow_buckets: o.get_u64("overflow-buckets", DEFAULT_OVERFLOW_BUCKETS)?,
-                index_servers: in_range(
-                    o,
+                index_servers: o.get_u64_in(
                     "index-servers",
                     DEFAULT_INDEX_SERVERS as u64,
                     MIN_INDEX_SERVERS as u64,
                     MAX_INDEX_SERVERS as u64,
                 )? as usize,
-                data_servers: in_range(
-                    o,
+                data_servers: o.get_u64_in(
                     "data-servers",
                     DEFAULT_DATA_SERVERS as u64,
                     1,

@@ -4,7 +4,7 @@
 //! all, and its directory is read with verbs).
 
 use fabric::{Endpoint, FabricError, NodeId, Url};
-use kv::serve::{Announced, Probed, Said, Serve, ServerDesc};
+use kv::serve::{self, Announced, Probed, Said, Serve, ServerDesc};
 use kv::{KvError, OptionDesc, Options};
 
 use super::{start, NodeConfig};
@@ -25,18 +25,9 @@ pub const SERVE_OPTIONS: &[OptionDesc] = &[
         name: "keys",
         help: "keys of the whole key set (default 0: start empty)",
     },
-    OptionDesc {
-        name: "keys-file",
-        help: "a SOSD file to load the keys from",
-    },
-    OptionDesc {
-        name: "dataset",
-        help: "the key set's dataset (default ycsb)",
-    },
-    OptionDesc {
-        name: "seed",
-        help: "seed of the generated keys (default 42)",
-    },
+    serve::KEYS_FILE,
+    serve::DATASET,
+    serve::SEED,
     OptionDesc {
         name: "shm-dir",
         help: "also serve shared-memory compute nodes from this directory",
@@ -94,10 +85,7 @@ fn serve(s: Serve<'_>) -> Result<(), KvError> {
         slots,
         memory_node,
     };
-    let node = start(config, &*s.regions).map_err(|e| {
-        let e = KvError::from(e);
-        KvError::new(e.kind, format!("loading rolex: {}", e.message))
-    })?;
+    let node = start(config, &*s.regions).map_err(|e| KvError::from(e).context("loading rolex"))?;
     s.doors.catch_signals()?;
     s.doors.open()?;
     println!("{}", node.banner());

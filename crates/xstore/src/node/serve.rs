@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fabric::{Endpoint, FabricError, NodeId, Url};
-use kv::serve::{chain, Announced, Probed, Said, Serve, ServerDesc};
+use kv::serve::{self, chain, Announced, Probed, Said, Serve, ServerDesc};
 use kv::{ErrorKind, KvError, OptionDesc, Options};
 
 use super::{start, Membership, NodeConfig};
@@ -26,26 +26,11 @@ pub const SERVER: ServerDesc = ServerDesc {
 /// The server flags XStore takes (their defaults are written here and in
 /// `xstore server --help`).
 pub const SERVE_OPTIONS: &[OptionDesc] = &[
-    OptionDesc {
-        name: "keys",
-        help: "keys to load at start (default 0: start empty)",
-    },
-    OptionDesc {
-        name: "keys-file",
-        help: "a SOSD file to load the keys from",
-    },
-    OptionDesc {
-        name: "dataset",
-        help: "the key set's dataset (default ycsb)",
-    },
-    OptionDesc {
-        name: "seed",
-        help: "seed of the generated keys (default 42)",
-    },
-    OptionDesc {
-        name: "shm-dir",
-        help: "also serve shared-memory clients from this directory",
-    },
+    serve::KEYS,
+    serve::KEYS_FILE,
+    serve::DATASET,
+    serve::SEED,
+    serve::SHM_DIR,
     OptionDesc {
         name: "fabric",
         help: "rdma: one-sided verbs over an RDMA NIC (default tcp)",
@@ -109,25 +94,13 @@ pub const DEFAULT_CHECKPOINT_RECORDS: u64 = 1_000_000;
 /// Default group-commit delay of the sync mode, in microseconds.
 pub const DEFAULT_COMMIT_DELAY_US: u64 = 500;
 
-/// `name` as a u64 in `lo..=hi`, `default` if unset.
-fn in_range(o: &Options, name: &str, default: u64, lo: u64, hi: u64) -> Result<u64, KvError> {
-    let v = o.get_u64(name, default)?;
-    if !(lo..=hi).contains(&v) {
-        return Err(KvError::bad_input(format!(
-            "--{name} {v}: want {lo}..={hi}"
-        )));
-    }
-    Ok(v)
-}
-
 /// The server's settings from the options (defaults where unset).
 pub fn server_config(o: &Options) -> Result<ServerConfig, KvError> {
     let max_leaf_bytes = o.get_parsed::<u64>("max-leaf-bytes")?;
     if max_leaf_bytes == Some(0) {
         return Err(KvError::bad_input("--max-leaf-bytes must be at least 1"));
     }
-    let leaf_slots = in_range(
-        o,
+    let leaf_slots = o.get_u64_in(
         "leaf-slots",
         xtree::DEFAULT_LEAF_SLOTS as u64,
         1,
@@ -136,9 +109,8 @@ pub fn server_config(o: &Options) -> Result<ServerConfig, KvError> {
     Ok(ServerConfig {
         max_leaf_bytes,
         leaf_slots,
-        submodel_keys: in_range(o, "submodel-keys", DEFAULT_SUBMODEL_KEYS, 1, u64::MAX)?,
-        train_threads: in_range(
-            o,
+        submodel_keys: o.get_u64_in("submodel-keys", DEFAULT_SUBMODEL_KEYS, 1, u64::MAX)?,
+        train_threads: o.get_u64_in(
             "train-threads",
             DEFAULT_TRAIN_THREADS as u64,
             0,
@@ -164,16 +136,14 @@ pub fn durability(o: &Options) -> Result<Option<DurabilityConfig>, KvError> {
             KvError::bad_input(format!("--durability: {}", e.0))
         })?;
     }
-    d.checkpoint_records = in_range(
-        o,
+    d.checkpoint_records = o.get_u64_in(
         "checkpoint-records",
         DEFAULT_CHECKPOINT_RECORDS,
         1,
         MAX_CHECKPOINT_RECORDS,
     )?;
     d.group_access = o.get_bool("group-access", false)?;
-    d.commit_delay = Duration::from_micros(in_range(
-        o,
+    d.commit_delay = Duration::from_micros(o.get_u64_in(
         "commit-delay-us",
         DEFAULT_COMMIT_DELAY_US,
         0,
