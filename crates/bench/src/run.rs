@@ -659,8 +659,13 @@ impl<'l> Worker<'l> {
         let end = Instant::now();
         if self.judging {
             let res = self.ledger.end_write_at(f.key, f.value, took, end);
-            self.record_write(f.key, f.value, f.insert, f.inv, res, took);
-            self.check_write(f.key, f.insert, took, f.inv);
+            let op = if f.insert {
+                OpKind::Insert
+            } else {
+                OpKind::Update
+            };
+            self.record_write(f.key, op, Some(f.value), f.inv, res, took);
+            self.check_write(f.key, op, took, f.inv);
         }
         if f.measured {
             let nanos = end.duration_since(f.start).as_nanos() as u64;
@@ -804,25 +809,35 @@ impl<'l> Worker<'l> {
         self.trace_end();
         if self.judging {
             let res = self.ledger.end_write_at(key, value, took, end);
-            self.record_write(key, value, insert, inv, res, took);
-            self.check_write(key, insert, took, inv);
+            let op = if insert {
+                OpKind::Insert
+            } else {
+                OpKind::Update
+            };
+            self.record_write(key, op, Some(value), inv, res, took);
+            self.check_write(key, op, took, inv);
         }
         Ok(end)
     }
 
-    fn record_write(&mut self, key: u64, value: u64, insert: bool, inv: u64, res: u64, took: bool) {
+    /// Records an answered write (`value`: `None` for a delete).
+    fn record_write(
+        &mut self,
+        key: u64,
+        op: OpKind,
+        value: Option<u64>,
+        inv: u64,
+        res: u64,
+        took: bool,
+    ) {
         if let Some(r) = &mut self.recorder {
             r.push(Operation {
                 thread: self.thread,
-                op: if insert {
-                    OpKind::Insert
-                } else {
-                    OpKind::Update
-                },
+                op,
                 key,
                 inv,
                 res: Some(res),
-                value: Some(value),
+                value,
                 result: None,
                 wrote: Some(took),
             });
@@ -888,35 +903,18 @@ impl<'l> Worker<'l> {
         self.trace_end();
         if self.judging {
             let res = self.ledger.end_delete_at(key, version, took, end);
-            if let Some(r) = &mut self.recorder {
-                r.push(Operation {
-                    thread: self.thread,
-                    op: OpKind::Delete,
-                    key,
-                    inv,
-                    res: Some(res),
-                    value: None,
-                    result: None,
-                    wrote: Some(took),
-                });
-            }
-            if !took && !self.ledger.deleted_at(key, inv) {
-                if self.ledger.is_as_found() && !self.ledger.written_by_run(key) {
-                    self.correctness.unknown += 1;
-                } else {
-                    self.correctness.mismatches += 1;
-                    self.note(format!("mismatch: delete of key {key} found no key"));
-                }
-            }
+            self.record_write(key, OpKind::Delete, None, inv, res, took);
+            self.check_write(key, OpKind::Delete, took, inv);
         }
         Ok(end)
     }
 
-    /// An insert must find its key fresh, an update must find it present
-    /// (as found: unless the key was never written by this run, whose
-    /// presence before the run is unknown; with deletes: unless a delete
-    /// of it may be the latest write when the update began).
-    fn check_write(&mut self, key: u64, insert: bool, took: bool, inv: u64) {
+    /// An insert must find its key fresh, an update or a delete must find
+    /// it present (as found: unless the key was never written by this run,
+    /// whose presence before the run is unknown; with deletes: unless a
+    /// delete of it may be the latest write when the write began).
+    fn check_write(&mut self, key: u64, op: OpKind, took: bool, inv: u64) {
+        let insert = op == OpKind::Insert;
         if took || (!insert && self.ledger.deleted_at(key, inv)) {
             return;
         }
@@ -930,7 +928,12 @@ impl<'l> Worker<'l> {
                 "mismatch: insert of fresh key {key} found it present"
             ));
         } else {
-            self.note(format!("mismatch: update of key {key} found no key"));
+            let what = if op == OpKind::Delete {
+                "delete"
+            } else {
+                "update"
+            };
+            self.note(format!("mismatch: {what} of key {key} found no key"));
         }
     }
 
