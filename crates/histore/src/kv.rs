@@ -178,7 +178,10 @@ pub fn systems() -> &'static [SystemDesc] {
             colour: (140, 86, 75),
             load_local,
             connect: None,
+            #[cfg(feature = "processes")]
             server: Some(crate::node::SERVER),
+            #[cfg(not(feature = "processes"))]
+            server: None,
         },
         SystemDesc {
             name: "all-hashtable",
