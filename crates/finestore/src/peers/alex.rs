@@ -138,6 +138,10 @@ pub struct AlexStats {
     pub parent_doublings: u64,
     /// Splits caused by a measured cost past [`CATASTROPHE`] × expected.
     pub cost_splits: u64,
+    /// Exponential-search iterations of the writes.
+    pub write_iterations: u64,
+    /// Keys shifted by inserts.
+    pub shifts: u64,
 }
 
 /// A linear model: position ≈ slope · (key − base) + intercept.
@@ -838,10 +842,15 @@ impl Tree {
     fn write(&mut self, key: u64, val: u64, how: Write) -> bool {
         for _ in 0..MAX_RESTRUCTURES {
             let (parent, leaf, depth) = self.descend(key);
-            let d = self.data_mut(leaf);
+            // The node alone (not through `data_mut`): the counts in
+            // `self.stats` are borrowed beside it.
+            let Node::Data(d) = &mut self.nodes[leaf] else {
+                unreachable!("descend ends at a data node");
+            };
             let (u, iters) = d.upper_bound(key);
             d.searches += 1;
             d.iters += iters;
+            self.stats.write_iterations += iters;
             if let Some(j) = d.slot_before(key, u) {
                 if how == Write::Insert {
                     return false;
@@ -857,7 +866,8 @@ impl Tree {
                 continue;
             }
             let j = prev_set(&d.bits, u);
-            d.insert_absent(key, val, j);
+            let shifted = d.insert_absent(key, val, j);
+            self.stats.shifts += shifted as u64;
             self.stats.keys += 1;
             return true;
         }
