@@ -21,6 +21,7 @@ mod dataset_cmd;
 mod flags;
 mod histore_shell;
 mod keys;
+mod metrics;
 mod model;
 mod progress;
 mod rdma_serve;
