@@ -21,8 +21,11 @@ use crate::BenchError;
 pub const MAX_RATE: f64 = 1e9;
 
 /// How far a late inserter may fall behind its schedule and still catch
-/// up at once: it never bursts more than this much of its rate.
-const MAX_LAG: Duration = Duration::from_millis(10);
+/// up at once: it never bursts more than this much of its rate. Long
+/// enough to ride out a loaded machine's scheduling delays (a sleep of
+/// 1 ms can last 10 ms there), short enough that a stall is not made up
+/// by a burst the rate never meant.
+const MAX_LAG: Duration = Duration::from_millis(50);
 
 /// Longest single sleep of the inserter: it looks this often whether the
 /// clients' measured phase is over.
@@ -260,14 +263,14 @@ mod tests {
             }
         }
         assert!((9_990..=10_010).contains(&sent), "{sent} in a second");
-        // A stall of 1 s: at most MAX_LAG's worth (100) go at once.
+        // A stall of 1 s: at most MAX_LAG's worth (500) go at once.
         now += Duration::from_secs(1);
         let mut burst = 0;
         while p.wait(now).is_zero() {
             burst += 1;
-            assert!(burst <= 200, "a burst past the lag allowed");
+            assert!(burst <= 1_000, "a burst past the lag allowed");
         }
-        assert!((100..=102).contains(&burst), "{burst}");
+        assert!((500..=502).contains(&burst), "{burst}");
         // Unpaced: always now.
         let mut max = Pacer::new(None, t0);
         assert!((0..1000).all(|_| max.wait(t0).is_zero()));

@@ -193,7 +193,7 @@ fn a_dedicated_inserter_is_judged_and_paced() {
         // A fresh load: the same seed inserts the same fresh keys.
         let system = common::load("xstore", &pairs, Some(seed), &options()).unwrap();
         let inserter = bench::Inserter::parse(rate).unwrap().unwrap();
-        let mut config = config("xstore", 4_000, 2, 1, seed);
+        let mut config = config("xstore", 2_000, 2, 1, seed);
         config.workload = Workload::C;
         config.dist = ycsb::Distribution::Zipfian;
         config.warmup_ops = 0;
@@ -208,7 +208,7 @@ fn a_dedicated_inserter_is_judged_and_paced() {
         .unwrap_or_else(|e| panic!("{rate} (seed {seed}): {e}"));
         let c = &r.correctness;
         assert_eq!(c.errors(), 0, "{rate} (seed {seed}): {c:?}");
-        assert_eq!(r.ops, 4_000, "the clients' reads only");
+        assert_eq!(r.ops, 2_000, "the clients' reads only");
         let i = r.inserter.as_ref().expect("the inserter's figures");
         assert!(i.inserts > 0, "{rate}: {i:?}");
         assert_eq!(c.checked_reads, r.ops + i.inserts, "{rate} (seed {seed})");
