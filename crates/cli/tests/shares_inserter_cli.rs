@@ -48,7 +48,10 @@ fn shards_and_an_inserter_reach_the_json_report() {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
     let shares = &json["server_shares"];
     let servers = shares["servers"].as_array().expect("servers");
-    let ids: Vec<&str> = servers.iter().map(|s| s["server"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = servers
+        .iter()
+        .map(|s| s["server"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["s0", "s1", "s2"]);
     let s0 = servers[0]["share"].as_f64().unwrap();
     assert_eq!(shares["max_share"].as_f64(), Some(s0), "{shares}");
@@ -78,10 +81,20 @@ fn the_flags_refuse_what_they_cannot_run() {
             "--shards runs",
         ),
         (
-            &["--fabric", "tcp", "--server", "tcp://127.0.0.1:1", "--shards", "2"][..],
+            &[
+                "--fabric",
+                "tcp",
+                "--server",
+                "tcp://127.0.0.1:1",
+                "--shards",
+                "2",
+            ][..],
             "--shards",
         ),
-        (&["--insert-rate", "fast", "--keys", "1000"][..], "--insert-rate"),
+        (
+            &["--insert-rate", "fast", "--keys", "1000"][..],
+            "--insert-rate",
+        ),
         (&["--shards", "0"][..], "--shards"),
     ] {
         let out = bench(args);
