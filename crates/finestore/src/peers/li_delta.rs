@@ -187,7 +187,8 @@ pub struct LiDelta {
     inner: RwLock<Inner>,
     /// Merges done (each one a stop of every thread).
     merges: AtomicU64,
-    /// The sum of the merges' stops: the exclusive lock held, ns.
+    /// The sum of the merges' stops: the exclusive lock requested and
+    /// held, ns.
     frozen_ns: AtomicU64,
 }
 
@@ -210,11 +211,13 @@ impl LiDelta {
     /// Merges the buffer into the array if it is (still) full: another
     /// writer may have merged while this one waited for the lock.
     fn merge(&self) {
+        // From the request: a waiting writer already holds new readers
+        // and writers off (std's lock prefers writers).
+        let held = Instant::now();
         let mut w = self.inner.write().unwrap_or_else(|e| e.into_inner());
         if w.delta_len.load(Ordering::Acquire) < w.merge_at {
             return;
         }
-        let held = Instant::now();
         // The keys are sorted and distinct by construction: training fails
         // only on an empty array, and a merge adds keys.
         *w = w.merged().expect("a merged array trains");

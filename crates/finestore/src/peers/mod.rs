@@ -299,8 +299,10 @@ impl Group {
     }
 
     /// XIndex's two-phase compaction of the delta buffer into the array;
-    /// returns the ns the group's writers were held out (the two
-    /// publications, under the exclusive lock).
+    /// returns the ns the group's writers were held out: the two
+    /// publications under the exclusive lock, each from its request (a
+    /// waiting writer already holds new writers off: std's lock prefers
+    /// writers).
     fn compact(&self) -> u64 {
         // Phase 1: freeze the buffer; a fresh one takes every write from
         // now on (also of keys in the array, which is read-only now).
