@@ -68,9 +68,9 @@ pub struct BenchArgs {
     /// YCSB workload: a, b, c, d, e, f, insert (100 % inserts of new keys, the
     /// write-intensive run; every inserted key is read back at the end), prod1 or prod2
     /// (the XStore paper's production mixes: 57 % update, 41 % read, 2 % scan; uniform
-    /// and zipfian). A suite picks its own.
-    #[arg(long, default_value = "c", conflicts_with = "suite")]
-    workload: String,
+    /// and zipfian). A suite picks its own. [default: c]
+    #[arg(long, conflicts_with = "suite")]
+    workload: Option<String>,
     /// Request distribution: uniform, zipfian (scrambled: hot keys spread
     /// out), latest, zipfian-ordered (hot keys adjacent in key order, for
     /// per-server skew) or hotspot (see --hot-fraction). Default: the
@@ -217,11 +217,25 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10, value_parser = crate::flags::u32_in(1, 1000))]
     slices: u32,
     /// Instead of a design: compare concurrent indexes on this machine
-    /// (comma-separated: finestore, xindex-like, btree, skiplist, li-delta, pgm): insert 1x then
-    /// 10x the trained keys (every 11th key of the set), searching after
-    /// each, with 1 and --threads threads; --ops searches a phase.
+    /// (comma-separated, or all: finestore, xindex-like, btree, skiplist, li-delta, pgm).
+    /// Alone: insert 1x then 10x the trained keys (every 11th key of the
+    /// set), searching after each, with 1 and --threads threads; --ops
+    /// searches a phase. With --workload or --mix: that workload (every
+    /// knob: --dist, --zipf-theta, --scan-len, ...) on each index in turn,
+    /// every read and scan judged, side by side. With --timeline: Fig. 9c's
+    /// insertion timeline.
     #[arg(long, conflicts_with_all = ["suite", "system"])]
     local_index: Option<String>,
+    /// --local-index: the insertion timeline (FineStore Fig. 9c) in this
+    /// many slices (1..=1000): each index loaded with every --growth-th key
+    /// and given the others as inserts by --threads threads; per slice the
+    /// throughput and the retrainings/merges and the time they froze writers.
+    #[arg(long, value_name = "SLICES", requires = "local_index", conflicts_with_all = ["workload", "mix"], value_parser = crate::flags::u32_in(1, 1000))]
+    timeline: Option<u32>,
+    /// --timeline: keys of the set per trained key, the multiple of its
+    /// trained size each index grows to (the paper: over 1000; 2..=100000).
+    #[arg(long, default_value_t = 1000, requires = "timeline", value_parser = crate::flags::usize_in(2, 100_000))]
+    growth: usize,
     /// Also project the run onto a cluster of real RDMA machines: a
     /// hardware profile (cx4-100g, cx5-100g, cx6-200g, or a profile file).
     /// The first --trace-sample operations are traced round trip by round
@@ -672,7 +686,7 @@ fn plan_run(args: &BenchArgs) -> Result<Plan<'_>> {
         bench::project::traceable(system_name)?;
     }
     let remote = remote_urls(args)?;
-    let workload: Workload = args.workload.parse()?;
+    let workload: Workload = args.workload.as_deref().unwrap_or("c").parse()?;
     let dist: Distribution = match &args.dist {
         Some(d) => d.parse()?,
         None => workload.default_distribution(),
@@ -1264,54 +1278,133 @@ fn run_models_suite(args: &BenchArgs, out: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// `xstore bench --local-index LIST`: a table, and JSON lines with --json.
+/// `xstore bench --local-index LIST`: the insert/search phases, a
+/// workload (`--workload`/`--mix`) or the timeline (`--timeline`); a
+/// table, and JSON lines with --json.
 fn run_local_index(args: &BenchArgs, list: &str) -> Result<()> {
-    use finestore::peers::{run_local, LocalOptions};
+    use finestore::peers::{run_local, LocalOptions, INDEX_PREFIX, LOCAL_INDEXES};
+    let names: Vec<String> = match list.trim() {
+        "all" => LOCAL_INDEXES.iter().map(|s| s.to_string()).collect(),
+        _ => list
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+    };
+    if let Some(bad) = names.iter().find(|n| !LOCAL_INDEXES.contains(&n.as_str())) {
+        bail!(
+            "unknown local index '{bad}' (available: {}, or all)",
+            LOCAL_INDEXES.join(", ")
+        );
+    }
+    if let Some(slices) = args.timeline {
+        return run_local_timeline(args, names, slices);
+    }
+    if args.workload.is_some() || args.mix.is_some() {
+        // The bench harness runs each index as the system index:NAME: the
+        // workload's streams, every knob, the ledger judging every read.
+        let systems: Vec<String> = names.iter().map(|n| format!("{INDEX_PREFIX}{n}")).collect();
+        let systems = systems.join(",");
+        let mut one = args.clone();
+        one.local_index = None;
+        one.system = Some(systems.clone());
+        return run_side_by_side(&one, &systems);
+    }
     let mut threads = vec![1];
     if args.threads > 1 {
         threads.push(args.threads as usize);
     }
     let options = LocalOptions {
-        indexes: list
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
+        indexes: names,
         threads,
         search_ops: args.ops,
         seed: args.keys.seed,
     };
     let keys = args.keys.load()?;
-    // With --json -, stdout carries the JSON lines only.
-    let json_to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    let say = |line: String| {
-        if json_to_stdout {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    };
-    say(format!(
+    let out = LineOut::new(args);
+    out.say(format!(
         "{:<12} {:>7} {:<7} {:>6} {:>10} {:>8} {:>8}",
         "index", "threads", "phase", "factor", "ops", "seconds", "Mops/s"
     ));
     let rows = run_local(&args.keys.name(), &keys, &options, &mut |r| {
-        say(format!(
+        out.say(format!(
             "{:<12} {:>7} {:<7} {:>5}x {:>10} {:>8.3} {:>8.3}",
             r.index, r.threads, r.phase, r.insert_factor, r.ops, r.seconds, r.mops
         ))
     })?;
-    if let Some(path) = &args.json {
+    out.json_lines(&rows)
+}
+
+/// Where `--local-index` writes: the table to stdout, or to stderr when
+/// `--json -` gives stdout to the JSON lines.
+struct LineOut<'a> {
+    json: Option<&'a std::path::Path>,
+}
+
+impl<'a> LineOut<'a> {
+    fn new(args: &'a BenchArgs) -> Self {
+        LineOut {
+            json: args.json.as_deref(),
+        }
+    }
+
+    fn to_stdout(&self) -> bool {
+        self.json.is_some_and(|p| p.as_os_str() == "-")
+    }
+
+    /// A line of the table.
+    fn say(&self, line: String) {
+        if self.to_stdout() {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+
+    /// The rows as JSON lines to --json's file or stdout, if asked.
+    fn json_lines<T: serde::Serialize>(&self, rows: &[T]) -> Result<()> {
+        let Some(path) = self.json else {
+            return Ok(());
+        };
         let mut out = String::new();
-        for r in &rows {
+        for r in rows {
             out += &serde_json::to_string(r)?;
             out.push('\n');
         }
-        if path.as_os_str() == "-" {
+        if self.to_stdout() {
             print!("{out}");
         } else {
             std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
         }
+        Ok(())
     }
-    Ok(())
+}
+
+/// `xstore bench --local-index LIST --timeline SLICES`: Fig. 9c's
+/// insertion timeline, one row per (index, slice).
+fn run_local_timeline(args: &BenchArgs, indexes: Vec<String>, slices: u32) -> Result<()> {
+    use finestore::peers::timeline::{run_timeline, TimelineOptions};
+    let options = TimelineOptions {
+        indexes,
+        threads: args.threads as usize,
+        slices,
+        growth: args.growth,
+        seed: args.keys.seed,
+    };
+    let keys = args.keys.load()?;
+    let out = LineOut::new(args);
+    out.say(format!(
+        "{:<12} {:>7} {:>6} {:>10} {:>8} {:>9} {:>8} {:>8} {:>10}",
+        "index", "threads", "slice", "keys", "growth", "inserts", "Mops/s", "events", "frozen ms"
+    ));
+    let rows = run_timeline(&args.keys.name(), &keys, &options, &mut |r| {
+        let frozen = r
+            .frozen_ms
+            .map_or_else(|| "n/a".to_string(), |ms| format!("{ms:.3}"));
+        out.say(format!(
+            "{:<12} {:>7} {:>6} {:>10} {:>7.0}x {:>9} {:>8.3} {:>8} {:>10}",
+            r.index, r.threads, r.slice, r.keys, r.growth, r.ops, r.mops, r.events, frozen
+        ))
+    })?;
+    out.json_lines(&rows)
 }

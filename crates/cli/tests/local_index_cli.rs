@@ -70,3 +70,113 @@ fn an_unknown_index_is_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("masstree"));
 }
+
+/// Runs `xstore ARGS` and returns its stdout's JSON lines; fails the test
+/// if the command fails.
+fn json_lines(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args(args)
+        .output()
+        .expect("run xstore");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_mix_with_scans_runs_on_every_index_and_every_read_is_judged() {
+    let rows = json_lines(&[
+        "bench",
+        "--local-index",
+        "all",
+        "--mix",
+        "read=40,update=20,insert=20,scan=20",
+        "--scan-len",
+        "50",
+        "--dist",
+        "zipfian",
+        "--dataset",
+        "lognormal",
+        "--keys",
+        "20000",
+        "--threads",
+        "2",
+        "--ops",
+        "2000",
+        "--json",
+        "-",
+    ]);
+    let systems: Vec<&str> = rows.iter().map(|r| r["system"].as_str().unwrap()).collect();
+    assert_eq!(
+        systems,
+        [
+            "index:finestore",
+            "index:xindex-like",
+            "index:btree",
+            "index:skiplist",
+            "index:li-delta",
+            "index:pgm"
+        ]
+    );
+    for r in &rows {
+        let c = &r["correctness"];
+        // Every operation is judged (writes' read-backs come on top).
+        assert!(c["checked_reads"].as_u64().unwrap() >= 2000, "{r}");
+        for bad in ["mismatches", "stale_reads", "lost_writes"] {
+            assert_eq!(c[bad], 0, "{r}");
+        }
+        assert_eq!(r["judged"], true, "{r}");
+    }
+}
+
+#[test]
+fn deletes_are_refused_and_a_timeline_reports_its_slices() {
+    let out = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args([
+            "bench",
+            "--local-index",
+            "btree",
+            "--mix",
+            "read=50,delete=50",
+            "--keys",
+            "1000",
+        ])
+        .output()
+        .expect("run xstore");
+    assert!(!out.status.success());
+    let said = [out.stdout, out.stderr].concat();
+    assert!(String::from_utf8_lossy(&said).contains("does not delete"));
+    let rows = json_lines(&[
+        "bench",
+        "--local-index",
+        "li-delta,btree",
+        "--timeline",
+        "3",
+        "--growth",
+        "100",
+        "--keys",
+        "20000",
+        "--threads",
+        "2",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(rows.len(), 2 * 3, "one line per (index, slice)");
+    for r in &rows {
+        assert!(r["mops"].as_f64().unwrap() > 0.0, "{r}");
+        let merges = r["events"].as_u64().unwrap();
+        match r["index"].as_str().unwrap() {
+            "li-delta" => assert!(merges > 0 && r["frozen_ms"].as_f64().unwrap() > 0.0),
+            _ => assert_eq!(merges, 0, "{r}"),
+        }
+    }
+    assert_eq!(rows[2]["keys"], 20_000);
+    assert_eq!(rows[2]["slice"], 3);
+}

@@ -31,6 +31,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
+use std::time::Instant;
 
 use learned::rmi::Rmi;
 use learned::KeyIndex;
@@ -38,7 +39,7 @@ use scc::TreeIndex;
 
 use kv::KvError;
 
-use super::LocalIndex;
+use super::{nanos_since, IndexEvents, LocalIndex};
 
 /// Array keys per RMI leaf model.
 pub const KEYS_PER_MODEL: usize = 16;
@@ -186,6 +187,9 @@ pub struct LiDelta {
     inner: RwLock<Inner>,
     /// Merges done (each one a stop of every thread).
     merges: AtomicU64,
+    /// The sum of the merges' stops: the exclusive lock requested and
+    /// held, ns.
+    frozen_ns: AtomicU64,
 }
 
 impl LiDelta {
@@ -196,6 +200,7 @@ impl LiDelta {
         Ok(LiDelta {
             inner: RwLock::new(Inner::new(keys, values)?),
             merges: AtomicU64::new(0),
+            frozen_ns: AtomicU64::new(0),
         })
     }
 
@@ -206,6 +211,9 @@ impl LiDelta {
     /// Merges the buffer into the array if it is (still) full: another
     /// writer may have merged while this one waited for the lock.
     fn merge(&self) {
+        // From the request: a waiting writer already holds new readers
+        // and writers off (std's lock prefers writers).
+        let held = Instant::now();
         let mut w = self.inner.write().unwrap_or_else(|e| e.into_inner());
         if w.delta_len.load(Ordering::Acquire) < w.merge_at {
             return;
@@ -213,6 +221,9 @@ impl LiDelta {
         // The keys are sorted and distinct by construction: training fails
         // only on an empty array, and a merge adds keys.
         *w = w.merged().expect("a merged array trains");
+        drop(w);
+        self.frozen_ns
+            .fetch_add(nanos_since(held), Ordering::Relaxed);
         self.merges.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -243,6 +254,14 @@ impl LocalIndex for LiDelta {
     fn scan(&self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) {
         out.clear();
         self.read().scan(start, n, out);
+    }
+
+    /// Merges, each a stop of every thread for the time it held the lock.
+    fn events(&self) -> IndexEvents {
+        IndexEvents {
+            events: self.merges(),
+            frozen_ns: Some(self.frozen_ns.load(Ordering::Relaxed)),
+        }
     }
 }
 

@@ -28,14 +28,16 @@
 //! it alone. Not modelled: deletions (tombstones; no peer here deletes)
 //! and the library's in-place buffer tricks.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
 
 use learned::pgm::Pgm;
 use learned::KeyIndex;
 
 use kv::KvError;
 
-use super::LocalIndex;
+use super::{nanos_since, IndexEvents, LocalIndex};
 
 /// ε of every run's PGM.
 pub const EPSILON: u64 = 64;
@@ -117,8 +119,9 @@ impl Levels {
             .find_map(|r| r.find(key).map(|i| r.values[i]))
     }
 
-    /// The logarithmic method's insertion of `(key, value)`.
-    fn put(&mut self, key: u64, value: u64) -> Result<(), KvError> {
+    /// The logarithmic method's insertion of `(key, value)`; the level of
+    /// the run it made.
+    fn put(&mut self, key: u64, value: u64) -> Result<usize, KvError> {
         let mut carry = vec![(key, value)];
         let mut level = 0;
         while let Some(run) = self.runs.get_mut(level).and_then(Option::take) {
@@ -134,7 +137,7 @@ impl Levels {
             self.runs.resize_with(level + 1, || None);
         }
         self.runs[level] = Some(Run::new(carry)?);
-        Ok(())
+        Ok(level)
     }
 
     fn scan(&self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) {
@@ -155,6 +158,11 @@ impl Levels {
 /// The dynamic PGM-index behind one lock.
 pub struct DynamicPgm {
     levels: RwLock<Levels>,
+    /// Writes that trained a run's PGM (merged into a level of at least
+    /// [`MIN_INDEXED_LEVEL`]), and the sum of their times: the lock was
+    /// held, so every thread was stopped.
+    retrains: AtomicU64,
+    frozen_ns: AtomicU64,
 }
 
 impl DynamicPgm {
@@ -170,6 +178,8 @@ impl DynamicPgm {
         }
         Ok(DynamicPgm {
             levels: RwLock::new(Levels { runs }),
+            retrains: AtomicU64::new(0),
+            frozen_ns: AtomicU64::new(0),
         })
     }
 
@@ -179,6 +189,18 @@ impl DynamicPgm {
 
     fn write(&self) -> RwLockWriteGuard<'_, Levels> {
         self.levels.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`Levels::put`] under the held lock, counting the retrainings.
+    fn put_locked(&self, levels: &mut Levels, key: u64, value: u64) {
+        let start = Instant::now();
+        // Only past 2^48 keys: memory runs out long before.
+        let level = levels.put(key, value).expect("dynamic PGM put");
+        if level >= MIN_INDEXED_LEVEL {
+            self.frozen_ns
+                .fetch_add(nanos_since(start), Ordering::Relaxed);
+            self.retrains.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Keys per run (0 for an empty one), lowest first, copies counted.
@@ -197,8 +219,7 @@ impl LocalIndex for DynamicPgm {
     }
 
     fn put(&self, key: u64, value: u64) {
-        // Only past 2^48 keys: memory runs out long before.
-        self.write().put(key, value).expect("dynamic PGM put");
+        self.put_locked(&mut self.write(), key, value);
     }
 
     fn scan(&self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) {
@@ -212,7 +233,7 @@ impl LocalIndex for DynamicPgm {
         if w.get(key).is_some() {
             return false;
         }
-        w.put(key, value).expect("dynamic PGM put");
+        self.put_locked(&mut w, key, value);
         true
     }
 
@@ -221,8 +242,17 @@ impl LocalIndex for DynamicPgm {
         if w.get(key).is_none() {
             return false;
         }
-        w.put(key, value).expect("dynamic PGM put");
+        self.put_locked(&mut w, key, value);
         true
+    }
+
+    /// Runs merged into a level with a model (a PGM trained), each with
+    /// every thread stopped.
+    fn events(&self) -> IndexEvents {
+        IndexEvents {
+            events: self.retrains.load(Ordering::Relaxed),
+            frozen_ns: Some(self.frozen_ns.load(Ordering::Relaxed)),
+        }
     }
 }
 
