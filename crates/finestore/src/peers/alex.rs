@@ -55,7 +55,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kv::KvError;
 
-use super::LocalIndex;
+use super::{IndexEvents, LocalIndex};
 
 /// Density a node is built at.
 pub const INIT_DENSITY: f64 = 0.7;
@@ -1153,6 +1153,17 @@ impl LocalIndex for Alex {
 
     fn update(&self, key: u64, value: u64) -> bool {
         self.write().write(key, value, Write::Update)
+    }
+
+    /// Expansions (each retrains its node's model) and splits; the time
+    /// they keep writers out is not measured apart from the write that
+    /// makes them (everything is under the one lock).
+    fn events(&self) -> IndexEvents {
+        let s = self.stats();
+        IndexEvents {
+            events: s.expansions + s.sideways_splits + s.down_splits,
+            frozen_ns: None,
+        }
     }
 }
 
