@@ -148,6 +148,10 @@ pub struct Report {
     /// real RDMA hardware (`--project`; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub projected: Option<crate::project::Projected>,
+    /// FineStore's retrainings over the measured phase and how long each
+    /// froze writers (absent for other designs and remote servers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retrains: Option<kv::RetrainCounters>,
 }
 
 /// A table row: its label and its text.
@@ -169,6 +173,9 @@ impl Report {
         self.judge_rows(&mut rows);
         if let Some(p) = &self.projected {
             rows.extend(p.rows());
+        }
+        if let Some(r) = &self.retrains {
+            rows.push(retrain_row(r));
         }
         rows.iter()
             .map(|(k, v)| format!("{k:>18}  {v}\n"))
@@ -325,4 +332,23 @@ fn hint_rows(h: &HintCounters, rows: &mut Vec<Row>) {
             h.bin_gets, h.versions
         ),
     ));
+}
+
+/// FineStore's retraining frequency and freeze time.
+fn retrain_row(r: &kv::RetrainCounters) -> Row {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    (
+        "retrains",
+        format!(
+            "{} ({} bin, {} model; {} per M inserts)  freeze us p50 {:.1} p99 {:.1} max {:.1} total {:.1}",
+            r.retrains,
+            r.bin_retrains,
+            r.model_retrains,
+            opt(r.per_million_inserts, 1),
+            us(r.freeze_ns_p50),
+            us(r.freeze_ns_p99),
+            us(r.freeze_ns_max),
+            us(r.freeze_ns_total),
+        ),
+    )
 }

@@ -12,11 +12,12 @@ use std::time::Duration;
 use fabric::{Endpoint, LocalFabric};
 use kv::{
     local::TimedHandler, Capabilities, ClientFigures, Connect, DirectStats, ErrorKind,
-    HintCounters, KvError, LocalLoad, ServerTime, Store, SystemDesc, WordClient, Words,
+    HintCounters, KvError, LocalLoad, RetrainCounters, ServerTime, Store, SystemDesc, WordClient,
+    Words,
 };
 use rdmasim::record::TracingEndpoint;
 
-use crate::remote::client::{Client, ClientError};
+use crate::remote::client::{Access, Client, ClientError};
 use crate::remote::server::{Server, ServerConfig};
 use crate::FineError;
 use fabric::LocalHost;
@@ -57,6 +58,12 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     ..Capabilities::words()
 };
 
+/// FineStore purely on-server (Fig. 21): the same, with no one-sided READ.
+pub const SERVER_CAPABILITIES: Capabilities = Capabilities {
+    one_sided_reads: false,
+    ..CAPABILITIES
+};
+
 /// The systems this crate exports: `finestore`, then the single-machine
 /// indexes of its §5 comparison (`index:NAME`, [`crate::peers`]).
 pub fn systems() -> &'static [SystemDesc] {
@@ -79,6 +86,16 @@ pub fn systems() -> &'static [SystemDesc] {
         crate::peers::system::<3>(),
         crate::peers::system::<4>(),
         crate::peers::system::<5>(),
+        SystemDesc {
+            name: "finestore-server",
+            about: "FineStore purely on-server (Fig. 21): every operation one RPC, no READ",
+            capabilities: SERVER_CAPABILITIES,
+            options: &[],
+            colour: (247, 182, 210),
+            load_local: load_local_server,
+            connect: Some(connect_server),
+            server: Some(crate::node::SERVER),
+        },
     ];
     SYSTEMS
 }
@@ -91,11 +108,23 @@ fn load_local(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
     )?))
 }
 
+fn load_local_server(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    let mut s = FineStoreLocal::load(l.pairs, l.adversary, l.server_workers)?;
+    s.access = Access::Server;
+    Ok(Box::new(s))
+}
+
 fn connect(c: &Connect<'_>) -> Result<Box<dyn Store>, KvError> {
     Ok(Box::new(FineStoreRemote::new(
         c.url.clone(),
         c.token.map(str::to_owned),
     )?))
+}
+
+fn connect_server(c: &Connect<'_>) -> Result<Box<dyn Store>, KvError> {
+    let mut s = FineStoreRemote::new(c.url.clone(), c.token.map(str::to_owned))?;
+    s.access = Access::Server;
+    Ok(Box::new(s))
 }
 
 /// FineStore on a local fabric (adversarial with a seed).
@@ -104,6 +133,8 @@ pub struct FineStoreLocal {
     node: fabric::NodeId,
     timer: Arc<TimedHandler>,
     server: Server,
+    /// How its clients reach the data (Fig. 21's schemes).
+    access: Access,
 }
 
 impl FineStoreLocal {
@@ -135,6 +166,7 @@ impl FineStoreLocal {
             node,
             timer,
             server,
+            access: Access::Pipelined,
         })
     }
 
@@ -146,7 +178,8 @@ impl FineStoreLocal {
 
 impl Store for FineStoreLocal {
     fn client(&self) -> Result<Box<dyn kv::KvClient>, KvError> {
-        let c = Client::connect(TracingEndpoint::new(self.fabric.endpoint()), self.node)?;
+        let mut c = Client::connect(TracingEndpoint::new(self.fabric.endpoint()), self.node)?;
+        c.set_access(self.access);
         Ok(Box::new(Words(FineClient(c))))
     }
 
@@ -168,6 +201,29 @@ impl Store for FineStoreLocal {
             versions: s.versions,
         })
     }
+
+    fn retrains(&self) -> Option<RetrainCounters> {
+        Some(retrain_counters(&self.server.store().retrain_stats()))
+    }
+}
+
+/// The store's retraining figures at the contract.
+pub fn retrain_counters(r: &crate::RetrainStats) -> RetrainCounters {
+    let mut all = r.bin;
+    all.add(&r.model);
+    RetrainCounters {
+        retrains: r.retrains,
+        bin_retrains: r.bin.count,
+        model_retrains: r.model.count,
+        inserts: r.inserts,
+        per_million_inserts: None,
+        freeze_ns_total: r.freeze_ns_total,
+        // Over both kinds: the larger kind's quantile (an upper bound).
+        freeze_ns_p50: all.p50_ns,
+        freeze_ns_p99: all.p99_ns,
+        freeze_ns_max: r.freeze_ns_max,
+    }
+    .with_rate()
 }
 
 /// One thread's FineStore client at the contract: u64 keys and values.
@@ -175,7 +231,10 @@ pub struct FineClient<E: Endpoint>(pub Client<E>);
 
 impl<E: Endpoint + 'static> WordClient for FineClient<E> {
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        match self.0.access() {
+            Access::Pipelined => CAPABILITIES,
+            Access::Server => SERVER_CAPABILITIES,
+        }
     }
     kv::forward_words!(0; get, scan, insert, update, upsert, delete);
     fn counters(&self) -> kv::Counters {
@@ -183,6 +242,15 @@ impl<E: Endpoint + 'static> WordClient for FineClient<E> {
     }
     fn figures(&self) -> ClientFigures {
         let s = self.0.stats();
+        if self.0.access() == Access::Server {
+            // No client-direct reads at all: the fabric's counters (one
+            // RPC, no READ per operation) say everything.
+            return ClientFigures {
+                counters: self.0.endpoint().counters(),
+                direct: None,
+                cache_bytes: None,
+            };
+        }
         let reads = s.direct + s.bin_rpcs + s.fallbacks;
         ClientFigures {
             counters: self.0.endpoint().counters(),
@@ -204,12 +272,17 @@ impl<E: Endpoint + 'static> WordClient for FineClient<E> {
 pub struct FineStoreRemote {
     url: fabric::Url,
     token: Option<String>,
+    access: Access,
 }
 
 impl FineStoreRemote {
     /// Checks that the server at `url` answers a join.
     pub fn new(url: fabric::Url, token: Option<String>) -> Result<FineStoreRemote, KvError> {
-        let r = FineStoreRemote { url, token };
+        let r = FineStoreRemote {
+            url,
+            token,
+            access: Access::Pipelined,
+        };
         r.connect()?.leave()?;
         Ok(r)
     }
@@ -225,7 +298,9 @@ impl FineStoreRemote {
 
 impl Store for FineStoreRemote {
     fn client(&self) -> Result<Box<dyn kv::KvClient>, KvError> {
-        Ok(Box::new(Words(FineClient(self.connect()?))))
+        let mut c = self.connect()?;
+        c.set_access(self.access);
+        Ok(Box::new(Words(FineClient(c))))
     }
 
     fn server_time(&self) -> Option<ServerTime> {

@@ -80,6 +80,22 @@ pub struct ClientStats {
     pub hinted_scans: u64,
     /// Scans sent as a plain RPC (the window told nothing).
     pub plain_scans: u64,
+    /// Operations sent as a plain RPC by design ([`Access::Server`]: no
+    /// READ at all).
+    pub server_ops: u64,
+}
+
+/// How a client reaches the data (the schemes of the paper's Fig. 21).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Access {
+    /// FineStore's pipelined scheme: the client predicts with its cached
+    /// models and READs the trained array; a GET of a trained key is
+    /// done there, anything else is one RPC that names the entry found.
+    #[default]
+    Pipelined,
+    /// Purely on-server: every operation is one RPC and the server finds
+    /// the key with its own models (no cached models used, no READ).
+    Server,
 }
 
 struct View {
@@ -125,6 +141,7 @@ pub struct Client<E: Endpoint> {
     pause: Option<PauseHook>,
     after_read: Option<HintHook>,
     stats: ClientStats,
+    access: Access,
     req: Vec<u8>,
     reply: Vec<u8>,
     batch: Batch,
@@ -165,6 +182,7 @@ impl<E: Endpoint> Client<E> {
             pause: None,
             after_read: None,
             stats: ClientStats::default(),
+            access: Access::Pipelined,
             req,
             reply,
             batch: Batch::new(),
@@ -194,6 +212,16 @@ impl<E: Endpoint> Client<E> {
     /// Bytes of the cached models.
     pub fn cache_bytes(&self) -> usize {
         self.view.lpa.bytes()
+    }
+
+    /// Sets how this client reaches the data (Fig. 21's schemes).
+    pub fn set_access(&mut self, access: Access) {
+        self.access = access;
+    }
+
+    /// How this client reaches the data.
+    pub fn access(&self) -> Access {
+        self.access
     }
 
     /// Installs (or removes) the hook run between a GET's prediction and
@@ -273,6 +301,12 @@ impl<E: Endpoint> Client<E> {
     /// missed, the version was retired, the entries stayed torn, the
     /// region is gone, or the window is past one verb).
     fn window(&mut self, key: u64) -> Result<Option<(usize, Entry)>, ClientError> {
+        if self.access == Access::Server {
+            // Every operation is an RPC: each reports to the barrier, and
+            // the cached models are never used, so none are fetched.
+            self.stats.server_ops += 1;
+            return Ok(None);
+        }
         self.refresh()?;
         let v = &self.view;
         let r = v.lpa.predict(key);
@@ -337,7 +371,9 @@ impl<E: Endpoint> Client<E> {
                 Ok(None)
             }
             None => {
-                self.stats.fallbacks += 1;
+                if self.access == Access::Pipelined {
+                    self.stats.fallbacks += 1;
+                }
                 Ok(self.call(Op::Get { key })?.value()?)
             }
         }
@@ -359,7 +395,9 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             None => {
-                self.stats.plain_writes += 1;
+                if self.access == Access::Pipelined {
+                    self.stats.plain_writes += 1;
+                }
                 match what {
                     Write::Insert => Op::Insert { key, value },
                     Write::Update => Op::Update { key, value },
@@ -399,7 +437,9 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             None => {
-                self.stats.plain_writes += 1;
+                if self.access == Access::Pipelined {
+                    self.stats.plain_writes += 1;
+                }
                 Op::Delete { key }
             }
         };
@@ -426,7 +466,9 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             None => {
-                self.stats.plain_scans += 1;
+                if self.access == Access::Pipelined {
+                    self.stats.plain_scans += 1;
+                }
                 Op::Scan { start, count }
             }
         };
