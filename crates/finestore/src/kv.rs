@@ -18,7 +18,7 @@ use kv::{
 use rdmasim::record::TracingEndpoint;
 
 use crate::remote::client::{Access, Client, ClientError};
-use crate::remote::server::{Server, ServerConfig};
+use crate::remote::server::{ModelSync, Server, ServerConfig};
 use crate::FineError;
 use fabric::LocalHost;
 
@@ -43,7 +43,7 @@ impl From<ClientError> for KvError {
             ClientError::Fabric(f) => KvError::from(f).kind,
             ClientError::Protocol(_) | ClientError::Models(_) => ErrorKind::Corrupt,
             ClientError::Server(_) => ErrorKind::Failed,
-            ClientError::Expired => ErrorKind::Unavailable,
+            ClientError::Expired | ClientError::LockBusy => ErrorKind::Unavailable,
         };
         KvError::new(kind, message)
     }
@@ -96,6 +96,18 @@ pub fn systems() -> &'static [SystemDesc] {
             connect: Some(connect_server),
             server: Some(crate::node::SERVER),
         },
+        SystemDesc {
+            name: "finestore-locks",
+            about: "FineStore without the extended RCU barrier (Fig. 20): models used and updated under a remote lock word",
+            capabilities: CAPABILITIES,
+            options: &[],
+            colour: (199, 21, 133),
+            load_local: load_local_locks,
+            // Its server is not the process server's (that one runs the
+            // barrier): local fabric only.
+            connect: None,
+            server: None,
+        },
     ];
     SYSTEMS
 }
@@ -109,8 +121,12 @@ fn load_local(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
 }
 
 fn load_local_server(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
-    let mut s = FineStoreLocal::load(l.pairs, l.adversary, l.server_workers)?;
-    s.access = Access::Server;
+    let s = FineStoreLocal::load_as(l.pairs, l.adversary, l.server_workers, Access::Server)?;
+    Ok(Box::new(s))
+}
+
+fn load_local_locks(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    let s = FineStoreLocal::load_as(l.pairs, l.adversary, l.server_workers, Access::Locks)?;
     Ok(Box::new(s))
 }
 
@@ -146,6 +162,18 @@ impl FineStoreLocal {
         adversary: Option<u64>,
         server_workers: Option<usize>,
     ) -> Result<FineStoreLocal, KvError> {
+        Self::load_as(pairs, adversary, server_workers, Access::Pipelined)
+    }
+
+    /// [`FineStoreLocal::load`] with clients that reach the data as
+    /// `access` says (Fig. 20's and 21's schemes); a server under remote
+    /// locks for [`Access::Locks`], under the RCU barrier otherwise.
+    pub fn load_as(
+        pairs: &[(u64, u64)],
+        adversary: Option<u64>,
+        server_workers: Option<usize>,
+        access: Access,
+    ) -> Result<FineStoreLocal, KvError> {
         let (fabric, node) = kv::local::fabric_with_node(adversary);
         let host = Arc::new(LocalHost {
             fabric: fabric.clone(),
@@ -156,6 +184,11 @@ impl FineStoreLocal {
             // machine is not cut off (it would rejoin, correctly, but
             // that is not what a run measures).
             silence_limit: Duration::from_secs(10),
+            sync: if access == Access::Locks {
+                ModelSync::Locks
+            } else {
+                ModelSync::Rcu
+            },
             ..ServerConfig::default()
         };
         let server = Server::load(pairs, config, host)?;
@@ -166,8 +199,14 @@ impl FineStoreLocal {
             node,
             timer,
             server,
-            access: Access::Pipelined,
+            access,
         })
+    }
+
+    /// A FineStore client of this server, pipelined (tests set another
+    /// access on it).
+    pub fn fine_client(&self) -> Result<Client<fabric::LocalEndpoint>, KvError> {
+        Ok(Client::connect(self.fabric.endpoint(), self.node)?)
     }
 
     /// The server (for its counters).
@@ -179,7 +218,7 @@ impl FineStoreLocal {
 impl Store for FineStoreLocal {
     fn client(&self) -> Result<Box<dyn kv::KvClient>, KvError> {
         let mut c = Client::connect(TracingEndpoint::new(self.fabric.endpoint()), self.node)?;
-        c.set_access(self.access);
+        c.set_access(self.access)?;
         Ok(Box::new(Words(FineClient(c))))
     }
 
@@ -232,7 +271,7 @@ pub struct FineClient<E: Endpoint>(pub Client<E>);
 impl<E: Endpoint + 'static> WordClient for FineClient<E> {
     fn capabilities(&self) -> Capabilities {
         match self.0.access() {
-            Access::Pipelined => CAPABILITIES,
+            Access::Pipelined | Access::Locks => CAPABILITIES,
             Access::Server => SERVER_CAPABILITIES,
         }
     }
@@ -299,7 +338,7 @@ impl FineStoreRemote {
 impl Store for FineStoreRemote {
     fn client(&self) -> Result<Box<dyn kv::KvClient>, KvError> {
         let mut c = self.connect()?;
-        c.set_access(self.access);
+        c.set_access(self.access)?;
         Ok(Box::new(Words(FineClient(c))))
     }
 

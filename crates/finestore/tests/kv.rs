@@ -169,3 +169,34 @@ fn finestore_server_matches_maps_with_four_clients() {
     assert_eq!((reads, rpcs), (0, 5), "{f:?}");
     assert!(f.direct.is_none() && f.cache_bytes.is_none());
 }
+
+#[test]
+fn finestore_locks_matches_maps_with_four_clients() {
+    let store = four_clients_match_maps("finestore-locks");
+    let r = store.retrains().expect("finestore counts its retrainings");
+    // Retrainings published new versions under the lock word while the
+    // clients held it around their READs.
+    assert!(r.model_retrains > 0, "{r:?}");
+    let mut c = store.client().unwrap();
+    let mut v = Vec::new();
+    let before = c.counters();
+    for k in [0u64, 300, 21, 2_980] {
+        c.get(&key_bytes(k), &mut v).unwrap();
+    }
+    // Each GET: a CAS to take the word, the READ, an FAA to let go.
+    let f = c.figures();
+    assert!(f.counters.cas - before.cas >= 4, "{f:?}");
+    assert_eq!(f.counters.faa - before.faa, 4, "{f:?}");
+    assert!(f.counters.reads - before.reads >= 4, "{f:?}");
+}
+
+#[test]
+fn a_barrier_server_has_no_lock_word() {
+    use finestore::remote::client::{Access, Client};
+    let pairs: Vec<(u64, u64)> = (1..100u64).map(|k| (k * 2, k)).collect();
+    let local = finestore::kv::FineStoreLocal::load(&pairs, None, None).unwrap();
+    let mut c: Client<_> = local.fine_client().unwrap();
+    assert!(c.set_access(Access::Locks).is_err());
+    assert_eq!(c.access(), Access::Pipelined);
+    assert_eq!(c.get(4).unwrap(), Some(2));
+}

@@ -47,6 +47,10 @@ pub enum ClientError {
     /// The client was cut off again right after joining again.
     #[error("cut off by the server's barrier on every attempt")]
     Expired,
+    /// The models' lock word stayed held by the server past the silence
+    /// limit ([`Access::Locks`]).
+    #[error("the models' lock word stayed held past the limit")]
+    LockBusy,
 }
 
 /// Re-reads of a window whose entries are torn before asking the server.
@@ -83,6 +87,12 @@ pub struct ClientStats {
     /// Operations sent as a plain RPC by design ([`Access::Server`]: no
     /// READ at all).
     pub server_ops: u64,
+    /// CASes on the models' lock word ([`Access::Locks`]), the failed
+    /// ones included.
+    pub lock_cas: u64,
+    /// Of those, the ones that failed (the word had moved, or the server
+    /// was publishing).
+    pub lock_retries: u64,
 }
 
 /// How a client reaches the data (the schemes of the paper's Fig. 21).
@@ -96,6 +106,19 @@ pub enum Access {
     /// Purely on-server: every operation is one RPC and the server finds
     /// the key with its own models (no cached models used, no READ).
     Server,
+    /// Pipelined, without the extended RCU barrier (Fig. 20's variant):
+    /// every use of the cached models (prediction and READ) holds the
+    /// server's lock word ([`super::locks`]), taken by CAS and let go by
+    /// FAA. Needs a server run with `ModelSync::Locks`.
+    Locks,
+}
+
+/// The models' lock word as a client holds it.
+#[derive(Debug, Clone, Copy)]
+struct LockWord {
+    region: RegionId,
+    /// The word as last seen: the next CAS's guess.
+    seen: u64,
 }
 
 struct View {
@@ -142,6 +165,7 @@ pub struct Client<E: Endpoint> {
     after_read: Option<HintHook>,
     stats: ClientStats,
     access: Access,
+    lock: Option<LockWord>,
     req: Vec<u8>,
     reply: Vec<u8>,
     batch: Batch,
@@ -183,6 +207,7 @@ impl<E: Endpoint> Client<E> {
             after_read: None,
             stats: ClientStats::default(),
             access: Access::Pipelined,
+            lock: None,
             req,
             reply,
             batch: Batch::new(),
@@ -214,9 +239,21 @@ impl<E: Endpoint> Client<E> {
         self.view.lpa.bytes()
     }
 
-    /// Sets how this client reaches the data (Fig. 21's schemes).
-    pub fn set_access(&mut self, access: Access) {
+    /// Sets how this client reaches the data (Fig. 20's and 21's
+    /// schemes); [`Access::Locks`] asks the server for its lock word (a
+    /// server under the RCU barrier refuses).
+    pub fn set_access(&mut self, access: Access) -> Result<(), ClientError> {
+        if access == Access::Locks && self.lock.is_none() {
+            let r = self.call(Op::LockWord)?;
+            let id = r.word()?;
+            let id = u32::try_from(id).map_err(|_| BadMessage(format!("lock region {id}")))?;
+            self.lock = Some(LockWord {
+                region: RegionId(id),
+                seen: 0,
+            });
+        }
         self.access = access;
+        Ok(())
     }
 
     /// How this client reaches the data.
@@ -307,7 +344,79 @@ impl<E: Endpoint> Client<E> {
             self.stats.server_ops += 1;
             return Ok(None);
         }
+        if let Some(word) = self.lock.filter(|_| self.access == Access::Locks) {
+            return self.locked_window(word.region, key);
+        }
         self.refresh()?;
+        self.read_window(key)
+    }
+
+    /// [`Self::window`] holding the models' lock word: taken, checked to
+    /// name the cached version (else let go, the models fetched, and
+    /// taken again), the window read, let go.
+    fn locked_window(
+        &mut self,
+        region: RegionId,
+        key: u64,
+    ) -> Result<Option<(usize, Entry)>, ClientError> {
+        for _ in 0..REJOINS {
+            self.refresh()?;
+            let w = self.lock_shared(region)?;
+            if super::locks::names(w, self.view.version) {
+                let r = self.read_window(key);
+                self.unlock_shared(region)?;
+                return r;
+            }
+            self.unlock_shared(region)?;
+            self.stale = true;
+        }
+        // The models kept changing under us: the server answers.
+        Ok(None)
+    }
+
+    /// Takes the lock word shared by CAS from the word last seen; never
+    /// while the server holds it. The word taken (before this reader).
+    fn lock_shared(&mut self, region: RegionId) -> Result<u64, ClientError> {
+        use super::locks::{READERS, WRITER};
+        let start = Instant::now();
+        let mut expected = self.lock.map_or(0, |l| l.seen) & !WRITER;
+        loop {
+            debug_assert!(expected & READERS < READERS, "reader count full");
+            self.batch.clear();
+            let h = self.batch.cas(region, 0, expected, expected + 1);
+            self.ep.post(self.node, &mut self.batch)?;
+            self.stats.lock_cas += 1;
+            let old = self.batch.atomic_result(h).map_err(verb_error)?;
+            if old == expected {
+                if let Some(l) = self.lock.as_mut() {
+                    l.seen = expected;
+                }
+                return Ok(expected);
+            }
+            self.stats.lock_retries += 1;
+            if old & WRITER != 0 {
+                // The server is publishing: it lets go once its readers
+                // drained, the new version's bits in the word.
+                if start.elapsed() > self.limit {
+                    return Err(ClientError::LockBusy);
+                }
+                std::thread::yield_now();
+            }
+            expected = old & !WRITER;
+        }
+    }
+
+    /// Lets go of the lock word (FAA of -1).
+    fn unlock_shared(&mut self, region: RegionId) -> Result<(), ClientError> {
+        self.batch.clear();
+        let h = self.batch.faa(region, 0, u64::MAX);
+        self.ep.post(self.node, &mut self.batch)?;
+        self.batch.atomic_result(h).map_err(verb_error)?;
+        Ok(())
+    }
+
+    /// READs the window `key` is predicted in with the cached models.
+    fn read_window(&mut self, key: u64) -> Result<Option<(usize, Entry)>, ClientError> {
         let v = &self.view;
         let r = v.lpa.predict(key);
         // Entries lo..=hi+1: the window and the entry after it, whose
@@ -371,7 +480,7 @@ impl<E: Endpoint> Client<E> {
                 Ok(None)
             }
             None => {
-                if self.access == Access::Pipelined {
+                if self.access != Access::Server {
                     self.stats.fallbacks += 1;
                 }
                 Ok(self.call(Op::Get { key })?.value()?)
@@ -395,7 +504,7 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             None => {
-                if self.access == Access::Pipelined {
+                if self.access != Access::Server {
                     self.stats.plain_writes += 1;
                 }
                 match what {
@@ -437,7 +546,7 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             None => {
-                if self.access == Access::Pipelined {
+                if self.access != Access::Server {
                     self.stats.plain_writes += 1;
                 }
                 Op::Delete { key }
@@ -466,7 +575,7 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             None => {
-                if self.access == Access::Pipelined {
+                if self.access != Access::Server {
                     self.stats.plain_scans += 1;
                 }
                 Op::Scan { start, count }
@@ -481,6 +590,10 @@ impl<E: Endpoint> Client<E> {
         self.call(Op::Leave)?;
         Ok(())
     }
+}
+
+fn verb_error(e: VerbError) -> ClientError {
+    FabricError::Protocol(e.to_string()).into()
 }
 
 fn join<E: Endpoint>(
