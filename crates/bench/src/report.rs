@@ -340,7 +340,7 @@ fn retrain_row(r: &kv::RetrainCounters) -> Row {
     (
         "retrains",
         format!(
-            "{} ({} bin, {} model; {} per M inserts)  freeze us p50 {:.1} p99 {:.1} max {:.1} total {:.1}",
+            "{} ({} bin, {} model; {} per M inserts)  freeze us p50 {:.1} p99 {:.1} max {:.1} total {:.1}  (bin p50 {:.1} max {:.1}, model p50 {:.1} max {:.1})",
             r.retrains,
             r.bin_retrains,
             r.model_retrains,
@@ -349,6 +349,10 @@ fn retrain_row(r: &kv::RetrainCounters) -> Row {
             us(r.freeze_ns_p99),
             us(r.freeze_ns_max),
             us(r.freeze_ns_total),
+            us(r.bin_freeze_ns_p50),
+            us(r.bin_freeze_ns_max),
+            us(r.model_freeze_ns_p50),
+            us(r.model_freeze_ns_max),
         ),
     )
 }

@@ -248,8 +248,6 @@ impl Store for FineStoreLocal {
 
 /// The store's retraining figures at the contract.
 pub fn retrain_counters(r: &crate::RetrainStats) -> RetrainCounters {
-    let mut all = r.bin;
-    all.add(&r.model);
     RetrainCounters {
         retrains: r.retrains,
         bin_retrains: r.bin.count,
@@ -257,10 +255,13 @@ pub fn retrain_counters(r: &crate::RetrainStats) -> RetrainCounters {
         inserts: r.inserts,
         per_million_inserts: None,
         freeze_ns_total: r.freeze_ns_total,
-        // Over both kinds: the larger kind's quantile (an upper bound).
-        freeze_ns_p50: all.p50_ns,
-        freeze_ns_p99: all.p99_ns,
+        freeze_ns_p50: r.freeze_ns_p50,
+        freeze_ns_p99: r.freeze_ns_p99,
         freeze_ns_max: r.freeze_ns_max,
+        bin_freeze_ns_p50: r.bin.p50_ns,
+        bin_freeze_ns_max: r.bin.max_ns,
+        model_freeze_ns_p50: r.model.p50_ns,
+        model_freeze_ns_max: r.model.max_ns,
     }
     .with_rate()
 }

@@ -40,18 +40,6 @@ pub struct FreezeTimes {
     pub max_ns: u64,
 }
 
-impl FreezeTimes {
-    /// Adds `other`'s counts to these (quantiles: the larger of the two,
-    /// an upper bound, since histograms are not kept here).
-    pub fn add(&mut self, other: &FreezeTimes) {
-        self.count += other.count;
-        self.total_ns = self.total_ns.saturating_add(other.total_ns);
-        self.p50_ns = self.p50_ns.max(other.p50_ns);
-        self.p99_ns = self.p99_ns.max(other.p99_ns);
-        self.max_ns = self.max_ns.max(other.max_ns);
-    }
-}
-
 /// How often a FineStore retrained and how long it froze writers
 /// ([`crate::FineStore::retrain_stats`]): the figure of the paper's
 /// retraining instrumentation, comparable between the local store and
@@ -64,6 +52,10 @@ pub struct RetrainStats {
     pub freeze_ns_total: u64,
     /// Longest freeze of any retraining, ns.
     pub freeze_ns_max: u64,
+    /// Median freeze over both kinds, ns (from both histograms).
+    pub freeze_ns_p50: u64,
+    /// 99th-percentile freeze over both kinds, ns.
+    pub freeze_ns_p99: u64,
     /// Level-bin retrainings (§3.3.1): a full bin into a small model.
     pub bin: FreezeTimes,
     /// Model retrainings (§3.3.2): small models merged into their parent
@@ -92,10 +84,10 @@ impl RetrainStats {
         RetrainStats {
             retrains: self.retrains.saturating_sub(before.retrains),
             freeze_ns_total: self.freeze_ns_total.saturating_sub(before.freeze_ns_total),
-            freeze_ns_max: self.freeze_ns_max,
             bin: sub(&self.bin, &before.bin),
             model: sub(&self.model, &before.model),
             inserts: self.inserts.saturating_sub(before.inserts),
+            ..*self
         }
     }
 }
@@ -167,13 +159,21 @@ impl FreezeClock {
     /// A snapshot (counters read one at a time: a freeze recorded
     /// meanwhile may be in some and not others).
     pub(crate) fn times(&self) -> FreezeTimes {
-        let counts: Vec<u64> = self
-            .buckets
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect();
+        Self::times_of(&[self])
+    }
+
+    /// One snapshot over several clocks' freezes together.
+    pub(crate) fn times_of(clocks: &[&FreezeClock]) -> FreezeTimes {
+        let mut counts = vec![0u64; BUCKETS];
+        let (mut total, mut max) = (0u64, 0u64);
+        for c in clocks {
+            for (sum, b) in counts.iter_mut().zip(c.buckets.iter()) {
+                *sum += b.load(Ordering::Relaxed);
+            }
+            total = total.saturating_add(c.total.load(Ordering::Relaxed));
+            max = max.max(c.max.load(Ordering::Relaxed));
+        }
         let n: u64 = counts.iter().sum();
-        let max = self.max.load(Ordering::Relaxed);
         let quantile = |q: f64| -> u64 {
             if n == 0 {
                 return 0;
@@ -191,7 +191,7 @@ impl FreezeClock {
         };
         FreezeTimes {
             count: n,
-            total_ns: self.total.load(Ordering::Relaxed),
+            total_ns: total,
             p50_ns: quantile(0.5),
             p99_ns: quantile(0.99),
             max_ns: max,
@@ -240,5 +240,12 @@ mod tests {
             );
         }
         assert_eq!(FreezeClock::new().times(), FreezeTimes::default());
+        // Two clocks together: as one clock of both.
+        let (a, b, both) = (FreezeClock::new(), FreezeClock::new(), FreezeClock::new());
+        for (i, &v) in all.iter().enumerate() {
+            if i % 3 == 0 { &a } else { &b }.record(v);
+            both.record(v);
+        }
+        assert_eq!(FreezeClock::times_of(&[&a, &b]), both.times());
     }
 }

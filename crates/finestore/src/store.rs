@@ -393,10 +393,13 @@ impl FineStore {
         let i = &self.inner;
         let bin = i.bin_freezes.times();
         let model = i.model_freezes.times();
+        let all = FreezeClock::times_of(&[&i.bin_freezes, &i.model_freezes]);
         RetrainStats {
             retrains: bin.count + model.count,
             freeze_ns_total: bin.total_ns.saturating_add(model.total_ns),
             freeze_ns_max: bin.max_ns.max(model.max_ns),
+            freeze_ns_p50: all.p50_ns,
+            freeze_ns_p99: all.p99_ns,
             bin,
             model,
             inserts: i.inserts.load(Ordering::Relaxed),
@@ -1432,6 +1435,11 @@ mod tests {
             }
         }
         assert!(store.shape().depth >= 1);
+        let r = store.retrain_stats();
+        assert_eq!(r.inserts, 900);
+        assert_eq!(r.bin.count, store.stats().bin_retrains);
+        assert!(r.bin.count >= 100 && r.bin.max_ns > 0, "{r:?}");
+        assert_eq!(r.model, crate::stats::FreezeTimes::default());
         for force in [false, true] {
             *store.inner.fault.lock().unwrap() = Some(FineError::Busy(0));
             let r = if force {
@@ -1455,7 +1463,14 @@ mod tests {
             (after.forwards, after.retries),
             (before.forwards, before.retries)
         );
+        // A failed merge froze nothing: no freeze recorded.
+        assert_eq!(store.retrain_stats().model.count, 0);
         store.merge_all().unwrap();
+        let r = store.retrain_stats();
+        assert_eq!(r.model.count, store.stats().model_retrains);
+        assert!(r.model.count > 0 && r.model.max_ns > 0, "{r:?}");
+        assert_eq!(r.retrains, r.bin.count + r.model.count);
+        assert_eq!(r.inserts, 1_100, "{r:?}");
         for g in 0..200u64 {
             assert_eq!(store.get(g * 10).unwrap(), Some(7));
             assert_eq!(store.get(g * 10 + 1).unwrap(), None);

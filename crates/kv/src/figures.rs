@@ -130,6 +130,14 @@ pub struct RetrainCounters {
     pub freeze_ns_p99: u64,
     /// Longest freeze, ns.
     pub freeze_ns_max: u64,
+    /// Median freeze of a bin retraining alone, ns.
+    pub bin_freeze_ns_p50: u64,
+    /// Longest freeze of a bin retraining, ns.
+    pub bin_freeze_ns_max: u64,
+    /// Median freeze of a model retraining alone, ns.
+    pub model_freeze_ns_p50: u64,
+    /// Longest freeze of a model retraining, ns.
+    pub model_freeze_ns_max: u64,
 }
 
 impl RetrainCounters {
