@@ -155,6 +155,10 @@ pub struct Report {
     /// one). Its inserts are not in `ops` or the throughput, which are the
     /// `threads` clients'.
     pub inserter: Option<InserterFigures>,
+    /// FineStore's retrainings over the measured phase and how long each
+    /// froze writers (absent for other designs and remote servers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retrains: Option<kv::RetrainCounters>,
 }
 
 /// Requests per server of a range-partitioned system: every request a
@@ -230,6 +234,9 @@ impl Report {
             rows.extend(p.rows());
         }
         self.partition_rows(&mut rows);
+        if let Some(r) = &self.retrains {
+            rows.push(retrain_row(r));
+        }
         rows.iter()
             .map(|(k, v)| format!("{k:>18}  {v}\n"))
             .collect()
@@ -413,4 +420,27 @@ fn hint_rows(h: &HintCounters, rows: &mut Vec<Row>) {
             h.bin_gets, h.versions
         ),
     ));
+}
+
+/// FineStore's retraining frequency and freeze time.
+fn retrain_row(r: &kv::RetrainCounters) -> Row {
+    let us = |ns: u64| ns as f64 / 1000.0;
+    (
+        "retrains",
+        format!(
+            "{} ({} bin, {} model; {} per M inserts)  freeze us p50 {:.1} p99 {:.1} max {:.1} total {:.1}  (bin p50 {:.1} max {:.1}, model p50 {:.1} max {:.1})",
+            r.retrains,
+            r.bin_retrains,
+            r.model_retrains,
+            opt(r.per_million_inserts, 1),
+            us(r.freeze_ns_p50),
+            us(r.freeze_ns_p99),
+            us(r.freeze_ns_max),
+            us(r.freeze_ns_total),
+            us(r.bin_freeze_ns_p50),
+            us(r.bin_freeze_ns_max),
+            us(r.model_freeze_ns_p50),
+            us(r.model_freeze_ns_max),
+        ),
+    )
 }

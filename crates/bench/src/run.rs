@@ -314,6 +314,8 @@ struct Window {
     seconds: f64,
     server: Option<ServerTime>,
     hints: Option<HintCounters>,
+    /// FineStore's retrainings over the window.
+    retrains: Option<kv::RetrainCounters>,
 }
 
 fn run_inner(
@@ -381,6 +383,7 @@ fn run_inner(
         window.server,
         window.hints,
     );
+    report.retrains = window.retrains;
     if let (Some(i), Some(r)) = (inserter, &inserted) {
         inserter::add_to(&mut report, r, i, window.seconds);
     }
@@ -538,6 +541,7 @@ fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
     // Warm-up is over: the measured phase starts after this barrier.
     let server_before = system.server_time();
     let hints_before = system.hints();
+    let retrains_before = system.retrains();
     // The measured phase ends when every thread is done; the audit
     // that follows is not measured.
     let seconds = measure_window(
@@ -553,6 +557,10 @@ fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
         (Some(a), Some(b)) => Some(b.since(&a)),
         _ => None,
     };
+    let retrains = match (retrains_before, system.retrains()) {
+        (Some(a), Some(b)) => Some(b.since(&a)),
+        _ => None,
+    };
     let server = match (server_before, server_after) {
         (Some(a), Some(b)) => Some(ServerTime {
             nic_ns: b.nic_ns.saturating_sub(a.nic_ns),
@@ -564,6 +572,7 @@ fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
         seconds,
         server,
         hints,
+        retrains,
     }
 }
 
@@ -1340,6 +1349,7 @@ fn summarize(
         judged: true,
         data: "loaded".to_string(),
         correctness,
+        retrains: None,
     }
 }
 

@@ -518,6 +518,7 @@ impl SuiteRow {
             projected: None,
             server_shares: None,
             inserter: None,
+            retrains: None,
         }
     }
 }
@@ -1109,6 +1110,10 @@ impl Store for Tracker<'_> {
 
     fn hints(&self) -> Option<HintCounters> {
         self.inner.hints()
+    }
+
+    fn retrains(&self) -> Option<kv::RetrainCounters> {
+        self.inner.retrains()
     }
 }
 

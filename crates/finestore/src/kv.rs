@@ -12,12 +12,13 @@ use std::time::Duration;
 use fabric::{Endpoint, LocalFabric};
 use kv::{
     local::TimedHandler, Capabilities, ClientFigures, Connect, DirectStats, ErrorKind,
-    HintCounters, KvError, LocalLoad, ServerTime, Store, SystemDesc, WordClient, Words,
+    HintCounters, KvError, LocalLoad, RetrainCounters, ServerTime, Store, SystemDesc, WordClient,
+    Words,
 };
 use rdmasim::record::TracingEndpoint;
 
-use crate::remote::client::{Client, ClientError};
-use crate::remote::server::{Server, ServerConfig};
+use crate::remote::client::{Access, Client, ClientError};
+use crate::remote::server::{ModelSync, Server, ServerConfig};
 use crate::FineError;
 use fabric::LocalHost;
 
@@ -42,7 +43,7 @@ impl From<ClientError> for KvError {
             ClientError::Fabric(f) => KvError::from(f).kind,
             ClientError::Protocol(_) | ClientError::Models(_) => ErrorKind::Corrupt,
             ClientError::Server(_) => ErrorKind::Failed,
-            ClientError::Expired => ErrorKind::Unavailable,
+            ClientError::Expired | ClientError::LockBusy => ErrorKind::Unavailable,
         };
         KvError::new(kind, message)
     }
@@ -55,6 +56,12 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     deletes: true,
     upserts: true,
     ..Capabilities::words()
+};
+
+/// FineStore purely on-server (Fig. 21): the same, with no one-sided READ.
+pub const SERVER_CAPABILITIES: Capabilities = Capabilities {
+    one_sided_reads: false,
+    ..CAPABILITIES
 };
 
 /// The systems this crate exports: `finestore`, then the single-machine
@@ -80,6 +87,31 @@ pub fn systems() -> &'static [SystemDesc] {
         crate::peers::system::<4>(),
         crate::peers::system::<5>(),
         crate::peers::system::<6>(),
+        SystemDesc {
+            name: "finestore-server",
+            about: "FineStore purely on-server (Fig. 21): every operation one RPC, no READ",
+            capabilities: SERVER_CAPABILITIES,
+            options: &[],
+            colour: (247, 182, 210),
+            load_local: load_local_server,
+            // `xstore bench --server` checks the server is the system
+            // named, and the process server is `finestore`'s: local
+            // fabric only for now.
+            connect: None,
+            server: None,
+        },
+        SystemDesc {
+            name: "finestore-locks",
+            about: "FineStore without the extended RCU barrier (Fig. 20): models used and updated under a remote lock word",
+            capabilities: CAPABILITIES,
+            options: &[],
+            colour: (199, 21, 133),
+            load_local: load_local_locks,
+            // Its server is not the process server's (that one runs the
+            // barrier): local fabric only.
+            connect: None,
+            server: None,
+        },
     ];
     SYSTEMS
 }
@@ -90,6 +122,16 @@ fn load_local(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
         l.adversary,
         l.server_workers,
     )?))
+}
+
+fn load_local_server(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    let s = FineStoreLocal::load_as(l.pairs, l.adversary, l.server_workers, Access::Server)?;
+    Ok(Box::new(s))
+}
+
+fn load_local_locks(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
+    let s = FineStoreLocal::load_as(l.pairs, l.adversary, l.server_workers, Access::Locks)?;
+    Ok(Box::new(s))
 }
 
 fn connect(c: &Connect<'_>) -> Result<Box<dyn Store>, KvError> {
@@ -105,6 +147,8 @@ pub struct FineStoreLocal {
     node: fabric::NodeId,
     timer: Arc<TimedHandler>,
     server: Server,
+    /// How its clients reach the data (Fig. 21's schemes).
+    access: Access,
 }
 
 impl FineStoreLocal {
@@ -116,6 +160,18 @@ impl FineStoreLocal {
         adversary: Option<u64>,
         server_workers: Option<usize>,
     ) -> Result<FineStoreLocal, KvError> {
+        Self::load_as(pairs, adversary, server_workers, Access::Pipelined)
+    }
+
+    /// [`FineStoreLocal::load`] with clients that reach the data as
+    /// `access` says (Fig. 20's and 21's schemes); a server under remote
+    /// locks for [`Access::Locks`], under the RCU barrier otherwise.
+    pub fn load_as(
+        pairs: &[(u64, u64)],
+        adversary: Option<u64>,
+        server_workers: Option<usize>,
+        access: Access,
+    ) -> Result<FineStoreLocal, KvError> {
         let (fabric, node) = kv::local::fabric_with_node(adversary);
         let host = Arc::new(LocalHost {
             fabric: fabric.clone(),
@@ -126,6 +182,11 @@ impl FineStoreLocal {
             // machine is not cut off (it would rejoin, correctly, but
             // that is not what a run measures).
             silence_limit: Duration::from_secs(10),
+            sync: if access == Access::Locks {
+                ModelSync::Locks
+            } else {
+                ModelSync::Rcu
+            },
             ..ServerConfig::default()
         };
         let server = Server::load(pairs, config, host)?;
@@ -136,7 +197,14 @@ impl FineStoreLocal {
             node,
             timer,
             server,
+            access,
         })
+    }
+
+    /// A FineStore client of this server, pipelined (tests set another
+    /// access on it).
+    pub fn fine_client(&self) -> Result<Client<fabric::LocalEndpoint>, KvError> {
+        Ok(Client::connect(self.fabric.endpoint(), self.node)?)
     }
 
     /// The server (for its counters).
@@ -147,7 +215,8 @@ impl FineStoreLocal {
 
 impl Store for FineStoreLocal {
     fn client(&self) -> Result<Box<dyn kv::KvClient>, KvError> {
-        let c = Client::connect(TracingEndpoint::new(self.fabric.endpoint()), self.node)?;
+        let mut c = Client::connect(TracingEndpoint::new(self.fabric.endpoint()), self.node)?;
+        c.set_access(self.access)?;
         Ok(Box::new(Words(FineClient(c))))
     }
 
@@ -169,6 +238,30 @@ impl Store for FineStoreLocal {
             versions: s.versions,
         })
     }
+
+    fn retrains(&self) -> Option<RetrainCounters> {
+        Some(retrain_counters(&self.server.store().retrain_stats()))
+    }
+}
+
+/// The store's retraining figures at the contract.
+pub fn retrain_counters(r: &crate::RetrainStats) -> RetrainCounters {
+    RetrainCounters {
+        retrains: r.retrains,
+        bin_retrains: r.bin.count,
+        model_retrains: r.model.count,
+        inserts: r.inserts,
+        per_million_inserts: None,
+        freeze_ns_total: r.freeze_ns_total,
+        freeze_ns_p50: r.freeze_ns_p50,
+        freeze_ns_p99: r.freeze_ns_p99,
+        freeze_ns_max: r.freeze_ns_max,
+        bin_freeze_ns_p50: r.bin.p50_ns,
+        bin_freeze_ns_max: r.bin.max_ns,
+        model_freeze_ns_p50: r.model.p50_ns,
+        model_freeze_ns_max: r.model.max_ns,
+    }
+    .with_rate()
 }
 
 /// One thread's FineStore client at the contract: u64 keys and values.
@@ -176,7 +269,10 @@ pub struct FineClient<E: Endpoint>(pub Client<E>);
 
 impl<E: Endpoint + 'static> WordClient for FineClient<E> {
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        match self.0.access() {
+            Access::Pipelined | Access::Locks => CAPABILITIES,
+            Access::Server => SERVER_CAPABILITIES,
+        }
     }
     kv::forward_words!(0; get, scan, insert, update, upsert, delete);
     fn counters(&self) -> kv::Counters {
@@ -184,6 +280,15 @@ impl<E: Endpoint + 'static> WordClient for FineClient<E> {
     }
     fn figures(&self) -> ClientFigures {
         let s = self.0.stats();
+        if self.0.access() == Access::Server {
+            // No client-direct reads at all: the fabric's counters (one
+            // RPC, no READ per operation) say everything.
+            return ClientFigures {
+                counters: self.0.endpoint().counters(),
+                direct: None,
+                cache_bytes: None,
+            };
+        }
         let reads = s.direct + s.bin_rpcs + s.fallbacks;
         ClientFigures {
             counters: self.0.endpoint().counters(),

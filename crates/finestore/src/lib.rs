@@ -49,9 +49,13 @@ pub mod rcu;
 pub mod record;
 pub mod remote;
 #[cfg(not(loom))]
+pub mod stats;
+#[cfg(not(loom))]
 mod store;
 mod sync;
 
+#[cfg(not(loom))]
+pub use stats::{FreezeTimes, RetrainStats};
 #[cfg(not(loom))]
 pub use store::{FineStore, Hint, HintUse, Shape, Stats};
 

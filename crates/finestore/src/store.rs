@@ -13,6 +13,7 @@ use crate::level_bin::{ChildWrite, LevelBin, Retired};
 use crate::mirror::{Mirror, MirrorFactory};
 use crate::model::{Model, Succ, Under};
 use crate::rcu::ArcCell;
+use crate::stats::{FreezeClock, RetrainStats};
 use crate::{Config, FineError};
 
 /// How long an operation may keep retrying. An operation that meets a
@@ -156,6 +157,12 @@ struct Inner {
     root_merges: AtomicU64,
     forwards: AtomicU64,
     retries: AtomicU64,
+    /// Freeze times of level-bin retrainings (`crate::stats`).
+    bin_freezes: FreezeClock,
+    /// Freeze times of model retrainings (their phase two).
+    model_freezes: FreezeClock,
+    /// Writes that added a key (retrainings per million inserts).
+    inserts: AtomicU64,
     stopped: AtomicBool,
     /// A failure for the next model retraining to end with, after its
     /// last step that can fail (tests of the rollback).
@@ -338,6 +345,9 @@ impl FineStore {
             root_merges: AtomicU64::new(0),
             forwards: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            bin_freezes: FreezeClock::new(),
+            model_freezes: FreezeClock::new(),
+            inserts: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
             #[cfg(test)]
             fault: Mutex::new(None),
@@ -374,6 +384,25 @@ impl FineStore {
             root_merges: i.root_merges.load(Ordering::Relaxed),
             forwards: i.forwards.load(Ordering::Relaxed),
             retries: i.retries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// How often the store retrained and how long each retraining froze
+    /// writers (`crate::stats`), with the inserts that added a key.
+    pub fn retrain_stats(&self) -> RetrainStats {
+        let i = &self.inner;
+        let bin = i.bin_freezes.times();
+        let model = i.model_freezes.times();
+        let all = FreezeClock::times_of(&[&i.bin_freezes, &i.model_freezes]);
+        RetrainStats {
+            retrains: bin.count + model.count,
+            freeze_ns_total: bin.total_ns.saturating_add(model.total_ns),
+            freeze_ns_max: bin.max_ns.max(model.max_ns),
+            freeze_ns_p50: all.p50_ns,
+            freeze_ns_p99: all.p99_ns,
+            bin,
+            model,
+            inserts: i.inserts.load(Ordering::Relaxed),
         }
     }
 
@@ -943,6 +972,9 @@ impl Inner {
         if let Some(e) = failed {
             return Err(e);
         }
+        if !existed && mode != Mode::Update {
+            self.inserts.fetch_add(1, Ordering::Relaxed);
+        }
         if help.is_some() {
             // Past max_depth: merge now rather than let depth grow while
             // the background thread is busy with others; but never wait
@@ -1073,6 +1105,8 @@ impl Inner {
         // `key` become a small model, published in the slot
         // while the bin is still locked, so every writer
         // waiting on it finds it retired and reloads the slot.
+        // From here until the unlock the bin's writers are frozen.
+        let frozen = Instant::now();
         let mut entries = g.entries();
         let at = entries.partition_point(|e| e.0 < key);
         entries.insert(at, (key, value));
@@ -1099,6 +1133,7 @@ impl Inner {
         }
         g.retire();
         drop(g);
+        self.bin_freezes.record_since(frozen);
         self.bin_retrains.fetch_add(1, Ordering::Relaxed);
         let depth = m.depth + 1;
         if depth == 1 {
@@ -1263,11 +1298,13 @@ impl Inner {
             return Ok(());
         };
         let merged = Arc::new(Under::Model(merged));
+        let frozen = Instant::now();
         self.move_into(sub, &Succ::Sub(merged.clone()), &subs);
         // Top-model slots are frozen only by a merge into the top model,
         // which holds `merging` as this one does.
         slot.update(|_| (Some(Some(merged)), ()))
             .expect("a top-model slot is never frozen outside a merge");
+        self.model_freezes.record_since(frozen);
         Ok(())
     }
 
@@ -1281,12 +1318,14 @@ impl Inner {
         };
         let mirror = merged.mirror.clone();
         let new = Arc::new(merged);
+        let frozen = Instant::now();
         self.move_into(&root, &Succ::Top(new.clone()), &subs);
         // The publication: one pointer store. Operations that loaded the
         // old top model meanwhile go on in `new` where they meet frozen
         // records and slots.
         self.retrained_keys.store(0, Ordering::Relaxed);
         self.root.store(Some(new));
+        self.model_freezes.record_since(frozen);
         self.root_merges.fetch_add(1, Ordering::Relaxed);
         if let Some(m) = mirror {
             m.published();
@@ -1396,6 +1435,11 @@ mod tests {
             }
         }
         assert!(store.shape().depth >= 1);
+        let r = store.retrain_stats();
+        assert_eq!(r.inserts, 900);
+        assert_eq!(r.bin.count, store.stats().bin_retrains);
+        assert!(r.bin.count >= 100 && r.bin.max_ns > 0, "{r:?}");
+        assert_eq!(r.model, crate::stats::FreezeTimes::default());
         for force in [false, true] {
             *store.inner.fault.lock().unwrap() = Some(FineError::Busy(0));
             let r = if force {
@@ -1419,7 +1463,14 @@ mod tests {
             (after.forwards, after.retries),
             (before.forwards, before.retries)
         );
+        // A failed merge froze nothing: no freeze recorded.
+        assert_eq!(store.retrain_stats().model.count, 0);
         store.merge_all().unwrap();
+        let r = store.retrain_stats();
+        assert_eq!(r.model.count, store.stats().model_retrains);
+        assert!(r.model.count > 0 && r.model.max_ns > 0, "{r:?}");
+        assert_eq!(r.retrains, r.bin.count + r.model.count);
+        assert_eq!(r.inserts, 1_100, "{r:?}");
         for g in 0..200u64 {
             assert_eq!(store.get(g * 10).unwrap(), Some(7));
             assert_eq!(store.get(g * 10 + 1).unwrap(), None);

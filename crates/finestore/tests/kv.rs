@@ -4,7 +4,7 @@
 //! answers as a BTreeMap does; bad key lengths and failures are typed
 //! errors.
 
-use kv::testing::Plan;
+use kv::testing::{clients_match_maps, Path, Plan};
 use kv::{key_bytes, ErrorKind, KvClient, KvError, LocalLoad, Options, Store};
 
 fn desc(name: &str) -> &'static kv::SystemDesc {
@@ -65,7 +65,7 @@ fn every_peer_matches_a_map() {
         .map(|i| format!("{}{i}", finestore::peers::INDEX_PREFIX))
         .collect();
     assert_eq!(names[0], "finestore");
-    assert_eq!(names[1..], peers);
+    assert_eq!(names[1..=peers.len()], peers);
     for name in &peers {
         let (store, c) = matches_a_map(name, false);
         // No fabric: nothing to count, no server.
@@ -107,4 +107,96 @@ fn bad_input_and_errors_say_why() {
         KvError::from(F::Config("m".into())).kind,
         ErrorKind::BadInput
     );
+}
+
+/// `name` with four clients at once over the tearing fabric, each against
+/// its own BTreeMap, few keys loaded so inserts fill the gaps between
+/// them (bins of the paper's size fill and are retrained during the
+/// run); a fresh client reads every model back.
+fn four_clients_match_maps(name: &str) -> Box<dyn Store> {
+    let seed = testkit::seed();
+    let d = desc(name);
+    let pairs: Vec<(u64, u64)> = (0..3_000u64).step_by(300).map(|k| (k, k ^ 0x55)).collect();
+    let store = (d.load_local)(&LocalLoad {
+        pairs: &pairs,
+        adversary: Some(seed),
+        server_workers: None,
+        options: &Options::new(),
+    })
+    .unwrap();
+    let plan = Plan {
+        keys: 0..3_000,
+        ops: 1_500,
+        path: Path::Words,
+        scans: true,
+        max_scan: 40,
+        ..Plan::default()
+    };
+    clients_match_maps(&*store, &pairs, seed, 4, plan);
+    assert_eq!(store.client().unwrap().capabilities(), d.capabilities);
+    store
+}
+
+#[test]
+fn finestore_matches_maps_with_four_clients() {
+    let store = four_clients_match_maps("finestore");
+    let r = store.retrains().expect("finestore counts its retrainings");
+    assert!(r.inserts > 0 && r.bin_retrains > 0, "{r:?}");
+    assert_eq!(r.retrains, r.bin_retrains + r.model_retrains, "{r:?}");
+    assert!(
+        r.freeze_ns_max > 0 && r.freeze_ns_total >= r.freeze_ns_max,
+        "{r:?}"
+    );
+    assert!(r.per_million_inserts.unwrap() > 0.0, "{r:?}");
+}
+
+#[test]
+fn finestore_server_matches_maps_with_four_clients() {
+    let store = four_clients_match_maps("finestore-server");
+    let mut c = store.client().unwrap();
+    let mut v = Vec::new();
+    let before = c.counters();
+    for k in [0u64, 300, 21, 2_980] {
+        c.get(&key_bytes(k), &mut v).unwrap();
+    }
+    c.insert(&key_bytes(3_001), b"12345678").unwrap();
+    // Purely on-server: one RPC per operation, not one READ.
+    let f = c.figures();
+    let (reads, rpcs) = (
+        f.counters.reads - before.reads,
+        f.counters.rpcs - before.rpcs,
+    );
+    assert_eq!((reads, rpcs), (0, 5), "{f:?}");
+    assert!(f.direct.is_none() && f.cache_bytes.is_none());
+}
+
+#[test]
+fn finestore_locks_matches_maps_with_four_clients() {
+    let store = four_clients_match_maps("finestore-locks");
+    let r = store.retrains().expect("finestore counts its retrainings");
+    // Retrainings published new versions under the lock word while the
+    // clients held it around their READs.
+    assert!(r.model_retrains > 0, "{r:?}");
+    let mut c = store.client().unwrap();
+    let mut v = Vec::new();
+    let before = c.counters();
+    for k in [0u64, 300, 21, 2_980] {
+        c.get(&key_bytes(k), &mut v).unwrap();
+    }
+    // Each GET: a CAS to take the word, the READ, an FAA to let go.
+    let f = c.figures();
+    assert!(f.counters.cas - before.cas >= 4, "{f:?}");
+    assert_eq!(f.counters.faa - before.faa, 4, "{f:?}");
+    assert!(f.counters.reads - before.reads >= 4, "{f:?}");
+}
+
+#[test]
+fn a_barrier_server_has_no_lock_word() {
+    use finestore::remote::client::{Access, Client};
+    let pairs: Vec<(u64, u64)> = (1..100u64).map(|k| (k * 2, k)).collect();
+    let local = finestore::kv::FineStoreLocal::load(&pairs, None, None).unwrap();
+    let mut c: Client<_> = local.fine_client().unwrap();
+    assert!(c.set_access(Access::Locks).is_err());
+    assert_eq!(c.access(), Access::Pipelined);
+    assert_eq!(c.get(4).unwrap(), Some(2));
 }

@@ -104,3 +104,61 @@ impl HintCounters {
         Self::miss_rate(self.hinted_scans, self.stale_scan_hints)
     }
 }
+
+/// How often a store retrained and how long each retraining froze its
+/// writers (FineStore's instrumentation, paper §5): counts and totals
+/// over the measured phase ([`RetrainCounters::since`]); quantiles and
+/// the maximum over the store's life (load and warm-up included), an
+/// upper bound for the phase.
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq)]
+pub struct RetrainCounters {
+    /// Retrainings of every kind.
+    pub retrains: u64,
+    /// Of those, retrainings of a full bin into a small model.
+    pub bin_retrains: u64,
+    /// Of those, model retrainings (small models merged into a parent).
+    pub model_retrains: u64,
+    /// Writes that added a key.
+    pub inserts: u64,
+    /// Retrainings per million such writes (`None` without any).
+    pub per_million_inserts: Option<f64>,
+    /// Sum of the retrainings' freeze times, ns.
+    pub freeze_ns_total: u64,
+    /// Median freeze, ns.
+    pub freeze_ns_p50: u64,
+    /// 99th-percentile freeze, ns.
+    pub freeze_ns_p99: u64,
+    /// Longest freeze, ns.
+    pub freeze_ns_max: u64,
+    /// Median freeze of a bin retraining alone, ns.
+    pub bin_freeze_ns_p50: u64,
+    /// Longest freeze of a bin retraining, ns.
+    pub bin_freeze_ns_max: u64,
+    /// Median freeze of a model retraining alone, ns.
+    pub model_freeze_ns_p50: u64,
+    /// Longest freeze of a model retraining, ns.
+    pub model_freeze_ns_max: u64,
+}
+
+impl RetrainCounters {
+    /// The rate from the counts.
+    pub fn with_rate(mut self) -> RetrainCounters {
+        self.per_million_inserts =
+            (self.inserts > 0).then(|| self.retrains as f64 * 1e6 / self.inserts as f64);
+        self
+    }
+
+    /// The counts from `before` to `self`; quantiles and maximum are
+    /// `self`'s (the store keeps no per-phase histogram).
+    pub fn since(&self, before: &RetrainCounters) -> RetrainCounters {
+        RetrainCounters {
+            retrains: self.retrains.saturating_sub(before.retrains),
+            bin_retrains: self.bin_retrains.saturating_sub(before.bin_retrains),
+            model_retrains: self.model_retrains.saturating_sub(before.model_retrains),
+            inserts: self.inserts.saturating_sub(before.inserts),
+            freeze_ns_total: self.freeze_ns_total.saturating_sub(before.freeze_ns_total),
+            ..*self
+        }
+        .with_rate()
+    }
+}

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use crate::{Capabilities, HintCounters, KvClient, KvError, ModelFigures, ServerTime};
+use crate::{
+    Capabilities, HintCounters, KvClient, KvError, ModelFigures, RetrainCounters, ServerTime,
+};
 
 /// A loaded or reached system, ready to hand out clients.
 pub trait Store: Sync {
@@ -21,6 +23,11 @@ pub trait Store: Sync {
     /// Hint counters so far (FineStore's server); `None` for designs
     /// without them.
     fn hints(&self) -> Option<HintCounters> {
+        None
+    }
+    /// Retraining counts and freeze times so far (FineStore); `None` for
+    /// designs that do not count them.
+    fn retrains(&self) -> Option<RetrainCounters> {
         None
     }
 }

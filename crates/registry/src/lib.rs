@@ -72,11 +72,15 @@ pub fn default_deployment() -> &'static Deployment {
 /// designs the memory suite varies, in figure order), `cluster` (the
 /// design a sharded cluster runs), `one-server-core` (designs projected
 /// with one memory-node core: ROLEX's XStore-D), `paper-histore` (HiStore
-/// and its four baselines, §5.1).
+/// and its four baselines, §5.1), `finestore-variants` (FineStore and its
+/// Fig. 20/21 variants).
 pub fn lineup(suite: &str) -> Vec<&'static str> {
     match suite {
         "default" | "cluster" => vec!["xstore"],
         "memory" => vec!["xstore", "tree-cache"],
+        // FineStore's Fig. 20/21: the pipelined scheme, purely
+        // on-server, and without the extended RCU barrier (locks).
+        "finestore-variants" => vec!["finestore", "finestore-server", "finestore-locks"],
         "one-server-core" => vec!["xstore-d"],
         // HiStore's evaluation (§5.1-5.4): HiStore and its four baselines.
         "paper-histore" => vec![
@@ -132,6 +136,13 @@ mod tests {
         let lineup = lineup("paper-histore");
         assert_eq!(lineup.len(), 5);
         for n in lineup {
+            assert!(find(n).is_some(), "{n} is not registered");
+        }
+    }
+
+    #[test]
+    fn the_finestore_variants_are_registered() {
+        for n in lineup("finestore-variants") {
             assert!(find(n).is_some(), "{n} is not registered");
         }
     }

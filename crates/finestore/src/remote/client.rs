@@ -47,6 +47,10 @@ pub enum ClientError {
     /// The client was cut off again right after joining again.
     #[error("cut off by the server's barrier on every attempt")]
     Expired,
+    /// The models' lock word stayed held by the server past the silence
+    /// limit ([`Access::Locks`]).
+    #[error("the models' lock word stayed held past the limit")]
+    LockBusy,
 }
 
 /// Re-reads of a window whose entries are torn before asking the server.
@@ -80,6 +84,41 @@ pub struct ClientStats {
     pub hinted_scans: u64,
     /// Scans sent as a plain RPC (the window told nothing).
     pub plain_scans: u64,
+    /// Operations sent as a plain RPC by design ([`Access::Server`]: no
+    /// READ at all).
+    pub server_ops: u64,
+    /// CASes on the models' lock word ([`Access::Locks`]), the failed
+    /// ones included.
+    pub lock_cas: u64,
+    /// Of those, the ones that failed (the word had moved, or the server
+    /// was publishing).
+    pub lock_retries: u64,
+}
+
+/// How a client reaches the data (the schemes of the paper's Fig. 21).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Access {
+    /// FineStore's pipelined scheme: the client predicts with its cached
+    /// models and READs the trained array; a GET of a trained key is
+    /// done there, anything else is one RPC that names the entry found.
+    #[default]
+    Pipelined,
+    /// Purely on-server: every operation is one RPC and the server finds
+    /// the key with its own models (no cached models used, no READ).
+    Server,
+    /// Pipelined, without the extended RCU barrier (Fig. 20's variant):
+    /// every use of the cached models (prediction and READ) holds the
+    /// server's lock word ([`super::locks`]), taken by CAS and let go by
+    /// FAA. Needs a server run with `ModelSync::Locks`.
+    Locks,
+}
+
+/// The models' lock word as a client holds it.
+#[derive(Debug, Clone, Copy)]
+struct LockWord {
+    region: RegionId,
+    /// The word as last seen: the next CAS's guess.
+    seen: u64,
 }
 
 struct View {
@@ -125,6 +164,8 @@ pub struct Client<E: Endpoint> {
     pause: Option<PauseHook>,
     after_read: Option<HintHook>,
     stats: ClientStats,
+    access: Access,
+    lock: Option<LockWord>,
     req: Vec<u8>,
     reply: Vec<u8>,
     batch: Batch,
@@ -165,6 +206,8 @@ impl<E: Endpoint> Client<E> {
             pause: None,
             after_read: None,
             stats: ClientStats::default(),
+            access: Access::Pipelined,
+            lock: None,
             req,
             reply,
             batch: Batch::new(),
@@ -194,6 +237,28 @@ impl<E: Endpoint> Client<E> {
     /// Bytes of the cached models.
     pub fn cache_bytes(&self) -> usize {
         self.view.lpa.bytes()
+    }
+
+    /// Sets how this client reaches the data (Fig. 20's and 21's
+    /// schemes); [`Access::Locks`] asks the server for its lock word (a
+    /// server under the RCU barrier refuses).
+    pub fn set_access(&mut self, access: Access) -> Result<(), ClientError> {
+        if access == Access::Locks && self.lock.is_none() {
+            let r = self.call(Op::LockWord)?;
+            let id = r.word()?;
+            let id = u32::try_from(id).map_err(|_| BadMessage(format!("lock region {id}")))?;
+            self.lock = Some(LockWord {
+                region: RegionId(id),
+                seen: 0,
+            });
+        }
+        self.access = access;
+        Ok(())
+    }
+
+    /// How this client reaches the data.
+    pub fn access(&self) -> Access {
+        self.access
     }
 
     /// Installs (or removes) the hook run between a GET's prediction and
@@ -273,7 +338,85 @@ impl<E: Endpoint> Client<E> {
     /// missed, the version was retired, the entries stayed torn, the
     /// region is gone, or the window is past one verb).
     fn window(&mut self, key: u64) -> Result<Option<(usize, Entry)>, ClientError> {
+        if self.access == Access::Server {
+            // Every operation is an RPC: each reports to the barrier, and
+            // the cached models are never used, so none are fetched.
+            self.stats.server_ops += 1;
+            return Ok(None);
+        }
+        if let Some(word) = self.lock.filter(|_| self.access == Access::Locks) {
+            return self.locked_window(word.region, key);
+        }
         self.refresh()?;
+        self.read_window(key)
+    }
+
+    /// [`Self::window`] holding the models' lock word: taken, checked to
+    /// name the cached version (else let go, the models fetched, and
+    /// taken again), the window read, let go.
+    fn locked_window(
+        &mut self,
+        region: RegionId,
+        key: u64,
+    ) -> Result<Option<(usize, Entry)>, ClientError> {
+        for _ in 0..REJOINS {
+            self.refresh()?;
+            let w = self.lock_shared(region)?;
+            if super::locks::names(w, self.view.version) {
+                let r = self.read_window(key);
+                self.unlock_shared(region)?;
+                return r;
+            }
+            self.unlock_shared(region)?;
+            self.stale = true;
+        }
+        // The models kept changing under us: the server answers.
+        Ok(None)
+    }
+
+    /// Takes the lock word shared by CAS from the word last seen; never
+    /// while the server holds it. The word taken (before this reader).
+    fn lock_shared(&mut self, region: RegionId) -> Result<u64, ClientError> {
+        use super::locks::{READERS, WRITER};
+        let start = Instant::now();
+        let mut expected = self.lock.map_or(0, |l| l.seen) & !WRITER;
+        loop {
+            debug_assert!(expected & READERS < READERS, "reader count full");
+            self.batch.clear();
+            let h = self.batch.cas(region, 0, expected, expected + 1);
+            self.ep.post(self.node, &mut self.batch)?;
+            self.stats.lock_cas += 1;
+            let old = self.batch.atomic_result(h).map_err(verb_error)?;
+            if old == expected {
+                if let Some(l) = self.lock.as_mut() {
+                    l.seen = expected;
+                }
+                return Ok(expected);
+            }
+            self.stats.lock_retries += 1;
+            if old & WRITER != 0 {
+                // The server is publishing: it lets go once its readers
+                // drained, the new version's bits in the word.
+                if start.elapsed() > self.limit {
+                    return Err(ClientError::LockBusy);
+                }
+                std::thread::yield_now();
+            }
+            expected = old & !WRITER;
+        }
+    }
+
+    /// Lets go of the lock word (FAA of -1).
+    fn unlock_shared(&mut self, region: RegionId) -> Result<(), ClientError> {
+        self.batch.clear();
+        let h = self.batch.faa(region, 0, u64::MAX);
+        self.ep.post(self.node, &mut self.batch)?;
+        self.batch.atomic_result(h).map_err(verb_error)?;
+        Ok(())
+    }
+
+    /// READs the window `key` is predicted in with the cached models.
+    fn read_window(&mut self, key: u64) -> Result<Option<(usize, Entry)>, ClientError> {
         let v = &self.view;
         let r = v.lpa.predict(key);
         // Entries lo..=hi+1: the window and the entry after it, whose
@@ -337,7 +480,9 @@ impl<E: Endpoint> Client<E> {
                 Ok(None)
             }
             None => {
-                self.stats.fallbacks += 1;
+                if self.access != Access::Server {
+                    self.stats.fallbacks += 1;
+                }
                 Ok(self.call(Op::Get { key })?.value()?)
             }
         }
@@ -359,7 +504,9 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             None => {
-                self.stats.plain_writes += 1;
+                if self.access != Access::Server {
+                    self.stats.plain_writes += 1;
+                }
                 match what {
                     Write::Insert => Op::Insert { key, value },
                     Write::Update => Op::Update { key, value },
@@ -399,7 +546,9 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             None => {
-                self.stats.plain_writes += 1;
+                if self.access != Access::Server {
+                    self.stats.plain_writes += 1;
+                }
                 Op::Delete { key }
             }
         };
@@ -426,7 +575,9 @@ impl<E: Endpoint> Client<E> {
                 }
             }
             None => {
-                self.stats.plain_scans += 1;
+                if self.access != Access::Server {
+                    self.stats.plain_scans += 1;
+                }
                 Op::Scan { start, count }
             }
         };
@@ -439,6 +590,10 @@ impl<E: Endpoint> Client<E> {
         self.call(Op::Leave)?;
         Ok(())
     }
+}
+
+fn verb_error(e: VerbError) -> ClientError {
+    FabricError::Protocol(e.to_string()).into()
 }
 
 fn join<E: Endpoint>(

@@ -6,6 +6,7 @@
 //! * [`layout`]: the array region (byte diagram) and its entry seqlock.
 //! * [`proto`]: the RPCs, with the pipelined bin lookup and writes.
 //! * [`barrier`]: the extended RCU barrier and its rule.
+//! * [`locks`]: Fig. 20's variant without it (models under a lock word).
 //! * [`server`] and [`client`].
 
 pub mod barrier;
@@ -13,6 +14,8 @@ pub mod barrier;
 pub mod client;
 #[cfg(not(loom))]
 pub mod layout;
+#[cfg(not(loom))]
+pub mod locks;
 #[cfg(not(loom))]
 pub mod proto;
 #[cfg(not(loom))]

@@ -10,7 +10,8 @@
 //! [16, 24)   version of the client's cached models (0 for Join)
 //! [24, ..)   arguments, u64 each: Get key | BinGet key, slot |
 //!            Insert/Update/Upsert key, value | Delete key |
-//!            Scan start, count | none for Join, Models, Heartbeat, Leave |
+//!            Scan start, count | none for Join, Models, Heartbeat, Leave,
+//!            LockWord |
 //!            InsertAt/UpdateAt/UpsertAt key, value, entry |
 //!            DeleteAt key, entry | ScanAt start, count, entry
 //! ```
@@ -48,7 +49,7 @@
 //! [16, ..)   ok results: Join client id, limit ms, then a Published |
 //!            Models a Published | Get/BinGet found (0/1), value |
 //!            writes 0/1 | Scan count, then count × (key, value) |
-//!            nothing for Heartbeat and Leave
+//!            nothing for Heartbeat and Leave | LockWord region id
 //! Published: version, region id, n (trained keys), model bytes L,
 //!            then L bytes of `learned::lpa::Lpa::encode`
 //! ```
@@ -162,6 +163,9 @@ pub enum Op {
         /// How many pairs at most.
         count: u64,
     },
+    /// The region of the models' lock word (a server that publishes
+    /// models under remote locks, Fig. 20's variant; others refuse it).
+    LockWord,
 }
 
 /// A request.
@@ -215,6 +219,7 @@ impl Request {
                 count,
                 entry,
             } => (16, &[start, count, entry]),
+            Op::LockWord => (17, &[]),
         };
         out.push(code);
         out.extend_from_slice(&[0u8; 7]);
@@ -272,6 +277,7 @@ impl Request {
                 count: r.u64("count")?,
                 entry: r.u64("entry")?,
             },
+            17 => Op::LockWord,
             c => return Err(BadMessage(format!("unknown op {c}"))),
         };
         r.finish()?;
@@ -422,7 +428,15 @@ impl<'a> Reply<'a> {
         }
     }
 
-    /// A write's result.
+    /// A one-word result (LockWord's region id).
+    pub fn word(&self) -> Result<u64, BadMessage> {
+        let mut r = Reader::new(self.body);
+        let w = r.u64("word")?;
+        r.finish()?;
+        Ok(w)
+    }
+
+    /// A write's result (0/1).
     pub fn flag(&self) -> Result<bool, BadMessage> {
         let mut r = Reader::new(self.body);
         let f = r.u64("result")?;
@@ -465,6 +479,7 @@ mod tests {
             Op::Models,
             Op::Heartbeat,
             Op::Leave,
+            Op::LockWord,
             Op::Get { key: 5 },
             Op::BinGet { key: 5, slot: 9 },
             Op::Insert { key: 1, value: 2 },

@@ -15,6 +15,7 @@ use learned::lpa::Lpa;
 
 use super::barrier::{Barrier, BarrierError};
 use super::layout::{region_bytes, ArrayWriter, BIN, DELETED, RETIRED};
+use super::locks;
 use super::proto::{reply_header, reply_word, Op, PublishedMsg, Request, Status, MAX_SCAN};
 use crate::mirror::{Mirror, MirrorFactory};
 use crate::{Config, FineError, FineStore, Hint, HintUse};
@@ -33,6 +34,22 @@ pub struct ServerConfig {
     /// How often the reaper thread frees what the barrier allows (`None`:
     /// only through [`Server::reclaim`]).
     pub reclaim_every: Option<Duration>,
+    /// How new versions of the models reach clients.
+    pub sync: ModelSync,
+}
+
+/// How a server hands new versions of its models to clients (Fig. 20).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ModelSync {
+    /// The extended RCU barrier: an old version stays registered until
+    /// every client has moved on; clients take no lock.
+    #[default]
+    Rcu,
+    /// Under a remote lock word ([`super::locks`]): clients hold it
+    /// around every use of their models; the server publishes with it
+    /// held alone and frees old versions at once. The word is region
+    /// `first_region`; arrays use the ids after it.
+    Locks,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +59,7 @@ impl Default for ServerConfig {
             silence_limit: Duration::from_secs(2),
             first_region: 0x4649_0000,
             reclaim_every: Some(Duration::from_millis(20)),
+            sync: ModelSync::Rcu,
         }
     }
 }
@@ -106,6 +124,13 @@ struct Shared {
     stale_hints: AtomicU64,
     hinted_scans: AtomicU64,
     stale_scan_hints: AtomicU64,
+    /// The models' lock word ([`ModelSync::Locks`]).
+    lock: Option<Arc<Region>>,
+    /// The longest a publication waits for readers to let go of it.
+    drain_limit: Duration,
+    /// Publications that stopped waiting for readers (one died holding
+    /// the word, or was descheduled past the limit).
+    undrained: AtomicU64,
 }
 
 impl Shared {
@@ -126,7 +151,12 @@ impl Shared {
     }
 
     fn reclaim(&self) {
-        for (_, p) in self.barrier.reclaim(self.now()) {
+        self.free(self.barrier.reclaim(self.now()));
+    }
+
+    /// Deregisters the arrays of `versions` and keeps their ids for reuse.
+    fn free(&self, versions: Vec<(u64, Arc<Published>)>) {
+        for (_, p) in versions {
             let id = p.region.id();
             self.host.deregister(id);
             self.freed.fetch_add(1, Ordering::Relaxed);
@@ -185,12 +215,28 @@ impl Mirror for ArrayMirror {
         self.writer().update(slot, |flags, _| *flags |= RETIRED);
     }
     fn published(&self) {
+        let s = &self.shared;
+        if let Some(word) = &s.lock {
+            // Fig. 20's variant: no reader on any version while this
+            // one is published, so every older one goes at once.
+            locks::lock_writer(word);
+            if !locks::drain(word, s.drain_limit) {
+                s.undrained.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    version = self.published.version,
+                    "finestore: published under the lock word with readers still on it"
+                );
+            }
+        }
         // Versions come from one counter and are published in order
         // (model retrainings are serialized), so this is never refused.
-        let _ = self
-            .shared
+        let _ = s
             .barrier
             .publish(self.published.version, self.published.clone());
+        if let Some(word) = &s.lock {
+            s.free(s.barrier.take_retired());
+            locks::unlock_writer(word, self.published.version);
+        }
     }
 }
 
@@ -260,18 +306,36 @@ impl Server {
         host: Arc<dyn RegionHost>,
     ) -> Result<Server, FineError> {
         let limit = u64::try_from(config.silence_limit.as_millis()).unwrap_or(u64::MAX);
+        let (lock, first_array) = match config.sync {
+            ModelSync::Rcu => (None, config.first_region),
+            ModelSync::Locks => {
+                let id = RegionId(config.first_region);
+                let err = |e: FabricError| FineError::Config(format!("lock word region: {e}"));
+                let word = host
+                    .alloc(id, 8, Rights::READ.union(Rights::ATOMIC))
+                    .map_err(err)?;
+                host.register(word.clone()).map_err(err)?;
+                let next = config.first_region.checked_add(1).ok_or_else(|| {
+                    FineError::Config("first_region leaves no id for arrays".into())
+                })?;
+                (Some(word), next)
+            }
+        };
         let shared = Arc::new(Shared {
             host,
             barrier: Barrier::new(limit),
             start: Instant::now(),
             next_version: AtomicU64::new(1),
-            next_region: Mutex::new((config.first_region, Vec::new())),
+            next_region: Mutex::new((first_array, Vec::new())),
             freed: AtomicU64::new(0),
             bin_gets: AtomicU64::new(0),
             hinted_writes: AtomicU64::new(0),
             stale_hints: AtomicU64::new(0),
             hinted_scans: AtomicU64::new(0),
             stale_scan_hints: AtomicU64::new(0),
+            lock,
+            drain_limit: config.silence_limit,
+            undrained: AtomicU64::new(0),
         });
         let factory = Arc::new(Factory {
             shared: shared.clone(),
@@ -373,6 +437,9 @@ impl Drop for Server {
         // client that is still around gets an unknown region, not data.
         for (_, p) in self.shared.barrier.take_all() {
             self.shared.host.deregister(p.region.id());
+        }
+        if let Some(word) = &self.shared.lock {
+            self.shared.host.deregister(word.id());
         }
     }
 }
@@ -481,6 +548,15 @@ impl Serving {
             Op::Models => cur.value.msg().encode(out),
             Op::Heartbeat => {}
             Op::Leave => s.barrier.leave(req.client),
+            Op::LockWord => match &s.lock {
+                Some(word) => reply_word(out, u64::from(word.id().0)),
+                None => {
+                    return Err(FineError::Config(
+                        "this server publishes its models under the RCU barrier: no lock word"
+                            .into(),
+                    ))
+                }
+            },
             Op::Get { key } => found(out, self.store.get(key)?),
             Op::BinGet { key, slot } => {
                 s.bin_gets.fetch_add(1, Ordering::Relaxed);
