@@ -186,7 +186,7 @@ fn main() {
             "{{\"keys\":{},\"to\":{},\"memory_nodes\":{},\"threads\":{},\"seed\":{},",
             "\"insert_seconds\":{:.2},\"insert_ops_per_s\":{:.0},\"insert_errors\":{},",
             "\"read_back\":{},\"read_seconds\":{:.2},\"wrong\":{},\"lost\":{},\"read_errors\":{},",
-            "\"leaves_per_get\":{:.3},\"models\":{},\"max_model_error_leaves\":{},",
+            "\"leaves_per_get\":{:.3},\"models\":{},\"max_model_error_leaves\":{:.2},",
             "\"mean_model_error_leaves\":{:.2},\"retrained\":{},\"retrain_abandoned\":{},",
             "\"retrain_deferred\":{},\"blocks_reused\":{},\"leaf_regions_added\":{},\"leaves\":{}}}"
         ),
