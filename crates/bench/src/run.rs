@@ -1252,6 +1252,7 @@ fn summarize(
         invalidation_rate: direct.map(|d| per(d.invalidations, d.reads)),
         hints,
         projected: None,
+        rolex: system.rolex(),
         judged: true,
         data: "loaded".to_string(),
         correctness,

@@ -516,6 +516,7 @@ impl SuiteRow {
             data: "loaded".to_string(),
             correctness: Correctness::default(),
             projected: None,
+            rolex: None,
         }
     }
 }
@@ -1107,6 +1108,10 @@ impl Store for Tracker<'_> {
 
     fn hints(&self) -> Option<HintCounters> {
         self.inner.hints()
+    }
+
+    fn rolex(&self) -> Option<kv::RolexFigures> {
+        self.inner.rolex()
     }
 }
 

@@ -25,7 +25,9 @@ pub use client::{
     WordWrite, Write,
 };
 pub use error::{ErrorKind, KvError};
-pub use figures::{ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, ServerTime};
+pub use figures::{
+    ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, RolexFigures, ServerTime,
+};
 pub use serve::{Announced, Doors, ProbeFn, Probed, Said, Serve, ServeFn, ServerDesc};
 pub use system::{
     Connect, ConnectFn, LoadLocalFn, LocalLoad, OptionDesc, Options, Store, SystemDesc,

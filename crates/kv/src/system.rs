@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use crate::{Capabilities, HintCounters, KvClient, KvError, ModelFigures, ServerTime};
+use crate::{
+    Capabilities, HintCounters, KvClient, KvError, ModelFigures, RolexFigures, ServerTime,
+};
 
 /// A loaded or reached system, ready to hand out clients.
 pub trait Store: Sync {
@@ -21,6 +23,11 @@ pub trait Store: Sync {
     /// Hint counters so far (FineStore's server); `None` for designs
     /// without them.
     fn hints(&self) -> Option<HintCounters> {
+        None
+    }
+    /// ROLEX's retraining and metadata figures so far; `None` for other
+    /// designs.
+    fn rolex(&self) -> Option<RolexFigures> {
         None
     }
 }

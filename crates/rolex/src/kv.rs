@@ -14,7 +14,7 @@ use std::sync::Arc;
 use fabric::{Endpoint, LocalFabric, NodeId};
 use kv::{
     Capabilities, ClientFigures, Connect, DirectStats, ErrorKind, KvError, LocalLoad, ModelFigures,
-    OptionDesc, Options, ServerTime, Store, SystemDesc, WordClient, Words,
+    OptionDesc, Options, RolexFigures, ServerTime, Store, SystemDesc, WordClient, Words,
 };
 use rdmasim::record::TracingEndpoint;
 
@@ -265,6 +265,38 @@ impl RolexLocal {
     }
 }
 
+impl RolexLocal {
+    /// The retrainers' work (latencies merged over the memory nodes: the
+    /// largest p50 and p99 of any node, exact when there is one), the
+    /// synonym leaves and the compute node's cached metadata.
+    pub fn figures(&self) -> RolexFigures {
+        let (_, retrained, synonyms) = self.memory_figures();
+        let md = self.pool.metadata();
+        let keys: u64 = self.memory.iter().map(|m| m.loaded_keys()).sum();
+        let mut f = RolexFigures {
+            epsilon: self.memory[0].config().epsilon,
+            retrained,
+            synonym_leaves: synonyms,
+            models: md.models,
+            pieces: md.pieces,
+            model_bytes: md.model_bytes,
+            lt_bytes: md.lt_bytes,
+            slt_bytes: md.slt_bytes,
+            lock_bytes: md.lock_bytes,
+            metadata_bytes_per_key: md.total() as f64 / keys.max(1) as f64,
+            ..RolexFigures::default()
+        };
+        for r in &self.retrainers {
+            let l = r.stats().latency.summary();
+            f.retrain_us_p50 = f.retrain_us_p50.max(l.p50_us);
+            f.retrain_us_p99 = f.retrain_us_p99.max(l.p99_us);
+            f.retrain_us_max = f.retrain_us_max.max(l.max_us);
+            f.retrain_reordered += r.stats().reordered.load(Ordering::Relaxed);
+        }
+        f
+    }
+}
+
 impl Drop for RolexLocal {
     /// The report has no column for them, so the memory nodes' retrains
     /// and synonym leaves are printed when the system is let go (after the
@@ -292,6 +324,10 @@ impl Store for RolexLocal {
     fn server_time(&self) -> Option<ServerTime> {
         // The memory node runs no code for requests.
         Some(ServerTime::default())
+    }
+
+    fn rolex(&self) -> Option<RolexFigures> {
+        Some(self.figures())
     }
 }
 

@@ -101,6 +101,8 @@ pub struct MemoryNode {
     pub(crate) leaf: LeafLayout,
     pub(crate) tl: TableLayout,
     trained: usize,
+    /// Pairs loaded.
+    loaded: u64,
     /// The keys this memory node holds: `(low, high)`, inclusive.
     range: (u64, u64),
     /// End of the blocks laid out at load: where never-used table space
@@ -121,6 +123,11 @@ impl MemoryNode {
     /// Leaves usable now (those of the registered leaf regions).
     pub fn leaf_capacity(&self) -> u64 {
         self.leaves.load(CAPACITY_WORD)
+    }
+
+    /// Pairs loaded.
+    pub fn loaded_keys(&self) -> u64 {
+        self.loaded
     }
 
     /// Most leaves the leaf space may grow to.
@@ -514,6 +521,7 @@ impl MemoryNode {
             leaf: layout,
             tl,
             trained,
+            loaded: pairs.len() as u64,
             range,
             blocks_end: off,
             space,
