@@ -440,7 +440,7 @@ pub struct BlockHead {
     pub largest: u64,
     /// LT entries.
     pub n: usize,
-    /// Pieces of the model's piecewise line (1..=n).
+    /// Pieces of the model's OptimalPLR pieces (1..=n).
     pub pieces: usize,
 }
 

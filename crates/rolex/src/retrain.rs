@@ -119,6 +119,10 @@ pub struct RetrainStats {
     /// Retrainings taken before an older CirQ entry because their SLT was
     /// fuller.
     pub reordered: AtomicU64,
+    /// Bumped as a retraining starts and as it ends: odd while one runs,
+    /// so an observer tells whether an operation overlapped one (read it
+    /// before and after: odd, or changed).
+    pub phase: AtomicU64,
 }
 
 /// The retrainer thread (and the thread that adds leaf regions); both
@@ -766,7 +770,10 @@ impl Pool {
     /// that found no table space is retried once retired space has aged.
     fn settle(&mut self, m: usize, off: u64, stats: &RetrainStats) {
         let started = Instant::now();
-        let c = match self.retrain(m, off, stats) {
+        stats.phase.fetch_add(1, Ordering::AcqRel);
+        let outcome = self.retrain(m, off, stats);
+        stats.phase.fetch_add(1, Ordering::AcqRel);
+        let c = match outcome {
             Outcome::Done => {
                 stats.latency.record(started.elapsed().as_micros() as u64);
                 &stats.retrained

@@ -144,10 +144,16 @@ mod tests {
             assert!(e.message.contains("want I/N"), "{bad}: {e}");
         }
         let mut o = Options::new();
-        assert_eq!(parse(&o).unwrap(), (DEFAULT_SLOTS, None));
+        assert_eq!(parse(&o).unwrap(), (DEFAULT_SLOTS, 16, None));
+        o.set("rolex-epsilon", 8).unwrap();
+        assert_eq!(parse(&o).unwrap(), (DEFAULT_SLOTS, 8, None));
+        o.set("rolex-epsilon", 0).unwrap();
+        assert!(parse(&o).is_err());
+        o.set("rolex-epsilon", 16).unwrap();
         o.set("leaf-slots", 0).unwrap();
         assert!(parse(&o).is_err());
         assert!(SERVER.takes("memory-node"));
+        assert!(SERVER.takes("rolex-epsilon"));
         assert!(!SERVER.takes("data-dir"));
     }
 }
