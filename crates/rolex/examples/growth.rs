@@ -127,7 +127,8 @@ fn main() {
                         let (p0, t0) = (phases(), Instant::now());
                         let r = c.insert(k, value(k));
                         let us = t0.elapsed().as_micros() as u64;
-                        let overlapped = p0.iter().zip(phases()).any(|(a, b)| a % 2 == 1 || *a != b);
+                        let overlapped =
+                            p0.iter().zip(phases()).any(|(a, b)| a % 2 == 1 || *a != b);
                         if overlapped { during } else { outside }.record(us);
                         match r {
                             Ok(true) => {}
@@ -234,7 +235,12 @@ fn main() {
         regions,
         leaves_now
     );
-    let line = with_latencies(line, epsilon, &retrainers, (during.summary(), outside.summary()));
+    let line = with_latencies(
+        line,
+        epsilon,
+        &retrainers,
+        (during.summary(), outside.summary()),
+    );
     println!("{line}");
     if let Some(path) = json {
         let mut f = std::fs::OpenOptions::new()
@@ -261,11 +267,13 @@ fn with_latencies(
     let mut r = LatencySummary::default();
     for t in retrainers {
         let l = t.stats().latency.summary();
+        r.mean_us += l.mean_us * l.count as f64;
         r.count += l.count;
         r.p50_us = r.p50_us.max(l.p50_us);
         r.p99_us = r.p99_us.max(l.p99_us);
         r.max_us = r.max_us.max(l.max_us);
     }
+    r.mean_us /= r.count.max(1) as f64;
     let obj = |l: &LatencySummary| {
         format!(
             "{{\"count\":{},\"p50\":{},\"p99\":{},\"max\":{},\"mean\":{:.1}}}",

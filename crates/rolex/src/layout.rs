@@ -642,8 +642,8 @@ fn bounded_piece(
         slope,
     };
     let (mut a, mut b) = (f64::INFINITY, f64::NEG_INFINITY);
-    for j in s..e {
-        for k in [lows[j], end(j)] {
+    for (j, &low) in lows.iter().enumerate().take(e).skip(s) {
+        for k in [low, end(j)] {
             let d = j as f64 - p.position(k);
             a = a.min(d);
             b = b.max(d);
@@ -825,7 +825,10 @@ mod tests {
                 let end = if j + 1 < n { lows[j + 1] - 1 } else { largest };
                 for key in [lows[j], (lows[j] + end) / 2, end] {
                     let (a, b) = predict(&pieces, n, key);
-                    assert!(a <= j && j <= b, "ε {eps}: key {key} of leaf {j}: {a}..={b}");
+                    assert!(
+                        a <= j && j <= b,
+                        "ε {eps}: key {key} of leaf {j}: {a}..={b}"
+                    );
                     // Equation 2: 2ε/δ leaves, plus the one a whole
                     // number of them may straddle.
                     let most = 2 * eps as usize / slots + 2;

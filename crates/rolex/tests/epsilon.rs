@@ -64,10 +64,15 @@ fn run(seed: u64, eps: u64) {
                 let had = model.remove(&k).is_some();
                 assert_eq!(c.delete(k).unwrap(), had, "step {step}: delete {k}");
             }
-            15..=18 => assert_eq!(c.get(k).unwrap(), model.get(&k).copied(), "step {step}: get {k}"),
+            15..=18 => assert_eq!(
+                c.get(k).unwrap(),
+                model.get(&k).copied(),
+                "step {step}: get {k}"
+            ),
             _ => {
                 c.scan(k, 20, &mut out).unwrap();
-                let want: Vec<(u64, u64)> = model.range(k..).take(20).map(|(&a, &b)| (a, b)).collect();
+                let want: Vec<(u64, u64)> =
+                    model.range(k..).take(20).map(|(&a, &b)| (a, b)).collect();
                 assert_eq!(out, want, "step {step}: scan from {k}");
             }
         }
@@ -82,7 +87,10 @@ fn run(seed: u64, eps: u64) {
     let fresh = ComputeNode::connect(&mut ep, node).unwrap();
     let (_, widest, mean) = fresh.model_errors();
     let bound = 2.0 * eps as f64 / 8.0 + 0.1;
-    assert!(widest <= bound, "ε {eps}: a window of {widest} leaves, bound {bound}");
+    assert!(
+        widest <= bound,
+        "ε {eps}: a window of {widest} leaves, bound {bound}"
+    );
     let mut d = fresh.client(fabric.endpoint());
     for (&k, &v) in &model {
         assert_eq!(d.get(k).unwrap(), Some(v), "ε {eps}: key {k}");

@@ -68,8 +68,11 @@ pub fn memory_node(spec: &str) -> Result<(usize, usize), KvError> {
         })
 }
 
+/// Slots per leaf, ε and which memory node this is (`I/N`).
+type Parsed = (usize, u64, Option<(usize, usize)>);
+
 /// Slots per leaf, ε and which memory node this is, from the options.
-fn parse(o: &Options) -> Result<(usize, u64, Option<(usize, usize)>), KvError> {
+fn parse(o: &Options) -> Result<Parsed, KvError> {
     let slots = o.get_usize("leaf-slots", DEFAULT_SLOTS)?;
     if !(1..=MAX_SLOTS).contains(&slots) {
         return Err(KvError::bad_input(format!(
