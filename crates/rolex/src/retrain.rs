@@ -1,8 +1,10 @@
 //! Retraining on the memory node (ROLEX §3.5): one thread takes models off
 //! the CirQ that compute nodes push to when a model's SLT is half used, and
 //! rebuilds each in place: every leaf of the model's chains becomes a
-//! trained leaf of a new block, with a fresh SLT and a line refit to the
-//! leaves' low fences. No pair moves between leaves.
+//! trained leaf of a new block, with a fresh SLT and OptimalPLR pieces of
+//! bound ε refit to the leaves' fences ([`crate::layout::fit_pieces`]).
+//! No pair moves between leaves. Queued models are served fullest SLT
+//! first, and each retraining is timed ([`RetrainStats::latency`]).
 //!
 //! # Shadow redirection, step by step
 //!
