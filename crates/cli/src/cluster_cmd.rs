@@ -125,9 +125,19 @@ struct UpArgs {
     /// Server processes (--system xstore; 1..=64).
     #[arg(long, default_value_t = 3, value_parser = crate::flags::usize_in(1, 64))]
     servers: usize,
-    /// Directory for etcd's data and log (created).
+    /// Directory for etcd's data and log, credentials and the servers'
+    /// data (created, private). One that holds a cluster already is
+    /// restarted: etcd from its data, the stored shard map, every server
+    /// from its data directory (the flags must be those that made it).
     #[arg(long)]
     dir: PathBuf,
+    /// Start anew: refused on a directory that holds a cluster unless
+    /// --force is given too.
+    #[arg(long)]
+    fresh: bool,
+    /// With --fresh: delete the cluster the directory holds first.
+    #[arg(long, requires = "fresh")]
+    force: bool,
     /// The keys every server loads its share of.
     #[command(flatten)]
     keys: KeyArgs,
@@ -341,6 +351,9 @@ impl UpArgs {
         }
         let h = &self.histore;
         Ok(UpConfig {
+            system: self.system.clone(),
+            fresh: self.fresh,
+            force: self.force,
             exe: std::env::current_exe().context("locating the xstore binary")?,
             dir: self.dir.clone(),
             token: self.token.resolve()?,

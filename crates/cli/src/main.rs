@@ -24,6 +24,7 @@ mod keys;
 mod model;
 mod progress;
 mod rdma_serve;
+mod resp_cmd;
 mod server_cmd;
 mod server_kind;
 mod shell;
@@ -65,6 +66,38 @@ enum Command {
     Dataset(dataset_cmd::DatasetArgs),
     /// A range-partitioned XStore: `up` (etcd and N servers), `status URL`.
     Cluster(cluster_cmd::ClusterArgs),
+    /// A Redis-protocol front end to a running server or cluster.
+    Resp(resp_cmd::RespArgs),
+    /// Runs a program and kills it when this process's parent dies (how
+    /// `cluster up` starts etcd so that it never outlives it).
+    #[command(hide = true)]
+    Guard(GuardArgs),
+}
+
+/// `xstore guard --parent PID -- PROGRAM ARGS...`.
+#[derive(clap::Args, Debug)]
+struct GuardArgs {
+    /// The pid whose death ends the program (the one that started the
+    /// guard; compared with the guard's parent from the start).
+    #[arg(long)]
+    parent: u32,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, num_args = 1..)]
+    command: Vec<String>,
+}
+
+/// Runs `xstore guard`: the program's exit status, or 1 once it was
+/// killed because the parent died or the guard was asked to stop.
+fn guard(args: &GuardArgs) -> Result<u8> {
+    use anyhow::Context;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    let (program, rest) = args.command.split_first().context("no program to run")?;
+    let code = coord::parent::run_guard(args.parent, program.as_ref(), rest, &stop)
+        .with_context(|| format!("running {program}"))?;
+    Ok(u8::try_from(code).unwrap_or(1))
 }
 
 /// Whether `-v`/`--verbose` is on the command line (looked at before
@@ -127,6 +160,8 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Stats(args) => stats_cmd::run(&args)?,
         Command::Dataset(args) => dataset_cmd::run(&args)?,
         Command::Cluster(args) => cluster_cmd::run(&args)?,
+        Command::Guard(args) => return guard(&args),
+        Command::Resp(args) => resp_cmd::run(&args)?,
         Command::Check(args) => {
             let code = check_cmd::run(&args)?;
             return Ok(u8::try_from(code).unwrap_or(1));

@@ -481,6 +481,10 @@ fn serve(
         None => Arc::new(host.clone()),
     };
     let stop = Arc::new(AtomicBool::new(false));
+    // Started by `cluster up`: stop when it dies, even by SIGKILL.
+    if let Some(parent) = coord::parent::parent_from_env() {
+        coord::parent::watch_parent(parent, stop.clone()).context("watching the parent process")?;
+    }
     let mut doors = CliDoors {
         args,
         host,

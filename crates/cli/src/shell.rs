@@ -108,17 +108,7 @@ struct Served {
 impl Served {
     /// The server at `url`: the first system whose probe claims it.
     fn reach(url: Url, token: Option<String>) -> Result<Served> {
-        let kind = crate::server_kind::probe(&url, token.as_deref())?;
-        let desc = kind.desc;
-        let connect = desc.connect.with_context(|| {
-            format!("{url:?} is a {} server, which no client reaches", desc.name)
-        })?;
-        let store = connect(&kv::Connect {
-            url: &url,
-            token: token.as_deref(),
-            options: &kv::Options::new(),
-        })
-        .with_context(|| format!("joining the {} server at {url:?}", desc.name))?;
+        let (desc, store) = crate::server_kind::reach_store(&url, token.as_deref())?;
         let client = store.client()?;
         Ok(Served {
             desc,

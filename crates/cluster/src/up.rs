@@ -109,9 +109,16 @@ pub fn up(config: &UpConfig) -> Result<(), DeployError> {
     // clients trust only sealed ones (docs/cluster.md).
     let base = Base::start(config)?;
     let creds = base.creds.clone();
-    crate::Etcd::connect_as(&base.url, Some(creds.clone()), coord::etcd::REQUEST_TIMEOUT)
-        .and_then(|etcd| etcd.create_map(&map))
-        .map_err(|e| DeployError::system("storing the shard map", e))?;
+    let etcd =
+        crate::Etcd::connect_as(&base.url, Some(creds.clone()), coord::etcd::REQUEST_TIMEOUT)
+            .map_err(|e| DeployError::system("connecting to etcd", e))?;
+    if base.restarted {
+        // The stored map, not a new split: ranges may have moved since.
+        stored_map_of(&etcd, &ids, config)?;
+    } else {
+        etcd.create_map(&map)
+            .map_err(|e| DeployError::system("storing the shard map", e))?;
+    }
     let specs = ids
         .iter()
         .map(|id| (id.clone(), xstore_server_args(config, &base.url, id)))
@@ -146,6 +153,49 @@ pub fn up(config: &UpConfig) -> Result<(), DeployError> {
     }
     base.stop(servers);
     Ok(())
+}
+
+/// The map a restarted cluster kept in etcd, checked to name exactly the
+/// servers this `up` starts.
+fn stored_map_of(
+    etcd: &crate::Etcd,
+    ids: &[String],
+    config: &UpConfig,
+) -> Result<ShardMap, DeployError> {
+    let map = etcd
+        .map()
+        .map_err(|e| DeployError::system("reading the stored shard map", e))?
+        .ok_or_else(|| {
+            DeployError::Failed(format!(
+                "the cluster in {} has no stored shard map: start anew with --fresh --force",
+                config.dir.display()
+            ))
+        })?;
+    let mut servers = map.servers();
+    servers.sort();
+    let mut wanted = ids.to_vec();
+    wanted.sort();
+    // A server may own no range after moves; it still runs.
+    if servers.iter().any(|s| !wanted.contains(s)) {
+        return Err(DeployError::Failed(format!(
+            "the stored shard map names servers {servers:?}, this cluster starts {wanted:?}"
+        )));
+    }
+    if durability_of(config).is_none() {
+        eprintln!(
+            "restarting a cluster without --durability: its servers load the keys again and \
+             the writes of the last run are gone"
+        );
+    }
+    Ok(map)
+}
+
+fn durability_of(config: &UpConfig) -> Option<&str> {
+    config
+        .sharded
+        .durability
+        .as_deref()
+        .filter(|mode| *mode != "none")
 }
 
 /// `cluster up --rebalance`: rounds until `stop`. A failed round (a server

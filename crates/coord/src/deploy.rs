@@ -114,6 +114,15 @@ pub struct GroupUp {
 /// plain values. A deployment refuses settings it has no use for.
 #[derive(Debug)]
 pub struct UpConfig {
+    /// The deployment's system name (stored with the cluster's shape, so
+    /// that a restart with another system is refused).
+    pub system: String,
+    /// Start anew in a directory that holds a cluster already (needs
+    /// `force` to delete its data); without it such a directory is
+    /// restarted.
+    pub fresh: bool,
+    /// Lets `fresh` delete an existing cluster's data.
+    pub force: bool,
     /// The `xstore` binary: each server runs as `EXE server ARGS`.
     pub exe: PathBuf,
     /// Directory for etcd's data and log, credentials and server logs
@@ -182,12 +191,12 @@ impl DeployError {
         }
     }
 
-    fn coord(what: impl Into<String>) -> impl FnOnce(CoordError) -> DeployError {
+    pub(crate) fn coord(what: impl Into<String>) -> impl FnOnce(CoordError) -> DeployError {
         let what = what.into();
         move |source| DeployError::Coord { what, source }
     }
 
-    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DeployError {
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DeployError {
         let what = what.into();
         move |source| DeployError::Io { what, source }
     }
@@ -213,13 +222,18 @@ fn token_or_generated(
     })
 }
 
-/// Starts etcd in `dir` and turns its authentication on before anything
-/// else talks to it: root's credentials go to `DIR/etcd-root`, those of
-/// the user whose role may read and write the cluster's prefix (servers
-/// and tools) to `DIR/etcd-auth`, both 0600. Returns etcd, its URL, the
+/// Starts etcd in `dir` (under a guard, `exe guard`, so that it dies with
+/// this process) and turns its authentication on before anything else
+/// talks to it: root's credentials go to `DIR/etcd-root`, those of the
+/// user whose role may read and write the cluster's prefix (servers and
+/// tools) to `DIR/etcd-auth`, both 0600. Returns etcd, its URL, the
 /// user's credentials and their file.
-fn start_secured_etcd(dir: &Path) -> Result<(EtcdProcess, String, EtcdAuth, PathBuf), DeployError> {
-    let etcd_proc = EtcdProcess::start(dir).map_err(DeployError::coord("starting etcd"))?;
+fn start_secured_etcd(
+    dir: &Path,
+    exe: &Path,
+) -> Result<(EtcdProcess, String, EtcdAuth, PathBuf), DeployError> {
+    let etcd_proc =
+        EtcdProcess::start_guarded(dir, exe).map_err(DeployError::coord("starting etcd"))?;
     let url = etcd_proc.url();
     let root = EtcdAuth::generate("root").map_err(DeployError::coord("etcd credentials"))?;
     let user = EtcdAuth::generate(ETCD_USER).map_err(DeployError::coord("etcd credentials"))?;
@@ -234,6 +248,26 @@ fn start_secured_etcd(dir: &Path) -> Result<(EtcdProcess, String, EtcdAuth, Path
         .map_err(DeployError::coord(format!("connecting to {url}")))?
         .enable_auth(&root, &user)
         .map_err(DeployError::coord("turning on etcd's authentication"))?;
+    Ok((etcd_proc, url, user, auth_file))
+}
+
+/// Restarts the etcd of an earlier `cluster up` in `dir` from its data
+/// (authentication is on already): the user's credentials are the ones
+/// that run wrote into `DIR/etcd-auth`.
+fn restart_secured_etcd(
+    dir: &Path,
+    exe: &Path,
+) -> Result<(EtcdProcess, String, EtcdAuth, PathBuf), DeployError> {
+    let auth_file = dir.join("etcd-auth");
+    let user = EtcdAuth::read_file(&auth_file).map_err(DeployError::coord(format!(
+        "reading the etcd credentials of the cluster in {}",
+        dir.display()
+    )))?;
+    let etcd_proc =
+        EtcdProcess::start_guarded(dir, exe).map_err(DeployError::coord("restarting etcd"))?;
+    let url = etcd_proc.url();
+    Etcd::connect_as(&url, Some(user.clone()), crate::etcd::REQUEST_TIMEOUT)
+        .map_err(DeployError::coord(format!("connecting to {url}")))?;
     Ok((etcd_proc, url, user, auth_file))
 }
 
@@ -254,17 +288,38 @@ pub struct Base {
     pub token_file: Option<PathBuf>,
     /// The `xstore` binary servers run as.
     exe: PathBuf,
+    /// Whether this is a restart of a cluster the directory held (etcd
+    /// from its data, the stored map and shape): the deployment must not
+    /// make a new map, and its servers recover from their data.
+    pub restarted: bool,
+    /// The directory's lock, held while this `cluster up` runs.
+    _lock: crate::dirstate::DirLock,
 }
 
 impl Base {
-    /// Creates `config.dir`, settles the token (never none: a generated
+    /// Creates `config.dir` (or restarts the cluster it holds, see
+    /// [`crate::dirstate`]), settles the token (never none: a generated
     /// one, in a file only its owner reads) and starts etcd secured.
     pub fn start(config: &UpConfig) -> Result<Base, DeployError> {
         let dir = &config.dir;
-        std::fs::create_dir_all(dir)
-            .map_err(DeployError::io(format!("creating {}", dir.display())))?;
-        let (token, token_file) = token_or_generated(dir, config.token.clone())?;
-        let (etcd, url, creds, auth_file) = start_secured_etcd(dir)?;
+        let (lock, restarted) = crate::dirstate::prepare(config)?;
+        let (token, token_file) = match (&config.token, restarted) {
+            (None, true) if dir.join("token").exists() => {
+                let path = dir.join("token");
+                let t = std::fs::read_to_string(&path)
+                    .map_err(DeployError::io(format!("reading {}", path.display())))?;
+                (t.trim().to_string(), Some(path))
+            }
+            _ => token_or_generated(dir, config.token.clone())?,
+        };
+        let (etcd, url, creds, auth_file) = if restarted {
+            restart_secured_etcd(dir, &config.exe)?
+        } else {
+            start_secured_etcd(dir, &config.exe)?
+        };
+        if !restarted {
+            crate::dirstate::write_shape(config)?;
+        }
         Ok(Base {
             etcd,
             url,
@@ -273,6 +328,8 @@ impl Base {
             token,
             token_file,
             exe: config.exe.clone(),
+            restarted,
+            _lock: lock,
         })
     }
 
@@ -288,7 +345,9 @@ impl Base {
             cmd.arg("server")
                 .args(args)
                 .env("XSTORE_TOKEN", &self.token)
-                .env(AUTH_FILE_VAR, &self.auth_file);
+                .env(AUTH_FILE_VAR, &self.auth_file)
+                // Dies with this process, even if it is killed.
+                .env(crate::parent::PARENT_VAR, std::process::id().to_string());
             let stop_by = StopBy::Terminate { grace: STOP_GRACE };
             group.push(Launched::spawn(format!("server {id}"), cmd, stop_by)?);
         }

@@ -125,7 +125,7 @@ fn read_lines(out: ChildStdout, tx: SyncSender<String>) {
 }
 
 /// Sends `signal` (`-TERM`, `-KILL`, ...) to process `pid`.
-fn send_signal(pid: u32, signal: &str) {
+pub(crate) fn send_signal(pid: u32, signal: &str) {
     let sent = Command::new("kill")
         .arg(signal)
         .arg(pid.to_string())

@@ -28,8 +28,10 @@
 
 pub mod auth;
 pub mod deploy;
+pub mod dirstate;
 pub mod etcd;
 pub mod launch;
+pub mod parent;
 pub mod process;
 
 pub use auth::{EtcdAuth, MemberSeal, AUTH_FILE_VAR, ETCD_USER};

@@ -21,7 +21,16 @@ pub struct EtcdProcess {
     child: Child,
     client_port: u16,
     dir: PathBuf,
+    /// The child is a guard (`xstore guard`) that runs etcd and kills it
+    /// when told to stop or when this process dies
+    /// ([`crate::parent::run_guard`]): stopped by SIGTERM, never by
+    /// SIGKILL first, which would leave etcd running without its guard.
+    guarded: bool,
 }
+
+/// How long a guard has to kill etcd and exit after SIGTERM before it is
+/// killed itself.
+const GUARD_STOP: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for EtcdProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,11 +91,27 @@ impl EtcdProcess {
     /// [`EtcdProcess::start`] with `extra` etcd flags (tests: e.g. a short
     /// `--auth-token-ttl`).
     pub fn start_with(dir: &Path, extra: &[&str]) -> Result<EtcdProcess, CoordError> {
+        Self::start_under(dir, extra, None)
+    }
+
+    /// [`EtcdProcess::start`] under a guard: `guard` is the `xstore`
+    /// binary, run as `xstore guard --parent PID -- etcd ...`, so that
+    /// etcd dies with this process even when it is killed
+    /// ([`crate::parent`]). [`EtcdProcess::pid`] is then the guard's.
+    pub fn start_guarded(dir: &Path, guard: &Path) -> Result<EtcdProcess, CoordError> {
+        Self::start_under(dir, &[], Some(guard))
+    }
+
+    fn start_under(
+        dir: &Path,
+        extra: &[&str],
+        guard: Option<&Path>,
+    ) -> Result<EtcdProcess, CoordError> {
         let bin = etcd_binary().ok_or(CoordError::NoEtcd)?;
         std::fs::create_dir_all(dir).map_err(CoordError::Io)?;
         let mut last = None;
         for _ in 0..START_ATTEMPTS {
-            match Self::try_start(&bin, dir, extra) {
+            match Self::try_start(&bin, dir, extra, guard) {
                 Ok(p) => return Ok(p),
                 Err(e) => {
                     tracing::warn!(error = %e, "etcd did not start; trying other ports");
@@ -97,12 +122,26 @@ impl EtcdProcess {
         Err(last.expect("at least one attempt"))
     }
 
-    fn try_start(bin: &Path, dir: &Path, extra: &[&str]) -> Result<EtcdProcess, CoordError> {
+    fn try_start(
+        bin: &Path,
+        dir: &Path,
+        extra: &[&str],
+        guard: Option<&Path>,
+    ) -> Result<EtcdProcess, CoordError> {
         let (client, peer) = (free_port()?, free_port()?);
         let log = std::fs::File::create(dir.join("etcd.log")).map_err(CoordError::Io)?;
         let curl = format!("http://127.0.0.1:{client}");
         let purl = format!("http://127.0.0.1:{peer}");
-        let child = Command::new(bin)
+        let mut cmd = match guard {
+            Some(exe) => {
+                let mut c = Command::new(exe);
+                c.args(["guard", "--parent", &std::process::id().to_string(), "--"])
+                    .arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = cmd
             .arg("--name=xstore")
             .arg(format!("--data-dir={}", dir.join("etcd-data").display()))
             .arg(format!("--listen-client-urls={curl}"))
@@ -122,6 +161,7 @@ impl EtcdProcess {
             child,
             client_port: client,
             dir: dir.to_path_buf(),
+            guarded: guard.is_some(),
         };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -159,6 +199,16 @@ impl EtcdProcess {
 
 impl Drop for EtcdProcess {
     fn drop(&mut self) {
+        if self.guarded && matches!(self.child.try_wait(), Ok(None)) {
+            crate::launch::send_signal(self.child.id(), "-TERM");
+            let deadline = Instant::now() + GUARD_STOP;
+            while Instant::now() < deadline {
+                if !matches!(self.child.try_wait(), Ok(None)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -151,6 +151,15 @@ pub fn up(config: &UpConfig) -> Result<(), DeployError> {
     check(config)?;
     let (h, stop) = (&config.group, config.stop.as_ref());
     let base = Base::start(config)?;
+    if base.restarted {
+        // Its servers keep no data on disk: a restart would meet views
+        // and memberships in etcd that name servers and tables gone.
+        return Err(DeployError::Config(format!(
+            "HiStore servers keep no data on disk: the group in {} cannot be restarted; \
+             start anew with --fresh --force",
+            config.dir.display()
+        )));
+    }
     // The group's peer key, like the token, in a file only its owner
     // reads: clients never get it.
     let peer_key_file = config.dir.join("histore-peer.key");

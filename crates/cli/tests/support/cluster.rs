@@ -26,7 +26,7 @@ pub struct ClusterUp {
     pub creds: coord::EtcdAuth,
     /// `cluster up --dir`.
     pub dir: PathBuf,
-    _tmp: tempfile::TempDir,
+    _tmp: Option<tempfile::TempDir>,
 }
 
 impl ClusterUp {
@@ -45,6 +45,23 @@ impl ClusterUp {
         coord::etcd_for_test()?;
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().join("cluster");
+        let mut up = Self::start_in(&dir, servers, keys, seed, extra, env)?;
+        up._tmp = Some(tmp);
+        Some(up)
+    }
+
+    /// [`ClusterUp::start`] with `--dir DIR` (kept after the drop: a
+    /// second `up` may restart what the first left there).
+    pub fn start_in(
+        dir: &Path,
+        servers: usize,
+        keys: usize,
+        seed: u64,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Option<ClusterUp> {
+        coord::etcd_for_test()?;
+        let dir = dir.to_path_buf();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_xstore"));
         cmd.args(["cluster", "up", "--servers", &servers.to_string(), "--dir"])
             .arg(&dir)
@@ -72,7 +89,7 @@ impl ClusterUp {
             token,
             creds,
             dir,
-            _tmp: tmp,
+            _tmp: None,
         })
     }
 
