@@ -1,8 +1,8 @@
 //! Decoders of the other systems' untrusted bytes: ROLEX leaves, model
-//! block heads and redo records read one-sided; HiStore value records,
-//! table headers, group views and RPCs; FineStore's trained-array entries
-//! and RPCs; the LPA models FineStore publishes. The first byte picks the
-//! decoder so one target covers them all.
+//! block heads, model pieces and redo records read one-sided; HiStore
+//! value records, table headers, group views and RPCs; FineStore's
+//! trained-array entries and RPCs; the LPA models FineStore publishes.
+//! The first byte picks the decoder so one target covers them all.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -23,6 +23,13 @@ fuzz_target!(|data: &[u8]| {
         1 => {
             let _ = rolex::layout::BlockHead::decode(rest, 1 << 20);
             let _ = rolex::layout::Entry::decode(word(rest));
+            // A model piece's words, then a key: any window it gives stays
+            // inside the leaf table.
+            let at = |i: usize| word(rest.get(i * 8..).unwrap_or(&[]));
+            let piece = rolex::layout::Piece::decode([at(0), at(1), at(2)]);
+            let n = 1 + (at(4) % 4096) as usize;
+            let (a, b) = rolex::layout::predict(&[piece], n, at(3));
+            assert!(a <= b && b < n);
         }
         2 => {
             let _ = rolex::lease::RedoRecord::decode(rest);

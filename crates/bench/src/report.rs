@@ -159,6 +159,10 @@ pub struct Report {
     /// froze writers (absent for other designs and remote servers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retrains: Option<kv::RetrainCounters>,
+    /// ROLEX's retraining latency, synonym leaves and metadata (its
+    /// paper's Table 1), over the system's life (`null` for other designs
+    /// and remote memory nodes).
+    pub rolex: Option<kv::RolexFigures>,
 }
 
 /// Requests per server of a range-partitioned system: every request a
@@ -228,6 +232,9 @@ impl Report {
         self.cost_rows(&mut rows);
         if let Some(h) = self.hints {
             hint_rows(&h, &mut rows);
+        }
+        if let Some(r) = &self.rolex {
+            rolex_rows(r, &mut rows);
         }
         self.judge_rows(&mut rows);
         if let Some(p) = &self.projected {
@@ -443,4 +450,34 @@ fn retrain_row(r: &kv::RetrainCounters) -> Row {
             us(r.model_freeze_ns_max),
         ),
     )
+}
+
+/// ROLEX's own figures, two rows.
+fn rolex_rows(r: &kv::RolexFigures, rows: &mut Vec<Row>) {
+    rows.push((
+        "rolex retraining",
+        format!(
+            "ε {}  {} models  p50 {} us  p99 {} us  max {} us  ({} fullest-first, {} synonym leaves)",
+            r.epsilon,
+            r.retrained,
+            r.retrain_us_p50,
+            r.retrain_us_p99,
+            r.retrain_us_max,
+            r.retrain_reordered,
+            r.synonym_leaves
+        ),
+    ));
+    rows.push((
+        "rolex metadata",
+        format!(
+            "{:.2} B/key: {} models, {} pieces: models {} B, LT {} B, SLT {} B, locks {} B",
+            r.metadata_bytes_per_key,
+            r.models,
+            r.pieces,
+            r.model_bytes,
+            r.lt_bytes,
+            r.slt_bytes,
+            r.lock_bytes
+        ),
+    ));
 }

@@ -1346,6 +1346,7 @@ fn summarize(
         projected: None,
         server_shares: None,
         inserter: None,
+        rolex: system.rolex(),
         judged: true,
         data: "loaded".to_string(),
         correctness,

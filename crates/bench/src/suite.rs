@@ -519,6 +519,7 @@ impl SuiteRow {
             server_shares: None,
             inserter: None,
             retrains: None,
+            rolex: None,
         }
     }
 }
@@ -1114,6 +1115,10 @@ impl Store for Tracker<'_> {
 
     fn retrains(&self) -> Option<kv::RetrainCounters> {
         self.inner.retrains()
+    }
+
+    fn rolex(&self) -> Option<kv::RolexFigures> {
+        self.inner.rolex()
     }
 }
 

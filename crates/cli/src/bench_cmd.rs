@@ -166,6 +166,10 @@ pub struct BenchArgs {
     /// (1..=64).
     #[arg(long, default_value_t = 1, value_parser = crate::flags::usize_in(1, 64))]
     memory_nodes: usize,
+    /// rolex: ε, the models' OptimalPLR error bound in positions (a leaf
+    /// holds --leaf-slots of them; a GET reads about 2ε/δ trained leaves)
+    #[arg(long, default_value_t = rolex::kv::DEFAULT_EPSILON, value_parser = crate::flags::u64_in(1, rolex::layout::MAX_EPSILON))]
+    rolex_epsilon: u64,
     /// histore: index groups, each with its own primary, backups and data
     /// server; a key's hash picks its group, SCANs merge across groups
     /// (1..=64).
@@ -404,6 +408,7 @@ fn system_options(args: &BenchArgs, spec: &SystemSpec) -> Result<kv::Options, Be
         )?
         .set("inner-fanout", args.inner_fanout)?
         .set("memory-nodes", args.memory_nodes)?
+        .set("rolex-epsilon", args.rolex_epsilon)?
         .set("groups", args.groups)?;
     Ok(o)
 }

@@ -122,6 +122,10 @@ pub struct ServerArgs {
     /// compute nodes join all N (`xstore bench --server URL0,URL1,..`).
     #[arg(long, value_name = "I/N", value_parser = crate::flags::memory_node)]
     memory_node: Option<String>,
+    /// rolex: ε, the models' OptimalPLR error bound in positions (1..=256;
+    /// default 16)
+    #[arg(long, value_parser = crate::flags::u64_in(1, rolex::layout::MAX_EPSILON))]
+    rolex_epsilon: Option<u64>,
     /// Slots per leaf (1..=128; default 16).
     #[arg(long, value_parser = crate::flags::leaf_slots)]
     leaf_slots: Option<usize>,
@@ -303,6 +307,7 @@ fn set_flags(args: &ServerArgs) -> Vec<Set> {
     put("fabric", Some(fabric).filter(|f| f != "tcp"), true);
     put("max-leaf-bytes", num(args.max_leaf_bytes), true);
     put("memory-node", args.memory_node.clone(), true);
+    put("rolex-epsilon", num(args.rolex_epsilon), true);
     put("leaf-slots", num(args.leaf_slots), true);
     put("submodel-keys", num(args.submodel_keys), true);
     put("train-threads", num(args.train_threads), true);

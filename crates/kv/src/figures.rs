@@ -162,3 +162,38 @@ impl RetrainCounters {
         .with_rate()
     }
 }
+
+/// ROLEX's own figures (its paper's): the memory nodes' retraining and
+/// the metadata a compute node caches (Table 1), summed over the memory
+/// nodes; over the system's life so far, not only the measured phase.
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq)]
+pub struct RolexFigures {
+    /// ε, the models' OptimalPLR error bound, in positions.
+    pub epsilon: u64,
+    /// Models retrained.
+    pub retrained: u64,
+    /// Median time to retrain one model, µs (within 12.5 % above).
+    pub retrain_us_p50: u64,
+    /// 99th percentile, µs (within 12.5 % above).
+    pub retrain_us_p99: u64,
+    /// Longest, µs.
+    pub retrain_us_max: u64,
+    /// Retrainings taken before older ones because their SLT was fuller.
+    pub retrain_reordered: u64,
+    /// Synonym leaves allocated (leaves beyond the trained ones).
+    pub synonym_leaves: u64,
+    /// Models cached (one leaf table and SLT each).
+    pub models: u64,
+    /// OptimalPLR pieces of all models.
+    pub pieces: u64,
+    /// Bytes of the models (block heads and pieces).
+    pub model_bytes: u64,
+    /// Bytes of the leaf tables.
+    pub lt_bytes: u64,
+    /// Bytes of the synonym leaf tables.
+    pub slt_bytes: u64,
+    /// Bytes of the lock tables (one word per trained leaf).
+    pub lock_bytes: u64,
+    /// All of these bytes per key loaded.
+    pub metadata_bytes_per_key: f64,
+}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use crate::{
-    Capabilities, HintCounters, KvClient, KvError, ModelFigures, RetrainCounters, ServerTime,
+    Capabilities, HintCounters, KvClient, KvError, ModelFigures, RetrainCounters, RolexFigures, ServerTime,
 };
 
 /// A loaded or reached system, ready to hand out clients.
@@ -28,6 +28,12 @@ pub trait Store: Sync {
     /// Retraining counts and freeze times so far (FineStore); `None` for
     /// designs that do not count them.
     fn retrains(&self) -> Option<RetrainCounters> {
+        None
+    }
+
+    /// ROLEX's retraining and metadata figures so far; `None` for other
+    /// designs.
+    fn rolex(&self) -> Option<RolexFigures> {
         None
     }
 }

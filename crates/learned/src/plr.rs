@@ -143,8 +143,10 @@ impl Chain {
 }
 
 /// The one-pass OptimalPLR state of the segment being grown (also used
-/// by `crate::xmodel` to place sub-model boundaries).
-pub(crate) struct Grower {
+/// by `crate::xmodel` to place sub-model boundaries, and by ROLEX's memory
+/// node to fit its models to points of its own: a leaf's two fences at
+/// the leaf's position).
+pub struct Grower {
     eps: i128,
     lower: Chain,
     upper: Chain,
@@ -156,7 +158,8 @@ pub(crate) struct Grower {
 }
 
 impl Grower {
-    pub(crate) fn new(eps: u64) -> Grower {
+    /// An empty segment of error bound `eps`.
+    pub fn new(eps: u64) -> Grower {
         Grower {
             eps: eps as i128,
             lower: Chain::default(),
@@ -168,7 +171,8 @@ impl Grower {
     }
 
     /// Adds `(x, y)`; false (and no change) if it does not fit the segment.
-    pub(crate) fn add(&mut self, x: i128, y: i128) -> bool {
+    /// `x` must grow from point to point.
+    pub fn add(&mut self, x: i128, y: i128) -> bool {
         let lo = P { x, y: y - self.eps };
         let hi = P { x, y: y + self.eps };
         match self.points {
@@ -207,8 +211,10 @@ impl Grower {
         true
     }
 
-    /// A feasible line with origin `origin` (x is measured from it).
-    fn line(&self, origin: u64, y0: i128) -> KeyLine {
+    /// A feasible line with origin `origin` (x is measured from it); with
+    /// fewer than two points, the flat line at `y0`. Its f64 rounding may
+    /// put a point slightly past the bound: callers verify.
+    pub fn line(&self, origin: u64, y0: i128) -> KeyLine {
         if self.points < 2 {
             return KeyLine {
                 origin,

@@ -3,7 +3,9 @@
 //! with `--threads` clients until the store holds `--to` keys, then reads
 //! every key back. Prints (and with `--json FILE` appends) one JSON line:
 //! errors, wrong or lost reads, leaves per GET of the read-back, models
-//! retrained, blocks reused, leaf regions added.
+//! retrained, blocks reused, leaf regions added, the retraining time per
+//! model, and the insert latency while some retraining ran against
+//! outside one (`--epsilon E` sets ε).
 //!
 //! ```sh
 //! cargo run --release -p rolex --example growth -- \
@@ -18,6 +20,7 @@ use std::time::Instant;
 use fabric::LocalFabric;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rolex::figures::{LatencyHistogram, LatencySummary};
 use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RolexConfig};
 
 fn value(k: u64) -> u64 {
@@ -43,6 +46,7 @@ fn main() {
         arg("--threads", 2),
         arg("--seed", 42),
     );
+    let epsilon = arg("--epsilon", rolex::kv::DEFAULT_EPSILON);
     assert!(to >= keys && threads >= 1 && nodes >= 1);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut seen = HashSet::with_capacity(to as usize);
@@ -80,6 +84,7 @@ fn main() {
         let config = RolexConfig {
             slots: 16,
             fill: 12,
+            epsilon,
             retrain_bytes: 256 << 20,
             ..RolexConfig::default()
         };
@@ -97,6 +102,16 @@ fn main() {
 
     let t = Instant::now();
     let chunk = inserts.len().div_ceil(threads as usize).max(1);
+    // Insert latency while a retraining ran (on any memory node) and
+    // outside one.
+    let (during, outside) = (LatencyHistogram::default(), LatencyHistogram::default());
+    let phases = || -> Vec<u64> {
+        retrainers
+            .iter()
+            .map(|r| r.stats().phase.load(Ordering::Acquire))
+            .collect()
+    };
+    let (during, outside, phases) = (&during, &outside, &phases);
     let errors: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = inserts
             .chunks(chunk)
@@ -109,7 +124,13 @@ fn main() {
                     let mut c = pool.client(eps).expect("client");
                     let mut errors = 0u64;
                     for (j, &k) in part.iter().enumerate() {
-                        match c.insert(k, value(k)) {
+                        let (p0, t0) = (phases(), Instant::now());
+                        let r = c.insert(k, value(k));
+                        let us = t0.elapsed().as_micros() as u64;
+                        let overlapped =
+                            p0.iter().zip(phases()).any(|(a, b)| a % 2 == 1 || *a != b);
+                        if overlapped { during } else { outside }.record(us);
+                        match r {
                             Ok(true) => {}
                             Ok(false) => {
                                 errors += 1;
@@ -186,7 +207,7 @@ fn main() {
             "{{\"keys\":{},\"to\":{},\"memory_nodes\":{},\"threads\":{},\"seed\":{},",
             "\"insert_seconds\":{:.2},\"insert_ops_per_s\":{:.0},\"insert_errors\":{},",
             "\"read_back\":{},\"read_seconds\":{:.2},\"wrong\":{},\"lost\":{},\"read_errors\":{},",
-            "\"leaves_per_get\":{:.3},\"models\":{},\"max_model_error_leaves\":{},",
+            "\"leaves_per_get\":{:.3},\"models\":{},\"max_model_error_leaves\":{:.2},",
             "\"mean_model_error_leaves\":{:.2},\"retrained\":{},\"retrain_abandoned\":{},",
             "\"retrain_deferred\":{},\"blocks_reused\":{},\"leaf_regions_added\":{},\"leaves\":{}}}"
         ),
@@ -214,6 +235,12 @@ fn main() {
         regions,
         leaves_now
     );
+    let line = with_latencies(
+        line,
+        epsilon,
+        &retrainers,
+        (during.summary(), outside.summary()),
+    );
     println!("{line}");
     if let Some(path) = json {
         let mut f = std::fs::OpenOptions::new()
@@ -226,4 +253,38 @@ fn main() {
     let bad = errors + wrong + lost + read_errors;
     drop(retrainers);
     std::process::exit(if bad == 0 { 0 } else { 1 });
+}
+
+/// `line` (a JSON object) with ε, the retraining time per model (the
+/// largest quantiles of any node) and the insert latencies during and
+/// outside retraining added.
+fn with_latencies(
+    line: String,
+    epsilon: u64,
+    retrainers: &[rolex::Retrainer],
+    (during, outside): (LatencySummary, LatencySummary),
+) -> String {
+    let mut r = LatencySummary::default();
+    for t in retrainers {
+        let l = t.stats().latency.summary();
+        r.mean_us += l.mean_us * l.count as f64;
+        r.count += l.count;
+        r.p50_us = r.p50_us.max(l.p50_us);
+        r.p99_us = r.p99_us.max(l.p99_us);
+        r.max_us = r.max_us.max(l.max_us);
+    }
+    r.mean_us /= r.count.max(1) as f64;
+    let obj = |l: &LatencySummary| {
+        format!(
+            "{{\"count\":{},\"p50\":{},\"p99\":{},\"max\":{},\"mean\":{:.1}}}",
+            l.count, l.p50_us, l.p99_us, l.max_us, l.mean_us
+        )
+    };
+    let body = line.strip_suffix('}').unwrap_or(&line);
+    format!(
+        "{body},\"epsilon\":{epsilon},\"retrain_us\":{},\"insert_us_during_retraining\":{},\"insert_us_outside_retraining\":{}}}",
+        obj(&r),
+        obj(&during),
+        obj(&outside)
+    )
 }

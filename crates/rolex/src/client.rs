@@ -451,17 +451,34 @@ impl ComputeNode {
             .sum()
     }
 
-    /// Models, and the largest and mean prediction error (in trained
-    /// leaves beyond the one predicted: a piece's window less one) of the
-    /// cached blocks' pieces.
-    pub fn model_errors(&self) -> (usize, u64, f64) {
-        let mut errs: Vec<u64> = Vec::new();
+    /// The metadata cached for this memory node, by part (the paper's
+    /// Table 1).
+    pub fn metadata(&self) -> crate::figures::Metadata {
+        let mut md = crate::figures::Metadata::default();
         for m in &self.models {
             let c = m.read().unwrap_or_else(|e| e.into_inner());
-            errs.extend(c.pieces.iter().map(|p| (p.hi as i64 - p.lo as i64) as u64));
+            let (n, p) = (c.lt.len() as u64, c.pieces.len() as u64);
+            md.models += 1;
+            md.pieces += p;
+            md.model_bytes += (BLOCK_HEAD_WORDS as u64 + PIECE_WORDS as u64 * p) * 8;
+            md.lt_bytes += n * 8;
+            md.slt_bytes += SLT_SLOTS as u64 * 8;
+            md.lock_bytes += n * 8;
         }
-        let max = errs.iter().copied().max().unwrap_or(0);
-        let mean = errs.iter().sum::<u64>() as f64 / errs.len().max(1) as f64;
+        md
+    }
+
+    /// Models, and the largest and mean window width (in trained leaves
+    /// beyond the one holding the key: a piece's `hi - lo`) of the cached
+    /// blocks' pieces.
+    pub fn model_errors(&self) -> (usize, f64, f64) {
+        let mut errs: Vec<f64> = Vec::new();
+        for m in &self.models {
+            let c = m.read().unwrap_or_else(|e| e.into_inner());
+            errs.extend(c.pieces.iter().map(|p| p.width()));
+        }
+        let max = errs.iter().copied().fold(0.0, f64::max);
+        let mean = errs.iter().sum::<f64>() / errs.len().max(1) as f64;
         (self.models.len(), max, mean)
     }
 

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use fabric::{Endpoint, LocalFabric, NodeId};
 use kv::{
     Capabilities, ClientFigures, Connect, DirectStats, ErrorKind, KvError, LocalLoad, ModelFigures,
-    OptionDesc, Options, ServerTime, Store, SystemDesc, WordClient, Words,
+    OptionDesc, Options, RolexFigures, ServerTime, Store, SystemDesc, WordClient, Words,
 };
 use rdmasim::record::TracingEndpoint;
 
+use crate::layout::MAX_EPSILON;
 use crate::{
     range_nodes, ComputeNode, MemoryNode, MultiClient, MultiNode, Retrainer, RolexConfig,
     RolexError,
@@ -26,6 +27,9 @@ use crate::{
 /// Leaf slots (δ) when `leaf-slots` is not given: the benchmark's
 /// `--leaf-slots` default, so ROLEX and the B+-trees compare at one δ.
 pub const DEFAULT_DELTA: usize = 16;
+/// ε when `rolex-epsilon` is not given (positions; the paper's evaluation
+/// finds ROLEX fast with ε in 8..=256 and δ in 8..=128).
+pub const DEFAULT_EPSILON: u64 = 16;
 /// Most memory nodes a local load spreads the key space over.
 pub const MAX_MEMORY_NODES: usize = 64;
 
@@ -38,6 +42,9 @@ pub struct RolexOptions {
     /// Memory nodes the key space is spread over (`memory-nodes`, §3.6),
     /// each with its own regions and retrainer thread.
     pub memory_nodes: usize,
+    /// ε, the OptimalPLR error bound of the models, in positions
+    /// (`rolex-epsilon`; a GET reads about 2ε/δ trained leaves).
+    pub epsilon: u64,
 }
 
 impl Default for RolexOptions {
@@ -45,6 +52,7 @@ impl Default for RolexOptions {
         RolexOptions {
             delta: DEFAULT_DELTA,
             memory_nodes: 1,
+            epsilon: DEFAULT_EPSILON,
         }
     }
 }
@@ -59,6 +67,10 @@ impl RolexOptions {
         OptionDesc {
             name: "memory-nodes",
             help: "memory nodes the key space is split over, each with its own retrainer (1..=64; default 1)",
+        },
+        OptionDesc {
+            name: "rolex-epsilon",
+            help: "ε, the models' OptimalPLR error bound in positions (δ per leaf; a GET reads about 2ε/δ leaves; 1..=256; default 16)",
         },
         OptionDesc {
             name: "servers",
@@ -81,9 +93,11 @@ impl RolexOptions {
                 "option memory-nodes: 1..={MAX_MEMORY_NODES}, not {memory_nodes}"
             )));
         }
+        let epsilon = o.get_u64_in("rolex-epsilon", d.epsilon, 1, MAX_EPSILON)?;
         Ok(RolexOptions {
             delta,
             memory_nodes,
+            epsilon,
         })
     }
 }
@@ -199,6 +213,7 @@ impl RolexLocal {
             let config = RolexConfig {
                 slots,
                 fill,
+                epsilon: o.epsilon,
                 spare_leaves: (2 * trained).max(1 << 18),
                 retrain_bytes: 256 << 20,
                 ..RolexConfig::default()
@@ -215,14 +230,14 @@ impl RolexLocal {
         let pool = MultiNode::new(compute)?;
         let config = memory[0].config();
         let (models, max, mean) = pool.model_errors();
-        // Errors in positions, as the other designs report them (a leaf
-        // holds `fill` keys at load); the mean is that of the models'
-        // error bounds, since only the bounds are stored.
-        let fill = config.fill as f64;
+        // Errors in positions (δ per leaf), as the other designs report
+        // them and as ε bounds them: half a piece's window, the mean that
+        // of the pieces' measured bounds, since only the bounds are stored.
+        let half = config.slots as f64 / 2.0;
         let model = Some(ModelFigures {
             submodels: u32::try_from(models).unwrap_or(u32::MAX),
-            mean_abs_error: mean * fill,
-            max_error: max as f64 * fill,
+            mean_abs_error: mean * half,
+            max_error: max * half,
         });
         Ok(RolexLocal {
             fabric,
@@ -247,6 +262,38 @@ impl RolexLocal {
             .map(|m| m.allocated_leaves() - m.trained_leaves() as u64)
             .sum();
         (self.memory.len(), retrained, synonyms)
+    }
+}
+
+impl RolexLocal {
+    /// The retrainers' work (latencies merged over the memory nodes: the
+    /// largest p50 and p99 of any node, exact when there is one), the
+    /// synonym leaves and the compute node's cached metadata.
+    pub fn figures(&self) -> RolexFigures {
+        let (_, retrained, synonyms) = self.memory_figures();
+        let md = self.pool.metadata();
+        let keys: u64 = self.memory.iter().map(|m| m.loaded_keys()).sum();
+        let mut f = RolexFigures {
+            epsilon: self.memory[0].config().epsilon,
+            retrained,
+            synonym_leaves: synonyms,
+            models: md.models,
+            pieces: md.pieces,
+            model_bytes: md.model_bytes,
+            lt_bytes: md.lt_bytes,
+            slt_bytes: md.slt_bytes,
+            lock_bytes: md.lock_bytes,
+            metadata_bytes_per_key: md.total() as f64 / keys.max(1) as f64,
+            ..RolexFigures::default()
+        };
+        for r in &self.retrainers {
+            let l = r.stats().latency.summary();
+            f.retrain_us_p50 = f.retrain_us_p50.max(l.p50_us);
+            f.retrain_us_p99 = f.retrain_us_p99.max(l.p99_us);
+            f.retrain_us_max = f.retrain_us_max.max(l.max_us);
+            f.retrain_reordered += r.stats().reordered.load(Ordering::Relaxed);
+        }
+        f
     }
 }
 
@@ -277,6 +324,10 @@ impl Store for RolexLocal {
     fn server_time(&self) -> Option<ServerTime> {
         // The memory node runs no code for requests.
         Some(ServerTime::default())
+    }
+
+    fn rolex(&self) -> Option<RolexFigures> {
+        Some(self.figures())
     }
 }
 

@@ -129,22 +129,26 @@
 //! 8+n+256..     lock table (LK): lock word of chain i at 8+n+256+i
 //!               ([`crate::lease::LockWord`]: owner, lease, sequence)
 //! 8+2n+256..    pieces, 3 words each ([`Piece`]): first key, first
-//!               trained leaf | lo << 32 | hi << 48, slope (f64 bits)
+//!               trained leaf | lo << 32 | hi << 48 (i16 each, 1/64
+//!               leaf), slope in trained leaves per key (f64 bits)
 //! ```
 //!
-//! ## A model is split into pieces
+//! ## A model's line is OptimalPLR pieces (ROLEX §3.2)
 //!
-//! A model's leaves grow with its data: every retraining makes all its
-//! leaves trained leaves, so a model loaded with 64 leaves may have
-//! thousands after the data grew a hundredfold, and one line over them
-//! errs by tens of leaves. A model is therefore a piecewise line: each
-//! piece covers a run of trained leaves (at most [`MAX_PIECE_LEAVES`])
-//! and carries its own bounds, and the fit starts a new piece where the
-//! window would pass [`MAX_PIECE_WINDOW`] leaves, at load and at every
-//! retraining. So the pieces grow in number with the leaves and a GET
-//! reads one or two trained leaves at any size. (The paper retrains a
-//! model in place with one line; the pieces are the models a grown model
-//! is split into, found through the block's directory word.)
+//! A model's trained leaves are fitted with OptimalPLR of error bound ε
+//! (positions): leaf j stands for positions `j·δ` (δ slots per leaf), and
+//! both of its fences are trained at that position, so each piece (a
+//! segment, at most [`MAX_PIECE_LEAVES`] leaves) has a line within ε of
+//! every leaf it covers at both fences, and so at every key between them
+//! whatever the leaf comes to hold (the paper's data-movement constraint:
+//! keys never leave their leaf's fences). A GET reads the trained leaves
+//! in `[x + lo, x + hi]`, `x` the piece's real-valued prediction and
+//! `lo`/`hi` the piece's bounds measured on that line (Equation 2 with
+//! measured bounds, at most about ±ε/δ): about `2ε/δ` leaves, two at the
+//! paper's ε = δ = 16, plus their synonyms. Every retraining fits the
+//! model's leaves anew, so the pieces grow in number with the leaves (a
+//! model loaded with 64 leaves may have thousands after its data grew a
+//! hundredfold) and the window stays ε-bounded at any size.
 //!
 //! The LT and SLT are contiguous so that a compute node refreshes both with
 //! one READ; the lock words follow them, one per chain, because a lock
@@ -436,7 +440,7 @@ pub struct BlockHead {
     pub largest: u64,
     /// LT entries.
     pub n: usize,
-    /// Pieces of the model's piecewise line (1..=n).
+    /// Pieces of the model's OptimalPLR pieces (1..=n).
     pub pieces: usize,
 }
 
@@ -476,23 +480,31 @@ impl BlockHead {
     }
 }
 
-/// Most trained leaves one piece covers (bounds the fit's work).
+/// Most trained leaves one piece covers (bounds the fit's work and the
+/// cost of a piece that must be refit).
 pub const MAX_PIECE_LEAVES: usize = 256;
-/// Most trained leaves a piece's window may name: the fit ends a piece
-/// before its window would grow past this.
-pub const MAX_PIECE_WINDOW: i64 = 2;
+/// A piece's bounds are stored in this fraction of a trained leaf.
+pub const BOUND_SCALE: f64 = 64.0;
+/// Largest ε (positions) a memory node fits with: the bounds, at most
+/// about 2ε/δ leaves either side at δ = 2, stay well inside an `i16` of
+/// [`BOUND_SCALE`] units.
+pub const MAX_EPSILON: u64 = 256;
 
-/// One piece of a model: from its first key on, trained leaf `first + ⌊(key
-/// - key) · slope⌋` give or take its bounds.
+/// One piece of a model (an OptimalPLR segment, ROLEX §3.2): from its
+/// first key on, key `k` is predicted at real trained leaf `x = first +
+/// (k - key) · slope`, and the trained leaves that may hold it are the
+/// whole numbers in `[x + lo / 64, x + hi / 64]` (Equation 2, with the
+/// piece's measured bounds in place of ±ε/δ).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Piece {
     /// Its first key: the low fence of trained leaf `first`.
     pub key: u64,
     /// Its first trained leaf.
     pub first: u32,
-    /// Smallest `leaf - prediction` of a key of the piece (≤ 0).
+    /// Smallest `leaf - x` of a key of the piece, in 1/64 leaf, rounded
+    /// down.
     pub lo: i16,
-    /// Largest `leaf - prediction` (≥ 0).
+    /// Largest `leaf - x`, in 1/64 leaf, rounded up.
     pub hi: i16,
     /// Trained leaves per key.
     pub slope: f64,
@@ -519,13 +531,17 @@ impl Piece {
         }
     }
 
-    /// The trained leaf the piece's line gives `key` (≥ its key): the one
-    /// expression the fit and every lookup use, so both agree bit for bit.
-    pub fn position(&self, key: u64) -> i64 {
-        let x = key.saturating_sub(self.key) as f64 * self.slope;
-        // `as` saturates: a NaN or huge slope from a corrupt block gives
-        // a position the caller clamps.
-        self.first as i64 + x.floor() as i64
+    /// The real trained leaf the piece's line gives `key` (≥ its key):
+    /// the one expression the fit and every lookup use, so both agree
+    /// bit for bit.
+    pub fn position(&self, key: u64) -> f64 {
+        self.first as f64 + key.saturating_sub(self.key) as f64 * self.slope
+    }
+
+    /// The piece's window width in trained leaves (`hi - lo`): about
+    /// 2ε/δ for a piece that grew until its bound was reached.
+    pub fn width(&self) -> f64 {
+        (self.hi as f64 - self.lo as f64) / BOUND_SCALE
     }
 }
 
@@ -533,25 +549,35 @@ impl Piece {
 pub const PIECE_WORDS: usize = 3;
 
 /// The trained leaves (inclusive, within `0..n`) that may hold `key`:
-/// its piece's position plus the piece's bounds.
+/// the whole numbers in its piece's window.
 pub fn predict(pieces: &[Piece], n: usize, key: u64) -> (usize, usize) {
     let last = n as i64 - 1;
     let k = pieces.partition_point(|p| p.key <= key).saturating_sub(1);
     let Some(p) = pieces.get(k) else {
         return (0, last.max(0) as usize);
     };
-    let f = p.position(key);
-    let lo = f.saturating_add(p.lo.min(0) as i64).clamp(0, last);
-    let hi = f.saturating_add(p.hi.max(0) as i64).clamp(lo, last);
-    (lo as usize, hi as usize)
+    let x = p.position(key);
+    // `as` saturates (and makes NaN 0): a corrupt piece gives a window
+    // that is clamped, never out of the table.
+    let lo = (x + p.lo as f64 / BOUND_SCALE).ceil() as i64;
+    let hi = (x + p.hi as f64 / BOUND_SCALE).floor() as i64;
+    let lo = lo.clamp(0, last);
+    (lo as usize, hi.clamp(lo, last) as usize)
 }
 
-/// Fits pieces to a model's trained leaves: `lows[j]` is leaf j's low
-/// fence (ascending, `lows[0]` the model's smallest key), `largest` the
-/// model's largest key. Greedy: each piece's line runs from its first
-/// leaf's low fence to the end of its last leaf, and a piece grows while
-/// its window stays within [`MAX_PIECE_WINDOW`] leaves.
-pub fn fit_pieces(lows: &[u64], largest: u64) -> Vec<Piece> {
+/// Fits pieces to a model's trained leaves with OptimalPLR (ROLEX §3.2):
+/// `lows[j]` is leaf j's low fence (ascending, `lows[0]` the model's
+/// smallest key), `largest` the model's largest key. Leaf j holds the
+/// positions from `j·δ` (δ = `slots`, as the paper's fixed-size leaves),
+/// and its two fences are trained at that position, so a piece's line is
+/// within `eps` positions of it at both fences and, being a line, at every
+/// key between them: whatever a leaf comes to hold, the leaf stays in the
+/// window of every key its fences admit. Each piece's bounds are then
+/// measured on the rounded line a lookup uses (no wider than 2ε/δ leaves,
+/// often narrower).
+pub fn fit_pieces(lows: &[u64], largest: u64, eps: u64, slots: usize) -> Vec<Piece> {
+    assert!((1..=MAX_EPSILON).contains(&eps), "ε {eps}");
+    assert!(slots >= 1);
     let n = lows.len();
     let end = |j: usize| -> u64 {
         if j + 1 < n {
@@ -560,41 +586,91 @@ pub fn fit_pieces(lows: &[u64], largest: u64) -> Vec<Piece> {
             largest
         }
     };
-    let piece = |s: usize, e: usize| -> Piece {
-        let span = (end(e) - lows[s]) as f64 + 1.0;
-        let mut p = Piece {
-            key: lows[s],
-            first: s as u32,
-            lo: 0,
-            hi: 0,
-            slope: (e + 1 - s) as f64 / span,
-        };
-        let (mut lo, mut hi) = (0i64, 0i64);
-        for (j, &low) in lows.iter().enumerate().take(e + 1).skip(s) {
-            hi = hi.max(j as i64 - p.position(low));
-            lo = lo.min(j as i64 - p.position(end(j)));
-        }
-        p.lo = lo.clamp(i16::MIN as i64, 0) as i16;
-        p.hi = hi.clamp(0, i16::MAX as i64) as i16;
-        p
-    };
     let mut out = Vec::new();
     let mut s = 0;
     while s < n {
-        let mut best = (piece(s, s), s);
-        let mut e = s + 1;
+        let origin = lows[s];
+        let mut g = learned::plr::Grower::new(eps);
+        let mut e = s;
         while e < n && e - s < MAX_PIECE_LEAVES {
-            let p = piece(s, e);
-            if p.hi as i64 - p.lo as i64 + 1 > MAX_PIECE_WINDOW {
+            let y = ((e - s) * slots) as i128;
+            let x0 = (lows[e] - origin) as i128;
+            let x1 = (end(e) - origin) as i128;
+            // A leaf joins only with both fences (a refused point changes
+            // nothing; a low fence kept without its end only narrows the
+            // line's freedom).
+            if !g.add(x0, y) || (x1 > x0 && !g.add(x1, y)) {
                 break;
             }
-            best = (p, e);
             e += 1;
         }
-        out.push(best.0);
-        s = best.1 + 1;
+        let e = e.max(s + 1);
+        let line = g.line(origin, 0);
+        // The line's intercept is not stored: the bounds, measured from
+        // `first`, take it in (they sit about intercept/δ off centre).
+        match bounded_piece(lows, &end, (s, e), line.slope / slots as f64) {
+            Some(p) => {
+                out.push(p);
+                s = e;
+            }
+            None => {
+                out.push(flat_piece(origin, s));
+                s += 1;
+            }
+        }
     }
     out
+}
+
+/// The piece over leaves `s..e` whose line is `s + (k - lows[s])·slope`
+/// leaves, with its bounds measured at every leaf's fences; `None` if the
+/// slope is not finite or the bounds do not fit their `i16`s.
+fn bounded_piece(
+    lows: &[u64],
+    end: &dyn Fn(usize) -> u64,
+    (s, e): (usize, usize),
+    slope: f64,
+) -> Option<Piece> {
+    if !slope.is_finite() {
+        return None;
+    }
+    let mut p = Piece {
+        key: lows[s],
+        first: u32::try_from(s).ok()?,
+        lo: 0,
+        hi: 0,
+        slope,
+    };
+    let (mut a, mut b) = (f64::INFINITY, f64::NEG_INFINITY);
+    for (j, &low) in lows.iter().enumerate().take(e).skip(s) {
+        for k in [low, end(j)] {
+            let d = j as f64 - p.position(k);
+            a = a.min(d);
+            b = b.max(d);
+        }
+    }
+    // Rounded outward, and one unit more: a lookup adds the bound to its
+    // position in f64 once more, and must not lose a leaf to that rounding.
+    let lo = (a * BOUND_SCALE).floor() - 1.0;
+    let hi = (b * BOUND_SCALE).ceil() + 1.0;
+    let range = i16::MIN as f64..=i16::MAX as f64;
+    if !range.contains(&lo) || !range.contains(&hi) {
+        return None;
+    }
+    p.lo = lo as i16;
+    p.hi = hi as i16;
+    Some(p)
+}
+
+/// A one-leaf piece: every key maps to leaf `s` exactly.
+fn flat_piece(key: u64, s: usize) -> Piece {
+    Piece {
+        key,
+        first: s as u32,
+        lo: -1,
+        hi: 1,
+        slope: 0.0,
+    }
 }
 
 /// A leaf's contents, as written or as decoded from fetched bytes.
@@ -720,54 +796,80 @@ mod tests {
         assert_eq!(BlockHead::decode(&no_pieces, 64), None, "no piece");
     }
 
-    #[test]
-    fn pieces_cover_every_key_of_their_leaves_within_their_window() {
-        let seed = 7u64;
+    /// Leaves of uneven widths, as splits leave them (seeded).
+    fn uneven_lows(seed: u64, n: usize) -> Vec<u64> {
         let mut x = seed;
         let mut lows = vec![1000u64];
-        for _ in 0..3000 {
-            // Leaves of uneven widths, as splits leave them.
+        for _ in 1..n {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            let w = 50 + (x >> 33) % 400;
+            let w = 1 + (x >> 33) % 400;
             lows.push(lows.last().unwrap() + w);
         }
-        let largest = lows.last().unwrap() + 77;
-        let pieces = fit_pieces(&lows, largest);
-        let p = Piece::decode(pieces[1].encode());
-        assert_eq!(p, pieces[1], "a piece round trips");
-        let n = lows.len();
-        let mut width = 0;
-        for j in 0..n {
-            let end = if j + 1 < n { lows[j + 1] - 1 } else { largest };
-            for key in [lows[j], (lows[j] + end) / 2, end] {
-                let (a, b) = predict(&pieces, n, key);
-                assert!(a <= j && j <= b, "key {key} of leaf {j}: window {a}..={b}");
-                assert!(b - a < MAX_PIECE_WINDOW as usize, "window {a}..={b}");
-                width += b - a + 1;
+        lows
+    }
+
+    #[test]
+    fn pieces_cover_every_key_of_their_leaves_within_their_window() {
+        let seed = testkit::seed();
+        for (eps, slots) in [(16, 16), (1, 16), (8, 2), (64, 4), (MAX_EPSILON, 2)] {
+            let lows = uneven_lows(seed ^ eps, 3000);
+            let largest = lows.last().unwrap() + 77;
+            let pieces = fit_pieces(&lows, largest, eps, slots);
+            let p = Piece::decode(pieces[1].encode());
+            assert_eq!(p, pieces[1], "a piece round trips");
+            let n = lows.len();
+            let mut width = 0;
+            for j in 0..n {
+                let end = if j + 1 < n { lows[j + 1] - 1 } else { largest };
+                for key in [lows[j], (lows[j] + end) / 2, end] {
+                    let (a, b) = predict(&pieces, n, key);
+                    assert!(
+                        a <= j && j <= b,
+                        "ε {eps}: key {key} of leaf {j}: {a}..={b}"
+                    );
+                    // Equation 2: 2ε/δ leaves, plus the one a whole
+                    // number of them may straddle.
+                    let most = 2 * eps as usize / slots + 2;
+                    assert!(b - a < most, "ε {eps}: window {a}..={b}");
+                    width += b - a + 1;
+                }
+            }
+            for w in pieces.windows(2) {
+                assert!(w[0].key < w[1].key && w[0].first < w[1].first);
+            }
+            eprintln!(
+                "ε {eps} δ {slots}: {} pieces for {n} leaves, mean window {:.2}",
+                pieces.len(),
+                width as f64 / (3 * n) as f64
+            );
+        }
+    }
+
+    #[test]
+    fn a_wider_bound_takes_fewer_pieces() {
+        let lows = uneven_lows(3, 5000);
+        let count = |eps| fit_pieces(&lows, lows[4999] + 9, eps, 16).len();
+        let (narrow, wide) = (count(4), count(64));
+        assert!(wide * 2 < narrow, "ε 4: {narrow} pieces, ε 64: {wide}");
+    }
+
+    #[test]
+    fn a_corrupt_piece_never_names_a_leaf_out_of_range() {
+        for slope in [f64::NAN, f64::INFINITY, -1e300, 1e300] {
+            let bad = [Piece {
+                key: 0,
+                first: u32::MAX,
+                lo: i16::MIN,
+                hi: i16::MAX,
+                slope,
+            }];
+            for key in [0, 5, u64::MAX] {
+                let (a, b) = predict(&bad, 10, key);
+                assert!(a <= b && b < 10, "slope {slope}: {a}..={b}");
             }
         }
-        assert!(
-            pieces.len() < n / 2,
-            "{} pieces for {n} leaves",
-            pieces.len()
-        );
-        eprintln!(
-            "{} pieces, mean window {:.2}",
-            pieces.len(),
-            width as f64 / (3 * n) as f64
-        );
-        // A corrupt piece never names a leaf out of range.
-        let bad = [Piece {
-            key: 0,
-            first: u32::MAX,
-            lo: i16::MIN,
-            hi: i16::MAX,
-            slope: f64::NAN,
-        }];
-        let (a, b) = predict(&bad, 10, 5);
-        assert!(a <= b && b < 10);
     }
 
     #[test]

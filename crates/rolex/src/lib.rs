@@ -9,8 +9,10 @@
 //!   (models start at OptimalPLR segments) and registers the regions.
 //! * [`client`] — the compute node: GET, SCAN, INSERT, UPDATE, DELETE
 //!   over [`fabric`] verbs, synonym leaves, lock sharing between threads.
-//! * [`retrain`] — the memory node's one retrainer thread: CirQ, in-place
-//!   retraining, shadow redirection.
+//! * [`retrain`] — the memory node's one retrainer thread: CirQ (fullest
+//!   SLT first), in-place retraining, shadow redirection.
+//! * [`figures`] — what ROLEX measures about itself: retraining latency,
+//!   the cached metadata (the paper's Table 1).
 //! * [`lease`] — beyond the paper: lock words with an owner and a lease,
 //!   redo records, and the rule by which a lapsed lock is stolen and its
 //!   chain repaired, so a crashed compute node never blocks a chain; owner
@@ -24,13 +26,14 @@
 //!
 //! Built to last (docs/rolex.md): owner ids are leased, retired model
 //! blocks' space is reused after a grace period, the leaf space grows by
-//! added regions, and a model is a piecewise line refit into more pieces
-//! as its leaves grow.
+//! added regions, and a model is OptimalPLR pieces (error bound ε) refit
+//! into more pieces as its leaves grow.
 
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod error;
+pub mod figures;
 pub mod kv;
 pub mod layout;
 pub mod lease;

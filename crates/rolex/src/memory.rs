@@ -14,7 +14,7 @@ use crate::error::RolexError;
 use crate::layout::{
     fit_pieces, BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, Piece, TableLayout,
     ALLOC_NUM_WORD, CAPACITY_WORD, CHUNK_LEAVES_WORD, FIRST_LEAVES_WORD, GRACE_WORD,
-    MAX_ADDED_REGIONS, MAX_LEAVES_WORD, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
+    MAX_ADDED_REGIONS, MAX_EPSILON, MAX_LEAVES_WORD, NO_LEAF, SLT_SLOTS, TABLE_MAGIC,
 };
 use crate::lease::{
     LockWord, LogLayout, DEFAULT_OWNER_LEASE_MS, MAX_OWNER, MIN_OWNER_LEASE_MS, OWNER_LEASE_WORD,
@@ -37,8 +37,10 @@ pub struct RolexConfig {
     /// Pairs per trained leaf at load (≤ slots): room left in each leaf
     /// lets early inserts land without a synonym leaf.
     pub fill: usize,
-    /// The OptimalPLR error bound ε, in positions (16 in the paper): its
-    /// segments decide where models start.
+    /// The OptimalPLR error bound ε, in positions (a leaf holds δ of
+    /// them; 1..=[`MAX_EPSILON`]; 16 by default, in the paper's range of
+    /// 8..=256): the pieces of every model are OptimalPLR segments of
+    /// this bound, and a key's window is about 2ε/δ trained leaves wide.
     pub epsilon: u64,
     /// Most trained leaves per model at load; a model has at least a
     /// quarter of that unless the keys run out.
@@ -99,6 +101,8 @@ pub struct MemoryNode {
     pub(crate) leaf: LeafLayout,
     pub(crate) tl: TableLayout,
     trained: usize,
+    /// Pairs loaded.
+    loaded: u64,
     /// The keys this memory node holds: `(low, high)`, inclusive.
     range: (u64, u64),
     /// End of the blocks laid out at load: where never-used table space
@@ -119,6 +123,11 @@ impl MemoryNode {
     /// Leaves usable now (those of the registered leaf regions).
     pub fn leaf_capacity(&self) -> u64 {
         self.leaves.load(CAPACITY_WORD)
+    }
+
+    /// Pairs loaded.
+    pub fn loaded_keys(&self) -> u64 {
+        self.loaded
     }
 
     /// Most leaves the leaf space may grow to.
@@ -235,6 +244,12 @@ fn validate_load(
             config.fill, config.slots
         )));
     }
+    if !(1..=MAX_EPSILON).contains(&config.epsilon) {
+        return Err(RolexError::Config(format!(
+            "epsilon {} not in 1..={MAX_EPSILON}",
+            config.epsilon
+        )));
+    }
     if !(1..=4096).contains(&config.group) {
         return Err(RolexError::Config(format!(
             "group {} not in 1..=4096",
@@ -341,6 +356,7 @@ fn write_blocks(
 /// largest key and the pieces fitted to its leaves' low fences.
 #[allow(clippy::type_complexity)]
 fn fit_models(
+    config: &RolexConfig,
     starts: &[usize],
     trained: usize,
     low: &dyn Fn(usize) -> u64,
@@ -351,7 +367,7 @@ fn fit_models(
             let (a, b) = (starts[m], *starts.get(m + 1).unwrap_or(&trained));
             let lows: Vec<u64> = (a..b).map(low).collect();
             let largest = if b < trained { low(b) - 1 } else { range_high };
-            let pieces = fit_pieces(&lows, largest);
+            let pieces = fit_pieces(&lows, largest, config.epsilon, config.slots);
             (a, b, largest, pieces)
         })
         .collect()
@@ -453,7 +469,7 @@ impl MemoryNode {
         // Every model may be queued once per life; twice covers a model
         // queued again while its first entry waits.
         let tl = TableLayout::new(models, (2 * models).next_power_of_two().max(64));
-        let fits = fit_models(&starts, trained, &low, range_high);
+        let fits = fit_models(&config, &starts, trained, &low, range_high);
         let initial: u64 = fits
             .iter()
             .map(|(a, b, _, p)| tl.block_bytes(b - a, p.len()))
@@ -505,6 +521,7 @@ impl MemoryNode {
             leaf: layout,
             tl,
             trained,
+            loaded: pairs.len() as u64,
             range,
             blocks_end: off,
             space,

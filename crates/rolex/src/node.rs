@@ -31,6 +31,8 @@ pub struct NodeConfig {
     pub value_of: fn(u64) -> u64,
     /// Slots per leaf (δ).
     pub slots: usize,
+    /// ε of the models' OptimalPLR fit, in positions.
+    pub epsilon: u64,
     /// `Some((i, n))`: this is memory node `i` of `n` and holds range `i`
     /// of the key set split in `n` (`i < n`).
     pub memory_node: Option<(usize, usize)>,
@@ -41,6 +43,7 @@ impl std::fmt::Debug for NodeConfig {
         f.debug_struct("NodeConfig")
             .field("keys", &self.keys.len())
             .field("slots", &self.slots)
+            .field("epsilon", &self.epsilon)
             .field("memory_node", &self.memory_node)
             .finish_non_exhaustive()
     }
@@ -96,6 +99,7 @@ pub fn start(config: NodeConfig, regions: &dyn RegionHost) -> Result<RunningNode
     let rolex = RolexConfig {
         slots,
         fill: (slots * 3 / 4).max(1),
+        epsilon: config.epsilon,
         spare_leaves: (part.len() as u64).max(1 << 16),
         retrain_bytes: RETRAIN_BYTES,
         ..RolexConfig::default()
@@ -151,6 +155,7 @@ mod tests {
             keys: (1..=1000).map(|k| k * 10).collect(),
             value_of: |k| k + 1,
             slots: 16,
+            epsilon: 16,
             memory_node,
         }
     }

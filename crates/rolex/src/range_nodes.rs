@@ -182,10 +182,17 @@ impl MultiNode {
         self.nodes.iter().map(|n| n.cache_bytes()).sum()
     }
 
-    /// Models of all nodes, and the largest and mean prediction error (in
-    /// trained leaves) of the cached blocks.
-    pub fn model_errors(&self) -> (usize, u64, f64) {
-        let (mut models, mut max, mut sum) = (0, 0, 0.0);
+    /// The metadata cached for every node, summed.
+    pub fn metadata(&self) -> crate::figures::Metadata {
+        self.nodes
+            .iter()
+            .fold(Default::default(), |a, n| a.add(&n.metadata()))
+    }
+
+    /// Models of all nodes, and the largest and mean window width (in
+    /// trained leaves) of the cached blocks' pieces.
+    pub fn model_errors(&self) -> (usize, f64, f64) {
+        let (mut models, mut max, mut sum) = (0, 0.0f64, 0.0);
         for n in &self.nodes {
             let (m, x, mean) = n.model_errors();
             models += m;

@@ -1,8 +1,10 @@
 //! Retraining on the memory node (ROLEX §3.5): one thread takes models off
 //! the CirQ that compute nodes push to when a model's SLT is half used, and
 //! rebuilds each in place: every leaf of the model's chains becomes a
-//! trained leaf of a new block, with a fresh SLT and a line refit to the
-//! leaves' low fences. No pair moves between leaves.
+//! trained leaf of a new block, with a fresh SLT and OptimalPLR pieces of
+//! bound ε refit to the leaves' fences ([`crate::layout::fit_pieces`]).
+//! No pair moves between leaves. Queued models are served fullest SLT
+//! first, and each retraining is timed ([`RetrainStats::latency`]).
 //!
 //! # Shadow redirection, step by step
 //!
@@ -61,6 +63,7 @@ use std::time::{Duration, Instant};
 use fabric::{Region, RegionHost, Rights};
 
 use crate::error::RolexError;
+use crate::figures::{fullest, LatencyHistogram};
 use crate::layout::{
     fit_pieces, leaf_region_id, BlockHead, Entry, LeafImage, LeafLayout, LeafSpace, Piece,
     TableLayout, ALLOC_EPOCH_WORD, ALLOC_FENCE, ALLOC_NUM_WORD, CAPACITY_WORD, CHUNK_LEAVES_WORD,
@@ -111,6 +114,17 @@ pub struct RetrainStats {
     /// Lock words in the memory node's name that it had not written,
     /// found on a current block and taken.
     pub lock_repairs: AtomicU64,
+    /// How long each model's retraining took, start to swap (locking its
+    /// chains, reading them, fitting, writing the new block, swapping),
+    /// for the retrainings that were done.
+    pub latency: LatencyHistogram,
+    /// Retrainings taken before an older CirQ entry because their SLT was
+    /// fuller.
+    pub reordered: AtomicU64,
+    /// Bumped as a retraining starts and as it ends: odd while one runs,
+    /// so an observer tells whether an operation overlapped one (read it
+    /// before and after: odd, or changed).
+    pub phase: AtomicU64,
 }
 
 /// The retrainer thread (and the thread that adds leaf regions); both
@@ -261,6 +275,11 @@ struct Pool {
     table_header: [u64; 8],
     log_header: [u64; 3],
     retrain_at: u64,
+    /// ε of the models' OptimalPLR fit, in positions.
+    epsilon: u64,
+    /// Retrainings taken off the CirQ and not done yet: `(model, block)`,
+    /// at most one per model.
+    queued: Vec<(usize, u64)>,
     last_scrub: Instant,
     /// The first model the next scrub looks at.
     scrub_next: usize,
@@ -313,6 +332,8 @@ impl MemoryNode {
                 log_layout.slot_bytes(),
             ],
             retrain_at: self.config().retrain_at,
+            epsilon: self.config().epsilon,
+            queued: Vec::new(),
             last_scrub: Instant::now(),
             scrub_next: 0,
             swept: HashMap::new(),
@@ -593,38 +614,71 @@ fn word(off: u64) -> usize {
 
 impl Pool {
     fn run(&mut self, stop: &AtomicBool, stats: &RetrainStats) {
-        let head_w = word(self.tl.cirq_head_offset());
-        let n = self.tl.cirq_slots() as u64;
         while !stop.load(Ordering::Acquire) {
             if self.last_scrub.elapsed() >= SCRUB_EVERY {
                 self.scrub(stats);
             }
+            self.drain_cirq();
+            let Some(i) = fullest(&self.queued, |&(m, off)| self.slot_use(m, off)) else {
+                self.retry_deferred(stats);
+                std::thread::sleep(Duration::from_micros(100));
+                continue;
+            };
+            if i > 0 {
+                stats.reordered.fetch_add(1, Ordering::Relaxed);
+            }
+            let (m, off) = self.queued.remove(i);
+            if self.own.blocks().get(m).map(|b| b.off) == Some(off) {
+                self.settle(m, off, stats);
+            } else {
+                stats.skipped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Moves the CirQ's entries from the head on into the retrainer's own
+    /// queue (at most one CirQ's worth per call), which it serves fullest
+    /// SLT first; an entry that does not name its model's current block
+    /// is skipped, and one already queued is not queued twice, so the
+    /// queue holds at most one entry per model.
+    fn drain_cirq(&mut self) {
+        let head_w = word(self.tl.cirq_head_offset());
+        let n = self.tl.cirq_slots() as u64;
+        for _ in 0..n {
             let slot_w = word(self.tl.cirq_slot_offset((self.head % n) as usize));
             let v = self.tables.load(slot_w);
             if v == 0 {
                 // Empty, or a pusher between its FAA and its WRITE.
-                self.retry_deferred(stats);
-                std::thread::sleep(Duration::from_micros(100));
-                continue;
+                break;
             }
             self.tables.store(slot_w, 0);
             self.head += 1;
             self.tables.store(head_w, self.head);
-            self.take(v, stats);
+            self.enqueue(v);
         }
     }
 
-    /// Acts on a CirQ entry: retrains the model it names if the block it
-    /// names is the model's current one (the entry is client-written).
-    fn take(&mut self, v: u64, stats: &RetrainStats) {
+    /// Queues the retraining a CirQ entry asks for if the block it names
+    /// is its model's current one (the entry is client-written).
+    fn enqueue(&mut self, v: u64) {
         let m = (v >> 40).wrapping_sub(1) as usize;
         let off = v & ((1 << 40) - 1);
         let current = self.own.blocks().get(m).map(|b| b.off);
-        if current != Some(off) {
-            stats.skipped.fetch_add(1, Ordering::Relaxed);
-            return;
+        if current == Some(off) && !self.queued.contains(&(m, off)) {
+            self.queued.push((m, off));
         }
-        self.settle(m, off, stats);
+    }
+
+    /// `slot_use` of model `m`'s block at `off` (client-written: an
+    /// ordering hint only), 0 if the block is no longer current.
+    fn slot_use(&self, m: usize, off: u64) -> u64 {
+        let n = match self.own.blocks().get(m) {
+            Some(b) if b.off == off => b.head.n,
+            _ => return 0,
+        };
+        self.tables
+            .load(word(TableLayout::slt_offset(off, n, 0)))
+            .min(SLT_SLOTS as u64)
     }
 
     /// Puts back the words only the memory node writes (the table and log
@@ -704,7 +758,7 @@ impl Pool {
             }
         }
         for v in pushed {
-            self.take(v, stats);
+            self.enqueue(v);
         }
         for (m, off) in full {
             self.swept.insert(m, Instant::now());
@@ -717,8 +771,15 @@ impl Pool {
     /// Retrains model `m` from block `off` and counts the outcome; one
     /// that found no table space is retried once retired space has aged.
     fn settle(&mut self, m: usize, off: u64, stats: &RetrainStats) {
-        let c = match self.retrain(m, off, stats) {
-            Outcome::Done => &stats.retrained,
+        let started = Instant::now();
+        stats.phase.fetch_add(1, Ordering::AcqRel);
+        let outcome = self.retrain(m, off, stats);
+        stats.phase.fetch_add(1, Ordering::AcqRel);
+        let c = match outcome {
+            Outcome::Done => {
+                stats.latency.record(started.elapsed().as_micros() as u64);
+                &stats.retrained
+            }
             Outcome::Abandoned => &stats.abandoned,
             Outcome::Rejected(e) => {
                 self.complaints
@@ -859,7 +920,7 @@ impl Pool {
                 return Outcome::Rejected(e);
             }
         };
-        let pieces = fit_pieces(&lows, head.largest);
+        let pieces = fit_pieces(&lows, head.largest, self.epsilon, self.leaf.slots());
         let bytes = self
             .tl
             .block_bytes(kept.len(), pieces.len())

@@ -69,6 +69,8 @@ fn bad_options_and_keys_are_bad_input() {
         ("leaf-slots", "many"),
         ("memory-nodes", "0"),
         ("memory-nodes", "65"),
+        ("rolex-epsilon", "0"),
+        ("rolex-epsilon", "257"),
     ] {
         let mut o = Options::new();
         o.set(name, value).unwrap();
@@ -86,9 +88,14 @@ fn bad_options_and_keys_are_bad_input() {
     o.set("leaf-slots", 32)
         .unwrap()
         .set("memory-nodes", 2)
+        .unwrap()
+        .set("rolex-epsilon", 8)
         .unwrap();
     let parsed = rolex::kv::RolexOptions::from_options(&o).unwrap();
-    assert_eq!((parsed.delta, parsed.memory_nodes), (32, 2));
+    assert_eq!(
+        (parsed.delta, parsed.memory_nodes, parsed.epsilon),
+        (32, 2, 8)
+    );
     assert_eq!(
         rolex::kv::RolexOptions::from_options(&Options::new()).unwrap(),
         rolex::kv::RolexOptions::default()

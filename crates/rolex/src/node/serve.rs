@@ -41,6 +41,10 @@ pub const SERVE_OPTIONS: &[OptionDesc] = &[
         help: "slots per leaf, δ (1..=128, default xtree's)",
     },
     OptionDesc {
+        name: "rolex-epsilon",
+        help: "ε, the models' OptimalPLR error bound in positions (1..=256, default 16)",
+    },
+    OptionDesc {
         name: "memory-node",
         help: "I/N: hold range I of the key set split in N (from 0)",
     },
@@ -64,25 +68,35 @@ pub fn memory_node(spec: &str) -> Result<(usize, usize), KvError> {
         })
 }
 
-/// Slots per leaf and which memory node this is, from the options.
-fn parse(o: &Options) -> Result<(usize, Option<(usize, usize)>), KvError> {
+/// Slots per leaf, ε and which memory node this is (`I/N`).
+type Parsed = (usize, u64, Option<(usize, usize)>);
+
+/// Slots per leaf, ε and which memory node this is, from the options.
+fn parse(o: &Options) -> Result<Parsed, KvError> {
     let slots = o.get_usize("leaf-slots", DEFAULT_SLOTS)?;
     if !(1..=MAX_SLOTS).contains(&slots) {
         return Err(KvError::bad_input(format!(
             "--leaf-slots {slots}: want 1..={MAX_SLOTS}"
         )));
     }
+    let epsilon = o.get_u64_in(
+        "rolex-epsilon",
+        crate::kv::DEFAULT_EPSILON,
+        1,
+        crate::layout::MAX_EPSILON,
+    )?;
     let node = o.get_str("memory-node").map(memory_node).transpose()?;
-    Ok((slots, node))
+    Ok((slots, epsilon, node))
 }
 
 /// Serves a memory node until the stop flag is set.
 fn serve(s: Serve<'_>) -> Result<(), KvError> {
-    let (slots, memory_node) = parse(s.options)?;
+    let (slots, epsilon, memory_node) = parse(s.options)?;
     let config = NodeConfig {
         keys: s.keys,
         value_of: s.value_of,
         slots,
+        epsilon,
         memory_node,
     };
     let node = start(config, &*s.regions).map_err(|e| KvError::from(e).context("loading rolex"))?;
@@ -133,10 +147,16 @@ mod tests {
             assert!(e.message.contains("want I/N"), "{bad}: {e}");
         }
         let mut o = Options::new();
-        assert_eq!(parse(&o).unwrap(), (DEFAULT_SLOTS, None));
+        assert_eq!(parse(&o).unwrap(), (DEFAULT_SLOTS, 16, None));
+        o.set("rolex-epsilon", 8).unwrap();
+        assert_eq!(parse(&o).unwrap(), (DEFAULT_SLOTS, 8, None));
+        o.set("rolex-epsilon", 0).unwrap();
+        assert!(parse(&o).is_err());
+        o.set("rolex-epsilon", 16).unwrap();
         o.set("leaf-slots", 0).unwrap();
         assert!(parse(&o).is_err());
         assert!(SERVER.takes("memory-node"));
+        assert!(SERVER.takes("rolex-epsilon"));
         assert!(!SERVER.takes("data-dir"));
     }
 }
