@@ -248,6 +248,8 @@ struct Window {
     seconds: f64,
     server: Option<ServerTime>,
     hints: Option<HintCounters>,
+    /// The system's phase breakdown over the measured phase.
+    phases: Option<kv::PhaseBreakdown>,
 }
 
 fn run_inner(
@@ -303,6 +305,7 @@ fn run_inner(
         window.hints,
     );
     report.judged = judge != Judge::Off;
+    report.phases = window.phases;
     report.data = match judge {
         Judge::AsFound => "existing",
         Judge::Full | Judge::Off => "loaded",
@@ -455,6 +458,8 @@ fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
     // Warm-up is over: the measured phase starts after this barrier.
     let server_before = system.server_time();
     let hints_before = system.hints();
+    // The breakdown starts over with the measured phase.
+    let _ = system.breakdown(true);
     // The measured phase ends when every thread is done; the audit
     // that follows is not measured.
     let seconds = measure_window(
@@ -466,6 +471,7 @@ fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
         },
     );
     let server_after = system.server_time();
+    let phases = system.breakdown(false);
     let hints = match (hints_before, system.hints()) {
         (Some(a), Some(b)) => Some(b.since(&a)),
         _ => None,
@@ -481,6 +487,7 @@ fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
         seconds,
         server,
         hints,
+        phases,
     }
 }
 
@@ -1252,6 +1259,7 @@ fn summarize(
         invalidation_rate: direct.map(|d| per(d.invalidations, d.reads)),
         hints,
         projected: None,
+        phases: None,
         judged: true,
         data: "loaded".to_string(),
         correctness,

@@ -516,6 +516,7 @@ impl SuiteRow {
             data: "loaded".to_string(),
             correctness: Correctness::default(),
             projected: None,
+            phases: None,
         }
     }
 }
@@ -1107,6 +1108,10 @@ impl Store for Tracker<'_> {
 
     fn hints(&self) -> Option<HintCounters> {
         self.inner.hints()
+    }
+
+    fn breakdown(&self, reset: bool) -> Option<kv::PhaseBreakdown> {
+        self.inner.breakdown(reset)
     }
 }
 

@@ -25,7 +25,10 @@ pub use client::{
     WordWrite, Write,
 };
 pub use error::{ErrorKind, KvError};
-pub use figures::{ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, ServerTime};
+pub use figures::{
+    ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, OpBreakdown, PhaseBreakdown,
+    PhaseTime, ServerTime,
+};
 pub use serve::{Announced, Doors, ProbeFn, Probed, Said, Serve, ServeFn, ServerDesc};
 pub use system::{
     Connect, ConnectFn, LoadLocalFn, LocalLoad, OptionDesc, Options, Store, SystemDesc,

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use crate::{Capabilities, HintCounters, KvClient, KvError, ModelFigures, ServerTime};
+use crate::{
+    Capabilities, HintCounters, KvClient, KvError, ModelFigures, PhaseBreakdown, ServerTime,
+};
 
 /// A loaded or reached system, ready to hand out clients.
 pub trait Store: Sync {
@@ -21,6 +23,13 @@ pub trait Store: Sync {
     /// Hint counters so far (FineStore's server); `None` for designs
     /// without them.
     fn hints(&self) -> Option<HintCounters> {
+        None
+    }
+    /// The latency breakdown by phase since the last reset (`reset`:
+    /// forget it after reading, as a measured phase starts); `None` for
+    /// designs that trace none.
+    fn breakdown(&self, reset: bool) -> Option<PhaseBreakdown> {
+        let _ = reset;
         None
     }
 }
