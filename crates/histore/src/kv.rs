@@ -459,12 +459,16 @@ impl HiStoreLocal {
             1 => pairs.len() as u64,
             g => (pairs.len() as u64).div_ceil(g as u64) * 5 / 4 + 64,
         };
-        // Room for a record per loaded key and for 3n + 4 M more writes
-        // (records are not reclaimed yet); regions are committed lazily.
+        // Room for a record per loaded key and for the bytes of 3n + 4 M
+        // more writes of the default sizes (records are not reclaimed
+        // yet), but for at least n more writes: a region is zeroed when
+        // made, so its bytes, not its records, are what a run pays.
         let codec = o.sizes;
+        let record = |c: WordCodec| crate::layout::record_words(c.key, c.value) as u64 * 8;
+        let writes = ((3 * n + (4 << 20)) * record(WordCodec::default()) / record(codec)).max(n);
         let config = GroupConfig {
             adversary,
-            ..GroupConfig::sized(n, 3 * n + (4 << 20), codec.key as u64, codec.value as u64)
+            ..GroupConfig::sized(n, writes, codec.key as u64, codec.value as u64)
         };
         // Every index server's handler is traced (its thread CPU per call
         // goes to the traced RPC that made it, `--project`); a primary's
