@@ -16,7 +16,7 @@
 //! ([`crate::phases`]): [`kv::Store::breakdown`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use fabric::LocalEndpoint;
@@ -425,8 +425,10 @@ pub struct HiStoreLocal {
     kind: IndexKind,
     /// The u64 path's key and value sizes.
     codec: WordCodec,
-    /// The latency breakdown of the clients' sampled operations.
-    breakdown: Arc<Breakdown>,
+    /// One in how many client operations is traced phase by phase.
+    breakdown_every: u64,
+    /// Each client's breakdown of its traced operations.
+    breakdowns: Mutex<Vec<Arc<Breakdown>>>,
     /// Clients handed out (spreads their sampling).
     clients: AtomicU64,
 }
@@ -504,7 +506,8 @@ impl HiStoreLocal {
             groups: all,
             kind,
             codec,
-            breakdown: Arc::new(Breakdown::new(o.breakdown_every)),
+            breakdown_every: o.breakdown_every,
+            breakdowns: Mutex::new(Vec::new()),
             clients: AtomicU64::new(0),
         })
     }
@@ -514,6 +517,24 @@ impl HiStoreLocal {
         &self.groups
     }
 }
+
+impl HiStoreLocal {
+    /// A breakdown for a new client, kept for the store's figures (at
+    /// most [`MAX_TRACED_CLIENTS`]; clients past that trace nothing, so a
+    /// store handing out clients for ever stays bounded).
+    fn new_breakdown(&self) -> Option<Arc<Breakdown>> {
+        let mut parts = self.breakdowns.lock().unwrap_or_else(|e| e.into_inner());
+        if self.breakdown_every == 0 || parts.len() >= MAX_TRACED_CLIENTS {
+            return None;
+        }
+        let b = Arc::new(Breakdown::new(self.breakdown_every));
+        parts.push(b.clone());
+        Some(b)
+    }
+}
+
+/// Most clients of a store whose operations are traced.
+pub const MAX_TRACED_CLIENTS: usize = 1024;
 
 impl Store for HiStoreLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
@@ -525,20 +546,21 @@ impl Store for HiStoreLocal {
             kind: self.kind,
             codec: self.codec,
             sampler: Sampler::new(
-                self.breakdown.every(),
+                self.breakdown_every,
                 self.clients.fetch_add(7, Ordering::Relaxed),
             ),
-            breakdown: self.breakdown.clone(),
+            breakdown: self.new_breakdown(),
         }))
     }
 
     fn breakdown(&self, reset: bool) -> Option<kv::PhaseBreakdown> {
-        if self.breakdown.every() == 0 {
+        if self.breakdown_every == 0 {
             return None;
         }
-        let figures = self.breakdown.figures();
+        let parts = self.breakdowns.lock().unwrap_or_else(|e| e.into_inner());
+        let figures = Breakdown::figures(self.breakdown_every, &parts);
         if reset {
-            self.breakdown.reset();
+            parts.iter().for_each(|b| b.reset());
         }
         Some(figures)
     }
@@ -560,8 +582,8 @@ pub struct HiStoreClient {
     codec: WordCodec,
     /// Which operations are traced phase by phase.
     sampler: Sampler,
-    /// Where traced operations go.
-    breakdown: Arc<Breakdown>,
+    /// Where traced operations go (`None`: tracing off).
+    breakdown: Option<Arc<Breakdown>>,
 }
 
 impl HiStoreClient {
@@ -572,16 +594,20 @@ impl HiStoreClient {
         op: Op,
         f: impl FnOnce(&mut MultiClient<TracingEndpoint<LocalEndpoint>>) -> Result<T, HiError>,
     ) -> Result<T, HiError> {
-        if !self.sampler.tick() {
+        let picked = match &self.breakdown {
+            Some(b) => self.sampler.tick(op).map(|cpu| (b.clone(), cpu)),
+            None => None,
+        };
+        let Some((breakdown, cpu)) = picked else {
             return f(&mut self.client);
-        }
-        phases::begin();
+        };
+        phases::begin(cpu);
         let t = Instant::now();
         let r = f(&mut self.client);
         let total = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let trace = phases::end();
         if r.is_ok() {
-            self.breakdown.record(op, total, &trace);
+            breakdown.record(op, total, &trace, cpu);
         }
         r
     }

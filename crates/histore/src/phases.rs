@@ -13,10 +13,14 @@
 //! caller's log sync. Over the tcp fabric handlers run on server threads
 //! with no trace: nothing is marked there and nothing is paid.
 //!
-//! Only one operation in `every` is traced (a sampled operation pays a
-//! few clock reads and two thread-CPU reads per handler); the aggregate
+//! Only one operation in `every` is traced, and a traced operation is
+//! timed either phase by phase (a few monotonic clock reads, ~25 ns each)
+//! or for its handlers' thread CPU (two thread-CPU clock reads per
+//! handler, a system call of 1-2 µs on a virtual machine), alternately:
+//! the CPU clock's cost would otherwise land in the phases (a backup's
+//! reads inside the primary's log sync). The aggregate
 //! is a log-linear histogram per operation kind and phase, of atomics,
-//! shared by the clients of a store.
+//! one set per client (no contention), summed when read.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,6 +93,8 @@ pub struct Trace {
 #[derive(Clone, Copy)]
 struct State {
     active: bool,
+    /// Timing CPU, not phases.
+    cpu: bool,
     depth: u32,
     trace: Trace,
 }
@@ -97,6 +103,7 @@ thread_local! {
     static STATE: Cell<State> = const {
         Cell::new(State {
             active: false,
+            cpu: false,
             depth: 0,
             trace: Trace {
                 ns: [0; PHASES],
@@ -112,11 +119,13 @@ fn ns_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Starts tracing this thread's next operation.
-pub fn begin() {
+/// Starts tracing this thread's next operation: its handlers' thread CPU
+/// (`cpu`), or its phases.
+pub fn begin(cpu: bool) {
     STATE.with(|s| {
         s.set(State {
             active: true,
+            cpu,
             depth: 0,
             trace: Trace::default(),
         })
@@ -139,7 +148,7 @@ pub fn end() -> Trace {
 fn marking() -> bool {
     STATE.with(|s| {
         let st = s.get();
-        st.active && st.depth <= 1
+        st.active && !st.cpu && st.depth <= 1
     })
 }
 
@@ -184,31 +193,36 @@ pub fn rpc<T>(f: impl FnOnce() -> T) -> T {
 /// An index server's handler: its wall time and thread CPU are noted
 /// (the CPU of a nested one apart), and the phases it marks count.
 pub fn handler<T>(f: impl FnOnce() -> T) -> T {
-    let depth = STATE.with(|s| {
+    let entered = STATE.with(|s| {
         let mut st = s.get();
         if !st.active {
             return None;
         }
         st.depth += 1;
         s.set(st);
-        Some(st.depth)
+        Some((st.depth, st.cpu))
     });
-    let Some(depth) = depth else {
+    let Some((depth, cpu)) = entered else {
         return f();
     };
-    let t = Instant::now();
-    let cpu = rdmasim::record::thread_cpu_ns();
+    let (t, cpu_before) = match cpu {
+        true => (None, rdmasim::record::thread_cpu_ns()),
+        false => (Some(Instant::now()), 0),
+    };
     let r = f();
-    let cpu = rdmasim::record::thread_cpu_ns().saturating_sub(cpu);
-    let wall = ns_since(t);
+    let spent = match t {
+        Some(t) => ns_since(t),
+        None => rdmasim::record::thread_cpu_ns().saturating_sub(cpu_before),
+    };
     STATE.with(|s| {
         let mut st = s.get();
         st.depth -= 1;
-        if depth == 1 {
-            st.trace.handler_ns = st.trace.handler_ns.saturating_add(wall);
-            st.trace.server_cpu_ns = st.trace.server_cpu_ns.saturating_add(cpu);
-        } else if depth == 2 {
-            st.trace.nested_cpu_ns = st.trace.nested_cpu_ns.saturating_add(cpu);
+        let tr = &mut st.trace;
+        match (depth, cpu) {
+            (1, false) => tr.handler_ns = tr.handler_ns.saturating_add(spent),
+            (1, true) => tr.server_cpu_ns = tr.server_cpu_ns.saturating_add(spent),
+            (2, true) => tr.nested_cpu_ns = tr.nested_cpu_ns.saturating_add(spent),
+            _ => {}
         }
         s.set(st);
     });
@@ -270,27 +284,48 @@ impl Histogram {
         self.n.store(0, Ordering::Relaxed);
     }
 
+    /// Adds this histogram's counts to `into`.
+    fn add_to(&self, into: &mut Counts) {
+        for (a, b) in into.buckets.iter_mut().zip(&self.buckets) {
+            *a += b.load(Ordering::Relaxed);
+        }
+        into.sum = into.sum.saturating_add(self.sum.load(Ordering::Relaxed));
+        into.n += self.n.load(Ordering::Relaxed);
+    }
+}
+
+/// A histogram's counts, summed over clients.
+struct Counts {
+    buckets: Vec<u64>,
+    sum: u64,
+    n: u64,
+}
+
+impl Counts {
+    fn new() -> Counts {
+        Counts {
+            buckets: vec![0; BUCKETS],
+            sum: 0,
+            n: 0,
+        }
+    }
+
     fn mean(&self) -> f64 {
-        match self.n.load(Ordering::Relaxed) {
+        match self.n {
             0 => 0.0,
-            n => self.sum.load(Ordering::Relaxed) as f64 / n as f64,
+            n => self.sum as f64 / n as f64,
         }
     }
 
     /// The value at quantile `q` (bucket middle; 0 when empty).
     fn quantile(&self, q: f64) -> u64 {
-        let counts: Vec<u64> = self
-            .buckets
-            .iter()
-            .map(|b| b.load(Ordering::Relaxed))
-            .collect();
-        let n: u64 = counts.iter().sum();
+        let n: u64 = self.buckets.iter().sum();
         if n == 0 {
             return 0;
         }
         let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
         let mut seen = 0;
-        for (b, c) in counts.iter().enumerate() {
+        for (b, c) in self.buckets.iter().enumerate() {
             seen += c;
             if seen >= rank {
                 return value_of(b);
@@ -317,7 +352,8 @@ const OTHER: usize = PHASES + 1;
 const CPU: usize = PHASES + 2;
 const NESTED_CPU: usize = PHASES + 3;
 
-/// The breakdown of a store's traced operations, shared by its clients.
+/// The breakdown of one client's traced operations (each client has its
+/// own, so recording contends with no other thread; a store sums them).
 pub struct Breakdown {
     every: u64,
     series: Vec<Histogram>,
@@ -341,8 +377,15 @@ impl Breakdown {
         &self.series[op as usize * SERIES + series]
     }
 
-    /// Adds an operation of kind `op` that took `total_ns` and spent `t`.
-    pub fn record(&self, op: Op, total_ns: u64, t: &Trace) {
+    /// Adds an operation of kind `op` that took `total_ns` and spent `t`:
+    /// its handlers' CPU if it was traced for that (`cpu`), else its
+    /// phases.
+    pub fn record(&self, op: Op, total_ns: u64, t: &Trace, cpu: bool) {
+        if cpu {
+            self.at(op, CPU).record(t.server_cpu_ns);
+            self.at(op, NESTED_CPU).record(t.nested_cpu_ns);
+            return;
+        }
         self.at(op, TOTAL).record(total_ns);
         let mut marked = 0u64;
         for (i, &ns) in t.ns.iter().enumerate() {
@@ -350,8 +393,6 @@ impl Breakdown {
             marked = marked.saturating_add(ns);
         }
         self.at(op, OTHER).record(total_ns.saturating_sub(marked));
-        self.at(op, CPU).record(t.server_cpu_ns);
-        self.at(op, NESTED_CPU).record(t.nested_cpu_ns);
     }
 
     /// Forgets every operation recorded (the start of a measured phase).
@@ -359,13 +400,20 @@ impl Breakdown {
         self.series.iter().for_each(Histogram::reset);
     }
 
-    /// The figures of every operation kind traced at least once.
-    pub fn figures(&self) -> kv::PhaseBreakdown {
+    /// The figures of every operation kind traced at least once by any
+    /// of `parts` (the clients of a store), sampled one in `every`.
+    pub fn figures(every: u64, parts: &[std::sync::Arc<Breakdown>]) -> kv::PhaseBreakdown {
+        let mut sums: Vec<Counts> = (0..OPS * SERIES).map(|_| Counts::new()).collect();
+        for part in parts {
+            for (into, h) in sums.iter_mut().zip(&part.series) {
+                h.add_to(into);
+            }
+        }
         let mut ops = Vec::new();
         for (i, name) in OP_NAMES.iter().enumerate() {
-            let op = self.series[i * SERIES..(i + 1) * SERIES].as_ref();
-            let samples = op[TOTAL].n.load(Ordering::Relaxed);
-            if samples == 0 {
+            let op = &sums[i * SERIES..(i + 1) * SERIES];
+            let samples = op[TOTAL].n;
+            if samples + op[CPU].n == 0 {
                 continue;
             }
             let mut phases: Vec<kv::PhaseTime> = PHASE_NAMES
@@ -384,17 +432,20 @@ impl Breakdown {
             });
         }
         kv::PhaseBreakdown {
-            sampled_every: self.every,
+            sampled_every: every,
             ops,
         }
     }
 }
 
-/// Picks one operation in `every` of a client's operations.
+/// Picks one operation in `every` of a client's operations, timed for
+/// phases and for CPU alternately within each kind (so a fixed pattern
+/// of kinds cannot put one kind's traces all on one side).
 #[derive(Debug, Clone, Copy)]
 pub struct Sampler {
     every: u64,
     count: u64,
+    cpu: [bool; OPS],
 }
 
 impl Sampler {
@@ -404,20 +455,24 @@ impl Sampler {
         Sampler {
             every,
             count: if every == 0 { 0 } else { offset % every },
+            cpu: [false; OPS],
         }
     }
 
-    /// Whether the next operation is traced.
-    pub fn tick(&mut self) -> bool {
+    /// Whether the next operation, of kind `op`, is traced: `Some(true)`
+    /// for its CPU, `Some(false)` for its phases.
+    pub fn tick(&mut self, op: Op) -> Option<bool> {
         if self.every == 0 {
-            return false;
+            return None;
         }
         self.count += 1;
         if self.count >= self.every {
             self.count = 0;
-            return true;
+            let cpu = &mut self.cpu[op as usize];
+            *cpu = !*cpu;
+            return Some(*cpu);
         }
-        false
+        None
     }
 }
 
@@ -443,56 +498,77 @@ mod tests {
 
     #[test]
     fn quantiles_and_means_of_a_known_set() {
-        let h = Histogram::new();
+        let (a, b) = (Histogram::new(), Histogram::new());
         for v in 1..=1000u64 {
-            h.record(v * 1000);
+            [&a, &b][v as usize % 2].record(v * 1000);
         }
-        assert!((h.mean() - 500_500.0).abs() < 1.0);
-        let p50 = h.quantile(0.5) as f64;
-        let p99 = h.quantile(0.99) as f64;
+        let mut c = Counts::new();
+        a.add_to(&mut c);
+        b.add_to(&mut c);
+        assert!((c.mean() - 500_500.0).abs() < 1.0);
+        let p50 = c.quantile(0.5) as f64;
+        let p99 = c.quantile(0.99) as f64;
         assert!((p50 - 500_000.0).abs() < 500_000.0 / 8.0, "{p50}");
         assert!((p99 - 990_000.0).abs() < 990_000.0 / 8.0, "{p99}");
-        h.reset();
-        assert_eq!(h.quantile(0.5), 0);
+        a.reset();
+        let mut c = Counts::new();
+        a.add_to(&mut c);
+        assert_eq!((c.quantile(0.5), c.n), (0, 0));
     }
 
-    #[test]
-    fn a_nested_handler_marks_nothing_and_its_cpu_is_apart() {
-        begin();
-        let outer = rpc(|| {
+    /// A client's RPC to a handler that calls a nested handler.
+    fn call() {
+        rpc(|| {
             handler(|| {
                 time(Phase::Index, || {
                     std::hint::black_box((0..20_000u64).sum::<u64>())
                 });
                 handler(|| {
                     time(Phase::Log, || {
-                        std::thread::sleep(std::time::Duration::from_millis(1))
-                    })
+                        std::hint::black_box((0..20_000u64).sum::<u64>())
+                    });
+                    std::thread::sleep(std::time::Duration::from_millis(1));
                 })
             })
-        });
+        })
+    }
+
+    #[test]
+    fn a_nested_handler_marks_nothing_and_its_cpu_is_apart() {
+        begin(false);
+        call();
         let t = end();
-        let _ = outer;
         assert!(t.ns[Phase::Index as usize] > 0);
         assert_eq!(
             t.ns[Phase::Log as usize],
             0,
             "a nested handler marks nothing"
         );
-        assert!(t.server_cpu_ns >= t.nested_cpu_ns);
+        assert_eq!((t.server_cpu_ns, t.nested_cpu_ns), (0, 0), "phases only");
         // The handler's whole wall time (≥ 1 ms of sleep) is out of the RPC.
         assert!(t.ns[Phase::Rpc as usize] < 1_000_000, "{t:?}");
+        begin(true);
+        call();
+        let c = end();
+        assert_eq!(c.ns, [0; PHASES], "CPU only");
+        assert!(
+            c.server_cpu_ns > c.nested_cpu_ns && c.nested_cpu_ns > 0,
+            "{c:?}"
+        );
+        // The sleep is no CPU.
+        assert!(c.server_cpu_ns < 1_000_000, "{c:?}");
         // Untraced: nothing is marked.
         time(Phase::Data, || ());
-        assert_eq!(end(), t);
+        assert_eq!(end(), c);
     }
 
     #[test]
     fn a_sampler_picks_one_in_every() {
         let mut s = Sampler::new(4, 3);
-        let picks = (0..400).filter(|_| s.tick()).count();
-        assert_eq!(picks, 100);
+        let picks: Vec<bool> = (0..400).filter_map(|_| s.tick(Op::Get)).collect();
+        assert_eq!(picks.len(), 100);
+        assert_eq!(picks.iter().filter(|&&cpu| cpu).count(), 50, "alternately");
         let mut off = Sampler::new(0, 3);
-        assert!(!(0..100).any(|_| off.tick()));
+        assert!(!(0..100).any(|_| off.tick(Op::Scan).is_some()));
     }
 }

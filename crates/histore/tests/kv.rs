@@ -273,10 +273,7 @@ fn baselines_read_the_way_the_paper_says() {
 fn other_key_and_value_sizes_match_maps_with_four_clients() {
     let seed = testkit::seed();
     let pairs: Vec<(u64, u64)> = (0..1_200u64).step_by(3).map(|k| (k, k ^ 0x55)).collect();
-    for (name, key, value) in [
-        ("histore", 8, 8),
-        ("single-hashtable", 64, 1000),
-    ] {
+    for (name, key, value) in [("histore", 8, 8), ("single-hashtable", 64, 1000)] {
         let d = desc(name);
         let mut options = Options::new();
         options.set("key-size", key).unwrap();

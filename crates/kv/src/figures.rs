@@ -124,7 +124,8 @@ pub struct PhaseTime {
 pub struct OpBreakdown {
     /// The kind ("get", "insert", "update", "upsert", "delete", "scan").
     pub op: String,
-    /// Operations traced.
+    /// Operations traced for their phases (as many again are traced for
+    /// their servers' CPU).
     pub samples: u64,
     /// The whole operation, as its client saw it.
     pub total: PhaseTime,
