@@ -796,27 +796,25 @@ impl IndexServer {
 
     /// A GET by RPC: the key's record address in this server's index.
     fn get_ptr(&self, key: &[u8]) -> Result<Option<ValuePtr>, HiError> {
-        {
-            let found = match self.primary_sorted()? {
-                Some(sorted) => Some(sorted.get(&key)),
-                None => {
-                    let role = lock(&self.role);
-                    match &*role {
-                        Role::Primary(p) if !p.deposed => Some(p.table.get(&key)),
-                        Role::Primary(_) | Role::Deposed { .. } => {
-                            return Err(HiError::WrongRole("deposed"))
-                        }
-                        // all-hashtable: the table holds every
-                        // acknowledged write (applied when logged).
-                        Role::Backup(b) => b.table.as_ref().map(|t| t.get(&key)),
+        let found = match self.primary_sorted()? {
+            Some(sorted) => Some(sorted.get(key)),
+            None => {
+                let role = lock(&self.role);
+                match &*role {
+                    Role::Primary(p) if !p.deposed => Some(p.table.get(key)),
+                    Role::Primary(_) | Role::Deposed { .. } => {
+                        return Err(HiError::WrongRole("deposed"))
                     }
+                    // all-hashtable: the table holds every
+                    // acknowledged write (applied when logged).
+                    Role::Backup(b) => b.table.as_ref().map(|t| t.get(key)),
                 }
-            };
-            Ok(match found {
-                Some(f) => f,
-                None => self.caught_up()?.get(key),
-            })
-        }
+            }
+        };
+        Ok(match found {
+            Some(f) => f,
+            None => self.caught_up()?.get(key),
+        })
     }
 
     /// An all-skiplist primary's sorted index (it holds every committed
