@@ -163,6 +163,11 @@ pub struct Report {
     /// paper's Table 1), over the system's life (`null` for other designs
     /// and remote memory nodes).
     pub rolex: Option<kv::RolexFigures>,
+    /// Where sampled operations' time went, phase by phase, and the index
+    /// servers' CPU per operation (HiStore and its baselines on the local
+    /// fabric; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phases: Option<kv::PhaseBreakdown>,
 }
 
 /// Requests per server of a range-partitioned system: every request a
@@ -244,9 +249,14 @@ impl Report {
         if let Some(r) = &self.retrains {
             rows.push(retrain_row(r));
         }
-        rows.iter()
+        let mut text: String = rows
+            .iter()
             .map(|(k, v)| format!("{k:>18}  {v}\n"))
-            .collect()
+            .collect();
+        if let Some(b) = &self.phases {
+            text.push_str(&phase_table(b));
+        }
+        text
     }
 
     /// What ran, and how fast.
@@ -480,4 +490,40 @@ fn rolex_rows(r: &kv::RolexFigures, rows: &mut Vec<Row>) {
             r.lock_bytes
         ),
     ));
+}
+
+/// The phase breakdown as a table: per operation kind, each phase's mean,
+/// p50 and p99 (µs) and its share of the mean total, then the index
+/// servers' CPU per operation.
+pub fn phase_table(b: &kv::PhaseBreakdown) -> String {
+    let us = |ns: f64| ns / 1000.0;
+    let mut out = format!(
+        "\nlatency breakdown (1 op in {} traced; µs: mean / p50 / p99, share of the mean total)\n",
+        b.sampled_every
+    );
+    for op in &b.ops {
+        let t = &op.total;
+        out.push_str(&format!(
+            "{:>18}  {} samples, total {:.2} / {:.2} / {:.2}; server CPU {:.2} µs/op ({:.2} in backups)\n",
+            op.op,
+            op.samples,
+            us(t.mean_ns),
+            us(t.p50_ns as f64),
+            us(t.p99_ns as f64),
+            us(op.server_cpu_ns),
+            us(op.nested_cpu_ns),
+        ));
+        for p in &op.phases {
+            out.push_str(&format!(
+                "{:>18}  {:>12} {:>8.2} / {:>8.2} / {:>8.2}  {:>5.1}%\n",
+                "",
+                p.phase,
+                us(p.mean_ns),
+                us(p.p50_ns as f64),
+                us(p.p99_ns as f64),
+                100.0 * p.mean_ns / t.mean_ns.max(1e-9),
+            ));
+        }
+    }
+    out
 }

@@ -316,6 +316,8 @@ struct Window {
     hints: Option<HintCounters>,
     /// FineStore's retrainings over the window.
     retrains: Option<kv::RetrainCounters>,
+    /// The system's phase breakdown over the measured phase.
+    phases: Option<kv::PhaseBreakdown>,
 }
 
 fn run_inner(
@@ -388,6 +390,7 @@ fn run_inner(
         inserter::add_to(&mut report, r, i, window.seconds);
     }
     report.judged = judge != Judge::Off;
+    report.phases = window.phases;
     report.data = match judge {
         Judge::AsFound => "existing",
         Judge::Full | Judge::Off => "loaded",
@@ -542,6 +545,8 @@ fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
     let server_before = system.server_time();
     let hints_before = system.hints();
     let retrains_before = system.retrains();
+    // The breakdown starts over with the measured phase.
+    let _ = system.breakdown(true);
     // The measured phase ends when every thread is done; the audit
     // that follows is not measured.
     let seconds = measure_window(
@@ -553,6 +558,7 @@ fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
         },
     );
     let server_after = system.server_time();
+    let phases = system.breakdown(false);
     let hints = match (hints_before, system.hints()) {
         (Some(a), Some(b)) => Some(b.since(&a)),
         _ => None,
@@ -573,6 +579,7 @@ fn coordinate(system: &dyn Store, barrier: &Barrier) -> Window {
         server,
         hints,
         retrains,
+        phases,
     }
 }
 
@@ -1347,6 +1354,7 @@ fn summarize(
         server_shares: None,
         inserter: None,
         rolex: system.rolex(),
+        phases: None,
         judged: true,
         data: "loaded".to_string(),
         correctness,

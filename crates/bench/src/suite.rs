@@ -520,6 +520,7 @@ impl SuiteRow {
             inserter: None,
             retrains: None,
             rolex: None,
+            phases: None,
         }
     }
 }
@@ -1119,6 +1120,10 @@ impl Store for Tracker<'_> {
 
     fn rolex(&self) -> Option<kv::RolexFigures> {
         self.inner.rolex()
+    }
+
+    fn breakdown(&self, reset: bool) -> Option<kv::PhaseBreakdown> {
+        self.inner.breakdown(reset)
     }
 }
 

@@ -175,6 +175,17 @@ pub struct BenchArgs {
     /// (1..=64).
     #[arg(long, default_value_t = 1, value_parser = crate::flags::usize_in(1, 64))]
     groups: usize,
+    /// histore and its baselines: bytes of a key (8..=19 binary, 20..=1024
+    /// zero-padded decimal; default 20).
+    #[arg(long)]
+    key_size: Option<usize>,
+    /// histore and its baselines: bytes of a value (8..=4096; default 32).
+    #[arg(long)]
+    value_size: Option<usize>,
+    /// histore and its baselines: trace one operation in N phase by phase
+    /// for the latency breakdown (0: off; default 16).
+    #[arg(long)]
+    breakdown_every: Option<u64>,
     /// Tear READs adversarially (slow; for checking correctness).
     #[arg(long)]
     adversarial: bool,
@@ -410,6 +421,15 @@ fn system_options(args: &BenchArgs, spec: &SystemSpec) -> Result<kv::Options, Be
         .set("memory-nodes", args.memory_nodes)?
         .set("rolex-epsilon", args.rolex_epsilon)?
         .set("groups", args.groups)?;
+    for (name, v) in [
+        ("key-size", args.key_size.map(|v| v as u64)),
+        ("value-size", args.value_size.map(|v| v as u64)),
+        ("breakdown-every", args.breakdown_every),
+    ] {
+        if let Some(v) = v {
+            o.set(name, v)?;
+        }
+    }
     Ok(o)
 }
 

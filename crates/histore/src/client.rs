@@ -15,6 +15,7 @@ use crate::layout::{
     split_slot, wall_ms, TableHeader, ValuePtr, BUCKET_BYTES, D_CURSOR, HEADER_READ_BYTES,
     NEXT_WORD, RECORD_HEADER_WORDS, SLOTS, STATE_SERVING,
 };
+use crate::phases::{self, Phase};
 use crate::view::{GroupView, Membership};
 use crate::wire::{self, PutMode, Request};
 
@@ -267,8 +268,8 @@ impl<E: Endpoint> Client<E> {
 
     fn index(&mut self, req: &Request) -> Result<bool, HiError> {
         req.encode(&mut self.buf);
-        self.ep
-            .call(self.view.primary, &self.buf, &mut self.reply)?;
+        let (ep, buf, reply) = (&mut self.ep, &self.buf, &mut self.reply);
+        phases::rpc(|| ep.call(self.view.primary, buf, reply))?;
         let mut body = wire::reply_body(&self.reply)?;
         Ok(body.u8("took")? != 0)
     }
@@ -277,7 +278,9 @@ impl<E: Endpoint> Client<E> {
         layout::check_lengths(key.len(), value.len())?;
         // The value goes to a data server first (§3.2.3): a failed index
         // update leaves an unreferenced record, never a dangling index.
-        let ptr = self.retrying(|c| c.write_record(key, value))?;
+        let ptr = phases::time(Phase::Data, || {
+            self.retrying(|c| c.write_record(key, value))
+        })?;
         self.retrying(|c| {
             let req = Request::Put {
                 epoch: c.view.epoch,
@@ -379,7 +382,8 @@ impl<E: Endpoint> Client<E> {
                 .is_none()
                 .then(|| self.batch.read(table, 0, HEADER_READ_BYTES));
             let h = self.batch.read(table, bucket_offset(bucket), BUCKET_BYTES);
-            self.ep.post(node, &mut self.batch)?;
+            let (ep, batch) = (&mut self.ep, &mut self.batch);
+            phases::time(Phase::Index, || ep.post(node, batch))?;
             if let Some(h_header) = h_header {
                 let read = TableHeader::decode(self.batch.read_bytes(h_header)?)?;
                 if read.epoch != self.view.epoch || read.state != STATE_SERVING {
@@ -410,7 +414,7 @@ impl<E: Endpoint> Client<E> {
                 if s != sig {
                     continue;
                 }
-                let (k, v) = self.read_record(ptr)?;
+                let (k, v) = phases::time(Phase::Data, || self.read_record(ptr))?;
                 if k == key {
                     return Ok(Some(v));
                 }
@@ -478,7 +482,8 @@ impl<E: Endpoint> Client<E> {
 
     fn get_rpc_at(&mut self, node: fabric::NodeId, key: &[u8]) -> Result<Option<Vec<u8>>, HiError> {
         Request::Get { key: key.to_vec() }.encode(&mut self.buf);
-        self.ep.call(node, &self.buf, &mut self.reply)?;
+        let (ep, buf, reply) = (&mut self.ep, &self.buf, &mut self.reply);
+        phases::rpc(|| ep.call(node, buf, reply))?;
         let mut body = wire::reply_body(&self.reply)?;
         let found = body.u8("found")? != 0;
         let ptr = ValuePtr::decode(body.u64("ptr")?)?;
@@ -486,7 +491,7 @@ impl<E: Endpoint> Client<E> {
         if !found {
             return Ok(None);
         }
-        let (k, v) = self.read_record(ptr)?;
+        let (k, v) = phases::time(Phase::Data, || self.read_record(ptr))?;
         if k != key {
             return Err(HiError::Corrupt("record of another key"));
         }
@@ -520,9 +525,10 @@ impl<E: Endpoint> Client<E> {
                 n,
             }
             .encode(&mut c.buf);
-            c.ep.call(node, &c.buf, &mut c.reply)?;
+            let (ep, buf, reply) = (&mut c.ep, &c.buf, &mut c.reply);
+            phases::rpc(|| ep.call(node, buf, reply))?;
             let pairs = wire::read_pairs(wire::reply_body(&c.reply)?)?;
-            c.fetch(pairs)
+            phases::time(Phase::Data, || c.fetch(pairs))
         })
     }
 

@@ -8,10 +8,16 @@
 //! harness drives) makes keys 20-byte zero-padded decimal strings
 //! (order-preserving, so SCANs return the harness's order) and values 32
 //! bytes whose first 8 are the u64, little-endian — the paper's ~20 B keys
-//! and 32 B values. The two paths address different keys: a pair written
+//! and 32 B values — or other sizes (`key-size`, `value-size`:
+//! [`WordCodec`]). The two paths address different keys: a pair written
 //! through one is read back through the same one.
+//!
+//! Its clients trace one operation in `breakdown-every` phase by phase
+//! ([`crate::phases`]): [`kv::Store::breakdown`].
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use fabric::LocalEndpoint;
 use kv::{
@@ -21,6 +27,7 @@ use kv::{
 use rdmasim::record::TracingEndpoint;
 
 use crate::layout::{MAX_KEY, MAX_VALUE};
+use crate::phases::{self, Breakdown, Op, Sampler};
 use crate::{ClientConfig, GroupConfig, HiError, IndexKind, LocalGroups, MultiClient};
 
 /// Bytes of a key on the u64 path.
@@ -68,36 +75,182 @@ pub fn value_of(bytes: &[u8]) -> Result<u64, KvError> {
     }
 }
 
+/// Shortest key of the u64 path: the u64's 8 bytes.
+pub const MIN_WORD_KEY: usize = 8;
+/// Longest key of the u64 path: the record layout's limit.
+pub const MAX_WORD_KEY: usize = MAX_KEY;
+/// Shortest value of the u64 path: the u64's 8 bytes.
+pub const MIN_WORD_VALUE: usize = 8;
+/// Longest value of the u64 path. Below the layout's 64 KiB: a local run
+/// keeps every record of the load and of its writes in memory (space is
+/// not reclaimed), so 1 M keys of 4 KiB are already 4 GiB.
+pub const MAX_WORD_VALUE: usize = 4096;
+
+/// How the u64 path spells its keys and values at the sizes chosen
+/// (`key-size`, `value-size`). Keys of 20 bytes or more are zero-padded
+/// decimal (the paper's ~20 B keys, readable); shorter ones (8..=19) are
+/// the u64 big-endian, zero-padded after. Both keep the u64 order, so
+/// SCANs return the harness's order. A value is the u64 little-endian,
+/// zero-padded to its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WordCodec {
+    /// Bytes of every key.
+    pub key: usize,
+    /// Bytes of every value.
+    pub value: usize,
+}
+
+impl Default for WordCodec {
+    fn default() -> Self {
+        WordCodec {
+            key: KEY_BYTES,
+            value: VALUE_BYTES,
+        }
+    }
+}
+
+impl WordCodec {
+    /// A codec of these sizes; sizes out of bounds are bad input.
+    pub fn new(key: usize, value: usize) -> Result<WordCodec, KvError> {
+        if !(MIN_WORD_KEY..=MAX_WORD_KEY).contains(&key) {
+            return Err(KvError::bad_input(format!(
+                "option key-size: {MIN_WORD_KEY}..={MAX_WORD_KEY}, not {key}"
+            )));
+        }
+        if !(MIN_WORD_VALUE..=MAX_WORD_VALUE).contains(&value) {
+            return Err(KvError::bad_input(format!(
+                "option value-size: {MIN_WORD_VALUE}..={MAX_WORD_VALUE}, not {value}"
+            )));
+        }
+        Ok(WordCodec { key, value })
+    }
+
+    /// Whether keys are decimal (20 bytes or more) rather than binary.
+    fn decimal(&self) -> bool {
+        self.key >= KEY_BYTES
+    }
+
+    /// The byte key of `key`.
+    pub fn key(&self, key: u64) -> Vec<u8> {
+        if self.decimal() {
+            let mut out = vec![b'0'; self.key];
+            let digits = key.to_string();
+            out[self.key - digits.len()..].copy_from_slice(digits.as_bytes());
+            out
+        } else {
+            let mut out = vec![0u8; self.key];
+            out[..8].copy_from_slice(&key.to_be_bytes());
+            out
+        }
+    }
+
+    /// The u64 key of a byte key; any other key (one written through the
+    /// byte path, or at another size) is `Corrupt` here.
+    pub fn key_of(&self, bytes: &[u8]) -> Result<u64, KvError> {
+        let bad = || KvError::corrupt(format!("not a u64 path key of {} B: {bytes:?}", self.key));
+        if bytes.len() != self.key {
+            return Err(bad());
+        }
+        if self.decimal() {
+            return std::str::from_utf8(bytes)
+                .ok()
+                .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(bad);
+        }
+        let (head, pad) = bytes.split_at(8);
+        if pad.iter().any(|&b| b != 0) {
+            return Err(bad());
+        }
+        Ok(u64::from_be_bytes(head.try_into().map_err(|_| bad())?))
+    }
+
+    /// The byte value of `value`.
+    pub fn value(&self, value: u64) -> Vec<u8> {
+        let mut out = vec![0u8; self.value];
+        out[..8].copy_from_slice(&value.to_le_bytes());
+        out
+    }
+
+    /// The u64 value of a byte value of this size.
+    pub fn value_of(&self, bytes: &[u8]) -> Result<u64, KvError> {
+        match bytes.get(..8) {
+            Some(head) if bytes.len() == self.value => Ok(u64::from_le_bytes(
+                head.try_into()
+                    .map_err(|_| KvError::corrupt("value head"))?,
+            )),
+            _ => Err(KvError::corrupt(format!(
+                "value of {} bytes, expected {}",
+                bytes.len(),
+                self.value
+            ))),
+        }
+    }
+}
+
 /// The settings HiStore reads from [`kv::Options`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HiStoreOptions {
     /// Index groups, keys hashed to groups (`groups`, as `xstore bench
     /// --groups` spells it).
     pub groups: usize,
+    /// Key and value sizes of the u64 path (`key-size`, `value-size`).
+    pub sizes: WordCodec,
+    /// Every how many operations a client times one phase by phase
+    /// (`breakdown-every`; 0: never).
+    pub breakdown_every: u64,
 }
 
 impl Default for HiStoreOptions {
     fn default() -> Self {
-        HiStoreOptions { groups: 1 }
+        HiStoreOptions {
+            groups: 1,
+            sizes: WordCodec::default(),
+            breakdown_every: crate::phases::DEFAULT_EVERY,
+        }
     }
 }
 
 impl HiStoreOptions {
     /// The options HiStore reads, for listings.
-    pub const DESCS: &'static [OptionDesc] = &[OptionDesc {
-        name: "groups",
-        help: "index groups, each a primary, two backups and a data server; keys hashed to groups (1..=64; default 1)",
-    }];
+    pub const DESCS: &'static [OptionDesc] = &[
+        OptionDesc {
+            name: "groups",
+            help: "index groups, each a primary, two backups and a data server; keys hashed to groups (1..=64; default 1)",
+        },
+        OptionDesc {
+            name: "key-size",
+            help: "bytes of a benchmark key: 8..=19 binary, 20..=1024 decimal (default 20)",
+        },
+        OptionDesc {
+            name: "value-size",
+            help: "bytes of a benchmark value, 8..=4096 (default 32)",
+        },
+        OptionDesc {
+            name: "breakdown-every",
+            help: "time one operation in N phase by phase (latency breakdown; 0 = off; default 16)",
+        },
+    ];
 
     /// Reads the options; a value out of range is bad input naming it.
     pub fn from_options(o: &Options) -> Result<HiStoreOptions, KvError> {
-        let groups = o.get_usize("groups", HiStoreOptions::default().groups)?;
+        let d = HiStoreOptions::default();
+        let groups = o.get_usize("groups", d.groups)?;
         if !(1..=MAX_GROUPS).contains(&groups) {
             return Err(KvError::bad_input(format!(
                 "option groups: 1..={MAX_GROUPS}, not {groups}"
             )));
         }
-        Ok(HiStoreOptions { groups })
+        let sizes = WordCodec::new(
+            o.get_usize("key-size", d.sizes.key)?,
+            o.get_usize("value-size", d.sizes.value)?,
+        )?;
+        let breakdown_every = o.get_u64_in("breakdown-every", d.breakdown_every, 0, 1 << 20)?;
+        Ok(HiStoreOptions {
+            groups,
+            sizes,
+            breakdown_every,
+        })
     }
 }
 
@@ -207,8 +360,9 @@ pub fn systems() -> &'static [SystemDesc] {
             name: "single-hashtable",
             about: "HiStore's single-hashtable baseline: one server, a hash table read one-sidedly, writes by RPC, no scans",
             capabilities: SOLO_CAPABILITIES,
-            // It reads no option: one server, one table, sized for the load.
-            options: &[],
+            // One server, one table, sized for the load: only the sizes
+            // and the tracing.
+            options: SOLO_DESCS,
             colour: (219, 219, 141),
             load_local: load_solo,
             connect: None,
@@ -230,13 +384,21 @@ fn load_all_sorted(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
     load_kind(l, IndexKind::AllSorted)
 }
 
+/// The options single-hashtable reads: HiStore's but `groups`.
+const SOLO_DESCS: &[OptionDesc] = HiStoreOptions::DESCS.split_at(1).1;
+
 /// single-hashtable (§5.1): HiStore's own group with no backups
 /// ([`IndexKind::Solo`]), the primary committing each write alone. It
-/// reads no option and ignores every one, as the bench expects (it hands
-/// each system every flag's option): HiStore's `groups` would add
-/// servers, so it is not passed on.
+/// reads the sizes and the tracing and ignores every other option, as the
+/// bench expects (it hands each system every flag's option): HiStore's
+/// `groups` would add servers, so it is not passed on.
 fn load_solo(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
-    let one = kv::Options::new();
+    let mut one = kv::Options::new();
+    for d in SOLO_DESCS {
+        if let Some(v) = l.options.get_str(d.name) {
+            one.set(d.name, v)?;
+        }
+    }
     load_kind(
         &LocalLoad {
             options: &one,
@@ -261,6 +423,14 @@ pub fn load_kind(l: &LocalLoad<'_>, kind: IndexKind) -> Result<Box<dyn Store>, K
 pub struct HiStoreLocal {
     groups: LocalGroups,
     kind: IndexKind,
+    /// The u64 path's key and value sizes.
+    codec: WordCodec,
+    /// One in how many client operations is traced phase by phase.
+    breakdown_every: u64,
+    /// Each client's breakdown of its traced operations.
+    breakdowns: Mutex<Vec<Arc<Breakdown>>>,
+    /// Clients handed out (spreads their sampling).
+    clients: AtomicU64,
 }
 
 impl HiStoreLocal {
@@ -291,11 +461,16 @@ impl HiStoreLocal {
             1 => pairs.len() as u64,
             g => (pairs.len() as u64).div_ceil(g as u64) * 5 / 4 + 64,
         };
-        // Room for a record per loaded key and for 3n + 4 M more writes
-        // (records are not reclaimed yet); regions are committed lazily.
+        // Room for a record per loaded key and for the bytes of 3n + 4 M
+        // more writes of the default sizes (records are not reclaimed
+        // yet), but for at least n more writes: a region is zeroed when
+        // made, so its bytes, not its records, are what a run pays.
+        let codec = o.sizes;
+        let record = |c: WordCodec| crate::layout::record_words(c.key, c.value) as u64 * 8;
+        let writes = ((3 * n + (4 << 20)) * record(WordCodec::default()) / record(codec)).max(n);
         let config = GroupConfig {
             adversary,
-            ..GroupConfig::sized(n, 3 * n + (4 << 20), KEY_BYTES as u64, VALUE_BYTES as u64)
+            ..GroupConfig::sized(n, writes, codec.key as u64, codec.value as u64)
         };
         // Every index server's handler is traced (its thread CPU per call
         // goes to the traced RPC that made it, `--project`); a primary's
@@ -315,7 +490,7 @@ impl HiStoreLocal {
                     s.spawn(move || -> Result<(), HiError> {
                         let mut c = all.client(ClientConfig::default());
                         for &(k, v) in part {
-                            c.put(&key_bytes(k), &value_bytes(v))?;
+                            c.put(&codec.key(k), &codec.value(v))?;
                         }
                         Ok(())
                     })
@@ -327,7 +502,14 @@ impl HiStoreLocal {
                     .map_err(KvError::from)
             })
         })?;
-        Ok(HiStoreLocal { groups: all, kind })
+        Ok(HiStoreLocal {
+            groups: all,
+            kind,
+            codec,
+            breakdown_every: o.breakdown_every,
+            breakdowns: Mutex::new(Vec::new()),
+            clients: AtomicU64::new(0),
+        })
     }
 
     /// The groups (to kill servers and fail over during a run).
@@ -335,6 +517,24 @@ impl HiStoreLocal {
         &self.groups
     }
 }
+
+impl HiStoreLocal {
+    /// A breakdown for a new client, kept for the store's figures (at
+    /// most [`MAX_TRACED_CLIENTS`]; clients past that trace nothing, so a
+    /// store handing out clients for ever stays bounded).
+    fn new_breakdown(&self) -> Option<Arc<Breakdown>> {
+        let mut parts = self.breakdowns.lock().unwrap_or_else(|e| e.into_inner());
+        if self.breakdown_every == 0 || parts.len() >= MAX_TRACED_CLIENTS {
+            return None;
+        }
+        let b = Arc::new(Breakdown::new(self.breakdown_every));
+        parts.push(b.clone());
+        Some(b)
+    }
+}
+
+/// Most clients of a store whose operations are traced.
+pub const MAX_TRACED_CLIENTS: usize = 1024;
 
 impl Store for HiStoreLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
@@ -344,7 +544,25 @@ impl Store for HiStoreLocal {
                 .client_with(ClientConfig::default(), TracingEndpoint::new),
             scans: 0,
             kind: self.kind,
+            codec: self.codec,
+            sampler: Sampler::new(
+                self.breakdown_every,
+                self.clients.fetch_add(7, Ordering::Relaxed),
+            ),
+            breakdown: self.new_breakdown(),
         }))
+    }
+
+    fn breakdown(&self, reset: bool) -> Option<kv::PhaseBreakdown> {
+        if self.breakdown_every == 0 {
+            return None;
+        }
+        let parts = self.breakdowns.lock().unwrap_or_else(|e| e.into_inner());
+        let figures = Breakdown::figures(self.breakdown_every, &parts);
+        if reset {
+            parts.iter().for_each(|b| b.reset());
+        }
+        Some(figures)
     }
 
     // No model figures (no learned model), and no server time: not
@@ -360,9 +578,40 @@ pub struct HiStoreClient {
     scans: u64,
     /// Which system this is a client of (HiStore or a baseline).
     kind: IndexKind,
+    /// The u64 path's key and value sizes.
+    codec: WordCodec,
+    /// Which operations are traced phase by phase.
+    sampler: Sampler,
+    /// Where traced operations go (`None`: tracing off).
+    breakdown: Option<Arc<Breakdown>>,
 }
 
 impl HiStoreClient {
+    /// Runs `f` as an operation of kind `op`, traced phase by phase if
+    /// the sampler picks it (and it succeeds).
+    fn traced<T>(
+        &mut self,
+        op: Op,
+        f: impl FnOnce(&mut MultiClient<TracingEndpoint<LocalEndpoint>>) -> Result<T, HiError>,
+    ) -> Result<T, HiError> {
+        let picked = match &self.breakdown {
+            Some(b) => self.sampler.tick(op).map(|cpu| (b.clone(), cpu)),
+            None => None,
+        };
+        let Some((breakdown, cpu)) = picked else {
+            return f(&mut self.client);
+        };
+        phases::begin(cpu);
+        let t = Instant::now();
+        let r = f(&mut self.client);
+        let total = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let trace = phases::end();
+        if r.is_ok() {
+            breakdown.record(op, total, &trace, cpu);
+        }
+        r
+    }
+
     fn client_figures(&self) -> ClientFigures {
         let s = self.client.stats();
         ClientFigures {
@@ -398,7 +647,7 @@ impl KvClient for HiStoreClient {
     }
 
     fn get(&mut self, key: &[u8], value: &mut Vec<u8>) -> Result<bool, KvError> {
-        match self.client.get(key)? {
+        match self.traced(Op::Get, |c| c.get(key))? {
             Some(v) => {
                 *value = v;
                 Ok(true)
@@ -418,35 +667,35 @@ impl KvClient for HiStoreClient {
         if n == 0 {
             return Ok(());
         }
-        out.extend(self.client.scan(start, n)?);
+        out.extend(self.traced(Op::Scan, |c| c.scan(start, n))?);
         Ok(())
     }
 
     fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
-        Ok(self.client.insert(key, value)?)
+        Ok(self.traced(Op::Insert, |c| c.insert(key, value))?)
     }
 
     fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
-        Ok(self.client.update(key, value)?)
+        Ok(self.traced(Op::Update, |c| c.update(key, value))?)
     }
 
     fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
         // Insert, then update if it existed: two steps (HiStore's PUT does
         // not say whether the key was new), so a concurrent delete in
         // between is reported, not lost.
-        if self.client.insert(key, value)? {
-            return Ok(true);
-        }
-        if self.client.update(key, value)? {
-            return Ok(false);
-        }
-        Err(KvError::not_found(
-            "the key vanished between the insert and the update of an upsert",
-        ))
+        let done = self.traced(Op::Upsert, |c| {
+            if c.insert(key, value)? {
+                return Ok(Some(true));
+            }
+            Ok(c.update(key, value)?.then_some(false))
+        })?;
+        done.ok_or_else(|| {
+            KvError::not_found("the key vanished between the insert and the update of an upsert")
+        })
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<bool, KvError> {
-        Ok(self.client.delete(key)?)
+        Ok(self.traced(Op::Delete, |c| c.delete(key))?)
     }
 
     fn words(&mut self) -> Option<&mut dyn WordClient> {
@@ -468,9 +717,9 @@ impl WordClient for HiStoreClient {
     }
 
     fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
-        self.client
-            .get(&key_bytes(key))?
-            .map(|v| value_of(&v))
+        let k = self.codec.key(key);
+        self.traced(Op::Get, |c| c.get(&k))?
+            .map(|v| self.codec.value_of(&v))
             .transpose()
     }
 
@@ -481,22 +730,26 @@ impl WordClient for HiStoreClient {
         if n == 0 {
             return Ok(());
         }
-        for (k, v) in self.client.scan(&key_bytes(start), n)? {
-            out.push((key_of(&k)?, value_of(&v)?));
+        let from = self.codec.key(start);
+        for (k, v) in self.traced(Op::Scan, |c| c.scan(&from, n))? {
+            out.push((self.codec.key_of(&k)?, self.codec.value_of(&v)?));
         }
         Ok(())
     }
 
     fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.client.insert(&key_bytes(key), &value_bytes(value))?)
+        let (k, v) = (self.codec.key(key), self.codec.value(value));
+        Ok(self.traced(Op::Insert, |c| c.insert(&k, &v))?)
     }
 
     fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
-        Ok(self.client.update(&key_bytes(key), &value_bytes(value))?)
+        let (k, v) = (self.codec.key(key), self.codec.value(value));
+        Ok(self.traced(Op::Update, |c| c.update(&k, &v))?)
     }
 
     fn delete(&mut self, key: u64) -> Result<bool, KvError> {
-        Ok(self.client.delete(&key_bytes(key))?)
+        let k = self.codec.key(key);
+        Ok(self.traced(Op::Delete, |c| c.delete(&k))?)
     }
 
     fn counters(&self) -> kv::Counters {

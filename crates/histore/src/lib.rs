@@ -46,6 +46,7 @@ pub mod net;
 #[cfg(feature = "processes")]
 pub mod node;
 pub mod peer;
+pub mod phases;
 pub mod server;
 pub mod sorted;
 pub mod table;

@@ -19,6 +19,7 @@ use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
 use crate::error::HiError;
 use crate::layout::{IndexPairs, TableHeader, ValuePtr, HEADER_COMMIT_BYTES, LEASE_FOREVER};
 use crate::peer::{PeerGate, PeerKey};
+use crate::phases::{self, Phase};
 use crate::sorted::SortedIndex;
 use crate::table::HashTable;
 use crate::wire::{self, EntryOp, LogEntry, PutMode, Request};
@@ -742,11 +743,13 @@ impl IndexServer {
                 reply.extend_from_slice(&last.to_le_bytes());
             }
             Request::Scan { start, n } => {
-                let sorted = match self.primary_sorted()? {
-                    Some(sorted) => sorted,
-                    None => self.caught_up()?,
-                };
-                let pairs = sorted.scan(&start, n as usize);
+                let pairs = phases::time(Phase::Index, || -> Result<_, HiError> {
+                    let sorted = match self.primary_sorted()? {
+                        Some(sorted) => sorted,
+                        None => self.caught_up()?,
+                    };
+                    Ok(sorted.scan(&start, n as usize))
+                })?;
                 wire::ok(reply);
                 reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
                 for (k, p) in &pairs {
@@ -782,31 +785,36 @@ impl IndexServer {
                 }
             }
             Request::Get { key } => {
-                let found = match self.primary_sorted()? {
-                    Some(sorted) => Some(sorted.get(&key)),
-                    None => {
-                        let role = lock(&self.role);
-                        match &*role {
-                            Role::Primary(p) if !p.deposed => Some(p.table.get(&key)),
-                            Role::Primary(_) | Role::Deposed { .. } => {
-                                return Err(HiError::WrongRole("deposed"))
-                            }
-                            // all-hashtable: the table holds every
-                            // acknowledged write (applied when logged).
-                            Role::Backup(b) => b.table.as_ref().map(|t| t.get(&key)),
-                        }
-                    }
-                };
-                let found = match found {
-                    Some(f) => f,
-                    None => self.caught_up()?.get(&key),
-                };
+                let found = phases::time(Phase::Index, || self.get_ptr(&key))?;
                 wire::ok(reply);
                 reply.push(found.is_some() as u8);
                 reply.extend_from_slice(&found.map_or(0, |p| p.encode()).to_le_bytes());
             }
         }
         Ok(())
+    }
+
+    /// A GET by RPC: the key's record address in this server's index.
+    fn get_ptr(&self, key: &[u8]) -> Result<Option<ValuePtr>, HiError> {
+        let found = match self.primary_sorted()? {
+            Some(sorted) => Some(sorted.get(key)),
+            None => {
+                let role = lock(&self.role);
+                match &*role {
+                    Role::Primary(p) if !p.deposed => Some(p.table.get(key)),
+                    Role::Primary(_) | Role::Deposed { .. } => {
+                        return Err(HiError::WrongRole("deposed"))
+                    }
+                    // all-hashtable: the table holds every
+                    // acknowledged write (applied when logged).
+                    Role::Backup(b) => b.table.as_ref().map(|t| t.get(key)),
+                }
+            }
+        };
+        Ok(match found {
+            Some(f) => f,
+            None => self.caught_up()?.get(key),
+        })
     }
 
     /// An all-skiplist primary's sorted index (it holds every committed
@@ -872,7 +880,7 @@ impl IndexServer {
         key: Vec<u8>,
         op: Option<(PutMode, ValuePtr)>,
     ) -> Result<bool, HiError> {
-        let mut role = lock(&self.role);
+        let mut role = phases::time(Phase::Queue, || lock(&self.role));
         let p = match &mut *role {
             Role::Primary(p) if !p.deposed => p,
             Role::Primary(_) => return Err(HiError::WrongRole("deposed")),
@@ -900,13 +908,15 @@ impl IndexServer {
         }
         // The key's state as the log has it: the latest entry still
         // unapplied, else the table.
-        let exists = match p.unacked.iter().rev().find(|e| e.key == key) {
-            Some(e) => matches!(e.op, EntryOp::Put(_)),
-            None => match &p.sorted {
-                Some(sorted) => sorted.get(&key).is_some(),
-                None => p.table.contains(&key),
-            },
-        };
+        let exists = phases::time(Phase::Index, || {
+            match p.unacked.iter().rev().find(|e| e.key == key) {
+                Some(e) => matches!(e.op, EntryOp::Put(_)),
+                None => match &p.sorted {
+                    Some(sorted) => sorted.get(&key).is_some(),
+                    None => p.table.contains(&key),
+                },
+            }
+        });
         let entry_op = match op {
             Some((PutMode::Insert, _)) if exists => return Ok(false),
             Some((PutMode::Update, _)) if !exists => return Ok(false),
@@ -915,7 +925,7 @@ impl IndexServer {
             None => EntryOp::Delete,
         };
         if let EntryOp::Put(_) = entry_op {
-            if !has_room(p, &key) {
+            if !phases::time(Phase::Index, || has_room(p, &key)) {
                 // Refused before it is logged: once the backups logged an
                 // entry, the table must be able to take it.
                 return Err(HiError::Full("hash table"));
@@ -969,10 +979,11 @@ impl IndexServer {
                 return Err(HiError::Unavailable("a backup did not log the entry"));
             }
             let Some(mut ep) = p.ep.take() else {
-                role = self
-                    .replicated
-                    .wait(role)
-                    .unwrap_or_else(|e| e.into_inner());
+                role = phases::time(Phase::Queue, || {
+                    self.replicated
+                        .wait(role)
+                        .unwrap_or_else(|e| e.into_inner())
+                });
                 continue;
             };
             // Leader: replicate the whole queue with the lock released.
@@ -985,14 +996,16 @@ impl IndexServer {
             } else if backups.is_empty() {
                 Err(HiError::Unavailable("no live backup"))
             } else {
-                self.replicate(&mut *ep, &backups, epoch, commit, &batch)
+                phases::time(Phase::Log, || {
+                    self.replicate(&mut *ep, &backups, epoch, commit, &batch)
+                })
             };
-            role = lock(&self.role);
+            role = phases::time(Phase::Queue, || lock(&self.role));
             if let Role::Primary(p) = &mut *role {
                 p.ep = Some(ep);
                 match result {
                     Ok(()) => {
-                        if let Err(e) = apply_batch(p, batch.len()) {
+                        if let Err(e) = phases::time(Phase::Index, || apply_batch(p, batch.len())) {
                             // The backups logged entries this table cannot
                             // take (has_room should have refused them):
                             // the log and the table now disagree, so this
@@ -1307,7 +1320,7 @@ fn applier(server: Weak<IndexServer>) {
 
 impl RpcHandler for IndexServer {
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
-        let result = self.admit(request).and_then(|req| self.serve(req, reply));
+        let result = phases::handler(|| self.admit(request).and_then(|req| self.serve(req, reply)));
         if let Err(e) = result {
             wire::encode_error(&e, reply);
         }

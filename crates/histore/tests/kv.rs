@@ -263,3 +263,86 @@ fn baselines_read_the_way_the_paper_says() {
         assert_eq!(rpcs, 100 * rpcs_per_get, "{name}");
     }
 }
+
+/// Keys and values of other sizes than the paper's (`key-size`,
+/// `value-size`): binary 8-byte keys with 8-byte values on HiStore,
+/// decimal 64-byte keys with 1000-byte values on single-hashtable; four
+/// clients at once against BTreeMaps, and the stored pairs have the sizes
+/// asked for.
+#[test]
+fn other_key_and_value_sizes_match_maps_with_four_clients() {
+    let seed = testkit::seed();
+    let pairs: Vec<(u64, u64)> = (0..1_200u64).step_by(3).map(|k| (k, k ^ 0x55)).collect();
+    for (name, key, value) in [("histore", 8, 8), ("single-hashtable", 64, 1000)] {
+        let d = desc(name);
+        let mut options = Options::new();
+        options.set("key-size", key).unwrap();
+        options.set("value-size", value).unwrap();
+        let store = (d.load_local)(&LocalLoad {
+            pairs: &pairs,
+            adversary: Some(seed),
+            server_workers: None,
+            options: &options,
+        })
+        .unwrap();
+        let plan = Plan {
+            keys: 0..1_200,
+            ops: 400,
+            path: Path::Words,
+            scans: d.capabilities.scans,
+            max_scan: 20,
+            ..Plan::default()
+        };
+        clients_match_maps(&*store, &pairs, seed, THREADS, plan);
+        // The byte path sees the sizes: every stored key and value.
+        let mut c = store.client().unwrap();
+        let codec = histore::kv::WordCodec::new(key, value).unwrap();
+        let mut v = Vec::new();
+        let k = (0..1_200).find(|&k| c.get(&codec.key(k), &mut v).unwrap());
+        assert!(k.is_some(), "{name} {key}: no key left");
+        assert_eq!(v.len(), value, "{name}");
+        assert!(codec.value_of(&v).is_ok());
+        if d.capabilities.scans {
+            let mut out = Vec::new();
+            c.scan(&[0], 5, &mut out).unwrap();
+            assert_eq!(out.len(), 5);
+            assert!(out.iter().all(|(k, v)| k.len() == key && v.len() == value));
+        }
+    }
+}
+
+#[test]
+fn sizes_out_of_bounds_are_bad_input_and_codecs_keep_order() {
+    for (name, value) in [
+        ("key-size", "7"),
+        ("key-size", "1025"),
+        ("value-size", "7"),
+        ("value-size", "4097"),
+        ("breakdown-every", "two"),
+    ] {
+        let mut o = Options::new();
+        o.set(name, value).unwrap();
+        let r = histore::kv::HiStoreOptions::from_options(&o);
+        assert_eq!(kind_of(r), ErrorKind::BadInput, "{name} {value}");
+        assert_eq!(kind_of(load(&[], &o)), ErrorKind::BadInput, "{name}");
+    }
+    let keys = [0u64, 1, 255, 256, 12345, u64::MAX - 1, u64::MAX];
+    for key in [8, 9, 19, 20, 21, 64, 1024] {
+        let c = histore::kv::WordCodec::new(key, 8).unwrap();
+        for w in keys.windows(2) {
+            assert!(c.key(w[0]) < c.key(w[1]), "{key}");
+        }
+        for k in keys {
+            assert_eq!(c.key(k).len(), key);
+            assert_eq!(c.key_of(&c.key(k)).unwrap(), k, "{key}");
+        }
+        // Another size's key, or a byte-path key, is no key of this codec.
+        assert!(c.key_of(&c.key(5)[1..]).is_err());
+        // Past the u64's 8 bytes a key is padding (binary) or digits.
+        if key > 8 {
+            let mut odd = c.key(5);
+            odd[key - 1] = b'x';
+            assert!(c.key_of(&odd).is_err(), "{key}");
+        }
+    }
+}

@@ -197,3 +197,46 @@ pub struct RolexFigures {
     /// All of these bytes per key loaded.
     pub metadata_bytes_per_key: f64,
 }
+
+/// One phase's time over the sampled operations of a kind.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct PhaseTime {
+    /// The phase ("index rpc", "queue wait", "index access", "log sync",
+    /// "data access", "other"; "total" for the whole operation).
+    pub phase: String,
+    /// Mean nanoseconds.
+    pub mean_ns: f64,
+    /// Median nanoseconds (a histogram's estimate, within 1/8).
+    pub p50_ns: u64,
+    /// 99th percentile nanoseconds (as the median).
+    pub p99_ns: u64,
+}
+
+/// Where one kind of operation's time went.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct OpBreakdown {
+    /// The kind ("get", "insert", "update", "upsert", "delete", "scan").
+    pub op: String,
+    /// Operations traced for their phases (as many again are traced for
+    /// their servers' CPU).
+    pub samples: u64,
+    /// The whole operation, as its client saw it.
+    pub total: PhaseTime,
+    /// Each phase, then "other" (the total less the phases' sum).
+    pub phases: Vec<PhaseTime>,
+    /// Mean thread CPU of the index-server handlers per operation
+    /// (nanoseconds, nested ones included).
+    pub server_cpu_ns: f64,
+    /// Of that, the handlers called by the first one (a primary's backups).
+    pub nested_cpu_ns: f64,
+}
+
+/// A latency breakdown by phase (HiStore's Fig. 11), for designs that
+/// trace one: sampled operations, per kind.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct PhaseBreakdown {
+    /// One operation in this many was traced.
+    pub sampled_every: u64,
+    /// Each kind traced, in a fixed order.
+    pub ops: Vec<OpBreakdown>,
+}

@@ -26,7 +26,8 @@ pub use client::{
 };
 pub use error::{ErrorKind, KvError};
 pub use figures::{
-    ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, RetrainCounters, RolexFigures, ServerTime,
+    ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, OpBreakdown, PhaseBreakdown,
+    PhaseTime, RetrainCounters, RolexFigures, ServerTime,
 };
 pub use serve::{Announced, Doors, ProbeFn, Probed, Said, Serve, ServeFn, ServerDesc};
 pub use system::{

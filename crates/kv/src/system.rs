@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use crate::{
-    Capabilities, HintCounters, KvClient, KvError, ModelFigures, RetrainCounters, RolexFigures, ServerTime,
+    Capabilities, HintCounters, KvClient, KvError, ModelFigures, PhaseBreakdown, RetrainCounters,
+    RolexFigures, ServerTime,
 };
 
 /// A loaded or reached system, ready to hand out clients.
@@ -34,6 +35,14 @@ pub trait Store: Sync {
     /// ROLEX's retraining and metadata figures so far; `None` for other
     /// designs.
     fn rolex(&self) -> Option<RolexFigures> {
+        None
+    }
+
+    /// The latency breakdown by phase since the last reset (`reset`:
+    /// forget it after reading, as a measured phase starts); `None` for
+    /// designs that trace none.
+    fn breakdown(&self, reset: bool) -> Option<PhaseBreakdown> {
+        let _ = reset;
         None
     }
 }
