@@ -116,8 +116,14 @@ pub struct MoveReport {
     pub revision: u64,
     /// Wall time of the whole move.
     pub took: Duration,
-    /// How long the range was frozen (no reads or writes served for it).
+    /// How long the range was frozen (no reads or writes served for it):
+    /// from sending the freeze txn to the commit txn's answer.
     pub frozen_for: Duration,
+    /// Pairs copied after the snapshot (the pre-copy's deltas and the
+    /// last, frozen one; 0 for a move copied whole while frozen).
+    pub delta_keys: u64,
+    /// Delta rounds of the pre-copy (0: copied whole while frozen).
+    pub delta_rounds: u32,
 }
 
 type Remote = Client<Box<dyn Endpoint>>;
@@ -245,9 +251,28 @@ fn write_all(
     Ok(n)
 }
 
+/// Where a move is, for [`move_range_with`]'s pause hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveStep {
+    /// Pre-copy: the snapshot is on the target, the owner still serves
+    /// the range (reads and writes); the deltas and the freeze follow.
+    SnapshotCopied,
+    /// The range is frozen (the owner adopted it); the last delta and the
+    /// commit follow.
+    Frozen,
+}
+
+/// Changes fewer than this in a delta round end the pre-copy: the last
+/// delta, copied frozen, is about this small.
+const SMALL_DELTA: usize = 256;
+
+/// Most delta rounds before the freeze (under writes faster than the copy
+/// the delta never gets small; the last one is then copied frozen).
+const MAX_DELTA_ROUNDS: u32 = 8;
+
 /// Moves `[lo, hi)` (all of it one server's) to server `to`; resumes a
-/// move of exactly this range to `to` left frozen by a mover that
-/// stopped. See the module docs for the protocol.
+/// move of exactly this range to `to` left pre-copying or frozen by a
+/// mover that stopped. See the module docs for the protocol.
 pub fn move_range(
     etcd: &Etcd,
     lo: u64,
@@ -255,45 +280,158 @@ pub fn move_range(
     to: &str,
     token: Option<&str>,
 ) -> Result<MoveReport, MoveError> {
+    move_range_with(etcd, lo, hi, to, token, &mut |_| {})
+}
+
+/// [`move_range`], calling `pause` at each [`MoveStep`] (tests use it to
+/// interleave writes deterministically).
+pub fn move_range_with(
+    etcd: &Etcd,
+    lo: u64,
+    hi: u64,
+    to: &str,
+    token: Option<&str>,
+    pause: &mut dyn FnMut(MoveStep),
+) -> Result<MoveReport, MoveError> {
     let started = Instant::now();
     if !etcd.sealed_by(token).members()?.contains_key(to) {
         return Err(MoveError::NotRegistered(to.to_string()));
     }
     let map = etcd.require_map()?;
-    let frozen = match map.exact(lo, hi) {
-        Some(r) if r.moving_to.as_deref() == Some(to) => {
-            tracing::info!(lo, hi, to, "resuming a frozen move");
-            map
-        }
-        _ => {
-            let mut f = map.frozen(lo, hi, to)?;
-            f.revision = etcd.replace_map(&map, &f)?;
-            f
-        }
+    let exact = map.exact(lo, hi);
+    if exact.is_some_and(|r| r.moving_to.as_deref() == Some(to)) {
+        tracing::info!(lo, hi, to, "resuming a frozen move");
+        return frozen_copy(etcd, map, lo, hi, to, token, started, pause);
+    }
+    let copying = if exact.is_some_and(|r| r.copying_to.as_deref() == Some(to)) {
+        tracing::info!(lo, hi, to, "resuming a pre-copy");
+        map
+    } else {
+        let mut p = map.precopying(lo, hi, to)?;
+        p.revision = etcd.replace_map(&map, &p)?;
+        p
     };
-    let frozen_at = Instant::now();
-    let rev = frozen.revision;
-    let from = frozen.range_of(lo).server.clone();
-    tracing::info!(lo, hi, from, to, revision = rev, "range frozen");
-
+    let rev = copying.revision;
+    let from = copying.range_of(lo).server.clone();
+    tracing::info!(lo, hi, from, to, revision = rev, "range pre-copying");
     let mut source = connect(etcd, &from, token, rev)?;
     let mut target = connect(etcd, to, token, rev)?;
-    let pairs = read_range(&from, rev, &mut source, lo, hi)?;
-    let old = read_range(to, rev, &mut target, lo, hi)?;
+    let mut pre = match precopy(&from, to, rev, &mut source, &mut target, lo, hi, pause)? {
+        Some(pre) => pre,
+        // The owner cannot capture changes (or lost them): freeze and
+        // copy it whole.
+        None => return frozen_copy(etcd, copying, lo, hi, to, token, started, pause),
+    };
+    // Freeze: from the txn on, no write for the range is admitted.
+    let freeze_sent = Instant::now();
+    let mut frozen = copying.frozen(lo, hi, to)?;
+    frozen.revision = etcd.replace_map(&copying, &frozen)?;
+    let frev = frozen.revision;
+    tracing::info!(lo, hi, from, to, revision = frev, "range frozen");
+    source.set_fence(Some(frev));
+    target.set_fence(Some(frev));
+    pause(MoveStep::Frozen);
+    // The owner admits the take only once it adopted the frozen map, so
+    // every write admitted before is applied and captured.
+    match delta(&from, to, frev, &mut source, &mut target, lo, hi)? {
+        Some(n) => pre.delta_keys += n,
+        None => {
+            tracing::warn!(
+                lo,
+                hi,
+                "the last delta overflowed: copying the range frozen"
+            );
+            return frozen_copy(etcd, frozen, lo, hi, to, token, started, pause);
+        }
+    }
+    let report = commit(etcd, &frozen, lo, hi, &from, to, pre, started, freeze_sent)?;
+    Ok(report)
+}
+
+/// What the pre-copy did.
+struct PreCopy {
+    keys: u64,
+    cleared: u64,
+    delta_keys: u64,
+    rounds: u32,
+}
+
+/// The pre-copy at revision `rev` (the range marked `copying_to`): start
+/// the owner's capture, copy a snapshot, then copy deltas until one is
+/// small. `None` if the owner cannot capture or its capture overflowed.
+#[allow(clippy::too_many_arguments)]
+fn precopy(
+    from: &str,
+    to: &str,
+    rev: u64,
+    source: &mut Remote,
+    target: &mut Remote,
+    lo: u64,
+    hi: u64,
+    pause: &mut dyn FnMut(MoveStep),
+) -> Result<Option<PreCopy>, MoveError> {
+    match at_revision(from, rev, source, |c| c.changes(lo, hi, true, 0)) {
+        Ok(_) => {}
+        Err(MoveError::Server {
+            source: ClientError::Server(xstore::proto::Status::BadRequest),
+            ..
+        }) => {
+            tracing::warn!(from, "the owner does not capture changes: a frozen copy");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    }
+    let (keys, cleared) = copy_whole(from, to, rev, source, target, lo, hi)?;
+    pause(MoveStep::SnapshotCopied);
+    let mut pre = PreCopy {
+        keys,
+        cleared,
+        delta_keys: 0,
+        rounds: 0,
+    };
+    while pre.rounds < MAX_DELTA_ROUNDS {
+        pre.rounds += 1;
+        let Some(n) = delta(from, to, rev, source, target, lo, hi)? else {
+            return Ok(None);
+        };
+        pre.delta_keys += n;
+        tracing::debug!(lo, hi, round = pre.rounds, keys = n, "delta copied");
+        if (n as usize) < SMALL_DELTA {
+            break;
+        }
+    }
+    Ok(Some(pre))
+}
+
+/// Copies every pair of `[lo, hi)` from the owner to the target at `rev`
+/// (clearing what only the target holds) and reads the copy back. Only
+/// the mover writes the range on the target before the commit, so the
+/// copy must equal what was read. Returns (pairs copied, stale cleared).
+fn copy_whole(
+    from: &str,
+    to: &str,
+    rev: u64,
+    source: &mut Remote,
+    target: &mut Remote,
+    lo: u64,
+    hi: u64,
+) -> Result<(u64, u64), MoveError> {
+    let pairs = read_range(from, rev, source, lo, hi)?;
+    let old = read_range(to, rev, target, lo, hi)?;
     // Leftovers of an abandoned move (or of an earlier ownership) that
     // the source does not hold: deleted first.
     let keep: std::collections::HashSet<u64> = pairs.iter().map(|p| p.0).collect();
     let stale = old.iter().filter(|p| !keep.contains(&p.0)).map(|p| p.0);
-    let cleared = write_all(to, rev, &mut target, stale.map(|key| Write::Delete { key }))?;
+    let cleared = write_all(to, rev, target, stale.map(|key| Write::Delete { key }))?;
     let keys = write_all(
         to,
         rev,
-        &mut target,
+        target,
         pairs
             .iter()
             .map(|&(key, value)| Write::Upsert { key, value }),
     )?;
-    let copied = read_range(to, rev, &mut target, lo, hi)?;
+    let copied = read_range(to, rev, target, lo, hi)?;
     if copied != pairs {
         return Err(MoveError::CopyDiffers {
             server: to.to_string(),
@@ -301,28 +439,133 @@ pub fn move_range(
             copied: copied.len(),
         });
     }
+    Ok((keys, cleared))
+}
+
+/// Takes everything the owner's capture holds (at `rev`) and applies it
+/// to the target: keys present upserted, absent ones deleted. `None` if
+/// the capture overflowed (keys were lost).
+fn delta(
+    from: &str,
+    to: &str,
+    rev: u64,
+    source: &mut Remote,
+    target: &mut Remote,
+    lo: u64,
+    hi: u64,
+) -> Result<Option<u64>, MoveError> {
+    let mut n = 0u64;
+    // Bounded: the capture holds at most MAX_CAPTURE_KEYS, and writes
+    // made meanwhile are left for the next round.
+    let takes = crate::shard::MAX_CAPTURE_KEYS / xstore::proto::MAX_CHANGES as usize + 1;
+    for _ in 0..takes {
+        let (pairs, overflowed, left) = at_revision(from, rev, source, |c| {
+            c.changes(lo, hi, false, xstore::proto::MAX_CHANGES)
+        })?;
+        if overflowed {
+            return Ok(None);
+        }
+        let writes = pairs
+            .into_iter()
+            .filter(|p| lo <= p.0 && p.0 < hi)
+            .map(|(key, v)| match v {
+                Some(value) => Write::Upsert { key, value },
+                None => Write::Delete { key },
+            });
+        n += write_all(to, rev, target, writes)?;
+        if left == 0 {
+            break;
+        }
+    }
+    Ok(Some(n))
+}
+
+/// Today's protocol, for a resumed frozen move or when the pre-copy
+/// cannot be used: freeze (unless `map` has it frozen already), copy the
+/// whole range frozen, commit.
+#[allow(clippy::too_many_arguments)]
+fn frozen_copy(
+    etcd: &Etcd,
+    map: ShardMap,
+    lo: u64,
+    hi: u64,
+    to: &str,
+    token: Option<&str>,
+    started: Instant,
+    pause: &mut dyn FnMut(MoveStep),
+) -> Result<MoveReport, MoveError> {
+    let freeze_sent = Instant::now();
+    let frozen = match map.exact(lo, hi) {
+        Some(r) if r.moving_to.as_deref() == Some(to) => map,
+        _ => {
+            let mut f = map.frozen(lo, hi, to)?;
+            f.revision = etcd.replace_map(&map, &f)?;
+            f
+        }
+    };
+    let rev = frozen.revision;
+    let from = frozen.range_of(lo).server.clone();
+    tracing::info!(
+        lo,
+        hi,
+        from,
+        to,
+        revision = rev,
+        "range frozen for a whole copy"
+    );
+    pause(MoveStep::Frozen);
+    let mut source = connect(etcd, &from, token, rev)?;
+    let mut target = connect(etcd, to, token, rev)?;
+    let (keys, cleared) = copy_whole(&from, to, rev, &mut source, &mut target, lo, hi)?;
+    let pre = PreCopy {
+        keys,
+        cleared,
+        delta_keys: 0,
+        rounds: 0,
+    };
+    commit(etcd, &frozen, lo, hi, &from, to, pre, started, freeze_sent)
+}
+
+/// The commit txn (fenced on the frozen map) and the report.
+#[allow(clippy::too_many_arguments)]
+fn commit(
+    etcd: &Etcd,
+    frozen: &ShardMap,
+    lo: u64,
+    hi: u64,
+    from: &str,
+    to: &str,
+    pre: PreCopy,
+    started: Instant,
+    freeze_sent: Instant,
+) -> Result<MoveReport, MoveError> {
     let mut next = frozen.committed(lo, hi)?;
-    next.revision = etcd.replace_map(&frozen, &next)?;
+    next.revision = etcd.replace_map(frozen, &next)?;
+    let frozen_for = freeze_sent.elapsed();
     tracing::info!(
         lo,
         hi,
         from,
         to,
         revision = next.revision,
-        keys,
+        keys = pre.keys,
+        delta_keys = pre.delta_keys,
+        frozen_ms = frozen_for.as_secs_f64() * 1e3,
         "range moved"
     );
     Ok(MoveReport {
         lo,
         hi,
-        from,
+        from: from.to_string(),
         to: to.to_string(),
-        keys,
-        cleared,
-        frozen_revision: rev,
+        keys: pre.keys,
+        cleared: pre.cleared,
+        frozen_revision: frozen.revision,
         revision: next.revision,
         took: started.elapsed(),
-        frozen_for: frozen_at.elapsed(),
+        frozen_for,
+        delta_keys: pre.delta_keys,
+        delta_rounds: pre.rounds,
     })
 }
 
