@@ -4,31 +4,42 @@
 //!
 //! # Protocol
 //!
-//! 1. **Freeze** (one txn fenced on the map's `mod_revision`, revision
-//!    R1): the range is split out and marked `moving_to = target`. At R1
-//!    the owner admits reads but no writes for it, the target admits reads
-//!    and writes for it (this mover's copy), and routers send nothing for
-//!    it: they wait for the map to change ([`crate::Router`]). When the
-//!    owner adopts R1 its admission gate has drained every request
-//!    admitted under an older map ([`crate::Ownership`]), and it has
-//!    re-incarnated the range's leaves, so no fenced client answers from
-//!    them one-sidedly any more.
-//! 2. **Copy**: the mover scans the range from the owner by fenced RPCs
-//!    at R1 (refused until the owner has adopted R1, so the copy starts
-//!    only after the drain), deletes whatever the target holds in the
-//!    range that the owner does not (leftovers of an abandoned move), and
-//!    upserts every pair on the target at R1 (acknowledged only once
-//!    durable on a `sync` target), then reads the target's copy back and
-//!    compares.
+//! 1. **Pre-copy** (one txn fenced on the map's `mod_revision`, revision
+//!    R0): the range is split out and marked `copying_to = target`. At R0
+//!    the owner still serves it wholly (reads, writes, one-sided reads;
+//!    routers route to it as before), and the target admits the mover's
+//!    fenced reads and writes for it. The mover starts the owner's
+//!    *change capture* (`CHANGES` RPC, refused until the owner adopted
+//!    R0): from then on the owner's fence records the key of every write
+//!    to the range when its admission is released, i.e. once the write is
+//!    applied ([`crate::Ownership`]). The mover then copies a snapshot
+//!    (fenced SCANs of the owner, stale keys cleared on the target,
+//!    upserts, the copy read back and compared), and copies *deltas*:
+//!    it takes the captured keys with their values now (absent: deleted)
+//!    and applies them on the target, until a delta is smaller than
+//!    [`SMALL_DELTA`] keys (at most [`MAX_DELTA_ROUNDS`] rounds).
+//! 2. **Freeze** (txn fenced on R0, revision R1): `copying_to` becomes
+//!    `moving_to`. At R1 the owner admits reads but no writes for it and
+//!    routers send nothing for it. The owner adopts R1 only once every
+//!    request admitted under R0 is answered (the admission gate), so
+//!    every write made to the range is applied and captured; the mover
+//!    takes the last delta at R1 (refused until the owner adopted it) and
+//!    applies it on the target.
 //! 3. **Commit** (txn fenced on R1, revision R2): the target owns the
-//!    range. The target serves it once it adopts R2; the old owner keeps
-//!    the keys it no longer owns, fenced off (it refuses requests for
-//!    them, and hands out no usable translation-table entries for their
-//!    leaves).
+//!    range. The old owner's map change calls its range hook for the
+//!    released range, and the server deletes the range's keys in the
+//!    background, in batches, each under a hold that map changes wait for
+//!    (a range that comes back stops the clean-up).
 //!
-//! A mover that stops after step 1 leaves the range frozen: running the
-//! same move again resumes it (copying again from the start is
-//! idempotent), and [`abort`] thaws it at its owner.
+//! The capture is bounded ([`crate::shard::MAX_CAPTURE_KEYS`]): one that
+//! overflowed lost keys, and the mover falls back to freezing the range
+//! and copying it whole (also what it does when the owner cannot capture,
+//! and when it resumes a move left frozen). A mover that stops during the
+//! pre-copy leaves the range `copying_to` (served by its owner as
+//! always): running the same move again starts the pre-copy over; one
+//! that stops after the freeze leaves it frozen, and running the move
+//! again copies it whole. [`abort`] thaws either at its owner; the target
+//! then deletes its partial copy in the background.
 
 use std::time::{Duration, Instant};
 
@@ -303,14 +314,17 @@ pub fn move_range_with(
         tracing::info!(lo, hi, to, "resuming a frozen move");
         return frozen_copy(etcd, map, lo, hi, to, token, started, pause);
     }
-    let copying = if exact.is_some_and(|r| r.copying_to.as_deref() == Some(to)) {
+    // Resuming a pre-copy writes the map again all the same: the new
+    // revision fences off any other mover still at the old one (its
+    // takes and its freeze are refused), so no two movers share the
+    // owner's capture.
+    let mut copying = if exact.is_some_and(|r| r.copying_to.as_deref() == Some(to)) {
         tracing::info!(lo, hi, to, "resuming a pre-copy");
-        map
+        map.clone()
     } else {
-        let mut p = map.precopying(lo, hi, to)?;
-        p.revision = etcd.replace_map(&map, &p)?;
-        p
+        map.precopying(lo, hi, to)?
     };
+    copying.revision = etcd.replace_map(&map, &copying)?;
     let rev = copying.revision;
     let from = copying.range_of(lo).server.clone();
     tracing::info!(lo, hi, from, to, revision = rev, "range pre-copying");
@@ -569,9 +583,9 @@ fn commit(
     })
 }
 
-/// Undoes a move of exactly `[lo, hi)` left frozen: the range is thawed
-/// at its owner (whatever was copied to the target stays there, fenced
-/// off, and is cleared by the next move there). Returns the new map.
+/// Undoes a move of exactly `[lo, hi)` left pre-copying or frozen: the
+/// range is thawed at its owner (the target deletes whatever was copied
+/// to it in the background). Returns the new map.
 pub fn abort(etcd: &Etcd, lo: u64, hi: u64) -> Result<ShardMap, MoveError> {
     let map = etcd.require_map()?;
     let mut next = map.thawed(lo, hi)?;
