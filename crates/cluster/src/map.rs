@@ -437,6 +437,42 @@ mod tests {
     }
 
     #[test]
+    fn a_precopy_marks_only_its_range_and_freezes_into_a_move() {
+        let m = ShardMap::split(&[100, 200], &ids(3)).unwrap();
+        let p = m.precopying(120, 150, "s2").unwrap();
+        let r = p.exact(120, 150).unwrap();
+        assert_eq!(
+            (r.server.as_str(), r.copying_to.as_deref()),
+            ("s1", Some("s2"))
+        );
+        assert!(r.moving_to.is_none());
+        assert_eq!(
+            p.ranges.iter().filter(|r| r.copying_to.is_some()).count(),
+            1
+        );
+        let back = ShardMap::from_json(&p.to_json(), 4).unwrap();
+        assert_eq!(back.ranges, p.ranges);
+        // Another move into or around it is refused; its own freeze is not.
+        assert!(p.frozen(120, 150, "s0").is_err());
+        assert!(p.frozen(110, 160, "s2").is_err());
+        assert!(p.precopying(130, 140, "s2").is_err());
+        let f = p.frozen(120, 150, "s2").unwrap();
+        let r = f.exact(120, 150).unwrap();
+        assert_eq!(
+            (r.moving_to.as_deref(), r.copying_to.as_deref()),
+            (Some("s2"), None)
+        );
+        assert_eq!(f.committed(120, 150).unwrap().range_of(130).server, "s2");
+        // Thawing a pre-copy gives back the map it started from.
+        assert_eq!(p.thawed(120, 150).unwrap().ranges, m.ranges);
+        // Both marks at once, or a copy to the owner: invalid.
+        let json = br#"{"format":1,"ranges":[{"lo":0,"hi":18446744073709551615,"server":"a","copying_to":"a"}]}"#;
+        assert!(ShardMap::from_json(json, 1).is_err());
+        let json = br#"{"format":1,"ranges":[{"lo":0,"hi":18446744073709551615,"server":"a","copying_to":"b","moving_to":"b"}]}"#;
+        assert!(ShardMap::from_json(json, 1).is_err());
+    }
+
+    #[test]
     fn json_round_trips_and_bad_values_are_errors() {
         let m = ShardMap::split(&[1 << 40], &ids(2)).unwrap();
         let back = ShardMap::from_json(&m.to_json(), 7).unwrap();

@@ -592,6 +592,52 @@ mod tests {
     }
 
     #[test]
+    fn a_precopied_range_is_served_by_its_owner_and_captured_once_applied() {
+        let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
+        map.revision = 1;
+        let mut p = map.precopying(10, 20, "b").unwrap();
+        p.revision = 2;
+        let a = Ownership::new("a", p.clone());
+        let b = Ownership::new("b", p.clone());
+        // The owner serves it wholly, directly; the target only fenced.
+        assert!(a.admit(15, 2, true).is_ok() && a.admit_current(15, true).is_ok());
+        assert!(a.direct(10, 20));
+        assert!(b.admit(15, 2, true).is_ok());
+        assert!(b.admit_current(15, true).is_err() && b.admit_current(15, false).is_err());
+        assert!(!b.direct(10, 20));
+        assert!(!b.capture_changes(10, 20), "b does not own it");
+        assert!(a.capture_changes(10, 20));
+        a.set_capture_limit(2);
+        // A write is captured when its admission is released (applied),
+        // a read never, a key outside the range never.
+        let w = a.admit(15, 2, true).unwrap();
+        drop(a.admit(16, 2, false).unwrap());
+        drop(a.admit(30, 2, true).unwrap());
+        assert_eq!(a.take_changes(10, 20, 10).unwrap().keys, Vec::<u64>::new());
+        drop(w);
+        let t = a.take_changes(10, 20, 10).unwrap();
+        assert_eq!((t.keys, t.overflowed, t.left), (vec![15], false, 0));
+        for k in [11, 12, 13] {
+            drop(a.admit(k, 2, true).unwrap());
+        }
+        let t = a.take_changes(10, 20, 1).unwrap();
+        assert_eq!((t.keys, t.overflowed, t.left), (vec![11], true, 1));
+        assert!(a.take_changes(10, 21, 1).is_none());
+        // The capture survives the freeze and goes with the commit.
+        let mut f = p.frozen(10, 20, "b").unwrap();
+        f.revision = 3;
+        a.update(f.clone());
+        assert!(a.take_changes(10, 20, 1).is_some());
+        assert!(a.hold_released(10, 20).is_none(), "still a's");
+        let mut c = f.committed(10, 20).unwrap();
+        c.revision = 4;
+        a.update(c);
+        assert!(a.take_changes(10, 20, 1).is_none());
+        assert!(a.hold_released(10, 20).is_some());
+        assert!(a.hold_released(10, 21).is_none());
+    }
+
+    #[test]
     fn a_map_change_waits_for_admitted_requests_and_reports_what_changed() {
         let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
         map.revision = 1;
