@@ -19,6 +19,7 @@ LAYERS = [
     ("systems", ["xtree", "xstore", "cluster", "rolex", "histore", "finestore", "sherman", "single"]),
     ("registry", ["registry"]),
     ("harness", ["bench"]),
+    ("front ends", ["resp"]),
     ("binary", ["xstore-cli"]),
 ]
 # Crates of one system may use each other (XStore's tree, server and shards).

@@ -19,7 +19,8 @@ pub mod system;
 pub use kv::{KvClient, Store};
 pub use report::Report;
 pub use run::{
-    run, run_recorded, run_traced, run_with, Judge, Progress, RunConfig, MAX_PIPELINE, MAX_THREADS,
+    run, run_inserting, run_recorded, run_traced, run_with, Inserter, Judge, Progress, RunConfig,
+    MAX_PIPELINE, MAX_THREADS,
 };
 pub use suite::{
     is_system, run_suite, run_suites, system_list, system_names, KeySet, SuiteError, SuiteName,

@@ -148,6 +148,65 @@ pub struct Report {
     /// real RDMA hardware (`--project`; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub projected: Option<crate::project::Projected>,
+    /// Requests each server answered, for a range-partitioned system
+    /// (`--cluster`, `--shards`; `null` otherwise).
+    pub server_shares: Option<Shares>,
+    /// The dedicated inserter's figures (`--insert-rate`; `null` without
+    /// one). Its inserts are not in `ops` or the throughput, which are the
+    /// `threads` clients'.
+    pub inserter: Option<InserterFigures>,
+}
+
+/// Requests per server of a range-partitioned system: every request a
+/// client's router answered, warm-up and audit included.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct Shares {
+    /// Each server, by id.
+    pub servers: Vec<ServerShare>,
+    /// The largest share, in [0, 1] (0 with no request).
+    pub max_share: f64,
+}
+
+/// One server's requests.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct ServerShare {
+    /// Its id.
+    pub server: String,
+    /// Requests it answered.
+    pub requests: u64,
+    /// Its fraction of all requests, in [0, 1].
+    pub share: f64,
+}
+
+impl Shares {
+    /// The shares of `counts` (requests by server id).
+    pub fn of(counts: &std::collections::BTreeMap<String, u64>) -> Shares {
+        let total = counts.values().sum::<u64>();
+        let servers: Vec<ServerShare> = counts
+            .iter()
+            .map(|(id, &n)| ServerShare {
+                server: id.clone(),
+                requests: n,
+                share: n as f64 / total.max(1) as f64,
+            })
+            .collect();
+        let max_share = servers.iter().map(|s| s.share).fold(0.0, f64::max);
+        debug_assert!((0.0..=1.0).contains(&max_share));
+        Shares { servers, max_share }
+    }
+}
+
+/// What the dedicated inserter did over the measured phase.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct InserterFigures {
+    /// The rate it was paced at, inserts/s (`null`: as fast as it could).
+    pub target_per_s: Option<f64>,
+    /// Inserts answered in the measured phase.
+    pub inserts: u64,
+    /// Inserts per measured second.
+    pub achieved_per_s: f64,
+    /// Latency of its inserts.
+    pub latency_us: Latency,
 }
 
 /// A table row: its label and its text.
@@ -170,6 +229,7 @@ impl Report {
         if let Some(p) = &self.projected {
             rows.extend(p.rows());
         }
+        self.partition_rows(&mut rows);
         rows.iter()
             .map(|(k, v)| format!("{k:>18}  {v}\n"))
             .collect()
@@ -263,6 +323,34 @@ impl Report {
             "invalidation rate",
             opt(self.invalidation_rate.map(|r| r * 100.0), 3) + " %",
         ));
+    }
+
+    /// The servers' shares and the dedicated inserter, when there are.
+    fn partition_rows(&self, rows: &mut Vec<Row>) {
+        if let Some(s) = &self.server_shares {
+            let each: Vec<String> = s
+                .servers
+                .iter()
+                .map(|v| format!("{} {} ({:.1} %)", v.server, v.requests, v.share * 100.0))
+                .collect();
+            rows.push((
+                "server shares",
+                format!("max {:.1} %: {}", s.max_share * 100.0, each.join(", ")),
+            ));
+        }
+        if let Some(i) = &self.inserter {
+            rows.push((
+                "inserter",
+                format!(
+                    "{} inserts  {:.0}/s (target {})  p50 {:.2} us  p99 {:.2} us",
+                    i.inserts,
+                    i.achieved_per_s,
+                    i.target_per_s.map_or("max".into(), |t| format!("{t:.0}/s")),
+                    i.latency_us.p50,
+                    i.latency_us.p99
+                ),
+            ));
+        }
     }
 
     /// What the judge found.

@@ -10,7 +10,7 @@
 //! be one of its last writes.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,11 @@ use crate::BenchError;
 use check::history::{History, OpKind, Operation, Recorder};
 use check::ledger::{Ledger, Verdict};
 use check::values::value_for;
+
+#[path = "inserter.rs"]
+mod inserter;
+
+pub use inserter::Inserter;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -119,7 +124,7 @@ pub fn run(
     config: &RunConfig,
     progress: &Progress,
 ) -> Result<Report, BenchError> {
-    run_inner(system, loaded, config, progress, false, Judge::Full, None).map(|(r, _)| r)
+    run_inner(system, loaded, config, progress, Mode::judged(Judge::Full)).map(|(r, _)| r)
 }
 
 /// [`run_with`], also recording a trace of the measured operations into
@@ -142,7 +147,11 @@ pub fn run_traced(
                 .into(),
         ));
     }
-    run_inner(system, loaded, config, progress, false, judge, Some(trace)).map(|(r, _)| r)
+    let mode = Mode {
+        trace: Some(trace),
+        ..Mode::judged(judge)
+    };
+    run_inner(system, loaded, config, progress, mode).map(|(r, _)| r)
 }
 
 /// [`run`], judged as `judge` says.
@@ -153,7 +162,25 @@ pub fn run_with(
     judge: Judge,
     progress: &Progress,
 ) -> Result<Report, BenchError> {
-    run_inner(system, loaded, config, progress, false, judge, None).map(|(r, _)| r)
+    run_inner(system, loaded, config, progress, Mode::judged(judge)).map(|(r, _)| r)
+}
+
+/// [`run_with`] with a dedicated inserter beside the `threads` clients
+/// (see [`Inserter`]): the report's `inserter` holds its figures, its
+/// inserts are judged and read back in the audit like every write.
+pub fn run_inserting(
+    system: &dyn Store,
+    loaded: Arc<[u64]>,
+    config: &RunConfig,
+    judge: Judge,
+    progress: &Progress,
+    inserter: Inserter,
+) -> Result<Report, BenchError> {
+    let mode = Mode {
+        inserter: Some(inserter),
+        ..Mode::judged(judge)
+    };
+    run_inner(system, loaded, config, progress, mode).map(|(r, _)| r)
 }
 
 /// Most operations [`run_recorded`] keeps: a history is for short runs.
@@ -176,7 +203,33 @@ pub fn run_recorded(
             "a recorded history needs --ops (not --seconds) and at most {MAX_HISTORY_OPS} operations"
         )));
     }
-    run_inner(system, loaded, config, progress, true, Judge::Full, None)
+    let mode = Mode {
+        record: true,
+        ..Mode::judged(Judge::Full)
+    };
+    run_inner(system, loaded, config, progress, mode)
+}
+
+/// How a run is judged, recorded and traced, and whether a dedicated
+/// inserter runs beside its clients.
+#[derive(Clone, Copy)]
+struct Mode<'a> {
+    record: bool,
+    judge: Judge,
+    trace: Option<&'a rdmasim::record::Recorder>,
+    inserter: Option<Inserter>,
+}
+
+impl Mode<'_> {
+    /// Judged as `judge` says, nothing else.
+    fn judged(judge: Judge) -> Self {
+        Mode {
+            record: false,
+            judge,
+            trace: None,
+            inserter: None,
+        }
+    }
 }
 
 /// The measured window as the coordinating thread sees it: the clock
@@ -192,7 +245,8 @@ fn measure_window(release: impl FnOnce(), wait_end: impl FnOnce()) -> f64 {
 }
 
 /// Refuses a configuration no run can honour, before any thread starts.
-fn validate(config: &RunConfig, record: bool, judge: Judge) -> Result<(), BenchError> {
+fn validate(config: &RunConfig, mode: &Mode) -> Result<(), BenchError> {
+    let (record, judge) = (mode.record, mode.judge);
     if !(1..=MAX_THREADS).contains(&config.threads) {
         return Err(BenchError::Config(format!(
             "--threads {} (1..={MAX_THREADS} accepted)",
@@ -211,6 +265,11 @@ fn validate(config: &RunConfig, record: bool, judge: Judge) -> Result<(), BenchE
     if record && judge != Judge::Full {
         return Err(BenchError::Config(
             "a recorded history is of a fully judged run".into(),
+        ));
+    }
+    if mode.inserter.is_some() && (record || mode.trace.is_some()) {
+        return Err(BenchError::Config(
+            "a dedicated inserter (--insert-rate) runs without --history or --project".into(),
         ));
     }
     Ok(())
@@ -232,11 +291,18 @@ struct Shared<'a> {
     stop: AtomicBool,
     /// Measured operations per thread (`--ops`).
     per_thread: u64,
+    /// Threads the ledger, the audit and the insert keys are shared by:
+    /// the clients, and the dedicated inserter if there is one.
+    all_threads: u32,
+    /// Client threads whose measured phase is over (the inserter inserts
+    /// until all are).
+    measured_done: AtomicU32,
 }
 
 impl Shared<'_> {
     /// A failed thread still meets the barriers so the others go on.
     fn skip_barriers(&self) {
+        self.measured_done.fetch_add(1, Ordering::Relaxed);
         self.barrier.wait();
         self.barrier.wait();
         self.barrier.wait();
@@ -255,15 +321,20 @@ fn run_inner(
     loaded: Arc<[u64]>,
     config: &RunConfig,
     progress: &Progress,
-    record: bool,
-    judge: Judge,
-    trace: Option<&rdmasim::record::Recorder>,
+    mode: Mode,
 ) -> Result<(Report, History), BenchError> {
-    validate(config, record, judge)?;
+    validate(config, &mode)?;
+    let Mode {
+        record,
+        judge,
+        trace,
+        inserter,
+    } = mode;
     let threads = config.threads;
+    let all = threads + u32::from(inserter.is_some());
     let ledger = match judge {
-        Judge::AsFound => Ledger::as_found(threads as usize, loaded.len()),
-        Judge::Full | Judge::Off => Ledger::new(threads as usize, loaded.clone()),
+        Judge::AsFound => Ledger::as_found(all as usize, loaded.len()),
+        Judge::Full | Judge::Off => Ledger::new(all as usize, loaded.clone()),
     };
     let shared = Shared {
         config,
@@ -272,11 +343,13 @@ fn run_inner(
         judge,
         trace,
         ledger,
-        barrier: Barrier::new(threads as usize + 1),
+        barrier: Barrier::new(all as usize + 1),
         stop: AtomicBool::new(false),
         per_thread: config.ops.div_ceil(threads as u64),
+        all_threads: all,
+        measured_done: AtomicU32::new(0),
     };
-    let (results, window) = std::thread::scope(|scope| -> Result<_, BenchError> {
+    let (results, inserted, window) = std::thread::scope(|scope| -> Result<_, BenchError> {
         let shared = &shared;
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -284,9 +357,15 @@ fn run_inner(
                 scope.spawn(move || client_thread(shared, system, loaded, t))
             })
             .collect();
+        let ins = inserter.map(|i| {
+            let loaded = loaded.clone();
+            scope.spawn(move || inserter::thread(shared, system, loaded, i))
+        });
         let window = coordinate(system, &shared.barrier);
-        let results = join_clients(handles, &shared.stop)?;
-        Ok((results, window))
+        let results = join_clients(handles, &shared.stop);
+        let inserted = ins.map(|h| join_clients(vec![h], &shared.stop));
+        let inserted = inserted.transpose()?.and_then(|mut r| r.pop());
+        Ok((results?, inserted, window))
     })?;
     let history = if record {
         history_of(&results, &loaded)
@@ -302,6 +381,9 @@ fn run_inner(
         window.server,
         window.hints,
     );
+    if let (Some(i), Some(r)) = (inserter, &inserted) {
+        inserter::add_to(&mut report, r, i, window.seconds);
+    }
     report.judged = judge != Judge::Off;
     report.data = match judge {
         Judge::AsFound => "existing",
@@ -348,7 +430,7 @@ fn client_thread(
                 &config.stream,
                 loaded,
                 t,
-                config.threads,
+                shared.all_threads,
                 config.seed,
             )?;
             Ok((client, stream))
@@ -377,7 +459,7 @@ fn client_phases(
 ) -> Result<ThreadResult, BenchError> {
     let config = shared.config;
     let ledger = &shared.ledger;
-    let mut w = Worker::new(t, config.threads, config.pipeline, ledger);
+    let mut w = Worker::new(t, shared.all_threads, config.pipeline, ledger);
     w.judging = shared.judge != Judge::Off;
     w.recorder = shared.record.then(Recorder::default);
     w.trace = shared.trace;
@@ -396,6 +478,7 @@ fn client_phases(
     w.reset(&*client);
     shared.barrier.wait();
     let measured = measure(shared, &mut w, &mut *client, stream);
+    shared.measured_done.fetch_add(1, Ordering::Relaxed);
     // This thread reads nothing until the audit: it holds no write of the
     // ledger back from pruning meanwhile.
     ledger.leave(t as usize);
@@ -1252,6 +1335,8 @@ fn summarize(
         invalidation_rate: direct.map(|d| per(d.invalidations, d.reads)),
         hints,
         projected: None,
+        server_shares: None,
+        inserter: None,
         judged: true,
         data: "loaded".to_string(),
         correctness,

@@ -516,6 +516,8 @@ impl SuiteRow {
             data: "loaded".to_string(),
             correctness: Correctness::default(),
             projected: None,
+            server_shares: None,
+            inserter: None,
         }
     }
 }

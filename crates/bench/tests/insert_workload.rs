@@ -179,3 +179,83 @@ fn a_dropped_insert_fails_the_insert_run() {
         assert!(c.examples[0].starts_with("lost write: key "), "{c:?}");
     }
 }
+
+/// A dedicated inserter (`--insert-rate`) beside readers of workload C:
+/// its inserts are not the clients' operations, every one is judged (the
+/// audit reads each back: checked reads are the clients' reads plus the
+/// inserts), and a paced one never goes past its token bucket.
+#[test]
+fn a_dedicated_inserter_is_judged_and_paced() {
+    let seed = seed();
+    let keys = keys(2_000);
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
+    for rate in ["max", "20k"] {
+        // A fresh load: the same seed inserts the same fresh keys.
+        let system = common::load("xstore", &pairs, Some(seed), &options()).unwrap();
+        let inserter = bench::Inserter::parse(rate).unwrap().unwrap();
+        let mut config = config("xstore", 2_000, 2, 1, seed);
+        config.workload = Workload::C;
+        config.dist = ycsb::Distribution::Zipfian;
+        config.warmup_ops = 0;
+        let r = bench::run_inserting(
+            &*system,
+            keys.clone(),
+            &config,
+            bench::Judge::Full,
+            &Progress::default(),
+            inserter,
+        )
+        .unwrap_or_else(|e| panic!("{rate} (seed {seed}): {e}"));
+        let c = &r.correctness;
+        assert_eq!(c.errors(), 0, "{rate} (seed {seed}): {c:?}");
+        assert_eq!(r.ops, 2_000, "the clients' reads only");
+        let i = r.inserter.as_ref().expect("the inserter's figures");
+        assert!(i.inserts > 0, "{rate}: {i:?}");
+        assert_eq!(c.checked_reads, r.ops + i.inserts, "{rate} (seed {seed})");
+        if let Some(target) = i.target_per_s {
+            // One token at the start, then the rate: an upper bound that
+            // holds however slow the machine is.
+            assert!(
+                i.inserts as f64 <= 2.0 + target * r.seconds,
+                "{} inserts in {} s at {target}/s",
+                i.inserts,
+                r.seconds
+            );
+        }
+    }
+}
+
+/// An insert of the dedicated inserter acknowledged but never written is
+/// a lost write, found by the audit.
+#[test]
+fn a_dropped_insert_of_the_dedicated_inserter_fails_the_run() {
+    let seed = seed();
+    let keys = keys(500);
+    let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
+    let system = Dropper {
+        inner: common::load("xstore", &pairs, None, &options()).unwrap(),
+        // The first insert, which the inserter always makes.
+        drop_nth: 0,
+        seen: Arc::new(AtomicU64::new(0)),
+    };
+    let mut config = config("xstore", 3_000, 1, 1, seed);
+    config.workload = Workload::C;
+    config.dist = ycsb::Distribution::Uniform;
+    let inserter = bench::Inserter { rate: None };
+    let r = bench::run_inserting(
+        &system,
+        keys.clone(),
+        &config,
+        bench::Judge::Full,
+        &Progress::default(),
+        inserter,
+    )
+    .unwrap();
+    assert!(system.seen.load(Ordering::SeqCst) > 0, "never dropped");
+    let c = &r.correctness;
+    assert_eq!(
+        (c.lost_writes, c.mismatches, c.stale_reads),
+        (1, 0, 0),
+        "seed {seed}: {c:?}"
+    );
+}

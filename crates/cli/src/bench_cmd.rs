@@ -250,6 +250,22 @@ pub struct BenchArgs {
         conflicts_with = "suite"
     )]
     trace_out: Option<PathBuf>,
+    /// A dedicated inserter beside the --threads clients (the XStore
+    /// paper's Fig. 14b): one more client thread inserting fresh keys at
+    /// this rate, inserts/s with a k or m suffix, or max (0: none). The
+    /// report's inserter block gives the rate it reached.
+    #[arg(long, value_name = "RATE", conflicts_with_all = ["suite", "history", "project"])]
+    insert_rate: Option<String>,
+    /// Range-partition XStore over this many servers in this process (the
+    /// clients route by key range, as over a --cluster): the report gives
+    /// each server's share of the requests (Fig. 13b). --fabric local.
+    #[arg(
+        long,
+        value_name = "S",
+        value_parser = crate::flags::usize_in(1, cluster::local::MAX_SHARDS as u64),
+        conflicts_with_all = ["suite", "cluster", "project"]
+    )]
+    shards: Option<usize>,
 }
 
 /// `xstore bench --suite project --out DIR [--project PROFILE]`: every
@@ -562,7 +578,8 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
                 .with_context(|| format!("reaching the cluster at {url}"))
         })
         .transpose()?;
-    let shares = cluster.as_ref().map(|c| c.shares());
+    let in_cluster = cluster.is_some();
+    let mut shares = cluster.as_ref().map(|c| c.shares());
     // The servers must be the design asked for, and (unless as found)
     // hold this run's key set: a mismatch is refused here in one line,
     // not reported as thousands of lost writes.
@@ -577,7 +594,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
             &args.keys,
         )?;
     }
-    let system = open_system(args, &plan, cluster, &keys)?;
+    let system = open_system(args, &plan, cluster, &keys, &mut shares)?;
     let keys = if as_found {
         let keys = snapshot_keys(&*system)?;
         eprintln!("--data existing: the server holds {} keys", keys.len());
@@ -586,18 +603,11 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
         keys
     };
     let loaded: Arc<[u64]> = keys.into();
-    let config = run_config(args, &plan, shares.is_some());
+    let config = run_config(args, &plan, in_cluster);
     let pb = progress::bar(args.ops, "run");
-    let (report, history) = measure(args, &plan, &*system, loaded, &config, &pb)?;
-    if let Some(shares) = &shares {
-        let per = shares.snapshot();
-        let total: u64 = per.values().sum::<u64>().max(1);
-        let line: Vec<String> = per
-            .iter()
-            .map(|(id, n)| format!("{id} {n} ({:.1} %)", *n as f64 * 100.0 / total as f64))
-            .collect();
-        eprintln!("requests per server: {}", line.join(", "));
-    }
+    let (mut report, history) = measure(args, &plan, &*system, loaded, &config, &pb)?;
+    // Counted as each client ends, all ended in the run.
+    report.server_shares = shares.map(|s| bench::report::Shares::of(&s.snapshot()));
     if let (Some(path), Some(history)) = (&args.history, history) {
         history.write(path)?;
         eprintln!(
@@ -628,6 +638,8 @@ struct Plan<'a> {
     cache: CacheMode,
     /// `--data existing`: the run benches the data a server holds.
     as_found: bool,
+    /// `--insert-rate`'s dedicated inserter.
+    inserter: Option<bench::Inserter>,
 }
 
 impl Plan<'_> {
@@ -691,6 +703,16 @@ fn plan_run(args: &BenchArgs) -> Result<Plan<'_>> {
     if as_found && args.history.is_some() {
         bail!("--history records a run from a known load, not --data existing");
     }
+    if args.shards.is_some() && (remote.is_some() || !bench::system::runs_in_cluster(system_name)) {
+        bail!(
+            "--shards runs {} on --fabric local",
+            registry_cluster_names()
+        );
+    }
+    let inserter = match &args.insert_rate {
+        Some(r) => bench::Inserter::parse(r)?,
+        None => None,
+    };
     Ok(Plan {
         system_name,
         cache_bytes,
@@ -701,6 +723,7 @@ fn plan_run(args: &BenchArgs) -> Result<Plan<'_>> {
         stream,
         cache,
         as_found,
+        inserter,
     })
 }
 
@@ -768,6 +791,7 @@ fn open_system(
     plan: &Plan,
     cluster: Option<cluster::kv::ClusterSystem>,
     keys: &[u64],
+    shares: &mut Option<cluster::kv::ServerShares>,
 ) -> Result<Box<dyn Store>> {
     if let Some(cluster) = cluster {
         return Ok(Box::new(cluster));
@@ -785,6 +809,16 @@ fn open_system(
     let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
     let spinner = progress::bar(1, "load");
     spinner.enable_steady_tick(Duration::from_millis(200));
+    if let Some(n) = args.shards {
+        let options = system_options(args, &plan.spec(args))?;
+        let o = xstore::kv::XStoreOptions::parse(&options)?;
+        let adversary = args.adversarial.then_some(args.keys.seed);
+        let c = cluster::local::LocalCluster::load(&pairs, n, o, adversary, args.server_workers)
+            .with_context(|| format!("loading {n} servers"))?;
+        spinner.finish_and_clear();
+        *shares = Some(c.shares());
+        return Ok(Box::new(c));
+    }
     let system = local_system(args, &plan.spec(args), &pairs).context("loading the server")?;
     spinner.finish_and_clear();
     Ok(system)
@@ -846,10 +880,16 @@ fn measure(
         let r = match &args.history {
             Some(_) => bench::run_recorded(system, loaded.clone(), config, &live)
                 .map(|(r, h)| (r, Some(h))),
-            None => match &recorder {
-                Some(rec) => bench::run_traced(system, loaded.clone(), config, judge, &live, rec)
-                    .map(|r| (r, None)),
-                None => {
+            None => match (&recorder, plan.inserter) {
+                (Some(rec), _) => {
+                    bench::run_traced(system, loaded.clone(), config, judge, &live, rec)
+                        .map(|r| (r, None))
+                }
+                (None, Some(i)) => {
+                    bench::run_inserting(system, loaded.clone(), config, judge, &live, i)
+                        .map(|r| (r, None))
+                }
+                (None, None) => {
                     bench::run_with(system, loaded.clone(), config, judge, &live).map(|r| (r, None))
                 }
             },

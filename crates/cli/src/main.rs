@@ -21,9 +21,11 @@ mod dataset_cmd;
 mod flags;
 mod histore_shell;
 mod keys;
+mod metrics;
 mod model;
 mod progress;
 mod rdma_serve;
+mod resp_cmd;
 mod server_cmd;
 mod server_kind;
 mod shell;
@@ -65,6 +67,8 @@ enum Command {
     Dataset(dataset_cmd::DatasetArgs),
     /// A range-partitioned XStore: `up` (etcd and N servers), `status URL`.
     Cluster(cluster_cmd::ClusterArgs),
+    /// A Redis-protocol front end to a running server or cluster.
+    Resp(resp_cmd::RespArgs),
     /// Runs a program and kills it when this process's parent dies (how
     /// `cluster up` starts etcd so that it never outlives it).
     #[command(hide = true)]
@@ -158,6 +162,7 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Dataset(args) => dataset_cmd::run(&args)?,
         Command::Cluster(args) => cluster_cmd::run(&args)?,
         Command::Guard(args) => return guard(&args),
+        Command::Resp(args) => resp_cmd::run(&args)?,
         Command::Check(args) => {
             let code = check_cmd::run(&args)?;
             return Ok(u8::try_from(code).unwrap_or(1));

@@ -41,6 +41,11 @@ pub struct ServerArgs {
     /// server does not take is refused.
     #[arg(long)]
     system: Option<String>,
+    /// Serve the server's statistics (those of `xstore stats`) in the
+    /// Prometheus text format at http://ADDR/metrics; loopback only (no
+    /// authentication). docs/metrics.md.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// Also serve shared-memory clients: regions become files in DIR and
     /// RPCs go over DIR/xstore.sock (clients connect to shm://DIR).
     #[arg(long)]
@@ -525,6 +530,9 @@ impl CliDoors<'_> {
             self.host
                 .listen_unix(&dir.join(fabric::remote::SOCKET_NAME))?;
             println!("listening on shm://{}", dir.canonicalize()?.display());
+        }
+        if let Some(addr) = self.args.metrics {
+            crate::metrics::start(addr, url.clone(), self.token.clone(), self.stop.clone())?;
         }
         Ok(url)
     }

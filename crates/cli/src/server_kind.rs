@@ -54,3 +54,23 @@ pub fn probe(url: &Url, token: Option<&str>) -> Result<ServerKind> {
     }
     anyhow::bail!(line)
 }
+
+/// The server at `url` reached as a store of the key-value contract: the
+/// first system whose probe claims it, joined by its `connect`.
+pub fn reach_store(
+    url: &Url,
+    token: Option<&str>,
+) -> Result<(&'static SystemDesc, Box<dyn kv::Store>)> {
+    let kind = probe(url, token)?;
+    let desc = kind.desc;
+    let connect = desc
+        .connect
+        .with_context(|| format!("{url:?} is a {} server, which no client reaches", desc.name))?;
+    let store = connect(&kv::Connect {
+        url,
+        token,
+        options: &kv::Options::new(),
+    })
+    .with_context(|| format!("joining the {} server at {url:?}", desc.name))?;
+    Ok((desc, store))
+}

@@ -96,8 +96,6 @@ enum Target {
 
 /// One server, found by the probes and reached by its system's `connect`.
 struct Served {
-    /// Its system, as the probe found it.
-    desc: &'static kv::SystemDesc,
     /// The reached system (kept for as long as its client).
     _store: Box<dyn kv::Store>,
     client: Box<dyn kv::KvClient>,
@@ -108,20 +106,9 @@ struct Served {
 impl Served {
     /// The server at `url`: the first system whose probe claims it.
     fn reach(url: Url, token: Option<String>) -> Result<Served> {
-        let kind = crate::server_kind::probe(&url, token.as_deref())?;
-        let desc = kind.desc;
-        let connect = desc.connect.with_context(|| {
-            format!("{url:?} is a {} server, which no client reaches", desc.name)
-        })?;
-        let store = connect(&kv::Connect {
-            url: &url,
-            token: token.as_deref(),
-            options: &kv::Options::new(),
-        })
-        .with_context(|| format!("joining the {} server at {url:?}", desc.name))?;
+        let (_, store) = crate::server_kind::reach_store(&url, token.as_deref())?;
         let client = store.client()?;
         Ok(Served {
-            desc,
             _store: store,
             client,
             url,
@@ -137,31 +124,20 @@ impl Served {
         kv::with_words(&mut *self.client, f).map_err(|e| e.to_string())
     }
 
-    /// `system=NAME`, what the server says of itself now, and its host's
-    /// figures.
+    /// The server's figures as `name=value` words: the same list as
+    /// `xstore stats` and `--metrics` (`stats_cmd::figures`).
     fn stats(&self) -> Result<String, String> {
-        let kind = crate::server_kind::probe(&self.url, self.token.as_deref())
+        let figures = crate::stats_cmd::figures(&self.url, self.token.as_deref())
             .map_err(|e| crate::flags::one_line(&e))?;
-        let mut words = vec![format!("system={}", self.desc.name)];
-        words.extend(kind.said.fields.iter().map(|(k, v)| format!("{k}={v}")));
-        words.push(host_words(&self.url, self.token.as_deref())?);
-        Ok(words.join(" "))
+        Ok(figures
+            .iter()
+            .map(|(k, v)| match v.as_str() {
+                Some(s) => format!("{k}={s}"),
+                None => format!("{k}={v}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" "))
     }
-}
-
-/// The fabric host's counters of `url`, as `key=value` words.
-fn host_words(url: &Url, token: Option<&str>) -> Result<String, String> {
-    let h = fabric::remote::host_stats(url, token).map_err(|e| e.to_string())?;
-    Ok(format!(
-        "nic_requests={} nic_verbs={} nic_busy_us={} worker_requests={} worker_busy_us={} bad_frames={} connections={}",
-        h.nic_requests,
-        h.nic_verbs,
-        h.nic_busy_ns / 1000,
-        h.worker_requests,
-        h.worker_busy_ns / 1000,
-        h.bad_frames,
-        h.connections
-    ))
 }
 
 /// The operations the shell's commands map to; errors are the text of

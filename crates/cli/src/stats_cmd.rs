@@ -51,13 +51,15 @@ impl From<fabric::wire::HostStats> for HostFigures {
     }
 }
 
-/// Runs `xstore stats`.
-pub fn run(args: &StatsArgs) -> Result<()> {
-    let url: Url = args.url.parse()?;
-    let token = args.token.resolve()?;
-    let token = token.as_deref();
-    let kind = crate::server_kind::probe(&url, token)?;
-    let h = fabric::remote::host_stats(&url, token)?;
+/// A running server's figures, by name: `system`, what its probe says of
+/// it, and its fabric host's counters. The one list `xstore stats`, the
+/// shell's `stats` and `--metrics` print (docs/metrics.md names them).
+pub fn figures(
+    url: &Url,
+    token: Option<&str>,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let kind = crate::server_kind::probe(url, token)?;
+    let h = fabric::remote::host_stats(url, token)?;
     let mut json = serde_json::Map::new();
     json.insert("system".into(), kind.name().into());
     for (name, value) in kind.said.fields {
@@ -71,6 +73,14 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     if let serde_json::Value::Object(host) = serde_json::to_value(HostFigures::from(h))? {
         json.extend(host);
     }
+    Ok(json)
+}
+
+/// Runs `xstore stats`.
+pub fn run(args: &StatsArgs) -> Result<()> {
+    let url: Url = args.url.parse()?;
+    let token = args.token.resolve()?;
+    let json = figures(&url, token.as_deref())?;
     let json = serde_json::Value::Object(json);
     let to_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     if to_stdout {

@@ -88,8 +88,8 @@ impl ClusterSystem {
 }
 
 /// Requests answered per server id (see [`ClusterSystem::shares`]).
-#[derive(Clone)]
-pub struct ServerShares(Arc<Mutex<BTreeMap<String, u64>>>);
+#[derive(Clone, Default)]
+pub struct ServerShares(pub(crate) Arc<Mutex<BTreeMap<String, u64>>>);
 
 impl ServerShares {
     /// Requests by server id so far.
@@ -128,9 +128,9 @@ impl Store for ClusterSystem {
 
 /// One router as a contract client; adds its per-server counts to the
 /// system's shares when it ends.
-struct ClusterClient {
-    router: Router,
-    shares: Arc<Mutex<BTreeMap<String, u64>>>,
+pub(crate) struct ClusterClient {
+    pub(crate) router: Router,
+    pub(crate) shares: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 impl Drop for ClusterClient {

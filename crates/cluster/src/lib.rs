@@ -13,6 +13,8 @@
 //!   key's owner and continues SCANs across servers.
 //! * [`moves`] — online range moves: freeze, copy, commit.
 //! * [`rebalance`] — moves keys off the busiest server by measured load.
+//! * [`local`] — [`local::LocalCluster`]: S servers in one process on
+//!   the local fabric, routed by a [`routed_client::FixedMap`] (no etcd).
 //! * [`up`] — `xstore cluster up`'s deployment of N servers on this
 //!   machine ([`up::DEPLOYMENT`]).
 //!
@@ -22,6 +24,7 @@
 
 pub mod etcd;
 pub mod kv;
+pub mod local;
 pub mod map;
 pub mod member;
 pub mod moves;
@@ -33,7 +36,7 @@ pub mod up;
 pub use etcd::{Etcd, MapWatch};
 pub use map::{Member, Range, ShardMap};
 pub use moves::{move_range, move_range_with, MoveError, MoveReport, MoveStep};
-pub use routed_client::{RoutedWrite, Router, RouterError, RouterStats};
+pub use routed_client::{FixedMap, RoutedWrite, Router, RouterError, RouterStats};
 pub use shard::{Ownership, RangeHook, Shard};
 
 use std::time::Duration;

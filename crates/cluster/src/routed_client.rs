@@ -4,6 +4,7 @@
 //! refetches the map and retries (bounded).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fabric::{Endpoint, NodeId};
@@ -109,6 +110,73 @@ pub struct RouterStats {
 
 type Remote = Client<Box<dyn Endpoint>>;
 
+/// Opens a connection to the server of the given id: an endpoint and the
+/// server's node on it.
+pub type Connector =
+    dyn Fn(&str) -> Result<(Box<dyn Endpoint>, NodeId), fabric::FabricError> + Send + Sync;
+
+/// A shard map held in memory, with the way to reach its servers: the
+/// servers of an in-process cluster (`local::LocalCluster`), whose map
+/// never changes (no etcd, no moves).
+pub struct FixedMap {
+    map: ShardMap,
+    members: BTreeMap<String, Member>,
+    connect: Box<Connector>,
+}
+
+impl FixedMap {
+    /// `map` (checked), its servers reached through `connect`; each is a
+    /// member named `local://ID` in messages.
+    pub fn new(map: ShardMap, connect: Box<Connector>) -> Result<FixedMap, ClusterError> {
+        map.validate()?;
+        if map.ranges.iter().any(|r| r.moving_to.is_some()) {
+            return Err(ClusterError::InvalidMap(
+                "a fixed map has no range being moved".into(),
+            ));
+        }
+        let members = map
+            .servers()
+            .into_iter()
+            .map(|id| {
+                let m = Member {
+                    format: coord::MEMBER_FORMAT,
+                    url: format!("local://{id}"),
+                    pid: std::process::id(),
+                    seal: None,
+                };
+                (id, m)
+            })
+            .collect();
+        Ok(FixedMap {
+            map,
+            members,
+            connect,
+        })
+    }
+
+    /// The map.
+    pub fn map(&self) -> &ShardMap {
+        &self.map
+    }
+}
+
+/// Where a router reads the map and the members.
+enum Source {
+    /// The cluster's etcd.
+    Etcd(Etcd),
+    /// A map in memory.
+    Fixed(Arc<FixedMap>),
+}
+
+impl Source {
+    fn read(&self) -> Result<(ShardMap, BTreeMap<String, Member>), ClusterError> {
+        match self {
+            Source::Etcd(etcd) => Ok((etcd.require_map()?, etcd.members()?)),
+            Source::Fixed(f) => Ok((f.map.clone(), f.members.clone())),
+        }
+    }
+}
+
 /// A write started by [`Router::start_write`] whose answer
 /// [`Router::finish_write`] has not collected yet. Finish it on the router
 /// that started it.
@@ -142,7 +210,7 @@ impl RoutedWrite {
 
 /// A routing client of a range-partitioned XStore.
 pub struct Router {
-    etcd: Etcd,
+    source: Source,
     config: ClientConfig,
     token: Option<String>,
     map: ShardMap,
@@ -166,10 +234,24 @@ impl Router {
         // With a token, only member entries their servers sealed with it
         // are used: a repointed entry never gets a request (or the token).
         let etcd = etcd.sealed_by(token.as_deref());
+        Self::with_source(Source::Etcd(etcd), config, token)
+    }
+
+    /// A router over a map held in memory (see [`FixedMap`]).
+    pub fn fixed(map: Arc<FixedMap>, config: ClientConfig) -> Result<Router, RouterError> {
+        Self::with_source(Source::Fixed(map), config, None)
+    }
+
+    fn with_source(
+        source: Source,
+        config: ClientConfig,
+        token: Option<String>,
+    ) -> Result<Router, RouterError> {
+        let (map, members) = source.read()?;
         let mut r = Router {
-            map: etcd.require_map()?,
-            members: etcd.members()?,
-            etcd,
+            map,
+            members,
+            source,
             config,
             token,
             clients: HashMap::new(),
@@ -227,8 +309,7 @@ impl Router {
     /// changed or that left are dropped, the rest fence with the new
     /// revision.
     pub fn refresh(&mut self) -> Result<(), RouterError> {
-        self.map = self.etcd.require_map()?;
-        self.members = self.etcd.members()?;
+        (self.map, self.members) = self.source.read()?;
         self.stats.refreshes += 1;
         let members = &self.members;
         self.clients
@@ -252,18 +333,24 @@ impl Router {
                 });
             };
             let url = m.url.clone();
-            let parsed: fabric::Url = url.parse().map_err(|_| RouterError::BadUrl {
-                server: server.to_string(),
-                url: url.clone(),
-            })?;
             let fail = |source: ClientError| RouterError::Server {
                 server: server.to_string(),
                 url: url.clone(),
                 source,
             };
-            let ep = fabric::remote::connect(&parsed, self.token.as_deref())
-                .map_err(|e| fail(e.into()))?;
-            let mut c = Client::connect(ep, NodeId(0), self.config).map_err(fail)?;
+            let (ep, node) = match &self.source {
+                Source::Fixed(f) => (f.connect)(server).map_err(|e| fail(e.into()))?,
+                Source::Etcd(_) => {
+                    let parsed: fabric::Url = url.parse().map_err(|_| RouterError::BadUrl {
+                        server: server.to_string(),
+                        url: url.clone(),
+                    })?;
+                    let ep = fabric::remote::connect(&parsed, self.token.as_deref())
+                        .map_err(|e| fail(e.into()))?;
+                    (ep, NodeId(0))
+                }
+            };
+            let mut c = Client::connect(ep, node, self.config).map_err(fail)?;
             c.set_fence(Some(self.map.revision));
             self.clients.insert(server.to_string(), (url, c));
             self.next_conn += 1;

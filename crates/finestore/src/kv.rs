@@ -79,6 +79,7 @@ pub fn systems() -> &'static [SystemDesc] {
         crate::peers::system::<3>(),
         crate::peers::system::<4>(),
         crate::peers::system::<5>(),
+        crate::peers::system::<6>(),
     ];
     SYSTEMS
 }

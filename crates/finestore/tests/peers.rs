@@ -1,8 +1,9 @@
 //! Every single-machine peer (`finestore::peers`, the `index:` systems)
 //! against a `BTreeMap`, with four threads at once: random gets, puts,
 //! inserts, updates and scans, with few trained keys so that LI+Δ merges
-//! and retrains, the dynamic PGM merges runs, and XIndex-like compacts
-//! many times during the run.
+//! and retrains, the dynamic PGM merges runs, XIndex-like compacts and
+//! ALEX expands its data nodes many times during the run (and, with small
+//! nodes, splits them sideways and down).
 //!
 //! Each thread owns the keys `k % THREADS == t` and keeps the model of
 //! those; it checks every answer about its own keys exactly. About the
@@ -15,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use finestore::peers::alex::{Alex, Limits};
 use finestore::peers::li_delta::LiDelta;
 use finestore::peers::pgm::DynamicPgm;
 use finestore::peers::{load_index, LocalIndex, LOCAL_INDEXES};
@@ -245,5 +247,25 @@ fn li_delta_merges_and_pgm_builds_models_while_matching_a_map() {
     assert!(
         after.iter().filter(|&&n| n >= indexed).count() >= 2,
         "{after:?} (seed {seed})"
+    );
+}
+
+/// ALEX restructures while four threads work: its data nodes expand with
+/// its default sizes, and with small nodes they also split both ways into
+/// a deeper tree.
+#[test]
+fn alex_expands_and_splits_while_matching_a_map() {
+    let seed = testkit::seed();
+    let (_, pairs) = keys_of(seed);
+    let alex = Alex::load(&pairs).unwrap();
+    matches_a_map(&alex, seed).unwrap_or_else(|e| panic!("alex: {e} (seed {seed})"));
+    let s = alex.stats();
+    assert!(s.expansions >= 2, "{s:?} (seed {seed})");
+    let small = Alex::with_limits(&pairs, Limits::small()).unwrap();
+    matches_a_map(&small, seed).unwrap_or_else(|e| panic!("small alex: {e} (seed {seed})"));
+    let s = small.stats();
+    assert!(
+        s.expansions > 20 && s.sideways_splits + s.down_splits > 20 && s.depth >= 3,
+        "{s:?} (seed {seed})"
     );
 }

@@ -222,6 +222,13 @@ impl XStoreLocal {
     pub fn server(&self) -> &Server {
         &self.server
     }
+
+    /// A new endpoint on the server's fabric, and the server's node: for a
+    /// client other than [`Store::client`]'s (a router over several
+    /// servers, each its own `XStoreLocal`).
+    pub fn endpoint(&self) -> (fabric::LocalEndpoint, NodeId) {
+        (self.fabric.endpoint(), self.node)
+    }
 }
 
 impl Store for XStoreLocal {

@@ -35,7 +35,8 @@
 //!   runs indexed by the verified `OneLevel` adapter), behind one lock
 //!   ([`pgm`] says what is modelled).
 //!
-//! ALEX is absent: see docs/finestore.md for why.
+//! * `alex` — ALEX: gapped-array data nodes and model nodes shaped by
+//!   its cost model, behind one lock ([`alex`] says what is modelled).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -50,17 +51,19 @@ use serde::Serialize;
 
 use kv::{Capabilities, ClientFigures, KvError, LocalLoad, Store, SystemDesc, WordClient, Words};
 
+pub mod alex;
 pub mod li_delta;
 pub mod pgm;
 
 /// The indexes compared.
-pub const LOCAL_INDEXES: [&str; 6] = [
+pub const LOCAL_INDEXES: [&str; 7] = [
     "finestore",
     "xindex-like",
     "btree",
     "skiplist",
     "li-delta",
     "pgm",
+    "alex",
 ];
 
 /// Trained keys of an XIndex-like group (one delta buffer each).
@@ -542,34 +545,37 @@ pub(crate) const fn system<const I: usize>() -> SystemDesc {
 }
 
 /// [`LOCAL_INDEXES`] as system names, [`INDEX_PREFIX`] first.
-const SYSTEM_NAMES: [&str; 6] = [
+const SYSTEM_NAMES: [&str; 7] = [
     "index:finestore",
     "index:xindex-like",
     "index:btree",
     "index:skiplist",
     "index:li-delta",
     "index:pgm",
+    "index:alex",
 ];
 
 /// One line on each of [`LOCAL_INDEXES`].
-const ABOUT: [&str; 6] = [
+const ABOUT: [&str; 7] = [
     "FineStore's §3 index in this process, no fabric (§5's comparison)",
     "an XIndex-like learned index with delta buffers in this process (§5's peer)",
     "scc's concurrent B+-tree in this process (§5's B-tree peer)",
     "crossbeam's lock-free skip list in this process (§5's peer)",
     "LI+Δ: an RMI over a sorted array and a delta buffer, merged with the index stopped (§5's peer)",
     "the dynamic PGM-index (logarithmic method) behind one lock in this process (§5's peer)",
+    "ALEX: gapped arrays and cost-model-shaped model nodes behind one lock in this process (§5's peer)",
 ];
 
 /// The colours bench's plots gave these names before the registry (a
 /// hash of the name into its palette), then two more of the palette.
-const COLOURS: [(u8, u8, u8); 6] = [
+const COLOURS: [(u8, u8, u8); 7] = [
     (127, 127, 127),
     (44, 160, 44),
     (31, 119, 180),
     (140, 86, 75),
     (188, 189, 34),
     (23, 190, 207),
+    (255, 187, 120),
 ];
 
 fn load_system<const I: usize>(l: &LocalLoad<'_>) -> Result<Box<dyn Store>, KvError> {
@@ -599,6 +605,7 @@ pub fn load_index(name: &str, pairs: &[(u64, u64)]) -> Result<Box<dyn LocalIndex
         }
         "li-delta" => Ok(Box::new(li_delta::LiDelta::load(pairs)?)),
         "pgm" => Ok(Box::new(pgm::DynamicPgm::load(pairs)?)),
+        "alex" => Ok(Box::new(alex::Alex::load(pairs)?)),
         other => Err(KvError::bad_input(format!(
             "unknown local index '{other}' (available: {})",
             LOCAL_INDEXES.join(", ")
