@@ -342,12 +342,14 @@ impl Mover {
                 })?;
             let end = t0.elapsed().as_secs_f64();
             eprintln!(
-                "move {i}: {lo}..{hi} {} -> {}: {} keys in {:.3} s ({:.3} s frozen)",
+                "move {i}: {lo}..{hi} {} -> {}: {} keys in {:.3} s ({:.3} s frozen; {} delta keys in {} pre-copy rounds)",
                 report.from,
                 report.to,
                 report.keys,
                 report.took.as_secs_f64(),
-                report.frozen_for.as_secs_f64()
+                report.frozen_for.as_secs_f64(),
+                report.delta_keys,
+                report.delta_rounds
             );
             self.push(Timed {
                 by: "manual",
@@ -420,7 +422,7 @@ fn pick(
         let i = rng.random_range(0..loaded.len().saturating_sub(n + 1).max(1));
         let (lo, hi) = (loaded[i], loaded[(i + n).min(loaded.len() - 1)]);
         let r = map.range_of(lo);
-        if lo >= hi || r.moving_to.is_some() || hi > r.hi {
+        if lo >= hi || r.moving_to.is_some() || r.copying_to.is_some() || hi > r.hi {
             continue;
         }
         let to = &servers[rng.random_range(0..servers.len())];

@@ -470,7 +470,9 @@ fn status(args: &StatusArgs) -> Result<()> {
         let moving = r
             .moving_to
             .as_ref()
-            .map_or(String::new(), |t| format!(" (frozen: moving to {t})"));
+            .map(|t| format!(" (frozen: moving to {t})"))
+            .or_else(|| r.copying_to.as_ref().map(|t| format!(" (copying to {t})")))
+            .unwrap_or_default();
         println!("{:<22} {:<22} {:<8} {url}{moving}", r.lo, r.hi, r.server);
     }
     for (id, s) in &stats {

@@ -35,7 +35,7 @@ pub mod up;
 
 pub use etcd::{Etcd, MapWatch};
 pub use map::{Member, Range, ShardMap};
-pub use moves::{move_range, MoveError, MoveReport};
+pub use moves::{move_range, move_range_with, MoveError, MoveReport, MoveStep};
 pub use routed_client::{FixedMap, RoutedWrite, Router, RouterError, RouterStats};
 pub use shard::{Ownership, RangeHook, Shard};
 

@@ -40,6 +40,13 @@ pub struct Range {
     /// *frozen* (see [`crate::moves`]). Absent from the JSON otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moving_to: Option<String>,
+    /// Set while the range is being *pre-copied* to this server (a move's
+    /// first phase, see [`crate::moves`]): the owner still serves it
+    /// wholly, the target takes the mover's fenced reads and writes.
+    /// Absent from the JSON otherwise; a reader that ignores it routes to
+    /// the owner, which is right in this phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copying_to: Option<String>,
 }
 
 impl Range {
@@ -92,6 +99,7 @@ impl ShardMap {
                 hi: w[1],
                 server: servers[i % servers.len()].clone(),
                 moving_to: None,
+                copying_to: None,
             })
             .collect();
         ShardMap::new(ranges)
@@ -119,6 +127,11 @@ impl ShardMap {
             if let Some(to) = &r.moving_to {
                 if !valid_id(to) || *to == r.server {
                     return bad(format!("range {i}: bad move target {to:?}"));
+                }
+            }
+            if let Some(to) = &r.copying_to {
+                if !valid_id(to) || *to == r.server || r.moving_to.is_some() {
+                    return bad(format!("range {i}: bad copy target {to:?}"));
                 }
             }
             if let Some(next) = self.ranges.get(i + 1) {
@@ -179,7 +192,9 @@ impl ShardMap {
                 if last.server == r.server
                     && last.hi == r.lo
                     && last.moving_to.is_none()
-                    && r.moving_to.is_none() =>
+                    && r.moving_to.is_none()
+                    && last.copying_to.is_none()
+                    && r.copying_to.is_none() =>
             {
                 last.hi = r.hi
             }
@@ -193,22 +208,25 @@ impl ShardMap {
                     r.hi.min(lo),
                     r.server.as_str(),
                     r.moving_to.as_deref(),
+                    r.copying_to.as_deref(),
                 ),
-                (r.lo.max(lo), r.hi.min(hi), server, moving_to),
+                (r.lo.max(lo), r.hi.min(hi), server, moving_to, None),
                 (
                     r.lo.max(hi),
                     r.hi,
                     r.server.as_str(),
                     r.moving_to.as_deref(),
+                    r.copying_to.as_deref(),
                 ),
             ];
-            for (a, b, s, m) in parts {
+            for (a, b, s, m, c) in parts {
                 if a < b {
                     push(Range {
                         lo: a,
                         hi: b,
                         server: s.to_string(),
                         moving_to: m.map(str::to_string),
+                        copying_to: c.map(str::to_string),
                     });
                 }
             }
@@ -245,11 +263,31 @@ impl ShardMap {
             if let Some(t) = &r.moving_to {
                 return bad(format!("{}..{} is moving to {t} already", r.lo, r.hi));
             }
+            // Only its own pre-copy may be frozen.
+            if let Some(t) = &r.copying_to {
+                if (r.lo, r.hi) != (lo, hi) || t != to {
+                    return bad(format!("{}..{} is being copied to {t}", r.lo, r.hi));
+                }
+            }
         }
         if from == to {
             return bad(format!("{lo}..{hi} is {to}'s already"));
         }
         self.with_range(lo, hi, &from, Some(to))
+    }
+
+    /// A move's pre-copy: `[lo, hi)`, as for [`ShardMap::frozen`], split
+    /// out with `copying_to = to` (still wholly its owner's).
+    pub fn precopying(&self, lo: u64, hi: u64, to: &str) -> Result<ShardMap, ClusterError> {
+        let mut m = self.frozen(lo, hi, to)?;
+        let r = m
+            .ranges
+            .iter_mut()
+            .find(|r| (r.lo, r.hi) == (lo, hi))
+            .expect("frozen() splits the range out");
+        r.copying_to = r.moving_to.take();
+        m.validate()?;
+        Ok(m)
     }
 
     /// Last step of a move: the frozen range `[lo, hi)` given to its
@@ -266,7 +304,7 @@ impl ShardMap {
     /// An abandoned move: the frozen range `[lo, hi)` thawed at its owner.
     pub fn thawed(&self, lo: u64, hi: u64) -> Result<ShardMap, ClusterError> {
         match self.exact(lo, hi) {
-            Some(r) if r.moving_to.is_some() => {
+            Some(r) if r.moving_to.is_some() || r.copying_to.is_some() => {
                 let owner = r.server.clone();
                 self.with_range(lo, hi, &owner, None)
             }
@@ -395,6 +433,42 @@ mod tests {
             .committed(200, u64::MAX);
         assert_eq!(last.unwrap().ranges.len(), 2);
         let json = br#"{"format":1,"ranges":[{"lo":0,"hi":18446744073709551615,"server":"a","moving_to":"a"}]}"#;
+        assert!(ShardMap::from_json(json, 1).is_err());
+    }
+
+    #[test]
+    fn a_precopy_marks_only_its_range_and_freezes_into_a_move() {
+        let m = ShardMap::split(&[100, 200], &ids(3)).unwrap();
+        let p = m.precopying(120, 150, "s2").unwrap();
+        let r = p.exact(120, 150).unwrap();
+        assert_eq!(
+            (r.server.as_str(), r.copying_to.as_deref()),
+            ("s1", Some("s2"))
+        );
+        assert!(r.moving_to.is_none());
+        assert_eq!(
+            p.ranges.iter().filter(|r| r.copying_to.is_some()).count(),
+            1
+        );
+        let back = ShardMap::from_json(&p.to_json(), 4).unwrap();
+        assert_eq!(back.ranges, p.ranges);
+        // Another move into or around it is refused; its own freeze is not.
+        assert!(p.frozen(120, 150, "s0").is_err());
+        assert!(p.frozen(110, 160, "s2").is_err());
+        assert!(p.precopying(130, 140, "s2").is_err());
+        let f = p.frozen(120, 150, "s2").unwrap();
+        let r = f.exact(120, 150).unwrap();
+        assert_eq!(
+            (r.moving_to.as_deref(), r.copying_to.as_deref()),
+            (Some("s2"), None)
+        );
+        assert_eq!(f.committed(120, 150).unwrap().range_of(130).server, "s2");
+        // Thawing a pre-copy gives back the map it started from.
+        assert_eq!(p.thawed(120, 150).unwrap().ranges, m.ranges);
+        // Both marks at once, or a copy to the owner: invalid.
+        let json = br#"{"format":1,"ranges":[{"lo":0,"hi":18446744073709551615,"server":"a","copying_to":"a"}]}"#;
+        assert!(ShardMap::from_json(json, 1).is_err());
+        let json = br#"{"format":1,"ranges":[{"lo":0,"hi":18446744073709551615,"server":"a","copying_to":"b","moving_to":"b"}]}"#;
         assert!(ShardMap::from_json(json, 1).is_err());
     }
 

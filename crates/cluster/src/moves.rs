@@ -4,31 +4,42 @@
 //!
 //! # Protocol
 //!
-//! 1. **Freeze** (one txn fenced on the map's `mod_revision`, revision
-//!    R1): the range is split out and marked `moving_to = target`. At R1
-//!    the owner admits reads but no writes for it, the target admits reads
-//!    and writes for it (this mover's copy), and routers send nothing for
-//!    it: they wait for the map to change ([`crate::Router`]). When the
-//!    owner adopts R1 its admission gate has drained every request
-//!    admitted under an older map ([`crate::Ownership`]), and it has
-//!    re-incarnated the range's leaves, so no fenced client answers from
-//!    them one-sidedly any more.
-//! 2. **Copy**: the mover scans the range from the owner by fenced RPCs
-//!    at R1 (refused until the owner has adopted R1, so the copy starts
-//!    only after the drain), deletes whatever the target holds in the
-//!    range that the owner does not (leftovers of an abandoned move), and
-//!    upserts every pair on the target at R1 (acknowledged only once
-//!    durable on a `sync` target), then reads the target's copy back and
-//!    compares.
+//! 1. **Pre-copy** (one txn fenced on the map's `mod_revision`, revision
+//!    R0): the range is split out and marked `copying_to = target`. At R0
+//!    the owner still serves it wholly (reads, writes, one-sided reads;
+//!    routers route to it as before), and the target admits the mover's
+//!    fenced reads and writes for it. The mover starts the owner's
+//!    *change capture* (`CHANGES` RPC, refused until the owner adopted
+//!    R0): from then on the owner's fence records the key of every write
+//!    to the range when its admission is released, i.e. once the write is
+//!    applied ([`crate::Ownership`]). The mover then copies a snapshot
+//!    (fenced SCANs of the owner, stale keys cleared on the target,
+//!    upserts, the copy read back and compared), and copies *deltas*:
+//!    it takes the captured keys with their values now (absent: deleted)
+//!    and applies them on the target, until a delta is smaller than
+//!    [`SMALL_DELTA`] keys (at most [`MAX_DELTA_ROUNDS`] rounds).
+//! 2. **Freeze** (txn fenced on R0, revision R1): `copying_to` becomes
+//!    `moving_to`. At R1 the owner admits reads but no writes for it and
+//!    routers send nothing for it. The owner adopts R1 only once every
+//!    request admitted under R0 is answered (the admission gate), so
+//!    every write made to the range is applied and captured; the mover
+//!    takes the last delta at R1 (refused until the owner adopted it) and
+//!    applies it on the target.
 //! 3. **Commit** (txn fenced on R1, revision R2): the target owns the
-//!    range. The target serves it once it adopts R2; the old owner keeps
-//!    the keys it no longer owns, fenced off (it refuses requests for
-//!    them, and hands out no usable translation-table entries for their
-//!    leaves).
+//!    range. The old owner's map change calls its range hook for the
+//!    released range, and the server deletes the range's keys in the
+//!    background, in batches, each under a hold that map changes wait for
+//!    (a range that comes back stops the clean-up).
 //!
-//! A mover that stops after step 1 leaves the range frozen: running the
-//! same move again resumes it (copying again from the start is
-//! idempotent), and [`abort`] thaws it at its owner.
+//! The capture is bounded ([`crate::shard::MAX_CAPTURE_KEYS`]): one that
+//! overflowed lost keys, and the mover falls back to freezing the range
+//! and copying it whole (also what it does when the owner cannot capture,
+//! and when it resumes a move left frozen). A mover that stops during the
+//! pre-copy leaves the range `copying_to` (served by its owner as
+//! always): running the same move again starts the pre-copy over; one
+//! that stops after the freeze leaves it frozen, and running the move
+//! again copies it whole. [`abort`] thaws either at its owner; the target
+//! then deletes its partial copy in the background.
 
 use std::time::{Duration, Instant};
 
@@ -116,8 +127,14 @@ pub struct MoveReport {
     pub revision: u64,
     /// Wall time of the whole move.
     pub took: Duration,
-    /// How long the range was frozen (no reads or writes served for it).
+    /// How long the range was frozen (no reads or writes served for it):
+    /// from sending the freeze txn to the commit txn's answer.
     pub frozen_for: Duration,
+    /// Pairs copied after the snapshot (the pre-copy's deltas and the
+    /// last, frozen one; 0 for a move copied whole while frozen).
+    pub delta_keys: u64,
+    /// Delta rounds of the pre-copy (0: copied whole while frozen).
+    pub delta_rounds: u32,
 }
 
 type Remote = Client<Box<dyn Endpoint>>;
@@ -245,9 +262,28 @@ fn write_all(
     Ok(n)
 }
 
+/// Where a move is, for [`move_range_with`]'s pause hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveStep {
+    /// Pre-copy: the snapshot is on the target, the owner still serves
+    /// the range (reads and writes); the deltas and the freeze follow.
+    SnapshotCopied,
+    /// The range is frozen (the owner adopted it); the last delta and the
+    /// commit follow.
+    Frozen,
+}
+
+/// Changes fewer than this in a delta round end the pre-copy: the last
+/// delta, copied frozen, is about this small.
+const SMALL_DELTA: usize = 256;
+
+/// Most delta rounds before the freeze (under writes faster than the copy
+/// the delta never gets small; the last one is then copied frozen).
+const MAX_DELTA_ROUNDS: u32 = 8;
+
 /// Moves `[lo, hi)` (all of it one server's) to server `to`; resumes a
-/// move of exactly this range to `to` left frozen by a mover that
-/// stopped. See the module docs for the protocol.
+/// move of exactly this range to `to` left pre-copying or frozen by a
+/// mover that stopped. See the module docs for the protocol.
 pub fn move_range(
     etcd: &Etcd,
     lo: u64,
@@ -255,45 +291,161 @@ pub fn move_range(
     to: &str,
     token: Option<&str>,
 ) -> Result<MoveReport, MoveError> {
+    move_range_with(etcd, lo, hi, to, token, &mut |_| {})
+}
+
+/// [`move_range`], calling `pause` at each [`MoveStep`] (tests use it to
+/// interleave writes deterministically).
+pub fn move_range_with(
+    etcd: &Etcd,
+    lo: u64,
+    hi: u64,
+    to: &str,
+    token: Option<&str>,
+    pause: &mut dyn FnMut(MoveStep),
+) -> Result<MoveReport, MoveError> {
     let started = Instant::now();
     if !etcd.sealed_by(token).members()?.contains_key(to) {
         return Err(MoveError::NotRegistered(to.to_string()));
     }
     let map = etcd.require_map()?;
-    let frozen = match map.exact(lo, hi) {
-        Some(r) if r.moving_to.as_deref() == Some(to) => {
-            tracing::info!(lo, hi, to, "resuming a frozen move");
-            map
-        }
-        _ => {
-            let mut f = map.frozen(lo, hi, to)?;
-            f.revision = etcd.replace_map(&map, &f)?;
-            f
-        }
+    let exact = map.exact(lo, hi);
+    if exact.is_some_and(|r| r.moving_to.as_deref() == Some(to)) {
+        tracing::info!(lo, hi, to, "resuming a frozen move");
+        return frozen_copy(etcd, map, lo, hi, to, token, started, pause);
+    }
+    // Resuming a pre-copy writes the map again all the same: the new
+    // revision fences off any other mover still at the old one (its
+    // takes and its freeze are refused), so no two movers share the
+    // owner's capture.
+    let mut copying = if exact.is_some_and(|r| r.copying_to.as_deref() == Some(to)) {
+        tracing::info!(lo, hi, to, "resuming a pre-copy");
+        map.clone()
+    } else {
+        map.precopying(lo, hi, to)?
     };
-    let frozen_at = Instant::now();
-    let rev = frozen.revision;
-    let from = frozen.range_of(lo).server.clone();
-    tracing::info!(lo, hi, from, to, revision = rev, "range frozen");
-
+    copying.revision = etcd.replace_map(&map, &copying)?;
+    let rev = copying.revision;
+    let from = copying.range_of(lo).server.clone();
+    tracing::info!(lo, hi, from, to, revision = rev, "range pre-copying");
     let mut source = connect(etcd, &from, token, rev)?;
     let mut target = connect(etcd, to, token, rev)?;
-    let pairs = read_range(&from, rev, &mut source, lo, hi)?;
-    let old = read_range(to, rev, &mut target, lo, hi)?;
+    let mut pre = match precopy(&from, to, rev, &mut source, &mut target, lo, hi, pause)? {
+        Some(pre) => pre,
+        // The owner cannot capture changes (or lost them): freeze and
+        // copy it whole.
+        None => return frozen_copy(etcd, copying, lo, hi, to, token, started, pause),
+    };
+    // Freeze: from the txn on, no write for the range is admitted.
+    let freeze_sent = Instant::now();
+    let mut frozen = copying.frozen(lo, hi, to)?;
+    frozen.revision = etcd.replace_map(&copying, &frozen)?;
+    let frev = frozen.revision;
+    tracing::info!(lo, hi, from, to, revision = frev, "range frozen");
+    source.set_fence(Some(frev));
+    target.set_fence(Some(frev));
+    pause(MoveStep::Frozen);
+    // The owner admits the take only once it adopted the frozen map, so
+    // every write admitted before is applied and captured.
+    match delta(&from, to, frev, &mut source, &mut target, lo, hi)? {
+        Some(n) => pre.delta_keys += n,
+        None => {
+            tracing::warn!(
+                lo,
+                hi,
+                "the last delta overflowed: copying the range frozen"
+            );
+            return frozen_copy(etcd, frozen, lo, hi, to, token, started, pause);
+        }
+    }
+    let report = commit(etcd, &frozen, lo, hi, &from, to, pre, started, freeze_sent)?;
+    Ok(report)
+}
+
+/// What the pre-copy did.
+struct PreCopy {
+    keys: u64,
+    cleared: u64,
+    delta_keys: u64,
+    rounds: u32,
+}
+
+/// The pre-copy at revision `rev` (the range marked `copying_to`): start
+/// the owner's capture, copy a snapshot, then copy deltas until one is
+/// small. `None` if the owner cannot capture or its capture overflowed.
+#[allow(clippy::too_many_arguments)]
+fn precopy(
+    from: &str,
+    to: &str,
+    rev: u64,
+    source: &mut Remote,
+    target: &mut Remote,
+    lo: u64,
+    hi: u64,
+    pause: &mut dyn FnMut(MoveStep),
+) -> Result<Option<PreCopy>, MoveError> {
+    match at_revision(from, rev, source, |c| c.changes(lo, hi, true, 0)) {
+        Ok(_) => {}
+        Err(MoveError::Server {
+            source: ClientError::Server(xstore::proto::Status::BadRequest),
+            ..
+        }) => {
+            tracing::warn!(from, "the owner does not capture changes: a frozen copy");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    }
+    let (keys, cleared) = copy_whole(from, to, rev, source, target, lo, hi)?;
+    pause(MoveStep::SnapshotCopied);
+    let mut pre = PreCopy {
+        keys,
+        cleared,
+        delta_keys: 0,
+        rounds: 0,
+    };
+    while pre.rounds < MAX_DELTA_ROUNDS {
+        pre.rounds += 1;
+        let Some(n) = delta(from, to, rev, source, target, lo, hi)? else {
+            return Ok(None);
+        };
+        pre.delta_keys += n;
+        tracing::debug!(lo, hi, round = pre.rounds, keys = n, "delta copied");
+        if (n as usize) < SMALL_DELTA {
+            break;
+        }
+    }
+    Ok(Some(pre))
+}
+
+/// Copies every pair of `[lo, hi)` from the owner to the target at `rev`
+/// (clearing what only the target holds) and reads the copy back. Only
+/// the mover writes the range on the target before the commit, so the
+/// copy must equal what was read. Returns (pairs copied, stale cleared).
+fn copy_whole(
+    from: &str,
+    to: &str,
+    rev: u64,
+    source: &mut Remote,
+    target: &mut Remote,
+    lo: u64,
+    hi: u64,
+) -> Result<(u64, u64), MoveError> {
+    let pairs = read_range(from, rev, source, lo, hi)?;
+    let old = read_range(to, rev, target, lo, hi)?;
     // Leftovers of an abandoned move (or of an earlier ownership) that
     // the source does not hold: deleted first.
     let keep: std::collections::HashSet<u64> = pairs.iter().map(|p| p.0).collect();
     let stale = old.iter().filter(|p| !keep.contains(&p.0)).map(|p| p.0);
-    let cleared = write_all(to, rev, &mut target, stale.map(|key| Write::Delete { key }))?;
+    let cleared = write_all(to, rev, target, stale.map(|key| Write::Delete { key }))?;
     let keys = write_all(
         to,
         rev,
-        &mut target,
+        target,
         pairs
             .iter()
             .map(|&(key, value)| Write::Upsert { key, value }),
     )?;
-    let copied = read_range(to, rev, &mut target, lo, hi)?;
+    let copied = read_range(to, rev, target, lo, hi)?;
     if copied != pairs {
         return Err(MoveError::CopyDiffers {
             server: to.to_string(),
@@ -301,34 +453,139 @@ pub fn move_range(
             copied: copied.len(),
         });
     }
+    Ok((keys, cleared))
+}
+
+/// Takes everything the owner's capture holds (at `rev`) and applies it
+/// to the target: keys present upserted, absent ones deleted. `None` if
+/// the capture overflowed (keys were lost).
+fn delta(
+    from: &str,
+    to: &str,
+    rev: u64,
+    source: &mut Remote,
+    target: &mut Remote,
+    lo: u64,
+    hi: u64,
+) -> Result<Option<u64>, MoveError> {
+    let mut n = 0u64;
+    // Bounded: the capture holds at most MAX_CAPTURE_KEYS, and writes
+    // made meanwhile are left for the next round.
+    let takes = crate::shard::MAX_CAPTURE_KEYS / xstore::proto::MAX_CHANGES as usize + 1;
+    for _ in 0..takes {
+        let (pairs, overflowed, left) = at_revision(from, rev, source, |c| {
+            c.changes(lo, hi, false, xstore::proto::MAX_CHANGES)
+        })?;
+        if overflowed {
+            return Ok(None);
+        }
+        let writes = pairs
+            .into_iter()
+            .filter(|p| lo <= p.0 && p.0 < hi)
+            .map(|(key, v)| match v {
+                Some(value) => Write::Upsert { key, value },
+                None => Write::Delete { key },
+            });
+        n += write_all(to, rev, target, writes)?;
+        if left == 0 {
+            break;
+        }
+    }
+    Ok(Some(n))
+}
+
+/// Today's protocol, for a resumed frozen move or when the pre-copy
+/// cannot be used: freeze (unless `map` has it frozen already), copy the
+/// whole range frozen, commit.
+#[allow(clippy::too_many_arguments)]
+fn frozen_copy(
+    etcd: &Etcd,
+    map: ShardMap,
+    lo: u64,
+    hi: u64,
+    to: &str,
+    token: Option<&str>,
+    started: Instant,
+    pause: &mut dyn FnMut(MoveStep),
+) -> Result<MoveReport, MoveError> {
+    let freeze_sent = Instant::now();
+    let frozen = match map.exact(lo, hi) {
+        Some(r) if r.moving_to.as_deref() == Some(to) => map,
+        _ => {
+            let mut f = map.frozen(lo, hi, to)?;
+            f.revision = etcd.replace_map(&map, &f)?;
+            f
+        }
+    };
+    let rev = frozen.revision;
+    let from = frozen.range_of(lo).server.clone();
+    tracing::info!(
+        lo,
+        hi,
+        from,
+        to,
+        revision = rev,
+        "range frozen for a whole copy"
+    );
+    pause(MoveStep::Frozen);
+    let mut source = connect(etcd, &from, token, rev)?;
+    let mut target = connect(etcd, to, token, rev)?;
+    let (keys, cleared) = copy_whole(&from, to, rev, &mut source, &mut target, lo, hi)?;
+    let pre = PreCopy {
+        keys,
+        cleared,
+        delta_keys: 0,
+        rounds: 0,
+    };
+    commit(etcd, &frozen, lo, hi, &from, to, pre, started, freeze_sent)
+}
+
+/// The commit txn (fenced on the frozen map) and the report.
+#[allow(clippy::too_many_arguments)]
+fn commit(
+    etcd: &Etcd,
+    frozen: &ShardMap,
+    lo: u64,
+    hi: u64,
+    from: &str,
+    to: &str,
+    pre: PreCopy,
+    started: Instant,
+    freeze_sent: Instant,
+) -> Result<MoveReport, MoveError> {
     let mut next = frozen.committed(lo, hi)?;
-    next.revision = etcd.replace_map(&frozen, &next)?;
+    next.revision = etcd.replace_map(frozen, &next)?;
+    let frozen_for = freeze_sent.elapsed();
     tracing::info!(
         lo,
         hi,
         from,
         to,
         revision = next.revision,
-        keys,
+        keys = pre.keys,
+        delta_keys = pre.delta_keys,
+        frozen_ms = frozen_for.as_secs_f64() * 1e3,
         "range moved"
     );
     Ok(MoveReport {
         lo,
         hi,
-        from,
+        from: from.to_string(),
         to: to.to_string(),
-        keys,
-        cleared,
-        frozen_revision: rev,
+        keys: pre.keys,
+        cleared: pre.cleared,
+        frozen_revision: frozen.revision,
         revision: next.revision,
         took: started.elapsed(),
-        frozen_for: frozen_at.elapsed(),
+        frozen_for,
+        delta_keys: pre.delta_keys,
+        delta_rounds: pre.rounds,
     })
 }
 
-/// Undoes a move of exactly `[lo, hi)` left frozen: the range is thawed
-/// at its owner (whatever was copied to the target stays there, fenced
-/// off, and is cleared by the next move there). Returns the new map.
+/// Undoes a move of exactly `[lo, hi)` left pre-copying or frozen: the
+/// range is thawed at its owner (the target deletes whatever was copied
+/// to it in the background). Returns the new map.
 pub fn abort(etcd: &Etcd, lo: u64, hi: u64) -> Result<ShardMap, MoveError> {
     let map = etcd.require_map()?;
     let mut next = map.thawed(lo, hi)?;

@@ -246,8 +246,13 @@ fn round_with(
     let hot_share = round.shares[&hot];
 
     let map = etcd.require_map()?;
-    if map.ranges.iter().any(|r| r.moving_to.is_some()) {
-        // Another move is under way (or was left frozen): not now.
+    if map
+        .ranges
+        .iter()
+        .any(|r| r.moving_to.is_some() || r.copying_to.is_some())
+    {
+        // Another move is under way (or was left pre-copying or frozen):
+        // not now.
         return Ok(round);
     }
     let mut source = connect(etcd, &hot, token, map.revision)?;

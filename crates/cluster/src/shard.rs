@@ -24,6 +24,15 @@ const REWATCH_ATTEMPTS: u32 = 600;
 /// for the requests admitted under the old map to finish) before refusing.
 const ADMIT_WAIT: Duration = Duration::from_secs(10);
 
+/// Most keys one change capture holds (a range move's pre-copy, see
+/// [`crate::moves`]); beyond it the capture is marked overflowed and the
+/// mover copies the range again (or freezes and copies it whole).
+pub const MAX_CAPTURE_KEYS: usize = 1 << 17;
+
+/// Most change captures a server keeps at once (one per move in
+/// progress from it); a new one beyond drops the oldest.
+const MAX_CAPTURES: usize = 4;
+
 /// Called with `[lo, hi)` when this server's [`xstore::Fence::direct`]
 /// answer for those keys changed (see [`xstore::Server::range_hook`]).
 pub type RangeHook = Arc<dyn Fn(u64, u64) + Send + Sync>;
@@ -57,6 +66,59 @@ struct GateState {
     inflight: usize,
     /// A map change is in progress: admissions wait.
     updating: bool,
+    /// Change captures of ranges being pre-copied away, oldest first.
+    captures: Vec<Capture>,
+    /// Most keys one capture holds ([`MAX_CAPTURE_KEYS`] unless set).
+    capture_limit: usize,
+}
+
+/// The keys of `[lo, hi)` whose writes were applied since the capture
+/// began (or since they were last taken).
+struct Capture {
+    lo: u64,
+    hi: u64,
+    keys: std::collections::BTreeSet<u64>,
+    /// A key was not recorded because `keys` was full.
+    overflowed: bool,
+}
+
+impl GateState {
+    /// Records a write to `key` whose admission is being released (the
+    /// write applied) in every capture holding `key`.
+    fn record(&mut self, key: u64) {
+        let limit = self.capture_limit;
+        for c in self
+            .captures
+            .iter_mut()
+            .filter(|c| c.lo <= key && key < c.hi)
+        {
+            if c.keys.len() < limit || c.keys.contains(&key) {
+                c.keys.insert(key);
+            } else {
+                c.overflowed = true;
+            }
+        }
+    }
+
+    /// Waits (at most [`ADMIT_WAIT`]) while a map change is in progress.
+    fn settled<'a>(
+        mut s: MutexGuard<'a, GateState>,
+        gate: &'a Gate,
+    ) -> Option<MutexGuard<'a, GateState>> {
+        let deadline = std::time::Instant::now() + ADMIT_WAIT;
+        while s.updating {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            s = gate
+                .changed
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Some(s)
+    }
 }
 
 impl Gate {
@@ -66,11 +128,16 @@ impl Gate {
 }
 
 /// An admitted request's ticket: the gate stays open for it until dropped.
-struct Ticket(Arc<Gate>);
+/// A write's ticket carries its key: dropped once the write is applied,
+/// it records the key in the captures holding it.
+struct Ticket(Arc<Gate>, Option<u64>);
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut s = self.0.lock();
+        if let Some(key) = self.1 {
+            s.record(key);
+        }
         s.inflight -= 1;
         if s.inflight == 0 {
             self.0.changed.notify_all();
@@ -88,6 +155,8 @@ impl Ownership {
                     map: Arc::new(map),
                     inflight: 0,
                     updating: false,
+                    captures: Vec::new(),
+                    capture_limit: MAX_CAPTURE_KEYS,
                 }),
                 changed: Condvar::new(),
             }),
@@ -116,6 +185,12 @@ impl Ownership {
         for (lo, hi) in direct_changes(&self.id, &all, &map) {
             hook(lo, hi);
         }
+    }
+
+    /// Sets the most keys one change capture holds (at most
+    /// [`MAX_CAPTURE_KEYS`]; tests use a small one to make it overflow).
+    pub fn set_capture_limit(&self, keys: usize) {
+        self.gate.lock().capture_limit = keys.min(MAX_CAPTURE_KEYS);
     }
 
     /// The map it judges by.
@@ -152,10 +227,15 @@ impl Ownership {
         }
         let old = std::mem::replace(&mut s.map, Arc::new(map));
         let new = s.map.clone();
+        let id = &self.id;
+        s.captures
+            .retain(|c| owns_all(&new, c.lo, c.hi, |r| r.server == *id));
         drop(s);
         let hook = self.hook.read().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(hook) = hook {
-            for (lo, hi) in direct_changes(&self.id, &old, &new) {
+            // Also the ranges it released (moved away, or a move here
+            // aborted): the server's hook deletes their keys.
+            for (lo, hi) in hook_changes(&self.id, &old, &new) {
                 hook(lo, hi);
             }
         }
@@ -175,9 +255,48 @@ fn serves_directly(map: &ShardMap, server: &str, low: u64, high: u64) -> bool {
         .all(|r| r.server == server && r.moving_to.is_none())
 }
 
+/// Whether every range of `map` meeting `[lo, hi)` satisfies `ok`.
+fn owns_all(map: &ShardMap, lo: u64, hi: u64, ok: impl Fn(&crate::Range) -> bool) -> bool {
+    let first = map.ranges.partition_point(|r| r.hi <= lo);
+    map.ranges[first.min(map.ranges.len())..]
+        .iter()
+        .take_while(|r| r.lo < hi)
+        .all(ok)
+}
+
+/// Whether `server` holds keys of `r`: it owns it or is receiving it.
+fn holds(r: &crate::Range, server: &str) -> bool {
+    r.server == server
+        || r.moving_to.as_deref() == Some(server)
+        || r.copying_to.as_deref() == Some(server)
+}
+
+/// What the hook is called for between `old` and `new`: where `server`'s
+/// direct service changed ([`direct_changes`]) or which it released.
+fn hook_changes(server: &str, old: &ShardMap, new: &ShardMap) -> Vec<(u64, u64)> {
+    changes_by(old, new, |k| {
+        let direct = |m: &ShardMap| {
+            let r = m.range_of(k);
+            r.server == server && r.moving_to.is_none()
+        };
+        direct(old) != direct(new)
+            || (holds(old.range_of(k), server) && !holds(new.range_of(k), server))
+    })
+}
+
 /// The key intervals where `server`'s direct service differs between
 /// `old` and `new` (adjacent ones merged).
 fn direct_changes(server: &str, old: &ShardMap, new: &ShardMap) -> Vec<(u64, u64)> {
+    let direct = |m: &ShardMap, k: u64| {
+        let r = m.range_of(k);
+        r.server == server && r.moving_to.is_none()
+    };
+    changes_by(old, new, |k| direct(old, k) != direct(new, k))
+}
+
+/// The key intervals between the edges of `old` and `new` whose first key
+/// `changed` (adjacent ones merged).
+fn changes_by(old: &ShardMap, new: &ShardMap, changed: impl Fn(u64) -> bool) -> Vec<(u64, u64)> {
     let mut edges: Vec<u64> = old
         .ranges
         .iter()
@@ -186,13 +305,9 @@ fn direct_changes(server: &str, old: &ShardMap, new: &ShardMap) -> Vec<(u64, u64
         .collect();
     edges.sort_unstable();
     edges.dedup();
-    let direct = |m: &ShardMap, k: u64| {
-        let r = m.range_of(k);
-        r.server == server && r.moving_to.is_none()
-    };
     let mut out: Vec<(u64, u64)> = Vec::new();
     for w in edges.windows(2) {
-        if direct(old, w[0]) != direct(new, w[0]) {
+        if changed(w[0]) {
             match out.last_mut() {
                 Some(last) if last.1 == w[0] => last.1 = w[1],
                 _ => out.push((w[0], w[1])),
@@ -224,6 +339,57 @@ impl xstore::Fence for Ownership {
         let map = self.gate.lock().map.clone();
         serves_directly(&map, &self.id, low, high)
     }
+
+    /// Only for a range this server owns wholly.
+    fn capture_changes(&self, lo: u64, hi: u64) -> bool {
+        let mut s = self.gate.lock();
+        if lo >= hi || !owns_all(&s.map, lo, hi, |r| r.server == self.id) {
+            return false;
+        }
+        s.captures.retain(|c| (c.lo, c.hi) != (lo, hi));
+        if s.captures.len() >= MAX_CAPTURES {
+            let gone = s.captures.remove(0);
+            tracing::warn!(
+                lo = gone.lo,
+                hi = gone.hi,
+                "too many change captures: dropped the oldest"
+            );
+        }
+        s.captures.push(Capture {
+            lo,
+            hi,
+            keys: Default::default(),
+            overflowed: false,
+        });
+        tracing::info!(lo, hi, "capturing the range's changes for a move");
+        true
+    }
+
+    fn take_changes(&self, lo: u64, hi: u64, max: usize) -> Option<xstore::TakenChanges> {
+        let mut s = self.gate.lock();
+        let c = s.captures.iter_mut().find(|c| (c.lo, c.hi) == (lo, hi))?;
+        let mut keys = Vec::with_capacity(max.min(c.keys.len()));
+        while keys.len() < max {
+            match c.keys.pop_first() {
+                Some(k) => keys.push(k),
+                None => break,
+            }
+        }
+        Some(xstore::TakenChanges {
+            keys,
+            overflowed: c.overflowed,
+            left: c.keys.len(),
+        })
+    }
+
+    fn hold_released(&self, lo: u64, hi: u64) -> Option<Box<dyn std::any::Any + Send>> {
+        let mut s = GateState::settled(self.gate.lock(), &self.gate)?;
+        if lo >= hi || !owns_all(&s.map, lo, hi, |r| !holds(r, &self.id)) {
+            return None;
+        }
+        s.inflight += 1;
+        Some(Box::new(Ticket(self.gate.clone(), None)))
+    }
 }
 
 impl Ownership {
@@ -235,27 +401,20 @@ impl Ownership {
         revision: Option<u64>,
         write: bool,
     ) -> Result<xstore::Admitted, u64> {
-        let deadline = std::time::Instant::now() + ADMIT_WAIT;
-        let mut s = self.gate.lock();
-        while s.updating {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(s.map.revision);
-            }
-            s = self
-                .gate
-                .changed
-                .wait_timeout(s, left)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        let s = self.gate.lock();
+        let Some(mut s) = GateState::settled(s, &self.gate) else {
+            return Err(self.gate.lock().map.revision);
+        };
         if revision.is_some_and(|r| r != s.map.revision) {
             return Err(s.map.revision);
         }
         let r = s.map.range_of(key);
-        let admitted = match &r.moving_to {
-            None => r.server == self.id,
-            Some(to) => (r.server == self.id && !write) || *to == self.id,
+        let admitted = match (&r.moving_to, &r.copying_to) {
+            (None, None) => r.server == self.id,
+            (Some(to), _) => (r.server == self.id && !write) || *to == self.id,
+            // Pre-copy: the owner serves it wholly; the target takes only
+            // fenced requests (the mover's), never a plain client's.
+            (None, Some(to)) => r.server == self.id || (*to == self.id && revision.is_some()),
         };
         if !admitted {
             return Err(s.map.revision);
@@ -264,7 +423,7 @@ impl Ownership {
         s.inflight += 1;
         Ok(xstore::Admitted {
             hi,
-            hold: Some(Box::new(Ticket(self.gate.clone()))),
+            hold: Some(Box::new(Ticket(self.gate.clone(), write.then_some(key)))),
         })
     }
 }
@@ -430,6 +589,52 @@ mod tests {
         assert!(a.direct(20, 30));
         assert!(!b.direct(15, 16));
         assert!(b.direct(100, u64::MAX));
+    }
+
+    #[test]
+    fn a_precopied_range_is_served_by_its_owner_and_captured_once_applied() {
+        let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
+        map.revision = 1;
+        let mut p = map.precopying(10, 20, "b").unwrap();
+        p.revision = 2;
+        let a = Ownership::new("a", p.clone());
+        let b = Ownership::new("b", p.clone());
+        // The owner serves it wholly, directly; the target only fenced.
+        assert!(a.admit(15, 2, true).is_ok() && a.admit_current(15, true).is_ok());
+        assert!(a.direct(10, 20));
+        assert!(b.admit(15, 2, true).is_ok());
+        assert!(b.admit_current(15, true).is_err() && b.admit_current(15, false).is_err());
+        assert!(!b.direct(10, 20));
+        assert!(!b.capture_changes(10, 20), "b does not own it");
+        assert!(a.capture_changes(10, 20));
+        a.set_capture_limit(2);
+        // A write is captured when its admission is released (applied),
+        // a read never, a key outside the range never.
+        let w = a.admit(15, 2, true).unwrap();
+        drop(a.admit(16, 2, false).unwrap());
+        drop(a.admit(30, 2, true).unwrap());
+        assert_eq!(a.take_changes(10, 20, 10).unwrap().keys, Vec::<u64>::new());
+        drop(w);
+        let t = a.take_changes(10, 20, 10).unwrap();
+        assert_eq!((t.keys, t.overflowed, t.left), (vec![15], false, 0));
+        for k in [11, 12, 13] {
+            drop(a.admit(k, 2, true).unwrap());
+        }
+        let t = a.take_changes(10, 20, 1).unwrap();
+        assert_eq!((t.keys, t.overflowed, t.left), (vec![11], true, 1));
+        assert!(a.take_changes(10, 21, 1).is_none());
+        // The capture survives the freeze and goes with the commit.
+        let mut f = p.frozen(10, 20, "b").unwrap();
+        f.revision = 3;
+        a.update(f.clone());
+        assert!(a.take_changes(10, 20, 1).is_some());
+        assert!(a.hold_released(10, 20).is_none(), "still a's");
+        let mut c = f.committed(10, 20).unwrap();
+        c.revision = 4;
+        a.update(c);
+        assert!(a.take_changes(10, 20, 1).is_none());
+        assert!(a.hold_released(10, 20).is_some());
+        assert!(a.hold_released(10, 21).is_none());
     }
 
     #[test]

@@ -944,6 +944,30 @@ impl<E: Endpoint> Client<E> {
         self.fallback_scan(start, n.min(MAX_SCAN as usize), out)
     }
 
+    /// A range move's change capture on the server owning `lo`
+    /// (`Request::Changes`): `start` begins (or restarts) capturing the
+    /// keys of `[lo, hi)` that writes change; otherwise takes up to `max`
+    /// captured keys, each with its value now. Returns the pairs, whether
+    /// the capture overflowed, and how many keys it still holds.
+    #[allow(clippy::type_complexity)]
+    pub fn changes(
+        &mut self,
+        lo: u64,
+        hi: u64,
+        start: bool,
+        max: u32,
+    ) -> Result<(Vec<(u64, Option<u64>)>, bool, u32), ClientError> {
+        let max = max.min(crate::proto::MAX_CHANGES);
+        match self.rpc(&Request::Changes { lo, hi, start, max })? {
+            Reply::Changes {
+                pairs,
+                overflowed,
+                left,
+            } => Ok((pairs, overflowed, left)),
+            other => Err(ClientError::Server(other.status())),
+        }
+    }
+
     fn fallback_scan(
         &mut self,
         start: u64,

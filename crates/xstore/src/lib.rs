@@ -23,7 +23,7 @@ pub mod train;
 
 pub use client::{CacheMode, Client, ClientConfig, ClientError, ClientStats, PendingWrite, Write};
 pub use durable::{DurabilityConfig, RecoveryReport};
-pub use server::{Admitted, Fence, Server, ServerConfig, ServerError};
+pub use server::{Admitted, Fence, Server, ServerConfig, ServerError, TakenChanges};
 pub use train::{
     accuracy, affected_submodels, collect_leaves, retrain_submodel, train_model, Accuracy,
 };

@@ -134,7 +134,15 @@ pub enum Opcode {
     /// New with info version 1: a server that predates it answers
     /// [`Status::BadRequest`], as to any unknown opcode.
     Info = 13,
+    /// A range move's change capture on the owner (docs/cluster.md,
+    /// "Moving a range"): start it, or take the keys written since with
+    /// their values now. A server without a capturing fence answers
+    /// [`Status::BadRequest`].
+    Changes = 14,
 }
+
+/// Most changed keys one CHANGES reply carries.
+pub const MAX_CHANGES: u32 = 1 << 14;
 
 /// A request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,6 +209,18 @@ pub enum Request {
         /// Key.
         key: u64,
     },
+    /// [`Opcode::Changes`]: keyed by `lo` (fenced like a read).
+    Changes {
+        /// First key of the captured range.
+        lo: u64,
+        /// Its end (exclusive).
+        hi: u64,
+        /// Start (or restart, emptied) the capture of `[lo, hi)` instead
+        /// of taking from it.
+        start: bool,
+        /// Most keys to take (at most [`MAX_CHANGES`]).
+        max: u32,
+    },
     /// [`Opcode::Fenced`]: `inner` (a keyed request, see
     /// [`Request::key`]) routed by the shard map at `revision`.
     Fenced {
@@ -223,7 +243,8 @@ impl Request {
             | Request::Insert { key, .. }
             | Request::Upsert { key, .. }
             | Request::Update { key, .. }
-            | Request::Scan { start: key, .. } => Some(key),
+            | Request::Scan { start: key, .. }
+            | Request::Changes { lo: key, .. } => Some(key),
             Request::Meta
             | Request::Info
             | Request::FetchTop
@@ -288,6 +309,13 @@ impl Request {
                     put_u32(out, inca);
                 }
             }
+            Request::Changes { lo, hi, start, max } => {
+                out.push(Opcode::Changes as u8);
+                put_u64(out, *lo);
+                put_u64(out, *hi);
+                out.push(*start as u8);
+                put_u32(out, *max);
+            }
             Request::Fenced { revision, inner } => {
                 out.push(Opcode::Fenced as u8);
                 put_u64(out, *revision);
@@ -344,6 +372,20 @@ impl Request {
                 key: r.u64("key")?,
                 value: r.u64("value")?,
             },
+            14 => {
+                let lo = r.u64("lo")?;
+                let hi = r.u64("hi")?;
+                let start = match r.u8("start flag")? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(ProtoError::Bad("start flag")),
+                };
+                let max = r.u32("max")?;
+                if lo >= hi || max > MAX_CHANGES {
+                    return Err(ProtoError::Bad("CHANGES range or max"));
+                }
+                Request::Changes { lo, hi, start, max }
+            }
             7 => {
                 let key = r.u64("key")?;
                 let value = r.u64("value")?;
@@ -887,6 +929,17 @@ pub enum Reply {
     Stats(ServerStats),
     /// INFO.
     Info(ServerInfo),
+    /// CHANGES: keys written in the range since the capture began (or
+    /// since the last take), each with its value now (`None`: absent).
+    Changes {
+        /// Taken keys, ascending, with their values.
+        pairs: Vec<(u64, Option<u64>)>,
+        /// The capture overflowed its bound: keys were lost, the mover
+        /// must copy the range again.
+        overflowed: bool,
+        /// Keys still in the capture after this take.
+        left: u32,
+    },
     /// Refused by a range-partitioned server (to any request; FENCED ones
     /// in practice): `revision` is the server's shard-map revision.
     WrongOwner {
@@ -939,6 +992,20 @@ impl Reply {
             Reply::Upserted { new } => out.push(*new as u8),
             Reply::Stats(s) => s.encode(out),
             Reply::Info(i) => i.encode(out),
+            Reply::Changes {
+                pairs,
+                overflowed,
+                left,
+            } => {
+                out.push(*overflowed as u8);
+                put_u32(out, *left);
+                put_u32(out, pairs.len() as u32);
+                for &(k, v) in pairs {
+                    put_u64(out, k);
+                    out.push(v.is_some() as u8);
+                    put_u64(out, v.unwrap_or(0));
+                }
+            }
             Reply::WrongOwner { revision } => put_u64(out, *revision),
         }
     }
@@ -1015,6 +1082,26 @@ impl Reply {
                 Request::Insert { .. } | Request::Update { .. } | Request::Delete { .. } => {
                     Reply::Status(Status::Ok)
                 }
+                Request::Changes { max, .. } => {
+                    let overflowed = r.u8("overflow flag")? != 0;
+                    let left = r.u32("left")?;
+                    let count = r.u32("change count")? as usize;
+                    if count > max as usize || count > r.remaining() / 17 {
+                        return Err(ProtoError::Bad("change count"));
+                    }
+                    let mut pairs = Vec::with_capacity(count);
+                    for _ in 0..count {
+                        let key = r.u64("key")?;
+                        let present = r.u8("present flag")?;
+                        let value = r.u64("value")?;
+                        pairs.push((key, (present != 0).then_some(value)));
+                    }
+                    Reply::Changes {
+                        pairs,
+                        overflowed,
+                        left,
+                    }
+                }
                 Request::Fenced { .. } => return Err(ProtoError::Bad("nested FENCED")),
             }
         };
@@ -1041,6 +1128,12 @@ mod tests {
             Request::Get { key: 42 },
             Request::GetValue { key: 43 },
             Request::Scan { start: 9, n: 100 },
+            Request::Changes {
+                lo: 5,
+                hi: 9,
+                start: true,
+                max: 10,
+            },
             Request::Insert { key: 1, value: 2 },
             Request::Upsert { key: 1, value: 2 },
             Request::Update {
@@ -1160,6 +1253,19 @@ mod tests {
             (
                 Request::Upsert { key: 1, value: 2 },
                 Reply::Upserted { new: true },
+            ),
+            (
+                Request::Changes {
+                    lo: 1,
+                    hi: 9,
+                    start: false,
+                    max: 4,
+                },
+                Reply::Changes {
+                    pairs: vec![(2, Some(20)), (3, None)],
+                    overflowed: true,
+                    left: 7,
+                },
             ),
             (
                 Request::Insert { key: 1, value: 2 },

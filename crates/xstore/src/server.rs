@@ -102,7 +102,46 @@ pub trait Fence: Send + Sync {
         let _ = (low, high);
         true
     }
+
+    /// Starts (or restarts, emptied) capturing the keys of `[lo, hi)`
+    /// that admitted writes change, for a range move's pre-copy
+    /// (`Request::Changes`). `false`: this fence does not capture.
+    fn capture_changes(&self, lo: u64, hi: u64) -> bool {
+        let _ = (lo, hi);
+        false
+    }
+
+    /// Takes up to `max` captured keys of `[lo, hi)`: only those whose
+    /// writes were applied (their admissions released) are in the
+    /// capture. `None`: no capture of exactly that range.
+    fn take_changes(&self, lo: u64, hi: u64, max: usize) -> Option<TakenChanges> {
+        let _ = (lo, hi, max);
+        None
+    }
+
+    /// If this server neither owns nor receives any key of `[lo, hi)`
+    /// any more, a hold under which it may delete them (a map change
+    /// waits for it, as for an admitted request); `None` otherwise.
+    /// Default: never (a server that is not a cluster member keeps all).
+    fn hold_released(&self, lo: u64, hi: u64) -> Option<Box<dyn std::any::Any + Send>> {
+        let _ = (lo, hi);
+        None
+    }
 }
+
+/// What [`Fence::take_changes`] took.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TakenChanges {
+    /// Keys, ascending.
+    pub keys: Vec<u64>,
+    /// The capture hit its bound and lost keys.
+    pub overflowed: bool,
+    /// Keys left in the capture.
+    pub left: usize,
+}
+
+/// Keys the background clean-up of a released range deletes per hold.
+const RELEASE_BATCH: usize = 1024;
 
 /// A FENCED request the [`Fence`] let through.
 pub struct Admitted {
@@ -580,6 +619,7 @@ impl Server {
         Arc::new(move |lo, hi| {
             if let Some(s) = shared.upgrade() {
                 s.range_changed(lo, hi);
+                Shared::drop_released(&s, lo, hi);
             }
         })
     }
@@ -902,6 +942,100 @@ impl Shared {
         );
     }
 
+    /// Deletes the keys of `[lo, hi)` in the background, in batches of
+    /// [`RELEASE_BATCH`], if the fence says the server no longer owns or
+    /// receives any of them (a move committed away, or aborted here):
+    /// they are fenced off already, this only gives their space and the
+    /// key count back. Each batch runs under the fence's hold, and the
+    /// clean-up stops as soon as the fence refuses one (the range came
+    /// back): a map change never interleaves with a batch.
+    fn drop_released(this: &Arc<Shared>, lo: u64, hi: u64) {
+        // Not asked here: the hook runs inside a map change, which the
+        // hold waits for. The thread asks, once the change is done.
+        if this.fence.read().expect("fence lock").is_none() {
+            return;
+        }
+        let weak = Arc::downgrade(this);
+        let spawned = std::thread::Builder::new()
+            .name("drop-released".into())
+            .spawn(move || {
+                let mut at = lo;
+                let mut dropped = 0u64;
+                let mut batch = Vec::with_capacity(RELEASE_BATCH);
+                loop {
+                    let Some(s) = weak.upgrade() else { return };
+                    let Some(fence) = s.fence.read().expect("fence lock").clone() else {
+                        return;
+                    };
+                    let Some(hold) = fence.hold_released(lo, hi) else {
+                        tracing::debug!(lo, hi, dropped, "range held here: nothing (more) to drop");
+                        return;
+                    };
+                    batch.clear();
+                    s.tree.scan(at, RELEASE_BATCH, &mut batch);
+                    let full = batch.len() == RELEASE_BATCH;
+                    batch.retain(|p| p.0 >= at && p.0 < hi);
+                    for &(key, _) in &batch {
+                        s.delete_released(key);
+                    }
+                    dropped += batch.len() as u64;
+                    drop(hold);
+                    match batch.last() {
+                        Some(&(k, _)) if full && k + 1 < hi => at = k + 1,
+                        _ => break,
+                    }
+                    drop(s);
+                    // Let the serving threads in between batches.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                tracing::info!(lo, hi, dropped, "keys of a released range deleted");
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, lo, hi, "could not start the released range's clean-up");
+        }
+    }
+
+    /// One key of a released range deleted: through the log writer in
+    /// `sync` mode (writes are ordered there), journaled otherwise.
+    fn delete_released(&self, key: u64) {
+        match self.durable.as_ref().filter(|d| d.waits()) {
+            Some(d) => d.write(key, crate::durable::WriteOp::Delete, Box::new(|_| {})),
+            None => {
+                let _ = self.tree.delete_journaled(key, self.journal());
+            }
+        }
+    }
+
+    /// CHANGES: start a capture, or take captured keys with their values
+    /// now (read after the take, so a value is at least as new as the
+    /// write that put its key in the capture).
+    fn changes(&self, lo: u64, hi: u64, start: bool, max: u32) -> Reply {
+        let fence = self.fence.read().expect("fence lock").clone();
+        let Some(fence) = fence else {
+            return Reply::Status(Status::BadRequest);
+        };
+        if start {
+            return match fence.capture_changes(lo, hi) {
+                true => Reply::Changes {
+                    pairs: Vec::new(),
+                    overflowed: false,
+                    left: 0,
+                },
+                false => Reply::Status(Status::BadRequest),
+            };
+        }
+        let max = max.min(crate::proto::MAX_CHANGES) as usize;
+        let Some(taken) = fence.take_changes(lo, hi, max) else {
+            return Reply::Status(Status::BadRequest);
+        };
+        assert!(taken.keys.len() <= max, "a take beyond its bound");
+        Reply::Changes {
+            pairs: taken.keys.iter().map(|&k| (k, self.tree.get(k))).collect(),
+            overflowed: taken.overflowed,
+            left: taken.left.min(u32::MAX as usize) as u32,
+        }
+    }
+
     fn sub_payload(&self, p: &Published, sub: u32) -> SubPayload {
         let s = p.sub(sub);
         SubPayload {
@@ -943,6 +1077,7 @@ impl Shared {
                 let done = self.tree.delete_journaled(key, self.journal());
                 self.found_or_not(done)
             }
+            Request::Changes { lo, hi, start, max } => (self.changes(lo, hi, start, max), None),
             Request::Stats => (Reply::Stats(self.stats()), None),
             Request::Info => (
                 Reply::Info(crate::proto::ServerInfo {
