@@ -63,6 +63,16 @@ impl Metric {
         }
     }
 
+    /// Whether a published point in `unit` plots on this metric's axis.
+    pub fn unit_matches(&self, unit: &str) -> bool {
+        let u = unit.trim().to_ascii_lowercase();
+        match self {
+            Metric::Throughput => u == "mops/s",
+            Metric::LatencyP50 => u == "us",
+            Metric::ClientCacheMb => u == "mb",
+        }
+    }
+
     /// The measured value of `r`.
     pub fn measured(&self, r: &Report) -> Option<f64> {
         match self {

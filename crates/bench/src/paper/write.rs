@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use ycsb::Distribution;
 
 use super::{FigureSpec, PaperError, PaperOptions, PaperRow, PaperSuite, Published};
 use crate::plot::{self, BarChart, BarPanel, LineChart, LinePanel, Point, Series};
@@ -148,6 +149,9 @@ fn json_line(suite: &PaperSuite, r: &PaperRow) -> Result<String, serde_json::Err
 /// A figure's values: `[system][x]` measured, projected and published.
 struct FigureData {
     xs: Vec<String>,
+    /// Every published point of the figure, with the series and x it
+    /// matched here (if any).
+    compared: Vec<(Published, Option<usize>, Option<usize>)>,
     systems: Vec<&'static str>,
     measured: Vec<Vec<Option<f64>>>,
     projected: Vec<Vec<Option<f64>>>,
@@ -168,6 +172,30 @@ pub fn same_figure(a: &str, b: &str) -> bool {
             .collect::<String>()
     };
     norm(a) == norm(b)
+}
+
+/// Whether published point `p` belongs to figure `f` (its panel, where
+/// both name one).
+fn for_figure(f: &FigureSpec, p: &Published) -> bool {
+    if !same_figure(&p.figure, f.figure) {
+        return false;
+    }
+    match f.panel {
+        Some(panel) if !p.panel.is_empty() => p
+            .panel
+            .split(',')
+            .any(|q| q.trim().eq_ignore_ascii_case(panel)),
+        _ => true,
+    }
+}
+
+/// Whether a published x (`YCSB C/Uniform`, `YCSB B`, `0.9`) is our point
+/// `x` run under `dist` (a published x without a distribution matches any).
+pub fn same_point(x: &str, dist: Distribution, published: &str) -> bool {
+    match published.split_once('/') {
+        Some((cat, d)) => same_x(x, cat) && d.trim().eq_ignore_ascii_case(dist.name()),
+        None => same_x(x, published),
+    }
 }
 
 /// An x compared loosely: numbers by value, categories without case,
@@ -217,19 +245,24 @@ impl FigureData {
             }
         }
         let mut unit = String::new();
-        for p in published
+        let dists: Vec<Distribution> = xs
             .iter()
-            .filter(|p| same_figure(&p.figure, f.figure))
-        {
-            if f.panel
-                .is_some_and(|panel| !panel.eq_ignore_ascii_case(&p.panel))
-            {
-                continue;
-            }
+            .map(|x| {
+                rows.iter()
+                    .find(|r| r.run.x == *x)
+                    .map_or(Distribution::Uniform, |r| r.run.dist)
+            })
+            .collect();
+        let mut compared = Vec::new();
+        for p in published.iter().filter(|p| for_figure(f, p)) {
             let s = f
                 .ours(&p.series)
                 .and_then(|o| systems.iter().position(|s| *s == o));
-            let x = xs.iter().position(|x| same_x(x, &p.x));
+            let x = (0..xs.len()).find(|&i| same_point(&xs[i], dists[i], &p.x));
+            compared.push((p.clone(), s, x));
+            if !f.metric.unit_matches(&p.unit) {
+                continue;
+            }
             if let (Some(s), Some(x)) = (s, x) {
                 // The first point typed for a place wins.
                 if pubd[s][x].is_none() {
@@ -240,6 +273,7 @@ impl FigureData {
         }
         FigureData {
             xs,
+            compared,
             systems,
             measured,
             projected,
@@ -283,7 +317,57 @@ impl FigureData {
         for e in &self.errors {
             writeln!(md, "- did not run: {e}").ok();
         }
+        md += &self.published_table(f);
         md
+    }
+
+    /// Every published point of the figure as typed, with ours beside it
+    /// where it is one we measure: the metric itself (projected), or a
+    /// `speedup vs SERIES` (our projected ratio).
+    fn published_table(&self, f: &FigureSpec) -> String {
+        if self.compared.is_empty() {
+            return "\nNo published point of this figure in the CSV.\n".into();
+        }
+        let mut md = String::from(
+            "\nPublished points of this figure (bench/papers), ours beside them where comparable:\n\n\
+             | panel | series | x | what | published | unit | ours (projected) | note |\n|---|---|---|---|---|---|---|---|\n",
+        );
+        for (p, s, x) in &self.compared {
+            let ours = match (s, x) {
+                (Some(s), Some(x)) => self.ours_for(f, p, *s, *x),
+                _ => None,
+            };
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                p.panel,
+                p.series,
+                p.x,
+                p.y_name,
+                p.y,
+                p.unit,
+                ours.map_or("-".into(), |v| format!("{v:.2}")),
+                p.note.replace('|', "/").replace('\n', " ")
+            )
+            .ok();
+        }
+        md
+    }
+
+    /// Our projected value comparable with published point `p` of series
+    /// `s` at `x`, if any.
+    fn ours_for(&self, f: &FigureSpec, p: &Published, s: usize, x: usize) -> Option<f64> {
+        if f.metric.unit_matches(&p.unit) {
+            return self.projected[s][x].or(self.measured[s][x]);
+        }
+        let other = p.y_name.strip_prefix("speedup vs ")?;
+        let o = f
+            .ours(other)
+            .and_then(|o| self.systems.iter().position(|n| *n == o))?;
+        if p.unit != "x" {
+            return None;
+        }
+        Some(self.projected[s][x]? / self.projected[o][x]?)
     }
 
     /// The figure's panels: (caption, values), the empty ones left out
