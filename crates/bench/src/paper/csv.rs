@@ -160,12 +160,15 @@ fn row(fields: Vec<String>) -> Result<Published, String> {
     })
 }
 
+/// A record's 1-based first line and its fields.
+type Record = (usize, Vec<String>);
+
 /// Most bytes one field may hold.
 const MAX_FIELD: usize = 4096;
 
 /// Splits RFC 4180 text into records (with the 1-based line each starts
 /// on), skipping blank lines and `#` comment lines between records.
-fn split_records(text: &str) -> Result<Vec<(usize, Vec<String>)>, (usize, String)> {
+fn split_records(text: &str) -> Result<Vec<Record>, (usize, String)> {
     let mut records = Vec::new();
     let mut chars = text.chars().peekable();
     let mut line = 1;
