@@ -101,6 +101,12 @@ fn every_figure_names_registered_systems_and_the_papers_series() {
                 assert!(f.runs.is_empty() || !f.series.is_empty());
                 continue;
             }
+            if let Some(other) = f.rows_of {
+                assert!(f.runs.is_empty(), "{name} {}: runs of its own", f.figure);
+                let o = suite.figures.iter().find(|g| g.stem == other);
+                assert!(o.is_some_and(|g| !g.runs.is_empty()), "{name}: {other}");
+                continue;
+            }
             assert!(!f.runs.is_empty(), "{name} {}: no runs", f.figure);
             for r in &f.runs {
                 assert!(

@@ -46,6 +46,7 @@ fn dist_spec(
         series: DIST_SERIES.to_vec(),
         runs,
         needs: None,
+        rows_of: None,
         note: DIST_NOTE,
     }
 }
@@ -87,6 +88,7 @@ fn local_spec(
         series: LOCAL_SERIES.to_vec(),
         runs,
         needs: None,
+        rows_of: None,
         note: "Single-machine indexes driven by the harness (no fabric, not projected). \
                Masstree is scc's B+-tree here; ALEX is not built yet.",
     }

@@ -39,6 +39,7 @@ fn basic(metric: Metric, figure: &'static str, stem: &'static str) -> FigureSpec
         series: SERIES.to_vec(),
         runs,
         needs: None,
+        rows_of: None,
         note: "Paper: x is client threads (up to 96+), 20 B keys, 32 B values. Here one point \
                per operation at the suite's threads (the projection runs the profile's \
                testbed), 8 B keys and values; scans of 1-100 keys.",
@@ -60,6 +61,7 @@ fn fig12() -> FigureSpec {
             THETA,
         ),
         needs: None,
+        rows_of: None,
         note: "Paper: 100 M keys, 20 M requests per workload, scans of 100 keys. Here the \
                suite's sizes and YCSB's scans of 1-100 keys.",
     }
@@ -75,7 +77,14 @@ pub fn suite() -> PaperSuite {
         server_cores: None,
         figures: vec![
             basic(Metric::Throughput, "Fig. 9", "fig9-throughput"),
-            basic(Metric::LatencyP50, "Fig. 10", "fig10-latency"),
+            FigureSpec {
+                figure: "Fig. 10",
+                stem: "fig10-latency",
+                metric: Metric::LatencyP50,
+                runs: Vec::new(),
+                rows_of: Some("fig9-throughput"),
+                ..basic(Metric::LatencyP50, "Fig. 10", "fig10-latency")
+            },
             fig12(),
             needs(
                 "Fig. 11",

@@ -141,11 +141,21 @@ impl PaperRun {
         mix_changes || (self.stream.mix.is_none() && own)
     }
 
+    /// Whether most of the run's operations are scans (YCSB E, a
+    /// scan-only mix): such a run measures [`SCAN_OPS_DIVISOR`] times fewer
+    /// operations, a scan reading 50 keys on average.
+    pub fn scan_heavy(&self) -> bool {
+        self.stream.mix.unwrap_or_else(|| self.workload.mix()).scan >= 0.5
+    }
+
     /// What identifies the loaded store this run needs.
     fn load_key(&self) -> (String, Vec<(String, String)>, Dataset) {
         (self.system.clone(), self.options.clone(), self.dataset)
     }
 }
+
+/// How many times fewer operations a scan-heavy run measures.
+pub const SCAN_OPS_DIVISOR: u64 = 10;
 
 /// One evaluation figure of a paper.
 #[derive(Debug, Clone)]
@@ -171,6 +181,10 @@ pub struct FigureSpec {
     pub runs: Vec<PaperRun>,
     /// Why it is not run yet (a knob or counter it needs); `None`: run it.
     pub needs: Option<&'static str>,
+    /// Plot the rows of the figure with this stem instead of running its
+    /// own (the same runs, another report field: latency beside
+    /// throughput); `runs` is then empty.
+    pub rows_of: Option<&'static str>,
     /// Why the runs differ from the paper's (sizes, stand-ins), for the
     /// summary.
     pub note: &'static str,
@@ -382,6 +396,7 @@ pub fn run_paper(
         // A figure's last store is not the next one's.
         runner.loaded = None;
     }
+    assert_eq!(rows.len(), total, "one row per planned run");
     let seconds = start.elapsed().as_secs_f64();
     let files = write::write_all(suite, o, &rows, published.as_deref(), seconds)?;
     Ok(PaperSummary {
@@ -488,6 +503,7 @@ impl Runner<'_> {
             self.loaded = Some((key, store));
         }
         let store = &self.loaded.as_ref().expect("loaded above").1;
+        debug_assert_eq!(self.loaded.as_ref().map(|(k, _)| k), Some(&run.load_key()));
         let result = self.measure(&**store, keys, run);
         if run.changes_keys() || result.is_err() {
             self.loaded = None;
@@ -507,7 +523,11 @@ impl Runner<'_> {
             dataset: run.dataset.name().to_string(),
             workload: run.workload,
             dist: run.dist,
-            ops: self.o.ops,
+            ops: if run.scan_heavy() {
+                (self.o.ops / SCAN_OPS_DIVISOR).max(1)
+            } else {
+                self.o.ops
+            },
             seconds: None,
             warmup_ops: self.o.warmup_ops,
             threads: self.o.threads,
@@ -600,6 +620,7 @@ pub(crate) fn needs(
         series: Vec::new(),
         runs: Vec::new(),
         needs: Some(needs),
+        rows_of: None,
         note: "",
     }
 }

@@ -38,6 +38,7 @@ fn spec(
         series: SERIES.to_vec(),
         runs,
         needs: None,
+        rows_of: None,
         note: NOTE,
     }
 }

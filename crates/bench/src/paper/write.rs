@@ -40,7 +40,8 @@ pub(super) fn write_all(
             .ok();
             continue;
         }
-        let frows: Vec<&PaperRow> = rows.iter().filter(|r| r.stem == f.stem).collect();
+        let stem = f.rows_of.unwrap_or(f.stem);
+        let frows: Vec<&PaperRow> = rows.iter().filter(|r| r.stem == stem).collect();
         if frows.is_empty() {
             continue;
         }
@@ -78,8 +79,8 @@ fn header(
     format!(
         "# Paper suite: {} ({})\n\n{} keys per store, {} measured operations per run, {} \
          warm-up per thread, {} client threads, seed {}, local fabric; projection onto `{}`{}. \
-         {ran} runs reported, {failed} failed, {wrong} wrong reads (every read judged); {:.0} s \
-         wall. {points}.\n\nMeasured values are this machine's local fabric (client CPU only, \
+         Runs that are mostly scans measure a tenth of the operations. {ran} runs reported, \
+         {failed} failed, {wrong} wrong reads (every read judged); {:.0} s wall. {points}.\n\nMeasured values are this machine's local fabric (client CPU only, \
          no network): compare the projected column with the paper.\n",
         suite.paper,
         suite.title,
@@ -271,6 +272,7 @@ impl FigureData {
                 }
             }
         }
+        debug_assert!(xs.len() <= rows.len() && dists.len() == xs.len());
         FigureData {
             xs,
             compared,

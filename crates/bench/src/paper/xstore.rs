@@ -31,6 +31,7 @@ fn fig10(dist: Distribution, stem: &'static str, panel: &'static str) -> FigureS
         series: SERIES.to_vec(),
         runs: matrix(&SYSTEMS, &ycsb_points(dist)),
         needs: None,
+        rows_of: None,
         note: "Paper: 100 M keys, 8 B keys and values, up to 15 client machines. Here: the \
                suite's key count on one machine; RMC is not built.",
     }
@@ -54,6 +55,7 @@ fn fig13a() -> FigureSpec {
             ],
         ),
         needs: None,
+        rows_of: None,
         note: "57:41:2 update:read:scan. The paper's 64-byte values are 8 bytes here \
                (the store's value size is fixed).",
     }
@@ -79,6 +81,7 @@ fn fig15bc() -> FigureSpec {
         series: vec![("XStore", "xstore")],
         runs,
         needs: None,
+        rows_of: None,
         note: "The paper sweeps cache bytes; here XStore's three cache modes (the memory \
                suite, `--suite memory`, adds tree-cache budgets).",
     }
@@ -108,6 +111,7 @@ fn fig15de() -> FigureSpec {
         series: vec![("XStore", "xstore")],
         runs,
         needs: None,
+        rows_of: None,
         note: "The paper uses OSM and lognormal keys of 100 M+; here generated key sets \
                (`osm` is the OSM-like generator) of the suite's size.",
     }
