@@ -12,7 +12,7 @@ fn fixture() -> std::path::PathBuf {
 #[test]
 fn the_loader_reads_quoted_fields_and_skips_comments() {
     let rows = csv::load(&fixture()).unwrap().expect("the fixture exists");
-    assert_eq!(rows.len(), 6);
+    assert_eq!(rows.len(), 7);
     assert_eq!(rows[0].figure, "Fig. 10");
     assert_eq!(rows[0].x, "YCSB C");
     assert_eq!(rows[0].y, 82.0);
@@ -136,15 +136,17 @@ fn a_figure_runs_with_every_read_judged_and_writes_its_files() {
     o.ops = 2_000;
     o.warmup_ops = 100;
     o.trace_sample = 500;
+    o.sim_ops = 5_000;
     o.papers_dir = fixture().parent().unwrap().to_path_buf();
     o.only = vec!["fig13a-production".into()];
     let mut suite = paper::suite("paper-xstore").unwrap();
-    // One system keeps the test cheap; the figure's x stays two workloads.
+    // Two systems keep the test cheap; the figure's x stays two workloads.
     for f in &mut suite.figures {
-        f.runs.retain(|r| r.system == "xstore");
+        f.runs
+            .retain(|r| r.system == "xstore" || r.system == "tree-cache");
     }
     let summary = paper::run_paper(&suite, &o, &mut |l| eprintln!("{l}")).unwrap();
-    assert_eq!(summary.rows.len(), 2);
+    assert_eq!(summary.rows.len(), 4);
     for r in &summary.rows {
         let rep = r.report.as_ref().unwrap_or_else(|| panic!("{:?}", r.error));
         assert!(rep.correctness.checked_reads > 0);

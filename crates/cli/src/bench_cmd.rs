@@ -336,6 +336,7 @@ fn run_paper_suite(args: &BenchArgs, name: &str) -> Result<()> {
         server_workers: args.server_workers,
         project: true,
         trace_sample: args.trace_sample,
+        sim_ops: 200_000,
         papers_dir: args.papers.clone(),
         out: out.clone(),
         only: args.figures.clone(),

@@ -262,6 +262,8 @@ pub struct PaperOptions {
     pub project: bool,
     /// Operations a projected run traces at most.
     pub trace_sample: usize,
+    /// Operations the cluster model simulates per projected run.
+    pub sim_ops: u64,
     /// Where `<paper>.csv` is (`bench/papers`).
     pub papers_dir: PathBuf,
     /// The output directory.
@@ -283,6 +285,7 @@ impl PaperOptions {
             server_workers: None,
             project: true,
             trace_sample: 20_000,
+            sim_ops: 200_000,
             papers_dir: PathBuf::from("bench/papers"),
             out,
             only: Vec::new(),
@@ -417,6 +420,7 @@ fn project_spec(suite: &PaperSuite, o: &PaperOptions) -> Result<Option<ProjectSp
     spec.clients = suite.clients;
     spec.server_cores = suite.server_cores;
     spec.sample = o.trace_sample;
+    spec.sim_ops = o.sim_ops;
     spec.seed = o.seed;
     Ok(Some(spec))
 }

@@ -362,7 +362,9 @@ impl FigureData {
         if f.metric.unit_matches(&p.unit) {
             return self.projected[s][x].or(self.measured[s][x]);
         }
-        let other = p.y_name.strip_prefix("speedup vs ")?;
+        // `speedup vs FG`, `insert throughput speedup vs FG (max)`.
+        let (_, rest) = p.y_name.split_once("speedup vs ")?;
+        let other = rest.split(" (").next()?.trim();
         let o = f
             .ours(other)
             .and_then(|o| self.systems.iter().position(|n| *n == o))?;
