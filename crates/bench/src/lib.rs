@@ -9,6 +9,7 @@
 
 pub mod models_suite;
 pub mod move_bench;
+pub mod paper;
 pub mod plot;
 pub mod project;
 pub mod report;

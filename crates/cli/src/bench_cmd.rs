@@ -207,9 +207,19 @@ pub struct BenchArgs {
     /// results.jsonl, summary.md and plots (PNG, SVG) to --out. `models`
     /// alone runs no design: every learned model x key set x byte budget
     /// (leaves per lookup vs model bytes; see --models, --budgets,
-    /// --key-files).
+    /// --key-files). `paper-xstore`, `paper-rolex`, `paper-histore`,
+    /// `paper-finestore`: one paper's evaluation figures beside its
+    /// published points (bench::paper; see --figures, --papers).
     #[arg(long, requires = "out")]
     suite: Option<String>,
+    /// --suite paper-*: run only these figures (comma-separated plot stems,
+    /// e.g. fig10-uniform; default: all).
+    #[arg(long, requires = "suite", value_delimiter = ',')]
+    figures: Vec<String>,
+    /// --suite paper-*: the directory of the published points
+    /// (`<paper>.csv`).
+    #[arg(long, requires = "suite", default_value = "bench/papers")]
+    papers: PathBuf,
     /// Output directory of --suite (created if needed).
     #[arg(long, requires = "suite")]
     out: Option<PathBuf>,
@@ -354,6 +364,44 @@ fn run_project_suite(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// `xstore bench --suite paper-X --out DIR`: one paper's figures
+/// (`bench::paper`), at --keys keys and --ops operations per run.
+fn run_paper_suite(args: &BenchArgs, name: &str) -> Result<()> {
+    let suite = bench::paper::suite(name)?;
+    let out = args.out.clone().context("--suite needs --out DIR")?;
+    if args.keys.dataset != "ycsb" || args.keys.keys_file.is_some() {
+        bail!("--suite {name} picks each figure's key sets itself: give --keys N only");
+    }
+    let options = bench::paper::PaperOptions {
+        keys: usize::try_from(args.keys.keys).context("--keys too large")?,
+        ops: args.ops,
+        warmup_ops: args.warmup,
+        threads: args.threads,
+        seed: args.keys.seed,
+        server_workers: args.server_workers,
+        project: true,
+        trace_sample: args.trace_sample,
+        sim_ops: 200_000,
+        papers_dir: args.papers.clone(),
+        out: out.clone(),
+        only: args.figures.clone(),
+    };
+    let summary = bench::paper::run_paper(&suite, &options, &mut |l| eprintln!("{l}"))?;
+    println!(
+        "{} runs in {:.0} s; written to {}",
+        summary.rows.len(),
+        summary.seconds,
+        out.display()
+    );
+    if !summary.ok() {
+        bail!(
+            "a run failed or read a wrong value: see {}/summary.md",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 /// The projection `args` ask for, if any.
 fn project_spec(args: &BenchArgs) -> Result<Option<bench::project::ProjectSpec>> {
     let Some(name) = &args.project else {
@@ -487,6 +535,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(suite) = &args.suite {
         if suite.trim() == "project" {
             return run_project_suite(args);
+        }
+        if suite.trim().starts_with("paper-") {
+            return run_paper_suite(args, suite);
         }
         return run_suite(args, suite);
     }

@@ -1,0 +1,630 @@
+//! One suite per paper (`xstore bench --suite paper-xstore|paper-rolex|
+//! paper-histore|paper-finestore`): each paper's evaluation figures as a
+//! list of [`FigureSpec`]s, each a list of runs ([`PaperRun`]: system,
+//! workload, knobs) and the report field it plots ([`Metric`]).
+//!
+//! [`run_paper`] runs every figure that can be reproduced, every read
+//! judged, projects each traceable run onto the paper's testbed profile
+//! (the local fabric measures client CPU only; the projection is what
+//! compares with the paper), and writes to the output directory:
+//! `results.jsonl` (one line per run: the report plus `paper`, `figure`,
+//! `x`, `error`), `summary.md` (per figure: measured, projected and
+//! published values side by side, and one "not reproduced: needs X" line
+//! per figure that is not) and per figure a plot (PNG and SVG) of the three
+//! panels. The published points come from `bench/papers/<paper>.csv`
+//! ([`csv`]).
+//!
+//! A figure whose spec has `needs` set is not run: it waits for a knob or
+//! counter that does not exist yet, and switching it on is deleting that
+//! line of its spec.
+
+pub mod csv;
+mod finestore;
+mod histore;
+mod rolex;
+mod write;
+mod xstore;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ycsb::{Dataset, Distribution, StreamOptions, Workload};
+
+use crate::project::{Profile, ProjectSpec};
+use crate::report::Report;
+use crate::{BenchError, Judge, Progress, RunConfig};
+use check::values::value_for;
+
+pub use csv::{CsvError, Published};
+
+/// The four papers.
+pub const PAPERS: [&str; 4] = ["xstore", "rolex", "histore", "finestore"];
+
+/// What a figure plots of each run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// Throughput, Mops/s (measured and projected).
+    Throughput,
+    /// Median latency, us (measured and projected).
+    LatencyP50,
+    /// The client's cache, MB (measured only: the model has no memory).
+    ClientCacheMb,
+}
+
+impl Metric {
+    /// The axis label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Metric::Throughput => "throughput (Mops/s)",
+            Metric::LatencyP50 => "median latency (us)",
+            Metric::ClientCacheMb => "client cache (MB)",
+        }
+    }
+
+    /// Whether a published point in `unit` plots on this metric's axis.
+    pub fn unit_matches(&self, unit: &str) -> bool {
+        let u = unit.trim().to_ascii_lowercase();
+        match self {
+            Metric::Throughput => u == "mops/s",
+            Metric::LatencyP50 => u == "us",
+            Metric::ClientCacheMb => u == "mb",
+        }
+    }
+
+    /// The measured value of `r`.
+    pub fn measured(&self, r: &Report) -> Option<f64> {
+        match self {
+            Metric::Throughput => Some(r.throughput_ops_per_s / 1e6),
+            Metric::LatencyP50 => Some(r.latency_us.p50),
+            Metric::ClientCacheMb => r.client_cache_bytes.map(|b| b as f64 / 1e6),
+        }
+    }
+
+    /// The projected value of `r`, if it was projected.
+    pub fn projected(&self, r: &Report) -> Option<f64> {
+        let p = r.projected.as_ref()?;
+        match self {
+            Metric::Throughput => Some(p.throughput_ops_per_s / 1e6),
+            Metric::LatencyP50 => Some(p.latency_us.p50),
+            Metric::ClientCacheMb => None,
+        }
+    }
+}
+
+/// One run of a figure.
+#[derive(Debug, Clone)]
+pub struct PaperRun {
+    /// Our system's name (the registry's).
+    pub system: String,
+    /// The point's x: a category (`A`) or a number (`0.9`).
+    pub x: String,
+    /// Workload.
+    pub workload: Workload,
+    /// Request distribution.
+    pub dist: Distribution,
+    /// Workload knobs: theta, scan lengths, a mix.
+    pub stream: StreamOptions,
+    /// System options (`leaf-slots`, `cache`), as `xstore bench` sets them.
+    pub options: Vec<(String, String)>,
+    /// The key set (default: YCSB's).
+    pub dataset: Dataset,
+}
+
+impl PaperRun {
+    /// `system` on `workload` under `dist`, default knobs, plotted at `x`.
+    pub fn new(system: &str, x: &str, workload: Workload, dist: Distribution) -> PaperRun {
+        PaperRun {
+            system: system.to_string(),
+            x: x.to_string(),
+            workload,
+            dist,
+            stream: StreamOptions::default(),
+            options: Vec::new(),
+            dataset: Dataset::Ycsb,
+        }
+    }
+
+    /// Whether the run adds or removes keys (it then gets a store of its
+    /// own: a later run's ledger starts from the loaded keys).
+    pub fn changes_keys(&self) -> bool {
+        let mix_changes = self
+            .stream
+            .mix
+            .is_some_and(|m| m.insert > 0.0 || m.delete > 0.0);
+        let own = match self.workload {
+            Workload::D | Workload::E | Workload::Insert => true,
+            Workload::Prod1 | Workload::Prod2 => false,
+            _ => false,
+        };
+        mix_changes || (self.stream.mix.is_none() && own)
+    }
+
+    /// Whether most of the run's operations are scans (YCSB E, a
+    /// scan-only mix): such a run measures [`SCAN_OPS_DIVISOR`] times fewer
+    /// operations, a scan reading 50 keys on average.
+    pub fn scan_heavy(&self) -> bool {
+        self.stream.mix.unwrap_or_else(|| self.workload.mix()).scan >= 0.5
+    }
+
+    /// What identifies the loaded store this run needs.
+    fn load_key(&self) -> (String, Vec<(String, String)>, Dataset) {
+        (self.system.clone(), self.options.clone(), self.dataset)
+    }
+}
+
+/// How many times fewer operations a scan-heavy run measures.
+pub const SCAN_OPS_DIVISOR: u64 = 10;
+
+/// One evaluation figure of a paper.
+#[derive(Debug, Clone)]
+pub struct FigureSpec {
+    /// As the paper (and the CSV's `figure` column) names it: `Fig. 10`.
+    pub figure: &'static str,
+    /// The CSV's `panel` to compare with (`None`: every panel).
+    pub panel: Option<&'static str>,
+    /// File stem of the plot: `fig10-uniform`.
+    pub stem: &'static str,
+    /// What the figure shows.
+    pub title: &'static str,
+    /// What x is.
+    pub x_name: &'static str,
+    /// Whether x is a number (a line plot) or a category (bars).
+    pub numeric_x: bool,
+    /// What is plotted.
+    pub metric: Metric,
+    /// The paper's series names and ours (`("XStore", "xstore")`).
+    pub series: Vec<(&'static str, &'static str)>,
+    /// The runs, grouped by system (consecutive runs of one system that
+    /// leave its keys as loaded share one load).
+    pub runs: Vec<PaperRun>,
+    /// Why it is not run yet (a knob or counter it needs); `None`: run it.
+    pub needs: Option<&'static str>,
+    /// Plot the rows of the figure with this stem instead of running its
+    /// own (the same runs, another report field: latency beside
+    /// throughput); `runs` is then empty.
+    pub rows_of: Option<&'static str>,
+    /// Why the runs differ from the paper's (sizes, stand-ins), for the
+    /// summary.
+    pub note: &'static str,
+}
+
+impl FigureSpec {
+    /// Our system name of a paper's series (case-insensitive).
+    pub fn ours(&self, paper_series: &str) -> Option<&'static str> {
+        self.series
+            .iter()
+            .find(|(p, _)| p.eq_ignore_ascii_case(paper_series.trim()))
+            .map(|(_, o)| *o)
+    }
+
+    /// Our systems in the order the spec names them.
+    pub fn systems(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for (_, o) in &self.series {
+            if !out.contains(o) {
+                out.push(o);
+            }
+        }
+        out
+    }
+}
+
+/// A paper's suite.
+#[derive(Debug, Clone)]
+pub struct PaperSuite {
+    /// `xstore`, `rolex`, `histore` or `finestore`.
+    pub paper: &'static str,
+    /// The paper's title, for the summary.
+    pub title: &'static str,
+    /// The hardware profile of the paper's testbed.
+    pub profile: &'static str,
+    /// Client machines x threads of the projection (`None`: the profile's).
+    pub clients: Option<(u32, u32)>,
+    /// Memory-node cores of the projection (`None`: the profile's).
+    pub server_cores: Option<u32>,
+    /// The figures.
+    pub figures: Vec<FigureSpec>,
+}
+
+/// The suite of `paper` (`xstore`, or `paper-xstore`).
+pub fn suite(paper: &str) -> Result<PaperSuite, BenchError> {
+    let name = paper.trim().trim_start_matches("paper-");
+    match name {
+        "xstore" => Ok(xstore::suite()),
+        "rolex" => Ok(rolex::suite()),
+        "histore" => Ok(histore::suite()),
+        "finestore" => Ok(finestore::suite()),
+        _ => Err(BenchError::Config(format!(
+            "unknown paper suite '{paper}' (valid: paper-{})",
+            PAPERS.join(", paper-")
+        ))),
+    }
+}
+
+/// Settings of a paper suite's run.
+#[derive(Debug, Clone)]
+pub struct PaperOptions {
+    /// Keys loaded per store.
+    pub keys: usize,
+    /// Measured operations per run.
+    pub ops: u64,
+    /// Unmeasured operations per thread before each run.
+    pub warmup_ops: u64,
+    /// Client threads.
+    pub threads: u32,
+    /// Seed of the key sets and the operation streams.
+    pub seed: u64,
+    /// RPC worker threads of the emulated server (`None`: unlimited).
+    pub server_workers: Option<usize>,
+    /// Project traceable runs onto the paper's profile.
+    pub project: bool,
+    /// Operations a projected run traces at most.
+    pub trace_sample: usize,
+    /// Operations the cluster model simulates per projected run.
+    pub sim_ops: u64,
+    /// Where `<paper>.csv` is (`bench/papers`).
+    pub papers_dir: PathBuf,
+    /// The output directory.
+    pub out: PathBuf,
+    /// Run only the figures whose stem is listed (empty: all).
+    pub only: Vec<String>,
+}
+
+impl PaperOptions {
+    /// Defaults: 200,000 keys, 200,000 operations, 2,000 warm-up per
+    /// thread, 2 threads, seed 42, projected, `bench/papers`.
+    pub fn new(out: PathBuf) -> PaperOptions {
+        PaperOptions {
+            keys: 200_000,
+            ops: 200_000,
+            warmup_ops: 2_000,
+            threads: 2,
+            seed: 42,
+            server_workers: None,
+            project: true,
+            trace_sample: 20_000,
+            sim_ops: 200_000,
+            papers_dir: PathBuf::from("bench/papers"),
+            out,
+            only: Vec::new(),
+        }
+    }
+}
+
+/// One run's outcome.
+#[derive(Debug, Clone)]
+pub struct PaperRow {
+    /// The figure's stem.
+    pub stem: &'static str,
+    /// The run.
+    pub run: PaperRun,
+    /// Its report, if it ran.
+    pub report: Option<Report>,
+    /// Why it did not run or failed.
+    pub error: Option<String>,
+    /// Whether the error is a failure (not "unsupported").
+    pub failed: bool,
+}
+
+impl PaperRow {
+    /// Wrong answers of any kind.
+    pub fn wrong(&self) -> u64 {
+        self.report.as_ref().map_or(0, |r| r.correctness.errors())
+    }
+}
+
+/// What a paper suite did.
+#[derive(Debug, Clone)]
+pub struct PaperSummary {
+    /// Every run, in order.
+    pub rows: Vec<PaperRow>,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+    /// Wall seconds.
+    pub seconds: f64,
+}
+
+impl PaperSummary {
+    /// Whether every run that ran had no wrong read and none failed.
+    pub fn ok(&self) -> bool {
+        self.rows.iter().all(|r| r.wrong() == 0 && !r.failed)
+    }
+}
+
+/// Errors of a paper suite (a run's own failure is a row).
+#[derive(Debug, thiserror::Error)]
+pub enum PaperError {
+    /// Bad settings.
+    #[error(transparent)]
+    Bench(#[from] BenchError),
+    /// The published points could not be read.
+    #[error(transparent)]
+    Csv(#[from] CsvError),
+    /// An output file could not be written.
+    #[error("writing {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A plot could not be drawn.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
+}
+
+/// Runs `suite` as `o` says, writing its files; `log` hears one line per
+/// step.
+pub fn run_paper(
+    suite: &PaperSuite,
+    o: &PaperOptions,
+    log: &mut dyn FnMut(String),
+) -> Result<PaperSummary, PaperError> {
+    let start = Instant::now();
+    if o.keys == 0 || o.ops == 0 {
+        return Err(BenchError::Config("a paper suite needs keys and ops above 0".into()).into());
+    }
+    let published = csv::load(&o.papers_dir.join(format!("{}.csv", suite.paper)))?;
+    let spec = project_spec(suite, o)?;
+    let mut runner = Runner {
+        o,
+        spec,
+        keysets: HashMap::new(),
+        loaded: None,
+    };
+    let mut rows = Vec::new();
+    let figures: Vec<&FigureSpec> = suite
+        .figures
+        .iter()
+        .filter(|f| f.needs.is_none())
+        .filter(|f| o.only.is_empty() || o.only.iter().any(|s| s == f.stem))
+        .collect();
+    let total: usize = figures.iter().map(|f| f.runs.len()).sum();
+    for f in figures {
+        for run in &f.runs {
+            let row = runner.run(f.stem, run);
+            log(format!(
+                "[{}/{total}] {} {} {} x={}: {}",
+                rows.len() + 1,
+                f.stem,
+                run.system,
+                run.workload.name().to_uppercase(),
+                run.x,
+                outcome(&row)
+            ));
+            rows.push(row);
+        }
+        // A figure's last store is not the next one's.
+        runner.loaded = None;
+    }
+    assert_eq!(rows.len(), total, "one row per planned run");
+    let seconds = start.elapsed().as_secs_f64();
+    let files = write::write_all(suite, o, &rows, published.as_deref(), seconds)?;
+    Ok(PaperSummary {
+        rows,
+        files,
+        seconds,
+    })
+}
+
+/// The projection of `suite`'s runs, if asked for.
+fn project_spec(suite: &PaperSuite, o: &PaperOptions) -> Result<Option<ProjectSpec>, BenchError> {
+    if !o.project {
+        return Ok(None);
+    }
+    let profile = Profile::builtin(suite.profile)
+        .map_err(|e| BenchError::Config(format!("profile {}: {e}", suite.profile)))?;
+    let mut spec = ProjectSpec::new(profile);
+    spec.clients = suite.clients;
+    spec.server_cores = suite.server_cores;
+    spec.sample = o.trace_sample;
+    spec.sim_ops = o.sim_ops;
+    spec.seed = o.seed;
+    Ok(Some(spec))
+}
+
+/// One line on a row: `1.234 Mops/s (proj. 12.3)`, `unsupported: ...`.
+pub fn outcome(row: &PaperRow) -> String {
+    match (&row.report, &row.error) {
+        (Some(r), _) => {
+            let mut s = format!("{:.3} Mops/s", r.throughput_ops_per_s / 1e6);
+            if let Some(p) = &r.projected {
+                s += &format!(" (projected {:.2})", p.throughput_ops_per_s / 1e6);
+            }
+            if r.correctness.errors() > 0 {
+                s += &format!(" {} WRONG READS", r.correctness.errors());
+            }
+            s
+        }
+        (None, Some(e)) if row.failed => format!("FAILED: {e}"),
+        (None, Some(e)) => format!("unsupported: {e}"),
+        (None, None) => "no result".into(),
+    }
+}
+
+type LoadKey = (String, Vec<(String, String)>, Dataset);
+
+/// Loads stores (reusing one across runs that leave its keys as loaded)
+/// and runs them.
+struct Runner<'a> {
+    o: &'a PaperOptions,
+    spec: Option<ProjectSpec>,
+    keysets: HashMap<Dataset, Arc<[u64]>>,
+    loaded: Option<(LoadKey, Box<dyn crate::Store>)>,
+}
+
+impl Runner<'_> {
+    fn keys(&mut self, dataset: Dataset) -> Result<Arc<[u64]>, BenchError> {
+        if let Some(k) = self.keysets.get(&dataset) {
+            return Ok(k.clone());
+        }
+        let keys = ycsb::generate(dataset, self.o.keys, self.o.seed)
+            .map_err(|e| BenchError::Config(e.to_string()))?;
+        let keys = ycsb::prepare_keys(keys).map_err(|e| BenchError::Config(e.to_string()))?;
+        let keys: Arc<[u64]> = keys.into();
+        self.keysets.insert(dataset, keys.clone());
+        Ok(keys)
+    }
+
+    fn run(&mut self, stem: &'static str, run: &PaperRun) -> PaperRow {
+        let (report, error) = match self.try_run(run) {
+            Ok(r) => (Some(r), None),
+            Err(e) => (None, Some(e)),
+        };
+        let failed = error
+            .as_ref()
+            .is_some_and(|e| !matches!(e, BenchError::Config(_)));
+        PaperRow {
+            stem,
+            run: run.clone(),
+            report,
+            error: error.map(|e| e.to_string()),
+            failed,
+        }
+    }
+
+    fn try_run(&mut self, run: &PaperRun) -> Result<Report, BenchError> {
+        let keys = self.keys(run.dataset)?;
+        let key = run.load_key();
+        if self.loaded.as_ref().map(|(k, _)| k) != Some(&key) {
+            self.loaded = None;
+            let mut options = kv::Options::new();
+            for (k, v) in &run.options {
+                options.set(k, v)?;
+            }
+            let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, value_for(k, 0))).collect();
+            let store = crate::system::load_local(
+                &run.system,
+                &kv::LocalLoad {
+                    pairs: &pairs,
+                    adversary: None,
+                    server_workers: self.o.server_workers,
+                    options: &options,
+                },
+            )?;
+            self.loaded = Some((key, store));
+        }
+        let store = &self.loaded.as_ref().expect("loaded above").1;
+        debug_assert_eq!(self.loaded.as_ref().map(|(k, _)| k), Some(&run.load_key()));
+        let result = self.measure(&**store, keys, run);
+        if run.changes_keys() || result.is_err() {
+            self.loaded = None;
+        }
+        result
+    }
+
+    fn measure(
+        &self,
+        store: &dyn crate::Store,
+        keys: Arc<[u64]>,
+        run: &PaperRun,
+    ) -> Result<Report, BenchError> {
+        let config = RunConfig {
+            system: run.system.clone(),
+            fabric: "local".into(),
+            dataset: run.dataset.name().to_string(),
+            workload: run.workload,
+            dist: run.dist,
+            ops: if run.scan_heavy() {
+                (self.o.ops / SCAN_OPS_DIVISOR).max(1)
+            } else {
+                self.o.ops
+            },
+            seconds: None,
+            warmup_ops: self.o.warmup_ops,
+            threads: self.o.threads,
+            pipeline: 1,
+            seed: self.o.seed,
+            stream: run.stream,
+        };
+        let progress = Progress::default();
+        let spec = match &self.spec {
+            Some(s) if crate::project::traceable(&run.system).is_ok() => s,
+            _ => return crate::run(store, keys, &config, &progress),
+        };
+        let rec = spec.recorder();
+        let mut report = crate::run_traced(store, keys, &config, Judge::Full, &progress, &rec)?;
+        let trace = rec.into_trace(&run.system, &run.x);
+        report.projected = Some(crate::project::project(&trace, spec, &run.system)?);
+        Ok(report)
+    }
+}
+
+/// Every system of `systems` at every point of `points` (`x`, workload,
+/// distribution), grouped by system so that one load serves a system's
+/// runs that leave the keys as loaded.
+pub(crate) fn matrix(systems: &[&str], points: &[(&str, Workload, Distribution)]) -> Vec<PaperRun> {
+    systems
+        .iter()
+        .flat_map(|s| {
+            points
+                .iter()
+                .map(move |(x, w, d)| PaperRun::new(s, x, *w, *d))
+        })
+        .collect()
+}
+
+/// YCSB A-F as figure points (x `A` ... `F`) under `dist`.
+pub(crate) fn ycsb_points(dist: Distribution) -> Vec<(&'static str, Workload, Distribution)> {
+    // The workloads that insert last, so the others share one load.
+    [
+        ("A", Workload::A),
+        ("B", Workload::B),
+        ("C", Workload::C),
+        ("F", Workload::F),
+        ("D", Workload::D),
+        ("E", Workload::E),
+    ]
+    .into_iter()
+    // YCSB D's skewed form is `latest` (reads favour recent inserts).
+    .map(|(x, w)| {
+        let d = match (w, dist) {
+            (Workload::D, Distribution::Zipfian) => Distribution::Latest,
+            _ => dist,
+        };
+        (x, w, d)
+    })
+    .collect()
+}
+
+/// `runs` with the operation mix `mix` (`read=50,update=50`).
+pub(crate) fn with_mix(mut runs: Vec<PaperRun>, mix: &str) -> Vec<PaperRun> {
+    let mix: ycsb::Mix = mix.parse().expect("a paper spec's mix parses");
+    for r in &mut runs {
+        r.stream.mix = Some(mix);
+    }
+    runs
+}
+
+/// `runs` with the Zipfian constant `theta`.
+pub(crate) fn with_theta(mut runs: Vec<PaperRun>, theta: f64) -> Vec<PaperRun> {
+    for r in &mut runs {
+        r.stream.dist.theta = theta;
+    }
+    runs
+}
+
+/// A figure not run yet: it `needs` a knob or counter that does not exist.
+pub(crate) fn needs(
+    figure: &'static str,
+    stem: &'static str,
+    title: &'static str,
+    needs: &'static str,
+) -> FigureSpec {
+    FigureSpec {
+        figure,
+        panel: None,
+        stem,
+        title,
+        x_name: "",
+        numeric_x: false,
+        metric: Metric::Throughput,
+        series: Vec::new(),
+        runs: Vec::new(),
+        needs: Some(needs),
+        rows_of: None,
+        note: "",
+    }
+}

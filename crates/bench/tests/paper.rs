@@ -1,0 +1,180 @@
+//! The paper suites (`bench::paper`): the published-points loader, the
+//! figure specs against the registry, and one figure run end to end.
+
+use std::path::Path;
+
+use bench::paper::{self, csv, CsvError, PaperOptions};
+
+fn fixture() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/paper_fixtures/xstore.csv")
+}
+
+#[test]
+fn the_loader_reads_quoted_fields_and_skips_comments() {
+    let rows = csv::load(&fixture()).unwrap().expect("the fixture exists");
+    assert_eq!(rows.len(), 7);
+    assert_eq!(rows[0].figure, "Fig. 10");
+    assert_eq!(rows[0].x, "YCSB C");
+    assert_eq!(rows[0].y, 82.0);
+    assert_eq!(rows[1].note, "read off plot, approx");
+    assert_eq!(rows[2].series, "Cell");
+    assert_eq!(rows[2].note, "a \"quoted\" note");
+    assert_eq!(rows[2].y, 0.95);
+}
+
+#[test]
+fn a_missing_file_is_no_points_not_an_error() {
+    assert!(csv::load(Path::new("/nonexistent/dir/x.csv"))
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn bad_rows_are_typed_errors_with_their_line() {
+    let head = csv::HEADER.join(",");
+    let p = Path::new("t.csv");
+    let cases = [
+        (
+            format!("{head}\nxstore,Fig. 1,1,a,S,x,1,y,abc,u,n\n"),
+            2,
+            "not a finite number",
+        ),
+        (
+            format!("{head}\nxstore,Fig. 1,1,a,S,x,1,y,NaN,u,n\n"),
+            2,
+            "not a finite number",
+        ),
+        (
+            format!("{head}\n\nxstore,Fig. 1,1,a,S,x,1,y,2\n"),
+            3,
+            "9 fields",
+        ),
+        (
+            format!("{head}\nxstore,Fig. 1,1,a,\"S,x,1,y,2,u,n\n"),
+            2,
+            "never closed",
+        ),
+        (
+            format!("{head}\nxstore,Fig. 1,1,a,S\"q,x,1,y,2,u,n\n"),
+            2,
+            "quote inside",
+        ),
+        (
+            format!("{head}\nxstore,,1,a,S,x,1,y,2,u,n\n"),
+            2,
+            "empty figure",
+        ),
+        (
+            format!("{head}\nxstore,Fig. 1,1,a,S,x,,y,2,u,n\n"),
+            2,
+            "empty x",
+        ),
+    ];
+    for (text, line, why) in cases {
+        match csv::parse(&text, p) {
+            Err(CsvError::Row {
+                line: l, why: w, ..
+            }) => {
+                assert_eq!(l, line, "{text:?}: {w}");
+                assert!(w.contains(why), "{text:?}: {w}");
+            }
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+    match csv::parse("paper,figure\nx,y\n", p) {
+        Err(CsvError::Header { found, .. }) => assert_eq!(found, "paper,figure"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(csv::parse("", p), Err(CsvError::Header { .. })));
+}
+
+#[test]
+fn every_figure_names_registered_systems_and_the_papers_series() {
+    for name in paper::PAPERS {
+        let suite = paper::suite(&format!("paper-{name}")).unwrap();
+        assert_eq!(suite.paper, name);
+        let mut stems = Vec::new();
+        for f in &suite.figures {
+            assert!(!stems.contains(&f.stem), "{name}: stem {} twice", f.stem);
+            stems.push(f.stem);
+            if f.needs.is_some() {
+                assert!(f.runs.is_empty() || !f.series.is_empty());
+                continue;
+            }
+            if let Some(other) = f.rows_of {
+                assert!(f.runs.is_empty(), "{name} {}: runs of its own", f.figure);
+                let o = suite.figures.iter().find(|g| g.stem == other);
+                assert!(o.is_some_and(|g| !g.runs.is_empty()), "{name}: {other}");
+                continue;
+            }
+            assert!(!f.runs.is_empty(), "{name} {}: no runs", f.figure);
+            for r in &f.runs {
+                assert!(
+                    bench::is_system(&r.system),
+                    "{name} {}: {}",
+                    f.figure,
+                    r.system
+                );
+                assert!(
+                    f.systems().contains(&r.system.as_str()),
+                    "{name} {}: {} is no series of the figure",
+                    f.figure,
+                    r.system
+                );
+                r.stream.validate().unwrap();
+            }
+        }
+    }
+    assert!(paper::suite("paper-nope").is_err());
+}
+
+#[test]
+fn a_figure_runs_with_every_read_judged_and_writes_its_files() {
+    let out = std::env::temp_dir().join(format!("xstore-paper-test-{}", std::process::id()));
+    let mut o = PaperOptions::new(out.clone());
+    o.keys = 2_000;
+    o.ops = 2_000;
+    o.warmup_ops = 100;
+    o.trace_sample = 500;
+    o.sim_ops = 5_000;
+    o.papers_dir = fixture().parent().unwrap().to_path_buf();
+    o.only = vec!["fig13a-production".into()];
+    let mut suite = paper::suite("paper-xstore").unwrap();
+    // Two systems keep the test cheap; the figure's x stays two workloads.
+    for f in &mut suite.figures {
+        f.runs
+            .retain(|r| r.system == "xstore" || r.system == "tree-cache");
+    }
+    let summary = paper::run_paper(&suite, &o, &mut |l| eprintln!("{l}")).unwrap();
+    assert_eq!(summary.rows.len(), 4);
+    for r in &summary.rows {
+        let rep = r.report.as_ref().unwrap_or_else(|| panic!("{:?}", r.error));
+        assert!(rep.correctness.checked_reads > 0);
+        assert_eq!(rep.correctness.errors(), 0);
+        assert!(rep.projected.is_some(), "xstore is traceable: projected");
+    }
+    assert!(summary.ok());
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.contains("Fig. 13"), "{md}");
+    assert!(md.contains("not reproduced: needs"), "{md}");
+    // The fixture's Mops/s point of panel a sits beside ours; panel b's
+    // does not; the ratio is listed with ours beside it.
+    let prod1 = md
+        .lines()
+        .find(|l| l.starts_with("| Prod1 | xstore |"))
+        .unwrap_or_else(|| panic!("{md}"));
+    assert!(prod1.ends_with("| 40.000 |"), "{prod1}");
+    assert!(!md.contains("| 99 |"), "{md}");
+    assert!(
+        md.contains("| speedup vs DrTM-Tree | 1.75 | x | - |"),
+        "{md}"
+    );
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    for line in jsonl.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["paper"], "xstore");
+        assert_eq!(v["figure"], "fig13a-production");
+    }
+    assert!(out.join("fig13a-production.svg").exists());
+    std::fs::remove_dir_all(&out).ok();
+}
