@@ -129,12 +129,17 @@ impl Served {
     fn stats(&self) -> Result<String, String> {
         let figures = crate::stats_cmd::figures(&self.url, self.token.as_deref())
             .map_err(|e| crate::flags::one_line(&e))?;
-        Ok(figures
-            .iter()
-            .map(|(k, v)| match v.as_str() {
-                Some(s) => format!("{k}={s}"),
-                None => format!("{k}={v}"),
-            })
+        // The system first, then the figures by name.
+        let word = |(k, v): (&String, &serde_json::Value)| match v.as_str() {
+            Some(s) => format!("{k}={s}"),
+            None => format!("{k}={v}"),
+        };
+        let (system, rest): (Vec<_>, Vec<_>) =
+            figures.iter().partition(|(k, _)| k.as_str() == "system");
+        Ok(system
+            .into_iter()
+            .chain(rest)
+            .map(word)
             .collect::<Vec<_>>()
             .join(" "))
     }

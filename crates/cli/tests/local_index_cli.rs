@@ -122,7 +122,8 @@ fn a_mix_with_scans_runs_on_every_index_and_every_read_is_judged() {
             "index:btree",
             "index:skiplist",
             "index:li-delta",
-            "index:pgm"
+            "index:pgm",
+            "index:alex"
         ]
     );
     for r in &rows {
