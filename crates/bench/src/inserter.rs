@@ -130,15 +130,8 @@ pub(super) fn thread(
         )?;
         Ok((c, stream))
     });
-    let (mut client, mut stream) = match prepared {
-        Ok(p) => p,
-        Err(e) => {
-            shared.skip_barriers();
-            return Err(e);
-        }
-    };
-    kv::with_words(&mut *client, |client| {
-        phases(shared, client, &mut stream, inserter)
+    super::drive(shared, prepared, |client, stream| {
+        phases(shared, client, stream, inserter)
     })
 }
 

@@ -441,6 +441,20 @@ fn client_thread(
             )?;
             Ok((client, stream))
         });
+    drive(shared, prepared, |client, stream| {
+        client_phases(shared, client, stream, t)
+    })
+}
+
+/// Runs a thread's `phases` on its prepared client and stream, through
+/// the client's u64 path (its own, or the byte contract encoded); if
+/// preparing failed, releases the run's barriers (so the other threads
+/// do not wait for this one) and returns the error.
+fn drive(
+    shared: &Shared,
+    prepared: Result<(Box<dyn kv::KvClient>, OpStream), BenchError>,
+    phases: impl FnOnce(&mut dyn WordClient, &mut OpStream) -> Result<ThreadResult, BenchError>,
+) -> Result<ThreadResult, BenchError> {
     let (mut client, mut stream) = match prepared {
         Ok(p) => p,
         Err(e) => {
@@ -448,11 +462,7 @@ fn client_thread(
             return Err(e);
         }
     };
-    // The u64 path of the client (its own, or the byte contract encoded):
-    // what every operation below drives.
-    kv::with_words(&mut *client, |client| {
-        client_phases(shared, client, &mut stream, t)
-    })
+    kv::with_words(&mut *client, |client| phases(client, &mut stream))
 }
 
 /// Warm-up, the measured phase and the audit of client thread `t`, each
