@@ -154,14 +154,7 @@ fn phases(
     w.reset(&*client);
     shared.barrier.wait();
     let measured = insert_paced(shared, &mut w, client, stream, inserter);
-    ledger.leave(t as usize);
-    shared.barrier.wait();
-    measured?;
-    let direct = client.figures().direct;
-    if w.judging {
-        w.audit(&mut *client)?;
-    }
-    Ok(w.finish(&*client, direct))
+    super::end_thread(shared, w, client, measured)
 }
 
 /// Inserts at the pace of `inserter` until the clients are done (or one

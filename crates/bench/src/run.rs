@@ -495,11 +495,21 @@ fn client_phases(
     shared.barrier.wait();
     let measured = measure(shared, &mut w, &mut *client, stream);
     shared.measured_done.fetch_add(1, Ordering::Relaxed);
-    // This thread reads nothing until the audit: it holds no write of the
-    // ledger back from pruning meanwhile.
-    ledger.leave(t as usize);
-    // Every thread's writes are answered past this barrier: the audit sees
-    // the final state.
+    end_thread(shared, w, client, measured)
+}
+
+/// A thread's end, after its measured phase: it leaves the ledger (it
+/// reads nothing until the audit, so it holds no write back from pruning
+/// meanwhile), waits at the barrier past which every thread's writes are
+/// answered (the audit sees the final state), then audits its share and
+/// hands in its figures.
+fn end_thread(
+    shared: &Shared,
+    mut w: Worker<'_>,
+    client: &mut dyn WordClient,
+    measured: Result<(), BenchError>,
+) -> Result<ThreadResult, BenchError> {
+    shared.ledger.leave(w.thread as usize);
     shared.barrier.wait();
     measured?;
     let direct = client.figures().direct;
