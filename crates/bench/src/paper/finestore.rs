@@ -2,7 +2,9 @@
 
 use ycsb::{Distribution, Workload};
 
-use super::{matrix, needs, with_mix, ycsb_points, FigureSpec, Metric, PaperRun, PaperSuite};
+use super::{
+    matrix, needs, throughput_spec, write_ratios, ycsb_points, FigureSpec, PaperRun, PaperSuite,
+};
 
 /// The distributed comparison (§5.7): EMT is Masstree behind RPCs (the
 /// server-centric tree here), Cell the client tree cache.
@@ -35,39 +37,13 @@ fn dist_spec(
     x_name: &'static str,
     runs: Vec<PaperRun>,
 ) -> FigureSpec {
-    FigureSpec {
-        figure,
-        panel: None,
-        stem,
-        title,
+    throughput_spec(
+        (figure, None, stem, title),
         x_name,
-        numeric_x: false,
-        metric: Metric::Throughput,
-        series: DIST_SERIES.to_vec(),
+        &DIST_SERIES,
         runs,
-        needs: None,
-        rows_of: None,
-        note: DIST_NOTE,
-    }
-}
-
-/// Read/write ratios (x: write %, writes are inserts) of `systems`.
-fn ratios(systems: &[&str]) -> Vec<PaperRun> {
-    let mut runs = Vec::new();
-    for s in systems {
-        for (x, mix) in [
-            ("0", "read=100"),
-            ("20", "read=80,insert=20"),
-            ("50", "read=50,insert=50"),
-            ("80", "read=20,insert=80"),
-        ] {
-            runs.extend(with_mix(
-                vec![PaperRun::new(s, x, Workload::C, Distribution::Uniform)],
-                mix,
-            ));
-        }
-    }
-    runs
+        DIST_NOTE,
+    )
 }
 
 fn local_spec(
@@ -77,21 +53,14 @@ fn local_spec(
     x_name: &'static str,
     runs: Vec<PaperRun>,
 ) -> FigureSpec {
-    FigureSpec {
-        figure,
-        panel: None,
-        stem,
-        title,
+    throughput_spec(
+        (figure, None, stem, title),
         x_name,
-        numeric_x: false,
-        metric: Metric::Throughput,
-        series: LOCAL_SERIES.to_vec(),
+        &LOCAL_SERIES,
         runs,
-        needs: None,
-        rows_of: None,
-        note: "Single-machine indexes driven by the harness (no fabric, not projected). \
+        "Single-machine indexes driven by the harness (no fabric, not projected). \
                Masstree is scc's B+-tree here; ALEX is not built yet.",
-    }
+    )
 }
 
 fn local_systems() -> Vec<&'static str> {
@@ -114,7 +83,7 @@ pub fn suite() -> PaperSuite {
         "fig18-read-write",
         "read/write ratios (writes are inserts)",
         "write %",
-        ratios(&DIST_SYSTEMS),
+        write_ratios(&DIST_SYSTEMS),
     );
     fig18.numeric_x = true;
     let mut fig13 = local_spec(
@@ -122,7 +91,7 @@ pub fn suite() -> PaperSuite {
         "fig13-read-write",
         "single machine: read/write ratios (writes are inserts)",
         "write %",
-        ratios(&local),
+        write_ratios(&local),
     );
     fig13.numeric_x = true;
     PaperSuite {

@@ -606,6 +606,57 @@ pub(crate) fn with_theta(mut runs: Vec<PaperRun>, theta: f64) -> Vec<PaperRun> {
     runs
 }
 
+/// Read/write ratios of `systems` (FineStore's and ROLEX's Fig. 8b-c
+/// shape): x is the write share in percent, writes being inserts of new
+/// keys, on YCSB C's uniform stream otherwise.
+pub(crate) fn write_ratios(systems: &[&str]) -> Vec<PaperRun> {
+    let mut runs = Vec::new();
+    for s in systems {
+        for (x, mix) in [
+            ("0", "read=100"),
+            ("20", "read=80,insert=20"),
+            ("50", "read=50,insert=50"),
+            ("80", "read=20,insert=80"),
+        ] {
+            runs.extend(with_mix(
+                vec![PaperRun::new(s, x, Workload::C, Distribution::Uniform)],
+                mix,
+            ));
+        }
+    }
+    runs
+}
+
+/// A throughput figure over `runs` whose categorical x is `x_name`, its
+/// systems named as the paper names them (`series`).
+pub(crate) fn throughput_spec(
+    (figure, panel, stem, title): (
+        &'static str,
+        Option<&'static str>,
+        &'static str,
+        &'static str,
+    ),
+    x_name: &'static str,
+    series: &[(&'static str, &'static str)],
+    runs: Vec<PaperRun>,
+    note: &'static str,
+) -> FigureSpec {
+    FigureSpec {
+        figure,
+        panel,
+        stem,
+        title,
+        x_name,
+        numeric_x: false,
+        metric: Metric::Throughput,
+        series: series.to_vec(),
+        runs,
+        needs: None,
+        rows_of: None,
+        note,
+    }
+}
+
 /// A figure not run yet: it `needs` a knob or counter that does not exist.
 pub(crate) fn needs(
     figure: &'static str,

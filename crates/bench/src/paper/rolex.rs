@@ -2,7 +2,10 @@
 
 use ycsb::{Dataset, Distribution, Workload};
 
-use super::{matrix, needs, with_mix, ycsb_points, FigureSpec, Metric, PaperRun, PaperSuite};
+use super::{
+    matrix, needs, throughput_spec, write_ratios, ycsb_points, FigureSpec, Metric, PaperRun,
+    PaperSuite,
+};
 
 /// The paper's series and ours. EMT-D (Masstree behind eRPC on the memory
 /// node) has no counterpart here.
@@ -27,39 +30,11 @@ fn spec(
     x_name: &'static str,
     runs: Vec<PaperRun>,
 ) -> FigureSpec {
-    FigureSpec {
-        figure,
-        panel,
-        stem,
-        title,
-        x_name,
-        numeric_x: false,
-        metric: Metric::Throughput,
-        series: SERIES.to_vec(),
-        runs,
-        needs: None,
-        rows_of: None,
-        note: NOTE,
-    }
+    throughput_spec((figure, panel, stem, title), x_name, &SERIES, runs, NOTE)
 }
 
 fn fig8bc() -> FigureSpec {
-    // Read/write ratios of Fig. 8b-c: x is the write share in percent,
-    // writes being inserts (the paper's "write" is an insert of new data).
-    let mut runs = Vec::new();
-    for s in SYSTEMS {
-        for (x, mix) in [
-            ("0", "read=100"),
-            ("20", "read=80,insert=20"),
-            ("50", "read=50,insert=50"),
-            ("80", "read=20,insert=80"),
-        ] {
-            runs.extend(with_mix(
-                vec![PaperRun::new(s, x, Workload::C, Distribution::Uniform)],
-                mix,
-            ));
-        }
-    }
+    let runs = write_ratios(&SYSTEMS);
     let mut f = spec(
         "Fig. 8",
         Some("b"),
