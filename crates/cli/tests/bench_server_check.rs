@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use support::cluster::ClusterUp;
@@ -19,7 +18,7 @@ fn xstore(args: &[&str], stdin: &str) -> Output {
 
 /// [`xstore`] with `env` set.
 fn xstore_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+    let child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(args)
         .env_remove("XSTORE_TOKEN")
         // An error is one line: no backtrace after it.
@@ -31,13 +30,7 @@ fn xstore_env(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn xstore");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    support::feed(child, stdin.as_bytes())
 }
 
 fn text(b: &[u8]) -> String {

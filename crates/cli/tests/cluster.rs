@@ -781,7 +781,7 @@ fn the_shell_talks_to_a_cluster() {
         check::value_for(b, 0)
     ));
     expect.extend(["OK", "77", "OK", "NOT_FOUND"].map(String::from));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+    let child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["shell", &up.url])
         .envs(up.tool_env())
         .stdin(Stdio::piped())
@@ -789,14 +789,8 @@ fn the_shell_talks_to_a_cluster() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+
+    let out = support::feed(child, script.as_bytes());
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
@@ -874,8 +868,7 @@ fn cluster_up_rebalances_by_itself() {
 /// Runs `xstore shell TARGET` with the cluster's token and etcd
 /// credentials on `script`; its output lines.
 fn shell(up: &Up, target: &str, script: &str) -> Vec<String> {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+    let child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["shell", target])
         .envs(up.tool_env())
         .stdin(Stdio::piped())
@@ -883,13 +876,7 @@ fn shell(up: &Up, target: &str, script: &str) -> Vec<String> {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::feed(child, script.as_bytes());
     assert!(out.status.success());
     String::from_utf8_lossy(&out.stdout)
         .lines()

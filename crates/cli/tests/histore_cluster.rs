@@ -7,7 +7,9 @@
 //! Skips (saying why) only when no `etcd` binary exists; CI installs one
 //! (.ci/etcd-deps.sh).
 
-use std::io::{BufRead, BufReader, Write};
+mod support;
+
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -52,7 +54,7 @@ fn running(pid: u32) -> bool {
 /// `xstore ARGS` with `stdin`, as a user with the etcd credentials file
 /// `auth` (`cluster up` wrote it): its output.
 fn xstore(args: &[&str], stdin: &str, auth: &str) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+    let child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(args)
         .env(coord::AUTH_FILE_VAR, auth)
         .stdin(Stdio::piped())
@@ -60,13 +62,7 @@ fn xstore(args: &[&str], stdin: &str, auth: &str) -> String {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn xstore");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("xstore output");
+    let out = support::feed(child, stdin.as_bytes());
     assert!(out.status.success(), "xstore {args:?}: {}", out.status);
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

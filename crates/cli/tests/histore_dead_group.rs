@@ -9,7 +9,6 @@
 //!
 //! Skips (saying why) only when no `etcd` binary exists.
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -88,15 +87,14 @@ fn a_dead_group_fails_fast_with_a_typed_error() {
 
     // The shell: one ERR line per command, each within the bound.
     let start = Instant::now();
-    let mut shell = Command::new(env!("CARGO_BIN_EXE_xstore"))
+    let shell = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["shell", &url, "--histore", GROUP])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn shell");
-    shell.stdin.take().unwrap().write_all(b"get k\n").unwrap();
-    let out = shell.wait_with_output().expect("shell output");
+    let out = support::feed(shell, b"get k\n");
     let took = start.elapsed();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "shell: {:?}", out.status);

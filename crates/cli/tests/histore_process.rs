@@ -392,21 +392,15 @@ fn the_shell_talks_to_a_group_with_string_keys() {
         ("stats", "epoch=1 "),
     ];
     let input: String = script.iter().map(|(l, _)| format!("{l}\n")).collect();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+    let child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["shell", &url, "--histore", GROUP])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn shell");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().expect("shell output");
+
+    let out = support::feed(child, input.as_bytes());
     assert!(out.status.success(), "shell failed: {:?}", out.status);
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();

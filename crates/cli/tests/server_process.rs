@@ -404,7 +404,7 @@ fn across_two_network_namespaces() {
         }
     }
     std::thread::spawn(move || for _ in lines {});
-    let mut client = Command::new("ip")
+    let client = Command::new("ip")
         .args([
             "netns",
             "exec",
@@ -419,13 +419,7 @@ fn across_two_network_namespaces() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    client
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"put 42 4242\nget 42\nscan 42 1\n")
-        .unwrap();
-    let out = client.wait_with_output().unwrap();
+    let out = support::feed(client, b"put 42 4242\nget 42\nscan 42 1\n");
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(server.id().to_string())

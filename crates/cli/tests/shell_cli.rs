@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use support::{Scratch, ServerProcess};
@@ -18,19 +17,14 @@ fn shell(url: &str, args: &[&str], env: &[(&str, &str)], script: &str) -> Output
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd
+    let child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn shell");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    // A refused token ends the shell before it reads its script.
+    support::feed(child, script.as_bytes())
 }
 
 fn lines(out: &Output) -> Vec<String> {

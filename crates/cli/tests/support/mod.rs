@@ -184,3 +184,20 @@ pub fn bench_judged_env(args: &[&str], env: &[(&str, &str)]) -> serde_json::Valu
 }
 pub mod cluster;
 pub mod histore;
+
+/// Writes `input` to a spawned child's stdin, closes it, and waits for the
+/// child's output. A child that exits before reading (a refused token, a
+/// bad flag) closes the pipe first, so a broken pipe here is the child's
+/// answer, told by its exit status, not the test's failure: CI met that
+/// race once on a 2-core machine.
+pub fn feed(mut child: std::process::Child, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut stdin = child.stdin.take().expect("the child's stdin is piped");
+    match stdin.write_all(input) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => panic!("writing the child's stdin: {e}"),
+    }
+    drop(stdin);
+    child.wait_with_output().expect("the child's output")
+}
