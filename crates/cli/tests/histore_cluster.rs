@@ -9,7 +9,7 @@
 
 mod support;
 
-use support::histore::{running, HistoreUp};
+use support::histore::{running, HistoreUp, SMALL_GROUP};
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,23 +36,8 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut up = HistoreUp::start(
-        &dir.path().join("cluster"),
-        &[
-            "--group",
-            "t1",
-            "--lease-ttl-s",
-            "1",
-            "--data-mib",
-            "16",
-            "--main-buckets",
-            "1024",
-            "--overflow-buckets",
-            "1024",
-            "--start-timeout-s",
-            "60",
-        ],
-    );
+    let args = [&["--group", "t1", "--lease-ttl-s", "1"][..], SMALL_GROUP].concat();
+    let mut up = HistoreUp::start(&dir.path().join("cluster"), &args);
     let lines = up.lines.clone();
     let url = lines[0].clone();
     assert!(url.starts_with("etcd://127.0.0.1:"), "{lines:?}");

@@ -5,15 +5,14 @@
 //! history linearizable and reports the longest wait for an answer.
 //!
 //! Skips (saying why) only when no `etcd` binary exists; CI installs one
-//! (.ci/etcd-deps.sh). About 15 s. A lease TTL of 2 s, not 1, so that a loaded machine's
-//! stall does not lapse a lease before the groups form.
+//! (.ci/etcd-deps.sh). About 15 s.
 
 mod support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::histore::{running, signal, HistoreUp};
+use support::histore::{running, signal, HistoreUp, SMALL_GROUP};
 
 #[test]
 fn two_groups_survive_a_primary_and_a_backup_killed_under_ycsb_a() {
@@ -22,25 +21,14 @@ fn two_groups_survive_a_primary_and_a_backup_killed_under_ycsb_a() {
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let cluster = dir.path().join("cluster");
-    let up = HistoreUp::start(
-        &cluster,
-        &[
-            "--groups",
-            "2",
-            "--group",
-            "s",
-            "--lease-ttl-s",
-            "2",
-            "--data-mib",
-            "16",
-            "--main-buckets",
-            "1024",
-            "--overflow-buckets",
-            "1024",
-            "--start-timeout-s",
-            "60",
-        ],
-    );
+    // Leases of 2 s, not 1, so that a loaded machine's stall does not
+    // lapse one before the groups form.
+    let args = [
+        &["--groups", "2", "--group", "s", "--lease-ttl-s", "2"][..],
+        SMALL_GROUP,
+    ]
+    .concat();
+    let up = HistoreUp::start(&cluster, &args);
     let names: Vec<String> = up.servers().into_iter().map(|s| s.0).collect();
     assert_eq!(
         names,

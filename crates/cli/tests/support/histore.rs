@@ -67,6 +67,20 @@ pub fn signal(pid: u32, sig: &str) {
     assert!(ok.success(), "kill {sig} {pid}");
 }
 
+/// `cluster up --system histore` flags for a small group that forms fast
+/// in a test: 16 MiB of records, 1,024 main and overflow buckets, 60 s to
+/// start (the lease TTL is each test's own).
+pub const SMALL_GROUP: &[&str] = &[
+    "--data-mib",
+    "16",
+    "--main-buckets",
+    "1024",
+    "--overflow-buckets",
+    "1024",
+    "--start-timeout-s",
+    "60",
+];
+
 /// A running `xstore cluster up --system histore`, stopped on drop if a
 /// check failed before the test stopped it: SIGTERM (so it stops its
 /// servers and etcd), SIGKILL after 60 s.
@@ -78,8 +92,10 @@ pub struct HistoreUp {
 }
 
 impl HistoreUp {
-    /// Starts `xstore cluster up --system histore --dir DIR ARGS` and
-    /// waits (at most 90 s) for its last start-up line, "cluster up: ...".
+    /// Starts `xstore cluster up --system histore --dir DIR ARGS` (with no
+    /// `XSTORE_TOKEN` in its environment: it generates a token into DIR)
+    /// and waits (at most 90 s) for its last start-up line, "cluster up:
+    /// ...".
     pub fn start(dir: &Path, args: &[&str]) -> HistoreUp {
         use std::io::{BufRead, BufReader};
         use std::process::Stdio;
@@ -87,6 +103,7 @@ impl HistoreUp {
             .args(["cluster", "up", "--system", "histore", "--dir"])
             .arg(dir)
             .args(args)
+            .env_remove("XSTORE_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
