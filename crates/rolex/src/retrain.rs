@@ -125,7 +125,27 @@ pub struct RetrainStats {
     /// so an observer tells whether an operation overlapped one (read it
     /// before and after: odd, or changed).
     pub phase: AtomicU64,
+    /// Synonym leaves that writers made while their model was being
+    /// retrained, linked into the new block's SLT at the swap (the
+    /// paper's redirection).
+    pub redirected: AtomicU64,
+    /// Retrainings whose unlocked plan no longer fit the chains read under
+    /// the locks (or that could not plan unlocked), planned again under
+    /// the locks as before redirection.
+    pub replanned: AtomicU64,
+    /// How long each retraining held its model's chain locks (writers to
+    /// the model wait this long at most), for the retrainings done.
+    pub locked: LatencyHistogram,
+    /// As [`Self::phase`], bumped as the retrainer takes a model's chain
+    /// locks and as it frees them: odd while writers to that model wait.
+    pub locked_phase: AtomicU64,
 }
+
+/// Called by the retrainer thread with the model it is retraining, after
+/// it planned the new block without any lock and before it locks the
+/// model's chains: a test pauses the retrainer here to write into the
+/// model during its retraining.
+pub type RetrainHook = Arc<dyn Fn(usize) + Send + Sync>;
 
 /// The retrainer thread (and the thread that adds leaf regions); both
 /// stopped and joined on drop.
@@ -247,6 +267,29 @@ const SCRUB_MODELS: usize = 1024;
 /// landed (writers post within a quarter lease of taking or checking it).
 const FENCE_WAIT: Duration = Duration::from_millis(2 * MAX_LOCK_LEASE_MS as u64);
 
+/// How often phase A reads a model's chains (with no lock held, a
+/// writer may be mid-write) before it leaves planning to phase B.
+const PLAN_READS: usize = 3;
+
+/// A retraining's new block, written into table space the directory does
+/// not name yet (ROLEX §3.5, "Consistency guarantee").
+struct Plan {
+    /// Its trained leaves, in key order.
+    leaves: Vec<u64>,
+    /// Their low fences (the first the model's smallest key).
+    lows: Vec<u64>,
+    /// Its head.
+    head: BlockHead,
+    /// Its pieces.
+    pieces: Vec<Piece>,
+    /// Where it lies in the table region.
+    off: u64,
+    /// Bytes allocated for it.
+    bytes: u64,
+    /// The memory node's lock word in each of its lock words.
+    word: u64,
+}
+
 /// What the retrainer works on.
 struct Pool {
     /// Leaf regions: the first, then the added ones (the keeper appends).
@@ -286,12 +329,19 @@ struct Pool {
     /// When the scrub last retrained each model for a full SLT.
     swept: HashMap<usize, Instant>,
     complaints: Complaints,
+    hook: Option<RetrainHook>,
 }
 
 impl MemoryNode {
     /// Starts the retrainer thread and the keeper thread (which adds leaf
     /// regions and guards the leaf allocator).
     pub fn start_retrainer(&self) -> Retrainer {
+        self.start_retrainer_with(None)
+    }
+
+    /// [`Self::start_retrainer`] with a hook the retrainer calls between
+    /// planning a model's new block and locking its chains.
+    pub fn start_retrainer_with(&self, hook: Option<RetrainHook>) -> Retrainer {
         let regions = Arc::new(RwLock::new(vec![self.leaves.clone()]));
         let own = Arc::new(Own {
             capacity: AtomicU64::new(self.space.first),
@@ -338,6 +388,7 @@ impl MemoryNode {
             scrub_next: 0,
             swept: HashMap::new(),
             complaints: Complaints::default(),
+            hook,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(RetrainStats::default());
@@ -881,7 +932,10 @@ impl Pool {
         true
     }
 
-    /// Rebuilds model `m` from its block at `off`.
+    /// Rebuilds model `m` from its block at `off`: plans the new block
+    /// without taking a lock (phase A), then locks the model's chains only
+    /// to fit what writers did meanwhile into it, rewrite the leaves'
+    /// headers and swap (phase B, [`Self::swap`]).
     fn retrain(&mut self, m: usize, off: u64, stats: &RetrainStats) -> Outcome {
         let Some(own) = self.own.blocks().get(m).cloned().filter(|b| b.off == off) else {
             return Outcome::Abandoned;
@@ -897,74 +951,191 @@ impl Pool {
                 format!("block {off} past the table"),
             ));
         }
-        let lk = word(TableLayout::lk_offset(off, n, 0));
-        let half = Duration::from_millis(MAX_LOCK_LEASE_MS as u64 / 2);
-        // 1. Lock every chain, under the memory node's own word, renewed
-        // like a writer's lease so a waiter never sees it stand still
-        // for a whole lease.
-        let Some((mut mine, mut since)) = self.lock_chains(lk, n, stats) else {
-            return Outcome::Abandoned;
-        };
-        // 2. Every leaf of every chain, in key order.
-        let seq = match self.chains(off, n) {
-            Ok(seq) => seq,
-            Err(e) => {
-                self.unlock(lk, n, mine);
-                return Outcome::Rejected(e);
+        let plan = self.plan(off, &head, stats);
+        if let Some(hook) = &self.hook {
+            hook(m);
+        }
+        let locked_at = Instant::now();
+        stats.locked_phase.fetch_add(1, Ordering::AcqRel);
+        let outcome = self.swap(m, off, &head, plan, stats);
+        stats.locked_phase.fetch_add(1, Ordering::AcqRel);
+        if matches!(outcome, Outcome::Done) {
+            stats
+                .locked
+                .record(locked_at.elapsed().as_micros() as u64);
+        }
+        outcome
+    }
+
+    /// Phase A of [`Self::retrain`], with no lock held (writers go on):
+    /// the chains as they are now, their kept leaves and low fences, the
+    /// pieces fitted to them and the new block written into fresh table
+    /// space, not yet named by the directory. `None` if the chains could
+    /// not be read whole (a writer was mid-write: phase B plans under the
+    /// locks then) or there is no table space.
+    fn plan(&mut self, off: u64, head: &BlockHead, stats: &RetrainStats) -> Option<Plan> {
+        let mut read = None;
+        for _ in 0..PLAN_READS {
+            if let Ok(r) = self.chains(off, head.n) {
+                read = Some(r);
+                break;
             }
-        };
-        let (kept, lows) = match kept_leaves(&seq, &head) {
-            Ok(k) => k,
-            Err(e) => {
-                self.unlock(lk, n, mine);
-                return Outcome::Rejected(e);
-            }
-        };
+            std::thread::yield_now();
+        }
+        let (seq, heads) = read?;
+        let (kept, lows) = kept_leaves(&seq, &heads, head).ok()?;
+        let leaves = kept.iter().map(|&i| seq[i].0).collect();
+        self.build(head, leaves, lows, stats)
+    }
+
+    /// Fits pieces to `lows` and writes a block of trained leaves
+    /// `leaves` (an empty SLT, lock words a fresh word of the memory
+    /// node's) into fresh table space; `None` if there is none.
+    fn build(
+        &mut self,
+        head: &BlockHead,
+        leaves: Vec<u64>,
+        lows: Vec<u64>,
+        stats: &RetrainStats,
+    ) -> Option<Plan> {
+        assert_eq!(leaves.len(), lows.len(), "a leaf without its low fence");
         let pieces = fit_pieces(&lows, head.largest, self.epsilon, self.leaf.slots());
         let bytes = self
             .tl
-            .block_bytes(kept.len(), pieces.len())
+            .block_bytes(leaves.len(), pieces.len())
             .next_power_of_two();
-        let Some(new) = self.alloc_block(bytes, stats) else {
-            self.unlock(lk, n, mine);
-            return Outcome::NoSpace;
+        let off = self.alloc_block(bytes, stats)?;
+        let word = self.next_word();
+        let new_head = BlockHead {
+            n: leaves.len(),
+            pieces: pieces.len(),
+            ..*head
+        };
+        write_block(&self.tables, off, &new_head, &leaves, &pieces, word);
+        Some(Plan {
+            leaves,
+            lows,
+            head: new_head,
+            pieces,
+            off,
+            bytes,
+            word,
+        })
+    }
+
+    /// Gives a plan's block space back (it was never named by the
+    /// directory; it ages like a retired block all the same).
+    fn drop_plan(&mut self, plan: Option<Plan>) {
+        if let Some(p) = plan {
+            let bytes = self.placed.remove(&p.off).unwrap_or(p.bytes);
+            self.free.push((p.off, bytes, Instant::now()));
+        }
+    }
+
+    /// Phase B of [`Self::retrain`]: locks every chain of the old block
+    /// (step 1) and reads them (step 2); if they fit `plan`, the synonym
+    /// leaves writers made since it was drawn go into the new SLT (the
+    /// paper's redirection), else the block is planned again under the
+    /// locks; then the leaves are rewritten (3), the directory points at
+    /// the new block (4) and its locks are freed (5).
+    fn swap(
+        &mut self,
+        m: usize,
+        off: u64,
+        head: &BlockHead,
+        plan: Option<Plan>,
+        stats: &RetrainStats,
+    ) -> Outcome {
+        let n = head.n;
+        let lk = word(TableLayout::lk_offset(off, n, 0));
+        let half = Duration::from_millis(MAX_LOCK_LEASE_MS as u64 / 2);
+        let Some((mut mine, mut since)) = self.lock_chains(lk, n, stats) else {
+            self.drop_plan(plan);
+            return Outcome::Abandoned;
+        };
+        let checked = self.chains(off, n).and_then(|(seq, heads)| {
+            let (kept, lows) = kept_leaves(&seq, &heads, head)?;
+            Ok((seq, kept, lows))
+        });
+        let (seq, kept, lows) = match checked {
+            Ok(c) => c,
+            Err(e) => {
+                self.unlock(lk, n, mine);
+                self.drop_plan(plan);
+                return Outcome::Rejected(e);
+            }
+        };
+        let fits = plan
+            .as_ref()
+            .and_then(|p| redirect(&p.leaves, &p.lows, head.largest, &seq, self.retrain_at));
+        let (built, chains) = match (plan, fits) {
+            (Some(p), Some(chains)) => (p, chains),
+            (plan, _) => {
+                stats.replanned.fetch_add(1, Ordering::Relaxed);
+                self.drop_plan(plan);
+                let leaves = kept.iter().map(|&i| seq[i].0).collect();
+                let Some(p) = self.build(head, leaves, lows, stats) else {
+                    self.unlock(lk, n, mine);
+                    return Outcome::NoSpace;
+                };
+                (p, kept.iter().map(|&i| vec![i]).collect())
+            }
         };
         // Steps 3 to 5 are a few stores: renewed here, they end within
         // half a lease of it.
         if since.elapsed() >= half / 2 && !self.renew(lk, n, &mut mine, &mut since) {
-            self.free.push((
-                new,
-                self.placed.remove(&new).unwrap_or(bytes),
-                Instant::now(),
-            ));
+            self.drop_plan(Some(built));
             return Outcome::Abandoned;
         }
-        let new_head = BlockHead {
-            n: kept.len(),
-            pieces: pieces.len(),
-            ..head
-        };
-        let numbers: Vec<u64> = kept.iter().map(|(l, _)| *l).collect();
-        write_block(&self.tables, new, &new_head, &numbers, &pieces, mine);
-        // 3. Every kept leaf gets its own fences and no link.
-        self.rewrite_leaves(&seq, &kept, &lows, head.largest);
+        // 3. The new SLT, then every leaf with its new chain's fences and
+        // links.
+        let synonyms = self.link_synonyms(&built, &seq, &chains);
+        stats.redirected.fetch_add(synonyms, Ordering::Relaxed);
+        self.rewrite_leaves(&seq, &chains, &built.lows, head.largest);
         // 4. Redirect, 5. open the new block.
-        self.tables.store(word(self.tl.dir_offset(m)), new);
+        self.tables.store(word(self.tl.dir_offset(m)), built.off);
+        let new_lk = word(TableLayout::lk_offset(built.off, built.leaves.len(), 0));
+        let (new_n, word_now) = (built.leaves.len(), built.word);
         if let Some(b) = self.own.blocks().get_mut(m) {
             *b = OwnBlock {
-                off: new,
-                head: new_head,
-                pieces,
+                off: built.off,
+                head: built.head,
+                pieces: built.pieces,
             };
         }
         // The grace of the old block starts after the swap.
         let span = self.span_bytes(off, n, head.pieces);
         self.free.push((off, span, Instant::now()));
         stats.retired.fetch_add(1, Ordering::Relaxed);
-        let new_lk = word(TableLayout::lk_offset(new, numbers.len(), 0));
         // A CAS: a waiter may have taken a word left standing too long.
-        self.unlock(new_lk, numbers.len(), mine);
+        self.unlock(new_lk, new_n, word_now);
         Outcome::Done
+    }
+
+    /// Writes the new block's LT entries and SLT for `chains` (indices of
+    /// `seq`, trained leaf first): each chain's synonyms take the next SLT
+    /// slots, linked in order; `slot_use` counts them. The synonyms.
+    fn link_synonyms(&self, built: &Plan, seq: &[(u64, LeafImage)], chains: &[Vec<usize>]) -> u64 {
+        let n = built.leaves.len();
+        let lt = word(TableLayout::lt_offset(built.off, 0));
+        let slt = word(TableLayout::slt_offset(built.off, n, 0));
+        let mut slot = 0usize;
+        for (k, c) in chains.iter().enumerate() {
+            debug_assert_eq!(seq[c[0]].0, built.leaves[k], "chain {k}'s trained leaf");
+            let first = if c.len() > 1 { slot + 1 } else { 0 };
+            // `redirect` bounds the synonyms below the retrain mark.
+            assert!(slot + c.len() <= SLT_SLOTS, "synonyms beyond the SLT");
+            self.tables
+                .store(lt + k, Entry::new(built.leaves[k], first as u8).encode());
+            for (j, &i) in c.iter().enumerate().skip(1) {
+                slot += 1;
+                let next = if j + 1 < c.len() { slot + 1 } else { 0 };
+                self.tables
+                    .store(slt + slot, Entry::new(seq[i].0, next as u8).encode());
+            }
+        }
+        self.tables.store(slt, slot as u64);
+        slot as u64
     }
 
     /// Step 1 of [`Self::retrain`]: locks the block's `n` chains (lock
@@ -1026,38 +1197,46 @@ impl Pool {
         Some((mine, since))
     }
 
-    /// Step 3 of [`Self::retrain`]: every kept leaf gets its own fences
-    /// (from `lows`, the last ending at `largest`) and no link; a dropped
-    /// (empty) leaf gets empty fences.
+    /// Step 3 of [`Self::retrain`]: every leaf of each new chain (indices
+    /// of `seq`, trained leaf first) gets the chain's fences (from `lows`,
+    /// the last ending at `largest`), its link to the next, and a chain
+    /// version above the old versions of all of them; a dropped (empty)
+    /// leaf gets empty fences.
     fn rewrite_leaves(
         &self,
         seq: &[(u64, LeafImage)],
-        kept: &[(u64, LeafImage)],
+        chains: &[Vec<usize>],
         lows: &[u64],
         largest: u64,
     ) {
         let mut buf = Vec::new();
-        for (k, (leaf, img)) in kept.iter().enumerate() {
+        let mut placed = vec![false; seq.len()];
+        for (k, c) in chains.iter().enumerate() {
             let high = lows.get(k + 1).map_or(largest, |l| l - 1);
-            LeafImage {
-                ver: img.ver + 1,
-                next: NO_LEAF,
-                low: lows[k],
-                high,
-                pairs: img.pairs.clone(),
+            let ver = c.iter().map(|&i| seq[i].1.ver).max().unwrap_or(0) + 1;
+            for (j, &i) in c.iter().enumerate() {
+                placed[i] = true;
+                LeafImage {
+                    ver,
+                    next: c.get(j + 1).map_or(NO_LEAF, |&x| seq[x].0),
+                    low: lows[k],
+                    high,
+                    pairs: seq[i].1.pairs.clone(),
+                }
+                .encode(self.leaf, &mut buf);
+                self.leaf_in(seq[i].0, &buf);
             }
-            .encode(self.leaf, &mut buf);
-            self.leaf_in(*leaf, &buf);
         }
         // A dropped (empty) leaf keeps no key, but a reader whose cache
         // still holds the old block may take it, alone, for the chain of
         // its old fences, whose keys now live in the kept leaf before it:
         // its fences become empty (low u64::MAX, high 0), so no key is ever
         // looked up in it and the reader refreshes.
-        for (leaf, img) in seq.iter().filter(|(_, img)| img.pairs.is_empty()) {
-            if kept.iter().any(|(l, _)| l == leaf) {
+        for (i, (leaf, img)) in seq.iter().enumerate() {
+            if placed[i] {
                 continue;
             }
+            debug_assert!(img.pairs.is_empty(), "leaf {leaf} dropped with keys");
             LeafImage {
                 ver: img.ver + 1,
                 next: NO_LEAF,
@@ -1179,12 +1358,15 @@ impl Pool {
     /// `ver` is its chain's. Every entry and link is client-written: a
     /// leaf number at or past the node's own capacity, a leaf linked
     /// twice, a leaf whose bytes do not check (it is locked: no writer
-    /// tears it now) is a typed error.
-    fn chains(&self, off: u64, n: usize) -> Result<Vec<(u64, LeafImage)>, RolexError> {
+    /// tears it now) is a typed error. Beside them, whether each is its
+    /// chain's trained leaf.
+    #[allow(clippy::type_complexity)]
+    fn chains(&self, off: u64, n: usize) -> Result<(Vec<(u64, LeafImage)>, Vec<bool>), RolexError> {
         let lt = word(TableLayout::lt_offset(off, 0));
         let slt = word(TableLayout::slt_offset(off, n, 0));
         let capacity = self.own.capacity.load(Ordering::Acquire);
         let mut out = Vec::new();
+        let mut heads = Vec::new();
         let mut linked = HashSet::new();
         let mut bytes = vec![0u8; self.leaf.leaf_bytes()];
         for i in 0..n {
@@ -1205,6 +1387,7 @@ impl Pool {
                 }
                 let mut img =
                     LeafImage::decode(self.leaf, &bytes).map_err(|r| bad(&format!("{r:?}")))?;
+                heads.push(chain_ver.is_none());
                 let v = *chain_ver.get_or_insert(img.ver);
                 img.ver = v;
                 out.push((leaf, img));
@@ -1216,30 +1399,35 @@ impl Pool {
                 ptr = s.ptr;
             }
         }
-        Ok(out)
+        Ok((out, heads))
     }
 }
 
-/// The leaves a retrained block keeps (the non-empty ones of `seq`, or
-/// its first if all are empty) and their low fences (the first at the
-/// model's smallest key); a typed error if the client-written chains hold
+/// The leaves a retrained block keeps, as indices of `seq` (the non-empty
+/// ones, or its first if all are empty), and their low fences: the first
+/// at the model's smallest key, a leaf that heads its chain (`heads`) at
+/// the chain's low fence as far as its keys and the keys before allow, any
+/// other at its first key. A typed error if the client-written chains hold
 /// keys unsorted or outside the model's range.
-#[allow(clippy::type_complexity)]
+///
+/// A chain's fence, not its first key, so that a key a writer inserts
+/// below the first key of a chain during the retraining (it goes into the
+/// chain's trained leaf) still lies in that leaf's new fences.
 fn kept_leaves(
     seq: &[(u64, LeafImage)],
+    heads: &[bool],
     head: &BlockHead,
-) -> Result<(Vec<(u64, LeafImage)>, Vec<u64>), RolexError> {
-    let mut kept: Vec<(u64, LeafImage)> = seq
-        .iter()
-        .filter(|(_, img)| !img.pairs.is_empty())
-        .cloned()
+) -> Result<(Vec<usize>, Vec<u64>), RolexError> {
+    debug_assert_eq!(seq.len(), heads.len());
+    let mut kept: Vec<usize> = (0..seq.len())
+        .filter(|&i| !seq[i].1.pairs.is_empty())
         .collect();
     if kept.is_empty() {
-        kept.push(seq[0].clone());
+        kept.push(0);
     }
     let keys: Vec<u64> = kept
         .iter()
-        .flat_map(|(_, img)| img.pairs.iter().map(|p| p.0))
+        .flat_map(|&i| seq[i].1.pairs.iter().map(|p| p.0))
         .collect();
     let sorted = keys.windows(2).all(|w| w[0] < w[1]);
     let inside = keys
@@ -1256,20 +1444,76 @@ fn kept_leaves(
             ),
         ));
     }
-    let lows: Vec<u64> = kept
-        .iter()
-        .enumerate()
-        .map(|(k, (_, img))| match (k, img.pairs.first()) {
-            (0, _) | (_, None) => head.smallest,
-            (_, Some(p)) => p.0,
-        })
-        .collect();
+    let mut lows = Vec::with_capacity(kept.len());
+    let mut before: Option<u64> = None;
+    for &i in &kept {
+        let img = &seq[i].1;
+        let low = match (before, img.pairs.first()) {
+            (None, _) | (_, None) => head.smallest,
+            // The fence is client-written: only a value between the keys
+            // before and the leaf's first key is taken.
+            (Some(b), Some(&(first, _))) if heads.get(i) == Some(&true) => {
+                img.low.clamp(b + 1, first)
+            }
+            (_, Some(&(first, _))) => first,
+        };
+        lows.push(low);
+        before = img.pairs.last().map(|p| p.0).or(before);
+    }
     // Sorted keys inside the model's range make these ascending.
     assert!(
         lows.windows(2).all(|w| w[0] < w[1]),
         "checked keys gave low fences out of order: {lows:?}"
     );
     Ok((kept, lows))
+}
+
+/// Phase B's check of a plan drawn with no lock held: whether the chains
+/// read under the locks (`seq`, their keys already checked sorted and
+/// inside the model) fit the plan's trained leaves `leaves` with low
+/// fences `lows` (the last chain ends at `largest`). They do if every plan
+/// leaf is still linked, in the plan's order, and every other non-empty
+/// leaf (one a writer made by a split during the retraining) comes after
+/// the plan leaf whose fences hold all its keys, and such leaves are fewer
+/// than `most` (the new block starts below its retrain mark). Then, per
+/// new chain, the indices of `seq` in it: the plan leaf, then the leaves
+/// redirected into the new SLT as its synonyms. Empty leaves that are no
+/// plan leaf are left out (dropped).
+fn redirect(
+    leaves: &[u64],
+    lows: &[u64],
+    largest: u64,
+    seq: &[(u64, LeafImage)],
+    most: u64,
+) -> Option<Vec<Vec<usize>>> {
+    let chain_of: HashMap<u64, usize> = leaves.iter().enumerate().map(|(k, &l)| (l, k)).collect();
+    let mut chains: Vec<Vec<usize>> = vec![Vec::new(); leaves.len()];
+    let mut at = 0;
+    let mut synonyms = 0u64;
+    for (i, (leaf, img)) in seq.iter().enumerate() {
+        let k = match chain_of.get(leaf) {
+            Some(&k) if k >= at && chains[k].is_empty() => k,
+            Some(_) => return None,
+            None => {
+                let Some(&(first, _)) = img.pairs.first() else {
+                    continue;
+                };
+                let k = lows.partition_point(|&l| l <= first).checked_sub(1)?;
+                if k < at || chains[k].is_empty() {
+                    return None;
+                }
+                synonyms += 1;
+                k
+            }
+        };
+        let high = lows.get(k + 1).map_or(largest, |l| l - 1);
+        if img.pairs.iter().any(|p| p.0 < lows[k] || p.0 > high) {
+            return None;
+        }
+        at = k;
+        chains[k].push(i);
+    }
+    (synonyms < most && chains.iter().all(|c| !c.is_empty())).then_some(chains)
 }
 
 fn corrupt(what: &'static str, detail: String) -> RolexError {
