@@ -4,8 +4,10 @@
 //! every key back. Prints (and with `--json FILE` appends) one JSON line:
 //! errors, wrong or lost reads, leaves per GET of the read-back, models
 //! retrained, blocks reused, leaf regions added, the retraining time per
-//! model, and the insert latency while some retraining ran against
-//! outside one (`--epsilon E` sets ε).
+//! model and how long it held the model's locks, the synonym leaves
+//! redirected into new SLTs, and the insert latency while some retraining
+//! ran (and while one held its model's locks) against outside one
+//! (`--epsilon E` sets ε).
 //!
 //! ```sh
 //! cargo run --release -p rolex --example growth -- \
@@ -105,13 +107,22 @@ fn main() {
     // Insert latency while a retraining ran (on any memory node) and
     // outside one.
     let (during, outside) = (LatencyHistogram::default(), LatencyHistogram::default());
-    let phases = || -> Vec<u64> {
+    // Of those during one, the inserts that overlapped a retraining's
+    // locked part (writers to its model wait only then).
+    let locked = LatencyHistogram::default();
+    let phases = || -> Vec<(u64, u64)> {
         retrainers
             .iter()
-            .map(|r| r.stats().phase.load(Ordering::Acquire))
+            .map(|r| {
+                let s = r.stats();
+                (
+                    s.phase.load(Ordering::Acquire),
+                    s.locked_phase.load(Ordering::Acquire),
+                )
+            })
             .collect()
     };
-    let (during, outside, phases) = (&during, &outside, &phases);
+    let (during, outside, locked, phases) = (&during, &outside, &locked, &phases);
     let errors: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = inserts
             .chunks(chunk)
@@ -127,9 +138,14 @@ fn main() {
                         let (p0, t0) = (phases(), Instant::now());
                         let r = c.insert(k, value(k));
                         let us = t0.elapsed().as_micros() as u64;
-                        let overlapped =
-                            p0.iter().zip(phases()).any(|(a, b)| a % 2 == 1 || *a != b);
-                        if overlapped { during } else { outside }.record(us);
+                        let p1 = phases();
+                        let over = |f: fn(&(u64, u64)) -> u64| {
+                            p0.iter().zip(&p1).any(|(a, b)| f(a) % 2 == 1 || f(a) != f(b))
+                        };
+                        if over(|p| p.0) { during } else { outside }.record(us);
+                        if over(|p| p.1) {
+                            locked.record(us);
+                        }
                         match r {
                             Ok(true) => {}
                             Ok(false) => {
@@ -239,7 +255,7 @@ fn main() {
         line,
         epsilon,
         &retrainers,
-        (during.summary(), outside.summary()),
+        (during.summary(), outside.summary(), locked.summary()),
     );
     println!("{line}");
     if let Some(path) = json {
@@ -255,18 +271,15 @@ fn main() {
     std::process::exit(if bad == 0 { 0 } else { 1 });
 }
 
-/// `line` (a JSON object) with ε, the retraining time per model (the
-/// largest quantiles of any node) and the insert latencies during and
-/// outside retraining added.
-fn with_latencies(
-    line: String,
-    epsilon: u64,
+/// The largest quantiles of any node's histogram `f`, its count and mean
+/// over all.
+fn merged(
     retrainers: &[rolex::Retrainer],
-    (during, outside): (LatencySummary, LatencySummary),
-) -> String {
+    f: fn(&rolex::RetrainStats) -> &LatencyHistogram,
+) -> LatencySummary {
     let mut r = LatencySummary::default();
     for t in retrainers {
-        let l = t.stats().latency.summary();
+        let l = f(t.stats()).summary();
         r.mean_us += l.mean_us * l.count as f64;
         r.count += l.count;
         r.p50_us = r.p50_us.max(l.p50_us);
@@ -274,6 +287,26 @@ fn with_latencies(
         r.max_us = r.max_us.max(l.max_us);
     }
     r.mean_us /= r.count.max(1) as f64;
+    r
+}
+
+/// `line` (a JSON object) with ε, the retraining time per model and the
+/// time it held the model's locks (the largest quantiles of any node),
+/// the insert latencies during and outside retraining and during a
+/// retraining's locked part, and the synonym leaves redirected.
+fn with_latencies(
+    line: String,
+    epsilon: u64,
+    retrainers: &[rolex::Retrainer],
+    (during, outside, locked): (LatencySummary, LatencySummary, LatencySummary),
+) -> String {
+    let r = merged(retrainers, |s| &s.latency);
+    let held = merged(retrainers, |s| &s.locked);
+    let count = |f: fn(&rolex::RetrainStats) -> u64| -> u64 {
+        retrainers.iter().map(|t| f(t.stats())).sum()
+    };
+    let redirected = count(|s| s.redirected.load(Ordering::Relaxed));
+    let replanned = count(|s| s.replanned.load(Ordering::Relaxed));
     let obj = |l: &LatencySummary| {
         format!(
             "{{\"count\":{},\"p50\":{},\"p99\":{},\"max\":{},\"mean\":{:.1}}}",
@@ -282,9 +315,19 @@ fn with_latencies(
     };
     let body = line.strip_suffix('}').unwrap_or(&line);
     format!(
-        "{body},\"epsilon\":{epsilon},\"retrain_us\":{},\"insert_us_during_retraining\":{},\"insert_us_outside_retraining\":{}}}",
+        concat!(
+            "{body},\"epsilon\":{epsilon},\"retrain_us\":{},\"insert_us_during_retraining\":{},",
+            "\"insert_us_outside_retraining\":{},\"retrain_locked_us\":{},",
+            "\"insert_us_during_locked\":{},\"redirected\":{},\"replanned\":{}}}"
+        ),
         obj(&r),
         obj(&during),
-        obj(&outside)
+        obj(&outside),
+        obj(&held),
+        obj(&locked),
+        redirected,
+        replanned,
+        body = body,
+        epsilon = epsilon
     )
 }

@@ -8,31 +8,51 @@
 //!
 //! # Shadow redirection, step by step
 //!
+//! Phase A, no lock held (writers to the model go on):
+//!
+//! 0. Read the model's chains as they are, take their non-empty leaves in
+//!    key order as the new trained leaves, give each a low fence (the
+//!    first the model's smallest key, a leaf that heads its old chain that
+//!    chain's fence, any other its first key), fit pieces to them and
+//!    write the new block (LT, an empty SLT, pieces, lock words the memory
+//!    node's) into fresh table space. The directory still names the old
+//!    block; nobody reads the new one. A chain read torn (a writer was
+//!    mid-write) leaves the planning to phase B.
+//!
+//! Phase B, the model's locks held:
+//!
 //! 1. Lock every chain of the old block: its lock word becomes the memory
 //!    node's (with a lease and a sequence, renewed like a writer's before
 //!    half of it has passed), waiting for writers inside, or stealing (and
 //!    repairing) the lock of a writer whose lease ran out
 //!    ([`crate::lease`]). The old block stays locked for good: it is
 //!    retired.
-//! 2. Read the chains (stable now) and build the new block, its lock
-//!    words the memory node's, in fresh table space; the directory still names the
-//!    old block, so compute nodes keep using the old model.
-//! 3. Rewrite every kept leaf's header: its own fences, no `next`, and a
-//!    chain version above its old chain's, so a reader holding the old
-//!    model sees links or fences that disagree with its cache (or a
-//!    version above its trained leaf's) and refreshes instead of trusting
-//!    a mix. Emptied leaves are dropped, and get empty fences (low above
-//!    high) so that a reader holding the old model never trusts one.
+//! 2. Read the chains again (stable now) and check them against the plan
+//!    ([`redirect`]): every plan leaf still linked, in order, and every
+//!    other non-empty leaf (one a writer split off during phase A) after
+//!    the plan leaf whose new fences hold all its keys. Such leaves are
+//!    redirected into the new block's SLT as that leaf's synonyms (the
+//!    paper's "Consistency guarantee": the new model finds them through
+//!    its SLT). If the chains do not fit (a plan leaf was unlinked, a
+//!    leaf's keys cross a new fence, the synonyms would reach the retrain
+//!    mark) the block is planned again here, under the locks, as before
+//!    phase A existed (`RetrainStats::replanned`).
+//! 3. Write the new SLT, then rewrite every leaf's header: its new chain's
+//!    fences and links, and a chain version above the old versions of all
+//!    its leaves, so a reader holding the old model sees links or fences
+//!    that disagree with its cache (or a version above its trained
+//!    leaf's) and refreshes instead of trusting a mix. Emptied leaves are
+//!    dropped, and get empty fences (low above high) so that a reader
+//!    holding the old model never trusts one.
 //! 4. Point the directory word at the new block: readers that refresh now
 //!    find the new block, whose chains match the rewritten leaves.
 //! 5. Free the new block's lock words. Writers spinning on the retired
 //!    block read the directory word in their CAS doorbell and start over.
 //!
-//! Writes to one model pause for the duration (steps 1–5; microseconds
-//! per leaf); reads continue throughout. The paper lets writers go on
-//! during retraining and redirects their new synonym leaves into the new
-//! SLT; here they wait for the swap instead, which keeps every chain
-//! owned by exactly one lock at a time.
+//! Writes to one model wait only for phase B (`RetrainStats::locked`
+//! times it; `RetrainStats::locked_phase` is odd meanwhile); reads
+//! continue throughout. Every chain is still owned by exactly one lock at
+//! a time: phase A writes nothing a client reads.
 //!
 //! The retrainer touches only the regions; it serves no request. Every
 //! word it reads there is client-writable, so it keeps its own copy of
@@ -1518,4 +1538,85 @@ fn redirect(
 
 fn corrupt(what: &'static str, detail: String) -> RolexError {
     RolexError::Corrupt { what, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(low: u64, keys: &[u64]) -> LeafImage {
+        LeafImage {
+            ver: 1,
+            next: NO_LEAF,
+            low,
+            high: 999,
+            pairs: keys.iter().map(|&k| (k, k)).collect(),
+        }
+    }
+
+    const HEAD: BlockHead = BlockHead {
+        smallest: 0,
+        largest: 999,
+        n: 2,
+        pieces: 1,
+    };
+
+    #[test]
+    fn a_chain_keeps_its_fence_and_a_synonym_starts_at_its_first_key() {
+        // Chain 0: leaves 10 (trained) and 11; chain 1 (fence 500): 12.
+        let seq = vec![
+            (10, leaf(0, &[5, 9])),
+            (11, leaf(0, &[300, 310])),
+            (12, leaf(500, &[520])),
+        ];
+        let (kept, lows) = kept_leaves(&seq, &[true, false, true], &HEAD).unwrap();
+        assert_eq!(kept, vec![0, 1, 2]);
+        assert_eq!(lows, vec![0, 300, 500]);
+        // A forged fence is clamped between the keys around it.
+        let mut forged = seq.clone();
+        forged[2].1.low = 7;
+        let (_, lows) = kept_leaves(&forged, &[true, false, true], &HEAD).unwrap();
+        assert_eq!(lows, vec![0, 300, 311]);
+        forged[2].1.low = 900;
+        let (_, lows) = kept_leaves(&forged, &[true, false, true], &HEAD).unwrap();
+        assert_eq!(lows, vec![0, 300, 520]);
+    }
+
+    #[test]
+    fn leaves_made_during_a_retraining_become_synonyms_of_the_plan_leaf_before_them() {
+        let plan = [10, 11, 12];
+        let lows = [0, 300, 500];
+        // Leaf 20 split off 10, leaf 21 off 11 (then 22 off 21); 12
+        // took a key below its old first key but above its fence; 23 is
+        // empty and no plan leaf: dropped.
+        let seq = vec![
+            (10, leaf(0, &[5, 9])),
+            (20, leaf(0, &[100, 200])),
+            (11, leaf(0, &[300])),
+            (21, leaf(0, &[320, 330])),
+            (22, leaf(0, &[400])),
+            (23, leaf(0, &[])),
+            (12, leaf(500, &[501, 520])),
+        ];
+        let chains = redirect(&plan, &lows, 999, &seq, 128).unwrap();
+        assert_eq!(chains, vec![vec![0, 1], vec![2, 3, 4], vec![6]]);
+        assert_eq!(redirect(&plan, &lows, 999, &seq, 3), None, "too many");
+        // A plan leaf no longer linked (its keys moved, it was unlinked).
+        let mut gone = seq.clone();
+        gone.remove(2);
+        assert_eq!(redirect(&plan, &lows, 999, &gone, 128), None);
+        // A leaf whose keys straddle a plan fence.
+        let mut straddle = seq.clone();
+        straddle[4].1.pairs.push((510, 0));
+        assert_eq!(redirect(&plan, &lows, 999, &straddle, 128), None);
+        // A plan leaf holding a key below its fence.
+        let mut below = seq.clone();
+        below[2].1.pairs.insert(0, (250, 0));
+        assert_eq!(redirect(&plan, &lows, 999, &below, 128), None);
+        // A new leaf before its plan leaf (the trained leaf must come
+        // first in its chain).
+        let mut early = seq.clone();
+        early.swap(1, 0);
+        assert_eq!(redirect(&plan, &lows, 999, &early, 128), None);
+    }
 }
