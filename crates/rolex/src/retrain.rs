@@ -14,10 +14,9 @@
 //!    key order as the new trained leaves, give each a low fence (the
 //!    first the model's smallest key, a leaf that heads its old chain that
 //!    chain's fence, any other its first key), fit pieces to them and
-//!    write the new block (LT, an empty SLT, pieces, lock words the memory
-//!    node's) into fresh table space. The directory still names the old
-//!    block; nobody reads the new one. A chain read torn (a writer was
-//!    mid-write) leaves the planning to phase B.
+//!    place the new block in fresh table space. Nothing is written. A
+//!    chain read torn (a writer was mid-write) leaves the planning to
+//!    phase B.
 //!
 //! Phase B, the model's locks held:
 //!
@@ -37,7 +36,9 @@
 //!    leaf's keys cross a new fence, the synonyms would reach the retrain
 //!    mark) the block is planned again here, under the locks, as before
 //!    phase A existed (`RetrainStats::replanned`).
-//! 3. Write the new SLT, then rewrite every leaf's header: its new chain's
+//! 3. Write the new block (head, LT, its SLT with the redirected leaves,
+//!    lock words the memory node's, pieces), then rewrite every leaf's
+//!    header: its new chain's
 //!    fences and links, and a chain version above the old versions of all
 //!    its leaves, so a reader holding the old model sees links or fences
 //!    that disagree with its cache (or a version above its trained
@@ -52,7 +53,7 @@
 //! Writes to one model wait only for phase B (`RetrainStats::locked`
 //! times it; `RetrainStats::locked_phase` is odd meanwhile); reads
 //! continue throughout. Every chain is still owned by exactly one lock at
-//! a time: phase A writes nothing a client reads.
+//! a time: phase A writes nothing.
 //!
 //! The retrainer touches only the regions; it serves no request. Every
 //! word it reads there is client-writable, so it keeps its own copy of
@@ -989,8 +990,7 @@ impl Pool {
 
     /// Phase A of [`Self::retrain`], with no lock held (writers go on):
     /// the chains as they are now, their kept leaves and low fences, the
-    /// pieces fitted to them and the new block written into fresh table
-    /// space, not yet named by the directory. `None` if the chains could
+    /// pieces fitted to them and fresh table space for the new block. `None` if the chains could
     /// not be read whole (a writer was mid-write: phase B plans under the
     /// locks then) or there is no table space.
     fn plan(&mut self, off: u64, head: &BlockHead, stats: &RetrainStats) -> Option<Plan> {
@@ -1008,9 +1008,9 @@ impl Pool {
         self.build(head, leaves, lows, stats)
     }
 
-    /// Fits pieces to `lows` and writes a block of trained leaves
-    /// `leaves` (an empty SLT, lock words a fresh word of the memory
-    /// node's) into fresh table space; `None` if there is none.
+    /// Fits pieces to `lows` and places a block of trained leaves
+    /// `leaves` in fresh table space (written only under the locks, by
+    /// [`Self::swap`]); `None` if there is no space.
     fn build(
         &mut self,
         head: &BlockHead,
@@ -1031,7 +1031,6 @@ impl Pool {
             pieces: pieces.len(),
             ..*head
         };
-        write_block(&self.tables, off, &new_head, &leaves, &pieces, word);
         Some(Plan {
             leaves,
             lows,
@@ -1107,8 +1106,18 @@ impl Pool {
             self.drop_plan(Some(built));
             return Outcome::Abandoned;
         }
-        // 3. The new SLT, then every leaf with its new chain's fences and
-        // links.
+        // 3. The new block, written whole now (its space was never named
+        // by the directory, but any client may have written there since
+        // phase A placed it), its SLT, then every leaf with its new
+        // chain's fences and links.
+        write_block(
+            &self.tables,
+            built.off,
+            &built.head,
+            &built.leaves,
+            &built.pieces,
+            built.word,
+        );
         let synonyms = self.link_synonyms(&built, &seq, &chains);
         stats.redirected.fetch_add(synonyms, Ordering::Relaxed);
         self.rewrite_leaves(&seq, &chains, &built.lows, head.largest);
@@ -1220,8 +1229,9 @@ impl Pool {
     /// Step 3 of [`Self::retrain`]: every leaf of each new chain (indices
     /// of `seq`, trained leaf first) gets the chain's fences (from `lows`,
     /// the last ending at `largest`), its link to the next, and a chain
-    /// version above the old versions of all of them; a dropped (empty)
-    /// leaf gets empty fences.
+    /// version above the old versions of all of them, unless it is a
+    /// one-leaf chain that already has them; a dropped (empty) leaf gets
+    /// empty fences.
     fn rewrite_leaves(
         &self,
         seq: &[(u64, LeafImage)],
@@ -1234,6 +1244,17 @@ impl Pool {
         for (k, c) in chains.iter().enumerate() {
             let high = lows.get(k + 1).map_or(largest, |l| l - 1);
             let ver = c.iter().map(|&i| seq[i].1.ver).max().unwrap_or(0) + 1;
+            if let [i] = c[..] {
+                // A leaf alone in its chain before and after, with the same
+                // fences: a reader holding either block reads the same
+                // one-leaf chain, so it is left as it is (most chains of a
+                // model retrained before have had no split since).
+                let img = &seq[i].1;
+                if img.next == NO_LEAF && img.low == lows[k] && img.high == high {
+                    placed[i] = true;
+                    continue;
+                }
+            }
             for (j, &i) in c.iter().enumerate() {
                 placed[i] = true;
                 LeafImage {
