@@ -7,7 +7,9 @@
 //! model and how long it held the model's locks, the synonym leaves
 //! redirected into new SLTs, and the insert latency while some retraining
 //! ran (and while one held its model's locks) against outside one
-//! (`--epsilon E` sets ε).
+//! (`--epsilon E` sets ε), and into the model being retrained
+//! (`--plan-locked 1`: retrainings planned under the model's locks, the
+//! baseline before redirection).
 //!
 //! ```sh
 //! cargo run --release -p rolex --example growth -- \
@@ -23,7 +25,7 @@ use fabric::LocalFabric;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rolex::figures::{LatencyHistogram, LatencySummary};
-use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RolexConfig};
+use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RetrainOptions, RolexConfig};
 
 fn value(k: u64) -> u64 {
     k.rotate_left(17) ^ 0x5EED
@@ -49,6 +51,9 @@ fn main() {
         arg("--seed", 42),
     );
     let epsilon = arg("--epsilon", rolex::kv::DEFAULT_EPSILON);
+    // `--plan-locked 1`: every retraining planned under its model's locks
+    // (writers to it wait for all of it), the baseline of redirection.
+    let plan_locked = arg("--plan-locked", 0) != 0;
     assert!(to >= keys && threads >= 1 && nodes >= 1);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut seen = HashSet::with_capacity(to as usize);
@@ -91,7 +96,10 @@ fn main() {
             ..RolexConfig::default()
         };
         let m = MemoryNode::load_range(part, config, range, &host).expect("load");
-        retrainers.push(m.start_retrainer());
+        retrainers.push(m.start_retrainer_with(RetrainOptions {
+            plan_locked,
+            ..RetrainOptions::default()
+        }));
         compute.push(ComputeNode::connect(&mut fabric.endpoint(), node).expect("connect"));
         memory.push(m);
     }
@@ -110,6 +118,10 @@ fn main() {
     // Of those during one, the inserts that overlapped a retraining's
     // locked part (writers to its model wait only then).
     let locked = LatencyHistogram::default();
+    // Of those, the inserts into the model being retrained (its memory
+    // node's retrainer named it as the insert began or ended; one that a
+    // whole short retraining of its model fell inside is missed).
+    let same = LatencyHistogram::default();
     let phases = || -> Vec<(u64, u64)> {
         retrainers
             .iter()
@@ -122,7 +134,9 @@ fn main() {
             })
             .collect()
     };
-    let (during, outside, locked, phases) = (&during, &outside, &locked, &phases);
+    let retraining = |node: usize| retrainers[node].stats().model.load(Ordering::Acquire);
+    let (during, outside, locked, same, phases, retraining) =
+        (&during, &outside, &locked, &same, &phases, &retraining);
     let errors: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = inserts
             .chunks(chunk)
@@ -135,12 +149,20 @@ fn main() {
                     let mut c = pool.client(eps).expect("client");
                     let mut errors = 0u64;
                     for (j, &k) in part.iter().enumerate() {
+                        let node = pool.node_of(k);
+                        let model = pool.nodes()[node].model_of_key(k) as u64 + 1;
+                        let r0 = retraining(node);
                         let (p0, t0) = (phases(), Instant::now());
                         let r = c.insert(k, value(k));
                         let us = t0.elapsed().as_micros() as u64;
+                        if r0 == model || retraining(node) == model {
+                            same.record(us);
+                        }
                         let p1 = phases();
                         let over = |f: fn(&(u64, u64)) -> u64| {
-                            p0.iter().zip(&p1).any(|(a, b)| f(a) % 2 == 1 || f(a) != f(b))
+                            p0.iter()
+                                .zip(&p1)
+                                .any(|(a, b)| f(a) % 2 == 1 || f(a) != f(b))
                         };
                         if over(|p| p.0) { during } else { outside }.record(us);
                         if over(|p| p.1) {
@@ -255,7 +277,8 @@ fn main() {
         line,
         epsilon,
         &retrainers,
-        (during.summary(), outside.summary(), locked.summary()),
+        [&during, &outside, &locked, &same].map(|h| h.summary()),
+        plan_locked,
     );
     println!("{line}");
     if let Some(path) = json {
@@ -298,7 +321,8 @@ fn with_latencies(
     line: String,
     epsilon: u64,
     retrainers: &[rolex::Retrainer],
-    (during, outside, locked): (LatencySummary, LatencySummary, LatencySummary),
+    [during, outside, locked, same]: [LatencySummary; 4],
+    plan_locked: bool,
 ) -> String {
     let r = merged(retrainers, |s| &s.latency);
     let held = merged(retrainers, |s| &s.locked);
@@ -318,15 +342,18 @@ fn with_latencies(
         concat!(
             "{body},\"epsilon\":{epsilon},\"retrain_us\":{},\"insert_us_during_retraining\":{},",
             "\"insert_us_outside_retraining\":{},\"retrain_locked_us\":{},",
-            "\"insert_us_during_locked\":{},\"redirected\":{},\"replanned\":{}}}"
+            "\"insert_us_during_locked\":{},\"insert_us_same_model\":{},",
+            "\"redirected\":{},\"replanned\":{},\"plan_locked\":{}}}"
         ),
         obj(&r),
         obj(&during),
         obj(&outside),
         obj(&held),
         obj(&locked),
+        obj(&same),
         redirected,
         replanned,
+        plan_locked,
         body = body,
         epsilon = epsilon
     )

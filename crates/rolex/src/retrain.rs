@@ -160,6 +160,20 @@ pub struct RetrainStats {
     /// As [`Self::phase`], bumped as the retrainer takes a model's chain
     /// locks and as it frees them: odd while writers to that model wait.
     pub locked_phase: AtomicU64,
+    /// The model being retrained plus one; 0 between retrainings.
+    pub model: AtomicU64,
+}
+
+/// How a retrainer runs; the default is ROLEX's (plan without the
+/// model's locks, redirect at the swap).
+#[derive(Clone, Default)]
+pub struct RetrainOptions {
+    /// Called between a retraining's plan and its locks.
+    pub hook: Option<RetrainHook>,
+    /// Plan every retraining under the model's locks, as before
+    /// redirection (writers to the model wait for all of it): the
+    /// baseline of the growth example's `--plan-locked`.
+    pub plan_locked: bool,
 }
 
 /// Called by the retrainer thread with the model it is retraining, after
@@ -309,6 +323,50 @@ struct Plan {
     bytes: u64,
     /// The memory node's lock word in each of its lock words.
     word: u64,
+    /// Per chain of the old block, whether it is a one-leaf chain kept as
+    /// it is (phase B then need not read it).
+    same: Vec<Option<Same>>,
+}
+
+/// A model's chains as read: their leaves in order, each with its image
+/// (its `ver` its chain's), whether it heads its chain, and whether its
+/// image was read (else it is a one-leaf chain a plan keeps as it is).
+#[derive(Default)]
+struct Chains {
+    seq: Vec<(u64, LeafImage)>,
+    heads: Vec<bool>,
+    read: Vec<bool>,
+}
+
+impl Chains {
+    fn push(&mut self, leaf: u64, img: LeafImage, head: bool, read: bool) {
+        self.seq.push((leaf, img));
+        self.heads.push(head);
+        self.read.push(read);
+    }
+}
+
+/// A one-leaf chain of the old block that a plan keeps as it is: its
+/// leaf, and its fences, which are the new ones.
+#[derive(Debug, Clone, Copy)]
+struct Same {
+    leaf: u64,
+    low: u64,
+    high: u64,
+}
+
+impl Same {
+    /// The image phase B stands in for the leaf it does not read: no
+    /// pairs (the leaf keeps its own), its fences, no link.
+    fn image(&self) -> LeafImage {
+        LeafImage {
+            ver: 0,
+            next: NO_LEAF,
+            low: self.low,
+            high: self.high,
+            pairs: Vec::new(),
+        }
+    }
 }
 
 /// What the retrainer works on.
@@ -351,18 +409,21 @@ struct Pool {
     swept: HashMap<usize, Instant>,
     complaints: Complaints,
     hook: Option<RetrainHook>,
+    /// Plan under the locks only ([`RetrainOptions::plan_locked`]).
+    plan_locked: bool,
 }
 
 impl MemoryNode {
     /// Starts the retrainer thread and the keeper thread (which adds leaf
     /// regions and guards the leaf allocator).
     pub fn start_retrainer(&self) -> Retrainer {
-        self.start_retrainer_with(None)
+        self.start_retrainer_with(RetrainOptions::default())
     }
 
-    /// [`Self::start_retrainer`] with a hook the retrainer calls between
-    /// planning a model's new block and locking its chains.
-    pub fn start_retrainer_with(&self, hook: Option<RetrainHook>) -> Retrainer {
+    /// [`Self::start_retrainer`] with options: a hook the retrainer calls
+    /// between planning a model's new block and locking its chains, or
+    /// planning under the locks.
+    pub fn start_retrainer_with(&self, options: RetrainOptions) -> Retrainer {
         let regions = Arc::new(RwLock::new(vec![self.leaves.clone()]));
         let own = Arc::new(Own {
             capacity: AtomicU64::new(self.space.first),
@@ -409,7 +470,8 @@ impl MemoryNode {
             scrub_next: 0,
             swept: HashMap::new(),
             complaints: Complaints::default(),
-            hook,
+            hook: options.hook,
+            plan_locked: options.plan_locked,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(RetrainStats::default());
@@ -844,9 +906,11 @@ impl Pool {
     /// that found no table space is retried once retired space has aged.
     fn settle(&mut self, m: usize, off: u64, stats: &RetrainStats) {
         let started = Instant::now();
+        stats.model.store(m as u64 + 1, Ordering::Release);
         stats.phase.fetch_add(1, Ordering::AcqRel);
         let outcome = self.retrain(m, off, stats);
         stats.phase.fetch_add(1, Ordering::AcqRel);
+        stats.model.store(0, Ordering::Release);
         let c = match outcome {
             Outcome::Done => {
                 stats.latency.record(started.elapsed().as_micros() as u64);
@@ -972,7 +1036,11 @@ impl Pool {
                 format!("block {off} past the table"),
             ));
         }
-        let plan = self.plan(off, &head, stats);
+        let plan = if self.plan_locked {
+            None
+        } else {
+            self.plan(off, &head, stats)
+        };
         if let Some(hook) = &self.hook {
             hook(m);
         }
@@ -981,9 +1049,7 @@ impl Pool {
         let outcome = self.swap(m, off, &head, plan, stats);
         stats.locked_phase.fetch_add(1, Ordering::AcqRel);
         if matches!(outcome, Outcome::Done) {
-            stats
-                .locked
-                .record(locked_at.elapsed().as_micros() as u64);
+            stats.locked.record(locked_at.elapsed().as_micros() as u64);
         }
         outcome
     }
@@ -996,16 +1062,39 @@ impl Pool {
     fn plan(&mut self, off: u64, head: &BlockHead, stats: &RetrainStats) -> Option<Plan> {
         let mut read = None;
         for _ in 0..PLAN_READS {
-            if let Ok(r) = self.chains(off, head.n) {
+            if let Ok(r) = self.chains(off, head.n, &[]) {
                 read = Some(r);
                 break;
             }
             std::thread::yield_now();
         }
-        let (seq, heads) = read?;
-        let (kept, lows) = kept_leaves(&seq, &heads, head).ok()?;
-        let leaves = kept.iter().map(|&i| seq[i].0).collect();
-        self.build(head, leaves, lows, stats)
+        let c: Chains = read?;
+        let (kept, lows) = kept_leaves(&c.seq, &c.heads, head).ok()?;
+        // Per chain, whether it is one kept leaf that keeps its fences.
+        let mut k_of = vec![None; c.seq.len()];
+        for (k, &i) in kept.iter().enumerate() {
+            k_of[i] = Some(k);
+        }
+        let mut same = Vec::with_capacity(head.n);
+        for (i, (leaf, img)) in c.seq.iter().enumerate() {
+            if !c.heads[i] {
+                continue;
+            }
+            let alone = c.heads.get(i + 1).is_none_or(|&h| h) && img.next == NO_LEAF;
+            let keeps = k_of[i].filter(|_| alone).and_then(|k| {
+                let high = lows.get(k + 1).map_or(head.largest, |l| l - 1);
+                (img.low == lows[k] && img.high == high).then_some(Same {
+                    leaf: *leaf,
+                    low: img.low,
+                    high,
+                })
+            });
+            same.push(keeps);
+        }
+        let leaves = kept.iter().map(|&i| c.seq[i].0).collect();
+        let mut plan = self.build(head, leaves, lows, stats)?;
+        plan.same = same;
+        Some(plan)
     }
 
     /// Fits pieces to `lows` and places a block of trained leaves
@@ -1039,6 +1128,7 @@ impl Pool {
             off,
             bytes,
             word,
+            same: Vec::new(),
         })
     }
 
@@ -1072,12 +1162,9 @@ impl Pool {
             self.drop_plan(plan);
             return Outcome::Abandoned;
         };
-        let checked = self.chains(off, n).and_then(|(seq, heads)| {
-            let (kept, lows) = kept_leaves(&seq, &heads, head)?;
-            Ok((seq, kept, lows))
-        });
-        let (seq, kept, lows) = match checked {
-            Ok(c) => c,
+        let same = plan.as_ref().map(|p| p.same.clone()).unwrap_or_default();
+        let read = match self.read_locked(off, head, &same) {
+            Ok(r) => r,
             Err(e) => {
                 self.unlock(lk, n, mine);
                 self.drop_plan(plan);
@@ -1086,18 +1173,31 @@ impl Pool {
         };
         let fits = plan
             .as_ref()
-            .and_then(|p| redirect(&p.leaves, &p.lows, head.largest, &seq, self.retrain_at));
-        let (built, chains) = match (plan, fits) {
-            (Some(p), Some(chains)) => (p, chains),
+            .and_then(|p| redirect(&p.leaves, &p.lows, head.largest, &read.0, self.retrain_at));
+        let (c, built, chains) = match (plan, fits) {
+            (Some(p), Some(chains)) => (read.0, p, chains),
             (plan, _) => {
                 stats.replanned.fetch_add(1, Ordering::Relaxed);
                 self.drop_plan(plan);
-                let leaves = kept.iter().map(|&i| seq[i].0).collect();
+                // A new plan needs every leaf: chains left unread are read.
+                let read = match read.0.read.iter().all(|&r| r) {
+                    true => Ok(read),
+                    false => self.read_locked(off, head, &[]),
+                };
+                let (c, kept, lows) = match read {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.unlock(lk, n, mine);
+                        return Outcome::Rejected(e);
+                    }
+                };
+                let leaves = kept.iter().map(|&i| c.seq[i].0).collect();
                 let Some(p) = self.build(head, leaves, lows, stats) else {
                     self.unlock(lk, n, mine);
                     return Outcome::NoSpace;
                 };
-                (p, kept.iter().map(|&i| vec![i]).collect())
+                let chains = kept.iter().map(|&i| vec![i]).collect();
+                (c, p, chains)
             }
         };
         // Steps 3 to 5 are a few stores: renewed here, they end within
@@ -1118,9 +1218,9 @@ impl Pool {
             &built.pieces,
             built.word,
         );
-        let synonyms = self.link_synonyms(&built, &seq, &chains);
+        let synonyms = self.link_synonyms(&built, &c.seq, &chains);
         stats.redirected.fetch_add(synonyms, Ordering::Relaxed);
-        self.rewrite_leaves(&seq, &chains, &built.lows, head.largest);
+        self.rewrite_leaves(&c, &chains, &built.lows, head.largest);
         // 4. Redirect, 5. open the new block.
         self.tables.store(word(self.tl.dir_offset(m)), built.off);
         let new_lk = word(TableLayout::lk_offset(built.off, built.leaves.len(), 0));
@@ -1139,6 +1239,21 @@ impl Pool {
         // A CAS: a waiter may have taken a word left standing too long.
         self.unlock(new_lk, new_n, word_now);
         Outcome::Done
+    }
+
+    /// Step 2 of [`Self::retrain`]: the chains of the old block at `off`
+    /// (the one-leaf chains of `same` not read) checked, and the layout a
+    /// plan drawn from them now would have: the kept leaves (indices of
+    /// the chains' leaves) and their low fences.
+    fn read_locked(
+        &self,
+        off: u64,
+        head: &BlockHead,
+        same: &[Option<Same>],
+    ) -> Result<(Chains, Vec<usize>, Vec<u64>), RolexError> {
+        let c = self.chains(off, head.n, same)?;
+        let (kept, lows) = kept_leaves(&c.seq, &c.heads, head)?;
+        Ok((c, kept, lows))
     }
 
     /// Writes the new block's LT entries and SLT for `chains` (indices of
@@ -1232,15 +1347,11 @@ impl Pool {
     /// version above the old versions of all of them, unless it is a
     /// one-leaf chain that already has them; a dropped (empty) leaf gets
     /// empty fences.
-    fn rewrite_leaves(
-        &self,
-        seq: &[(u64, LeafImage)],
-        chains: &[Vec<usize>],
-        lows: &[u64],
-        largest: u64,
-    ) {
+    fn rewrite_leaves(&self, c: &Chains, chains: &[Vec<usize>], lows: &[u64], largest: u64) {
+        let seq = &c.seq;
         let mut buf = Vec::new();
         let mut placed = vec![false; seq.len()];
+        let read = &c.read;
         for (k, c) in chains.iter().enumerate() {
             let high = lows.get(k + 1).map_or(largest, |l| l - 1);
             let ver = c.iter().map(|&i| seq[i].1.ver).max().unwrap_or(0) + 1;
@@ -1257,6 +1368,9 @@ impl Pool {
             }
             for (j, &i) in c.iter().enumerate() {
                 placed[i] = true;
+                // A leaf not read has no pairs in `seq`: writing it would
+                // empty it (`redirect` keeps such a leaf alone).
+                assert!(read[i], "leaf {} rewritten unread", seq[i].0);
                 LeafImage {
                     ver,
                     next: c.get(j + 1).map_or(NO_LEAF, |&x| seq[x].0),
@@ -1399,19 +1513,27 @@ impl Pool {
     /// `ver` is its chain's. Every entry and link is client-written: a
     /// leaf number at or past the node's own capacity, a leaf linked
     /// twice, a leaf whose bytes do not check (it is locked: no writer
-    /// tears it now) is a typed error. Beside them, whether each is its
-    /// chain's trained leaf.
-    #[allow(clippy::type_complexity)]
-    fn chains(&self, off: u64, n: usize) -> Result<(Vec<(u64, LeafImage)>, Vec<bool>), RolexError> {
+    /// tears it now) is a typed error.
+    ///
+    /// A chain `i` for which `same[i]` names the leaf its LT entry names,
+    /// with no synonym, is not read: a one-leaf chain a plan keeps as it
+    /// is (its fences are the new ones, so whatever a writer put in it
+    /// stays in them), given an empty image with those fences.
+    fn chains(&self, off: u64, n: usize, same: &[Option<Same>]) -> Result<Chains, RolexError> {
         let lt = word(TableLayout::lt_offset(off, 0));
         let slt = word(TableLayout::slt_offset(off, n, 0));
         let capacity = self.own.capacity.load(Ordering::Acquire);
-        let mut out = Vec::new();
-        let mut heads = Vec::new();
+        let mut c = Chains::default();
         let mut linked = HashSet::new();
         let mut bytes = vec![0u8; self.leaf.leaf_bytes()];
         for i in 0..n {
             let e = Entry::decode(self.tables.load(lt + i));
+            if let Some(Some(sm)) = same.get(i).filter(|_| e.ptr == 0) {
+                if sm.leaf == e.leaf && linked.insert(e.leaf) {
+                    c.push(e.leaf, sm.image(), true, false);
+                    continue;
+                }
+            }
             let mut leaf = e.leaf;
             let mut ptr = e.ptr;
             let mut chain_ver = None;
@@ -1428,10 +1550,10 @@ impl Pool {
                 }
                 let mut img =
                     LeafImage::decode(self.leaf, &bytes).map_err(|r| bad(&format!("{r:?}")))?;
-                heads.push(chain_ver.is_none());
+                let head = chain_ver.is_none();
                 let v = *chain_ver.get_or_insert(img.ver);
                 img.ver = v;
-                out.push((leaf, img));
+                c.push(leaf, img, head, true);
                 if ptr == 0 {
                     break;
                 }
@@ -1440,7 +1562,7 @@ impl Pool {
                 ptr = s.ptr;
             }
         }
-        Ok((out, heads))
+        Ok(c)
     }
 }
 
@@ -1524,9 +1646,10 @@ fn redirect(
     leaves: &[u64],
     lows: &[u64],
     largest: u64,
-    seq: &[(u64, LeafImage)],
+    c: &Chains,
     most: u64,
 ) -> Option<Vec<Vec<usize>>> {
+    let seq = &c.seq;
     let chain_of: HashMap<u64, usize> = leaves.iter().enumerate().map(|(k, &l)| (l, k)).collect();
     let mut chains: Vec<Vec<usize>> = vec![Vec::new(); leaves.len()];
     let mut at = 0;
@@ -1540,7 +1663,9 @@ fn redirect(
                     continue;
                 };
                 let k = lows.partition_point(|&l| l <= first).checked_sub(1)?;
-                if k < at || chains[k].is_empty() {
+                // After its plan leaf, which was read (a leaf not read
+                // stays alone).
+                if k < at || !chains[k].first().is_some_and(|&t| c.read[t]) {
                     return None;
                 }
                 synonyms += 1;
@@ -1619,25 +1744,46 @@ mod tests {
             (23, leaf(0, &[])),
             (12, leaf(500, &[501, 520])),
         ];
-        let chains = redirect(&plan, &lows, 999, &seq, 128).unwrap();
+        let chains = redirect(&plan, &lows, 999, &read(&seq), 128).unwrap();
         assert_eq!(chains, vec![vec![0, 1], vec![2, 3, 4], vec![6]]);
-        assert_eq!(redirect(&plan, &lows, 999, &seq, 3), None, "too many");
+        assert_eq!(
+            redirect(&plan, &lows, 999, &read(&seq), 3),
+            None,
+            "too many"
+        );
         // A plan leaf no longer linked (its keys moved, it was unlinked).
         let mut gone = seq.clone();
         gone.remove(2);
-        assert_eq!(redirect(&plan, &lows, 999, &gone, 128), None);
+        assert_eq!(redirect(&plan, &lows, 999, &read(&gone), 128), None);
         // A leaf whose keys straddle a plan fence.
         let mut straddle = seq.clone();
         straddle[4].1.pairs.push((510, 0));
-        assert_eq!(redirect(&plan, &lows, 999, &straddle, 128), None);
+        assert_eq!(redirect(&plan, &lows, 999, &read(&straddle), 128), None);
         // A plan leaf holding a key below its fence.
         let mut below = seq.clone();
         below[2].1.pairs.insert(0, (250, 0));
-        assert_eq!(redirect(&plan, &lows, 999, &below, 128), None);
+        assert_eq!(redirect(&plan, &lows, 999, &read(&below), 128), None);
         // A new leaf before its plan leaf (the trained leaf must come
         // first in its chain).
         let mut early = seq.clone();
         early.swap(1, 0);
-        assert_eq!(redirect(&plan, &lows, 999, &early, 128), None);
+        assert_eq!(redirect(&plan, &lows, 999, &read(&early), 128), None);
+        // A leaf not read (a one-leaf chain the plan keeps) takes no
+        // synonym: the leaves would be rewritten from an empty image.
+        let mut c = read(&seq);
+        c.read[0] = false;
+        assert_eq!(redirect(&plan, &lows, 999, &c, 128), None);
+        c.read[0] = true;
+        c.read[6] = false;
+        assert!(redirect(&plan, &lows, 999, &c, 128).is_some());
+    }
+
+    /// Chains whose leaves were all read.
+    fn read(seq: &[(u64, LeafImage)]) -> Chains {
+        let mut c = Chains::default();
+        for (leaf, img) in seq {
+            c.push(*leaf, img.clone(), false, true);
+        }
+        c
     }
 }
