@@ -122,10 +122,57 @@ fn every_figure_names_registered_systems_and_the_papers_series() {
                     r.system
                 );
                 r.stream.validate().unwrap();
+                knobs_parse(name, f.stem, r);
             }
         }
     }
     assert!(paper::suite("paper-nope").is_err());
+}
+
+/// Every knob a run names is one its system reads, with a value the
+/// system's own option parser takes (the flags `xstore bench` sets), so a
+/// misspelled or out-of-range knob fails here, not silently in a suite.
+fn knobs_parse(paper: &str, stem: &str, r: &paper::PaperRun) {
+    let at = format!("{paper} {stem} {} x={}", r.system, r.x);
+    let mut options = kv::Options::new();
+    for (k, v) in &r.options {
+        assert!(
+            bench::system::reads_option(&r.system, k),
+            "{at}: {} does not read option {k}",
+            r.system
+        );
+        options.set(k, v).unwrap_or_else(|e| panic!("{at}: {k}={v}: {e}"));
+    }
+    // The system's parser takes the values: a load of a few keys with
+    // them succeeds (cheap: 64 keys).
+    if !r.options.is_empty() {
+        let pairs: Vec<(u64, u64)> = (1..=64u64).map(|k| (k * 1000, k)).collect();
+        let load = kv::LocalLoad {
+            pairs: &pairs,
+            adversary: None,
+            server_workers: None,
+            options: &options,
+        };
+        if let Err(e) = bench::system::load_local(&r.system, &load) {
+            panic!("{at}: {:?}: {e}", r.options);
+        }
+    }
+    if let Some(n) = r.shards {
+        assert!(bench::system::runs_in_cluster(&r.system), "{at}: shards");
+        assert!((1..=cluster::local::MAX_SHARDS).contains(&n), "{at}: {n} shards");
+    }
+    if let Some(i) = r.inserter {
+        let rate = i.rate.unwrap_or(1.0);
+        assert!(rate.is_finite() && rate > 0.0, "{at}: insert rate {rate}");
+        // The flag's own parser takes the same rate.
+        let flag = format!("{rate}");
+        assert_eq!(bench::Inserter::parse(&flag).unwrap(), Some(i), "{at}");
+    }
+    if let Some((m, t)) = r.clients {
+        assert!(m > 0 && t > 0, "{at}: clients {m}x{t}");
+    }
+    assert!(r.keys.is_none_or(|k| k > 0), "{at}: no keys");
+    assert!(r.threads.is_none_or(|t| t > 0), "{at}: no threads");
 }
 
 #[test]
