@@ -82,9 +82,17 @@ fn fig12() -> Vec<FigureSpec> {
         }
     }
     let mut b = throughput_spec(
-        ("Fig. 12", Some("b"), "fig12b-insert", "level bins vs delta buffer: inserts"),
+        (
+            "Fig. 12",
+            Some("b"),
+            "fig12b-insert",
+            "level bins vs delta buffer: inserts",
+        ),
         "threads",
-        &[("level bins", "index:finestore"), ("delta-buffer", "index:li-delta")],
+        &[
+            ("level bins", "index:finestore"),
+            ("delta-buffer", "index:li-delta"),
+        ],
         runs,
         "Paper: one model, its data part as level bins or a delta buffer. Here FineStore \
          (level bins under its LPA models) against LI+Δ (a learned index with a delta \
@@ -94,13 +102,23 @@ fn fig12() -> Vec<FigureSpec> {
     let runs = [500usize, 2_000, 10_000]
         .into_iter()
         .map(|k| {
-            let mut r = PaperRun::new("finestore", &k.to_string(), Workload::Insert, Distribution::Uniform);
+            let mut r = PaperRun::new(
+                "finestore",
+                &k.to_string(),
+                Workload::Insert,
+                Distribution::Uniform,
+            );
             r.keys = Some(k);
             r
         })
         .collect();
     let mut e = throughput_spec(
-        ("Fig. 12", Some("e"), "fig12e-retraining", "retraining frequency under inserts"),
+        (
+            "Fig. 12",
+            Some("e"),
+            "fig12e-retraining",
+            "retraining frequency under inserts",
+        ),
         "keys loaded (then the suite's --ops inserts)",
         &[("FineStore", "finestore")],
         runs,
@@ -149,9 +167,17 @@ fn fig14() -> FigureSpec {
 /// store.
 fn variants() -> Vec<FigureSpec> {
     let f20 = throughput_spec(
-        ("Fig. 20", None, "fig20-rcu", "extended RCU barrier vs remote locks"),
+        (
+            "Fig. 20",
+            None,
+            "fig20-rcu",
+            "extended RCU barrier vs remote locks",
+        ),
         "workload",
-        &[("extended RCU barrier", "finestore"), ("remote locks", "finestore-locks")],
+        &[
+            ("extended RCU barrier", "finestore"),
+            ("remote locks", "finestore-locks"),
+        ],
         matrix(
             &["finestore", "finestore-locks"],
             &[
@@ -175,7 +201,12 @@ fn variants() -> Vec<FigureSpec> {
         r.dataset = Dataset::Lognormal;
     }
     let f21 = throughput_spec(
-        ("Fig. 21", None, "fig21-modes", "pipelined vs purely on-server operations, lognormal"),
+        (
+            "Fig. 21",
+            None,
+            "fig21-modes",
+            "pipelined vs purely on-server operations, lognormal",
+        ),
         "workload",
         &[("pipeline", "finestore"), ("on-server", "finestore-server")],
         runs,

@@ -499,11 +499,22 @@ pub fn run_paper(
         loaded: None,
     };
     let mut rows = Vec::new();
+    check_only(suite, &o.only)?;
+    // A figure that plots another's rows selects that one.
+    let wanted = |f: &FigureSpec| {
+        o.only.iter().any(|s| {
+            s == f.stem
+                || suite
+                    .figures
+                    .iter()
+                    .any(|g| g.stem == s && g.rows_of == Some(f.stem))
+        })
+    };
     let figures: Vec<&FigureSpec> = suite
         .figures
         .iter()
         .filter(|f| f.needs.is_none())
-        .filter(|f| o.only.is_empty() || o.only.iter().any(|s| s == f.stem))
+        .filter(|f| o.only.is_empty() || wanted(f))
         .collect();
     let total: usize = figures.iter().map(|f| f.runs.len()).sum();
     for f in figures {
@@ -531,6 +542,31 @@ pub fn run_paper(
         files,
         seconds,
     })
+}
+
+/// Refuses a `--figures` stem that is no figure of `suite`, or one that
+/// is not reproduced (it would run nothing, silently).
+fn check_only(suite: &PaperSuite, only: &[String]) -> Result<(), BenchError> {
+    for s in only {
+        match suite.figures.iter().find(|f| f.stem == s) {
+            None => {
+                let stems: Vec<&str> = suite.figures.iter().map(|f| f.stem).collect();
+                return Err(BenchError::Config(format!(
+                    "paper-{} has no figure '{s}' (its figures: {})",
+                    suite.paper,
+                    stems.join(", ")
+                )));
+            }
+            Some(f) if f.needs.is_some() => {
+                return Err(BenchError::Config(format!(
+                    "{s} is not reproduced: needs {}",
+                    f.needs.unwrap_or_default()
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// The projection of `suite`'s runs, if asked for.
@@ -600,8 +636,8 @@ impl Runner<'_> {
         if let Some(k) = self.keysets.get(&(dataset, n)) {
             return Ok(k.clone());
         }
-        let keys =
-            ycsb::generate(dataset, n, self.o.seed).map_err(|e| BenchError::Config(e.to_string()))?;
+        let keys = ycsb::generate(dataset, n, self.o.seed)
+            .map_err(|e| BenchError::Config(e.to_string()))?;
         let keys = ycsb::prepare_keys(keys).map_err(|e| BenchError::Config(e.to_string()))?;
         let keys: Arc<[u64]> = keys.into();
         self.keysets.insert((dataset, n), keys.clone());
@@ -650,13 +686,8 @@ impl Runner<'_> {
                     )));
                 }
                 let xo = ::xstore::kv::XStoreOptions::parse(&options)?;
-                let c = cluster::local::LocalCluster::load(
-                    &pairs,
-                    n,
-                    xo,
-                    None,
-                    self.o.server_workers,
-                )?;
+                let c =
+                    cluster::local::LocalCluster::load(&pairs, n, xo, None, self.o.server_workers)?;
                 let shares = c.shares();
                 (Box::new(c), Some(shares))
             }

@@ -203,14 +203,24 @@ fn fig13b() -> Vec<FigureSpec> {
                 scale; not projected). The shares are what the figure's skew argument rests \
                 on: over 35 % of the zipfian requests go to one RNIC in the paper.";
     let uniform = xstore_spec(
-        ("Fig. 13", "b", "fig13b-servers-uniform", "YCSB C uniform over x servers"),
+        (
+            "Fig. 13",
+            "b",
+            "fig13b-servers-uniform",
+            "YCSB C uniform over x servers",
+        ),
         "servers",
         "XStore (Uniform)",
         runs(Distribution::Uniform),
         note,
     );
     let zipfian = xstore_spec(
-        ("Fig. 13", "b", "fig13b-servers-zipfian", "YCSB C zipfian-ordered over x servers"),
+        (
+            "Fig. 13",
+            "b",
+            "fig13b-servers-zipfian",
+            "YCSB C zipfian-ordered over x servers",
+        ),
         "servers",
         "XStore (Zipfian)",
         runs(Distribution::ZipfianOrdered),
@@ -259,14 +269,24 @@ fn fig14b() -> Vec<FigureSpec> {
                 not traced); rates are what this machine's retraining keeps up with.";
     vec![
         xstore_spec(
-            ("Fig. 14", "b", "fig14b-insert-rate-tt1", "readers' throughput against the insert rate, 1 training thread"),
+            (
+                "Fig. 14",
+                "b",
+                "fig14b-insert-rate-tt1",
+                "readers' throughput against the insert rate, 1 training thread",
+            ),
             "insert rate (M/s)",
             "XStore (1 training thread)",
             runs(1),
             note,
         ),
         xstore_spec(
-            ("Fig. 14", "b", "fig14b-insert-rate-tt2", "readers' throughput against the insert rate, 2 training threads"),
+            (
+                "Fig. 14",
+                "b",
+                "fig14b-insert-rate-tt2",
+                "readers' throughput against the insert rate, 2 training threads",
+            ),
             "insert rate (M/s)",
             "XStore (2 training threads)",
             runs(2),
