@@ -260,11 +260,22 @@ fn a_figure_runs_with_every_read_judged_and_writes_its_files() {
         "{md}"
     );
     let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let mut loads = 0;
     for line in jsonl.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(v["paper"], "xstore");
         assert_eq!(v["figure"], "fig13a-production");
+        // A run that loaded its store says how long that took; the next
+        // run on the same store, null.
+        if let Some(ms) = v["load_ms"].as_f64() {
+            assert!(ms > 0.0, "{line}");
+            loads += 1;
+        } else {
+            assert!(v["load_ms"].is_null(), "{line}");
+        }
     }
+    // Two systems, each loaded once for Prod1 and Prod2 (neither adds keys).
+    assert_eq!(loads, 2, "{jsonl}");
     assert!(out.join("fig13a-production.svg").exists());
     std::fs::remove_dir_all(&out).ok();
 }
