@@ -97,7 +97,8 @@ fn a_dead_group_fails_fast_with_a_typed_error() {
     let out = support::feed(shell, b"get k\n");
     let took = start.elapsed();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "shell: {:?}", out.status);
+    // A scripted shell whose line failed exits 1.
+    assert_eq!(out.status.code(), Some(1), "shell: {:?}", out.status);
     assert!(
         text.trim().starts_with("ERR group unavailable"),
         "shell said: {text}"
