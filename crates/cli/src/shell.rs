@@ -265,6 +265,34 @@ impl Backend for Cluster {
         Ok(())
     }
 
+    /// Kept in flight by the router (a write a range move refused is
+    /// re-sent to the new owner before its answer), [`IN_FLIGHT`] at once.
+    fn put_batch(&mut self, pairs: &[Pair]) -> Vec<Result<(), KvError>> {
+        let mut answers: Vec<Result<(), KvError>> = vec![Ok(()); pairs.len()];
+        let mut flying: VecDeque<(usize, cluster::RoutedWrite)> = VecDeque::new();
+        for (i, (key, value)) in pairs.iter().enumerate() {
+            if flying.len() == IN_FLIGHT {
+                let (j, w) = flying.pop_front().expect("a full window is not empty");
+                answers[j] = self.router.finish_write(w).map(drop).map_err(KvError::from);
+            }
+            let write = match (word(key, false), word(value, true)) {
+                (Ok(key), Ok(value)) => kv::WordWrite::Upsert { key, value },
+                (Err(e), _) | (_, Err(e)) => {
+                    answers[i] = Err(e);
+                    continue;
+                }
+            };
+            match self.router.start_write(write.into()) {
+                Ok(w) => flying.push_back((i, w)),
+                Err(e) => answers[i] = Err(e.into()),
+            }
+        }
+        for (j, w) in flying {
+            answers[j] = self.router.finish_write(w).map(drop).map_err(KvError::from);
+        }
+        answers
+    }
+
     fn stats(&mut self) -> Result<String, String> {
         // One line, as every command: the servers side by side.
         Ok(self
@@ -287,8 +315,8 @@ impl Backend for Cluster {
     }
 
     fn reconnect(&mut self) -> Result<(), String> {
-        let fresh =
-            Cluster::reach(&self.url, self.token.clone()).map_err(|e| crate::flags::one_line(&e))?;
+        let fresh = Cluster::reach(&self.url, self.token.clone())
+            .map_err(|e| crate::flags::one_line(&e))?;
         *self = fresh;
         Ok(())
     }
@@ -344,7 +372,11 @@ pub fn run(args: &ShellArgs) -> Result<u8> {
 /// The shell (or `--pipe`) on `backend`; the exit code.
 fn drive(args: &ShellArgs, backend: &mut dyn Backend, prompt: &str) -> Result<u8> {
     if args.pipe {
-        let sep = if args.csv { Sep::Char(',') } else { Sep::Char('\t') };
+        let sep = if args.csv {
+            Sep::Char(',')
+        } else {
+            Sep::Char('\t')
+        };
         return bulk::pipe(backend, sep);
     }
     lines::repl(prompt, |line| command::execute(backend, line))

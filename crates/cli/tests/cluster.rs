@@ -802,6 +802,39 @@ fn the_shell_talks_to_a_cluster() {
         assert!(stats.contains(&format!("{id}: keys=")), "{stats}");
     }
     assert!(lines[expect.len() + 1].starts_with("ERR "), "{text}");
+
+    // `--pipe` routes a bulk load (writes in flight across servers).
+    let pairs: Vec<u64> = below
+        .iter()
+        .rev()
+        .take(20)
+        .chain(above.iter().take(20))
+        .copied()
+        .collect();
+    let input: String = pairs.iter().map(|k| format!("{k}\t5\n")).collect();
+    let pipe = |args: &[&str], input: &str| {
+        let child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+            .args(["shell", &up.url])
+            .args(args)
+            .envs(up.tool_env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        support::feed(child, input.as_bytes())
+    };
+    let out = pipe(&["--pipe"], &input);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let loaded = format!("OK loaded {} pairs", pairs.len());
+    assert!(text.starts_with(&loaded), "{text}");
+    let gets: String = pairs.iter().map(|k| format!("get {k}\n")).collect();
+    let out = pipe(&[], &gets);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().all(|l| l == "5"), "{text}");
+    assert_eq!(text.lines().count(), pairs.len(), "{text}");
 }
 
 /// `cluster up --rebalance SHARE` runs the rebalancer itself: under a

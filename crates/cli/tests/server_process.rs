@@ -427,5 +427,8 @@ fn across_two_network_namespaces() {
     let lines: Vec<&str> = text.lines().collect();
     // The scan's pair, then (5000 keys loaded) the key to page on from.
     assert_eq!(lines[..3], ["OK", "4242", "42 4242"], "{text}");
-    assert!(lines[3..].iter().all(|l| l.starts_with("-- more: scan ")), "{text}");
+    assert!(
+        lines[3..].iter().all(|l| l.starts_with("-- more: scan ")),
+        "{text}"
+    );
 }

@@ -146,11 +146,19 @@ fn the_token_can_come_from_a_file_or_the_environment() {
 #[test]
 fn a_script_exits_zero_only_if_every_line_worked() {
     let server = ServerProcess::start(&["--keys", "0"]);
-    let ok = shell(&server.tcp, &[], &[], "put 1 2\nget 1\nhelp get\nquit\nput x y\n");
+    let ok = shell(
+        &server.tcp,
+        &[],
+        &[],
+        "put 1 2\nget 1\nhelp get\nquit\nput x y\n",
+    );
     let got = lines(&ok);
     assert_eq!(got[..2], ["OK", "2"]);
     assert!(got[2].starts_with("get KEY"), "{got:?}");
-    assert!(got.iter().any(|l| l.contains("e.g.")), "help has examples: {got:?}");
+    assert!(
+        got.iter().any(|l| l.contains("e.g.")),
+        "help has examples: {got:?}"
+    );
     let bad = shell(&server.tcp, &[], &[], "put x 1\nget 1\n");
     let got = answers(&bad, 1);
     assert!(got[0].contains("not a decimal u64"), "{got:?}");
@@ -166,8 +174,14 @@ fn pipe_loads_every_line_and_the_keys_read_back() {
     input += "not a pair\n";
     let out = shell(&server.tcp, &["--pipe"], &[], &input);
     let got = answers(&out, 1);
-    assert_eq!(got[0], format!("ERR line {}: 1 fields where KEY<TAB>VALUE has 2", n + 1));
-    assert!(got[1].starts_with(&format!("ERR loaded {n} pairs in ")), "{got:?}");
+    assert_eq!(
+        got[0],
+        format!("ERR line {}: 1 fields where KEY<TAB>VALUE has 2", n + 1)
+    );
+    assert!(
+        got[1].starts_with(&format!("ERR loaded {n} pairs in ")),
+        "{got:?}"
+    );
     assert!(got[1].ends_with("; 1 bad lines"), "{got:?}");
     let csv = shell(&server.tcp, &["--pipe", "--csv"], &[], "7,70\n");
     assert!(lines(&csv)[0].starts_with("OK loaded 1 pairs"));
@@ -218,8 +232,15 @@ fn the_shell_reconnects_after_a_server_restart() {
     let status = child.wait().unwrap();
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert_eq!(rest.lines().collect::<Vec<_>>(), ["OK", "20", "NOT_FOUND"], "{err}");
+    assert_eq!(
+        rest.lines().collect::<Vec<_>>(),
+        ["OK", "20", "NOT_FOUND"],
+        "{err}"
+    );
     assert!(status.success(), "{err}");
-    assert!(err.contains("reconnecting") && err.contains("reconnected"), "{err}");
+    assert!(
+        err.contains("reconnecting") && err.contains("reconnected"),
+        "{err}"
+    );
     second.kill();
 }

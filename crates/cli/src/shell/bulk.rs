@@ -234,7 +234,9 @@ pub fn export(
         page.clear();
         // Each page starts at the last key written (a scan's start is
         // inclusive): no successor key to compute for bytes or words.
-        backend.scan(&at, PAGE, &mut page).map_err(|e| e.to_string())?;
+        backend
+            .scan(&at, PAGE, &mut page)
+            .map_err(|e| e.to_string())?;
         let full = page.len() >= PAGE;
         let mut fresh = 0;
         for (k, v) in page.drain(..) {
@@ -244,7 +246,11 @@ pub fn export(
             if end.is_some_and(|e| k.as_slice() >= e) {
                 break 'pages;
             }
-            let line = format!("{}{sep_text}{}\n", shown(&k, words, sep), shown(&v, words, sep));
+            let line = format!(
+                "{}{sep_text}{}\n",
+                shown(&k, words, sep),
+                shown(&v, words, sep)
+            );
             file.write_all(line.as_bytes()).map_err(io)?;
             pairs += 1;
             fresh += 1;

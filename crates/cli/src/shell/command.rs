@@ -223,10 +223,17 @@ fn run(backend: &mut dyn Backend, command: &Command) -> Result<Answer, Failure> 
             backend.put(k, v)?;
             one("OK".into())
         }
-        Command::Del(k) => one(if backend.delete(k)? { "OK" } else { "NOT_FOUND" }.into()),
+        Command::Del(k) => one(if backend.delete(k)? {
+            "OK"
+        } else {
+            "NOT_FOUND"
+        }
+        .into()),
         Command::Scan(k, n) => Ok(Answer::ok(scan(backend, k, *n)?)),
         Command::Import(path) => Ok(bulk::import(backend, path)?),
-        Command::Export(path, start, end) => Ok(bulk::export(backend, path, start, end.as_deref())?),
+        Command::Export(path, start, end) => {
+            Ok(bulk::export(backend, path, start, end.as_deref())?)
+        }
         Command::Stats => one(backend.stats()?),
         Command::Help(cmd) => Ok(Answer::ok(help(cmd.as_deref())?)),
     }
@@ -258,7 +265,10 @@ fn scan(backend: &mut dyn Backend, start: &[u8], n: usize) -> Result<Vec<String>
         })
         .collect();
     match next {
-        Some(k) => lines.push(format!("-- more: scan {} {n}", shown(&k, words, Sep::Space))),
+        Some(k) => lines.push(format!(
+            "-- more: scan {} {n}",
+            shown(&k, words, Sep::Space)
+        )),
         None if lines.is_empty() => lines.push("(no pairs)".into()),
         None => {}
     }
@@ -309,7 +319,8 @@ const HELP: &[(&str, &str)] = &[
 ];
 
 /// How words are typed (after the commands in `help`).
-const QUOTING: &str = "words: bare (no spaces), \"double\" or 'single' quoted (a quote inside doubled: \
+const QUOTING: &str =
+    "words: bare (no spaces), \"double\" or 'single' quoted (a quote inside doubled: \
 'it''s'), or hex 0x6869 (raw bytes; quote text starting with 0x).\n\
 On a system of u64 keys and values (XStore, ROLEX, FineStore, clusters) a bare word is a \
 decimal u64; other bytes must be exactly 8 (0x + 16 digits).";
@@ -341,16 +352,25 @@ mod tests {
         assert_eq!(parse("  del   7 ", true), Ok(Command::Del(k(7))));
         assert_eq!(parse("scan 3 10", true), Ok(Command::Scan(k(3), 10)));
         assert_eq!(parse("scan", true), Ok(Command::Scan(k(0), SCAN_DEFAULT)));
-        assert_eq!(parse("scan", false), Ok(Command::Scan(vec![], SCAN_DEFAULT)));
+        assert_eq!(
+            parse("scan", false),
+            Ok(Command::Scan(vec![], SCAN_DEFAULT))
+        );
         for bad in ["put 1 2 3", "del 1 x", "get 1 2", "stats now", "scan 1 2 3"] {
             assert_eq!(parse(bad, true), Err("too many arguments".into()), "{bad}");
         }
         assert!(parse("", true).unwrap_err().starts_with("empty command"));
         assert!(parse("put 1", true).unwrap_err().contains("missing value"));
-        assert!(parse("put x 1", true).unwrap_err().contains("not a decimal u64"));
-        assert!(parse("frob 1", true).unwrap_err().contains("unknown command"));
+        assert!(parse("put x 1", true)
+            .unwrap_err()
+            .contains("not a decimal u64"));
+        assert!(parse("frob 1", true)
+            .unwrap_err()
+            .contains("unknown command"));
         assert!(parse("scan 1 0", true).unwrap_err().contains("from 1 to"));
-        assert!(parse("scan 1 10001", true).unwrap_err().contains("from 1 to"));
+        assert!(parse("scan 1 10001", true)
+            .unwrap_err()
+            .contains("from 1 to"));
         // Bytes on a u64 system: exactly 8 (the contract's rule and words).
         assert_eq!(
             parse("get 0x0000000000000001", true),

@@ -163,7 +163,9 @@ pub fn show(bytes: &[u8], sep: Sep) -> String {
     let plain = !text.is_empty()
         && !text.starts_with(['"', '\''])
         && !text.starts_with("0x")
-        && !text.chars().any(|c| sep.is(c) || (sep == Sep::Space && c.is_whitespace()));
+        && !text
+            .chars()
+            .any(|c| sep.is(c) || (sep == Sep::Space && c.is_whitespace()));
     if plain {
         return text.to_string();
     }
@@ -206,13 +208,16 @@ mod tests {
             texts("k 1\t\"v,2\"", Sep::Char('\t')),
             vec![b"k 1".to_vec(), b"v,2".to_vec()]
         );
-        assert_eq!(
-            texts("a,", Sep::Char(',')),
-            vec![b"a".to_vec(), Vec::new()]
-        );
-        assert!(split("\"open", Sep::Space).unwrap_err().contains("unterminated"));
-        assert!(split("\"a\"b", Sep::Space).unwrap_err().contains("closing quote"));
-        assert!(split("0xabc", Sep::Space).unwrap_err().contains("two digits"));
+        assert_eq!(texts("a,", Sep::Char(',')), vec![b"a".to_vec(), Vec::new()]);
+        assert!(split("\"open", Sep::Space)
+            .unwrap_err()
+            .contains("unterminated"));
+        assert!(split("\"a\"b", Sep::Space)
+            .unwrap_err()
+            .contains("closing quote"));
+        assert!(split("0xabc", Sep::Space)
+            .unwrap_err()
+            .contains("two digits"));
         assert!(split("0xzz", Sep::Space).unwrap_err().contains("not hex"));
         assert!(split(&"w ".repeat(MAX_WORDS + 1), Sep::Space).is_err());
     }

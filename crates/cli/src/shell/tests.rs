@@ -68,7 +68,18 @@ impl Backend for Model {
 /// a `0x` start, non-UTF-8 bytes; sometimes empty (values only).
 fn bytes(rng: &mut StdRng, empty: bool) -> Vec<u8> {
     const PIECES: &[&[u8]] = &[
-        b"a", b"b", b"user:", b" ", b"\"", b"'", b",", b"\t", b"0x", b"=", b"\xff", b"\x00",
+        b"a",
+        b"b",
+        b"user:",
+        b" ",
+        b"\"",
+        b"'",
+        b",",
+        b"\t",
+        b"0x",
+        b"=",
+        b"\xff",
+        b"\x00",
         b"caf\xc3\xa9",
     ];
     let n = rng.random_range(usize::from(!empty)..5);
@@ -115,7 +126,10 @@ fn random_byte_strings_round_trip_through_lines_scans_and_files() {
         match rng.random_range(0..4) {
             0 | 1 => {
                 let v = bytes(&mut rng, true);
-                assert_eq!(run(&mut b, &format!("put {} {}", show(&k), show(&v))), ["OK"]);
+                assert_eq!(
+                    run(&mut b, &format!("put {} {}", show(&k), show(&v))),
+                    ["OK"]
+                );
                 model.insert(k, v);
             }
             2 => {
@@ -149,7 +163,10 @@ fn random_byte_strings_round_trip_through_lines_scans_and_files() {
         assert_eq!(out, [format!("OK exported {} pairs to {p}", model.len())]);
         let mut fresh = Model::default();
         let out = run(&mut fresh, &format!("import {}", show(p.as_bytes())));
-        assert!(out[0].starts_with(&format!("OK imported {} pairs", model.len())), "{out:?}");
+        assert!(
+            out[0].starts_with(&format!("OK imported {} pairs", model.len())),
+            "{out:?}"
+        );
         assert_eq!(fresh.map, model, "{name}, seed {seed}");
     }
 }
@@ -171,16 +188,25 @@ fn scans_have_a_limit_and_name_the_next_key() {
     assert_eq!(run(&mut b, "scan 251"), ["(no pairs)"]);
     let all = run(&mut b, "scan");
     assert_eq!(all.len(), SCAN_DEFAULT + 1);
-    assert_eq!(all[SCAN_DEFAULT], format!("-- more: scan {} 100", SCAN_DEFAULT + 1));
+    assert_eq!(
+        all[SCAN_DEFAULT],
+        format!("-- more: scan {} 100", SCAN_DEFAULT + 1)
+    );
     let too_many = execute(&mut b, "scan 0 10001");
     assert!(too_many.failed && too_many.lines[0].contains("from 1 to 10000"));
     // Bytes on a u64 system: 8 of them are a key, others the contract's
     // refusal, and a word that is not a number says why.
     assert_eq!(run(&mut b, "get 0x0000000000000005"), ["50"]);
     let short = execute(&mut b, "get \"abc\"");
-    assert!(short.failed && short.lines[0].contains("exactly 8 bytes"), "{short:?}");
+    assert!(
+        short.failed && short.lines[0].contains("exactly 8 bytes"),
+        "{short:?}"
+    );
     let word = execute(&mut b, "put abc 1");
-    assert!(word.failed && word.lines[0].contains("not a decimal u64"), "{word:?}");
+    assert!(
+        word.failed && word.lines[0].contains("not a decimal u64"),
+        "{word:?}"
+    );
 }
 
 #[test]
@@ -197,7 +223,10 @@ fn an_import_reports_bad_lines_by_number_and_writes_the_rest() {
     let lines = &answer.lines;
     assert!(lines[0].starts_with("ERR line 2: 1 fields"), "{lines:?}");
     assert!(lines[1].starts_with("ERR line 3: 3 fields"), "{lines:?}");
-    assert!(lines[2].starts_with("ERR line 4: key 'x' is not a decimal u64"), "{lines:?}");
+    assert!(
+        lines[2].starts_with("ERR line 4: key 'x' is not a decimal u64"),
+        "{lines:?}"
+    );
     assert!(lines[3].starts_with("ERR line 6: bad input"), "{lines:?}");
     assert!(lines[4].starts_with("ERR imported 2 pairs"), "{lines:?}");
     let keys: Vec<u64> = b.map.keys().map(|k| kv::key_word(k).unwrap()).collect();
