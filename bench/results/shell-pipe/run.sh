@@ -10,11 +10,12 @@
 #      in flight and not.
 # Run from the repository root after `cargo build --release --bin xstore`:
 #   bench/results/shell-pipe/run.sh        # writes results.txt here
+# (XSTORE=target/debug/xstore PAIRS=50000 OUT=results-debug.txt for a debug binary)
 set -euo pipefail
 dir=bench/results/shell-pipe
-x=target/release/xstore
+x=${XSTORE:-target/release/xstore}
 n=${PAIRS:-200000}
-out=$dir/results.txt
+out=$dir/${OUT:-results.txt}
 log=$(mktemp)
 $x server --listen 127.0.0.1:0 --keys 100000 --seed 42 > "$log" 2>&1 &
 server=$!
