@@ -33,7 +33,7 @@ url=$(grep -o 'tcp://[0-9.:]*' "$log" | head -1)
   awk -v n="$n" -v s="$start" -v e="$end" 'BEGIN { printf "put lines: %d in %.2f s (%.0f pairs/s)\n", n, e - s, n / (e - s) }'
   for p in 128 1; do
     echo "## 3. xstore bench --server --workload insert --threads 1 --pipeline $p --ops $n"
-    $x bench --server "$url" --keys 100000 --seed 42 --op-seed $((7 + p)) --workload insert \
+    $x bench --fabric tcp --server "$url" --keys 100000 --seed 42 --op-seed $((7 + p)) --workload insert \
       --threads 1 --pipeline "$p" --ops "$n" --json - 2>/dev/null |
       python3 -c 'import json,sys; v=json.load(sys.stdin); print("bench insert throughput: %.0f ops/s" % v["throughput_ops_per_s"])'
   done
