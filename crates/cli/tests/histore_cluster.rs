@@ -90,13 +90,14 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
     );
     let answers: Vec<&str> = out.lines().collect();
     assert_eq!(
-        &answers[..8],
+        &answers[..9],
         [
             "OK",
             "OK",
             "OK",
             "carol",
-            "user:1=carol user:2=bob",
+            "user:1 carol",
+            "user:2 bob",
             "OK",
             "NOT_FOUND",
             "NOT_FOUND"
@@ -104,7 +105,7 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
         "{out}"
     );
     assert!(
-        answers[8].contains("primary=2 backups=3,4 data=1 live=1,2,3,4"),
+        answers[9].contains("primary=2 backups=3,4 data=1 live=1,2,3,4"),
         "{out}"
     );
     // A second shell (a new client) sees what the first wrote.
