@@ -97,6 +97,34 @@ fn two_groups_survive_a_primary_and_a_backup_killed_under_ycsb_a() {
                 .ok()
         })
         .unwrap_or_else(|| panic!("no read gap: {verdict}"));
+    // The shell on the set: keys hashed over both groups, each group's
+    // view in `stats` (s-0 failed over to epoch 2 above).
+    let shell = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args(["shell", up.url(), "--histore", "s", "--token-file"])
+        .arg(cluster.join("token"))
+        .env(coord::AUTH_FILE_VAR, &auth)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn shell");
+    let script = (0..8)
+        .map(|i| format!("put k{i} v{i}\n"))
+        .collect::<String>()
+        + "get k5\nscan k 3\nstats\n";
+    let out = support::feed(shell, script.as_bytes());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        &lines[8..13],
+        ["v5", "k0 v0", "k1 v1", "k2 v2", "-- more: scan k3 3"],
+        "{text}"
+    );
+    assert!(
+        lines[13].starts_with("s-0: epoch=2 ") && lines[13].contains("; s-1: epoch="),
+        "{text}"
+    );
     assert!(
         gap_ms >= 200.0,
         "a read gap of {gap_ms} ms: the primary was not killed during the run"
