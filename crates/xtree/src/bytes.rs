@@ -333,7 +333,11 @@ pub fn encode_leaf(
     fence_words(&mut w, HIGH_WORD, high);
     for (i, s) in slots.iter().enumerate() {
         let at = SLOTS_WORD + i * SLOT_WORDS;
-        assert!((1..=MAX_KEY).contains(&s.key.len()), "key of {}", s.key.len());
+        assert!(
+            (1..=MAX_KEY).contains(&s.key.len()),
+            "key of {}",
+            s.key.len()
+        );
         let head = &s.key[..s.key.len().min(INLINE_KEY)];
         put_bytes(&mut w[at + 1..at + 5], head);
         w[at + 5] = key_hash(s.key);

@@ -165,9 +165,11 @@ impl<E: Endpoint> BytesClient<E> {
             return Ok(None);
         }
         self.batch.clear();
-        let h = self
-            .batch
-            .read(LEAF_REGION, id as u64 * LEAF_BYTES as u64, LEAF_BYTES as u64);
+        let h = self.batch.read(
+            LEAF_REGION,
+            id as u64 * LEAF_BYTES as u64,
+            LEAF_BYTES as u64,
+        );
         self.ep.post(self.node, &mut self.batch)?;
         let decoded = match self.batch.read_bytes(h) {
             Ok(bytes) => decode_leaf(bytes).map_err(|e| e.to_string()),
@@ -210,7 +212,10 @@ impl<E: Endpoint> BytesClient<E> {
         let mut spans = Vec::with_capacity(ptrs.len());
         for p in ptrs {
             let len = p.record_bytes() as u64;
-            let in_heap = p.offset.checked_add(len).is_some_and(|e| e <= self.router.heap_bytes);
+            let in_heap = p
+                .offset
+                .checked_add(len)
+                .is_some_and(|e| e <= self.router.heap_bytes);
             let mut hs = Vec::new();
             if in_heap {
                 let mut at = 0;
@@ -316,7 +321,9 @@ impl<E: Endpoint> BytesClient<E> {
         self.latest = self.latest.max(version);
         match s {
             status::FULL => Err(BytesError::Full),
-            status::BAD => Err(BytesError::BadInput("the server refused the request".into())),
+            status::BAD => Err(BytesError::BadInput(
+                "the server refused the request".into(),
+            )),
             _ => Ok((s, r)),
         }
     }

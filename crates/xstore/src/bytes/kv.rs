@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use ::kv::local::TimedHandler;
 use ::kv::{
-    Capabilities, ClientFigures, Counters, DirectStats, KvClient, KvError, LocalLoad,
-    ModelFigures, OptionDesc, Options, ServerTime, Store, SystemDesc, WordClient,
+    Capabilities, ClientFigures, Counters, DirectStats, KvClient, KvError, LocalLoad, ModelFigures,
+    OptionDesc, Options, ServerTime, Store, SystemDesc, WordClient,
 };
 use fabric::{Endpoint, LocalFabric, NodeId};
 use rdmasim::record::TracingEndpoint;

@@ -9,9 +9,9 @@
 //! memory, no READ). A GET therefore reads one leaf whatever the prefix
 //! skew; the model only narrows the search.
 
+use le::Reader;
 use learned::rmi::Rmi;
 use learned::KeyIndex;
-use le::Reader;
 use xtree::bytes::{key_prefix, MAX_KEY};
 
 use super::proto::ProtoError;
@@ -94,7 +94,8 @@ impl Router {
         }
         r.finish()?;
         let models = (router.prefixes.len() / PREFIXES_PER_MODEL).max(1);
-        router.model = Rmi::train(&router.prefixes, models).map_err(|_| ProtoError::Bad("model"))?;
+        router.model =
+            Rmi::train(&router.prefixes, models).map_err(|_| ProtoError::Bad("model"))?;
         Ok(router)
     }
 
@@ -109,7 +110,9 @@ impl Router {
 
     /// Bytes of the cache (separators, leaf numbers, prefixes, model).
     pub fn bytes(&self) -> usize {
-        self.sep_bytes.len() + self.sep_at.len() * 4 + self.ids.len() * 4
+        self.sep_bytes.len()
+            + self.sep_at.len() * 4
+            + self.ids.len() * 4
             + self.prefixes.len() * 12
             + self.model.bytes()
     }
@@ -118,8 +121,8 @@ impl Router {
     pub fn route(&self, key: &[u8]) -> Routed {
         let p = key_prefix(key);
         let w = self.model.predict(p);
-        let in_window = self.prefixes[w.lo] <= p
-            && self.prefixes.get(w.hi + 1).is_none_or(|&next| next > p);
+        let in_window =
+            self.prefixes[w.lo] <= p && self.prefixes.get(w.hi + 1).is_none_or(|&next| next > p);
         // The last distinct prefix <= p (prefixes[0] is 0, the empty
         // separator's, so there is one).
         let j = if in_window {

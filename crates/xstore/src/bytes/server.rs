@@ -336,7 +336,8 @@ impl Shared {
         let n = chunks.len();
         let mut low = Vec::new();
         for (i, chunk) in chunks.iter().enumerate() {
-            let high = (i + 1 < n).then(|| separator(&chunk[chunk.len() - 1].0, &chunks[i + 1][0].0));
+            let high =
+                (i + 1 < n).then(|| separator(&chunk[chunk.len() - 1].0, &chunks[i + 1][0].0));
             let mut entries = Vec::with_capacity(SLOTS);
             for (k, v) in chunk.iter() {
                 let rec = self
@@ -365,7 +366,12 @@ impl Shared {
 
     /// Writes the record of an out-of-line pair; `Some(None)` for an
     /// inline pair, `None` if the heap is full.
-    fn put_record(&self, heap: &mut Heap, key: &[u8], value: &[u8]) -> Option<Option<(FatPtr, u32)>> {
+    fn put_record(
+        &self,
+        heap: &mut Heap,
+        key: &[u8],
+        value: &[u8],
+    ) -> Option<Option<(FatPtr, u32)>> {
         if is_inline(key.len(), value.len()) {
             return Some(None);
         }
@@ -431,7 +437,12 @@ impl Shared {
             (_, Ok(_)) => false,
             (_, Err(_)) => true,
         };
-        if answer && st.leaves[id as usize].entries.len() == SLOTS && st.leaves.len() >= self.leaf_cap as usize {
+        let new = answer;
+        let answer = if op == Op::Update { !new } else { new };
+        if new
+            && st.leaves[id as usize].entries.len() == SLOTS
+            && st.leaves.len() >= self.leaf_cap as usize
+        {
             return Written::Full;
         }
         let Some(rec) = self.put_record(&mut st.heap, key, value) else {
@@ -470,7 +481,10 @@ impl Shared {
         assert!(new < self.leaf_cap, "capacity checked before the insert");
         let left = &mut st.leaves[id as usize];
         let right_entries = left.entries.split_off(left.entries.len() / 2);
-        let sep = separator(&left.entries[left.entries.len() - 1].key, &right_entries[0].key);
+        let sep = separator(
+            &left.entries[left.entries.len() - 1].key,
+            &right_entries[0].key,
+        );
         let mut right = LeafState {
             low: sep.clone(),
             high: left.high.replace(sep.clone()),
@@ -573,7 +587,11 @@ impl Shared {
                 reply[at..at + 4].copy_from_slice(&count.to_le_bytes());
             }
             Request::Snapshot => {
-                let snap = self.snapshot.read().unwrap_or_else(|e| e.into_inner()).clone();
+                let snap = self
+                    .snapshot
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
                 reply.clear();
                 reply.push(status::YES);
                 reply.extend_from_slice(&snap.0.to_le_bytes());
