@@ -489,7 +489,9 @@ pub fn encode_record(key: &[u8], value: &[u8], offset: u64) -> (Vec<u64>, FatPtr
     (words, p)
 }
 
-fn record_checksum(words: &[u64], p: &FatPtr) -> u64 {
+/// The checksum of record words for the fat pointer `p` (its lengths are
+/// mixed in, its checksum field is not).
+pub fn record_checksum(words: &[u64], p: &FatPtr) -> u64 {
     words
         .iter()
         .enumerate()
