@@ -168,7 +168,25 @@ impl BytesLocal {
         adversary: Option<u64>,
         server_workers: Option<usize>,
     ) -> Result<BytesLocal, KvError> {
-        let (fabric, node) = ::kv::local::fabric_with_node(adversary);
+        Self::load_on(
+            ::kv::local::fabric(adversary),
+            pairs,
+            config,
+            codec,
+            server_workers,
+        )
+    }
+
+    /// As [`BytesLocal::load`], on a fabric of the caller's (an adversary
+    /// of its own settings, for tests).
+    pub fn load_on(
+        fabric: LocalFabric,
+        pairs: &[(Vec<u8>, Vec<u8>)],
+        config: BytesConfig,
+        codec: WordCodec,
+        server_workers: Option<usize>,
+    ) -> Result<BytesLocal, KvError> {
+        let node = fabric.add_node();
         let host = Arc::new(fabric::LocalHost {
             fabric: fabric.clone(),
             node,

@@ -8,6 +8,11 @@
 //! separators of the run decide the leaf exactly (a binary search in
 //! memory, no READ). A GET therefore reads one leaf whatever the prefix
 //! skew; the model only narrows the search.
+//!
+//! The prefix is taken **after the separators' common prefix** (that of
+//! every separator but the first, which is the empty key): on a set of
+//! URLs that all start `https://www.`, the 8 bytes after it are what the
+//! model sees, so a common head does not make every key one point.
 
 use le::Reader;
 use learned::rmi::Rmi;
@@ -28,6 +33,8 @@ pub struct Router {
     sep_at: Vec<u32>,
     /// Leaf of separator i.
     ids: Vec<u32>,
+    /// The common prefix of separators 1.. (skipped before the 8 bytes).
+    common: Vec<u8>,
     /// Distinct separator prefixes, increasing.
     prefixes: Vec<u64>,
     /// Index of the first separator of each distinct prefix.
@@ -66,6 +73,7 @@ impl Router {
             sep_bytes: Vec::new(),
             sep_at: Vec::with_capacity(n + 1),
             ids: Vec::with_capacity(n),
+            common: Vec::new(),
             prefixes: Vec::new(),
             first: Vec::new(),
             model: Rmi::train(&[0], 1).map_err(|_| ProtoError::Bad("model"))?,
@@ -86,13 +94,28 @@ impl Router {
             router.sep_bytes.extend_from_slice(sep);
             router.sep_at.push(router.sep_bytes.len() as u32);
             router.ids.push(id);
-            let p = key_prefix(sep);
+        }
+        r.finish()?;
+        if n >= 2 {
+            let mut common = router.sep(1).to_vec();
+            for i in 2..n {
+                let s = router.sep(i);
+                let same = common.iter().zip(s).take_while(|(a, b)| a == b).count();
+                common.truncate(same);
+            }
+            router.common = common;
+        }
+        for i in 0..n {
+            let p = if i == 0 {
+                0
+            } else {
+                key_prefix(&router.sep(i)[router.common.len()..])
+            };
             if router.prefixes.last() != Some(&p) {
                 router.prefixes.push(p);
                 router.first.push(i as u32);
             }
         }
-        r.finish()?;
         let models = (router.prefixes.len() / PREFIXES_PER_MODEL).max(1);
         router.model =
             Rmi::train(&router.prefixes, models).map_err(|_| ProtoError::Bad("model"))?;
@@ -119,7 +142,20 @@ impl Router {
 
     /// The leaf that holds `key` as of this snapshot.
     pub fn route(&self, key: &[u8]) -> Routed {
-        let p = key_prefix(key);
+        let Some(tail) = key.strip_prefix(self.common.as_slice()) else {
+            // Every separator but the first starts with the common prefix:
+            // a key below it is in the first leaf, one above in the last.
+            let i = if key < self.common.as_slice() {
+                0
+            } else {
+                self.ids.len() - 1
+            };
+            return Routed {
+                leaf: self.ids[i],
+                ..Routed::default()
+            };
+        };
+        let p = key_prefix(tail);
         let w = self.model.predict(p);
         let in_window =
             self.prefixes[w.lo] <= p && self.prefixes.get(w.hi + 1).is_none_or(|&next| next > p);
