@@ -88,7 +88,7 @@ pub mod status {
 }
 
 fn key_ok(k: &[u8], max: usize) -> Result<(), ProtoError> {
-    if k.is_empty() && max == MAX_KEY || k.len() > max {
+    if (k.is_empty() && max == MAX_KEY) || k.len() > max {
         return Err(ProtoError::Bad("key length"));
     }
     Ok(())
