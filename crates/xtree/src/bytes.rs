@@ -92,7 +92,7 @@ const OUT_OF_LINE: u64 = 1 << 32;
 const _: () = assert!(SLOTS_WORD == 20);
 const _: () = assert!(SUM_WORD == 148);
 const _: () = assert!(LEAF_BYTES == 1192);
-const _: () = assert!(INLINE_KEY % 8 == 0 && INLINE_VALUE == 16);
+const _: () = assert!(INLINE_KEY.is_multiple_of(8) && INLINE_VALUE == 16);
 const _: () = assert!(SLOTS < 256 && MAX_VALUE < (1 << 24));
 
 /// Why bytes of a byte leaf or record cannot be used.
@@ -325,7 +325,7 @@ pub fn encode_leaf(
     high: Option<&[u8]>,
     slots: &[SlotImage<'_>],
 ) -> [u64; LEAF_WORDS] {
-    assert!(slots.len() <= SLOTS && seq % 2 == 0);
+    assert!(slots.len() <= SLOTS && seq.is_multiple_of(2));
     let mut w = [0u64; LEAF_WORDS];
     w[HEADER_WORD] = slots.len() as u64 | (next.unwrap_or(NO_NEXT) as u64) << 32;
     w[SEQ_WORD] = seq;
@@ -393,7 +393,7 @@ fn decode_slot(bytes: &[u8], i: usize) -> Result<Slot, BytesLeafError> {
     }
     let value = if out {
         let offset = le_word(bytes, at + 6);
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(BytesLeafError::Corrupt("record offset not aligned"));
         }
         SlotValue::Record(FatPtr {
@@ -468,7 +468,7 @@ pub fn decode_leaf(bytes: &[u8]) -> Result<BytesLeaf, BytesLeafError> {
 /// On a key or value over its bound (server bugs, not input).
 pub fn encode_record(key: &[u8], value: &[u8], offset: u64) -> (Vec<u64>, FatPtr) {
     assert!((1..=MAX_KEY).contains(&key.len()) && value.len() <= MAX_VALUE);
-    assert!(offset % 8 == 0);
+    assert!(offset.is_multiple_of(8));
     let mut p = FatPtr {
         offset,
         key_len: key.len() as u8,

@@ -46,6 +46,8 @@ pub enum BytesError {
 pub struct BytesStats {
     /// GETs.
     pub gets: u64,
+    /// SCANs.
+    pub scans: u64,
     /// Leaf READs of GETs (leaves per GET = this / gets).
     pub get_leaf_reads: u64,
     /// Record READs of GETs.
@@ -80,6 +82,9 @@ pub struct BytesClient<E: Endpoint> {
     reply: Vec<u8>,
     batch: Batch,
 }
+
+/// A key and a value read back.
+type Pair = (Vec<u8>, Vec<u8>);
 
 /// What one leaf step of a lookup decided.
 enum Step {
@@ -204,10 +209,7 @@ impl<E: Endpoint> BytesClient<E> {
 
     /// Reads the records at `ptrs` in one round trip; `None` for each that
     /// failed its checks, else the key copy and the value.
-    fn read_records(
-        &mut self,
-        ptrs: &[FatPtr],
-    ) -> Result<Vec<Option<(Vec<u8>, Vec<u8>)>>, BytesError> {
+    fn read_records(&mut self, ptrs: &[FatPtr]) -> Result<Vec<Option<Pair>>, BytesError> {
         self.batch.clear();
         let mut spans = Vec::with_capacity(ptrs.len());
         for p in ptrs {
@@ -354,6 +356,7 @@ impl<E: Endpoint> BytesClient<E> {
             )));
         }
         let n = n.min(proto::MAX_SCAN);
+        self.stats.scans += 1;
         let want = out.len() + n;
         let mut cursor = start.to_vec();
         let mut id = self.route(start)?;
@@ -393,12 +396,11 @@ impl<E: Endpoint> BytesClient<E> {
 
     /// The pairs of `leaf` from `from` on, sorted; `None` if a record
     /// failed its checks (read the leaf again).
-    #[allow(clippy::type_complexity)]
     fn leaf_pairs(
         &mut self,
         leaf: &BytesLeaf,
         from: &[u8],
-    ) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, BytesError> {
+    ) -> Result<Option<Vec<Pair>>, BytesError> {
         let mut pairs = Vec::with_capacity(leaf.slots.len());
         let mut ptrs = Vec::new();
         for s in &leaf.slots {

@@ -246,7 +246,7 @@ fn figures(s: BytesStats, counters: Counters, cache: usize) -> ClientFigures {
     ClientFigures {
         counters,
         direct: Some(DirectStats {
-            reads: s.gets,
+            reads: s.gets + s.scans,
             fallbacks: s.fallbacks,
             invalidations: s.chases + s.refreshes,
             get_leaves: s.get_leaf_reads,
