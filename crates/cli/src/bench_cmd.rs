@@ -182,10 +182,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1, value_parser = crate::flags::usize_in(1, 64))]
     groups: usize,
     /// histore and its baselines: bytes of a key (8..=19 binary, 20..=1024
-    /// zero-padded decimal; default 20).
+    /// zero-padded decimal; default 20); xstore-bytes: 8..=64 (default 16).
     #[arg(long)]
     key_size: Option<usize>,
-    /// histore and its baselines: bytes of a value (8..=4096; default 32).
+    /// histore and its baselines: bytes of a value (8..=4096; default 32);
+    /// xstore-bytes: 8..=1048576 (default 8; over 16 out of line).
     #[arg(long)]
     value_size: Option<usize>,
     /// histore and its baselines: trace one operation in N phase by phase

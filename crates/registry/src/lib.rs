@@ -15,6 +15,7 @@ pub use kv::SystemDesc;
 /// plots and `--list-systems` show them). One line per system crate.
 const TABLES: &[fn() -> &'static [SystemDesc]] = &[
     xstore::kv::systems,
+    xstore::bytes::kv::systems,
     rolex::kv::systems,
     histore::kv::systems,
     finestore::kv::systems,

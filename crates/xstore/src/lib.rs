@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bytes;
 pub mod client;
 pub mod durable;
 pub mod kv;

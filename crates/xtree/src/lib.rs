@@ -26,6 +26,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bytes;
 pub mod chunks;
 pub mod error;
 pub mod inner;
