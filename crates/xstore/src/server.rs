@@ -756,6 +756,15 @@ impl Shared {
         let Some(right) = self.tree.leaf_summary(split.right) else {
             return;
         };
+        if !self.served_directly(left.low, right.high) {
+            // A range this server receives by a move (or does not serve
+            // directly for another reason): its table entries are masked
+            // anyway, and the hook retrains the range's sub-models when
+            // it changes hands. Retraining on each split of a move's copy
+            // walked the whole growing sub-model thousands of times and
+            // made it "too wide", i.e. full retrains of the tree.
+            return;
+        }
         let (first, _) = p.base.locate(left.low);
         let (last, _) = p.base.locate(right.high.saturating_sub(1).max(left.low));
         for sub in first..=last {
@@ -904,6 +913,13 @@ impl Shared {
                 None => self.maybe_resize(),
             }
         }
+    }
+
+    /// Whether clients may read the leaves of `[low, high)` one-sidedly
+    /// (every leaf without a fence).
+    fn served_directly(&self, low: u64, high: u64) -> bool {
+        let fence = self.fence.read().expect("fence lock").clone();
+        fence.is_none_or(|f| f.direct(low, high))
     }
 
     /// `tt` with the entries of leaves the fence keeps from one-sided
