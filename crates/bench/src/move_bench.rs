@@ -347,9 +347,9 @@ impl Mover {
                 &mut |_| {},
             )
             .map_err(|source| MoveBenchError::Move {
-                    what: format!("move {i}: {lo}..{hi} to {to}"),
-                    source,
-                })?;
+                what: format!("move {i}: {lo}..{hi} to {to}"),
+                source,
+            })?;
             let end = t0.elapsed().as_secs_f64();
             eprintln!(
                 "move {i}: {lo}..{hi} {} -> {}: {} keys in {:.3} s ({:.3} s frozen; {} delta keys in {} pre-copy rounds)",
