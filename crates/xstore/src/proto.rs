@@ -1261,7 +1261,10 @@ mod tests {
         let req = Request::UpsertBatch {
             pairs: vec![(1, 1)],
         };
-        assert_eq!(Reply::decode(&req, &[0]).unwrap(), Reply::Status(Status::Ok));
+        assert_eq!(
+            Reply::decode(&req, &[0]).unwrap(),
+            Reply::Status(Status::Ok)
+        );
         assert!(Reply::decode(&req, &[0, 1]).is_err());
     }
 

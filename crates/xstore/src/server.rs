@@ -1377,7 +1377,11 @@ fn admit_batch(fence: &dyn Fence, req: &Request, revision: Option<u64>) -> Resul
 /// `sync` mode: each pair of an UPSERT_BATCH through the log writer (as a
 /// single UPSERT goes); one reply once all are applied — the first
 /// failure's status, or OK.
-fn upsert_batch_sync(d: &crate::durable::Durable, pairs: &[(u64, u64)], respond: fabric::Responder) {
+fn upsert_batch_sync(
+    d: &crate::durable::Durable,
+    pairs: &[(u64, u64)],
+    respond: fabric::Responder,
+) {
     struct Left {
         n: usize,
         status: u8,
@@ -1435,7 +1439,9 @@ impl Handler {
         // plain one must not write (or read) around the map, e.g. into a
         // range that moved away or is frozen for a move.
         let (req, admission) = match req {
-            Request::Fenced { revision, inner } if matches!(*inner, Request::UpsertBatch { .. }) => {
+            Request::Fenced { revision, inner }
+                if matches!(*inner, Request::UpsertBatch { .. }) =>
+            {
                 let admission = admit_batch(&*fence, &inner, Some(revision));
                 (*inner, admission)
             }
