@@ -250,3 +250,37 @@ fn the_targets_copy_queues_no_retrains_until_the_commit() {
     }
     wait_keys(&a, 200);
 }
+
+#[test]
+fn a_batch_to_a_sync_server_is_durable_when_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = || {
+        let fabric = fabric::LocalFabric::new();
+        let node = fabric.add_node();
+        let config = ServerConfig {
+            durability: Some(xstore::DurabilityConfig::new(dir.path())),
+            train_threads: 1,
+            ..ServerConfig::default()
+        };
+        let server = Server::start_local(config, &[], &fabric, node).unwrap();
+        let c = Client::connect(fabric.endpoint(), node, ClientConfig::default()).unwrap();
+        (fabric, server, c)
+    };
+    let batch: Vec<(u64, u64)> = (1..=3000u64).map(|k| (k * 7, k)).collect();
+    {
+        let (_f, _server, mut c) = start();
+        // `sync` mode: every pair through the log writer, one answer.
+        c.upsert_batch(&batch).unwrap();
+        c.upsert_batch(&[(7, 70)]).unwrap();
+        assert!(matches!(
+            c.upsert_batch(&[(u64::MAX, 1)]),
+            Err(ClientError::ReservedKey(_) | ClientError::Server(_))
+        ));
+    }
+    // Answered means durable: a restart from the directory has them all.
+    let (_f, _server, mut c) = start();
+    assert_eq!(c.get(7).unwrap(), Some(70));
+    for &(k, v) in &batch[1..] {
+        assert_eq!(c.get(k).unwrap(), Some(v), "key {k}");
+    }
+}
