@@ -51,6 +51,8 @@ pub struct MoveBenchOptions {
     pub rebalance_target: f64,
     /// Seconds of load the rebalancer measures per round, in (0, 60].
     pub rebalance_window_s: f64,
+    /// How the manual moves copy (their pace).
+    pub move_options: cluster::MoveOptions,
 }
 
 /// Why a run could not be made, or failed.
@@ -335,11 +337,19 @@ impl Mover {
                     MoveBenchError::Mover("no range to move (too few keys per server?)".into())
                 })?;
             let start = t0.elapsed().as_secs_f64();
-            let report = cluster::move_range(&self.etcd, lo, hi, &to, self.token.as_deref())
-                .map_err(|source| MoveBenchError::Move {
-                    what: format!("move {i}: {lo}..{hi} to {to}"),
-                    source,
-                })?;
+            let report = cluster::move_range_paced(
+                &self.etcd,
+                lo,
+                hi,
+                &to,
+                self.token.as_deref(),
+                self.options.move_options,
+                &mut |_| {},
+            )
+            .map_err(|source| MoveBenchError::Move {
+                what: format!("move {i}: {lo}..{hi} to {to}"),
+                source,
+            })?;
             let end = t0.elapsed().as_secs_f64();
             eprintln!(
                 "move {i}: {lo}..{hi} {} -> {}: {} keys in {:.3} s ({:.3} s frozen; {} delta keys in {} pre-copy rounds)",
@@ -566,6 +576,7 @@ mod tests {
             rebalance_rounds: 0,
             rebalance_target: 0.36,
             rebalance_window_s: 1.0,
+            move_options: cluster::MoveOptions::default(),
         };
         let err = |o: &MoveBenchOptions, n| validate(o, n).unwrap_err().to_string();
         assert!(err(&options, 100).contains("nothing to do"));

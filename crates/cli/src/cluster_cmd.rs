@@ -106,6 +106,10 @@ struct MoveArgs {
     /// Thaw a frozen move of exactly this range at its owner instead.
     #[arg(long)]
     abort: bool,
+    /// Pairs per second the pre-copy writes to the target (0: unpaced;
+    /// else 1000..=10^9): a slower copy leaves the clients more CPU.
+    #[arg(long, default_value_t = cluster::DEFAULT_COPY_RATE, value_parser = crate::cluster_move_bench::copy_rate)]
+    copy_rate: u64,
     /// The servers' access token, if they require one.
     #[command(flatten)]
     token: TokenArgs,
@@ -295,7 +299,11 @@ fn move_cmd(args: &MoveArgs) -> Result<()> {
         return Ok(());
     }
     let to = args.to.as_deref().context("--to SERVER is required")?;
-    let r = cluster::move_range(&etcd, lo, hi, to, args.token.resolve()?.as_deref())
+    let options = cluster::MoveOptions {
+        copy_rate: args.copy_rate,
+    };
+    let token = args.token.resolve()?;
+    let r = cluster::move_range_paced(&etcd, lo, hi, to, token.as_deref(), options, &mut |_| {})
         .with_context(|| format!("moving {lo}..{hi} to {to}"))?;
     println!(
         "moved {}..{} from {} to {}: {} keys ({} stale cleared), map revision {} -> {}, {:.3} s ({:.3} s frozen)",

@@ -55,9 +55,26 @@ pub struct MoveBenchArgs {
     /// Seconds of load the rebalancer measures per round.
     #[arg(long, default_value_t = 1.0)]
     rebalance_window_s: f64,
+    /// Pairs per second the manual moves copy at (0: unpaced; else
+    /// 1000..=10^9).
+    #[arg(long, default_value_t = cluster::DEFAULT_COPY_RATE, value_parser = copy_rate)]
+    copy_rate: u64,
     /// The servers' access token (`cluster up` makes one: DIR/token).
     #[command(flatten)]
     token: TokenArgs,
+}
+
+/// A move's copy rate in pairs per second: 0 (unpaced) or 1000..=10^9
+/// (slower would take a 4096-pair batch seconds).
+pub(crate) fn copy_rate(s: &str) -> Result<u64, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number of pairs per second"))?;
+    if v == 0 || (1_000..=1_000_000_000).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v}: 0 (unpaced) or 1000..=1000000000"))
+    }
 }
 
 impl MoveBenchArgs {
@@ -77,6 +94,9 @@ impl MoveBenchArgs {
             rebalance_rounds: self.rebalance_rounds,
             rebalance_target: self.rebalance_target,
             rebalance_window_s: self.rebalance_window_s,
+            move_options: cluster::MoveOptions {
+                copy_rate: self.copy_rate,
+            },
         }
     }
 }

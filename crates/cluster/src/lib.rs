@@ -35,7 +35,10 @@ pub mod up;
 
 pub use etcd::{Etcd, MapWatch};
 pub use map::{Member, Range, ShardMap};
-pub use moves::{move_range, move_range_with, MoveError, MoveReport, MoveStep};
+pub use moves::{
+    move_range, move_range_paced, move_range_with, MoveError, MoveOptions, MoveReport, MoveStep,
+    DEFAULT_COPY_RATE,
+};
 pub use routed_client::{FixedMap, RoutedWrite, Router, RouterError, RouterStats};
 pub use shard::{Ownership, RangeHook, Shard};
 

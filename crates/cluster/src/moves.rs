@@ -51,8 +51,70 @@ use crate::{ClusterError, Etcd, ShardMap};
 /// Pairs per copy SCAN.
 const COPY_BATCH: usize = 16_384;
 
-/// Writes the copy keeps in flight to the target.
+/// Writes the copy keeps in flight to the target (single writes: the
+/// deletes, and upserts to a server without UPSERT_BATCH).
 const COPY_WINDOW: usize = 32;
+
+/// The mover's default copy rate, in pairs per second written to the
+/// target (see [`MoveOptions::copy_rate`]).
+pub const DEFAULT_COPY_RATE: u64 = 100_000;
+
+/// How a move copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoveOptions {
+    /// Most pairs per second the mover writes to the target during the
+    /// pre-copy's snapshot (0: as fast as it can). The copy is bulk
+    /// upserts of [`xstore::proto::MAX_BATCH`] pairs; pacing spreads
+    /// them so that the clients keep their share of the servers' CPU.
+    /// Frozen copies (a move resumed frozen, or without a capture) and
+    /// the last delta are never paced: clients wait for them.
+    pub copy_rate: u64,
+}
+
+impl Default for MoveOptions {
+    fn default() -> Self {
+        MoveOptions {
+            copy_rate: DEFAULT_COPY_RATE,
+        }
+    }
+}
+
+/// Spreads the copy's writes at a rate (see [`MoveOptions::copy_rate`]).
+struct Pace {
+    /// Pairs per second; 0: unpaced.
+    rate: u64,
+    started: Instant,
+    /// Pairs written since `started`.
+    done: u64,
+}
+
+impl Pace {
+    fn new(rate: u64) -> Pace {
+        Pace {
+            rate,
+            started: Instant::now(),
+            done: 0,
+        }
+    }
+
+    fn unpaced() -> Pace {
+        Pace::new(0)
+    }
+
+    /// `n` more pairs were written: sleeps until the rate allows the next.
+    fn wrote(&mut self, n: usize) {
+        self.done += n as u64;
+        if self.rate == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.done as f64 / self.rate as f64);
+        if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+            // Bounded: one batch at the slowest rate is MAX_BATCH seconds
+            // at 1 pair/s; the flag's floor keeps it far below.
+            std::thread::sleep(wait);
+        }
+    }
+}
 
 /// How long the mover waits for a server to adopt the frozen map.
 const ADOPT_WAIT: Duration = Duration::from_secs(20);
@@ -262,6 +324,43 @@ fn write_all(
     Ok(n)
 }
 
+/// Upserts `pairs` (ascending) on `server` at `revision` in UPSERT_BATCH
+/// requests of [`xstore::proto::MAX_BATCH`], at `pace`; single upserts
+/// for a server that predates the batch (it answers `BadRequest`).
+fn upsert_all(
+    server: &str,
+    revision: u64,
+    c: &mut Remote,
+    pairs: &[(u64, u64)],
+    pace: &mut Pace,
+) -> Result<u64, MoveError> {
+    for (i, chunk) in pairs.chunks(xstore::proto::MAX_BATCH).enumerate() {
+        match c.upsert_batch(chunk) {
+            Ok(()) => pace.wrote(chunk.len()),
+            Err(ClientError::Server(xstore::proto::Status::BadRequest)) if i == 0 => {
+                tracing::warn!(server, "no UPSERT_BATCH: copying by single upserts");
+                let upserts = pairs
+                    .iter()
+                    .map(|&(key, value)| Write::Upsert { key, value });
+                return write_all(server, revision, c, upserts);
+            }
+            Err(ClientError::WrongOwner { revision: now }) => {
+                return Err(MoveError::MapChanged {
+                    frozen: revision,
+                    now,
+                })
+            }
+            Err(source) => {
+                return Err(MoveError::Server {
+                    server: server.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(pairs.len() as u64)
+}
+
 /// Where a move is, for [`move_range_with`]'s pause hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MoveStep {
@@ -304,6 +403,19 @@ pub fn move_range_with(
     token: Option<&str>,
     pause: &mut dyn FnMut(MoveStep),
 ) -> Result<MoveReport, MoveError> {
+    move_range_paced(etcd, lo, hi, to, token, MoveOptions::default(), pause)
+}
+
+/// [`move_range_with`] with `options` (the copy's pace).
+pub fn move_range_paced(
+    etcd: &Etcd,
+    lo: u64,
+    hi: u64,
+    to: &str,
+    token: Option<&str>,
+    options: MoveOptions,
+    pause: &mut dyn FnMut(MoveStep),
+) -> Result<MoveReport, MoveError> {
     let started = Instant::now();
     if !etcd.sealed_by(token).members()?.contains_key(to) {
         return Err(MoveError::NotRegistered(to.to_string()));
@@ -330,7 +442,17 @@ pub fn move_range_with(
     tracing::info!(lo, hi, from, to, revision = rev, "range pre-copying");
     let mut source = connect(etcd, &from, token, rev)?;
     let mut target = connect(etcd, to, token, rev)?;
-    let mut pre = match precopy(&from, to, rev, &mut source, &mut target, lo, hi, pause)? {
+    let mut pace = Pace::new(options.copy_rate);
+    let precopied = precopy(
+        &from,
+        to,
+        rev,
+        (&mut source, &mut target),
+        (lo, hi),
+        &mut pace,
+        pause,
+    )?;
+    let mut pre = match precopied {
         Some(pre) => pre,
         // The owner cannot capture changes (or lost them): freeze and
         // copy it whole.
@@ -373,15 +495,13 @@ struct PreCopy {
 /// The pre-copy at revision `rev` (the range marked `copying_to`): start
 /// the owner's capture, copy a snapshot, then copy deltas until one is
 /// small. `None` if the owner cannot capture or its capture overflowed.
-#[allow(clippy::too_many_arguments)]
 fn precopy(
     from: &str,
     to: &str,
     rev: u64,
-    source: &mut Remote,
-    target: &mut Remote,
-    lo: u64,
-    hi: u64,
+    (source, target): (&mut Remote, &mut Remote),
+    (lo, hi): (u64, u64),
+    pace: &mut Pace,
     pause: &mut dyn FnMut(MoveStep),
 ) -> Result<Option<PreCopy>, MoveError> {
     match at_revision(from, rev, source, |c| c.changes(lo, hi, true, 0)) {
@@ -395,7 +515,7 @@ fn precopy(
         }
         Err(e) => return Err(e),
     }
-    let (keys, cleared) = copy_whole(from, to, rev, source, target, lo, hi)?;
+    let (keys, cleared) = copy_whole(from, to, rev, source, target, lo, hi, pace)?;
     pause(MoveStep::SnapshotCopied);
     let mut pre = PreCopy {
         keys,
@@ -421,6 +541,7 @@ fn precopy(
 /// (clearing what only the target holds) and reads the copy back. Only
 /// the mover writes the range on the target before the commit, so the
 /// copy must equal what was read. Returns (pairs copied, stale cleared).
+#[allow(clippy::too_many_arguments)]
 fn copy_whole(
     from: &str,
     to: &str,
@@ -429,23 +550,31 @@ fn copy_whole(
     target: &mut Remote,
     lo: u64,
     hi: u64,
+    pace: &mut Pace,
 ) -> Result<(u64, u64), MoveError> {
+    let t0 = Instant::now();
     let pairs = read_range(from, rev, source, lo, hi)?;
     let old = read_range(to, rev, target, lo, hi)?;
+    let t1 = Instant::now();
     // Leftovers of an abandoned move (or of an earlier ownership) that
     // the source does not hold: deleted first.
     let keep: std::collections::HashSet<u64> = pairs.iter().map(|p| p.0).collect();
     let stale = old.iter().filter(|p| !keep.contains(&p.0)).map(|p| p.0);
     let cleared = write_all(to, rev, target, stale.map(|key| Write::Delete { key }))?;
-    let keys = write_all(
-        to,
-        rev,
-        target,
-        pairs
-            .iter()
-            .map(|&(key, value)| Write::Upsert { key, value }),
-    )?;
+    let keys = upsert_all(to, rev, target, &pairs, pace)?;
+    let t2 = Instant::now();
     let copied = read_range(to, rev, target, lo, hi)?;
+    // Where a copy's time goes (docs/cluster.md, "Moving a range").
+    tracing::info!(
+        lo,
+        hi,
+        keys,
+        cleared,
+        read_s = (t1 - t0).as_secs_f64(),
+        write_s = (t2 - t1).as_secs_f64(),
+        verify_s = t2.elapsed().as_secs_f64(),
+        "range copied"
+    );
     if copied != pairs {
         return Err(MoveError::CopyDiffers {
             server: to.to_string(),
@@ -479,14 +608,22 @@ fn delta(
         if overflowed {
             return Ok(None);
         }
-        let writes = pairs
+        // Captured keys are distinct and ascending: the upserts go as
+        // batches, the deletes one by one.
+        let pairs: Vec<_> = pairs
             .into_iter()
             .filter(|p| lo <= p.0 && p.0 < hi)
-            .map(|(key, v)| match v {
-                Some(value) => Write::Upsert { key, value },
-                None => Write::Delete { key },
-            });
-        n += write_all(to, rev, target, writes)?;
+            .collect();
+        let upserts: Vec<(u64, u64)> = pairs
+            .iter()
+            .filter_map(|&(key, v)| v.map(|value| (key, value)))
+            .collect();
+        let deletes = pairs
+            .iter()
+            .filter(|p| p.1.is_none())
+            .map(|&(key, _)| Write::Delete { key });
+        n += write_all(to, rev, target, deletes)?;
+        n += upsert_all(to, rev, target, &upserts, &mut Pace::unpaced())?;
         if left == 0 {
             break;
         }
@@ -530,7 +667,16 @@ fn frozen_copy(
     pause(MoveStep::Frozen);
     let mut source = connect(etcd, &from, token, rev)?;
     let mut target = connect(etcd, to, token, rev)?;
-    let (keys, cleared) = copy_whole(&from, to, rev, &mut source, &mut target, lo, hi)?;
+    let (keys, cleared) = copy_whole(
+        &from,
+        to,
+        rev,
+        &mut source,
+        &mut target,
+        lo,
+        hi,
+        &mut Pace::unpaced(),
+    )?;
     let pre = PreCopy {
         keys,
         cleared,

@@ -187,3 +187,100 @@ fn a_capture_that_overflows_falls_back_to_a_frozen_copy() {
     }
     wait_keys(&a, 500);
 }
+
+#[test]
+fn a_batch_written_during_the_precopy_is_captured_key_by_key() {
+    let Some((_p, _dir, etcd, a, b)) = cluster() else {
+        return;
+    };
+    let batch = [(2501, 1), (2502, 2), (5999, 3)];
+    let mut refused_across = false;
+    let report = move_range_with(&etcd, 2000, 6000, "b", None, &mut |step| {
+        if step != MoveStep::SnapshotCopied {
+            return;
+        }
+        let rev = etcd.require_map().unwrap().revision;
+        let mut w = client(&a, rev);
+        // Every key of a batch is admitted (and captured) on its own.
+        at(|| w.upsert_batch(&batch));
+        // One key a does not own refuses the whole batch, before any
+        // pair is applied.
+        refused_across = matches!(
+            w.upsert_batch(&[(9995, 1), (10_005, 1)]),
+            Err(ClientError::WrongOwner { .. })
+        );
+    })
+    .unwrap();
+    assert!(refused_across);
+    assert_eq!(report.keys, 400);
+    assert_eq!(report.delta_keys, 3, "{report:?}");
+    let mut r = client(&b, report.revision);
+    for (k, v) in batch {
+        assert_eq!(at(|| r.get(k)), Some(v), "key {k}");
+    }
+    let mut old = client(&a, report.revision);
+    assert_eq!(at(|| old.get(9995)), None);
+}
+
+#[test]
+fn the_targets_copy_queues_no_retrains_until_the_commit() {
+    let Some((_p, _dir, etcd, a, b)) = cluster() else {
+        return;
+    };
+    let before = b.server.stats();
+    let mut during = None;
+    let report = move_range_with(&etcd, 0, 8000, "b", None, &mut |step| {
+        if step == MoveStep::SnapshotCopied {
+            during = Some((b.server.stats(), b.server.pending_retrains()));
+        }
+    })
+    .unwrap();
+    assert_eq!(report.keys, 800);
+    let (during, pending) = during.unwrap();
+    // 800 pairs into b's first leaf split it many times; b does not serve
+    // the range yet (its table entries are masked), so no split queued a
+    // retrain (each one walked the whole growing sub-model).
+    assert!(during.splits >= before.splits + 20, "{during:?}");
+    assert_eq!((during.retrains, pending), (before.retrains, 0));
+    // The commit's hook retrains the range b now serves.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while b.server.stats().retrains == before.retrains {
+        assert!(Instant::now() < deadline, "no retrain after the commit");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    wait_keys(&a, 200);
+}
+
+#[test]
+fn a_batch_to_a_sync_server_is_durable_when_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = || {
+        let fabric = fabric::LocalFabric::new();
+        let node = fabric.add_node();
+        let config = ServerConfig {
+            durability: Some(xstore::DurabilityConfig::new(dir.path())),
+            train_threads: 1,
+            ..ServerConfig::default()
+        };
+        let server = Server::start_local(config, &[], &fabric, node).unwrap();
+        let c = Client::connect(fabric.endpoint(), node, ClientConfig::default()).unwrap();
+        (fabric, server, c)
+    };
+    let batch: Vec<(u64, u64)> = (1..=3000u64).map(|k| (k * 7, k)).collect();
+    {
+        let (_f, _server, mut c) = start();
+        // `sync` mode: every pair through the log writer, one answer.
+        c.upsert_batch(&batch).unwrap();
+        c.upsert_batch(&[(7, 70)]).unwrap();
+        assert!(matches!(
+            c.upsert_batch(&[(u64::MAX, 1)]),
+            Err(ClientError::ReservedKey(_) | ClientError::Server(_))
+        ));
+    }
+    // Answered means durable: a restart from the directory has them all.
+    let (_f, _server, mut c) = start();
+    assert_eq!(c.get(7).unwrap(), Some(70));
+    for &(k, v) in &batch[1..] {
+        assert_eq!(c.get(k).unwrap(), Some(v), "key {k}");
+    }
+}

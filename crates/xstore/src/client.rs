@@ -968,6 +968,24 @@ impl<E: Endpoint> Client<E> {
         }
     }
 
+    /// Upserts `pairs` (1..=[`crate::proto::MAX_BATCH`], keys strictly
+    /// ascending) in one UPSERT_BATCH request: a range move's bulk copy.
+    /// `ClientError::Server(BadRequest)` from a server that predates it.
+    pub fn upsert_batch(&mut self, pairs: &[(u64, u64)]) -> Result<(), ClientError> {
+        if pairs.is_empty()
+            || pairs.len() > crate::proto::MAX_BATCH
+            || pairs.windows(2).any(|w| w[0].0 >= w[1].0)
+        {
+            return Err(ProtoError::Bad("an UPSERT_BATCH of 1..=MAX_BATCH ascending keys").into());
+        }
+        match self.rpc(&Request::UpsertBatch {
+            pairs: pairs.to_vec(),
+        })? {
+            Reply::Status(Status::Ok) => Ok(()),
+            other => Err(ClientError::Server(other.status())),
+        }
+    }
+
     fn fallback_scan(
         &mut self,
         start: u64,

@@ -18,9 +18,16 @@
 //!   UPSERT       key u64, value u64
 //!   UPDATE       key u64, value u64, hints u8 (<= 8), hints × (aln u32, inca u32)
 //!   DELETE       key u64
+//!   UPSERT_BATCH n u32 (1..=MAX_BATCH), n × (key u64, value u64), keys
+//!                strictly ascending (keyed by its first key)
 //!   FENCED       revision u64, then a whole GET, GET_VALUE, SCAN, INSERT,
 //!                UPSERT, UPDATE or DELETE request (not another FENCED)
 //! ```
+//!
+//! UPSERT_BATCH is a range move's bulk copy: one request upserts up to
+//! [`MAX_BATCH`] pairs, each admitted by the fence on its own key, and is
+//! answered by one status (the first failure's, if any; pairs before it
+//! are applied).
 //!
 //! FENCED carries the shard-map revision a range-partitioned client routed
 //! by: the server serves the inner request only if it owns the key at that
@@ -139,7 +146,14 @@ pub enum Opcode {
     /// their values now. A server without a capturing fence answers
     /// [`Status::BadRequest`].
     Changes = 14,
+    /// Upsert a sorted batch of pairs (a range move's copy): one round
+    /// trip and one request instead of one per pair. A server that
+    /// predates it answers [`Status::BadRequest`].
+    UpsertBatch = 15,
 }
+
+/// Most pairs one UPSERT_BATCH carries (64 KiB of pairs).
+pub const MAX_BATCH: usize = 4096;
 
 /// Most changed keys one CHANGES reply carries.
 pub const MAX_CHANGES: u32 = 1 << 14;
@@ -221,6 +235,11 @@ pub enum Request {
         /// Most keys to take (at most [`MAX_CHANGES`]).
         max: u32,
     },
+    /// [`Opcode::UpsertBatch`]: keyed by its first key.
+    UpsertBatch {
+        /// 1..=[`MAX_BATCH`] pairs, keys strictly ascending.
+        pairs: Vec<(u64, u64)>,
+    },
     /// [`Opcode::Fenced`]: `inner` (a keyed request, see
     /// [`Request::key`]) routed by the shard map at `revision`.
     Fenced {
@@ -245,6 +264,7 @@ impl Request {
             | Request::Update { key, .. }
             | Request::Scan { start: key, .. }
             | Request::Changes { lo: key, .. } => Some(key),
+            Request::UpsertBatch { ref pairs } => pairs.first().map(|p| p.0),
             Request::Meta
             | Request::Info
             | Request::FetchTop
@@ -316,6 +336,14 @@ impl Request {
                 out.push(*start as u8);
                 put_u32(out, *max);
             }
+            Request::UpsertBatch { pairs } => {
+                out.push(Opcode::UpsertBatch as u8);
+                put_u32(out, pairs.len() as u32);
+                for &(key, value) in pairs {
+                    put_u64(out, key);
+                    put_u64(out, value);
+                }
+            }
             Request::Fenced { revision, inner } => {
                 out.push(Opcode::Fenced as u8);
                 put_u64(out, *revision);
@@ -386,6 +414,9 @@ impl Request {
                 }
                 Request::Changes { lo, hi, start, max }
             }
+            15 => Request::UpsertBatch {
+                pairs: decode_batch(&mut r)?,
+            },
             7 => {
                 let key = r.u64("key")?;
                 let value = r.u64("value")?;
@@ -409,6 +440,25 @@ impl Request {
         r.finish()?;
         Ok(req)
     }
+}
+
+/// The pairs of an UPSERT_BATCH: a count within bounds that the bytes
+/// can hold, keys strictly ascending (so one range check covers them).
+fn decode_batch(r: &mut Reader<'_>) -> Result<Vec<(u64, u64)>, ProtoError> {
+    let n = r.u32("batch count")? as usize;
+    if n == 0 || n > MAX_BATCH || n > r.remaining() / 16 {
+        return Err(ProtoError::Bad("batch count"));
+    }
+    let mut pairs: Vec<(u64, u64)> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let key = r.u64("key")?;
+        let value = r.u64("value")?;
+        if pairs.last().is_some_and(|p| p.0 >= key) {
+            return Err(ProtoError::Bad("batch keys not ascending"));
+        }
+        pairs.push((key, value));
+    }
+    Ok(pairs)
 }
 
 /// Reply status.
@@ -1079,9 +1129,10 @@ impl Reply {
                 },
                 Request::Stats => Reply::Stats(ServerStats::decode(&mut r)?),
                 Request::Info => Reply::Info(ServerInfo::decode(&mut r)?),
-                Request::Insert { .. } | Request::Update { .. } | Request::Delete { .. } => {
-                    Reply::Status(Status::Ok)
-                }
+                Request::Insert { .. }
+                | Request::Update { .. }
+                | Request::Delete { .. }
+                | Request::UpsertBatch { .. } => Reply::Status(Status::Ok),
                 Request::Changes { max, .. } => {
                     let overflowed = r.u8("overflow flag")? != 0;
                     let left = r.u32("left")?;
@@ -1136,6 +1187,9 @@ mod tests {
             },
             Request::Insert { key: 1, value: 2 },
             Request::Upsert { key: 1, value: 2 },
+            Request::UpsertBatch {
+                pairs: vec![(1, 2), (3, 4), (u64::MAX - 1, 5)],
+            },
             Request::Update {
                 key: 5,
                 value: 6,
@@ -1181,6 +1235,37 @@ mod tests {
         })
         .is_err());
         assert!(Request::decode(&[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]).is_err());
+    }
+
+    #[test]
+    fn upsert_batches_out_of_bounds_or_order_are_refused() {
+        let batch = |n: u32, pairs: &[(u64, u64)]| {
+            let mut b = vec![Opcode::UpsertBatch as u8];
+            b.extend_from_slice(&n.to_le_bytes());
+            for &(k, v) in pairs {
+                b.extend_from_slice(&k.to_le_bytes());
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            Request::decode(&b)
+        };
+        assert!(batch(2, &[(1, 1), (2, 2)]).is_ok());
+        assert!(batch(0, &[]).is_err(), "empty");
+        assert!(batch(2, &[(2, 1), (1, 2)]).is_err(), "descending");
+        assert!(batch(2, &[(1, 1), (1, 2)]).is_err(), "repeated key");
+        assert!(batch(3, &[(1, 1), (2, 2)]).is_err(), "count past the bytes");
+        assert!(batch(u32::MAX, &[(1, 1)]).is_err(), "count past the bound");
+        let too_many: Vec<(u64, u64)> = (0..=MAX_BATCH as u64).map(|k| (k, k)).collect();
+        assert!(batch(too_many.len() as u32, &too_many).is_err());
+        assert!(batch(MAX_BATCH as u32, &too_many[..MAX_BATCH]).is_ok());
+        // The reply is a status.
+        let req = Request::UpsertBatch {
+            pairs: vec![(1, 1)],
+        };
+        assert_eq!(
+            Reply::decode(&req, &[0]).unwrap(),
+            Reply::Status(Status::Ok)
+        );
+        assert!(Reply::decode(&req, &[0, 1]).is_err());
     }
 
     fn sample_sub(tt_len: u32) -> SubPayload {

@@ -756,6 +756,15 @@ impl Shared {
         let Some(right) = self.tree.leaf_summary(split.right) else {
             return;
         };
+        if !self.served_directly(left.low, right.high) {
+            // A range this server receives by a move (or does not serve
+            // directly for another reason): its table entries are masked
+            // anyway, and the hook retrains the range's sub-models when
+            // it changes hands. Retraining on each split of a move's copy
+            // walked the whole growing sub-model thousands of times and
+            // made it "too wide", i.e. full retrains of the tree.
+            return;
+        }
         let (first, _) = p.base.locate(left.low);
         let (last, _) = p.base.locate(right.high.saturating_sub(1).max(left.low));
         for sub in first..=last {
@@ -906,6 +915,13 @@ impl Shared {
         }
     }
 
+    /// Whether clients may read the leaves of `[low, high)` one-sidedly
+    /// (every leaf without a fence).
+    fn served_directly(&self, low: u64, high: u64) -> bool {
+        let fence = self.fence.read().expect("fence lock").clone();
+        fence.is_none_or(|f| f.direct(low, high))
+    }
+
     /// `tt` with the entries of leaves the fence keeps from one-sided
     /// readers marked invalid (see [`Fence::direct`]).
     fn masked(&self, mut tt: Box<[TtEntry]>) -> Box<[TtEntry]> {
@@ -931,13 +947,28 @@ impl Shared {
         let p = self.published();
         let (first, _) = p.base.locate(lo);
         let (last, _) = p.base.locate(hi.saturating_sub(1).max(lo));
-        for sub in first..=last {
-            self.enqueue(&p, sub);
+        // A range that arrived by a move grew without retrains (see
+        // `on_split`): its few sub-models may now span thousands of
+        // leaves, and retraining them would hand every client that asks
+        // a table that large (a stall of seconds after a move of 250 000
+        // keys). The whole model is trained instead, as for any sub-model
+        // grown too wide; meanwhile the bumped incarnations send clients
+        // to RPCs for the range.
+        let subs = u64::from(last - first + 1);
+        let mean = self.tree.leaf_count() / u64::from(p.submodels().max(1));
+        let wide = self.config.resize_model && bumped > subs * 8 * mean.max(32);
+        if wide {
+            self.resize.wide.store(true, Ordering::Release);
+        } else {
+            for sub in first..=last {
+                self.enqueue(&p, sub);
+            }
         }
         tracing::info!(
             lo,
             hi,
             bumped,
+            whole_model = wide,
             "a range changed hands: its leaves re-incarnated"
         );
     }
@@ -1078,6 +1109,7 @@ impl Shared {
                 self.found_or_not(done)
             }
             Request::Changes { lo, hi, start, max } => (self.changes(lo, hi, start, max), None),
+            Request::UpsertBatch { pairs } => self.upsert_batch(&pairs),
             Request::Stats => (Reply::Stats(self.stats()), None),
             Request::Info => (
                 Reply::Info(crate::proto::ServerInfo {
@@ -1218,6 +1250,22 @@ impl Shared {
         }
     }
 
+    /// UPSERT_BATCH without a `sync` log: each pair in turn; the first
+    /// failure answers (pairs before it stay applied).
+    fn upsert_batch(&self, pairs: &[(u64, u64)]) -> (Reply, Option<u64>) {
+        let mut last = None;
+        for &(key, value) in pairs {
+            if key > xtree::MAX_KEY {
+                return (Reply::Status(Status::ReservedKey), last);
+            }
+            match self.upsert(key, value) {
+                (Reply::Upserted { .. }, lsn) => last = lsn.or(last),
+                (refused, _) => return (refused, last),
+            }
+        }
+        (Reply::Status(Status::Ok), last)
+    }
+
     fn update(&self, key: u64, value: u64, hints: &[(u32, u32)]) -> (Reply, Option<u64>) {
         let journal = self.journal();
         for &(aln, inca) in hints {
@@ -1301,6 +1349,73 @@ fn sync_write(req: &Request) -> Option<(u64, crate::durable::WriteOp)> {
     }
 }
 
+/// Admits each pair of an UPSERT_BATCH on its own key (at `revision`, or
+/// at the server's map): a capture records every key, and one key the
+/// server may not write refuses the whole batch. The holds go together.
+fn admit_batch(fence: &dyn Fence, req: &Request, revision: Option<u64>) -> Result<Admitted, u64> {
+    let pairs: &[(u64, u64)] = match req {
+        Request::UpsertBatch { pairs } => pairs,
+        _ => &[],
+    };
+    debug_assert!(!pairs.is_empty(), "decoding refuses empty batches");
+    let mut holds = Vec::with_capacity(pairs.len());
+    let mut hi = u64::MAX;
+    for &(key, _) in pairs {
+        let a = match revision {
+            Some(revision) => fence.admit(key, revision, true)?,
+            None => fence.admit_current(key, true)?,
+        };
+        hi = hi.min(a.hi);
+        holds.extend(a.hold);
+    }
+    Ok(Admitted {
+        hi,
+        hold: Some(Box::new(holds)),
+    })
+}
+
+/// `sync` mode: each pair of an UPSERT_BATCH through the log writer (as a
+/// single UPSERT goes); one reply once all are applied — the first
+/// failure's status, or OK.
+fn upsert_batch_sync(
+    d: &crate::durable::Durable,
+    pairs: &[(u64, u64)],
+    respond: fabric::Responder,
+) {
+    struct Left {
+        n: usize,
+        status: u8,
+        respond: Option<fabric::Responder>,
+    }
+    let left = Arc::new(Mutex::new(Left {
+        n: pairs.len(),
+        status: Status::Ok as u8,
+        respond: Some(respond),
+    }));
+    for &(key, value) in pairs {
+        let left = left.clone();
+        d.write(
+            key,
+            crate::durable::WriteOp::Upsert(value),
+            Box::new(move |reply: Vec<u8>| {
+                let mut l = left.lock().unwrap_or_else(|e| e.into_inner());
+                let status = reply.first().copied().unwrap_or(Status::Unavailable as u8);
+                if l.status == Status::Ok as u8 && status != Status::Ok as u8 {
+                    l.status = status;
+                }
+                l.n -= 1;
+                if l.n == 0 {
+                    let status = l.status;
+                    if let Some(respond) = l.respond.take() {
+                        drop(l);
+                        respond(vec![status]);
+                    }
+                }
+            }),
+        );
+    }
+}
+
 impl Handler {
     /// Counts and decodes a request; a malformed one is answered here, and
     /// so is a keyed one (FENCED or not) for a key a cluster member does
@@ -1324,6 +1439,16 @@ impl Handler {
         // plain one must not write (or read) around the map, e.g. into a
         // range that moved away or is frozen for a move.
         let (req, admission) = match req {
+            Request::Fenced { revision, inner }
+                if matches!(*inner, Request::UpsertBatch { .. }) =>
+            {
+                let admission = admit_batch(&*fence, &inner, Some(revision));
+                (*inner, admission)
+            }
+            req @ Request::UpsertBatch { .. } => {
+                let admission = admit_batch(&*fence, &req, None);
+                (req, admission)
+            }
             Request::Fenced { revision, inner } => {
                 // Decoding checked that a FENCED request has a key.
                 let key = inner.key().unwrap_or(0);
@@ -1391,6 +1516,9 @@ impl RpcHandler for Handler {
             None => respond,
         };
         if let Some(d) = self.0.durable.as_ref().filter(|d| d.waits()) {
+            if let Request::UpsertBatch { pairs } = &req {
+                return upsert_batch_sync(d, pairs, respond);
+            }
             if let Some((key, op)) = sync_write(&req) {
                 // Refusals at the memory limit are logged like the others:
                 // once per interval.
