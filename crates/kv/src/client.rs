@@ -204,6 +204,24 @@ pub trait KvClient: Send {
     fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError>;
     /// Removes a key; false if absent.
     fn delete(&mut self, key: &[u8]) -> Result<bool, KvError>;
+    /// Answers several GETs at once: `answer(i, ...)` for each `keys[i]`,
+    /// in order (`Ok(None)`: absent). The default runs them one by one;
+    /// a system that can batch its reads overrides it (a pipelined batch
+    /// of GETs at a front end is one call).
+    fn get_many(
+        &mut self,
+        keys: &[&[u8]],
+        answer: &mut dyn FnMut(usize, Result<Option<&[u8]>, KvError>),
+    ) {
+        let mut value = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            match self.get(key, &mut value) {
+                Ok(true) => answer(i, Ok(Some(&value))),
+                Ok(false) => answer(i, Ok(None)),
+                Err(e) => answer(i, Err(e)),
+            }
+        }
+    }
     /// Starts a write without waiting for its answer; a system that
     /// cannot keep writes in flight completes it here.
     fn start_write(&mut self, w: Write<'_>) -> Result<Pending, KvError> {
