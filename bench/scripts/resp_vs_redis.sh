@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# redis-benchmark against `xstore resp` (in front of an `xstore server`)
-# and against a real redis-server on this machine, side by side, same
-# commands, same client settings. Usage:
+# redis-benchmark against `xstore resp` and against a real redis-server
+# on this machine, side by side, same commands, same client settings.
+# Usage:
 #   bench/scripts/resp_vs_redis.sh [OUT_DIR] [REQUESTS]
+# Environment:
+#   BACKEND  embedded:NAME (default embedded:xstore: the design loaded in
+#            the front end's process, as Redis holds its data in its own;
+#            the fair comparison) or `server` (an `xstore server` reached
+#            over tcp: one more network hop per request)
+#   LOOPS    the front end's event loops (default 1, as Redis's one thread)
+#   TAG      appended to the results file's name (results-TAG.txt)
 # Needs a release build (cargo build --release --bin xstore) and Redis's
-# tools and server (.ci/redis-deps.sh --with-server). Keys are decimal
-# numbers (-r: __rand_int__ is 12 digits): the XStore server stores u64
-# keys; redis-benchmark's own `-t set` keys (`key:NNN`) are refused there.
+# tools and server (.ci/redis-deps.sh --with-server). Keys: the -r form
+# (`SET __rand_int__ __rand_int__`: 12-digit numbers) for every store;
+# a store of byte strings (INFO's key_bytes other than 8..8) also runs
+# redis-benchmark's own `-t set,get,mset` (keys `key:NNN`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-bench/results/resp-vs-redis}
 n=${2:-200000}
+backend=${BACKEND:-embedded:xstore}
+loops=${LOOPS:-1}
 bin=target/release/xstore
 mkdir -p "$out"
 tmp=$(mktemp -d)
@@ -18,11 +28,16 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 
-$bin server --listen 127.0.0.1:0 --keys 1000000 > "$tmp/server.log" 2>&1 &
-pids+=($!)
-until grep -q '^serving' "$tmp/server.log"; do sleep 0.2; done
-backend=$(grep -m1 '^listening on tcp://' "$tmp/server.log" | cut -d' ' -f3)
-$bin resp --listen 127.0.0.1:0 --backend "$backend" > "$tmp/resp.log" 2>&1 &
+keys=()
+if [ "$backend" = server ]; then
+  $bin server --listen 127.0.0.1:0 --keys 1000000 > "$tmp/server.log" 2>&1 &
+  pids+=($!)
+  until grep -q '^serving' "$tmp/server.log"; do sleep 0.2; done
+  backend=$(grep -m1 '^listening on tcp://' "$tmp/server.log" | cut -d' ' -f3)
+else
+  keys=(--keys 1000000)
+fi
+$bin resp --listen 127.0.0.1:0 --backend "$backend" "${keys[@]}" --loops "$loops" > "$tmp/resp.log" 2>&1 &
 pids+=($!)
 until grep -q '^resp listening on' "$tmp/resp.log"; do sleep 0.2; done
 xport=$(grep -m1 '^resp listening on' "$tmp/resp.log" | awk '{print $4}' | cut -d: -f2)
@@ -30,6 +45,7 @@ rport=$((xport + 1))
 redis-server --port "$rport" --save '' --appendonly no --daemonize no > "$tmp/redis.log" 2>&1 &
 pids+=($!)
 until redis-cli -p "$rport" PING >/dev/null 2>&1; do sleep 0.2; done
+bytes=$(redis-cli -p "$xport" INFO | tr -d '\r' | grep -m1 '^key_bytes:' | cut -d: -f2)
 
 run() { # label port
   local label=$1 port=$2
@@ -39,11 +55,15 @@ run() { # label port
       # shellcheck disable=SC2086
       redis-benchmark -p "$port" -q -n "$n" -c 50 -P "$p" -r 1000000 $cmd | sed "s/^/$label P=$p /"
     done
+    if [ "$bytes" != "8..8" ]; then
+      redis-benchmark -p "$port" -q -n "$n" -c 50 -P "$p" -r 1000000 -t set,get,mset | sed "s/^/$label P=$p /"
+    fi
   done
 }
+file="$out/results${TAG:+-$TAG}.txt"
 {
   echo "# $(date -u +%FT%TZ) $(uptime)"
-  echo "# bench/scripts/resp_vs_redis.sh $out $n; redis-benchmark -c 50 -n $n"
+  echo "# BACKEND=${BACKEND:-embedded:xstore} LOOPS=$loops bench/scripts/resp_vs_redis.sh $out $n; redis-benchmark -c 50 -n $n; store key_bytes $bytes"
   run xstore-resp "$xport"
   run redis-server "$rport"
-} | tr '\r' '\n' | grep -v '^$' | grep -E '^#|requests per second' | tee "$out/results.txt"
+} | tr '\r' '\n' | grep -v '^$' | grep -E '^#|requests per second' | tee "$file"

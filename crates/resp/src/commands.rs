@@ -167,14 +167,24 @@ impl Codec {
 }
 
 fn word(text: &[u8], what: &str) -> Result<u64, Reply> {
-    std::str::from_utf8(text)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| {
-            Reply::err(format!(
-                "this store holds u64 keys and values: a {what} is a decimal number 0..2^64-1"
-            ))
-        })
+    // As `str::parse::<u64>` (an optional `+`, then digits), without the
+    // UTF-8 check and its generality: every GET and SET runs it.
+    let digits = text.strip_prefix(b"+").unwrap_or(text);
+    let parsed = match digits.len() {
+        1..=20 => digits.iter().try_fold(0u64, |n, &d| {
+            if d.is_ascii_digit() {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            } else {
+                None
+            }
+        }),
+        _ => None,
+    };
+    parsed.ok_or_else(|| {
+        Reply::err(format!(
+            "this store holds u64 keys and values: a {what} is a decimal number 0..2^64-1"
+        ))
+    })
 }
 
 /// A key or value as the store takes it: a word's 8 bytes, or the
@@ -233,10 +243,19 @@ pub enum After {
     Close,
 }
 
-/// One connection's state: its client of the backend, protocol version,
-/// whether it proved the token.
+/// One connection's state: protocol version, whether it proved the
+/// token. Its requests run on a client of the backend: its own
+/// ([`Session::new`]), or one its event loop shares among its
+/// connections ([`Session::detached`], [`Session::execute_batch_on`]):
+/// a client per connection would cost each connection the client's
+/// set-up (XStore's: fetching the model) and its cache.
 pub struct Session {
-    client: Box<dyn KvClient>,
+    client: Option<Box<dyn KvClient>>,
+    state: State,
+}
+
+/// What a session keeps between requests.
+struct State {
     codec: Codec,
     caps: Capabilities,
     shared: Arc<Shared>,
@@ -245,26 +264,91 @@ pub struct Session {
     value: Vec<u8>,
 }
 
+/// A session's state with the client its requests run on.
+struct Exec<'a> {
+    client: &'a mut dyn KvClient,
+    s: &'a mut State,
+}
+
 impl Session {
-    /// A session over `client`.
+    /// A session over its own `client`.
     pub fn new(client: Box<dyn KvClient>, shared: Arc<Shared>) -> Session {
         let caps = client.capabilities();
         Session {
-            codec: Codec::of(&caps),
-            caps,
-            authed: shared.token.is_none(),
-            client,
-            shared,
-            resp3: false,
-            value: Vec::new(),
+            client: Some(client),
+            state: State::new(caps, shared),
+        }
+    }
+
+    /// A session whose requests run on a client given with each batch
+    /// ([`Session::execute_batch_on`]), of a store with `caps`.
+    pub fn detached(caps: Capabilities, shared: Arc<Shared>) -> Session {
+        Session {
+            client: None,
+            state: State::new(caps, shared),
         }
     }
 
     /// Whether replies are RESP3 (after `HELLO 3`).
     pub fn resp3(&self) -> bool {
-        self.resp3
+        self.state.resp3
     }
 
+    /// Answers a pipelined batch on the session's own client (see
+    /// [`Session::execute_batch_on`]).
+    ///
+    /// # Panics
+    /// On a [`Session::detached`] session.
+    pub fn execute_batch(&mut self, batch: &[&[&[u8]]], out: &mut Vec<u8>) -> After {
+        let client = self
+            .client
+            .as_deref_mut()
+            .expect("a session made with its own client");
+        Exec {
+            client,
+            s: &mut self.state,
+        }
+        .execute_batch(batch, out)
+    }
+
+    /// Answers a pipelined batch in order on `client` (of the store the
+    /// session was made for), appending the replies to `out`;
+    /// `After::Close` once a request asks to close (the rest are not
+    /// run). Runs of plain `GET k` go to the store as one
+    /// [`kv::KvClient::get_many`]; runs of plain `SET k v` go with their
+    /// writes in flight together ([`kv::KvClient::start_write`]) and are
+    /// answered once all are done. Any other request (and a GET after a
+    /// SET, a SET after a GET) first waits for the run before it, so
+    /// every request sees the writes before it.
+    pub fn execute_batch_on(
+        &mut self,
+        client: &mut dyn KvClient,
+        batch: &[&[&[u8]]],
+        out: &mut Vec<u8>,
+    ) -> After {
+        debug_assert_eq!(client.capabilities(), self.state.caps);
+        Exec {
+            client,
+            s: &mut self.state,
+        }
+        .execute_batch(batch, out)
+    }
+}
+
+impl State {
+    fn new(caps: Capabilities, shared: Arc<Shared>) -> State {
+        State {
+            codec: Codec::of(&caps),
+            caps,
+            authed: shared.token.is_none(),
+            shared,
+            resp3: false,
+            value: Vec::new(),
+        }
+    }
+}
+
+impl Exec<'_> {
     /// Answers a pipelined batch in order, appending the replies to
     /// `out`; `After::Close` once a request asks to close (the rest are
     /// not run). Runs of plain `GET k` go to the store as one
@@ -273,7 +357,7 @@ impl Session {
     /// answered once all are done. Any other request (and a GET after a
     /// SET, a SET after a GET) first waits for the run before it, so
     /// every request sees the writes before it.
-    pub fn execute_batch(&mut self, batch: &[&[&[u8]]], out: &mut Vec<u8>) -> After {
+    fn execute_batch(&mut self, batch: &[&[&[u8]]], out: &mut Vec<u8>) -> After {
         let mut in_flight: Vec<Result<kv::Pending, Reply>> = Vec::new();
         let mut gets: Vec<&[u8]> = Vec::new();
         for args in batch {
@@ -293,7 +377,7 @@ impl Session {
             }
             self.finish(&mut in_flight, out);
             let (reply, after) = self.execute(args);
-            reply.encode(self.resp3, out);
+            reply.encode(self.s.resp3, out);
             if after == After::Close {
                 return After::Close;
             }
@@ -307,7 +391,7 @@ impl Session {
     /// anything else.
     fn plain_get<'a>(&self, args: &[&'a [u8]]) -> Option<&'a [u8]> {
         match args {
-            [name, key] if self.authed && name.eq_ignore_ascii_case(b"GET") => Some(key),
+            [name, key] if self.s.authed && name.eq_ignore_ascii_case(b"GET") => Some(key),
             _ => None,
         }
     }
@@ -319,8 +403,8 @@ impl Session {
         if texts.is_empty() {
             return;
         }
-        let codec = self.codec;
-        let resp3 = self.resp3;
+        let codec = self.s.codec;
+        let resp3 = self.s.resp3;
         let encoded: Vec<Result<Stored<'_>, Reply>> = texts.iter().map(|t| codec.key(t)).collect();
         let mut i = 0;
         while i < encoded.len() {
@@ -354,10 +438,10 @@ impl Session {
         let [name, k, v] = args else { return None };
         // A store without writes in flight answers `start_write` at
         // once (the contract's default): the same as a blocking upsert.
-        if !name.eq_ignore_ascii_case(b"SET") || !self.authed || !self.caps.upserts {
+        if !name.eq_ignore_ascii_case(b"SET") || !self.s.authed || !self.s.caps.upserts {
             return None;
         }
-        let (key, value) = match (self.codec.key(k), self.codec.value(v)) {
+        let (key, value) = match (self.s.codec.key(k), self.s.codec.value(v)) {
             (Ok(k), Ok(v)) => (k, v),
             (Err(r), _) | (_, Err(r)) => return Some(Err(r)),
         };
@@ -381,12 +465,12 @@ impl Session {
                 },
                 Err(r) => r,
             };
-            reply.encode(self.resp3, out);
+            reply.encode(self.s.resp3, out);
         }
     }
 
     /// Answers one request.
-    pub fn execute(&mut self, args: &[&[u8]]) -> (Reply, After) {
+    fn execute(&mut self, args: &[&[u8]]) -> (Reply, After) {
         let Some(name) = args.first() else {
             return (Reply::err("empty command"), After::Continue);
         };
@@ -401,7 +485,7 @@ impl Session {
             }
         };
         let rest = &args[1..];
-        if !self.authed && !matches!(name, "AUTH" | "HELLO" | "QUIT") {
+        if !self.s.authed && !matches!(name, "AUTH" | "HELLO" | "QUIT") {
             return (
                 Reply::Error("NOAUTH Authentication required.".into()),
                 After::Continue,
@@ -472,10 +556,10 @@ impl Session {
 
     fn prove(&mut self, password: &[u8]) -> Reply {
         use subtle::ConstantTimeEq;
-        match &self.shared.token {
+        match &self.s.shared.token {
             None => Reply::err("AUTH <password> called without any password configured"),
             Some(t) if bool::from(t.as_bytes().ct_eq(password)) => {
-                self.authed = true;
+                self.s.authed = true;
                 Reply::Simple("OK")
             }
             Some(_) => Reply::Error("WRONGPASS invalid username-password pair".into()),
@@ -484,7 +568,7 @@ impl Session {
 
     fn hello(&mut self, rest: &[&[u8]]) -> Reply {
         let mut i = 0;
-        let mut version = if self.resp3 { 3 } else { 2 };
+        let mut version = if self.s.resp3 { 3 } else { 2 };
         if let Some(v) = rest.first() {
             match *v {
                 b"2" => version = 2,
@@ -506,10 +590,10 @@ impl Session {
                 _ => return Reply::err(format!("syntax error in HELLO option '{opt}'")),
             }
         }
-        if !self.authed {
+        if !self.s.authed {
             return Reply::Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into());
         }
-        self.resp3 = version == 3;
+        self.s.resp3 = version == 3;
         Reply::Map(vec![
             (Reply::text("server"), Reply::text("xstore")),
             (
@@ -523,18 +607,18 @@ impl Session {
             (Reply::text("modules"), Reply::Array(Vec::new())),
             (
                 Reply::text("system"),
-                Reply::text(self.shared.system.clone()),
+                Reply::text(self.s.shared.system.clone()),
             ),
         ])
     }
 
     fn get(&mut self, k: &[u8]) -> Reply {
-        let key = match self.codec.key(k) {
+        let key = match self.s.codec.key(k) {
             Ok(k) => k,
             Err(r) => return r,
         };
-        match self.client.get(key.bytes(), &mut self.value) {
-            Ok(true) => Reply::Bulk(self.codec.show(&self.value)),
+        match self.client.get(key.bytes(), &mut self.s.value) {
+            Ok(true) => Reply::Bulk(self.s.codec.show(&self.s.value)),
             Ok(false) => Reply::Nil,
             Err(e) => store_err(e),
         }
@@ -561,7 +645,7 @@ impl Session {
         if nx && xx {
             return Reply::err("syntax error");
         }
-        let (key, value) = match (self.codec.key(k), self.codec.value(v)) {
+        let (key, value) = match (self.s.codec.key(k), self.s.codec.value(v)) {
             (Ok(k), Ok(v)) => (k, v),
             (Err(r), _) | (_, Err(r)) => return r,
         };
@@ -581,7 +665,7 @@ impl Session {
 
     /// Upsert, or insert-then-update for a store without it.
     fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
-        if self.caps.upserts {
+        if self.s.caps.upserts {
             return self.client.upsert(key, value);
         }
         if self.client.insert(key, value)? {
@@ -591,12 +675,12 @@ impl Session {
     }
 
     fn del(&mut self, keys: &[&[u8]]) -> Reply {
-        if !self.caps.deletes {
+        if !self.s.caps.deletes {
             return Reply::err("this store cannot delete keys");
         }
         let mut n = 0;
         for k in keys {
-            let key = match self.codec.key(k) {
+            let key = match self.s.codec.key(k) {
                 Ok(k) => k,
                 Err(r) => return r,
             };
@@ -625,7 +709,7 @@ impl Session {
         // Every pair is checked before anything is written.
         let mut encoded = Vec::with_capacity(pairs.len() / 2);
         for p in pairs.chunks_exact(2) {
-            match (self.codec.key(p[0]), self.codec.value(p[1])) {
+            match (self.s.codec.key(p[0]), self.s.codec.value(p[1])) {
                 (Ok(k), Ok(v)) => encoded.push((k, v)),
                 (Err(r), _) | (_, Err(r)) => return r,
             }
@@ -639,7 +723,7 @@ impl Session {
     }
 
     fn incr(&mut self, k: &[u8], by: i64) -> Reply {
-        let key = match self.codec.key(k) {
+        let key = match self.s.codec.key(k) {
             Ok(k) => k,
             Err(r) => return r,
         };
@@ -647,14 +731,14 @@ impl Session {
             .bytes()
             .iter()
             .fold(0usize, |h, &b| h.wrapping_mul(31).wrapping_add(b as usize));
-        let shared = self.shared.clone();
+        let shared = self.s.shared.clone();
         let _held = shared.incr[stripe % INCR_STRIPES]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let old: i128 = match self.client.get(key.bytes(), &mut self.value) {
+        let old: i128 = match self.client.get(key.bytes(), &mut self.s.value) {
             Ok(false) => 0,
             Ok(true) => {
-                let shown = self.codec.show(&self.value);
+                let shown = self.s.codec.show(&self.s.value);
                 match std::str::from_utf8(&shown)
                     .ok()
                     .and_then(|s| s.parse::<i128>().ok())
@@ -666,12 +750,12 @@ impl Session {
             Err(e) => return store_err(e),
         };
         let new = old + i128::from(by);
-        let lowest = if self.codec == Codec::Words {
+        let lowest = if self.s.codec == Codec::Words {
             0
         } else {
             i128::from(i64::MIN)
         };
-        let highest = if self.codec == Codec::Words {
+        let highest = if self.s.codec == Codec::Words {
             i128::from(u64::MAX)
         } else {
             i128::from(i64::MAX)
@@ -680,7 +764,7 @@ impl Session {
             return Reply::err("increment or decrement would overflow");
         }
         let text = new.to_string();
-        let value = match self.codec.value(text.as_bytes()) {
+        let value = match self.s.codec.value(text.as_bytes()) {
             Ok(v) => v,
             Err(r) => return r,
         };
@@ -692,7 +776,7 @@ impl Session {
 
     /// Pairs from `start`, at most `n`.
     fn pairs(&mut self, start: &[u8], n: usize) -> Result<Pairs, Reply> {
-        if !self.caps.scans {
+        if !self.s.caps.scans {
             return Err(Reply::err("this store cannot scan"));
         }
         let mut out = Vec::new();
@@ -701,7 +785,7 @@ impl Session {
     }
 
     fn dbsize(&mut self) -> Reply {
-        let mut start = match self.codec.start_of(b"0") {
+        let mut start = match self.s.codec.start_of(b"0") {
             Ok(s) => s,
             Err(r) => return r,
         };
@@ -749,7 +833,7 @@ impl Session {
             }
             i += 2;
         }
-        let start = match self.codec.start_of(cursor) {
+        let start = match self.s.codec.start_of(cursor) {
             Ok(s) => s,
             Err(r) => return r,
         };
@@ -758,13 +842,13 @@ impl Session {
             Err(r) => return r,
         };
         let next = if batch.len() > count {
-            batch.pop().map(|(k, _)| self.codec.cursor(&k))
+            batch.pop().map(|(k, _)| self.s.codec.cursor(&k))
         } else {
             None
         };
         let keys = batch
             .iter()
-            .map(|(k, _)| Reply::Bulk(self.codec.show(k)))
+            .map(|(k, _)| Reply::Bulk(self.s.codec.show(k)))
             .collect();
         Reply::Array(vec![
             Reply::Bulk(next.unwrap_or_else(|| b"0".to_vec())),
@@ -781,7 +865,7 @@ impl Session {
             },
             _ => return arity("XSTORE.RANGE"),
         };
-        let (lo, hi) = match (self.codec.key(lo), self.codec.key(hi)) {
+        let (lo, hi) = match (self.s.codec.key(lo), self.s.codec.key(hi)) {
             (Ok(l), Ok(h)) => (l, h),
             (Err(r), _) | (_, Err(r)) => return r,
         };
@@ -790,9 +874,12 @@ impl Session {
             Err(r) => return r,
         };
         let mut out = Vec::new();
-        for (k, v) in batch.into_iter().take_while(|(k, _)| k.as_slice() < hi.bytes()) {
-            out.push(Reply::Bulk(self.codec.show(&k)));
-            out.push(Reply::Bulk(self.codec.show(&v)));
+        for (k, v) in batch
+            .into_iter()
+            .take_while(|(k, _)| k.as_slice() < hi.bytes())
+        {
+            out.push(Reply::Bulk(self.s.codec.show(&k)));
+            out.push(Reply::Bulk(self.s.codec.show(&v)));
         }
         Reply::Array(out)
     }
@@ -804,12 +891,12 @@ impl Session {
              backend_system:{}\r\nbackend_url:{}\r\n\r\n# Keyspace\r\n# Backend\r\n\
              key_bytes:{}..{}\r\nvalue_bytes:{}..{}\r\nround_trips:{}\r\nrpcs:{}\r\n",
             env!("CARGO_PKG_VERSION"),
-            self.shared.system,
-            self.shared.backend,
-            self.caps.key_len.0,
-            self.caps.key_len.1,
-            self.caps.value_len.0,
-            self.caps.value_len.1,
+            self.s.shared.system,
+            self.s.shared.backend,
+            self.s.caps.key_len.0,
+            self.s.caps.key_len.1,
+            self.s.caps.value_len.0,
+            self.s.caps.value_len.1,
             f.counters.round_trips,
             f.counters.rpcs,
         );

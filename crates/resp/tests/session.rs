@@ -269,7 +269,8 @@ fn the_event_loop_answers_a_pipelined_batch_split_across_reads_in_order() {
         c.flush().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         c.write_all(&req[cut..]).unwrap();
-        let want = "+OK\r\n$2\r\n10\r\n$-1\r\n+OK\r\n$2\r\n20\r\n$2\r\n10\r\n+PONG\r\n+OK\r\n$2\r\n30\r\n";
+        let want =
+            "+OK\r\n$2\r\n10\r\n$-1\r\n+OK\r\n$2\r\n20\r\n$2\r\n10\r\n+PONG\r\n+OK\r\n$2\r\n30\r\n";
         assert_eq!(read_n(&mut c, want.len()), want);
         c.write_all(b"QUIT\r\nGET 1\r\n").unwrap();
         assert_eq!(read_n(&mut c, 100), "+OK\r\n", "QUIT answers, then closes");
