@@ -225,7 +225,7 @@ impl EventLoop<'_> {
                         }
                     }
                     WAKER => self.take_new()?,
-                    Token(i) => self.serve(i),
+                    Token(i) => self.serve(i, ev.is_readable() || ev.is_read_closed()),
                 }
             }
         }
@@ -267,19 +267,20 @@ impl EventLoop<'_> {
                 Interest::READABLE | Interest::WRITABLE,
             )?;
             // Bytes that came before the registration raise no event.
-            self.serve(slot);
+            self.serve(slot, true);
         }
         Ok(())
     }
 
-    /// Serves connection `slot` as far as it can go; closes it when done.
-    fn serve(&mut self, slot: usize) {
+    /// Serves connection `slot` as far as it can go (`readable`: the
+    /// event says bytes came); closes it when done.
+    fn serve(&mut self, slot: usize, readable: bool) {
         let (Some(Some(conn)), Some(client)) =
             (self.conns.get_mut(slot), self.client.as_deref_mut())
         else {
             return;
         };
-        let keep = match conn.serve(client) {
+        let keep = match conn.serve(client, readable) {
             Ok(keep) => keep,
             Err(e) => {
                 tracing::info!(error = %e, "connection ended");
@@ -309,6 +310,13 @@ struct Conn {
     sent: usize,
     /// Whether to close once the replies are out (QUIT, a protocol error).
     closing: bool,
+    /// Whether the socket may hold bytes not read yet: set by a readable
+    /// event, cleared by a read that did not fill the space it was given
+    /// (epoll(7): the input is then exhausted, and new bytes raise a new
+    /// event) or that would block. Reading only then saves the read
+    /// that answers EAGAIN: a third of the syscalls of an unpipelined
+    /// request.
+    unread: bool,
     /// Argument ranges of the batch being answered (kept for reuse).
     spans: Vec<Range<usize>>,
     /// Requests of the batch: ranges of `spans`.
@@ -336,19 +344,23 @@ impl Conn {
             out: Vec::with_capacity(FIRST_BUFFER),
             sent: 0,
             closing: false,
+            unread: false,
             spans: Vec::new(),
             requests: Vec::new(),
         })
     }
 
-    /// Answers, writes and reads until the socket would block (the loop
-    /// is edge-triggered: the next event comes only after that); false
-    /// once the connection is to close.
-    fn serve(&mut self, client: &mut dyn kv::KvClient) -> std::io::Result<bool> {
+    /// Answers, writes and reads until the socket would block or its
+    /// input is exhausted (the loop is edge-triggered: the next event
+    /// comes only after that); false once the connection is to close.
+    /// A writable event with nothing to write costs no syscall.
+    fn serve(&mut self, client: &mut dyn kv::KvClient, readable: bool) -> std::io::Result<bool> {
+        self.unread |= readable;
         loop {
             // Answer what is buffered, writing each batch's replies.
             loop {
                 if !self.flush()? {
+                    // A writable event resumes; `unread` says whether to read.
                     return Ok(true);
                 }
                 if self.closing {
@@ -358,10 +370,16 @@ impl Conn {
                     break;
                 }
             }
+            if !self.unread {
+                return Ok(true);
+            }
             match self.fill() {
                 Ok(0) => return Ok(false),
                 Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.unread = false;
+                    return Ok(true);
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -405,7 +423,11 @@ impl Conn {
             let grown = (self.buf.len() * 2).min(MAX_BUFFER);
             self.buf.resize(grown, 0);
         }
+        let space = self.buf.len() - self.end;
         let n = self.stream.read(&mut self.buf[self.end..])?;
+        if n < space {
+            self.unread = false;
+        }
         self.end += n;
         Ok(n)
     }
