@@ -458,6 +458,35 @@ mod tests {
     }
 
     #[test]
+    fn spans_point_into_the_buffer_and_quoted_words_are_unquoted_in_place() {
+        let mut buf = b"*2\r\n$3\r\nGET\r\n$2\r\nab\r\nset \"a \\\"b\" 'c d' e\r\nGET".to_vec();
+        let mut spans = Vec::new();
+        let end = parse_spans(&mut buf, 0, &mut spans).unwrap().unwrap();
+        assert_eq!(spans, vec![8..11, 17..19]);
+        let next = parse_spans(&mut buf, end, &mut spans).unwrap().unwrap();
+        let words: Vec<&[u8]> = spans[2..].iter().map(|r| &buf[r.clone()]).collect();
+        assert_eq!(words, vec![&b"set"[..], b"a \"b", b"c d", b"e"]);
+        // An unfinished request leaves the spans as they were.
+        assert_eq!(parse_spans(&mut buf, next, &mut spans).unwrap(), None);
+        assert_eq!(spans.len(), 6);
+        assert!(parse_spans(&mut b"*1\r\n:1\r\n".to_vec(), 0, &mut spans).is_err());
+        assert_eq!(spans.len(), 6);
+    }
+
+    #[test]
+    fn numbers_and_bulk_strings_encode_without_a_formatter() {
+        for n in [0, 7, -1, 42, i64::MAX, i64::MIN, 1_000_000] {
+            let mut out = Vec::new();
+            push_number(&mut out, b':', n);
+            assert_eq!(out, format!(":{n}\r\n").into_bytes());
+        }
+        let mut out = Vec::new();
+        push_bulk(&mut out, b"");
+        push_bulk(&mut out, b"hi");
+        assert_eq!(out, b"$0\r\n\r\n$2\r\nhi\r\n");
+    }
+
+    #[test]
     fn replies_encode_in_both_versions() {
         let mut out = Vec::new();
         Reply::Array(vec![Reply::Nil, Reply::Int(-3), Reply::text("hi")]).encode(false, &mut out);
