@@ -229,7 +229,9 @@ fn an_embedded_store_of_byte_strings_takes_redis_benchmarks_own_keys() {
     exists.extend(keys.iter().map(String::as_str));
     let found: u32 = fe.cli_as(None, &exists).parse().unwrap();
     assert!(found > 0, "none of {keys:?} was written");
-    assert!(fe.cli_as(None, &["INFO"]).contains("backend_url:embedded:histore"));
+    assert!(fe
+        .cli_as(None, &["INFO"])
+        .contains("backend_url:embedded:histore"));
 }
 
 #[test]
