@@ -578,7 +578,7 @@ impl Exec<'_> {
             i = 1;
         }
         while i < rest.len() {
-            let opt = String::from_utf8_lossy(&rest[i]).to_ascii_uppercase();
+            let opt = String::from_utf8_lossy(rest[i]).to_ascii_uppercase();
             match (opt.as_str(), rest.get(i + 1), rest.get(i + 2)) {
                 ("AUTH", Some(_user), Some(pass)) => {
                     if let Reply::Error(e) = self.prove(pass) {
@@ -815,7 +815,7 @@ impl Exec<'_> {
         let mut count = DEFAULT_SCAN_COUNT;
         let mut i = 0;
         while i < opts.len() {
-            let opt = String::from_utf8_lossy(&opts[i]).to_ascii_uppercase();
+            let opt = String::from_utf8_lossy(opts[i]).to_ascii_uppercase();
             match (opt.as_str(), opts.get(i + 1)) {
                 ("COUNT", Some(n)) => match parse_count(n) {
                     Some(n) => count = n,

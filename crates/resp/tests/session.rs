@@ -87,11 +87,7 @@ impl KvClient for MapClient {
     fn delete(&mut self, key: &[u8]) -> Result<bool, KvError> {
         Ok(self.map.remove(&word(key)?).is_some())
     }
-    fn get_many(
-        &mut self,
-        keys: &[&[u8]],
-        answer: &mut dyn FnMut(usize, Result<Option<&[u8]>, KvError>),
-    ) {
+    fn get_many(&mut self, keys: &[&[u8]], answer: &mut kv::GetAnswer<'_>) {
         if let Some(runs) = &self.runs {
             runs.lock().unwrap().push(keys.len());
         }
