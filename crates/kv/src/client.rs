@@ -178,6 +178,10 @@ fn finish_done(p: Pending) -> Result<bool, KvError> {
     }
 }
 
+/// Where [`KvClient::get_many`] puts each answer: the key's index, and
+/// its value (`None`: absent) or why it could not be read.
+pub type GetAnswer<'a> = dyn FnMut(usize, Result<Option<&[u8]>, KvError>) + 'a;
+
 /// The contract: keys and values are byte strings. A system that stores
 /// u64 keys takes exactly 8 bytes, big-endian (order-preserving), and
 /// refuses other lengths with [`crate::ErrorKind::BadInput`]; u64 values
@@ -204,6 +208,20 @@ pub trait KvClient: Send {
     fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError>;
     /// Removes a key; false if absent.
     fn delete(&mut self, key: &[u8]) -> Result<bool, KvError>;
+    /// Answers several GETs at once: `answer(i, ...)` for each `keys[i]`,
+    /// in order (`Ok(None)`: absent). The default runs them one by one;
+    /// a system that can batch its reads overrides it (a pipelined batch
+    /// of GETs at a front end is one call).
+    fn get_many(&mut self, keys: &[&[u8]], answer: &mut GetAnswer<'_>) {
+        let mut value = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            match self.get(key, &mut value) {
+                Ok(true) => answer(i, Ok(Some(&value))),
+                Ok(false) => answer(i, Ok(None)),
+                Err(e) => answer(i, Err(e)),
+            }
+        }
+    }
     /// Starts a write without waiting for its answer; a system that
     /// cannot keep writes in flight completes it here.
     fn start_write(&mut self, w: Write<'_>) -> Result<Pending, KvError> {

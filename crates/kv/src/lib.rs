@@ -21,8 +21,8 @@ pub mod testing;
 mod words;
 
 pub use client::{
-    ticket, with_words, Capabilities, Durability, KvClient, Pending, Started, WordClient,
-    WordWrite, Write,
+    ticket, with_words, Capabilities, Durability, GetAnswer, KvClient, Pending, Started,
+    WordClient, WordWrite, Write,
 };
 pub use error::{ErrorKind, KvError};
 pub use figures::{

@@ -5,8 +5,9 @@
 //!   replies, every announced length bounded before use.
 //! * [`commands`] — each command as operations of one connection's
 //!   [`kv::KvClient`].
-//! * [`server`] — the listener: a thread per connection (bounded), its
-//!   own client of the backend, pipelined requests answered in order.
+//! * [`server`] — the listener: event loops serving many connections
+//!   (bounded), each with its own client of the backend, pipelined
+//!   requests parsed in place and answered in order, one write a batch.
 
 #![forbid(unsafe_code)]
 

@@ -14,8 +14,13 @@
 //! buffer, so a peer's announcement never becomes memory here. Bad input
 //! is a [`ProtoError`] (the connection answers it with `-ERR` and closes),
 //! never a panic.
+//!
+//! The front end parses without copying ([`parse_spans`]): a request's
+//! arguments are ranges of the connection's read buffer. A quoted inline
+//! word is unquoted in place (it only ever shrinks), so it too is a range.
+//! [`parse`] is the owned form, for tests and the fuzz target.
 
-use std::fmt::Write as _;
+use std::ops::Range;
 
 /// Arguments of one request, at most (MSET of 32 k pairs fits).
 pub const MAX_ARGS: usize = 1 << 16;
@@ -66,26 +71,52 @@ pub enum ProtoError {
 pub type Request = (Vec<Vec<u8>>, usize);
 
 /// Reads one request from the front of `buf`: `Ok(None)` if it is not
-/// all there yet.
+/// all there yet. The owned form of [`parse_spans`] (it copies `buf`).
 pub fn parse(buf: &[u8]) -> Result<Option<Request>, ProtoError> {
-    match buf.first() {
+    let mut owned = buf.to_vec();
+    let mut spans = Vec::new();
+    Ok(parse_spans(&mut owned, 0, &mut spans)?.map(|end| {
+        let args = spans.iter().map(|r| owned[r.clone()].to_vec()).collect();
+        (args, end)
+    }))
+}
+
+/// Reads one request from `buf[at..]` without copying: appends the
+/// ranges of `buf` its arguments are in to `spans` and answers where the
+/// request ends (an index of `buf`); `Ok(None)` if it is not all there
+/// yet. On `Ok(None)` or an error `spans` is as it was. Quoted inline
+/// words are unquoted in place, inside the request's own bytes.
+pub fn parse_spans(
+    buf: &mut [u8],
+    at: usize,
+    spans: &mut Vec<Range<usize>>,
+) -> Result<Option<usize>, ProtoError> {
+    assert!(at <= buf.len(), "a request starts inside its buffer");
+    let before = spans.len();
+    let parsed = match buf.get(at) {
         None => Ok(None),
-        Some(b'*') => parse_array(buf),
-        Some(_) => parse_inline(buf),
+        Some(b'*') => parse_array(buf, at, spans),
+        Some(_) => parse_inline(buf, at, spans),
+    };
+    if !matches!(parsed, Ok(Some(_))) {
+        spans.truncate(before);
     }
+    parsed
 }
 
 /// The line at `buf[at..]` up to `\r\n` (without it), and where the next
-/// one starts; `None` if not all there, an error past `limit` bytes.
-fn line<'a>(
-    buf: &'a [u8],
+/// one starts; `None` if not all there, an error past `limit` bytes. Only
+/// `limit + 2` bytes are searched.
+fn line(
+    buf: &[u8],
     at: usize,
     limit: usize,
     what: &'static str,
-) -> Result<Option<(&'a [u8], usize)>, ProtoError> {
+) -> Result<Option<(Range<usize>, usize)>, ProtoError> {
     let rest = &buf[at..];
-    match rest.windows(2).position(|w| w == b"\r\n") {
-        Some(end) if end <= limit => Ok(Some((&rest[..end], at + end + 2))),
+    let window = &rest[..rest.len().min(limit + 2)];
+    match window.windows(2).position(|w| w == b"\r\n") {
+        Some(end) if end <= limit => Ok(Some((at..at + end, at + end + 2))),
         Some(end) => Err(ProtoError::TooLong {
             what,
             len: end as u64,
@@ -100,7 +131,7 @@ fn line<'a>(
     }
 }
 
-/// A decimal length (`-1` allowed when `null_ok`, answered as `None`).
+/// A decimal length.
 fn length(digits: &[u8], what: &'static str) -> Result<u64, ProtoError> {
     if digits.is_empty() || digits.len() > MAX_DIGITS || !digits.iter().all(u8::is_ascii_digit) {
         return Err(ProtoError::BadLength { what });
@@ -111,15 +142,19 @@ fn length(digits: &[u8], what: &'static str) -> Result<u64, ProtoError> {
         .fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
 }
 
-fn parse_array(buf: &[u8]) -> Result<Option<Request>, ProtoError> {
-    let Some((head, mut at)) = line(buf, 1, MAX_DIGITS + 1, "multibulk")? else {
+fn parse_array(
+    buf: &[u8],
+    at: usize,
+    spans: &mut Vec<Range<usize>>,
+) -> Result<Option<usize>, ProtoError> {
+    let Some((head, mut at)) = line(buf, at + 1, MAX_DIGITS + 1, "multibulk")? else {
         return Ok(None);
     };
     // `*-1` and `*0` are empty requests: Redis skips them.
-    if head == b"-1" {
-        return Ok(Some((Vec::new(), at)));
+    if &buf[head.clone()] == b"-1" {
+        return Ok(Some(at));
     }
-    let n = length(head, "multibulk")?;
+    let n = length(&buf[head], "multibulk")?;
     if n > MAX_ARGS as u64 {
         return Err(ProtoError::TooLong {
             what: "multibulk",
@@ -127,7 +162,6 @@ fn parse_array(buf: &[u8]) -> Result<Option<Request>, ProtoError> {
             limit: MAX_ARGS,
         });
     }
-    let mut args = Vec::new();
     for _ in 0..n {
         let Some(&first) = buf.get(at) else {
             return Ok(None);
@@ -141,7 +175,7 @@ fn parse_array(buf: &[u8]) -> Result<Option<Request>, ProtoError> {
         let Some((digits, start)) = line(buf, at + 1, MAX_DIGITS + 1, "bulk")? else {
             return Ok(None);
         };
-        let len = length(digits, "bulk")?;
+        let len = length(&buf[digits], "bulk")?;
         if len > MAX_BULK as u64 {
             return Err(ProtoError::TooLong {
                 what: "bulk",
@@ -159,18 +193,24 @@ fn parse_array(buf: &[u8]) -> Result<Option<Request>, ProtoError> {
                 got: buf[end] as char,
             });
         }
-        args.push(buf[start..end].to_vec());
+        spans.push(start..end);
         at = end + 2;
     }
-    Ok(Some((args, at)))
+    Ok(Some(at))
 }
 
-fn parse_inline(buf: &[u8]) -> Result<Option<Request>, ProtoError> {
-    let Some(end) = buf.iter().position(|&b| b == b'\n') else {
-        if buf.len() > MAX_INLINE {
+fn parse_inline(
+    buf: &mut [u8],
+    at: usize,
+    spans: &mut Vec<Range<usize>>,
+) -> Result<Option<usize>, ProtoError> {
+    let rest = &buf[at..];
+    let window = &rest[..rest.len().min(MAX_INLINE + 1)];
+    let Some(end) = window.iter().position(|&b| b == b'\n') else {
+        if rest.len() > MAX_INLINE {
             return Err(ProtoError::TooLong {
                 what: "inline",
-                len: buf.len() as u64,
+                len: rest.len() as u64,
                 limit: MAX_INLINE,
             });
         }
@@ -183,16 +223,25 @@ fn parse_inline(buf: &[u8]) -> Result<Option<Request>, ProtoError> {
             limit: MAX_INLINE,
         });
     }
-    let text = buf[..end].strip_suffix(b"\r").unwrap_or(&buf[..end]);
-    Ok(Some((split_inline(text)?, end + 1)))
+    let text_end = if end > 0 && buf[at + end - 1] == b'\r' {
+        at + end - 1
+    } else {
+        at + end
+    };
+    split_inline(&mut buf[..text_end], at, spans)?;
+    Ok(Some(at + end + 1))
 }
 
-/// The words of an inline line: separated by spaces or tabs; `"..."` and
-/// `'...'` group words with spaces (no escapes inside, except `\"` in
-/// double quotes).
-fn split_inline(text: &[u8]) -> Result<Vec<Vec<u8>>, ProtoError> {
-    let mut words = Vec::new();
-    let mut i = 0;
+/// The words of the inline line `text[at..]`: separated by spaces or
+/// tabs; `"..."` and `'...'` group words with spaces (no escapes inside,
+/// except `\"` in double quotes). A quoted word is written unquoted over
+/// its own bytes (never longer than them) and its range is where it now is.
+fn split_inline(
+    text: &mut [u8],
+    mut i: usize,
+    spans: &mut Vec<Range<usize>>,
+) -> Result<(), ProtoError> {
+    let first = spans.len();
     while i < text.len() {
         while i < text.len() && (text[i] == b' ' || text[i] == b'\t') {
             i += 1;
@@ -200,15 +249,19 @@ fn split_inline(text: &[u8]) -> Result<Vec<Vec<u8>>, ProtoError> {
         if i == text.len() {
             break;
         }
-        let mut word = Vec::new();
+        let start = i;
         if text[i] == b'"' || text[i] == b'\'' {
             let quote = text[i];
+            let mut w = start;
             i += 1;
             loop {
+                // `w < i` throughout: the unquoted word only shrinks.
+                debug_assert!(w < i);
                 match text.get(i) {
                     None => return Err(ProtoError::Quotes),
                     Some(&b'\\') if quote == b'"' && text.get(i + 1) == Some(&b'"') => {
-                        word.push(b'"');
+                        text[w] = b'"';
+                        w += 1;
                         i += 2;
                     }
                     Some(&c) if c == quote => {
@@ -216,27 +269,28 @@ fn split_inline(text: &[u8]) -> Result<Vec<Vec<u8>>, ProtoError> {
                         break;
                     }
                     Some(&c) => {
-                        word.push(c);
+                        text[w] = c;
+                        w += 1;
                         i += 1;
                     }
                 }
             }
+            spans.push(start..w);
         } else {
             while i < text.len() && text[i] != b' ' && text[i] != b'\t' {
-                word.push(text[i]);
                 i += 1;
             }
+            spans.push(start..i);
         }
-        words.push(word);
-        if words.len() > MAX_ARGS {
+        if spans.len() - first > MAX_ARGS {
             return Err(ProtoError::TooLong {
                 what: "multibulk",
-                len: words.len() as u64,
+                len: (spans.len() - first) as u64,
                 limit: MAX_ARGS,
             });
         }
     }
-    Ok(words)
+    Ok(())
 }
 
 /// A reply, encoded for the connection's protocol version.
@@ -278,25 +332,21 @@ impl Reply {
                 let clean: String = e.chars().map(|c| if c < ' ' { ' ' } else { c }).collect();
                 push_line(out, '-', &clean)
             }
-            Reply::Int(n) => push_line(out, ':', &n.to_string()),
-            Reply::Bulk(b) => {
-                push_line(out, '$', &b.len().to_string());
-                out.extend_from_slice(b);
-                out.extend_from_slice(b"\r\n");
-            }
+            Reply::Int(n) => push_number(out, b':', *n),
+            Reply::Bulk(b) => push_bulk(out, b),
             Reply::Nil if resp3 => out.extend_from_slice(b"_\r\n"),
             Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
             Reply::Array(items) => {
-                push_line(out, '*', &items.len().to_string());
+                push_number(out, b'*', items.len() as i64);
                 for r in items {
                     r.encode(resp3, out);
                 }
             }
             Reply::Map(pairs) => {
                 if resp3 {
-                    push_line(out, '%', &pairs.len().to_string());
+                    push_number(out, b'%', pairs.len() as i64);
                 } else {
-                    push_line(out, '*', &(pairs.len() * 2).to_string());
+                    push_number(out, b'*', (pairs.len() * 2) as i64);
                 }
                 for (k, v) in pairs {
                     k.encode(resp3, out);
@@ -308,10 +358,38 @@ impl Reply {
 }
 
 fn push_line(out: &mut Vec<u8>, kind: char, text: &str) {
-    let mut s = String::with_capacity(text.len() + 3);
-    s.push(kind);
-    let _ = write!(s, "{text}\r\n");
-    out.extend_from_slice(s.as_bytes());
+    out.push(kind as u8);
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `kind`, the decimal `n` and `\r\n` (a length or integer line)
+/// without going through a formatter.
+pub fn push_number(out: &mut Vec<u8>, kind: u8, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut m = n.unsigned_abs();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    out.push(kind);
+    if n < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[i..]);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a bulk string reply: `$len\r\nbytes\r\n`.
+pub fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    push_number(out, b'$', bytes.len() as i64);
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
@@ -377,6 +455,35 @@ mod tests {
         assert!(matches!(parse(b"get \"a\r\n"), Err(ProtoError::Quotes)));
         let long = vec![b'a'; MAX_INLINE + 2];
         assert!(matches!(parse(&long), Err(ProtoError::TooLong { .. })));
+    }
+
+    #[test]
+    fn spans_point_into_the_buffer_and_quoted_words_are_unquoted_in_place() {
+        let mut buf = b"*2\r\n$3\r\nGET\r\n$2\r\nab\r\nset \"a \\\"b\" 'c d' e\r\nGET".to_vec();
+        let mut spans = Vec::new();
+        let end = parse_spans(&mut buf, 0, &mut spans).unwrap().unwrap();
+        assert_eq!(spans, vec![8..11, 17..19]);
+        let next = parse_spans(&mut buf, end, &mut spans).unwrap().unwrap();
+        let words: Vec<&[u8]> = spans[2..].iter().map(|r| &buf[r.clone()]).collect();
+        assert_eq!(words, vec![&b"set"[..], b"a \"b", b"c d", b"e"]);
+        // An unfinished request leaves the spans as they were.
+        assert_eq!(parse_spans(&mut buf, next, &mut spans).unwrap(), None);
+        assert_eq!(spans.len(), 6);
+        assert!(parse_spans(&mut b"*1\r\n:1\r\n".to_vec(), 0, &mut spans).is_err());
+        assert_eq!(spans.len(), 6);
+    }
+
+    #[test]
+    fn numbers_and_bulk_strings_encode_without_a_formatter() {
+        for n in [0, 7, -1, 42, i64::MAX, i64::MIN, 1_000_000] {
+            let mut out = Vec::new();
+            push_number(&mut out, b':', n);
+            assert_eq!(out, format!(":{n}\r\n").into_bytes());
+        }
+        let mut out = Vec::new();
+        push_bulk(&mut out, b"");
+        push_bulk(&mut out, b"hi");
+        assert_eq!(out, b"$0\r\n\r\n$2\r\nhi\r\n");
     }
 
     #[test]

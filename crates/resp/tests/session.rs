@@ -6,6 +6,7 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use kv::{Capabilities, ClientFigures, KvClient, KvError, Pending, Started, Write};
 use resp::commands::After;
@@ -15,6 +16,8 @@ use resp::{Session, Shared};
 #[derive(Default)]
 struct MapClient {
     map: BTreeMap<u64, u64>,
+    /// The number of keys of each `get_many`, when watched.
+    runs: Option<Arc<Mutex<Vec<usize>>>>,
 }
 
 struct Ticket(u64, u64);
@@ -84,6 +87,20 @@ impl KvClient for MapClient {
     fn delete(&mut self, key: &[u8]) -> Result<bool, KvError> {
         Ok(self.map.remove(&word(key)?).is_some())
     }
+    fn get_many(&mut self, keys: &[&[u8]], answer: &mut kv::GetAnswer<'_>) {
+        if let Some(runs) = &self.runs {
+            runs.lock().unwrap().push(keys.len());
+        }
+        for (i, k) in keys.iter().enumerate() {
+            match word(k) {
+                Ok(k) => {
+                    let v = self.map.get(&k).map(|v| v.to_be_bytes());
+                    answer(i, Ok(v.as_ref().map(|v| &v[..])));
+                }
+                Err(e) => answer(i, Err(e)),
+            }
+        }
+    }
     fn start_write(&mut self, w: Write<'_>) -> Result<Pending, KvError> {
         match w {
             Write::Upsert { key, value } => {
@@ -119,7 +136,12 @@ fn req(line: &str) -> Vec<Vec<u8>> {
 
 /// The RESP2 replies of a batch, as text.
 fn batch(s: &mut Session, lines: &[&str]) -> (String, After) {
-    let reqs: Vec<_> = lines.iter().map(|l| req(l)).collect();
+    let owned: Vec<_> = lines.iter().map(|l| req(l)).collect();
+    let args: Vec<Vec<&[u8]>> = owned
+        .iter()
+        .map(|r| r.iter().map(Vec::as_slice).collect())
+        .collect();
+    let reqs: Vec<&[&[u8]]> = args.iter().map(Vec::as_slice).collect();
     let mut out = Vec::new();
     let after = s.execute_batch(&reqs, &mut out);
     (String::from_utf8(out).unwrap(), after)
@@ -155,6 +177,102 @@ fn a_pipelined_batch_answers_in_order_and_sees_its_own_writes() {
         out.ends_with("$-1\r\n"),
         "a refused SET wrote nothing: {out}"
     );
+}
+
+#[test]
+fn a_pipelined_run_of_gets_is_one_store_batch_answered_in_order() {
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let client = MapClient {
+        runs: Some(runs.clone()),
+        ..MapClient::default()
+    };
+    let mut s = Session::new(Box::new(client), Shared::new(None, "map", "test://"));
+    let (out, _) = batch(
+        &mut s,
+        &[
+            "SET 1 10", "SET 2 20", "GET 1", "GET 2", "GET 3", "GET x", "GET 1", "SET 1 11",
+            "get 1", "SET 3 30", "GET 3", "GET 2", "PING", "GET 3",
+        ],
+    );
+    assert_eq!(
+        out,
+        "+OK\r\n+OK\r\n$2\r\n10\r\n$2\r\n20\r\n$-1\r\n\
+         -ERR this store holds u64 keys and values: a key is a decimal number 0..2^64-1\r\n\
+         $2\r\n10\r\n+OK\r\n$2\r\n11\r\n+OK\r\n$2\r\n30\r\n$2\r\n20\r\n+PONG\r\n$2\r\n30\r\n"
+    );
+    // GET 1-3 together; a malformed key splits a run; a SET or a PING ends one.
+    assert_eq!(*runs.lock().unwrap(), vec![3, 1, 1, 2, 1]);
+}
+
+/// A store whose clients are fresh maps.
+struct MapStore;
+
+impl kv::Store for MapStore {
+    fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
+        Ok(Box::<MapClient>::default())
+    }
+}
+
+/// Reads from `conn` until `want` bytes came (or the peer closed).
+fn read_n(conn: &mut std::net::TcpStream, want: usize) -> String {
+    use std::io::Read;
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while got.len() < want {
+        match conn.read(&mut chunk).expect("a reply within the timeout") {
+            0 => break,
+            n => got.extend_from_slice(&chunk[..n]),
+        }
+    }
+    String::from_utf8(got).unwrap()
+}
+
+#[test]
+fn the_event_loop_answers_a_pipelined_batch_split_across_reads_in_order() {
+    use std::io::Write as _;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = AtomicBool::new(false);
+    let shared = Shared::new(None, "map", "test://");
+    let config = resp::FrontEndConfig {
+        max_connections: 4,
+        loops: 2,
+    };
+    std::thread::scope(|scope| {
+        let server = scope.spawn(|| resp::serve(&listener, &MapStore, &shared, &config, &stop));
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut req = Vec::new();
+        for args in [
+            &["SET", "1", "10"][..],
+            &["GET", "1"],
+            &["GET", "2"],
+            &["SET", "2", "20"],
+            &["GET", "2"],
+            &["GET", "1"],
+        ] {
+            req.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in args {
+                req.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+            }
+        }
+        req.extend_from_slice(b"PING\r\nset 3 \"30\"\r\nGET 3\r\n");
+        // Two writes, cut inside a request: the rest waits for its bytes.
+        let cut = 20;
+        c.write_all(&req[..cut]).unwrap();
+        c.flush().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        c.write_all(&req[cut..]).unwrap();
+        let want =
+            "+OK\r\n$2\r\n10\r\n$-1\r\n+OK\r\n$2\r\n20\r\n$2\r\n10\r\n+PONG\r\n+OK\r\n$2\r\n30\r\n";
+        assert_eq!(read_n(&mut c, want.len()), want);
+        c.write_all(b"QUIT\r\nGET 1\r\n").unwrap();
+        assert_eq!(read_n(&mut c, 100), "+OK\r\n", "QUIT answers, then closes");
+        stop.store(true, Ordering::SeqCst);
+        server.join().unwrap().unwrap();
+    });
 }
 
 #[test]
