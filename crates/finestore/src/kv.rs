@@ -28,7 +28,7 @@ impl From<FineError> for KvError {
     fn from(e: FineError) -> KvError {
         let kind = match &e {
             FineError::Train(_) | FineError::Config(_) => ErrorKind::BadInput,
-            FineError::Busy(_) => ErrorKind::Unavailable,
+            FineError::Busy(_) | FineError::Log(_) => ErrorKind::Unavailable,
         };
         KvError::new(kind, e.to_string())
     }
