@@ -176,8 +176,12 @@ fn finestore_acknowledged_writes_survive_kill_9() {
         let shared = Arc::new(Mutex::new(std::mem::take(&mut truth)));
         let writers: Vec<_> = (0..3u64)
             .map(|t| {
-                let (url, stop, shared, acked) =
-                    (server.tcp.clone(), stop.clone(), shared.clone(), acked.clone());
+                let (url, stop, shared, acked) = (
+                    server.tcp.clone(),
+                    stop.clone(),
+                    shared.clone(),
+                    acked.clone(),
+                );
                 let wseed = seed ^ ((point as u64) << 8) ^ t;
                 std::thread::spawn(move || writer(url, t, wseed, stop, shared, acked))
             })

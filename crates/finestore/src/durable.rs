@@ -480,7 +480,10 @@ pub struct StorePairs<'a> {
 impl<'a> StorePairs<'a> {
     /// Starts at key 0.
     pub fn new(store: &'a FineStore, chunk: usize) -> StorePairs<'a> {
-        assert!(chunk > 0, "a checkpoint walk needs chunks of at least one pair");
+        assert!(
+            chunk > 0,
+            "a checkpoint walk needs chunks of at least one pair"
+        );
         StorePairs {
             store,
             chunk,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use fabric::Host;
 
-use crate::durable::{self, Durable, DurabilityConfig, RecoveryReport};
+use crate::durable::{self, DurabilityConfig, Durable, RecoveryReport};
 use crate::remote::server::{Server, ServerConfig};
 use crate::FineError;
 use fabric::RegionHost;

@@ -59,7 +59,9 @@ fn open(
         durability: Some(d),
     };
     let running = node::open(config, host)?;
-    fabric.set_handler(node, running.server().handler()).unwrap();
+    fabric
+        .set_handler(node, running.server().handler())
+        .unwrap();
     Ok((running, node))
 }
 
@@ -106,7 +108,11 @@ fn step(rng: &mut StdRng, c: &mut Client<fabric::LocalEndpoint>, model: &mut BTr
             assert_eq!(c.upsert(k, v).unwrap(), want, "upsert {k}");
             model.insert(k, v);
         }
-        4 => assert_eq!(c.delete(k).unwrap(), model.remove(&k).is_some(), "delete {k}"),
+        4 => assert_eq!(
+            c.delete(k).unwrap(),
+            model.remove(&k).is_some(),
+            "delete {k}"
+        ),
         _ => {
             let mut out = Vec::new();
             c.scan(k, 20, &mut out).unwrap();
@@ -176,7 +182,11 @@ fn a_reopened_store_equals_the_model() {
     d.checkpoint_now(running.server().store()).unwrap();
     d.checkpoint_now(running.server().store()).unwrap();
     assert!(files(&dir, ".ckpt") <= 2, "checkpoints kept");
-    assert!(files(&dir, ".log") <= 2, "segments kept: {}", files(&dir, ".log"));
+    assert!(
+        files(&dir, ".log") <= 2,
+        "segments kept: {}",
+        files(&dir, ".log")
+    );
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "the data directory is private");
     drop(running);
@@ -206,6 +216,8 @@ fn an_empty_directory_state_starts_and_a_lost_checkpoint_is_refused() {
             std::fs::remove_file(p).unwrap();
         }
     }
-    let e = open(&fabric, &dir, Durability::Sync, 1000, vec![]).err().unwrap();
+    let e = open(&fabric, &dir, Durability::Sync, 1000, vec![])
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("no checkpoint"), "{e}");
 }

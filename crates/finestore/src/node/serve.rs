@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fabric::{NodeId, Url};
 use kv::serve::{self, Announced, Probed, Said, Serve, ServerDesc};
-use kv::{KvError, Options, OptionDesc};
+use kv::{KvError, OptionDesc, Options};
 
 use super::{start, NodeConfig};
 use crate::durable::{
@@ -69,9 +69,9 @@ pub fn durability(o: &Options) -> Result<Option<DurabilityConfig>, KvError> {
     };
     let mut d = DurabilityConfig::new(dir);
     if let Some(m) = mode {
-        d.mode = m
-            .parse()
-            .map_err(|e: wal::ParseDurabilityError| KvError::bad_input(format!("--durability: {e}")))?;
+        d.mode = m.parse().map_err(|e: wal::ParseDurabilityError| {
+            KvError::bad_input(format!("--durability: {e}"))
+        })?;
     }
     d.checkpoint_records = o.get_u64_in(
         "checkpoint-records",
