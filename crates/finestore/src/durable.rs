@@ -237,6 +237,11 @@ struct Counters {
     checkpoints: AtomicU64,
     failures: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Held from picking a checkpoint's LSN to its end: two checkpoints
+    /// (the thread's and [`Durable::checkpoint_now`]) must not pick their
+    /// LSNs in one order and write in the other (the wal refuses an LSN
+    /// older than its newest checkpoint).
+    one_at_a_time: Mutex<()>,
 }
 
 /// The log of a running FineStore server, its write path and its
@@ -368,6 +373,7 @@ impl Durable {
 
     /// Writes a checkpoint of `store` now (tests, and a clean stop).
     pub fn checkpoint_now(&self, store: &FineStore) -> Result<u64, FineError> {
+        let _one = lock(&self.counters.one_at_a_time);
         let lsn = self.wal.last_lsn();
         self.wal
             .checkpoint_from(lsn, &mut StorePairs::new(store, CHECKPOINT_CHUNK))?;
@@ -422,6 +428,7 @@ impl Checkpointer {
         let mut retry: Option<(Instant, Duration)> = None;
         while !stop.load(Ordering::Acquire) {
             std::thread::sleep(CHECKPOINT_POLL);
+            let one = lock(&self.counters.one_at_a_time);
             let last = self.wal.last_lsn();
             match retry {
                 Some((at, _)) if Instant::now() < at => continue,
@@ -435,7 +442,7 @@ impl Checkpointer {
             let result = self
                 .wal
                 .checkpoint_from(last, &mut StorePairs::new(&store, CHECKPOINT_CHUNK));
-            drop(store);
+            drop((store, one));
             match result {
                 Ok(info) => {
                     self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
