@@ -132,7 +132,7 @@ fn a_reopened_store_equals_the_model() {
     let initial: Vec<u64> = (0..400u64).map(|i| i * 10).collect();
     let mut model: BTreeMap<u64, u64> = initial.iter().map(|&k| (k, k + 1)).collect();
     let modes = [Durability::Sync, Durability::Async, Durability::None];
-    for round in 0..6 {
+    for round in 0..5 {
         let mode = modes[rng.random_range(0..3)];
         let every = rng.random_range(20..400u64);
         // The key set counts only on the fresh start: later rounds pass a
@@ -156,7 +156,7 @@ fn a_reopened_store_equals_the_model() {
             assert!(e.to_string().contains("in use"), "{e}");
         }
         let mut c = Client::connect(fabric.endpoint(), at).unwrap();
-        let ops = rng.random_range(200..700);
+        let ops = rng.random_range(150..500);
         for i in 0..ops {
             step(&mut rng, &mut c, &mut model);
             if rng.random_ratio(1, 400) {
