@@ -177,9 +177,14 @@ fn a_reopened_store_equals_the_model() {
     }
     // Log truncation: checkpoints delete the covered segments (one is
     // started per open), and at most two checkpoints are kept.
-    let (running, _) = open(&fabric, &dir, Durability::Sync, 1000, vec![]).unwrap();
+    let (running, at) = open(&fabric, &dir, Durability::Sync, 1000, vec![]).unwrap();
     let d = running.server().durable().unwrap();
     d.checkpoint_now(running.server().store()).unwrap();
+    // A record between the two, so that they are two checkpoints (at
+    // one LSN the second would replace the first).
+    let mut c = Client::connect(fabric.endpoint(), at).unwrap();
+    c.upsert(1, 1).unwrap();
+    drop(c);
     d.checkpoint_now(running.server().store()).unwrap();
     assert!(files(&dir, ".ckpt") <= 2, "checkpoints kept");
     assert!(
