@@ -28,7 +28,7 @@ impl From<FineError> for KvError {
     fn from(e: FineError) -> KvError {
         let kind = match &e {
             FineError::Train(_) | FineError::Config(_) => ErrorKind::BadInput,
-            FineError::Busy(_) => ErrorKind::Unavailable,
+            FineError::Busy(_) | FineError::Log(_) => ErrorKind::Unavailable,
         };
         KvError::new(kind, e.to_string())
     }
@@ -50,11 +50,13 @@ impl From<ClientError> for KvError {
 }
 
 /// What FineStore takes and does: u64 keys and values, GETs by one
-/// one-sided READ of the mirrored array (bins by RPC), writes by RPC.
+/// one-sided READ of the mirrored array (bins by RPC), writes by RPC, a
+/// durable log when the server runs with one (`--data-dir`, §4.3).
 pub const CAPABILITIES: Capabilities = Capabilities {
     one_sided_reads: true,
     deletes: true,
     upserts: true,
+    durability: ::kv::Durability::Sync,
     ..Capabilities::words()
 };
 

@@ -35,6 +35,8 @@
 #![forbid(unsafe_code)]
 
 #[cfg(not(loom))]
+pub mod durable;
+#[cfg(not(loom))]
 pub mod kv;
 pub mod level_bin;
 #[cfg(not(loom))]
@@ -99,6 +101,11 @@ pub enum FineError {
     /// published): a bug, reported rather than spun on forever.
     #[error("operation on key {0} retried past its bound")]
     Busy(u64),
+    /// The write-ahead log failed or closed ([`durable`]): a write it
+    /// could not log is not acknowledged.
+    #[cfg(not(loom))]
+    #[error("write-ahead log: {0}")]
+    Log(#[from] wal::WalError),
 }
 
 /// Settings of a [`FineStore`].

@@ -1,7 +1,9 @@
 //! A FineStore server process (§4), assembled: the pairs the value rule
-//! makes for the key set, the store trained over them with its arrays
-//! registered per version, and its RPC handler (bins, writes, scans, the
-//! extended RCU barrier) installed on the host. `xstore server --system
+//! makes for the key set — or, with a data directory, the state recovered
+//! from it (§4.3, [`crate::durable`]) — the store trained over them with
+//! its arrays registered per version, its write-ahead log attached, and
+//! its RPC handler (bins, writes, scans, the extended RCU barrier)
+//! installed on the host. `xstore server --system
 //! finestore` maps its flags to a [`NodeConfig`] and calls [`start`],
 //! listens, then [`RunningNode::serve_until`].
 
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use fabric::Host;
 
+use crate::durable::{self, DurabilityConfig, Durable, RecoveryReport};
 use crate::remote::server::{Server, ServerConfig};
 use crate::FineError;
 use fabric::RegionHost;
@@ -30,6 +33,9 @@ pub struct NodeConfig {
     pub value_of: fn(u64) -> u64,
     /// The server's own settings.
     pub server: ServerConfig,
+    /// Keep a write-ahead log and checkpoints there, and recover from
+    /// them (`None`: memory only).
+    pub durability: Option<DurabilityConfig>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -44,7 +50,13 @@ impl std::fmt::Debug for NodeConfig {
 pub struct RunningNode {
     server: Server,
     keys: usize,
+    recovery: Option<RecoveryReport>,
 }
+
+/// The key a store with nothing to load is trained on, then deleted: a
+/// FineStore trains its top model over at least one key, and a tombstone
+/// keeps its place (a later insert of the key revives it).
+const PLACEHOLDER_KEY: u64 = 0;
 
 impl std::fmt::Debug for RunningNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -57,23 +69,75 @@ impl std::fmt::Debug for RunningNode {
 
 /// Trains the store over the key set, its arrays registered through
 /// `regions`, and installs its handler on `host`. The caller listens next.
+///
+/// With a data directory: takes its lock, recovers its state (the key set
+/// is used only if the directory is fresh, then written as checkpoint 0
+/// before anything is served) and logs every write from then on.
 pub fn start(
     config: NodeConfig,
     host: &Host,
     regions: Arc<dyn RegionHost>,
 ) -> Result<RunningNode, FineError> {
-    let pairs: Vec<(u64, u64)> = config
-        .keys
-        .iter()
-        .map(|&k| (k, (config.value_of)(k)))
-        .collect();
-    drop(config.keys);
-    let server = Server::load(&pairs, config.server, regions)?;
-    host.set_handler(server.handler());
+    let node = open(config, regions)?;
+    host.set_handler(node.server.handler());
+    Ok(node)
+}
+
+/// [`start`] without a host: the caller installs
+/// [`Server::handler`] where it serves (a local fabric in tests).
+pub fn open(config: NodeConfig, regions: Arc<dyn RegionHost>) -> Result<RunningNode, FineError> {
+    let initial = || -> Vec<(u64, u64)> {
+        config
+            .keys
+            .iter()
+            .map(|&k| (k, (config.value_of)(k)))
+            .collect()
+    };
+    let Some(dc) = &config.durability else {
+        let pairs = initial();
+        let server = load(&pairs, config.server, regions)?;
+        return Ok(RunningNode {
+            server,
+            keys: pairs.len(),
+            recovery: None,
+        });
+    };
+    dc.validate()?;
+    let lock = wal::DirLock::acquire(&dc.dir, dc.group_access)?;
+    let rec = durable::recover(&lock)?;
+    let pairs = if rec.report.fresh {
+        initial()
+    } else {
+        rec.pairs
+    };
+    let server = load(&pairs, config.server, regions)?;
+    let fresh = rec.report.fresh.then_some(pairs.as_slice());
+    let log = Durable::open(dc, lock, rec.next_lsn, server.store_arc(), fresh)?;
+    let attached = server.set_durable(Arc::new(log));
+    assert!(attached, "a new server has no log yet");
+    let mut report = rec.report;
+    report.keys = pairs.len() as u64;
     Ok(RunningNode {
         server,
         keys: pairs.len(),
+        recovery: Some(report),
     })
+}
+
+/// Trains a server over `pairs`; with none, over a placeholder key it then
+/// deletes (see [`PLACEHOLDER_KEY`]).
+fn load(
+    pairs: &[(u64, u64)],
+    config: ServerConfig,
+    regions: Arc<dyn RegionHost>,
+) -> Result<Server, FineError> {
+    if !pairs.is_empty() {
+        return Server::load(pairs, config, regions);
+    }
+    let server = Server::load(&[(PLACEHOLDER_KEY, 0)], config, regions)?;
+    let deleted = server.store().delete(PLACEHOLDER_KEY)?;
+    assert!(deleted, "the placeholder key was loaded");
+    Ok(server)
 }
 
 impl RunningNode {
@@ -82,11 +146,26 @@ impl RunningNode {
         &self.server
     }
 
+    /// What recovery found (`None`: no data directory).
+    pub fn recovery(&self) -> Option<&RecoveryReport> {
+        self.recovery.as_ref()
+    }
+
     /// What it serves, as one line.
     pub fn banner(&self) -> String {
         let (models, trained) = self.server.store().root_models();
+        let durability = match (&self.recovery, self.server.durable()) {
+            (Some(r), Some(d)) if r.fresh => format!(", durability {}, fresh", d.mode()),
+            (Some(r), Some(d)) => format!(
+                ", durability {}, recovered checkpoint {} + {} records",
+                d.mode(),
+                r.checkpoint_lsn,
+                r.records
+            ),
+            _ => String::new(),
+        };
         format!(
-            "serving {} keys (finestore: {models} models over {trained} trained keys, version {})",
+            "serving {} keys (finestore: {models} models over {trained} trained keys, version {}{durability})",
             self.keys,
             self.server.version()
         )
@@ -114,6 +193,7 @@ mod tests {
             keys: (1..=2000).map(|k| k * 3).collect(),
             value_of: |k| k * 7,
             server: ServerConfig::default(),
+            durability: None,
         };
         let node = start(config, &host, Arc::new(host.clone())).unwrap();
         let banner = node.banner();

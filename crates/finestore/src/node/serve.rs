@@ -2,11 +2,17 @@
 //! the server served until stopped, and the probe that tells a FineStore
 //! server (it answers a join in its own protocol).
 
+use std::time::Duration;
+
 use fabric::{NodeId, Url};
 use kv::serve::{self, Announced, Probed, Said, Serve, ServerDesc};
-use kv::{KvError, OptionDesc};
+use kv::{KvError, OptionDesc, Options};
 
 use super::{start, NodeConfig};
+use crate::durable::{
+    DurabilityConfig, DEFAULT_CHECKPOINT_RECORDS, DEFAULT_COMMIT_DELAY, MAX_CHECKPOINT_RECORDS,
+    MAX_COMMIT_DELAY,
+};
 use crate::remote::server::ServerConfig;
 
 /// How FineStore serves from a process of its own (its registry entry's
@@ -18,8 +24,8 @@ pub const SERVER: ServerDesc = ServerDesc {
     reached: "a FineStore server by its tcp://, shm:// or rdma:// URL",
 };
 
-/// The server flags FineStore takes: the key set and the doors (its
-/// server's own settings are the paper's, §4).
+/// The server flags FineStore takes: the key set, the doors and its
+/// durability (§4.3; its server's other settings are the paper's, §4).
 pub const SERVE_OPTIONS: &[OptionDesc] = &[
     serve::KEYS,
     serve::KEYS_FILE,
@@ -30,7 +36,58 @@ pub const SERVE_OPTIONS: &[OptionDesc] = &[
         name: "fabric",
         help: "rdma: one-sided READs over an RDMA NIC (default tcp)",
     },
+    OptionDesc {
+        name: "data-dir",
+        help: "keep a write-ahead log and checkpoints here, recover from them",
+    },
+    OptionDesc {
+        name: "durability",
+        help: "sync, async or none (needs data-dir; default sync)",
+    },
+    OptionDesc {
+        name: "checkpoint-records",
+        help: "checkpoint after this many logged writes (default 1000000)",
+    },
+    OptionDesc {
+        name: "commit-delay-us",
+        help: "sync mode: microseconds a busy log gathers records (default 500)",
+    },
+    OptionDesc {
+        name: "group-access",
+        help: "data files readable and writable by the owner's group",
+    },
 ];
+
+/// The durability the options ask for (`None`: no data directory).
+pub fn durability(o: &Options) -> Result<Option<DurabilityConfig>, KvError> {
+    let mode = o.get_str("durability");
+    let Some(dir) = o.get_str("data-dir") else {
+        if mode.is_some() {
+            return Err(KvError::bad_input("--durability needs --data-dir"));
+        }
+        return Ok(None);
+    };
+    let mut d = DurabilityConfig::new(dir);
+    if let Some(m) = mode {
+        d.mode = m.parse().map_err(|e: wal::ParseDurabilityError| {
+            KvError::bad_input(format!("--durability: {e}"))
+        })?;
+    }
+    d.checkpoint_records = o.get_u64_in(
+        "checkpoint-records",
+        DEFAULT_CHECKPOINT_RECORDS,
+        1,
+        MAX_CHECKPOINT_RECORDS,
+    )?;
+    d.commit_delay = Duration::from_micros(o.get_u64_in(
+        "commit-delay-us",
+        DEFAULT_COMMIT_DELAY.as_micros() as u64,
+        0,
+        MAX_COMMIT_DELAY.as_micros() as u64,
+    )?);
+    d.group_access = o.get_bool("group-access", false)?;
+    Ok(Some(d))
+}
 
 /// Serves a FineStore server until the stop flag is set.
 fn serve(s: Serve<'_>) -> Result<(), KvError> {
@@ -38,6 +95,7 @@ fn serve(s: Serve<'_>) -> Result<(), KvError> {
         keys: s.keys,
         value_of: s.value_of,
         server: ServerConfig::default(),
+        durability: durability(s.options)?,
     };
     let node = start(config, s.host, s.regions.clone())
         .map_err(|e| KvError::from(e).context("loading finestore"))?;
@@ -74,12 +132,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn it_takes_the_key_set_and_the_doors_only() {
-        for name in ["keys", "shm-dir", "fabric"] {
+    fn it_takes_the_key_set_the_doors_and_durability_only() {
+        for name in ["keys", "shm-dir", "fabric", "data-dir", "durability"] {
             assert!(SERVER.takes(name), "{name}");
         }
-        for name in ["data-dir", "leaf-slots", "memory-node", "cluster"] {
+        for name in ["leaf-slots", "memory-node", "cluster"] {
             assert!(!SERVER.takes(name), "{name}");
         }
+    }
+
+    #[test]
+    fn durability_flags_are_checked() {
+        let mut o = Options::new();
+        assert!(durability(&o).unwrap().is_none());
+        o.set("durability", "async").unwrap();
+        let e = durability(&o).unwrap_err();
+        assert!(e.message.contains("needs --data-dir"), "{e}");
+        o.set("data-dir", "/tmp/x").unwrap();
+        o.set("commit-delay-us", 7).unwrap();
+        let d = durability(&o).unwrap().unwrap();
+        assert_eq!(d.mode, wal::Durability::Async);
+        assert_eq!(d.commit_delay, Duration::from_micros(7));
+        o.set("commit-delay-us", 100_001).unwrap();
+        assert!(durability(&o).is_err());
+        o.set("commit-delay-us", 7).unwrap();
+        o.set("durability", "sometimes").unwrap();
+        assert!(durability(&o).is_err());
+        o.set("durability", "none").unwrap();
+        o.set("checkpoint-records", 0).unwrap();
+        assert!(durability(&o).is_err());
     }
 }

@@ -6,7 +6,7 @@
 //! when an old version's region may be deregistered and its id reused.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use super::barrier::{Barrier, BarrierError};
 use super::layout::{region_bytes, ArrayWriter, BIN, DELETED, RETIRED};
 use super::locks;
 use super::proto::{reply_header, reply_word, Op, PublishedMsg, Request, Status, MAX_SCAN};
+use crate::durable::{Change, Durable};
 use crate::mirror::{Mirror, MirrorFactory};
 use crate::{Config, FineError, FineStore, Hint, HintUse};
 
@@ -131,6 +132,10 @@ struct Shared {
     /// Publications that stopped waiting for readers (one died holding
     /// the word, or was descheduled past the limit).
     undrained: AtomicU64,
+    /// The write-ahead log, once [`Server::set_durable`] attached one:
+    /// every write is logged, and in `sync` answered after its record is
+    /// on disk.
+    durable: OnceLock<Arc<Durable>>,
 }
 
 impl Shared {
@@ -336,6 +341,7 @@ impl Server {
             lock,
             drain_limit: config.silence_limit,
             undrained: AtomicU64::new(0),
+            durable: OnceLock::new(),
         });
         let factory = Arc::new(Factory {
             shared: shared.clone(),
@@ -389,6 +395,23 @@ impl Server {
         &self.store
     }
 
+    /// The store, shared (a checkpoint thread holds it weakly).
+    pub fn store_arc(&self) -> &Arc<FineStore> {
+        &self.store
+    }
+
+    /// Logs every write from now on through `durable` (attach it before
+    /// the handler serves anyone). Only the first call counts: false if
+    /// one was attached already.
+    pub fn set_durable(&self, durable: Arc<Durable>) -> bool {
+        self.shared.durable.set(durable).is_ok()
+    }
+
+    /// The write-ahead log, if one is attached.
+    pub fn durable(&self) -> Option<&Arc<Durable>> {
+        self.shared.durable.get()
+    }
+
     /// Frees what the barrier allows now.
     pub fn reclaim(&self) {
         self.shared.reclaim();
@@ -427,6 +450,11 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Writes still waiting for their group commit are answered (the
+        // log is flushed) before the store goes.
+        if let Some(d) = self.shared.durable.get() {
+            d.shutdown();
+        }
         let (lock, cv) = &*self.stop;
         *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
         cv.notify_all();
@@ -521,18 +549,78 @@ impl Serving {
         Ok(())
     }
 
-    fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<(), FineError> {
+    /// Runs a write under the log when there is one: returns its reply
+    /// flag and the LSN its reply waits for (`None`: no log).
+    fn logged(
+        &self,
+        key: u64,
+        op: impl FnOnce() -> Result<(bool, Option<Change>), FineError>,
+    ) -> Result<(bool, Option<u64>), FineError> {
+        match self.shared.durable.get() {
+            None => Ok((op()?.0, None)),
+            Some(d) => {
+                let (flag, lsn) = d.write(key, op)?;
+                Ok((flag, Some(lsn)))
+            }
+        }
+    }
+
+    /// A write, plain or pipelined: applied, logged if the server is
+    /// durable (the state it left: the value written, or the key's
+    /// removal), its flag replied. Returns the LSN the reply waits for.
+    fn write(&self, op: Op, version: u64, out: &mut Vec<u8>) -> Result<Option<u64>, FineError> {
+        let st = &*self.store;
+        let at = |entry| hint(version, entry);
+        let set = |ok: bool, v: u64| (ok, ok.then_some(Change::Set(v)));
+        let removed = |ok: bool| (ok, ok.then_some(Change::Removed));
+        let (flag, lsn) = match op {
+            Op::Insert { key, value } => {
+                self.logged(key, || Ok(set(st.insert(key, value)?, value)))?
+            }
+            Op::Update { key, value } => {
+                self.logged(key, || Ok(set(st.update(key, value)?, value)))?
+            }
+            Op::Upsert { key, value } => self.logged(key, || {
+                Ok((st.upsert(key, value)?, Some(Change::Set(value))))
+            })?,
+            Op::Delete { key } => self.logged(key, || Ok(removed(st.delete(key)?)))?,
+            Op::InsertAt { key, value, entry } => self.logged(key, || {
+                let ok = self.count(st.insert_hinted(key, value, at(entry))?);
+                Ok(set(ok, value))
+            })?,
+            Op::UpdateAt { key, value, entry } => self.logged(key, || {
+                let ok = self.count(st.update_hinted(key, value, at(entry))?);
+                Ok(set(ok, value))
+            })?,
+            Op::UpsertAt { key, value, entry } => self.logged(key, || {
+                let new = self.count(st.upsert_hinted(key, value, at(entry))?);
+                Ok((new, Some(Change::Set(value))))
+            })?,
+            Op::DeleteAt { key, entry } => self.logged(key, || {
+                Ok(removed(self.count(st.delete_hinted(key, at(entry))?)))
+            })?,
+            other => {
+                return Err(FineError::Config(format!("{other:?} is not a write")));
+            }
+        };
+        reply_word(out, u64::from(flag));
+        Ok(lsn)
+    }
+
+    /// Serves one request into `out`; a write returns the LSN its reply
+    /// must wait for (`sync` durability).
+    fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<Option<u64>, FineError> {
         let s = &self.shared;
         let now = s.now();
         if req.op == Op::Join {
-            return self.join(now, out);
+            return self.join(now, out).map(|()| None);
         }
         let cur = match s.barrier.report(req.client, req.version, now) {
             Ok(c) => c,
             Err(BarrierError::Expired(_)) => {
                 let v = self.store.mirror().map_or(0, |m| m.version());
                 reply_header(out, Status::Expired, v);
-                return Ok(());
+                return Ok(None);
             }
             Err(e) => return Err(FineError::Config(e.to_string())),
         };
@@ -544,6 +632,14 @@ impl Serving {
         // A pipelined op's hint names an entry of the version it reported.
         let at = |entry| hint(req.version, entry);
         match req.op {
+            op @ (Op::Insert { .. }
+            | Op::Update { .. }
+            | Op::Upsert { .. }
+            | Op::Delete { .. }
+            | Op::InsertAt { .. }
+            | Op::UpdateAt { .. }
+            | Op::UpsertAt { .. }
+            | Op::DeleteAt { .. }) => return self.write(op, req.version, out),
             Op::Join => {}
             Op::Models => cur.value.msg().encode(out),
             Op::Heartbeat => {}
@@ -563,32 +659,6 @@ impl Serving {
                 let slot = usize::try_from(slot).unwrap_or(usize::MAX);
                 found(out, self.store.get_in_slot(key, req.version, slot)?)
             }
-            Op::Insert { key, value } => {
-                reply_word(out, u64::from(self.store.insert(key, value)?));
-            }
-            Op::Update { key, value } => {
-                reply_word(out, u64::from(self.store.update(key, value)?));
-            }
-            Op::Upsert { key, value } => {
-                reply_word(out, u64::from(self.store.upsert(key, value)?));
-            }
-            Op::Delete { key } => reply_word(out, u64::from(self.store.delete(key)?)),
-            Op::InsertAt { key, value, entry } => {
-                let r = self.store.insert_hinted(key, value, at(entry))?;
-                reply_word(out, u64::from(self.count(r)));
-            }
-            Op::UpdateAt { key, value, entry } => {
-                let r = self.store.update_hinted(key, value, at(entry))?;
-                reply_word(out, u64::from(self.count(r)));
-            }
-            Op::UpsertAt { key, value, entry } => {
-                let r = self.store.upsert_hinted(key, value, at(entry))?;
-                reply_word(out, u64::from(self.count(r)));
-            }
-            Op::DeleteAt { key, entry } => {
-                let r = self.store.delete_hinted(key, at(entry))?;
-                reply_word(out, u64::from(self.count(r)));
-            }
             Op::ScanAt {
                 start,
                 count,
@@ -599,36 +669,101 @@ impl Serving {
                 reply_pairs(out, pairs);
             }
         }
-        Ok(())
+        Ok(None)
     }
+}
+
+impl Handler {
+    fn serving(&self) -> Option<Serving> {
+        Some(Serving {
+            store: self.store.upgrade()?,
+            shared: self.shared.upgrade()?,
+        })
+    }
+}
+
+/// The reply of a server that has stopped.
+fn stopped(reply: &mut Vec<u8>) {
+    reply_header(reply, Status::Failed, 0);
+    reply.extend_from_slice(b"the server has stopped");
 }
 
 impl RpcHandler for Handler {
     fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
-        let (Some(store), Some(shared)) = (self.store.upgrade(), self.shared.upgrade()) else {
-            reply_header(reply, Status::Failed, 0);
-            reply.extend_from_slice(b"the server has stopped");
-            return;
+        let Some(this) = self.serving() else {
+            return stopped(reply);
         };
-        let this = Serving { store, shared };
-        this.handle(request, reply);
+        let wait = this.handle(request, reply);
+        if let (Some(lsn), Some(d)) = (wait, this.shared.durable.get()) {
+            if let Err(e) = d.wait_durable(lsn) {
+                reply.clear();
+                this.failed(reply, &FineError::Log(e));
+            }
+        }
+    }
+
+    /// A write of a `sync` server is answered by the log's writer thread
+    /// once its record is on disk; the worker thread does not wait.
+    fn handle_deferred(&self, request: &[u8], respond: fabric::Responder) {
+        let Some(this) = self.serving() else {
+            let mut reply = Vec::new();
+            stopped(&mut reply);
+            return respond(reply);
+        };
+        let mut reply = Vec::new();
+        let wait = this.handle(request, &mut reply);
+        match (wait, this.shared.durable.get()) {
+            (Some(lsn), Some(d)) if d.waits() => {
+                let version = this.current();
+                d.when_durable(
+                    lsn,
+                    Box::new(move |r| match r {
+                        Ok(()) => respond(reply),
+                        Err(e) => {
+                            tracing::error!(error = %e, lsn, "finestore write not acknowledged: its record is not durable");
+                            let mut out = Vec::new();
+                            reply_header(&mut out, Status::Failed, version);
+                            out.extend_from_slice(format!("write-ahead log: {e}").as_bytes());
+                            respond(out)
+                        }
+                    }),
+                );
+            }
+            _ => respond(reply),
+        }
     }
 }
 
 impl Serving {
-    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) {
-        let current = || self.store.mirror().map_or(0, |m| m.version());
+    /// The current version of the models.
+    fn current(&self) -> u64 {
+        self.store.mirror().map_or(0, |m| m.version())
+    }
+
+    /// Replaces the reply with a failure.
+    fn failed(&self, reply: &mut Vec<u8>, e: &FineError) {
+        reply_header(reply, Status::Failed, self.current());
+        reply.extend_from_slice(e.to_string().as_bytes());
+    }
+
+    /// Serves a request into `reply`; a logged write returns the LSN its
+    /// reply waits for.
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) -> Option<u64> {
         match Request::decode(request) {
             Err(e) => {
-                reply_header(reply, Status::Bad, current());
+                reply_header(reply, Status::Bad, self.current());
                 reply.extend_from_slice(e.to_string().as_bytes());
+                None
             }
-            Ok(req) => {
-                if let Err(e) = self.serve(req, reply) {
-                    reply_header(reply, Status::Failed, current());
-                    reply.extend_from_slice(e.to_string().as_bytes());
+            Ok(req) => match self.serve(req, reply) {
+                Ok(wait) => wait,
+                Err(e) => {
+                    // A partly written reply (a header) is replaced whole.
+                    reply.clear();
+                    self.failed(reply, &e);
+                    None
                 }
-            }
+            },
         }
     }
 }

@@ -1,0 +1,228 @@
+//! FineStore's durability (§4.3, `finestore::durable`) against a
+//! `BTreeMap`: random writes through a client (plain and pipelined RPCs,
+//! so every write path is logged), checkpoints at random points (forced,
+//! and by the checkpoint thread every few records), the server closed and
+//! reopened from its directory in a random mode each round; after each
+//! reopen the recovered store must equal the model exactly. Prints its
+//! seed; replay with `XSTORE_SEED`.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use fabric::{LocalFabric, LocalHost};
+use finestore::durable::{DurabilityConfig, StorePairs};
+use finestore::node::{self, NodeConfig, RunningNode};
+use finestore::remote::client::Client;
+use finestore::remote::server::ServerConfig;
+use finestore::Config;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use wal::Durability;
+
+/// Small bins and a low threshold: bins fill and are retrained, and
+/// small models merge, during every round.
+fn small_bins() -> Config {
+    Config {
+        root_slots: 2,
+        child_slots: 2,
+        threshold: 4,
+        max_depth: 3,
+        background: true,
+    }
+}
+
+fn open(
+    fabric: &LocalFabric,
+    dir: &Path,
+    mode: Durability,
+    every: u64,
+    keys: Vec<u64>,
+) -> Result<(RunningNode, fabric::NodeId), finestore::FineError> {
+    let node = fabric.add_node();
+    let host = Arc::new(LocalHost {
+        fabric: fabric.clone(),
+        node,
+    });
+    let mut d = DurabilityConfig::new(dir);
+    d.mode = mode;
+    d.checkpoint_records = every;
+    d.commit_delay = std::time::Duration::ZERO;
+    let config = NodeConfig {
+        keys,
+        value_of: |k| k + 1,
+        server: ServerConfig {
+            store: small_bins(),
+            ..ServerConfig::default()
+        },
+        durability: Some(d),
+    };
+    let running = node::open(config, host)?;
+    fabric
+        .set_handler(node, running.server().handler())
+        .unwrap();
+    Ok((running, node))
+}
+
+/// The whole store, in key order.
+fn contents(node: &RunningNode) -> Vec<(u64, u64)> {
+    StorePairs::new(node.server().store(), 97)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap()
+}
+
+fn files(dir: &Path, suffix: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(suffix)
+        })
+        .count()
+}
+
+/// One random operation through the client, checked against the model.
+fn step(rng: &mut StdRng, c: &mut Client<fabric::LocalEndpoint>, model: &mut BTreeMap<u64, u64>) {
+    let k = rng.random_range(0..4000u64);
+    let v = rng.random::<u64>() >> 1;
+    match rng.random_range(0..6u32) {
+        0 => assert_eq!(c.get(k).unwrap(), model.get(&k).copied(), "get {k}"),
+        1 => {
+            let want = !model.contains_key(&k);
+            assert_eq!(c.insert(k, v).unwrap(), want, "insert {k}");
+            model.entry(k).or_insert(v);
+        }
+        2 => {
+            let want = model.contains_key(&k);
+            assert_eq!(c.update(k, v).unwrap(), want, "update {k}");
+            if want {
+                model.insert(k, v);
+            }
+        }
+        3 => {
+            let want = !model.contains_key(&k);
+            assert_eq!(c.upsert(k, v).unwrap(), want, "upsert {k}");
+            model.insert(k, v);
+        }
+        4 => assert_eq!(
+            c.delete(k).unwrap(),
+            model.remove(&k).is_some(),
+            "delete {k}"
+        ),
+        _ => {
+            let mut out = Vec::new();
+            c.scan(k, 20, &mut out).unwrap();
+            let want: Vec<(u64, u64)> = model.range(k..).take(20).map(|(a, b)| (*a, *b)).collect();
+            assert_eq!(out, want, "scan from {k}");
+        }
+    }
+}
+
+#[test]
+fn a_reopened_store_equals_the_model() {
+    let seed = testkit::seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let fabric = LocalFabric::new();
+    let initial: Vec<u64> = (0..400u64).map(|i| i * 10).collect();
+    let mut model: BTreeMap<u64, u64> = initial.iter().map(|&k| (k, k + 1)).collect();
+    let modes = [Durability::Sync, Durability::Async, Durability::None];
+    for round in 0..5 {
+        let mode = modes[rng.random_range(0..3)];
+        let every = rng.random_range(20..400u64);
+        // The key set counts only on the fresh start: later rounds pass a
+        // different one, which the directory's state must win over.
+        let keys = if round == 0 {
+            initial.clone()
+        } else {
+            vec![1, 2, 3]
+        };
+        let (running, at) = open(&fabric, &dir, mode, every, keys).unwrap();
+        let report = running.recovery().unwrap().clone();
+        assert_eq!(report.fresh, round == 0, "round {round}: {report:?}");
+        assert_eq!(
+            contents(&running),
+            model.iter().map(|(a, b)| (*a, *b)).collect::<Vec<_>>(),
+            "round {round} ({mode}): the recovered store differs from the model"
+        );
+        if round == 1 {
+            // One process per directory: a second open is refused.
+            let e = open(&fabric, &dir, mode, every, vec![]).err().unwrap();
+            assert!(e.to_string().contains("in use"), "{e}");
+        }
+        let mut c = Client::connect(fabric.endpoint(), at).unwrap();
+        let ops = rng.random_range(150..500);
+        for i in 0..ops {
+            step(&mut rng, &mut c, &mut model);
+            if rng.random_ratio(1, 400) {
+                let d = running.server().durable().unwrap();
+                d.checkpoint_now(running.server().store()).unwrap();
+            }
+            if i % 500 == 499 {
+                // Small models into the top model now and then: the
+                // checkpoint walk must see through every shape.
+                running.server().store().retrain_all().unwrap();
+            }
+        }
+        drop(c);
+        let stats = running.server().durable().unwrap().stats();
+        assert!(stats.records > 0, "round {round}: nothing was logged");
+        assert_eq!(stats.checkpoint_failures, 0, "{stats:?}");
+        drop(running);
+    }
+    // Log truncation: checkpoints delete the covered segments (one is
+    // started per open), and at most two checkpoints are kept.
+    let (running, at) = open(&fabric, &dir, Durability::Sync, 1000, vec![]).unwrap();
+    let d = running.server().durable().unwrap();
+    d.checkpoint_now(running.server().store()).unwrap();
+    // A record between the two, so that they are two checkpoints (at
+    // one LSN the second would replace the first).
+    let mut c = Client::connect(fabric.endpoint(), at).unwrap();
+    c.upsert(1, 1).unwrap();
+    drop(c);
+    d.checkpoint_now(running.server().store()).unwrap();
+    assert!(files(&dir, ".ckpt") <= 2, "checkpoints kept");
+    assert!(
+        files(&dir, ".log") <= 2,
+        "segments kept: {}",
+        files(&dir, ".log")
+    );
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the data directory is private");
+    drop(running);
+}
+
+#[test]
+fn an_empty_directory_state_starts_and_a_lost_checkpoint_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let fabric = LocalFabric::new();
+    // No keys at all: the store starts empty (a placeholder trained and
+    // deleted) and takes writes.
+    let (running, at) = open(&fabric, &dir, Durability::Sync, 1000, vec![]).unwrap();
+    let mut c = Client::connect(fabric.endpoint(), at).unwrap();
+    assert_eq!(c.get(0).unwrap(), None);
+    assert!(c.insert(5, 50).unwrap());
+    assert!(c.insert(0, 7).unwrap());
+    drop(c);
+    drop(running);
+    let (running, _) = open(&fabric, &dir, Durability::Sync, 1000, vec![]).unwrap();
+    assert_eq!(contents(&running), vec![(0, 7), (5, 50)]);
+    drop(running);
+    // Without checkpoint 0 the log's records are not the whole state.
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.to_string_lossy().ends_with(".ckpt") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let e = open(&fabric, &dir, Durability::Sync, 1000, vec![])
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no checkpoint"), "{e}");
+}
