@@ -343,6 +343,11 @@ impl IndexLog {
         self.checkpoint()
     }
 
+    /// The LSN of the last record appended.
+    pub fn last_lsn(&self) -> u64 {
+        self.wal.last_lsn()
+    }
+
     /// Blocks until `lsn` is durable per the mode (`sync`: fdatasync'd).
     pub fn wait(&self, lsn: u64) -> Result<(), HiError> {
         self.wal.wait_durable(lsn).map_err(storage)
