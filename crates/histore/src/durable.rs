@@ -488,7 +488,11 @@ fn decode_checkpoint(pairs: &[(u64, u64)]) -> Result<Mirror, HiError> {
         }
         at += 2 + words;
     }
-    let distinct = if m.complete { m.map.len() } else { touched.len() };
+    let distinct = if m.complete {
+        m.map.len()
+    } else {
+        touched.len()
+    };
     if !m.complete {
         m.since_reset = Some(touched);
     }
@@ -641,9 +645,17 @@ mod tests {
             ..Mirror::default()
         };
         let words = encode_checkpoint(&m);
-        let pairs: Vec<(u64, u64)> = words.iter().copied().enumerate().map(|(i, w)| (i as u64, w)).collect();
+        let pairs: Vec<(u64, u64)> = words
+            .iter()
+            .copied()
+            .enumerate()
+            .map(|(i, w)| (i as u64, w))
+            .collect();
         let back = decode_checkpoint(&pairs).unwrap();
-        assert_eq!((back.epoch, back.last_seq, back.map.clone()), (3, 9, m.map.clone()));
+        assert_eq!(
+            (back.epoch, back.last_seq, back.map.clone()),
+            (3, 9, m.map.clone())
+        );
         for cut in 1..pairs.len() {
             assert!(decode_checkpoint(&pairs[..cut]).is_err(), "cut at {cut}");
         }

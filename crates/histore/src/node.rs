@@ -336,6 +336,30 @@ impl IndexNode {
         })
     }
 
+    /// Registers under a new lease. A process restarted on its node (from
+    /// its data directory) finds its previous lease's key until that lease
+    /// lapses: it waits for that, at most two lease TTLs and a second.
+    fn register_lease(&self, url: &str) -> Result<coord::Registration, HiError> {
+        let id = member_id(Kind::Index, self.config.node);
+        let deadline =
+            std::time::Instant::now() + self.config.lease_ttl * 2 + Duration::from_secs(1);
+        loop {
+            match self
+                .membership
+                .etcd()
+                .register(&id, url, self.config.lease_ttl)
+            {
+                Ok(r) => return Ok(r),
+                Err(coord::CoordError::AlreadyRegistered(_))
+                    if std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(self.config.tick);
+                }
+                Err(e) => return Err(HiError::BadMessage(format!("registering: {e}"))),
+            }
+        }
+    }
+
     /// A restarted primary registers only once the view names another
     /// one: registering would renew its node's liveness, and the backups
     /// fail over only once it is gone (node/restart.rs). Bounded: twenty
@@ -364,16 +388,7 @@ impl IndexNode {
     /// watcher.
     pub fn register(&mut self, url: &str) -> Result<(), HiError> {
         self.wait_to_be_replaced()?;
-        let registration = self
-            .membership
-            .etcd()
-            .register(
-                &member_id(Kind::Index, self.config.node),
-                url,
-                self.config.lease_ttl,
-            )
-            .map_err(|e| HiError::BadMessage(format!("registering: {e}")))?;
-        let registration = Arc::new(registration);
+        let registration = Arc::new(self.register_lease(url)?);
         let weak = Arc::downgrade(&registration);
         let authority = Arc::new(AtomicI64::new(0));
         let lease = authority.clone();
@@ -700,9 +715,10 @@ fn fail_over(s: &Shared, view: &GroupView, live: &BTreeMap<NodeId, Live>) -> Res
     }
     others.retain(|(o, _)| !left_out.contains(o));
     others.retain(|&(o, last)| {
-        let handed = s.server.log_after(last).and_then(|entries| {
-            rpc_u64(&mut ep, o, &Request::CatchUp { epoch, entries })
-        });
+        let handed = s
+            .server
+            .log_after(last)
+            .and_then(|entries| rpc_u64(&mut ep, o, &Request::CatchUp { epoch, entries }));
         if let Err(e) = &handed {
             tracing::warn!(backup = o.0, error = %e, "could not catch it up: leaving it out");
         }

@@ -600,7 +600,9 @@ impl IndexServer {
             };
             return (Err(fenced), Ok(None));
         }
-        let lsn = self.disk_epoch(epoch).and_then(|_| self.disk_entries(&entries));
+        let lsn = self
+            .disk_epoch(epoch)
+            .and_then(|_| self.disk_entries(&entries));
         if let Err(e) = lsn {
             // Not on disk: not logged at all, so never acknowledged.
             return (Err(e), Ok(None));

@@ -49,7 +49,12 @@ impl Model {
         assert_eq!(got.epoch, self.epoch, "{what}: epoch");
         assert_eq!(got.last_seq, self.last_seq, "{what}: last seq");
         assert_eq!(got.complete, self.complete, "{what}: complete");
-        assert!(got.pairs == pairs, "{what}: {} pairs recovered, {} in the model", got.pairs.len(), pairs.len());
+        assert!(
+            got.pairs == pairs,
+            "{what}: {} pairs recovered, {} in the model",
+            got.pairs.len(),
+            pairs.len()
+        );
     }
 }
 
@@ -154,8 +159,9 @@ fn recovery_matches_the_model() {
             model.touched = Some(BTreeMap::new());
             last = None;
         } else if roll < 84 && model.touched.is_some() {
-            let snapshot: BTreeMap<Vec<u8>, ValuePtr> =
-                (0..rng.random_range(0..20)).map(|_| (key(&mut rng), ptr(&mut rng))).collect();
+            let snapshot: BTreeMap<Vec<u8>, ValuePtr> = (0..rng.random_range(0..20))
+                .map(|_| (key(&mut rng), ptr(&mut rng)))
+                .collect();
             let snapshot: Vec<_> = snapshot.into_iter().collect();
             log.install(&snapshot).unwrap();
             let touched = model.touched.take().unwrap();
@@ -202,7 +208,10 @@ fn recovery_matches_the_model() {
     let (_log, got) = IndexLog::open(&config).unwrap();
     model.check(&got, "final");
     eprintln!("{reopens} reopens, {cuts} torn entries, {installs} snapshots installed");
-    assert!(reopens > 20 && cuts > 3 && installs > 3, "too few events: seed {seed}");
+    assert!(
+        reopens > 20 && cuts > 3 && installs > 3,
+        "too few events: seed {seed}"
+    );
 }
 
 #[test]
@@ -214,7 +223,10 @@ fn directory_is_private_and_the_log_is_truncated() {
     config.checkpoint_records = 1000;
     config.segment_bytes = 64 << 10;
     let (log, _) = IndexLog::open(&config).unwrap();
-    assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
     let big = vec![7u8; 1024];
     let mut seq = 0;
     let mut peak = 0;

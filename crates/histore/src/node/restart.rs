@@ -13,10 +13,10 @@
 //!   like any backup: every entry acknowledged was on the disk of every
 //!   backup in the replica set (`sync`), so the longest recovered log holds
 //!   them all.
-//! * **The view names it the primary**: a primary does not log (its
-//!   backups hold what it acknowledged), so its state is not used. It
-//!   registers only once the view names another primary (its old lease
-//!   must lapse for the backups to fail over), then joins.
+//! * **The view names it the primary** (with or without a log): a primary
+//!   does not log (its backups hold what it acknowledged), so its state is
+//!   not used. It registers only once the view names another primary (its
+//!   old lease must lapse for the backups to fail over), then joins.
 //! * **Anything else** (not in the view, or a reset whose snapshot was
 //!   never installed): the state is not used; it joins, and the join's
 //!   PREPARE resets its log.
@@ -59,7 +59,14 @@ pub(crate) fn start_server(
     let joining = view.is_some();
     let Some(lc) = &config.log else {
         let server = IndexServer::new_backup(config.node, 0, 0, config.partitions, joining, reader);
-        return Ok((server, Restart::Fresh));
+        // With or without a log, a primary's state is not used: a
+        // restarted one must not look alive before it is replaced.
+        let restart = if view.is_some_and(|v| v.primary == config.node) {
+            Restart::WasPrimary
+        } else {
+            Restart::Fresh
+        };
+        return Ok((server, restart));
     };
     let (log, rec) = IndexLog::open(lc)?;
     let log = Arc::new(log);
@@ -92,6 +99,12 @@ fn decide(
     view: Option<&GroupView>,
     rec: &RecoveredIndex,
 ) -> Result<Restart, HiError> {
+    let me = config.node;
+    // A primary logs nothing, so its directory may be empty: the view,
+    // not the disk, says it was the primary.
+    if view.is_some_and(|v| v.primary == me) {
+        return Ok(Restart::WasPrimary);
+    }
     if !rec.existed {
         return Ok(Restart::Fresh);
     }
@@ -105,10 +118,7 @@ fn decide(
             config.group
         )));
     };
-    let me = config.node;
-    Ok(if view.primary == me {
-        Restart::WasPrimary
-    } else if view.backups.contains(&me) && rec.complete {
+    Ok(if view.backups.contains(&me) && rec.complete {
         Restart::Backup
     } else {
         Restart::Rejoin

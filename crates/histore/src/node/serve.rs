@@ -206,8 +206,7 @@ fn log_config(o: &Options) -> Result<Option<LogConfig>, KvError> {
     }
     log.checkpoint_records =
         o.get_u64_in("checkpoint-records", log.checkpoint_records, 1, 1 << 36)?;
-    log.commit_delay =
-        Duration::from_micros(o.get_u64_in("commit-delay-us", 0, 0, 100_000)?);
+    log.commit_delay = Duration::from_micros(o.get_u64_in("commit-delay-us", 0, 0, 100_000)?);
     Ok(Some(log))
 }
 
