@@ -90,6 +90,8 @@ fn bad_rows_are_typed_errors_with_their_line() {
 
 #[test]
 fn every_figure_names_registered_systems_and_the_papers_series() {
+    // Each (system, options) is loaded once to check its knobs.
+    let mut loaded = std::collections::HashSet::new();
     for name in paper::PAPERS {
         let suite = paper::suite(&format!("paper-{name}")).unwrap();
         assert_eq!(suite.paper, name);
@@ -122,10 +124,98 @@ fn every_figure_names_registered_systems_and_the_papers_series() {
                     r.system
                 );
                 r.stream.validate().unwrap();
+                knobs_parse(name, f.stem, r, &mut loaded);
             }
         }
     }
     assert!(paper::suite("paper-nope").is_err());
+}
+
+/// Every knob a run names is one its system reads, with a value the
+/// system takes, so a misspelled or out-of-range knob fails here, not
+/// silently in a suite: within the `A..=B` range its help states, or
+/// (no range stated) by loading 64 keys with it. A ROLEX load maps
+/// its whole leaf region (hundreds of MB), so the stated range is what
+/// keeps this test cheap.
+fn knobs_parse(
+    paper: &str,
+    stem: &str,
+    r: &paper::PaperRun,
+    loaded: &mut std::collections::HashSet<(String, Vec<(String, String)>)>,
+) {
+    let at = format!("{paper} {stem} {} x={}", r.system, r.x);
+    let desc = bench::system::find(&r.system).unwrap_or_else(|| panic!("{at}: no system"));
+    let mut options = kv::Options::new();
+    let mut unranged = Vec::new();
+    for (k, v) in &r.options {
+        let o = desc.options.iter().find(|o| o.name == k);
+        let o = o.unwrap_or_else(|| panic!("{at}: {} does not read option {k}", r.system));
+        options
+            .set(k, v)
+            .unwrap_or_else(|e| panic!("{at}: {k}={v}: {e}"));
+        match stated_range(o.help) {
+            Some((lo, hi)) => {
+                let n: u64 = v.parse().unwrap_or_else(|e| panic!("{at}: {k}={v}: {e}"));
+                assert!((lo..=hi).contains(&n), "{at}: {k}={v} outside {lo}..={hi}");
+            }
+            None => unranged.push((k.clone(), v.clone())),
+        }
+    }
+    if !unranged.is_empty() && loaded.insert((r.system.clone(), unranged.clone())) {
+        let pairs: Vec<(u64, u64)> = (1..=64u64).map(|k| (k * 1000, k)).collect();
+        let load = kv::LocalLoad {
+            pairs: &pairs,
+            adversary: None,
+            server_workers: None,
+            options: &options,
+        };
+        if let Err(e) = bench::system::load_local(&r.system, &load) {
+            panic!("{at}: {unranged:?}: {e}");
+        }
+    }
+    if let Some(n) = r.shards {
+        assert!(bench::system::runs_in_cluster(&r.system), "{at}: shards");
+        assert!(
+            (1..=cluster::local::MAX_SHARDS).contains(&n),
+            "{at}: {n} shards"
+        );
+    }
+    if let Some(i) = r.inserter {
+        let rate = i.rate.unwrap_or(1.0);
+        assert!(rate.is_finite() && rate > 0.0, "{at}: insert rate {rate}");
+        // The flag's own parser takes the same rate.
+        let flag = format!("{rate}");
+        assert_eq!(bench::Inserter::parse(&flag).unwrap(), Some(i), "{at}");
+    }
+    if let Some((m, t)) = r.clients {
+        assert!(m > 0 && t > 0, "{at}: clients {m}x{t}");
+    }
+    assert!(r.keys.is_none_or(|k| k > 0), "{at}: no keys");
+    assert!(r.threads.is_none_or(|t| t > 0), "{at}: no threads");
+}
+
+/// The `A..=B` an option's help states (`(1..=256; default 16)`).
+fn stated_range(help: &str) -> Option<(u64, u64)> {
+    let (before, after) = help.split_once("..=")?;
+    let lo = before.rsplit(|c: char| !c.is_ascii_digit()).next()?;
+    let hi = after.split(|c: char| !c.is_ascii_digit()).next()?;
+    Some((lo.parse().ok()?, hi.parse().ok()?))
+}
+
+#[test]
+fn an_unknown_or_unreproduced_figure_is_refused() {
+    let suite = paper::suite("paper-xstore").unwrap();
+    let mut o = PaperOptions::new(std::env::temp_dir().join("xstore-paper-never-written"));
+    for (stem, why) in [
+        ("fig99-nope", "has no figure 'fig99-nope'"),
+        ("fig16a-values", "is not reproduced: needs"),
+    ] {
+        o.only = vec![stem.into()];
+        match paper::run_paper(&suite, &o, &mut |_| {}) {
+            Err(e) => assert!(e.to_string().contains(why), "{stem}: {e}"),
+            Ok(s) => panic!("{stem}: ran {} rows", s.rows.len()),
+        }
+    }
 }
 
 #[test]
@@ -170,11 +260,22 @@ fn a_figure_runs_with_every_read_judged_and_writes_its_files() {
         "{md}"
     );
     let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let mut loads = 0;
     for line in jsonl.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(v["paper"], "xstore");
         assert_eq!(v["figure"], "fig13a-production");
+        // A run that loaded its store says how long that took; the next
+        // run on the same store, null.
+        if let Some(ms) = v["load_ms"].as_f64() {
+            assert!(ms > 0.0, "{line}");
+            loads += 1;
+        } else {
+            assert!(v["load_ms"].is_null(), "{line}");
+        }
     }
+    // Two systems, each loaded once for Prod1 and Prod2 (neither adds keys).
+    assert_eq!(loads, 2, "{jsonl}");
     assert!(out.join("fig13a-production.svg").exists());
     std::fs::remove_dir_all(&out).ok();
 }

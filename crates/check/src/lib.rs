@@ -24,6 +24,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod gaps;
 pub mod history;
 pub mod ledger;
 pub mod linearize;

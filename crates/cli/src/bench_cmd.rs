@@ -45,9 +45,15 @@ pub struct BenchArgs {
     /// Run against a range-partitioned cluster whose shard map is in etcd
     /// at URL (etcd://host:port), over tcp; its servers must have been
     /// started with the same --dataset, --keys and --seed (as
-    /// `xstore cluster up` does).
+    /// `xstore cluster up` does). With --system histore: the HiStore group
+    /// or set of groups --histore-group names (`cluster up --system
+    /// histore`), which starts empty: the run loads its keys first.
     #[arg(long, value_name = "URL", conflicts_with_all = ["suite", "server"])]
     cluster: Option<String>,
+    /// histore over --cluster: the group, or the set of groups (`cluster
+    /// up --groups G`), to run on.
+    #[arg(long, value_name = "NAME", default_value = "g0", value_parser = crate::flags::group_name)]
+    histore_group: String,
     /// What the server holds: `loaded` (the run's key set, as --dataset,
     /// --keys and --seed or --keys-file make it; a server is first checked
     /// to hold it, by the key count and fingerprint it announces) or
@@ -663,12 +669,13 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     let cluster = args
         .cluster
         .as_deref()
+        .filter(|_| system_name != HISTORE)
         .map(|url| {
             cluster::kv::ClusterSystem::new(url, args.token.resolve()?, plan.cache, args.get_reads)
                 .with_context(|| format!("reaching the cluster at {url}"))
         })
         .transpose()?;
-    let in_cluster = cluster.is_some();
+    let in_cluster = args.cluster.is_some();
     let mut shares = cluster.as_ref().map(|c| c.shares());
     // The servers must be the design asked for, and (unless as found)
     // hold this run's key set: a mismatch is refused here in one line,
@@ -781,10 +788,13 @@ fn plan_run(args: &BenchArgs) -> Result<Plan<'_>> {
         );
     }
     if args.cluster.is_some()
-        && (!bench::system::runs_in_cluster(system_name)
+        && ((!bench::system::runs_in_cluster(system_name) && system_name != HISTORE)
             || matches!(args.fabric.as_str(), "shm" | "rdma"))
     {
-        bail!("--cluster runs {} over tcp only", registry_cluster_names());
+        bail!(
+            "--cluster runs {}, {HISTORE} over tcp only",
+            registry_cluster_names()
+        );
     }
     let as_found = args.data == "existing";
     if as_found && remote.is_none() && args.cluster.is_none() {
@@ -886,6 +896,9 @@ fn open_system(
     if let Some(cluster) = cluster {
         return Ok(Box::new(cluster));
     }
+    if let (Some(url), HISTORE) = (&args.cluster, plan.system_name) {
+        return histore_groups(args, plan, url, keys);
+    }
     if let Some(urls) = &plan.remote {
         let options = system_options(args, &plan.spec(args))?;
         let token = args.token.resolve()?;
@@ -912,6 +925,38 @@ fn open_system(
     let system = local_system(args, &plan.spec(args), &pairs).context("loading the server")?;
     spinner.finish_and_clear();
     Ok(system)
+}
+
+/// The design whose processes `--cluster` reaches as a group or set of
+/// groups rather than a shard map.
+const HISTORE: &str = "histore";
+
+/// HiStore processes at `url` (the group or set `--histore-group`
+/// names): reached, then loaded with the run's pairs through clients (a
+/// process group starts empty), unless the run takes the data as found.
+fn histore_groups(
+    args: &BenchArgs,
+    plan: &Plan,
+    url: &str,
+    keys: &[u64],
+) -> Result<Box<dyn Store>> {
+    let options = system_options(args, &plan.spec(args))?;
+    let o = histore::kv::HiStoreOptions::from_options(&options)?;
+    let name = &args.histore_group;
+    let store =
+        histore::remote_store::RemoteHiStore::connect(url, name, args.token.resolve()?, o.sizes)
+            .with_context(|| format!("reaching HiStore {name} at {url}"))?;
+    if !plan.as_found {
+        let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, check::value_for(k, 0))).collect();
+        let bar = progress::bar(pairs.len() as u64, "load");
+        store
+            .load_words(&pairs, 2 * args.threads.max(1) as usize, &|done| {
+                bar.set_position(done)
+            })
+            .with_context(|| format!("loading {} keys into HiStore {name}", pairs.len()))?;
+        bar.finish_and_clear();
+    }
+    Ok(Box::new(store))
 }
 
 /// The run's configuration, as its report names it.

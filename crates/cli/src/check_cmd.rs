@@ -34,6 +34,7 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
                 "linearizable: {ops} operations on {keys} keys ({} threads), checked in {seconds:.3} s ({read:.3} s reading)",
                 threads(&history)
             );
+            print_gaps(&check::gaps::of(&history));
             Ok(0)
         }
         Outcome::Violation(v) => {
@@ -55,6 +56,21 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
             );
             Ok(2)
         }
+    }
+}
+
+/// The longest waits for an answer (a failover's stall shows here).
+fn print_gaps(g: &check::gaps::Gaps) {
+    for (what, gap) in [("reads", g.reads), ("writes", g.writes)] {
+        if gap.answers < 2 {
+            continue;
+        }
+        println!(
+            "longest gap between answered {what}: {:.1} ms (from {:.3} s into the run; {} answered)",
+            gap.ns as f64 / 1e6,
+            gap.from as f64 / 1e9,
+            gap.answers
+        );
     }
 }
 

@@ -182,9 +182,14 @@ struct HistoreUpArgs {
     /// HiStore: data servers (records of keys and values; 1..=16).
     #[arg(long, default_value_t = 1, value_parser = crate::flags::usize_in(1, histore::node::MAX_DATA_SERVERS as u64))]
     data_servers: usize,
-    /// HiStore: the group's name (1 to 64 of [A-Za-z0-9_-]).
+    /// HiStore: the group's name (1 to 64 of [A-Za-z0-9_-]); with
+    /// --groups G > 1 the set's name, its groups NAME-0 ... NAME-(G-1).
     #[arg(long, default_value = "g0", value_parser = crate::flags::group_name)]
     group: String,
+    /// HiStore: index groups, keys hashed over them (each with the shape
+    /// below; 1..=64). Clients name the set: `--histore NAME`.
+    #[arg(long, default_value_t = 1, value_parser = crate::flags::usize_in(1, histore::etcd::MAX_SET_GROUPS as u64))]
+    groups: usize,
     /// Lease, record region and table sizes of every server.
     #[command(flatten)]
     shape: crate::server_cmd::HistoreShape,
@@ -373,6 +378,7 @@ impl UpArgs {
             },
             group: GroupUp {
                 name: h.group.clone(),
+                groups: h.groups,
                 index_servers: h.index_servers,
                 data_servers: h.data_servers,
                 server_args: vec!["--lease-ttl-s".into(), h.shape.lease_ttl_s.to_string()],

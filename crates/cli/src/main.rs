@@ -157,7 +157,7 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Model(args) => model::run(&args)?,
         Command::Bench(args) => bench_cmd::run(&args)?,
         Command::Server(args) => server_cmd::run(&args)?,
-        Command::Shell(args) => shell::run(&args)?,
+        Command::Shell(args) => return shell::run(&args),
         Command::Stats(args) => stats_cmd::run(&args)?,
         Command::Dataset(args) => dataset_cmd::run(&args)?,
         Command::Cluster(args) => cluster_cmd::run(&args)?,

@@ -775,11 +775,11 @@ fn the_shell_talks_to_a_cluster() {
     let above: Vec<u64> = keys.iter().copied().filter(|&k| k >= boundary).collect();
     let (a, b) = (below[below.len() - 1], above[0]);
     script += &format!("scan {a} 2\nput {b} 77\nget {b}\ndel {b}\nget {b}\nstats\nput 1 x\n");
-    expect.push(format!(
-        "{a}={} {b}={}",
-        check::value_for(a, 0),
-        check::value_for(b, 0)
-    ));
+    // A pair a line, then the key to page on from (more keys follow).
+    expect.push(format!("{a} {}", check::value_for(a, 0)));
+    expect.push(format!("{b} {}", check::value_for(b, 0)));
+    let after = above[1];
+    expect.push(format!("-- more: scan {after} 2"));
     expect.extend(["OK", "77", "OK", "NOT_FOUND"].map(String::from));
     let child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["shell", &up.url])
@@ -791,7 +791,8 @@ fn the_shell_talks_to_a_cluster() {
         .unwrap();
 
     let out = support::feed(child, script.as_bytes());
-    assert!(out.status.success());
+    // The last line (`put 1 x`) failed: a scripted shell exits 1.
+    assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), expect.len() + 2, "{text}");
@@ -801,6 +802,39 @@ fn the_shell_talks_to_a_cluster() {
         assert!(stats.contains(&format!("{id}: keys=")), "{stats}");
     }
     assert!(lines[expect.len() + 1].starts_with("ERR "), "{text}");
+
+    // `--pipe` routes a bulk load (writes in flight across servers).
+    let pairs: Vec<u64> = below
+        .iter()
+        .rev()
+        .take(20)
+        .chain(above.iter().take(20))
+        .copied()
+        .collect();
+    let input: String = pairs.iter().map(|k| format!("{k}\t5\n")).collect();
+    let pipe = |args: &[&str], input: &str| {
+        let child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+            .args(["shell", &up.url])
+            .args(args)
+            .envs(up.tool_env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        support::feed(child, input.as_bytes())
+    };
+    let out = pipe(&["--pipe"], &input);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let loaded = format!("OK loaded {} pairs", pairs.len());
+    assert!(text.starts_with(&loaded), "{text}");
+    let gets: String = pairs.iter().map(|k| format!("get {k}\n")).collect();
+    let out = pipe(&[], &gets);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().all(|l| l == "5"), "{text}");
+    assert_eq!(text.lines().count(), pairs.len(), "{text}");
 }
 
 /// `cluster up --rebalance SHARE` runs the rebalancer itself: under a

@@ -9,47 +9,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use support::histore::{running, HistoreUp, SMALL_GROUP};
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// `cluster up`, stopped on drop if a check failed before the test stopped
-/// it: SIGTERM (so it stops its servers and etcd), SIGKILL after 60 s.
-struct Up(Child);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if let Ok(Some(_)) = self.0.try_wait() {
-            return;
-        }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.0.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Whether process `pid` still runs (a zombie no longer runs: it waits to
-/// be reaped by a parent the test does not control).
-fn running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
-        Err(_) => false,
-    }
-}
 
 /// `xstore ARGS` with `stdin`, as a user with the etcd credentials file
 /// `auth` (`cluster up` wrote it): its output.
@@ -73,41 +36,9 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
-        .args(["cluster", "up", "--system", "histore", "--dir"])
-        .arg(dir.path().join("cluster"))
-        .args(["--group", "t1", "--lease-ttl-s", "1", "--data-mib", "16"])
-        .args(["--main-buckets", "1024", "--overflow-buckets", "1024"])
-        .args(["--start-timeout-s", "60"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn cluster up");
-    let out = child.stdout.take().expect("stdout");
-    let mut up = Up(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    // Everything up to the "cluster up:" line, which comes last.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut lines = Vec::new();
-    while !lines
-        .last()
-        .is_some_and(|l: &String| l.starts_with("cluster up:"))
-    {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => lines.push(line),
-            Err(e) => panic!("cluster up did not come up ({e}); printed {lines:?}"),
-        }
-    }
-    eprintln!("{}", lines.join("\n"));
+    let args = [&["--group", "t1", "--lease-ttl-s", "1"][..], SMALL_GROUP].concat();
+    let mut up = HistoreUp::start(&dir.path().join("cluster"), &args);
+    let lines = up.lines.clone();
     let url = lines[0].clone();
     assert!(url.starts_with("etcd://127.0.0.1:"), "{lines:?}");
     let mut pids: Vec<u32> = lines
@@ -159,13 +90,14 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
     );
     let answers: Vec<&str> = out.lines().collect();
     assert_eq!(
-        &answers[..8],
+        &answers[..9],
         [
             "OK",
             "OK",
             "OK",
             "carol",
-            "user:1=carol user:2=bob",
+            "user:1 carol",
+            "user:2 bob",
             "OK",
             "NOT_FOUND",
             "NOT_FOUND"
@@ -173,7 +105,7 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
         "{out}"
     );
     assert!(
-        answers[8].contains("primary=2 backups=3,4 data=1 live=1,2,3,4"),
+        answers[9].contains("primary=2 backups=3,4 data=1 live=1,2,3,4"),
         "{out}"
     );
     // A second shell (a new client) sees what the first wrote.
@@ -203,13 +135,13 @@ fn cluster_up_histore_forms_a_group_serves_the_shell_and_sigterm_stops_everythin
     // SIGTERM: cluster up stops every server and etcd, then exits cleanly.
     let ok = Command::new("kill")
         .arg("-TERM")
-        .arg(up.0.id().to_string())
+        .arg(up.child.id().to_string())
         .status()
         .expect("kill");
     assert!(ok.success());
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
-        if let Some(s) = up.0.try_wait().expect("try_wait") {
+        if let Some(s) = up.child.try_wait().expect("try_wait") {
             break s;
         }
         assert!(Instant::now() < deadline, "cluster up did not stop");

@@ -10,9 +10,8 @@
 //! (.ci/etcd-deps.sh).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fabric::{Endpoint, NodeId};
@@ -21,29 +20,11 @@ use histore::net::NetEndpoint;
 use histore::wire::{self, Request};
 use histore::{ClientConfig, GroupView, HiError};
 
+mod support;
+
+use support::histore::{HistoreUp, SMALL_GROUP};
+
 const GROUP: &str = "ctl";
-
-/// `cluster up`, SIGTERMed on drop (it stops its servers and etcd), then
-/// SIGKILLed if it has not exited within 60 s.
-struct Up(Child);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.0.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -97,38 +78,9 @@ fn clients_cannot_fence_or_prepare_and_cluster_up_always_has_a_token() {
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let cdir = dir.path().join("cluster");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
-        .args(["cluster", "up", "--system", "histore", "--dir"])
-        .arg(&cdir)
-        .args(["--group", GROUP, "--lease-ttl-s", "1", "--data-mib", "16"])
-        .args(["--main-buckets", "1024", "--overflow-buckets", "1024"])
-        .args(["--start-timeout-s", "60"])
-        .env_remove("XSTORE_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn cluster up");
-    let out = child.stdout.take().expect("stdout");
-    let _up = Up(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut lines: Vec<String> = Vec::new();
-    while !lines.last().is_some_and(|l| l.starts_with("cluster up:")) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => lines.push(line),
-            Err(e) => panic!("cluster up did not come up ({e}); printed {lines:?}"),
-        }
-    }
-    eprintln!("{}", lines.join("\n"));
+    let args = [&["--group", GROUP, "--lease-ttl-s", "1"][..], SMALL_GROUP].concat();
+    let up = HistoreUp::start(&cdir, &args);
+    let lines = &up.lines;
     let url = lines[0].clone();
     let pids: BTreeMap<String, u32> = lines
         .iter()

@@ -1,6 +1,7 @@
 //! The shell against a real server: a line is checked in full before it
-//! acts, every scripted line gets exactly one answer, and tokens can come
-//! from a file instead of the process list.
+//! acts, every scripted line gets an answer and a failed line makes the
+//! exit status 1, tokens can come from a file instead of the process
+//! list, `--pipe` bulk-loads, and the shell reconnects after a restart.
 
 mod support;
 
@@ -28,9 +29,15 @@ fn shell(url: &str, args: &[&str], env: &[(&str, &str)], script: &str) -> Output
 }
 
 fn lines(out: &Output) -> Vec<String> {
-    assert!(
-        out.status.success(),
-        "shell failed: {}",
+    answers(out, 0)
+}
+
+/// The output lines of a shell that exited with `code` (1: a line failed).
+fn answers(out: &Output, code: i32) -> Vec<String> {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "shell: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)
@@ -51,7 +58,8 @@ fn extra_arguments_write_nothing_and_every_line_is_answered() {
                   \x20  \n\
                   del 10\n\
                   get 10\n";
-    let got = lines(&shell(&server.tcp, &[], &[], script));
+    // Some lines failed: a scripted shell exits 1 (after every answer).
+    let got = answers(&shell(&server.tcp, &[], &[], script), 1);
     assert_eq!(
         got,
         vec![
@@ -133,4 +141,106 @@ fn the_token_can_come_from_a_file_or_the_environment() {
     assert!(!blank.status.success());
     assert!(String::from_utf8_lossy(&blank.stderr).contains("is empty"));
     server.stop();
+}
+
+#[test]
+fn a_script_exits_zero_only_if_every_line_worked() {
+    let server = ServerProcess::start(&["--keys", "0"]);
+    let ok = shell(
+        &server.tcp,
+        &[],
+        &[],
+        "put 1 2\nget 1\nhelp get\nquit\nput x y\n",
+    );
+    let got = lines(&ok);
+    assert_eq!(got[..2], ["OK", "2"]);
+    assert!(got[2].starts_with("get KEY"), "{got:?}");
+    assert!(
+        got.iter().any(|l| l.contains("e.g.")),
+        "help has examples: {got:?}"
+    );
+    let bad = shell(&server.tcp, &[], &[], "put x 1\nget 1\n");
+    let got = answers(&bad, 1);
+    assert!(got[0].contains("not a decimal u64"), "{got:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("1 line(s) failed"));
+    server.stop();
+}
+
+#[test]
+fn pipe_loads_every_line_and_the_keys_read_back() {
+    let server = ServerProcess::start(&["--keys", "0"]);
+    let n = 3000u64;
+    let mut input: String = (1..=n).map(|k| format!("{k}\t{}\n", k * 3)).collect();
+    input += "not a pair\n";
+    let out = shell(&server.tcp, &["--pipe"], &[], &input);
+    let got = answers(&out, 1);
+    assert_eq!(
+        got[0],
+        format!("ERR line {}: 1 fields where KEY<TAB>VALUE has 2", n + 1)
+    );
+    assert!(
+        got[1].starts_with(&format!("ERR loaded {n} pairs in ")),
+        "{got:?}"
+    );
+    assert!(got[1].ends_with("; 1 bad lines"), "{got:?}");
+    let csv = shell(&server.tcp, &["--pipe", "--csv"], &[], "7,70\n");
+    assert!(lines(&csv)[0].starts_with("OK loaded 1 pairs"));
+    let back = shell(&server.tcp, &[], &[], "get 1\nget 3000\nget 7\nscan 2999\n");
+    assert_eq!(lines(&back), ["3", "9000", "70", "2999 8997", "3000 9000"]);
+    server.stop();
+}
+
+/// Starts `xstore server --listen ADDR --keys 0` (a fixed address, so a
+/// restart is at the same URL).
+fn server_at(addr: &str) -> coord::launch::Launched {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xstore"));
+    cmd.args(["server", "--listen", addr, "--keys", "0"]);
+    let mut child = coord::launch::Launched::spawn("server", cmd, coord::launch::StopBy::Kill)
+        .expect("spawn server");
+    child
+        .wait_for("serving", support::START_WITHIN, None)
+        .expect("the server serves");
+    child
+}
+
+#[test]
+fn the_shell_reconnects_after_a_server_restart() {
+    use std::io::{BufRead, BufReader, Write};
+    let first = ServerProcess::start(&["--keys", "0"]);
+    let (url, addr) = (first.tcp.clone(), first.addr());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .args(["shell", &url])
+        .env_remove("XSTORE_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn shell");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdin.write_all(b"put 1 10\n").unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "OK\n");
+    // The server dies (its keys with it) and comes back at the same URL.
+    first.kill9();
+    let mut second = server_at(&addr);
+    stdin.write_all(b"put 2 20\nget 2\nget 1\n").unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(
+        rest.lines().collect::<Vec<_>>(),
+        ["OK", "20", "NOT_FOUND"],
+        "{err}"
+    );
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("reconnecting") && err.contains("reconnected"),
+        "{err}"
+    );
+    second.kill();
 }

@@ -96,8 +96,10 @@ pub struct ShardedUp {
 /// Settings of one replicated group of index and data servers.
 #[derive(Debug, Clone, Default)]
 pub struct GroupUp {
-    /// The group's name.
+    /// The group's name (of a set of groups, with `groups` > 1).
     pub name: String,
+    /// Groups: 1, or a set of that many groups, each of the shape below.
+    pub groups: usize,
     /// Index servers.
     pub index_servers: usize,
     /// Data servers.

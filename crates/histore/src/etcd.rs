@@ -14,6 +14,14 @@
 //! * `data/d<N>` — a data server's record region: `region u32, bytes u64`
 //!   (little-endian); kept after the server dies, since values written
 //!   there stay indexed.
+//!
+//! A *set* of G > 1 groups (`cluster up --system histore --groups G`) is
+//! named like a group, `S`: its groups are `S-0` ... `S-(G-1)`, and the
+//! one key `<prefix>histore/S/groups` holds G as ASCII decimal, written
+//! once before any of its servers starts. A client given `S` reads it and
+//! hashes keys over the groups in that order ([`group_set`]); without the
+//! key `S` is one group. The order is fixed by the names, so two clients
+//! can never hash a key to different groups.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -27,6 +35,92 @@ use crate::view::{DataServer, GroupView, Membership};
 
 /// The etcd key (relative to the group prefix) of the view.
 const VIEW_KEY: &str = "view";
+
+/// The etcd key (relative to a set's prefix) holding how many groups the
+/// set has.
+const GROUPS_KEY: &str = "groups";
+
+/// Most groups in a set (as many as one process's client hashes over).
+pub const MAX_SET_GROUPS: usize = 64;
+
+/// The name of group `i` of set `set`.
+pub fn set_member(set: &str, i: usize) -> String {
+    format!("{set}-{i}")
+}
+
+/// Records that `set` is a set of `groups` groups (see the module doc).
+/// Refuses a set that exists with another count, and a count out of
+/// 2..=[`MAX_SET_GROUPS`]; writing the same count again is a no-op (a
+/// restart).
+pub fn create_group_set(
+    url: &str,
+    set: &str,
+    groups: usize,
+    creds: Option<coord::EtcdAuth>,
+) -> Result<(), HiError> {
+    if !(2..=MAX_SET_GROUPS).contains(&groups) {
+        return Err(HiError::BadMessage(format!(
+            "a set has 2..={MAX_SET_GROUPS} groups, not {groups}"
+        )));
+    }
+    crate::node::check_group(&set_member(set, groups - 1))?;
+    let m = EtcdMembership::connect_as(url, set, creds)?;
+    if m.current()?.is_some() {
+        return Err(HiError::BadMessage(format!(
+            "{set} is a group already: a set needs a name of its own"
+        )));
+    }
+    let value = groups.to_string().into_bytes();
+    match m.etcd.replace_raw(GROUPS_KEY, 0, value) {
+        Ok(_) => Ok(()),
+        Err(coord::CoordError::Fenced { .. }) => match read_set_size(&m)? {
+            Some(n) if n == groups => Ok(()),
+            other => Err(HiError::BadMessage(format!(
+                "set {set} has {} groups, not {groups}",
+                other.map_or("no".to_string(), |n| n.to_string())
+            ))),
+        },
+        Err(e) => Err(etcd_err(e)),
+    }
+}
+
+/// The groups a client of `name` talks to, in hashing order: the set's
+/// groups if `name` is a set, else `name` alone.
+pub fn group_set(
+    url: &str,
+    name: &str,
+    creds: Option<coord::EtcdAuth>,
+) -> Result<Vec<String>, HiError> {
+    let m = EtcdMembership::connect_as(url, name, creds)?;
+    Ok(match read_set_size(&m)? {
+        Some(g) => (0..g).map(|i| set_member(name, i)).collect(),
+        None => vec![name.to_string()],
+    })
+}
+
+/// The stored group count of a set, checked: a value that is not a
+/// decimal in 2..=[`MAX_SET_GROUPS`] is an error, never a guess.
+fn read_set_size(m: &EtcdMembership) -> Result<Option<usize>, HiError> {
+    let Some((bytes, _)) = m.etcd.get_raw(GROUPS_KEY).map_err(etcd_err)? else {
+        return Ok(None);
+    };
+    let n = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|n| (2..=MAX_SET_GROUPS).contains(n));
+    match n {
+        Some(n) => Ok(Some(n)),
+        None => {
+            tracing::error!(
+                len = bytes.len(),
+                "a stored HiStore set size does not decode"
+            );
+            Err(HiError::BadMessage(
+                "the stored group count of the set does not decode".into(),
+            ))
+        }
+    }
+}
 
 fn etcd_err(e: coord::CoordError) -> HiError {
     HiError::Unavailable(match e {
@@ -108,8 +202,16 @@ impl EtcdMembership {
             .parse()
             .map_err(|e: coord::CoordError| HiError::BadMessage(e.to_string()))?;
         let group_url = format!("etcd://{}{}histore/{group}", parsed.endpoint, parsed.prefix);
-        let etcd = Etcd::connect_as(&group_url, creds, coord::etcd::REQUEST_TIMEOUT)
-            .map_err(|e| HiError::BadMessage(format!("{url}: {e}")))?;
+        let etcd = Etcd::connect_as(&group_url, creds, coord::etcd::REQUEST_TIMEOUT).map_err(
+            |e| match e {
+                // Not answering is a state of the server, not of the URL.
+                coord::CoordError::Timeout(_) | coord::CoordError::Etcd(_) => {
+                    tracing::warn!(url, error = %e, "etcd not reached");
+                    HiError::Unavailable("etcd did not answer")
+                }
+                e => HiError::BadMessage(format!("{url}: {e}")),
+            },
+        )?;
         Ok(EtcdMembership {
             etcd,
             cached: RwLock::new(None),

@@ -572,9 +572,10 @@ impl Store for HiStoreLocal {
 }
 
 /// One thread's HiStore client: byte strings at [`KvClient`], the u64
-/// path's encoding at [`WordClient`].
-pub struct HiStoreClient {
-    client: MultiClient<TracingEndpoint<LocalEndpoint>>,
+/// path's encoding at [`WordClient`]; over the local fabric by default,
+/// over processes' endpoints from [`crate::remote_store`].
+pub struct HiStoreClient<E: fabric::Endpoint = TracingEndpoint<LocalEndpoint>> {
+    client: MultiClient<E>,
     /// SCANs made (always by RPC), for the read statistics.
     scans: u64,
     /// Which system this is a client of (HiStore or a baseline).
@@ -587,13 +588,26 @@ pub struct HiStoreClient {
     breakdown: Option<Arc<Breakdown>>,
 }
 
-impl HiStoreClient {
+impl<E: fabric::Endpoint> HiStoreClient<E> {
+    /// A client over `client`, on the u64 path with `codec`, tracing no
+    /// operation (a process's handlers run elsewhere, untraced).
+    pub fn untraced(client: MultiClient<E>, kind: IndexKind, codec: WordCodec) -> HiStoreClient<E> {
+        HiStoreClient {
+            client,
+            scans: 0,
+            kind,
+            codec,
+            sampler: Sampler::new(0, 0),
+            breakdown: None,
+        }
+    }
+
     /// Runs `f` as an operation of kind `op`, traced phase by phase if
     /// the sampler picks it (and it succeeds).
     fn traced<T>(
         &mut self,
         op: Op,
-        f: impl FnOnce(&mut MultiClient<TracingEndpoint<LocalEndpoint>>) -> Result<T, HiError>,
+        f: impl FnOnce(&mut MultiClient<E>) -> Result<T, HiError>,
     ) -> Result<T, HiError> {
         let picked = match &self.breakdown {
             Some(b) => self.sampler.tick(op).map(|cpu| (b.clone(), cpu)),
@@ -642,7 +656,7 @@ impl HiStoreClient {
     }
 }
 
-impl KvClient for HiStoreClient {
+impl<E: fabric::Endpoint + Send + 'static> KvClient for HiStoreClient<E> {
     fn capabilities(&self) -> Capabilities {
         capabilities(self.kind)
     }
@@ -712,7 +726,7 @@ impl KvClient for HiStoreClient {
     }
 }
 
-impl WordClient for HiStoreClient {
+impl<E: fabric::Endpoint + Send + 'static> WordClient for HiStoreClient<E> {
     fn capabilities(&self) -> Capabilities {
         capabilities(self.kind)
     }

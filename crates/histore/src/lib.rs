@@ -48,6 +48,8 @@ pub mod net;
 pub mod node;
 pub mod peer;
 pub mod phases;
+#[cfg(feature = "processes")]
+pub mod remote_store;
 pub mod server;
 pub mod sorted;
 pub mod table;

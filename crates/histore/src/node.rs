@@ -876,6 +876,26 @@ pub fn connect_client(
     ))
 }
 
+/// A client of `name` at `etcd`: of the one group `name`, or of every
+/// group of the set `name` (`cluster up --groups G`), keys hashed over
+/// them in the set's order (see [`crate::etcd::group_set`]).
+pub fn connect_groups(
+    etcd: &str,
+    name: &str,
+    token: Option<String>,
+    config: crate::ClientConfig,
+) -> Result<crate::MultiClient<NetEndpoint>, HiError> {
+    check_group(name)?;
+    let creds =
+        coord::EtcdAuth::from_env().map_err(|e| HiError::BadMessage(format!("{etcd}: {e}")))?;
+    let groups = crate::etcd::group_set(etcd, name, creds)?;
+    let clients = groups
+        .iter()
+        .map(|g| connect_client(etcd, g, token.clone(), config))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(crate::MultiClient::new(clients))
+}
+
 /// How often [`ServerProcess::serve_until`] looks at its stop flag and at
 /// an index server's exit.
 pub const STOP_POLL: Duration = Duration::from_millis(50);

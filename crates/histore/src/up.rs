@@ -23,15 +23,34 @@ pub const DEPLOYMENT: Deployment = Deployment {
     up,
 };
 
-/// The flags of each server of the group: data servers on nodes 1..=D,
-/// then index servers on nodes D+1..=D+I. `peer_key_file` goes to index
-/// servers.
+/// The groups `cluster up` starts: the one group `--group NAME`, or the
+/// set's groups `NAME-0` ... `NAME-(G-1)` (see [`crate::etcd`]).
+fn group_names(config: &UpConfig) -> Vec<String> {
+    let h = &config.group;
+    match h.groups {
+        0 | 1 => vec![h.name.clone()],
+        g => (0..g)
+            .map(|i| crate::etcd::set_member(&h.name, i))
+            .collect(),
+    }
+}
+
+/// The flags of each server of group `group`: data servers on nodes
+/// 1..=D, then index servers on nodes D+1..=D+I. `peer_key_file` goes to
+/// index servers. Launch names are `d1`, `i2`, ... for one group and
+/// `GROUP-d1`, ... in a set.
 fn histore_servers(
     config: &UpConfig,
     url: &str,
     peer_key_file: &Path,
+    group: &str,
 ) -> Vec<(String, Vec<String>)> {
     let h = &config.group;
+    let prefix = if h.groups > 1 {
+        format!("{group}-")
+    } else {
+        String::new()
+    };
     let data = (1..=h.data_servers).map(|n| ("data", n));
     let index = (1..=h.index_servers).map(|n| ("index", h.data_servers + n));
     let shared = |role: &str, node: usize| -> Vec<String> {
@@ -47,7 +66,7 @@ fn histore_servers(
             "--etcd",
             url,
             "--group",
-            &h.name,
+            group,
             "--node",
             &node,
             "--index-servers",
@@ -75,7 +94,7 @@ fn histore_servers(
         .map(|(role, node)| {
             let mut args = shared(role, node);
             args.extend(role_args(role));
-            (format!("{}{node}", &role[..1]), args)
+            (format!("{prefix}{}{node}", &role[..1]), args)
         })
         .collect()
 }
@@ -86,12 +105,13 @@ fn histore_servers(
 fn wait_group_formed(
     config: &UpConfig,
     base: &Base,
+    group: &str,
     servers: &mut Group,
     stop: &AtomicBool,
 ) -> Result<Option<GroupView>, DeployError> {
     let h = &config.group;
     let creds = Some(base.creds.clone());
-    let membership = crate::etcd::EtcdMembership::connect_as(&base.url, &h.name, creds)
+    let membership = crate::etcd::EtcdMembership::connect_as(&base.url, group, creds)
         .map_err(|e| DeployError::system("reading the group's view", e))?;
     let deadline = Instant::now() + config.start_within;
     loop {
@@ -115,7 +135,7 @@ fn wait_group_formed(
         if Instant::now() >= deadline {
             return Err(DeployError::Failed(format!(
                 "group {} did not form within {} s",
-                h.name,
+                group,
                 config.start_within.as_secs()
             )));
         }
@@ -145,7 +165,8 @@ fn check(config: &UpConfig) -> Result<(), DeployError> {
 }
 
 /// `cluster up --system histore`: etcd, then the data servers and the
-/// index servers of one group; waits until the group formed; prints how
+/// index servers of one group (or of each group of a set, `--groups G`);
+/// waits until every group formed; prints how
 /// to reach it; runs until SIGINT/SIGTERM, then stops everything started.
 pub fn up(config: &UpConfig) -> Result<(), DeployError> {
     check(config)?;
@@ -170,21 +191,39 @@ pub fn up(config: &UpConfig) -> Result<(), DeployError> {
             what: format!("writing the peer key {}", peer_key_file.display()),
             source,
         })?;
-    let mut servers = base.launch(histore_servers(config, &base.url, &peer_key_file))?;
+    let names = group_names(config);
+    if h.groups > 1 {
+        crate::etcd::create_group_set(&base.url, &h.name, h.groups, Some(base.creds.clone()))
+            .map_err(|e| DeployError::system("recording the set of groups", e))?;
+    }
+    let launches = names
+        .iter()
+        .flat_map(|g| histore_servers(config, &base.url, &peer_key_file, g))
+        .collect();
+    let mut servers = base.launch(launches)?;
     // Each prints "histore ... server N of group G" once registered.
     if !servers.wait_banners("histore ", config.start_within, Some(stop))? {
         return Ok(());
     }
-    let Some(view) = wait_group_formed(config, &base, &mut servers, stop)? else {
-        return Ok(());
-    };
+    let mut views = Vec::with_capacity(names.len());
+    for g in &names {
+        let Some(view) = wait_group_formed(config, &base, g, &mut servers, stop)? else {
+            return Ok(());
+        };
+        views.push(view);
+    }
     base.print_servers(&servers);
-    println!("{}", view_line(&h.name, &view));
+    for (g, view) in names.iter().zip(&views) {
+        println!("{}", view_line(g, view));
+    }
     base.print_access(&format!(" --histore {}", h.name));
+    let what = match h.groups {
+        1 => format!("histore group {}", h.name),
+        g => format!("histore set {} of {g} groups, each", h.name),
+    };
     println!(
-        "cluster up: etcd pid {}, histore group {}: {} index and {} data servers",
+        "cluster up: etcd pid {}, {what}: {} index and {} data servers",
         base.etcd.pid(),
-        h.name,
         h.index_servers,
         h.data_servers
     );

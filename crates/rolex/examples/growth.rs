@@ -4,8 +4,12 @@
 //! every key back. Prints (and with `--json FILE` appends) one JSON line:
 //! errors, wrong or lost reads, leaves per GET of the read-back, models
 //! retrained, blocks reused, leaf regions added, the retraining time per
-//! model, and the insert latency while some retraining ran against
-//! outside one (`--epsilon E` sets ε).
+//! model and how long it held the model's locks, the synonym leaves
+//! redirected into new SLTs, and the insert latency while some retraining
+//! ran (and while one held its model's locks) against outside one
+//! (`--epsilon E` sets ε), and into the model being retrained
+//! (`--plan-locked 1`: retrainings planned under the model's locks, the
+//! baseline before redirection).
 //!
 //! ```sh
 //! cargo run --release -p rolex --example growth -- \
@@ -21,7 +25,7 @@ use fabric::LocalFabric;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rolex::figures::{LatencyHistogram, LatencySummary};
-use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RolexConfig};
+use rolex::{range_nodes, ComputeNode, MemoryNode, MultiNode, RetrainOptions, RolexConfig};
 
 fn value(k: u64) -> u64 {
     k.rotate_left(17) ^ 0x5EED
@@ -47,6 +51,9 @@ fn main() {
         arg("--seed", 42),
     );
     let epsilon = arg("--epsilon", rolex::kv::DEFAULT_EPSILON);
+    // `--plan-locked 1`: every retraining planned under its model's locks
+    // (writers to it wait for all of it), the baseline of redirection.
+    let plan_locked = arg("--plan-locked", 0) != 0;
     assert!(to >= keys && threads >= 1 && nodes >= 1);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut seen = HashSet::with_capacity(to as usize);
@@ -89,7 +96,10 @@ fn main() {
             ..RolexConfig::default()
         };
         let m = MemoryNode::load_range(part, config, range, &host).expect("load");
-        retrainers.push(m.start_retrainer());
+        retrainers.push(m.start_retrainer_with(RetrainOptions {
+            plan_locked,
+            ..RetrainOptions::default()
+        }));
         compute.push(ComputeNode::connect(&mut fabric.endpoint(), node).expect("connect"));
         memory.push(m);
     }
@@ -105,13 +115,28 @@ fn main() {
     // Insert latency while a retraining ran (on any memory node) and
     // outside one.
     let (during, outside) = (LatencyHistogram::default(), LatencyHistogram::default());
-    let phases = || -> Vec<u64> {
+    // Of those during one, the inserts that overlapped a retraining's
+    // locked part (writers to its model wait only then).
+    let locked = LatencyHistogram::default();
+    // Of those, the inserts into the model being retrained (its memory
+    // node's retrainer named it as the insert began or ended; one that a
+    // whole short retraining of its model fell inside is missed).
+    let same = LatencyHistogram::default();
+    let phases = || -> Vec<(u64, u64)> {
         retrainers
             .iter()
-            .map(|r| r.stats().phase.load(Ordering::Acquire))
+            .map(|r| {
+                let s = r.stats();
+                (
+                    s.phase.load(Ordering::Acquire),
+                    s.locked_phase.load(Ordering::Acquire),
+                )
+            })
             .collect()
     };
-    let (during, outside, phases) = (&during, &outside, &phases);
+    let retraining = |node: usize| retrainers[node].stats().model.load(Ordering::Acquire);
+    let (during, outside, locked, same, phases, retraining) =
+        (&during, &outside, &locked, &same, &phases, &retraining);
     let errors: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = inserts
             .chunks(chunk)
@@ -124,12 +149,25 @@ fn main() {
                     let mut c = pool.client(eps).expect("client");
                     let mut errors = 0u64;
                     for (j, &k) in part.iter().enumerate() {
+                        let node = pool.node_of(k);
+                        let model = pool.nodes()[node].model_of_key(k) as u64 + 1;
+                        let r0 = retraining(node);
                         let (p0, t0) = (phases(), Instant::now());
                         let r = c.insert(k, value(k));
                         let us = t0.elapsed().as_micros() as u64;
-                        let overlapped =
-                            p0.iter().zip(phases()).any(|(a, b)| a % 2 == 1 || *a != b);
-                        if overlapped { during } else { outside }.record(us);
+                        if r0 == model || retraining(node) == model {
+                            same.record(us);
+                        }
+                        let p1 = phases();
+                        let over = |f: fn(&(u64, u64)) -> u64| {
+                            p0.iter()
+                                .zip(&p1)
+                                .any(|(a, b)| f(a) % 2 == 1 || f(a) != f(b))
+                        };
+                        if over(|p| p.0) { during } else { outside }.record(us);
+                        if over(|p| p.1) {
+                            locked.record(us);
+                        }
                         match r {
                             Ok(true) => {}
                             Ok(false) => {
@@ -239,7 +277,8 @@ fn main() {
         line,
         epsilon,
         &retrainers,
-        (during.summary(), outside.summary()),
+        [&during, &outside, &locked, &same].map(|h| h.summary()),
+        plan_locked,
     );
     println!("{line}");
     if let Some(path) = json {
@@ -255,18 +294,15 @@ fn main() {
     std::process::exit(if bad == 0 { 0 } else { 1 });
 }
 
-/// `line` (a JSON object) with ε, the retraining time per model (the
-/// largest quantiles of any node) and the insert latencies during and
-/// outside retraining added.
-fn with_latencies(
-    line: String,
-    epsilon: u64,
+/// The largest quantiles of any node's histogram `f`, its count and mean
+/// over all.
+fn merged(
     retrainers: &[rolex::Retrainer],
-    (during, outside): (LatencySummary, LatencySummary),
-) -> String {
+    f: fn(&rolex::RetrainStats) -> &LatencyHistogram,
+) -> LatencySummary {
     let mut r = LatencySummary::default();
     for t in retrainers {
-        let l = t.stats().latency.summary();
+        let l = f(t.stats()).summary();
         r.mean_us += l.mean_us * l.count as f64;
         r.count += l.count;
         r.p50_us = r.p50_us.max(l.p50_us);
@@ -274,6 +310,27 @@ fn with_latencies(
         r.max_us = r.max_us.max(l.max_us);
     }
     r.mean_us /= r.count.max(1) as f64;
+    r
+}
+
+/// `line` (a JSON object) with ε, the retraining time per model and the
+/// time it held the model's locks (the largest quantiles of any node),
+/// the insert latencies during and outside retraining and during a
+/// retraining's locked part, and the synonym leaves redirected.
+fn with_latencies(
+    line: String,
+    epsilon: u64,
+    retrainers: &[rolex::Retrainer],
+    [during, outside, locked, same]: [LatencySummary; 4],
+    plan_locked: bool,
+) -> String {
+    let r = merged(retrainers, |s| &s.latency);
+    let held = merged(retrainers, |s| &s.locked);
+    let count = |f: fn(&rolex::RetrainStats) -> u64| -> u64 {
+        retrainers.iter().map(|t| f(t.stats())).sum()
+    };
+    let redirected = count(|s| s.redirected.load(Ordering::Relaxed));
+    let replanned = count(|s| s.replanned.load(Ordering::Relaxed));
     let obj = |l: &LatencySummary| {
         format!(
             "{{\"count\":{},\"p50\":{},\"p99\":{},\"max\":{},\"mean\":{:.1}}}",
@@ -282,9 +339,22 @@ fn with_latencies(
     };
     let body = line.strip_suffix('}').unwrap_or(&line);
     format!(
-        "{body},\"epsilon\":{epsilon},\"retrain_us\":{},\"insert_us_during_retraining\":{},\"insert_us_outside_retraining\":{}}}",
+        concat!(
+            "{body},\"epsilon\":{epsilon},\"retrain_us\":{},\"insert_us_during_retraining\":{},",
+            "\"insert_us_outside_retraining\":{},\"retrain_locked_us\":{},",
+            "\"insert_us_during_locked\":{},\"insert_us_same_model\":{},",
+            "\"redirected\":{},\"replanned\":{},\"plan_locked\":{}}}"
+        ),
         obj(&r),
         obj(&during),
-        obj(&outside)
+        obj(&outside),
+        obj(&held),
+        obj(&locked),
+        obj(&same),
+        redirected,
+        replanned,
+        plan_locked,
+        body = body,
+        epsilon = epsilon
     )
 }

@@ -40,9 +40,11 @@
 //!
 //! # Retrained models
 //!
-//! The retrainer ([`crate::retrain`]) locks every chain of the old block
-//! for good, rewrites the leaves' fences and links, and only then points
-//! the model's directory word at the new block. A reader with the old
+//! The retrainer ([`crate::retrain`]) plans the new block without any
+//! lock (writers go on meanwhile), then locks every chain of the old
+//! block for good, redirects the synonym leaves written since its plan
+//! into the new SLT, rewrites the leaves' fences and links, and only then
+//! points the model's directory word at the new block. A reader with the old
 //! block sees chains that no longer match its cache and refreshes; a
 //! writer's lock CAS reads the directory word in the same doorbell, so a
 //! writer spinning on a retired block notices the swap and starts over.
@@ -506,8 +508,9 @@ impl ComputeNode {
         }
     }
 
-    /// The model covering `key`: the last whose smallest key is ≤ `key`.
-    fn model_of_key(&self, key: u64) -> usize {
+    /// The model covering `key`: the last whose smallest key is ≤ `key`
+    /// (a model's smallest key is fixed for its life).
+    pub fn model_of_key(&self, key: u64) -> usize {
         self.smallest
             .partition_point(|&s| s <= key)
             .saturating_sub(1)

@@ -159,7 +159,8 @@
 //!
 //! ```text
 //! bit 63      reserved (0; the paper's lock bit, replaced by the LK word)
-//! bits 56..63 leaf region number (7 bits; one region, number 0, today)
+//! bits 56..63 leaf region number (7 bits; 0: a leaf number names its
+//!             region by arithmetic, [`LeafSpace::place`])
 //! bits 48..56 pointer: SLT slot of the next synonym leaf (0 = none)
 //! bits 0..48  leaf number in the region
 //! ```
@@ -274,6 +275,9 @@ const _: () = assert!(LeafLayout::new_const(16).leaf_bytes() == 296);
 const _: () = assert!(TableLayout::new(3, 16).block_bytes(64, 2) == (8 + 2 * 64 + 256 + 6) * 8);
 const _: () = assert!(TableLayout::new(3, 16).blocks_start() == 64 + 24 + 16 + 128);
 const _: () = assert!(NO_LEAF == LEAF_MASK);
+// The first region and the added ones fit the 7-bit region field of an
+// LT/SLT entry (the paper's 2^7 leaf regions per memory node).
+const _: () = assert!(MAX_ADDED_REGIONS < 1 << 7);
 
 /// An LT or SLT entry, unpacked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,4 +46,4 @@ pub use client::{Client, ClientStats, ComputeNode};
 pub use error::RolexError;
 pub use memory::{MemoryNode, RolexConfig, LEAF_REGION, LOG_REGION, TABLE_REGION};
 pub use range_nodes::{MultiClient, MultiNode};
-pub use retrain::{RetrainStats, Retrainer};
+pub use retrain::{RetrainHook, RetrainOptions, RetrainStats, Retrainer};

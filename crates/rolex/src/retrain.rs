@@ -8,31 +8,52 @@
 //!
 //! # Shadow redirection, step by step
 //!
+//! Phase A, no lock held (writers to the model go on):
+//!
+//! 0. Read the model's chains as they are, take their non-empty leaves in
+//!    key order as the new trained leaves, give each a low fence (the
+//!    first the model's smallest key, a leaf that heads its old chain that
+//!    chain's fence, any other its first key), fit pieces to them and
+//!    place the new block in fresh table space. Nothing is written. A
+//!    chain read torn (a writer was mid-write) leaves the planning to
+//!    phase B.
+//!
+//! Phase B, the model's locks held:
+//!
 //! 1. Lock every chain of the old block: its lock word becomes the memory
 //!    node's (with a lease and a sequence, renewed like a writer's before
 //!    half of it has passed), waiting for writers inside, or stealing (and
 //!    repairing) the lock of a writer whose lease ran out
 //!    ([`crate::lease`]). The old block stays locked for good: it is
 //!    retired.
-//! 2. Read the chains (stable now) and build the new block, its lock
-//!    words the memory node's, in fresh table space; the directory still names the
-//!    old block, so compute nodes keep using the old model.
-//! 3. Rewrite every kept leaf's header: its own fences, no `next`, and a
-//!    chain version above its old chain's, so a reader holding the old
-//!    model sees links or fences that disagree with its cache (or a
-//!    version above its trained leaf's) and refreshes instead of trusting
-//!    a mix. Emptied leaves are dropped, and get empty fences (low above
-//!    high) so that a reader holding the old model never trusts one.
+//! 2. Read the chains again (stable now) and check them against the plan
+//!    ([`redirect`]): every plan leaf still linked, in order, and every
+//!    other non-empty leaf (one a writer split off during phase A) after
+//!    the plan leaf whose new fences hold all its keys. Such leaves are
+//!    redirected into the new block's SLT as that leaf's synonyms (the
+//!    paper's "Consistency guarantee": the new model finds them through
+//!    its SLT). If the chains do not fit (a plan leaf was unlinked, a
+//!    leaf's keys cross a new fence, the synonyms would reach the retrain
+//!    mark) the block is planned again here, under the locks, as before
+//!    phase A existed (`RetrainStats::replanned`).
+//! 3. Write the new block (head, LT, its SLT with the redirected leaves,
+//!    lock words the memory node's, pieces), then rewrite every leaf's
+//!    header: its new chain's
+//!    fences and links, and a chain version above the old versions of all
+//!    its leaves, so a reader holding the old model sees links or fences
+//!    that disagree with its cache (or a version above its trained
+//!    leaf's) and refreshes instead of trusting a mix. Emptied leaves are
+//!    dropped, and get empty fences (low above high) so that a reader
+//!    holding the old model never trusts one.
 //! 4. Point the directory word at the new block: readers that refresh now
 //!    find the new block, whose chains match the rewritten leaves.
 //! 5. Free the new block's lock words. Writers spinning on the retired
 //!    block read the directory word in their CAS doorbell and start over.
 //!
-//! Writes to one model pause for the duration (steps 1–5; microseconds
-//! per leaf); reads continue throughout. The paper lets writers go on
-//! during retraining and redirects their new synonym leaves into the new
-//! SLT; here they wait for the swap instead, which keeps every chain
-//! owned by exactly one lock at a time.
+//! Writes to one model wait only for phase B (`RetrainStats::locked`
+//! times it; `RetrainStats::locked_phase` is odd meanwhile); reads
+//! continue throughout. Every chain is still owned by exactly one lock at
+//! a time: phase A writes nothing.
 //!
 //! The retrainer touches only the regions; it serves no request. Every
 //! word it reads there is client-writable, so it keeps its own copy of
@@ -125,7 +146,41 @@ pub struct RetrainStats {
     /// so an observer tells whether an operation overlapped one (read it
     /// before and after: odd, or changed).
     pub phase: AtomicU64,
+    /// Synonym leaves that writers made while their model was being
+    /// retrained, linked into the new block's SLT at the swap (the
+    /// paper's redirection).
+    pub redirected: AtomicU64,
+    /// Retrainings whose unlocked plan no longer fit the chains read under
+    /// the locks (or that could not plan unlocked), planned again under
+    /// the locks as before redirection.
+    pub replanned: AtomicU64,
+    /// How long each retraining held its model's chain locks (writers to
+    /// the model wait this long at most), for the retrainings done.
+    pub locked: LatencyHistogram,
+    /// As [`Self::phase`], bumped as the retrainer takes a model's chain
+    /// locks and as it frees them: odd while writers to that model wait.
+    pub locked_phase: AtomicU64,
+    /// The model being retrained plus one; 0 between retrainings.
+    pub model: AtomicU64,
 }
+
+/// How a retrainer runs; the default is ROLEX's (plan without the
+/// model's locks, redirect at the swap).
+#[derive(Clone, Default)]
+pub struct RetrainOptions {
+    /// Called between a retraining's plan and its locks.
+    pub hook: Option<RetrainHook>,
+    /// Plan every retraining under the model's locks, as before
+    /// redirection (writers to the model wait for all of it): the
+    /// baseline of the growth example's `--plan-locked`.
+    pub plan_locked: bool,
+}
+
+/// Called by the retrainer thread with the model it is retraining, after
+/// it planned the new block without any lock and before it locks the
+/// model's chains: a test pauses the retrainer here to write into the
+/// model during its retraining.
+pub type RetrainHook = Arc<dyn Fn(usize) + Send + Sync>;
 
 /// The retrainer thread (and the thread that adds leaf regions); both
 /// stopped and joined on drop.
@@ -247,6 +302,73 @@ const SCRUB_MODELS: usize = 1024;
 /// landed (writers post within a quarter lease of taking or checking it).
 const FENCE_WAIT: Duration = Duration::from_millis(2 * MAX_LOCK_LEASE_MS as u64);
 
+/// How often phase A reads a model's chains (with no lock held, a
+/// writer may be mid-write) before it leaves planning to phase B.
+const PLAN_READS: usize = 3;
+
+/// A retraining's new block, written into table space the directory does
+/// not name yet (ROLEX §3.5, "Consistency guarantee").
+struct Plan {
+    /// Its trained leaves, in key order.
+    leaves: Vec<u64>,
+    /// Their low fences (the first the model's smallest key).
+    lows: Vec<u64>,
+    /// Its head.
+    head: BlockHead,
+    /// Its pieces.
+    pieces: Vec<Piece>,
+    /// Where it lies in the table region.
+    off: u64,
+    /// Bytes allocated for it.
+    bytes: u64,
+    /// The memory node's lock word in each of its lock words.
+    word: u64,
+    /// Per chain of the old block, whether it is a one-leaf chain kept as
+    /// it is (phase B then need not read it).
+    same: Vec<Option<Same>>,
+}
+
+/// A model's chains as read: their leaves in order, each with its image
+/// (its `ver` its chain's), whether it heads its chain, and whether its
+/// image was read (else it is a one-leaf chain a plan keeps as it is).
+#[derive(Default)]
+struct Chains {
+    seq: Vec<(u64, LeafImage)>,
+    heads: Vec<bool>,
+    read: Vec<bool>,
+}
+
+impl Chains {
+    fn push(&mut self, leaf: u64, img: LeafImage, head: bool, read: bool) {
+        self.seq.push((leaf, img));
+        self.heads.push(head);
+        self.read.push(read);
+    }
+}
+
+/// A one-leaf chain of the old block that a plan keeps as it is: its
+/// leaf, and its fences, which are the new ones.
+#[derive(Debug, Clone, Copy)]
+struct Same {
+    leaf: u64,
+    low: u64,
+    high: u64,
+}
+
+impl Same {
+    /// The image phase B stands in for the leaf it does not read: no
+    /// pairs (the leaf keeps its own), its fences, no link.
+    fn image(&self) -> LeafImage {
+        LeafImage {
+            ver: 0,
+            next: NO_LEAF,
+            low: self.low,
+            high: self.high,
+            pairs: Vec::new(),
+        }
+    }
+}
+
 /// What the retrainer works on.
 struct Pool {
     /// Leaf regions: the first, then the added ones (the keeper appends).
@@ -286,12 +408,22 @@ struct Pool {
     /// When the scrub last retrained each model for a full SLT.
     swept: HashMap<usize, Instant>,
     complaints: Complaints,
+    hook: Option<RetrainHook>,
+    /// Plan under the locks only ([`RetrainOptions::plan_locked`]).
+    plan_locked: bool,
 }
 
 impl MemoryNode {
     /// Starts the retrainer thread and the keeper thread (which adds leaf
     /// regions and guards the leaf allocator).
     pub fn start_retrainer(&self) -> Retrainer {
+        self.start_retrainer_with(RetrainOptions::default())
+    }
+
+    /// [`Self::start_retrainer`] with options: a hook the retrainer calls
+    /// between planning a model's new block and locking its chains, or
+    /// planning under the locks.
+    pub fn start_retrainer_with(&self, options: RetrainOptions) -> Retrainer {
         let regions = Arc::new(RwLock::new(vec![self.leaves.clone()]));
         let own = Arc::new(Own {
             capacity: AtomicU64::new(self.space.first),
@@ -338,6 +470,8 @@ impl MemoryNode {
             scrub_next: 0,
             swept: HashMap::new(),
             complaints: Complaints::default(),
+            hook: options.hook,
+            plan_locked: options.plan_locked,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(RetrainStats::default());
@@ -772,9 +906,11 @@ impl Pool {
     /// that found no table space is retried once retired space has aged.
     fn settle(&mut self, m: usize, off: u64, stats: &RetrainStats) {
         let started = Instant::now();
+        stats.model.store(m as u64 + 1, Ordering::Release);
         stats.phase.fetch_add(1, Ordering::AcqRel);
         let outcome = self.retrain(m, off, stats);
         stats.phase.fetch_add(1, Ordering::AcqRel);
+        stats.model.store(0, Ordering::Release);
         let c = match outcome {
             Outcome::Done => {
                 stats.latency.record(started.elapsed().as_micros() as u64);
@@ -881,7 +1017,10 @@ impl Pool {
         true
     }
 
-    /// Rebuilds model `m` from its block at `off`.
+    /// Rebuilds model `m` from its block at `off`: plans the new block
+    /// without taking a lock (phase A), then locks the model's chains only
+    /// to fit what writers did meanwhile into it, rewrite the leaves'
+    /// headers and swap (phase B, [`Self::swap`]).
     fn retrain(&mut self, m: usize, off: u64, stats: &RetrainStats) -> Outcome {
         let Some(own) = self.own.blocks().get(m).cloned().filter(|b| b.off == off) else {
             return Outcome::Abandoned;
@@ -897,74 +1036,250 @@ impl Pool {
                 format!("block {off} past the table"),
             ));
         }
-        let lk = word(TableLayout::lk_offset(off, n, 0));
-        let half = Duration::from_millis(MAX_LOCK_LEASE_MS as u64 / 2);
-        // 1. Lock every chain, under the memory node's own word, renewed
-        // like a writer's lease so a waiter never sees it stand still
-        // for a whole lease.
-        let Some((mut mine, mut since)) = self.lock_chains(lk, n, stats) else {
-            return Outcome::Abandoned;
+        let plan = if self.plan_locked {
+            None
+        } else {
+            self.plan(off, &head, stats)
         };
-        // 2. Every leaf of every chain, in key order.
-        let seq = match self.chains(off, n) {
-            Ok(seq) => seq,
-            Err(e) => {
-                self.unlock(lk, n, mine);
-                return Outcome::Rejected(e);
+        if let Some(hook) = &self.hook {
+            hook(m);
+        }
+        let locked_at = Instant::now();
+        stats.locked_phase.fetch_add(1, Ordering::AcqRel);
+        let outcome = self.swap(m, off, &head, plan, stats);
+        stats.locked_phase.fetch_add(1, Ordering::AcqRel);
+        if matches!(outcome, Outcome::Done) {
+            stats.locked.record(locked_at.elapsed().as_micros() as u64);
+        }
+        outcome
+    }
+
+    /// Phase A of [`Self::retrain`], with no lock held (writers go on):
+    /// the chains as they are now, their kept leaves and low fences, the
+    /// pieces fitted to them and fresh table space for the new block. `None` if the chains could
+    /// not be read whole (a writer was mid-write: phase B plans under the
+    /// locks then) or there is no table space.
+    fn plan(&mut self, off: u64, head: &BlockHead, stats: &RetrainStats) -> Option<Plan> {
+        let mut read = None;
+        for _ in 0..PLAN_READS {
+            if let Ok(r) = self.chains(off, head.n, &[]) {
+                read = Some(r);
+                break;
             }
-        };
-        let (kept, lows) = match kept_leaves(&seq, &head) {
-            Ok(k) => k,
-            Err(e) => {
-                self.unlock(lk, n, mine);
-                return Outcome::Rejected(e);
+            std::thread::yield_now();
+        }
+        let c: Chains = read?;
+        let (kept, lows) = kept_leaves(&c.seq, &c.heads, head).ok()?;
+        // Per chain, whether it is one kept leaf that keeps its fences.
+        let mut k_of = vec![None; c.seq.len()];
+        for (k, &i) in kept.iter().enumerate() {
+            k_of[i] = Some(k);
+        }
+        let mut same = Vec::with_capacity(head.n);
+        for (i, (leaf, img)) in c.seq.iter().enumerate() {
+            if !c.heads[i] {
+                continue;
             }
-        };
+            let alone = c.heads.get(i + 1).is_none_or(|&h| h) && img.next == NO_LEAF;
+            let keeps = k_of[i].filter(|_| alone).and_then(|k| {
+                let high = lows.get(k + 1).map_or(head.largest, |l| l - 1);
+                (img.low == lows[k] && img.high == high).then_some(Same {
+                    leaf: *leaf,
+                    low: img.low,
+                    high,
+                })
+            });
+            same.push(keeps);
+        }
+        let leaves = kept.iter().map(|&i| c.seq[i].0).collect();
+        let mut plan = self.build(head, leaves, lows, stats)?;
+        plan.same = same;
+        Some(plan)
+    }
+
+    /// Fits pieces to `lows` and places a block of trained leaves
+    /// `leaves` in fresh table space (written only under the locks, by
+    /// [`Self::swap`]); `None` if there is no space.
+    fn build(
+        &mut self,
+        head: &BlockHead,
+        leaves: Vec<u64>,
+        lows: Vec<u64>,
+        stats: &RetrainStats,
+    ) -> Option<Plan> {
+        assert_eq!(leaves.len(), lows.len(), "a leaf without its low fence");
         let pieces = fit_pieces(&lows, head.largest, self.epsilon, self.leaf.slots());
         let bytes = self
             .tl
-            .block_bytes(kept.len(), pieces.len())
+            .block_bytes(leaves.len(), pieces.len())
             .next_power_of_two();
-        let Some(new) = self.alloc_block(bytes, stats) else {
-            self.unlock(lk, n, mine);
-            return Outcome::NoSpace;
+        let off = self.alloc_block(bytes, stats)?;
+        let word = self.next_word();
+        let new_head = BlockHead {
+            n: leaves.len(),
+            pieces: pieces.len(),
+            ..*head
+        };
+        Some(Plan {
+            leaves,
+            lows,
+            head: new_head,
+            pieces,
+            off,
+            bytes,
+            word,
+            same: Vec::new(),
+        })
+    }
+
+    /// Gives a plan's block space back (it was never named by the
+    /// directory; it ages like a retired block all the same).
+    fn drop_plan(&mut self, plan: Option<Plan>) {
+        if let Some(p) = plan {
+            let bytes = self.placed.remove(&p.off).unwrap_or(p.bytes);
+            self.free.push((p.off, bytes, Instant::now()));
+        }
+    }
+
+    /// Phase B of [`Self::retrain`]: locks every chain of the old block
+    /// (step 1) and reads them (step 2); if they fit `plan`, the synonym
+    /// leaves writers made since it was drawn go into the new SLT (the
+    /// paper's redirection), else the block is planned again under the
+    /// locks; then the leaves are rewritten (3), the directory points at
+    /// the new block (4) and its locks are freed (5).
+    fn swap(
+        &mut self,
+        m: usize,
+        off: u64,
+        head: &BlockHead,
+        plan: Option<Plan>,
+        stats: &RetrainStats,
+    ) -> Outcome {
+        let n = head.n;
+        let lk = word(TableLayout::lk_offset(off, n, 0));
+        let half = Duration::from_millis(MAX_LOCK_LEASE_MS as u64 / 2);
+        let Some((mut mine, mut since)) = self.lock_chains(lk, n, stats) else {
+            self.drop_plan(plan);
+            return Outcome::Abandoned;
+        };
+        let same = plan.as_ref().map(|p| p.same.clone()).unwrap_or_default();
+        let read = match self.read_locked(off, head, &same) {
+            Ok(r) => r,
+            Err(e) => {
+                self.unlock(lk, n, mine);
+                self.drop_plan(plan);
+                return Outcome::Rejected(e);
+            }
+        };
+        let fits = plan
+            .as_ref()
+            .and_then(|p| redirect(&p.leaves, &p.lows, head.largest, &read.0, self.retrain_at));
+        let (c, built, chains) = match (plan, fits) {
+            (Some(p), Some(chains)) => (read.0, p, chains),
+            (plan, _) => {
+                stats.replanned.fetch_add(1, Ordering::Relaxed);
+                self.drop_plan(plan);
+                // A new plan needs every leaf: chains left unread are read.
+                let read = match read.0.read.iter().all(|&r| r) {
+                    true => Ok(read),
+                    false => self.read_locked(off, head, &[]),
+                };
+                let (c, kept, lows) = match read {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.unlock(lk, n, mine);
+                        return Outcome::Rejected(e);
+                    }
+                };
+                let leaves = kept.iter().map(|&i| c.seq[i].0).collect();
+                let Some(p) = self.build(head, leaves, lows, stats) else {
+                    self.unlock(lk, n, mine);
+                    return Outcome::NoSpace;
+                };
+                let chains = kept.iter().map(|&i| vec![i]).collect();
+                (c, p, chains)
+            }
         };
         // Steps 3 to 5 are a few stores: renewed here, they end within
         // half a lease of it.
         if since.elapsed() >= half / 2 && !self.renew(lk, n, &mut mine, &mut since) {
-            self.free.push((
-                new,
-                self.placed.remove(&new).unwrap_or(bytes),
-                Instant::now(),
-            ));
+            self.drop_plan(Some(built));
             return Outcome::Abandoned;
         }
-        let new_head = BlockHead {
-            n: kept.len(),
-            pieces: pieces.len(),
-            ..head
-        };
-        let numbers: Vec<u64> = kept.iter().map(|(l, _)| *l).collect();
-        write_block(&self.tables, new, &new_head, &numbers, &pieces, mine);
-        // 3. Every kept leaf gets its own fences and no link.
-        self.rewrite_leaves(&seq, &kept, &lows, head.largest);
+        // 3. The new block, written whole now (its space was never named
+        // by the directory, but any client may have written there since
+        // phase A placed it), its SLT, then every leaf with its new
+        // chain's fences and links.
+        write_block(
+            &self.tables,
+            built.off,
+            &built.head,
+            &built.leaves,
+            &built.pieces,
+            built.word,
+        );
+        let synonyms = self.link_synonyms(&built, &c.seq, &chains);
+        stats.redirected.fetch_add(synonyms, Ordering::Relaxed);
+        self.rewrite_leaves(&c, &chains, &built.lows, head.largest);
         // 4. Redirect, 5. open the new block.
-        self.tables.store(word(self.tl.dir_offset(m)), new);
+        self.tables.store(word(self.tl.dir_offset(m)), built.off);
+        let new_lk = word(TableLayout::lk_offset(built.off, built.leaves.len(), 0));
+        let (new_n, word_now) = (built.leaves.len(), built.word);
         if let Some(b) = self.own.blocks().get_mut(m) {
             *b = OwnBlock {
-                off: new,
-                head: new_head,
-                pieces,
+                off: built.off,
+                head: built.head,
+                pieces: built.pieces,
             };
         }
         // The grace of the old block starts after the swap.
         let span = self.span_bytes(off, n, head.pieces);
         self.free.push((off, span, Instant::now()));
         stats.retired.fetch_add(1, Ordering::Relaxed);
-        let new_lk = word(TableLayout::lk_offset(new, numbers.len(), 0));
         // A CAS: a waiter may have taken a word left standing too long.
-        self.unlock(new_lk, numbers.len(), mine);
+        self.unlock(new_lk, new_n, word_now);
         Outcome::Done
+    }
+
+    /// Step 2 of [`Self::retrain`]: the chains of the old block at `off`
+    /// (the one-leaf chains of `same` not read) checked, and the layout a
+    /// plan drawn from them now would have: the kept leaves (indices of
+    /// the chains' leaves) and their low fences.
+    fn read_locked(
+        &self,
+        off: u64,
+        head: &BlockHead,
+        same: &[Option<Same>],
+    ) -> Result<(Chains, Vec<usize>, Vec<u64>), RolexError> {
+        let c = self.chains(off, head.n, same)?;
+        let (kept, lows) = kept_leaves(&c.seq, &c.heads, head)?;
+        Ok((c, kept, lows))
+    }
+
+    /// Writes the new block's LT entries and SLT for `chains` (indices of
+    /// `seq`, trained leaf first): each chain's synonyms take the next SLT
+    /// slots, linked in order; `slot_use` counts them. The synonyms.
+    fn link_synonyms(&self, built: &Plan, seq: &[(u64, LeafImage)], chains: &[Vec<usize>]) -> u64 {
+        let n = built.leaves.len();
+        let lt = word(TableLayout::lt_offset(built.off, 0));
+        let slt = word(TableLayout::slt_offset(built.off, n, 0));
+        let mut slot = 0usize;
+        for (k, c) in chains.iter().enumerate() {
+            debug_assert_eq!(seq[c[0]].0, built.leaves[k], "chain {k}'s trained leaf");
+            let first = if c.len() > 1 { slot + 1 } else { 0 };
+            // `redirect` bounds the synonyms below the retrain mark.
+            assert!(slot + c.len() <= SLT_SLOTS, "synonyms beyond the SLT");
+            self.tables
+                .store(lt + k, Entry::new(built.leaves[k], first as u8).encode());
+            for (j, &i) in c.iter().enumerate().skip(1) {
+                slot += 1;
+                let next = if j + 1 < c.len() { slot + 1 } else { 0 };
+                self.tables
+                    .store(slt + slot, Entry::new(seq[i].0, next as u8).encode());
+            }
+        }
+        self.tables.store(slt, slot as u64);
+        slot as u64
     }
 
     /// Step 1 of [`Self::retrain`]: locks the block's `n` chains (lock
@@ -1026,38 +1341,57 @@ impl Pool {
         Some((mine, since))
     }
 
-    /// Step 3 of [`Self::retrain`]: every kept leaf gets its own fences
-    /// (from `lows`, the last ending at `largest`) and no link; a dropped
-    /// (empty) leaf gets empty fences.
-    fn rewrite_leaves(
-        &self,
-        seq: &[(u64, LeafImage)],
-        kept: &[(u64, LeafImage)],
-        lows: &[u64],
-        largest: u64,
-    ) {
+    /// Step 3 of [`Self::retrain`]: every leaf of each new chain (indices
+    /// of `seq`, trained leaf first) gets the chain's fences (from `lows`,
+    /// the last ending at `largest`), its link to the next, and a chain
+    /// version above the old versions of all of them, unless it is a
+    /// one-leaf chain that already has them; a dropped (empty) leaf gets
+    /// empty fences.
+    fn rewrite_leaves(&self, c: &Chains, chains: &[Vec<usize>], lows: &[u64], largest: u64) {
+        let seq = &c.seq;
         let mut buf = Vec::new();
-        for (k, (leaf, img)) in kept.iter().enumerate() {
+        let mut placed = vec![false; seq.len()];
+        let read = &c.read;
+        for (k, c) in chains.iter().enumerate() {
             let high = lows.get(k + 1).map_or(largest, |l| l - 1);
-            LeafImage {
-                ver: img.ver + 1,
-                next: NO_LEAF,
-                low: lows[k],
-                high,
-                pairs: img.pairs.clone(),
+            let ver = c.iter().map(|&i| seq[i].1.ver).max().unwrap_or(0) + 1;
+            if let [i] = c[..] {
+                // A leaf alone in its chain before and after, with the same
+                // fences: a reader holding either block reads the same
+                // one-leaf chain, so it is left as it is (most chains of a
+                // model retrained before have had no split since).
+                let img = &seq[i].1;
+                if img.next == NO_LEAF && img.low == lows[k] && img.high == high {
+                    placed[i] = true;
+                    continue;
+                }
             }
-            .encode(self.leaf, &mut buf);
-            self.leaf_in(*leaf, &buf);
+            for (j, &i) in c.iter().enumerate() {
+                placed[i] = true;
+                // A leaf not read has no pairs in `seq`: writing it would
+                // empty it (`redirect` keeps such a leaf alone).
+                assert!(read[i], "leaf {} rewritten unread", seq[i].0);
+                LeafImage {
+                    ver,
+                    next: c.get(j + 1).map_or(NO_LEAF, |&x| seq[x].0),
+                    low: lows[k],
+                    high,
+                    pairs: seq[i].1.pairs.clone(),
+                }
+                .encode(self.leaf, &mut buf);
+                self.leaf_in(seq[i].0, &buf);
+            }
         }
         // A dropped (empty) leaf keeps no key, but a reader whose cache
         // still holds the old block may take it, alone, for the chain of
         // its old fences, whose keys now live in the kept leaf before it:
         // its fences become empty (low u64::MAX, high 0), so no key is ever
         // looked up in it and the reader refreshes.
-        for (leaf, img) in seq.iter().filter(|(_, img)| img.pairs.is_empty()) {
-            if kept.iter().any(|(l, _)| l == leaf) {
+        for (i, (leaf, img)) in seq.iter().enumerate() {
+            if placed[i] {
                 continue;
             }
+            debug_assert!(img.pairs.is_empty(), "leaf {leaf} dropped with keys");
             LeafImage {
                 ver: img.ver + 1,
                 next: NO_LEAF,
@@ -1180,15 +1514,26 @@ impl Pool {
     /// leaf number at or past the node's own capacity, a leaf linked
     /// twice, a leaf whose bytes do not check (it is locked: no writer
     /// tears it now) is a typed error.
-    fn chains(&self, off: u64, n: usize) -> Result<Vec<(u64, LeafImage)>, RolexError> {
+    ///
+    /// A chain `i` for which `same[i]` names the leaf its LT entry names,
+    /// with no synonym, is not read: a one-leaf chain a plan keeps as it
+    /// is (its fences are the new ones, so whatever a writer put in it
+    /// stays in them), given an empty image with those fences.
+    fn chains(&self, off: u64, n: usize, same: &[Option<Same>]) -> Result<Chains, RolexError> {
         let lt = word(TableLayout::lt_offset(off, 0));
         let slt = word(TableLayout::slt_offset(off, n, 0));
         let capacity = self.own.capacity.load(Ordering::Acquire);
-        let mut out = Vec::new();
+        let mut c = Chains::default();
         let mut linked = HashSet::new();
         let mut bytes = vec![0u8; self.leaf.leaf_bytes()];
         for i in 0..n {
             let e = Entry::decode(self.tables.load(lt + i));
+            if let Some(Some(sm)) = same.get(i).filter(|_| e.ptr == 0) {
+                if sm.leaf == e.leaf && linked.insert(e.leaf) {
+                    c.push(e.leaf, sm.image(), true, false);
+                    continue;
+                }
+            }
             let mut leaf = e.leaf;
             let mut ptr = e.ptr;
             let mut chain_ver = None;
@@ -1205,9 +1550,10 @@ impl Pool {
                 }
                 let mut img =
                     LeafImage::decode(self.leaf, &bytes).map_err(|r| bad(&format!("{r:?}")))?;
+                let head = chain_ver.is_none();
                 let v = *chain_ver.get_or_insert(img.ver);
                 img.ver = v;
-                out.push((leaf, img));
+                c.push(leaf, img, head, true);
                 if ptr == 0 {
                     break;
                 }
@@ -1216,30 +1562,35 @@ impl Pool {
                 ptr = s.ptr;
             }
         }
-        Ok(out)
+        Ok(c)
     }
 }
 
-/// The leaves a retrained block keeps (the non-empty ones of `seq`, or
-/// its first if all are empty) and their low fences (the first at the
-/// model's smallest key); a typed error if the client-written chains hold
+/// The leaves a retrained block keeps, as indices of `seq` (the non-empty
+/// ones, or its first if all are empty), and their low fences: the first
+/// at the model's smallest key, a leaf that heads its chain (`heads`) at
+/// the chain's low fence as far as its keys and the keys before allow, any
+/// other at its first key. A typed error if the client-written chains hold
 /// keys unsorted or outside the model's range.
-#[allow(clippy::type_complexity)]
+///
+/// A chain's fence, not its first key, so that a key a writer inserts
+/// below the first key of a chain during the retraining (it goes into the
+/// chain's trained leaf) still lies in that leaf's new fences.
 fn kept_leaves(
     seq: &[(u64, LeafImage)],
+    heads: &[bool],
     head: &BlockHead,
-) -> Result<(Vec<(u64, LeafImage)>, Vec<u64>), RolexError> {
-    let mut kept: Vec<(u64, LeafImage)> = seq
-        .iter()
-        .filter(|(_, img)| !img.pairs.is_empty())
-        .cloned()
+) -> Result<(Vec<usize>, Vec<u64>), RolexError> {
+    debug_assert_eq!(seq.len(), heads.len());
+    let mut kept: Vec<usize> = (0..seq.len())
+        .filter(|&i| !seq[i].1.pairs.is_empty())
         .collect();
     if kept.is_empty() {
-        kept.push(seq[0].clone());
+        kept.push(0);
     }
     let keys: Vec<u64> = kept
         .iter()
-        .flat_map(|(_, img)| img.pairs.iter().map(|p| p.0))
+        .flat_map(|&i| seq[i].1.pairs.iter().map(|p| p.0))
         .collect();
     let sorted = keys.windows(2).all(|w| w[0] < w[1]);
     let inside = keys
@@ -1256,14 +1607,22 @@ fn kept_leaves(
             ),
         ));
     }
-    let lows: Vec<u64> = kept
-        .iter()
-        .enumerate()
-        .map(|(k, (_, img))| match (k, img.pairs.first()) {
-            (0, _) | (_, None) => head.smallest,
-            (_, Some(p)) => p.0,
-        })
-        .collect();
+    let mut lows = Vec::with_capacity(kept.len());
+    let mut before: Option<u64> = None;
+    for &i in &kept {
+        let img = &seq[i].1;
+        let low = match (before, img.pairs.first()) {
+            (None, _) | (_, None) => head.smallest,
+            // The fence is client-written: only a value between the keys
+            // before and the leaf's first key is taken.
+            (Some(b), Some(&(first, _))) if heads.get(i) == Some(&true) => {
+                img.low.clamp(b + 1, first)
+            }
+            (_, Some(&(first, _))) => first,
+        };
+        lows.push(low);
+        before = img.pairs.last().map(|p| p.0).or(before);
+    }
     // Sorted keys inside the model's range make these ascending.
     assert!(
         lows.windows(2).all(|w| w[0] < w[1]),
@@ -1272,6 +1631,159 @@ fn kept_leaves(
     Ok((kept, lows))
 }
 
+/// Phase B's check of a plan drawn with no lock held: whether the chains
+/// read under the locks (`seq`, their keys already checked sorted and
+/// inside the model) fit the plan's trained leaves `leaves` with low
+/// fences `lows` (the last chain ends at `largest`). They do if every plan
+/// leaf is still linked, in the plan's order, and every other non-empty
+/// leaf (one a writer made by a split during the retraining) comes after
+/// the plan leaf whose fences hold all its keys, and such leaves are fewer
+/// than `most` (the new block starts below its retrain mark). Then, per
+/// new chain, the indices of `seq` in it: the plan leaf, then the leaves
+/// redirected into the new SLT as its synonyms. Empty leaves that are no
+/// plan leaf are left out (dropped).
+fn redirect(
+    leaves: &[u64],
+    lows: &[u64],
+    largest: u64,
+    c: &Chains,
+    most: u64,
+) -> Option<Vec<Vec<usize>>> {
+    let seq = &c.seq;
+    let chain_of: HashMap<u64, usize> = leaves.iter().enumerate().map(|(k, &l)| (l, k)).collect();
+    let mut chains: Vec<Vec<usize>> = vec![Vec::new(); leaves.len()];
+    let mut at = 0;
+    let mut synonyms = 0u64;
+    for (i, (leaf, img)) in seq.iter().enumerate() {
+        let k = match chain_of.get(leaf) {
+            Some(&k) if k >= at && chains[k].is_empty() => k,
+            Some(_) => return None,
+            None => {
+                let Some(&(first, _)) = img.pairs.first() else {
+                    continue;
+                };
+                let k = lows.partition_point(|&l| l <= first).checked_sub(1)?;
+                // After its plan leaf, which was read (a leaf not read
+                // stays alone).
+                if k < at || !chains[k].first().is_some_and(|&t| c.read[t]) {
+                    return None;
+                }
+                synonyms += 1;
+                k
+            }
+        };
+        let high = lows.get(k + 1).map_or(largest, |l| l - 1);
+        if img.pairs.iter().any(|p| p.0 < lows[k] || p.0 > high) {
+            return None;
+        }
+        at = k;
+        chains[k].push(i);
+    }
+    (synonyms < most && chains.iter().all(|c| !c.is_empty())).then_some(chains)
+}
+
 fn corrupt(what: &'static str, detail: String) -> RolexError {
     RolexError::Corrupt { what, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(low: u64, keys: &[u64]) -> LeafImage {
+        LeafImage {
+            ver: 1,
+            next: NO_LEAF,
+            low,
+            high: 999,
+            pairs: keys.iter().map(|&k| (k, k)).collect(),
+        }
+    }
+
+    const HEAD: BlockHead = BlockHead {
+        smallest: 0,
+        largest: 999,
+        n: 2,
+        pieces: 1,
+    };
+
+    #[test]
+    fn a_chain_keeps_its_fence_and_a_synonym_starts_at_its_first_key() {
+        // Chain 0: leaves 10 (trained) and 11; chain 1 (fence 500): 12.
+        let seq = vec![
+            (10, leaf(0, &[5, 9])),
+            (11, leaf(0, &[300, 310])),
+            (12, leaf(500, &[520])),
+        ];
+        let (kept, lows) = kept_leaves(&seq, &[true, false, true], &HEAD).unwrap();
+        assert_eq!(kept, vec![0, 1, 2]);
+        assert_eq!(lows, vec![0, 300, 500]);
+        // A forged fence is clamped between the keys around it.
+        let mut forged = seq.clone();
+        forged[2].1.low = 7;
+        let (_, lows) = kept_leaves(&forged, &[true, false, true], &HEAD).unwrap();
+        assert_eq!(lows, vec![0, 300, 311]);
+        forged[2].1.low = 900;
+        let (_, lows) = kept_leaves(&forged, &[true, false, true], &HEAD).unwrap();
+        assert_eq!(lows, vec![0, 300, 520]);
+    }
+
+    #[test]
+    fn leaves_made_during_a_retraining_become_synonyms_of_the_plan_leaf_before_them() {
+        let plan = [10, 11, 12];
+        let lows = [0, 300, 500];
+        // Leaf 20 split off 10, leaf 21 off 11 (then 22 off 21); 12
+        // took a key below its old first key but above its fence; 23 is
+        // empty and no plan leaf: dropped.
+        let seq = vec![
+            (10, leaf(0, &[5, 9])),
+            (20, leaf(0, &[100, 200])),
+            (11, leaf(0, &[300])),
+            (21, leaf(0, &[320, 330])),
+            (22, leaf(0, &[400])),
+            (23, leaf(0, &[])),
+            (12, leaf(500, &[501, 520])),
+        ];
+        let chains = redirect(&plan, &lows, 999, &read(&seq), 128).unwrap();
+        assert_eq!(chains, vec![vec![0, 1], vec![2, 3, 4], vec![6]]);
+        assert_eq!(
+            redirect(&plan, &lows, 999, &read(&seq), 3),
+            None,
+            "too many"
+        );
+        // A plan leaf no longer linked (its keys moved, it was unlinked).
+        let mut gone = seq.clone();
+        gone.remove(2);
+        assert_eq!(redirect(&plan, &lows, 999, &read(&gone), 128), None);
+        // A leaf whose keys straddle a plan fence.
+        let mut straddle = seq.clone();
+        straddle[4].1.pairs.push((510, 0));
+        assert_eq!(redirect(&plan, &lows, 999, &read(&straddle), 128), None);
+        // A plan leaf holding a key below its fence.
+        let mut below = seq.clone();
+        below[2].1.pairs.insert(0, (250, 0));
+        assert_eq!(redirect(&plan, &lows, 999, &read(&below), 128), None);
+        // A new leaf before its plan leaf (the trained leaf must come
+        // first in its chain).
+        let mut early = seq.clone();
+        early.swap(1, 0);
+        assert_eq!(redirect(&plan, &lows, 999, &read(&early), 128), None);
+        // A leaf not read (a one-leaf chain the plan keeps) takes no
+        // synonym: the leaves would be rewritten from an empty image.
+        let mut c = read(&seq);
+        c.read[0] = false;
+        assert_eq!(redirect(&plan, &lows, 999, &c, 128), None);
+        c.read[0] = true;
+        c.read[6] = false;
+        assert!(redirect(&plan, &lows, 999, &c, 128).is_some());
+    }
+
+    /// Chains whose leaves were all read.
+    fn read(seq: &[(u64, LeafImage)]) -> Chains {
+        let mut c = Chains::default();
+        for (leaf, img) in seq {
+            c.push(*leaf, img.clone(), false, true);
+        }
+        c
+    }
 }

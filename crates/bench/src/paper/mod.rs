@@ -51,15 +51,38 @@ pub enum Metric {
     LatencyP50,
     /// The client's cache, MB (measured only: the model has no memory).
     ClientCacheMb,
+    /// Bytes read per operation (the network traffic a figure of
+    /// bandwidth shows, per operation; measured only).
+    BytesReadPerOp,
+    /// ROLEX's median time to retrain one model, us (`null` where no
+    /// model was retrained).
+    RolexRetrainUsP50,
+    /// FineStore's retrainings per million inserts.
+    RetrainsPerMInserts,
+    /// The share of an operation's mean latency one phase took, % (HiStore's
+    /// breakdown; the phase as `kv::PhaseTime` names it).
+    PhaseShare(&'static str),
+    /// The busiest server's share of the requests, % (a range-partitioned
+    /// run).
+    MaxSharePct,
+    /// The time to load the store (train its models), ms, measured around
+    /// the load by the suite.
+    LoadMs,
 }
 
 impl Metric {
     /// The axis label.
-    pub fn label(&self) -> &'static str {
+    pub fn label(&self) -> String {
         match self {
-            Metric::Throughput => "throughput (Mops/s)",
-            Metric::LatencyP50 => "median latency (us)",
-            Metric::ClientCacheMb => "client cache (MB)",
+            Metric::Throughput => "throughput (Mops/s)".into(),
+            Metric::LatencyP50 => "median latency (us)".into(),
+            Metric::ClientCacheMb => "client cache (MB)".into(),
+            Metric::BytesReadPerOp => "bytes read per operation".into(),
+            Metric::RolexRetrainUsP50 => "median retraining time per model (us)".into(),
+            Metric::RetrainsPerMInserts => "retrainings per million inserts".into(),
+            Metric::PhaseShare(p) => format!("{p}: share of the mean latency (%)"),
+            Metric::MaxSharePct => "busiest server's share of requests (%)".into(),
+            Metric::LoadMs => "load (training) time (ms)".into(),
         }
     }
 
@@ -68,8 +91,38 @@ impl Metric {
         let u = unit.trim().to_ascii_lowercase();
         match self {
             Metric::Throughput => u == "mops/s",
-            Metric::LatencyP50 => u == "us",
+            Metric::LatencyP50 | Metric::RolexRetrainUsP50 => u == "us",
             Metric::ClientCacheMb => u == "mb",
+            Metric::BytesReadPerOp => u == "b",
+            Metric::RetrainsPerMInserts => u == "per m inserts",
+            Metric::PhaseShare(_) | Metric::MaxSharePct => u == "%",
+            Metric::LoadMs => u == "ms",
+        }
+    }
+
+    /// Whether published point `p` is plotted on this metric's axis: its
+    /// unit, and for a phase's share, a `y_name` naming that phase alone
+    /// (`log sync share of latency (min)`, not `index rpc + queue wait
+    /// share`).
+    pub fn plots(&self, p: &Published) -> bool {
+        if !self.unit_matches(&p.unit) {
+            return false;
+        }
+        match self {
+            Metric::PhaseShare(phase) => p
+                .y_name
+                .to_ascii_lowercase()
+                .starts_with(&format!("{phase} share")),
+            _ => true,
+        }
+    }
+
+    /// Whether published point `p` is listed beside this metric's figure
+    /// (a phase's figure lists the points about that phase only).
+    pub fn lists(&self, p: &Published) -> bool {
+        match self {
+            Metric::PhaseShare(phase) => p.y_name.to_ascii_lowercase().contains(phase),
+            _ => true,
         }
     }
 
@@ -79,6 +132,17 @@ impl Metric {
             Metric::Throughput => Some(r.throughput_ops_per_s / 1e6),
             Metric::LatencyP50 => Some(r.latency_us.p50),
             Metric::ClientCacheMb => r.client_cache_bytes.map(|b| b as f64 / 1e6),
+            Metric::BytesReadPerOp => Some(r.per_op.bytes_read),
+            Metric::RolexRetrainUsP50 => r
+                .rolex
+                .as_ref()
+                .filter(|x| x.retrained > 0)
+                .map(|x| x.retrain_us_p50 as f64),
+            Metric::RetrainsPerMInserts => r.retrains.as_ref()?.per_million_inserts,
+            Metric::PhaseShare(phase) => phase_share(r, phase),
+            Metric::MaxSharePct => r.server_shares.as_ref().map(|s| s.max_share * 100.0),
+            // Not in the report: the row's (`PaperRow::value`).
+            Metric::LoadMs => None,
         }
     }
 
@@ -88,9 +152,26 @@ impl Metric {
         match self {
             Metric::Throughput => Some(p.throughput_ops_per_s / 1e6),
             Metric::LatencyP50 => Some(p.latency_us.p50),
-            Metric::ClientCacheMb => None,
+            _ => None,
         }
     }
+
+    /// Whether a smaller value is the better one (a `speedup` of a
+    /// latency is the other system's value over ours).
+    pub fn lower_is_better(&self) -> bool {
+        matches!(
+            self,
+            Metric::LatencyP50 | Metric::RolexRetrainUsP50 | Metric::LoadMs
+        )
+    }
+}
+
+/// The share (%) of the mean latency that `phase` took, of the kind the
+/// run traced most (a run of PUTs traces inserts, of SCANs scans).
+fn phase_share(r: &Report, phase: &str) -> Option<f64> {
+    let op = r.phases.as_ref()?.ops.iter().max_by_key(|o| o.samples)?;
+    let t = op.phases.iter().find(|p| p.phase == phase)?;
+    (op.total.mean_ns > 0.0).then(|| 100.0 * t.mean_ns / op.total.mean_ns)
 }
 
 /// One run of a figure.
@@ -110,6 +191,21 @@ pub struct PaperRun {
     pub options: Vec<(String, String)>,
     /// The key set (default: YCSB's).
     pub dataset: Dataset,
+    /// Keys loaded, instead of the suite's (a figure that needs many
+    /// inserts per loaded key, e.g. to make FineStore retrain).
+    pub keys: Option<usize>,
+    /// Client threads, instead of the suite's.
+    pub threads: Option<u32>,
+    /// Range-partition XStore over this many servers in this process
+    /// (`--shards`): the report carries each server's share of the
+    /// requests. Such a run is not projected.
+    pub shards: Option<usize>,
+    /// A dedicated inserter beside the clients (`--insert-rate`). Such a
+    /// run is not projected.
+    pub inserter: Option<crate::Inserter>,
+    /// Client machines x threads of this run's projection (`--clients`),
+    /// instead of the suite's.
+    pub clients: Option<(u32, u32)>,
 }
 
 impl PaperRun {
@@ -123,7 +219,18 @@ impl PaperRun {
             stream: StreamOptions::default(),
             options: Vec::new(),
             dataset: Dataset::Ycsb,
+            keys: None,
+            threads: None,
+            shards: None,
+            inserter: None,
+            clients: None,
         }
+    }
+
+    /// The run with option `name` (as `xstore bench` sets it) at `value`.
+    pub fn with_option(mut self, name: &str, value: impl ToString) -> PaperRun {
+        self.options.push((name.to_string(), value.to_string()));
+        self
     }
 
     /// Whether the run adds or removes keys (it then gets a store of its
@@ -138,7 +245,7 @@ impl PaperRun {
             Workload::Prod1 | Workload::Prod2 => false,
             _ => false,
         };
-        mix_changes || (self.stream.mix.is_none() && own)
+        mix_changes || (self.stream.mix.is_none() && own) || self.inserter.is_some()
     }
 
     /// Whether most of the run's operations are scans (YCSB E, a
@@ -149,8 +256,14 @@ impl PaperRun {
     }
 
     /// What identifies the loaded store this run needs.
-    fn load_key(&self) -> (String, Vec<(String, String)>, Dataset) {
-        (self.system.clone(), self.options.clone(), self.dataset)
+    fn load_key(&self) -> LoadKey {
+        LoadKey {
+            system: self.system.clone(),
+            options: self.options.clone(),
+            dataset: self.dataset,
+            keys: self.keys,
+            shards: self.shards,
+        }
     }
 }
 
@@ -306,9 +419,20 @@ pub struct PaperRow {
     pub error: Option<String>,
     /// Whether the error is a failure (not "unsupported").
     pub failed: bool,
+    /// Milliseconds the store took to load, if this run loaded it (a run
+    /// on the previous run's store did not).
+    pub load_ms: Option<f64>,
 }
 
 impl PaperRow {
+    /// What `metric` plots of this row, as measured here.
+    pub fn value(&self, metric: Metric) -> Option<f64> {
+        match metric {
+            Metric::LoadMs => self.load_ms,
+            m => m.measured(self.report.as_ref()?),
+        }
+    }
+
     /// Wrong answers of any kind.
     pub fn wrong(&self) -> u64 {
         self.report.as_ref().map_or(0, |r| r.correctness.errors())
@@ -375,11 +499,22 @@ pub fn run_paper(
         loaded: None,
     };
     let mut rows = Vec::new();
+    check_only(suite, &o.only)?;
+    // A figure that plots another's rows selects that one.
+    let wanted = |f: &FigureSpec| {
+        o.only.iter().any(|s| {
+            s == f.stem
+                || suite
+                    .figures
+                    .iter()
+                    .any(|g| g.stem == s && g.rows_of == Some(f.stem))
+        })
+    };
     let figures: Vec<&FigureSpec> = suite
         .figures
         .iter()
         .filter(|f| f.needs.is_none())
-        .filter(|f| o.only.is_empty() || o.only.iter().any(|s| s == f.stem))
+        .filter(|f| o.only.is_empty() || wanted(f))
         .collect();
     let total: usize = figures.iter().map(|f| f.runs.len()).sum();
     for f in figures {
@@ -407,6 +542,31 @@ pub fn run_paper(
         files,
         seconds,
     })
+}
+
+/// Refuses a `--figures` stem that is no figure of `suite`, or one that
+/// is not reproduced (it would run nothing, silently).
+fn check_only(suite: &PaperSuite, only: &[String]) -> Result<(), BenchError> {
+    for s in only {
+        match suite.figures.iter().find(|f| f.stem == s) {
+            None => {
+                let stems: Vec<&str> = suite.figures.iter().map(|f| f.stem).collect();
+                return Err(BenchError::Config(format!(
+                    "paper-{} has no figure '{s}' (its figures: {})",
+                    suite.paper,
+                    stems.join(", ")
+                )));
+            }
+            Some(f) if f.needs.is_some() => {
+                return Err(BenchError::Config(format!(
+                    "{s} is not reproduced: needs {}",
+                    f.needs.unwrap_or_default()
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// The projection of `suite`'s runs, if asked for.
@@ -444,32 +604,49 @@ pub fn outcome(row: &PaperRow) -> String {
     }
 }
 
-type LoadKey = (String, Vec<(String, String)>, Dataset);
+/// What identifies a loaded store: runs with equal keys share one load.
+#[derive(Debug, Clone, PartialEq)]
+struct LoadKey {
+    system: String,
+    options: Vec<(String, String)>,
+    dataset: Dataset,
+    keys: Option<usize>,
+    shards: Option<usize>,
+}
+
+/// A loaded store, with the handle on its servers' shares if it is a
+/// range-partitioned cluster.
+struct Loaded {
+    key: LoadKey,
+    store: Box<dyn crate::Store>,
+    shares: Option<cluster::kv::ServerShares>,
+}
 
 /// Loads stores (reusing one across runs that leave its keys as loaded)
 /// and runs them.
 struct Runner<'a> {
     o: &'a PaperOptions,
     spec: Option<ProjectSpec>,
-    keysets: HashMap<Dataset, Arc<[u64]>>,
-    loaded: Option<(LoadKey, Box<dyn crate::Store>)>,
+    keysets: HashMap<(Dataset, usize), Arc<[u64]>>,
+    loaded: Option<Loaded>,
 }
 
 impl Runner<'_> {
-    fn keys(&mut self, dataset: Dataset) -> Result<Arc<[u64]>, BenchError> {
-        if let Some(k) = self.keysets.get(&dataset) {
+    fn keys(&mut self, dataset: Dataset, n: usize) -> Result<Arc<[u64]>, BenchError> {
+        if let Some(k) = self.keysets.get(&(dataset, n)) {
             return Ok(k.clone());
         }
-        let keys = ycsb::generate(dataset, self.o.keys, self.o.seed)
+        let keys = ycsb::generate(dataset, n, self.o.seed)
             .map_err(|e| BenchError::Config(e.to_string()))?;
         let keys = ycsb::prepare_keys(keys).map_err(|e| BenchError::Config(e.to_string()))?;
         let keys: Arc<[u64]> = keys.into();
-        self.keysets.insert(dataset, keys.clone());
+        self.keysets.insert((dataset, n), keys.clone());
         Ok(keys)
     }
 
     fn run(&mut self, stem: &'static str, run: &PaperRun) -> PaperRow {
-        let (report, error) = match self.try_run(run) {
+        let mut load_ms = None;
+        let (report, error) = match self.try_run(run, &mut load_ms) {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e)),
         };
@@ -482,33 +659,71 @@ impl Runner<'_> {
             report,
             error: error.map(|e| e.to_string()),
             failed,
+            load_ms,
         }
     }
 
-    fn try_run(&mut self, run: &PaperRun) -> Result<Report, BenchError> {
-        let keys = self.keys(run.dataset)?;
+    /// Loads `run`'s store with `keys` (the store of the run before, if
+    /// it is the same).
+    fn load(&mut self, run: &PaperRun, keys: &[u64]) -> Result<Option<f64>, BenchError> {
         let key = run.load_key();
-        if self.loaded.as_ref().map(|(k, _)| k) != Some(&key) {
-            self.loaded = None;
-            let mut options = kv::Options::new();
-            for (k, v) in &run.options {
-                options.set(k, v)?;
-            }
-            let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, value_for(k, 0))).collect();
-            let store = crate::system::load_local(
-                &run.system,
-                &kv::LocalLoad {
-                    pairs: &pairs,
-                    adversary: None,
-                    server_workers: self.o.server_workers,
-                    options: &options,
-                },
-            )?;
-            self.loaded = Some((key, store));
+        if self.loaded.as_ref().map(|l| &l.key) == Some(&key) {
+            return Ok(None);
         }
-        let store = &self.loaded.as_ref().expect("loaded above").1;
-        debug_assert_eq!(self.loaded.as_ref().map(|(k, _)| k), Some(&run.load_key()));
-        let result = self.measure(&**store, keys, run);
+        self.loaded = None;
+        let mut options = kv::Options::new();
+        for (k, v) in &run.options {
+            options.set(k, v)?;
+        }
+        let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, value_for(k, 0))).collect();
+        let start = Instant::now();
+        let (store, shares): (Box<dyn crate::Store>, _) = match run.shards {
+            Some(n) => {
+                if !crate::system::runs_in_cluster(&run.system) {
+                    return Err(BenchError::Config(format!(
+                        "{} does not run range-partitioned",
+                        run.system
+                    )));
+                }
+                let xo = ::xstore::kv::XStoreOptions::parse(&options)?;
+                let c =
+                    cluster::local::LocalCluster::load(&pairs, n, xo, None, self.o.server_workers)?;
+                let shares = c.shares();
+                (Box::new(c), Some(shares))
+            }
+            None => {
+                let store = crate::system::load_local(
+                    &run.system,
+                    &kv::LocalLoad {
+                        pairs: &pairs,
+                        adversary: None,
+                        server_workers: self.o.server_workers,
+                        options: &options,
+                    },
+                )?;
+                (store, None)
+            }
+        };
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        self.loaded = Some(Loaded { key, store, shares });
+        Ok(Some(ms))
+    }
+
+    fn try_run(&mut self, run: &PaperRun, load_ms: &mut Option<f64>) -> Result<Report, BenchError> {
+        let keys = self.keys(run.dataset, run.keys.unwrap_or(self.o.keys))?;
+        *load_ms = self.load(run, &keys)?;
+        let loaded = self.loaded.as_ref().expect("loaded above");
+        debug_assert_eq!(loaded.key, run.load_key());
+        let before = loaded.shares.as_ref().map(|s| s.snapshot());
+        let mut result = self.measure(&*loaded.store, keys, run);
+        if let (Ok(report), Some(shares), Some(before)) = (&mut result, &loaded.shares, before) {
+            // This run's requests: the handle counts over the store's life.
+            let mut counts = shares.snapshot();
+            for (id, n) in counts.iter_mut() {
+                *n -= before.get(id).copied().unwrap_or(0).min(*n);
+            }
+            report.server_shares = Some(crate::report::Shares::of(&counts));
+        }
         if run.changes_keys() || result.is_err() {
             self.loaded = None;
         }
@@ -534,20 +749,27 @@ impl Runner<'_> {
             },
             seconds: None,
             warmup_ops: self.o.warmup_ops,
-            threads: self.o.threads,
+            threads: run.threads.unwrap_or(self.o.threads),
             pipeline: 1,
             seed: self.o.seed,
             stream: run.stream,
         };
         let progress = Progress::default();
+        if let Some(i) = run.inserter {
+            return crate::run_inserting(store, keys, &config, Judge::Full, &progress, i);
+        }
         let spec = match &self.spec {
-            Some(s) if crate::project::traceable(&run.system).is_ok() => s,
+            Some(s) if run.shards.is_none() && crate::project::traceable(&run.system).is_ok() => s,
             _ => return crate::run(store, keys, &config, &progress),
         };
+        let mut spec = spec.clone();
+        if run.clients.is_some() {
+            spec.clients = run.clients;
+        }
         let rec = spec.recorder();
         let mut report = crate::run_traced(store, keys, &config, Judge::Full, &progress, &rec)?;
         let trace = rec.into_trace(&run.system, &run.x);
-        report.projected = Some(crate::project::project(&trace, spec, &run.system)?);
+        report.projected = Some(crate::project::project(&trace, &spec, &run.system)?);
         Ok(report)
     }
 }

@@ -118,7 +118,8 @@ fn write_jsonl(
 }
 
 /// A row as one JSON line: the report's fields in order (or the run's
-/// identity where it did not run), then `paper`, `figure`, `x`, `error`.
+/// identity where it did not run), then `paper`, `figure`, `x`, `error`,
+/// `load_ms`.
 fn json_line(suite: &PaperSuite, r: &PaperRow) -> Result<String, serde_json::Error> {
     let mut line = match &r.report {
         Some(report) => serde_json::to_string(report)?,
@@ -129,11 +130,12 @@ fn json_line(suite: &PaperSuite, r: &PaperRow) -> Result<String, serde_json::Err
             "dataset": r.run.dataset.name(),
         }))?,
     };
-    let extras: [(&str, Value); 4] = [
+    let extras: [(&str, Value); 5] = [
         ("paper", suite.paper.into()),
         ("figure", r.stem.into()),
         ("x", r.run.x.clone().into()),
         ("error", r.error.clone().map_or(Value::Null, Value::String)),
+        ("load_ms", r.load_ms.map_or(Value::Null, Value::from)),
     ];
     // `line` is a non-empty object: drop its '}' and go on.
     line.pop();
@@ -234,7 +236,7 @@ impl FigureData {
             let (Some(s), Some(x)) = (s, x) else { continue };
             match &r.report {
                 Some(rep) => {
-                    measured[s][x] = f.metric.measured(rep);
+                    measured[s][x] = r.value(f.metric);
                     projected[s][x] = f.metric.projected(rep);
                 }
                 None => errors.push(format!(
@@ -255,13 +257,16 @@ impl FigureData {
             })
             .collect();
         let mut compared = Vec::new();
-        for p in published.iter().filter(|p| for_figure(f, p)) {
+        for p in published
+            .iter()
+            .filter(|p| for_figure(f, p) && f.metric.lists(p))
+        {
             let s = f
                 .ours(&p.series)
                 .and_then(|o| systems.iter().position(|s| *s == o));
             let x = (0..xs.len()).find(|&i| same_point(&xs[i], dists[i], &p.x));
             compared.push((p.clone(), s, x));
-            if !f.metric.unit_matches(&p.unit) {
+            if !f.metric.plots(p) {
                 continue;
             }
             if let (Some(s), Some(x)) = (s, x) {
@@ -332,7 +337,7 @@ impl FigureData {
         }
         let mut md = String::from(
             "\nPublished points of this figure (bench/papers), ours beside them where comparable:\n\n\
-             | panel | series | x | what | published | unit | ours (projected) | note |\n|---|---|---|---|---|---|---|---|\n",
+             | panel | series | x | what | published | unit | ours (projected, else measured) | note |\n|---|---|---|---|---|---|---|---|\n",
         );
         for (p, s, x) in &self.compared {
             let ours = match (s, x) {
@@ -359,7 +364,7 @@ impl FigureData {
     /// Our projected value comparable with published point `p` of series
     /// `s` at `x`, if any.
     fn ours_for(&self, f: &FigureSpec, p: &Published, s: usize, x: usize) -> Option<f64> {
-        if f.metric.unit_matches(&p.unit) {
+        if f.metric.plots(p) {
             return self.projected[s][x].or(self.measured[s][x]);
         }
         // `speedup vs FG`, `insert throughput speedup vs FG (max)`.
@@ -371,7 +376,17 @@ impl FigureData {
         if p.unit != "x" {
             return None;
         }
-        Some(self.projected[s][x]? / self.projected[o][x]?)
+        // Projected where both are (the paper's testbed), else measured
+        // (the single-machine indexes, which have no projection).
+        let (ours, other) = match (self.projected[s][x], self.projected[o][x]) {
+            (Some(a), Some(b)) => (a, b),
+            _ => (self.measured[s][x]?, self.measured[o][x]?),
+        };
+        if f.metric.lower_is_better() {
+            Some(other / ours)
+        } else {
+            Some(ours / other)
+        }
     }
 
     /// The figure's panels: (caption, values), the empty ones left out
@@ -400,7 +415,7 @@ impl FigureData {
         if !f.numeric_x {
             let chart = BarChart {
                 title,
-                y_label: f.metric.label().to_string(),
+                y_label: f.metric.label(),
                 groups: self.xs.clone(),
                 series,
                 panels: panels

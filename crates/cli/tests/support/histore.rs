@@ -66,3 +66,133 @@ pub fn signal(pid: u32, sig: &str) {
         .expect("kill");
     assert!(ok.success(), "kill {sig} {pid}");
 }
+
+/// `cluster up --system histore` flags for a small group that forms fast
+/// in a test: 16 MiB of records, 1,024 main and overflow buckets, 60 s to
+/// start (the lease TTL is each test's own).
+pub const SMALL_GROUP: &[&str] = &[
+    "--data-mib",
+    "16",
+    "--main-buckets",
+    "1024",
+    "--overflow-buckets",
+    "1024",
+    "--start-timeout-s",
+    "60",
+];
+
+/// A running `xstore cluster up --system histore`, stopped on drop if a
+/// check failed before the test stopped it: SIGTERM (so it stops its
+/// servers and etcd), SIGKILL after 60 s.
+pub struct HistoreUp {
+    /// The child.
+    pub child: std::process::Child,
+    /// What it printed up to and including its "cluster up:" line.
+    pub lines: Vec<String>,
+}
+
+impl HistoreUp {
+    /// Starts `xstore cluster up --system histore --dir DIR ARGS` (with no
+    /// `XSTORE_TOKEN` in its environment: it generates a token into DIR)
+    /// and waits (at most 90 s) for its last start-up line, "cluster up:
+    /// ...".
+    pub fn start(dir: &Path, args: &[&str]) -> HistoreUp {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_xstore"))
+            .args(["cluster", "up", "--system", "histore", "--dir"])
+            .arg(dir)
+            .args(args)
+            .env_remove("XSTORE_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn cluster up");
+        let out = child.stdout.take().expect("stdout");
+        let mut up = HistoreUp {
+            child,
+            lines: Vec::new(),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        while !up
+            .lines
+            .last()
+            .is_some_and(|l: &String| l.starts_with("cluster up:"))
+        {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => up.lines.push(line),
+                Err(e) => panic!("cluster up did not come up ({e}); printed {:?}", up.lines),
+            }
+        }
+        eprintln!("{}", up.lines.join("\n"));
+        up
+    }
+
+    /// The cluster's URL (the first line).
+    pub fn url(&self) -> &str {
+        &self.lines[0]
+    }
+
+    /// Every `server NAME pid PID` line, in order.
+    pub fn servers(&self) -> Vec<(String, u32)> {
+        self.lines
+            .iter()
+            .filter_map(|l| {
+                let (name, pid) = l.strip_prefix("server ")?.split_once(" pid ")?;
+                Some((name.to_string(), pid.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// The pid of server `name` (as `cluster up` printed it).
+    pub fn pid_of(&self, name: &str) -> u32 {
+        self.servers()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no server {name}: {:?}", self.lines))
+            .1
+    }
+}
+
+impl Drop for HistoreUp {
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether process `pid` still runs (a zombie no longer runs: it waits to
+/// be reaped by a parent the test does not control).
+pub fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}

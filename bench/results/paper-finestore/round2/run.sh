@@ -1,0 +1,1 @@
+../../paper-rolex/round2/run.sh
