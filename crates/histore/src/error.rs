@@ -74,6 +74,11 @@ pub enum HiError {
     /// A setting is out of its accepted range (the message names it).
     #[error("invalid setting: {0}")]
     Config(String),
+    /// The index server's log on disk failed or does not parse
+    /// (`durable.rs`): a write is not acknowledged, a server does not
+    /// start.
+    #[error("storage: {0}")]
+    Storage(String),
 }
 
 impl From<FabricError> for HiError {

@@ -269,6 +269,7 @@ impl From<HiError> for KvError {
             | HiError::Unavailable(_)
             | HiError::GroupUnavailable { .. }
             | HiError::Fabric(_)
+            | HiError::Storage(_)
             | HiError::GaveUp(..) => ErrorKind::Unavailable,
             HiError::Full(_) => ErrorKind::Full,
             HiError::Unauthorized(_) => ErrorKind::Refused,

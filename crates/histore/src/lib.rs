@@ -35,6 +35,7 @@
 
 pub mod baselines;
 pub mod client;
+pub mod durable;
 pub mod error;
 #[cfg(feature = "processes")]
 pub mod etcd;

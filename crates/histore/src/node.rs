@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use fabric::{Endpoint, Host, NodeId, RegionId, Rights};
 
+use crate::durable::LogConfig;
 use crate::error::HiError;
 use crate::etcd::{member_id, EtcdDirectory, EtcdMembership, Kind, Live};
 use crate::group::table_id;
@@ -45,6 +46,7 @@ use crate::table::HashTable;
 use crate::view::{DataServer, GroupView, Membership};
 use crate::wire::{self, Request};
 
+mod restart;
 pub mod serve;
 
 pub use serve::{process_config, SERVER, SERVE_OPTIONS};
@@ -91,6 +93,9 @@ pub struct IndexNodeConfig {
     /// of the group and its clients (NTP keeps it to milliseconds): the
     /// timing assumption the read leases rest on.
     pub clock_skew: Duration,
+    /// The server's log on disk (`--data-dir`), if it keeps one
+    /// (node/restart.rs says how it restarts from it).
+    pub log: Option<LogConfig>,
 }
 
 impl IndexNodeConfig {
@@ -111,6 +116,7 @@ impl IndexNodeConfig {
             tick: Duration::from_millis(20),
             read_lease: Duration::from_millis(250),
             clock_skew: Duration::from_millis(50),
+            log: None,
         }
     }
 
@@ -165,6 +171,9 @@ impl IndexNodeConfig {
         }
         if self.tick.is_zero() || self.read_lease.is_zero() {
             return bad("tick and read lease must be positive".into());
+        }
+        if let Some(log) = &self.log {
+            log.validate()?;
         }
         Ok(())
     }
@@ -251,6 +260,8 @@ struct Shared {
     renewer: Mutex<Option<JoinHandle<()>>>,
     /// (epoch, primary, table) this backup last followed.
     followed: Mutex<Option<(u64, NodeId, RegionId)>>,
+    /// A backup restarted from its log joins a live primary again once.
+    rejoin: AtomicBool,
     exit: Mutex<Option<String>>,
 }
 
@@ -264,6 +275,7 @@ pub struct IndexNode {
     shared: Option<Arc<Shared>>,
     stop: Arc<AtomicBool>,
     watcher: Option<JoinHandle<()>>,
+    restart: restart::Restart,
 }
 
 impl std::fmt::Debug for IndexNode {
@@ -301,15 +313,9 @@ impl IndexNode {
         // registered servers, so a server that saw no view is either
         // founding (empty at seq 0, which is the group's state) or not in
         // the view and joins later (PREPARE resets it).
-        let joining = membership.current()?.is_some();
-        let server = IndexServer::new_backup(
-            config.node,
-            0,
-            0,
-            config.partitions,
-            joining,
-            Box::new(net(&directory, &config)),
-        );
+        let view = membership.current()?.map(|(v, _)| v);
+        let (server, restart) =
+            restart::start_server(&config, view.as_ref(), Box::new(net(&directory, &config)))?;
         server.require_peer_key(peer_key);
         server.set_control(Box::new(net(&directory, &config)));
         // Failover is driven by etcd leases here, not by a coordinator
@@ -326,22 +332,63 @@ impl IndexNode {
             shared: None,
             stop: Arc::new(AtomicBool::new(false)),
             watcher: None,
+            restart,
         })
+    }
+
+    /// Registers under a new lease. A process restarted on its node (from
+    /// its data directory) finds its previous lease's key until that lease
+    /// lapses: it waits for that, at most two lease TTLs and a second.
+    fn register_lease(&self, url: &str) -> Result<coord::Registration, HiError> {
+        let id = member_id(Kind::Index, self.config.node);
+        let deadline =
+            std::time::Instant::now() + self.config.lease_ttl * 2 + Duration::from_secs(1);
+        loop {
+            match self
+                .membership
+                .etcd()
+                .register(&id, url, self.config.lease_ttl)
+            {
+                Ok(r) => return Ok(r),
+                Err(coord::CoordError::AlreadyRegistered(_))
+                    if std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(self.config.tick);
+                }
+                Err(e) => return Err(HiError::BadMessage(format!("registering: {e}"))),
+            }
+        }
+    }
+
+    /// A restarted primary registers only once the view names another
+    /// one: registering would renew its node's liveness, and the backups
+    /// fail over only once it is gone (node/restart.rs). Bounded: twenty
+    /// lease TTLs.
+    fn wait_to_be_replaced(&self) -> Result<(), HiError> {
+        if self.restart != restart::Restart::WasPrimary {
+            return Ok(());
+        }
+        tracing::warn!(
+            node = self.config.node.0,
+            "restarted as the view's primary: waiting for the backups to fail over before joining"
+        );
+        let deadline = std::time::Instant::now() + self.config.lease_ttl * 20;
+        while std::time::Instant::now() < deadline {
+            match self.membership.current()? {
+                Some((v, _)) if v.primary != self.config.node => return Ok(()),
+                _ => std::thread::sleep(self.config.tick),
+            }
+        }
+        Err(HiError::Unavailable(
+            "restarted as the primary and no backup failed over: its state is not used alone",
+        ))
     }
 
     /// Registers the server at `url` under its lease and starts the
     /// watcher.
     pub fn register(&mut self, url: &str) -> Result<(), HiError> {
-        let registration = self
-            .membership
-            .etcd()
-            .register(
-                &member_id(Kind::Index, self.config.node),
-                url,
-                self.config.lease_ttl,
-            )
-            .map_err(|e| HiError::BadMessage(format!("registering: {e}")))?;
-        let registration = Arc::new(registration);
+        self.wait_to_be_replaced()?;
+        let registration = Arc::new(self.register_lease(url)?);
         let weak = Arc::downgrade(&registration);
         let authority = Arc::new(AtomicI64::new(0));
         let lease = authority.clone();
@@ -359,6 +406,7 @@ impl IndexNode {
             authority,
             renewer: Mutex::new(None),
             followed: Mutex::new(None),
+            rejoin: AtomicBool::new(self.restart == restart::Restart::Backup),
             exit: Mutex::new(None),
         });
         let (s, stop) = (shared.clone(), self.stop.clone());
@@ -508,7 +556,14 @@ fn tick(s: &Shared) -> Result<Option<String>, HiError> {
             let coordinator = view.backups.iter().filter(|b| live.contains_key(b)).min();
             if coordinator == Some(&me) {
                 fail_over(s, &view, &live)?;
+                s.rejoin.store(false, Ordering::SeqCst);
             }
+        } else if server.is_installing() || s.rejoin.load(Ordering::SeqCst) {
+            // Restarted while named a backup: its log may lack what was
+            // logged while it was down; a join resets it from a snapshot
+            // (the primary keeps it in its replica set meanwhile).
+            join(s, &view)?;
+            s.rejoin.store(false, Ordering::SeqCst);
         } else {
             let want = (view.epoch, view.primary, view.table);
             let mut followed = s.followed.lock().unwrap_or_else(|e| e.into_inner());
@@ -643,19 +698,32 @@ fn fail_over(s: &Shared, view: &GroupView, live: &BTreeMap<NodeId, Live>) -> Res
     }
     // Every committed entry is in every backup's log; take the entries
     // only a longer log has (they may have been acknowledged).
+    // A log recovered from disk keeps no entries, only their state: a
+    // backup whose entries cannot be handed over either way is left out of
+    // the new view and joins again from a snapshot.
+    let mut left_out = Vec::new();
     for &(o, last) in &others {
         if last > mine {
-            let body = rpc(&mut ep, o, &Request::LogAfter { seq: mine })?;
-            let mut r = le::Reader::new(&body);
-            let entries = wire::get_entries(&mut r)?;
-            r.finish()?;
-            mine = s.server.catch_up(epoch, entries)?;
+            match log_after(&mut ep, o, mine) {
+                Ok(entries) => mine = s.server.catch_up(epoch, entries)?,
+                Err(e) => {
+                    tracing::warn!(backup = o.0, error = %e, "its longer log cannot be read: leaving it out");
+                    left_out.push(o);
+                }
+            }
         }
     }
-    for &(o, last) in &others {
-        let entries = s.server.log_after(last)?;
-        rpc_u64(&mut ep, o, &Request::CatchUp { epoch, entries })?;
-    }
+    others.retain(|(o, _)| !left_out.contains(o));
+    others.retain(|&(o, last)| {
+        let handed = s
+            .server
+            .log_after(last)
+            .and_then(|entries| rpc_u64(&mut ep, o, &Request::CatchUp { epoch, entries }));
+        if let Err(e) = &handed {
+            tracing::warn!(backup = o.0, error = %e, "could not catch it up: leaving it out");
+        }
+        handed.is_ok()
+    });
     let new = GroupView {
         epoch,
         version: view.version + 1,
@@ -670,6 +738,15 @@ fn fail_over(s: &Shared, view: &GroupView, live: &BTreeMap<NodeId, Live>) -> Res
     // what makes this coordinator the only one.
     s.membership.replace(view, new.clone())?;
     become_primary(s, &new)
+}
+
+/// The entries `node` logged after `seq` (LOG_AFTER).
+fn log_after(ep: &mut NetEndpoint, node: NodeId, seq: u64) -> Result<Vec<wire::LogEntry>, HiError> {
+    let body = rpc(ep, node, &Request::LogAfter { seq })?;
+    let mut r = le::Reader::new(&body);
+    let entries = wire::get_entries(&mut r)?;
+    r.finish()?;
+    Ok(entries)
 }
 
 /// Joins the view's primary as a fresh backup and adds this server to

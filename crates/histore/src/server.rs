@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use fabric::{Batch, Endpoint, NodeId, Region, RegionId, RpcHandler};
 
+use crate::durable::IndexLog;
 use crate::error::HiError;
 use crate::layout::{IndexPairs, TableHeader, ValuePtr, HEADER_COMMIT_BYTES, LEASE_FOREVER};
 use crate::peer::{PeerGate, PeerKey};
@@ -120,6 +121,10 @@ pub struct IndexServer {
     /// Once set, control-plane requests are taken only sealed with this
     /// key (peer.rs): a process's clients reach it on the same port.
     peer: OnceLock<PeerGate>,
+    /// A backup's log on disk (durable.rs), if it keeps one: entries and
+    /// epochs are on it (per its durability mode) before a REPLICATE,
+    /// CATCH_UP or FENCE is answered.
+    disk: OnceLock<Arc<IndexLog>>,
 }
 
 /// See [`IndexServer::set_ack_guard`].
@@ -171,6 +176,7 @@ impl IndexServer {
             ack_guard: RwLock::new(None),
             leased: AtomicBool::new(false),
             peer: OnceLock::new(),
+            disk: OnceLock::new(),
         });
         let weak = Arc::downgrade(&server);
         std::thread::Builder::new()
@@ -220,6 +226,7 @@ impl IndexServer {
             ack_guard: RwLock::new(None),
             leased: AtomicBool::new(false),
             peer: OnceLock::new(),
+            disk: OnceLock::new(),
         })
     }
 
@@ -227,6 +234,48 @@ impl IndexServer {
     /// (processes only; in-process groups call [`IndexServer::add_backup`]).
     pub fn set_control(&self, ep: Box<dyn Endpoint>) {
         *lock(&self.control) = Some(ep);
+    }
+
+    /// Keeps this backup's log on disk in `log`, whose recovered state the
+    /// server must already hold (its seq and epoch: [`IndexServer::new_backup`],
+    /// then [`IndexServer::install`]). From now on every entry it logs,
+    /// every epoch it moves to, every reset (PREPARE) and snapshot is
+    /// written there, and REPLICATE, CATCH_UP and FENCE are answered only
+    /// once durable per the log's mode. A primary does not log: its
+    /// backups hold every entry it acknowledges (docs/histore.md,
+    /// "Durability").
+    pub fn keep_log(&self, log: Arc<IndexLog>) -> Result<(), HiError> {
+        self.disk
+            .set(log)
+            .map_err(|_| HiError::Config("the server keeps a log on disk already".into()))
+    }
+
+    /// Appends `entries` to the disk log (under the role lock, after the
+    /// epoch check, before they are logged in memory, which skips and
+    /// refuses the same ones); the LSN to wait for.
+    fn disk_entries(&self, entries: &[LogEntry]) -> Result<Option<u64>, HiError> {
+        let Some(log) = self.disk.get() else {
+            return Ok(None);
+        };
+        match log.log_entries(entries) {
+            Ok(lsn) => Ok(Some(lsn)),
+            // The memory log stops at the same gap and reports it.
+            Err(HiError::LogGap { .. }) => Ok(Some(log.last_lsn())),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Logs a move to `epoch` on disk; the LSN to wait for.
+    fn disk_epoch(&self, epoch: u64) -> Result<Option<u64>, HiError> {
+        self.disk.get().map(|log| log.log_epoch(epoch)).transpose()
+    }
+
+    /// Waits (without the role lock) until `lsn` is durable.
+    fn disk_wait(&self, lsn: Option<u64>) -> Result<(), HiError> {
+        match (self.disk.get(), lsn) {
+            (Some(log), Some(lsn)) => log.wait(lsn),
+            _ => Ok(()),
+        }
     }
 
     /// From now on takes control-plane requests (REPLICATE, FENCE,
@@ -407,6 +456,9 @@ impl IndexServer {
                 current: b.epoch,
             });
         }
+        if let Some(log) = self.disk.get() {
+            log.reset(epoch, seq)?;
+        }
         let partitions = b.sorted.partitions();
         *b = Backup {
             epoch,
@@ -454,6 +506,14 @@ impl IndexServer {
     /// backup) or committed (a primary).
     pub fn fence(&self, epoch: u64) -> Result<u64, HiError> {
         self.check_alive()?;
+        let (last, lsn) = self.fence_locked(epoch)?;
+        // A fenced backup that a crash lost the fence of could take a
+        // REPLICATE of the deposed primary after its restart.
+        self.disk_wait(lsn)?;
+        Ok(last)
+    }
+
+    fn fence_locked(&self, epoch: u64) -> Result<(u64, Option<u64>), HiError> {
         let mut role = lock(&self.role);
         match &mut *role {
             Role::Primary(p) => {
@@ -466,7 +526,7 @@ impl IndexServer {
                 p.table.set_serving(false);
                 let commit = p.commit;
                 *role = Role::Deposed { epoch };
-                Ok(commit)
+                Ok((commit, None))
             }
             Role::Backup(b) => {
                 if epoch < b.epoch {
@@ -475,8 +535,9 @@ impl IndexServer {
                         current: b.epoch,
                     });
                 }
+                let lsn = self.disk_epoch(epoch)?;
                 b.epoch = epoch;
-                Ok(b.last_seq)
+                Ok((b.last_seq, lsn))
             }
             Role::Deposed { epoch: e } => {
                 *e = (*e).max(epoch);
@@ -512,11 +573,41 @@ impl IndexServer {
     /// promoted backup), as REPLICATE would at `epoch`.
     pub fn catch_up(&self, epoch: u64, entries: Vec<LogEntry>) -> Result<u64, HiError> {
         self.check_alive()?;
-        let mut role = lock(&self.role);
-        let Role::Backup(b) = &mut *role else {
-            return Err(HiError::WrongRole("not a backup"));
+        let (last, lsn) = {
+            let mut role = lock(&self.role);
+            let Role::Backup(b) = &mut *role else {
+                return Err(HiError::WrongRole("not a backup"));
+            };
+            self.log_both(b, epoch, 0, entries)
         };
-        log_entries(b, epoch, 0, entries)
+        self.disk_wait(lsn?)?;
+        last
+    }
+
+    /// Logs entries on disk (if kept) and in memory: the memory log's
+    /// result, and the LSN to wait for before answering.
+    fn log_both(
+        &self,
+        b: &mut Backup,
+        epoch: u64,
+        commit: u64,
+        entries: Vec<LogEntry>,
+    ) -> (Result<u64, HiError>, Result<Option<u64>, HiError>) {
+        if epoch < b.epoch {
+            let fenced = HiError::Fenced {
+                ours: epoch,
+                current: b.epoch,
+            };
+            return (Err(fenced), Ok(None));
+        }
+        let lsn = self
+            .disk_epoch(epoch)
+            .and_then(|_| self.disk_entries(&entries));
+        if let Err(e) = lsn {
+            // Not on disk: not logged at all, so never acknowledged.
+            return (Err(e), Ok(None));
+        }
+        (log_entries(b, epoch, commit, entries), lsn)
     }
 
     /// Makes a backup the primary of `epoch`: applies its whole log (every
@@ -601,9 +692,11 @@ impl IndexServer {
                 current: b.epoch,
             });
         }
+        let lsn = self.disk_epoch(epoch)?;
         b.epoch = epoch;
         b.primary = Some((primary, table));
-        Ok(())
+        drop(role);
+        self.disk_wait(lsn)
     }
 
     /// Adds `node` to a primary's backups and returns a snapshot of the
@@ -685,6 +778,11 @@ impl IndexServer {
             b.primary = Some(primary);
             b.sorted.clone()
         };
+        if let Some(log) = self.disk.get() {
+            // On disk (a checkpoint) before the server counts as holding
+            // the group's state.
+            log.install(&pairs)?;
+        }
         sorted.install(pairs);
         if let Role::Backup(b) = &mut *lock(&self.role) {
             b.installing = false;
@@ -834,7 +932,14 @@ impl IndexServer {
     fn replicated(&self, epoch: u64, commit: u64, entries: Vec<LogEntry>) -> Result<u64, HiError> {
         let mut role = lock(&self.role);
         match &mut *role {
-            Role::Backup(b) => log_entries(b, epoch, commit, entries),
+            Role::Backup(b) => {
+                let (last, lsn) = self.log_both(b, epoch, commit, entries);
+                drop(role);
+                // The primary counts this backup's ack only once the
+                // entries are on disk (sync mode).
+                self.disk_wait(lsn?)?;
+                last
+            }
             // Only a sender of an older epoch is told it is fenced
             // (it then deposes itself); a newer one just failed to
             // reach a backup here.
@@ -1314,6 +1419,11 @@ fn applier(server: Weak<IndexServer>) {
         if let Some(commit) = hint {
             // Losing the role meanwhile ends the loop at the next turn.
             let _ = s.apply_up_to(commit);
+        }
+        if let Some(log) = s.disk.get().filter(|l| l.checkpoint_due()) {
+            // A failed checkpoint is logged by the log; the log keeps
+            // growing and the next turn tries again.
+            let _ = log.checkpoint();
         }
     }
 }

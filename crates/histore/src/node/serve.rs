@@ -8,6 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use fabric::NodeId;
+
+use crate::durable::LogConfig;
 use kv::serve::{Serve, ServerDesc};
 use kv::{ErrorKind, KvError, OptionDesc, Options};
 
@@ -74,6 +76,22 @@ pub const SERVE_OPTIONS: &[OptionDesc] = &[
         name: "peer-key-file",
         help: "the group's peer key (required with role index)",
     },
+    OptionDesc {
+        name: "data-dir",
+        help: "index server: its log on disk, recovered at start (docs/histore.md, Durability)",
+    },
+    OptionDesc {
+        name: "durability",
+        help: "index server with --data-dir: sync (default), async or none (docs/durability.md)",
+    },
+    OptionDesc {
+        name: "checkpoint-records",
+        help: "index server with --data-dir: log records between checkpoints (default 1048576)",
+    },
+    OptionDesc {
+        name: "commit-delay-us",
+        help: "index server with --data-dir: group-commit gathering delay, 0..=100000 (default 0)",
+    },
 ];
 
 /// Default group name.
@@ -111,7 +129,11 @@ pub fn process_config(
         1,
         MAX_LEASE_TTL_S,
     )?);
+    let log = log_config(o)?;
     match o.get_str("role") {
+        Some("data") if log.is_some() => Err(KvError::bad_input(
+            "--data-dir is for index servers: a data server's records live in memory only (docs/histore.md, Durability)",
+        )),
         Some("data") => Ok((
             ProcessConfig::Data {
                 node,
@@ -154,6 +176,7 @@ pub fn process_config(
                     1,
                     MAX_DATA_SERVERS as u64,
                 )? as usize,
+                log,
                 ..IndexNodeConfig::new(node, etcd, group)
             };
             Ok((ProcessConfig::Index(config), "starting the index server"))
@@ -162,6 +185,29 @@ pub fn process_config(
             "--system histore needs --role index or --role data",
         )),
     }
+}
+
+/// The index server's log settings, if `--data-dir` is given; the other
+/// durability flags without it are refused.
+fn log_config(o: &Options) -> Result<Option<LogConfig>, KvError> {
+    let Some(dir) = o.get_str("data-dir") else {
+        for flag in ["durability", "checkpoint-records", "commit-delay-us"] {
+            if o.get_str(flag).is_some() {
+                return Err(KvError::bad_input(format!("--{flag} needs --data-dir")));
+            }
+        }
+        return Ok(None);
+    };
+    let mut log = LogConfig::new(dir);
+    if let Some(d) = o.get_str("durability") {
+        log.durability = d
+            .parse()
+            .map_err(|e: wal::ParseDurabilityError| KvError::bad_input(e.to_string()))?;
+    }
+    log.checkpoint_records =
+        o.get_u64_in("checkpoint-records", log.checkpoint_records, 1, 1 << 36)?;
+    log.commit_delay = Duration::from_micros(o.get_u64_in("commit-delay-us", 0, 0, 100_000)?);
+    Ok(Some(log))
 }
 
 /// `e` as a [`KvError`] of its kind, its message after `what`.
