@@ -900,7 +900,8 @@ fn cluster_up_rebalances_by_itself() {
 }
 
 /// Runs `xstore shell TARGET` with the cluster's token and etcd
-/// credentials on `script`; its output lines.
+/// credentials on `script`; its output lines. A scripted shell exits 0
+/// exactly when no line failed (an `ERR` line).
 fn shell(up: &Up, target: &str, script: &str) -> Vec<String> {
     let child = Command::new(env!("CARGO_BIN_EXE_xstore"))
         .args(["shell", target])
@@ -911,11 +912,13 @@ fn shell(up: &Up, target: &str, script: &str) -> Vec<String> {
         .spawn()
         .unwrap();
     let out = support::feed(child, script.as_bytes());
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout)
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(String::from)
-        .collect()
+        .collect();
+    let failed = lines.iter().any(|l| l.starts_with("ERR "));
+    assert_eq!(out.status.success(), !failed, "{:?}: {lines:?}", out.status);
+    lines
 }
 
 /// Issue 23, finding 5: a member serves no request, fenced or not, for a
