@@ -202,6 +202,38 @@ pub const SHM_DIR: OptionDesc = OptionDesc {
     help: "also serve shared-memory clients from this directory",
 };
 
+/// `data-dir`: where a server that logs its writes keeps them. This and
+/// the four below are the durability options of every server over
+/// `crates/wal` with XStore's promises (docs/durability.md).
+pub const DATA_DIR: OptionDesc = OptionDesc {
+    name: "data-dir",
+    help: "keep a write-ahead log and checkpoints here, recover from them",
+};
+
+/// `durability`: when a write is acknowledged.
+pub const DURABILITY: OptionDesc = OptionDesc {
+    name: "durability",
+    help: "sync, async or none (needs data-dir; default sync)",
+};
+
+/// `checkpoint-records`: logged writes between checkpoints.
+pub const CHECKPOINT_RECORDS: OptionDesc = OptionDesc {
+    name: "checkpoint-records",
+    help: "checkpoint after this many logged writes (default 1000000)",
+};
+
+/// `commit-delay-us`: how long a busy log gathers records in `sync` mode.
+pub const COMMIT_DELAY_US: OptionDesc = OptionDesc {
+    name: "commit-delay-us",
+    help: "sync mode: microseconds a busy log gathers records (default 500)",
+};
+
+/// `group-access`: data files readable by the owner's group.
+pub const GROUP_ACCESS: OptionDesc = OptionDesc {
+    name: "group-access",
+    help: "data files readable and writable by the owner's group",
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

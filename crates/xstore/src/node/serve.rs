@@ -51,26 +51,11 @@ pub const SERVE_OPTIONS: &[OptionDesc] = &[
         name: "train-threads",
         help: "background training threads, 0..=64 (default 2)",
     },
-    OptionDesc {
-        name: "data-dir",
-        help: "keep a write-ahead log and checkpoints here, recover from them",
-    },
-    OptionDesc {
-        name: "durability",
-        help: "sync, async or none (needs data-dir; default sync)",
-    },
-    OptionDesc {
-        name: "checkpoint-records",
-        help: "checkpoint after this many logged writes (default 1000000)",
-    },
-    OptionDesc {
-        name: "commit-delay-us",
-        help: "sync mode: microseconds a busy log gathers records (default 500)",
-    },
-    OptionDesc {
-        name: "group-access",
-        help: "data files readable and writable by the owner's group",
-    },
+    serve::DATA_DIR,
+    serve::DURABILITY,
+    serve::CHECKPOINT_RECORDS,
+    serve::COMMIT_DELAY_US,
+    serve::GROUP_ACCESS,
     OptionDesc {
         name: "cluster",
         help: "serve one shard of the cluster whose map is at this etcd URL",
