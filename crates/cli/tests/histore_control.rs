@@ -12,13 +12,13 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fabric::{Endpoint, NodeId};
 use histore::etcd::{EtcdDirectory, EtcdMembership};
 use histore::net::NetEndpoint;
 use histore::wire::{self, Request};
-use histore::{ClientConfig, GroupView, HiError};
+use histore::{ClientConfig, HiError};
 
 mod support;
 
@@ -32,19 +32,6 @@ fn running(pid: u32) -> bool {
             .rsplit_once(')')
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
         Err(_) => false,
-    }
-}
-
-fn wait_view(m: &EtcdMembership, what: &str, cond: impl Fn(&GroupView) -> bool) -> GroupView {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(Some((v, _))) = m.current() {
-            if cond(&v) {
-                return v;
-            }
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -103,7 +90,8 @@ fn clients_cannot_fence_or_prepare_and_cluster_up_always_has_a_token() {
     // too; this binary runs this one test, so no other test reads it).
     std::env::set_var(coord::AUTH_FILE_VAR, cdir.join("etcd-auth"));
     let membership = Arc::new(EtcdMembership::connect(&url, GROUP).expect("etcd"));
-    let view = wait_view(&membership, "the group formed", |v| v.backups.len() == 2);
+    let view =
+        support::histore::wait_view(&membership, "the group formed", |v| v.backups.len() == 2);
     let primary = view.primary;
     let mut ep = NetEndpoint::new(
         Arc::new(EtcdDirectory::new(membership.clone())),
@@ -176,7 +164,7 @@ fn clients_cannot_fence_or_prepare_and_cluster_up_always_has_a_token() {
         .status()
         .expect("kill");
     assert!(ok.success());
-    let next = wait_view(&membership, "a failover", |v| {
+    let next = support::histore::wait_view(&membership, "a failover", |v| {
         v.epoch > view.epoch && v.primary != primary
     });
     eprintln!(

@@ -26,7 +26,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use histore::etcd::EtcdMembership;
-use histore::{ClientConfig, GroupView};
 
 mod support;
 
@@ -56,28 +55,6 @@ fn index(etcd: &str, dir: &Path, node: u16) -> Proc {
     p
 }
 
-fn wait_view(m: &EtcdMembership, what: &str, cond: impl Fn(&GroupView) -> bool) -> GroupView {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(Some((v, _))) = m.current() {
-            if cond(&v) {
-                return v;
-            }
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn client_config() -> ClientConfig {
-    ClientConfig {
-        attempts: 30_000,
-        backoff: Duration::from_millis(1),
-        give_up_after: Duration::from_secs(30),
-        ..ClientConfig::default()
-    }
-}
-
 fn key(w: usize, k: u64) -> Vec<u8> {
     format!("writer{w}-key{k:04}").into_bytes()
 }
@@ -86,7 +63,9 @@ fn key(w: usize, k: u64) -> Vec<u8> {
 type Acked = Arc<Mutex<BTreeMap<Vec<u8>, u64>>>;
 
 fn writer(url: String, w: usize, acked: Acked, stop: Arc<AtomicBool>) -> u64 {
-    let mut c = histore::node::connect_client(&url, GROUP, None, client_config()).expect("client");
+    let mut c =
+        histore::node::connect_client(&url, GROUP, None, support::histore::riding_out_failovers())
+            .expect("client");
     let mut i = 0u64;
     while !stop.load(Ordering::SeqCst) {
         i += 1;
@@ -100,7 +79,9 @@ fn writer(url: String, w: usize, acked: Acked, stop: Arc<AtomicBool>) -> u64 {
 
 /// Every acknowledged key holds at least its acknowledged value.
 fn check(url: &str, acked: &Acked, when: &str) -> usize {
-    let mut c = histore::node::connect_client(url, GROUP, None, client_config()).expect("client");
+    let mut c =
+        histore::node::connect_client(url, GROUP, None, support::histore::riding_out_failovers())
+            .expect("client");
     let acked = acked.lock().unwrap().clone();
     for (k, want) in &acked {
         let got = c.get(k).unwrap_or_else(|e| panic!("{when}: get: {e}"));
@@ -141,7 +122,7 @@ fn acknowledged_writes_survive_sigkills_of_index_servers() {
     );
     let mut procs: BTreeMap<u16, Proc> = (2..=4).map(|n| (n, index(&url, dir.path(), n))).collect();
     let m = EtcdMembership::connect(&url, GROUP).expect("membership");
-    wait_view(&m, "the group forms", |v| v.backups.len() == 2);
+    support::histore::wait_view(&m, "the group forms", |v| v.backups.len() == 2);
 
     let acked: Acked = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -154,7 +135,8 @@ fn acknowledged_writes_survive_sigkills_of_index_servers() {
     let start = Instant::now();
     for round in 0..rounds {
         std::thread::sleep(Duration::from_millis(150));
-        let view = wait_view(&m, "a primary and two backups", |v| v.backups.len() == 2);
+        let view =
+            support::histore::wait_view(&m, "a primary and two backups", |v| v.backups.len() == 2);
         let whole = round % 2 == 0;
         let victims: Vec<u16> = if whole {
             procs.keys().copied().collect()
@@ -176,7 +158,7 @@ fn acknowledged_writes_survive_sigkills_of_index_servers() {
             procs.insert(n, index(&url, dir.path(), n));
         }
         // After the whole group, a recovered backup must have failed over.
-        let v = wait_view(&m, "the group whole again", |v| {
+        let v = support::histore::wait_view(&m, "the group whole again", |v| {
             v.backups.len() == 2 && (!whole || v.epoch > view.epoch)
         });
         let n = check(&url, &acked, &format!("round {round}"));

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use fabric::NodeId;
 use histore::etcd::EtcdMembership;
-use histore::{ClientConfig, GroupView};
 use rand::{Rng, SeedableRng};
 
 const GROUP: &str = "g";
@@ -45,33 +44,6 @@ fn signal(p: &Proc, sig: &str) {
 
 fn index(etcd: &str, node: u16) -> Proc {
     server(etcd, &["--role", "index", "--node", &node.to_string()])
-}
-
-/// Waits (bounded) until `cond` holds for the group's view.
-fn wait_view(m: &EtcdMembership, what: &str, cond: impl Fn(&GroupView) -> bool) -> GroupView {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(Some((v, _))) = m.current() {
-            if cond(&v) {
-                return v;
-            }
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn client_config() -> ClientConfig {
-    ClientConfig {
-        // Long enough to ride out a failover (a lease TTL of 1 s, then
-        // the coordinator), with a view refresh from etcd per attempt.
-        attempts: 30_000,
-        backoff: Duration::from_millis(1),
-        // Failovers here are every GET's to ride out, even on a loaded
-        // machine: give up only after 30 s without a view change.
-        give_up_after: Duration::from_secs(30),
-        ..ClientConfig::default()
-    }
 }
 
 /// 20-byte keys and 32-byte values, the paper's sizes; the value names
@@ -115,7 +87,7 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     let _data = server(&url, &["--role", "data", "--node", "1", "--data-mib", "64"]);
     let mut procs: BTreeMap<u16, Proc> = (2..=4).map(|n| (n, index(&url, n))).collect();
     let m = EtcdMembership::connect(&url, GROUP).expect("membership");
-    let v = wait_view(&m, "the group forms", |v| v.backups.len() == 2);
+    let v = support::histore::wait_view(&m, "the group forms", |v| v.backups.len() == 2);
     eprintln!(
         "group formed: primary {}, backups {:?}",
         v.primary.0, v.backups
@@ -126,8 +98,13 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     for w in 0..3 {
         let (load, url) = (load.clone(), url.clone());
         threads.push(std::thread::spawn(move || {
-            let mut c =
-                histore::node::connect_client(&url, GROUP, None, client_config()).expect("client");
+            let mut c = histore::node::connect_client(
+                &url,
+                GROUP,
+                None,
+                support::histore::riding_out_failovers(),
+            )
+            .expect("client");
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ w as u64);
             let mut i = 0u64;
             while !load.stop.load(Ordering::Relaxed) {
@@ -158,8 +135,13 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     {
         let (load, url) = (load.clone(), url.clone());
         threads.push(std::thread::spawn(move || {
-            let mut c =
-                histore::node::connect_client(&url, GROUP, None, client_config()).expect("client");
+            let mut c = histore::node::connect_client(
+                &url,
+                GROUP,
+                None,
+                support::histore::riding_out_failovers(),
+            )
+            .expect("client");
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 99);
             let mut last = Instant::now();
             while !load.stop.load(Ordering::Relaxed) {
@@ -220,7 +202,7 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     load.gap_us.store(0, Ordering::Relaxed);
     let killed_at = Instant::now();
     drop(procs.remove(&v.primary.0));
-    let after = wait_view(&m, "a backup is promoted", |n| n.epoch > v.epoch);
+    let after = support::histore::wait_view(&m, "a backup is promoted", |n| n.epoch > v.epoch);
     eprintln!(
         "primary {} killed: node {} promoted at epoch {} after {} ms",
         v.primary.0,
@@ -231,7 +213,7 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     progress("after the failover", 300);
     let gap_primary = load.gap_us.swap(0, Ordering::Relaxed);
     procs.insert(5, index(&url, 5));
-    wait_view(&m, "node 5 joins", |n| n.backups.contains(&NodeId(5)));
+    support::histore::wait_view(&m, "node 5 joins", |n| n.backups.contains(&NodeId(5)));
     progress("after node 5 joined", 300);
 
     // 2. SIGKILL a backup: the primary drops it, a replacement joins.
@@ -239,7 +221,7 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     let victim = v.backups[0];
     let killed_at = Instant::now();
     drop(procs.remove(&victim.0));
-    wait_view(&m, "the dead backup is dropped", |n| {
+    support::histore::wait_view(&m, "the dead backup is dropped", |n| {
         !n.backups.contains(&victim)
     });
     eprintln!(
@@ -250,7 +232,7 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     progress("after the backup was dropped", 300);
     let gap_backup = load.gap_us.swap(0, Ordering::Relaxed);
     procs.insert(6, index(&url, 6));
-    wait_view(&m, "node 6 joins", |n| n.backups.contains(&NodeId(6)));
+    support::histore::wait_view(&m, "node 6 joins", |n| n.backups.contains(&NodeId(6)));
     progress("after node 6 joined", 300);
 
     // 2b. A replacement killed as it joins (it may die before, while, or
@@ -263,7 +245,7 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
         assert!(Instant::now() < deadline, "node 7's lease never lapsed");
         std::thread::sleep(Duration::from_millis(20));
     }
-    wait_view(&m, "node 7 is not a backup", |n| {
+    support::histore::wait_view(&m, "node 7 is not a backup", |n| {
         !n.backups.contains(&NodeId(7)) && n.backups.len() == 2
     });
     progress("after the joiner died", 300);
@@ -277,7 +259,7 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     let mut frozen = procs.remove(&v.primary.0).expect("primary process");
     load.gap_us.store(0, Ordering::Relaxed);
     signal(&frozen, "-STOP");
-    let after = wait_view(&m, "a backup replaces the frozen primary", |n| {
+    let after = support::histore::wait_view(&m, "a backup replaces the frozen primary", |n| {
         n.epoch > v.epoch
     });
     eprintln!(
@@ -318,7 +300,9 @@ fn killing_the_primary_then_a_backup_loses_no_acknowledged_write() {
     // exactly the acknowledged keys plus possibly in-doubt ones, in order.
     let acked = load.acked.lock().unwrap().clone();
     let in_doubt = load.in_doubt.lock().unwrap().clone();
-    let mut c = histore::node::connect_client(&url, GROUP, None, client_config()).unwrap();
+    let mut c =
+        histore::node::connect_client(&url, GROUP, None, support::histore::riding_out_failovers())
+            .unwrap();
     for (k, v) in &acked {
         if in_doubt.contains(k) {
             continue;
@@ -376,7 +360,7 @@ fn the_shell_talks_to_a_group_with_string_keys() {
     let _data = server(&url, &["--role", "data", "--node", "1", "--data-mib", "8"]);
     let _procs: Vec<Proc> = (2..=4).map(|n| index(&url, n)).collect();
     let m = EtcdMembership::connect(&url, GROUP).expect("membership");
-    wait_view(&m, "the group forms", |v| v.backups.len() == 2);
+    support::histore::wait_view(&m, "the group forms", |v| v.backups.len() == 2);
     // Each command and the starts of its answer lines (a scan answers a
     // pair a line).
     let script: [(&str, &[&str]); 14] = [

@@ -196,3 +196,38 @@ pub fn running(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Waits (bounded: 60 s) until `cond` holds for the group's view in etcd,
+/// and returns that view; panics naming `what` otherwise.
+pub fn wait_view(
+    m: &histore::etcd::EtcdMembership,
+    what: &str,
+    cond: impl Fn(&histore::GroupView) -> bool,
+) -> histore::GroupView {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some((v, _))) = m.current() {
+            if cond(&v) {
+                return v;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A client configuration that rides out the failovers these tests cause
+/// (a lease TTL of 1 s, then the coordinator), even on a loaded machine:
+/// 30,000 attempts 1 ms apart, giving up only after 30 s without a view
+/// change.
+pub fn riding_out_failovers() -> histore::ClientConfig {
+    histore::ClientConfig {
+        attempts: 30_000,
+        backoff: Duration::from_millis(1),
+        give_up_after: Duration::from_secs(30),
+        ..histore::ClientConfig::default()
+    }
+}
