@@ -840,19 +840,29 @@ impl IndexServer {
                 wire::ok(reply);
                 reply.extend_from_slice(&last.to_le_bytes());
             }
-            Request::Scan { start, n } => {
+            Request::Scan {
+                start,
+                n,
+                exclusive,
+            } => {
+                // Bounded work and reply whatever is asked: the client
+                // pages on (`more`) after the last key.
+                let page = (n as usize).min(wire::MAX_SCAN_PAIRS);
                 let pairs = phases::time(Phase::Index, || -> Result<_, HiError> {
                     let sorted = match self.primary_sorted()? {
                         Some(sorted) => sorted,
                         None => self.caught_up()?,
                     };
-                    Ok(sorted.scan(&start, n as usize))
+                    Ok(sorted.scan_from(&start, exclusive, page))
                 })?;
+                debug_assert!(pairs.len() <= page);
+                let more = pairs.len() == page && page < n as usize;
                 wire::ok(reply);
                 reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
                 for (k, p) in &pairs {
                     wire::put_pair(reply, k, *p);
                 }
+                reply.push(more as u8);
             }
             Request::Fence { epoch } => {
                 let last = self.fence(epoch)?;
