@@ -343,6 +343,14 @@ impl LocalGroup {
 
     /// Replaces a dead primary by the backup with the longest log.
     pub fn fail_over(&self) -> Result<(), HiError> {
+        self.fail_over_with(|| {})
+    }
+
+    /// [`LocalGroup::fail_over`], running `between` once the live backups
+    /// are fenced and hold the promoted backup's whole log (settled:
+    /// degraded mode, docs/histore.md "SCANs during a failover") and
+    /// before the promotion: tests read there, with no primary at all.
+    pub fn fail_over_with(&self, between: impl FnOnce()) -> Result<(), HiError> {
         self.hybrid_only()?;
         let _c = self.control.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.view();
@@ -371,6 +379,10 @@ impl LocalGroup {
             s.catch_up(epoch, entries)?;
             followers.push(s);
         }
+        // The chosen one holds its own whole log: settled too, until its
+        // promotion starts.
+        chosen.catch_up(epoch, Vec::new())?;
+        between();
         let node = chosen.node();
         let table_id = table_id(epoch);
         let region = table_region(table_id, old.main, self.config.overflow_buckets)?;

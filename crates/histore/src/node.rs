@@ -714,6 +714,9 @@ fn fail_over(s: &Shared, view: &GroupView, live: &BTreeMap<NodeId, Live>) -> Res
         }
     }
     others.retain(|(o, _)| !left_out.contains(o));
+    // This server's log is now the new primary's whole log: settled, it
+    // answers reads until its promotion (degraded mode, docs/histore.md).
+    s.server.catch_up(epoch, Vec::new())?;
     others.retain(|&(o, last)| {
         let handed = s
             .server

@@ -86,6 +86,16 @@ struct Backup {
     /// primary waits for), so it holds every acknowledged write; the
     /// sorted index is then unused.
     table: Option<HashTable>,
+    /// Degraded mode (docs/histore.md, "SCANs during a failover"): the
+    /// failover to epoch `.0` handed this backup the promoted backup's
+    /// whole log, which ends at seq `.1` and which the new primary applies
+    /// whole. While this backup is of that epoch and has logged nothing
+    /// after `.1` (the new primary can have acknowledged nothing yet), it
+    /// answers reads at `.1` without the primary's header.
+    settled: Option<(u64, u64)>,
+    /// Being promoted (the table is built outside the role lock): reads
+    /// are refused at once rather than wait for the build.
+    promoting: bool,
 }
 
 enum Role {
@@ -168,6 +178,8 @@ impl IndexServer {
                 installing,
                 sorted: Arc::new(SortedIndex::new(partitions)),
                 table: None,
+                settled: None,
+                promoting: false,
             })),
             apply: Mutex::new(()),
             reader: Mutex::new(reader),
@@ -469,6 +481,8 @@ impl IndexServer {
             installing: true,
             sorted: Arc::new(SortedIndex::new(partitions)),
             table: None,
+            settled: None,
+            promoting: false,
         };
         Ok(())
     }
@@ -570,7 +584,11 @@ impl IndexServer {
     }
 
     /// Appends entries handed over by the coordinator (a catch-up from the
-    /// promoted backup), as REPLICATE would at `epoch`.
+    /// promoted backup), as REPLICATE would at `epoch`. The coordinator
+    /// hands over every entry after this backup's log, so from then on
+    /// this backup holds the new primary's whole log: it is *settled* at
+    /// `epoch` and answers reads at the log's end until it logs anything
+    /// newer (degraded mode, docs/histore.md "SCANs during a failover").
     pub fn catch_up(&self, epoch: u64, entries: Vec<LogEntry>) -> Result<u64, HiError> {
         self.check_alive()?;
         let (last, lsn) = {
@@ -581,7 +599,15 @@ impl IndexServer {
             self.log_both(b, epoch, 0, entries)
         };
         self.disk_wait(lsn?)?;
-        last
+        let last = last?;
+        if let Role::Backup(b) = &mut *lock(&self.role) {
+            // Settled only if no newer epoch fenced it meanwhile and no
+            // entry of the new primary arrived (then it is not needed).
+            if b.epoch == epoch && b.last_seq == last && !b.installing {
+                b.settled = Some((epoch, last));
+            }
+        }
+        Ok(last)
     }
 
     /// Logs entries on disk (if kept) and in memory: the memory log's
@@ -623,29 +649,52 @@ impl IndexServer {
     ) -> Result<(), HiError> {
         self.check_alive()?;
         let _apply = lock(&self.apply);
+        // The table is built without the role lock (it takes seconds at
+        // millions of keys): reads meanwhile are refused at once
+        // (`promoting`) and go to the settled backups instead.
+        let (entries, sorted, commit) = {
+            let mut role = lock(&self.role);
+            let Role::Backup(b) = &mut *role else {
+                return Err(HiError::WrongRole("not a backup"));
+            };
+            if b.installing {
+                return Err(HiError::WrongRole("still installing a snapshot"));
+            }
+            if epoch < b.epoch {
+                return Err(HiError::Fenced {
+                    ours: epoch,
+                    current: b.epoch,
+                });
+            }
+            b.promoting = true;
+            let entries: Vec<LogEntry> = b.pending.drain(..).collect();
+            (entries, b.sorted.clone(), b.last_seq)
+        };
+        sorted.apply(entries);
+        let mut built = Ok(());
+        sorted.for_each(|k, p| {
+            if built.is_ok() {
+                built = table.insert_new(k, p);
+            }
+        });
         let mut role = lock(&self.role);
         let Role::Backup(b) = &mut *role else {
             return Err(HiError::WrongRole("not a backup"));
         };
-        if b.installing {
-            return Err(HiError::WrongRole("still installing a snapshot"));
-        }
+        b.promoting = false;
+        built?;
         if epoch < b.epoch {
             return Err(HiError::Fenced {
                 ours: epoch,
                 current: b.epoch,
             });
         }
-        let entries: Vec<LogEntry> = b.pending.drain(..).collect();
-        b.sorted.apply(entries);
-        let mut built = Ok(());
-        b.sorted.for_each(|k, p| {
-            if built.is_ok() {
-                built = table.insert_new(k, p);
-            }
-        });
-        built?;
-        let commit = b.last_seq;
+        if b.last_seq != commit || !b.pending.is_empty() {
+            // Nothing may log at a backup being promoted (its epoch's
+            // primary is itself); refuse rather than drop an entry.
+            tracing::error!(node = self.node.0, "entries logged while promoting");
+            return Err(HiError::Unavailable("entries logged while promoting"));
+        }
         table.set_commit(commit);
         // A leased table opens with an expired lease: readers trust it from
         // the first renewal on.
@@ -1234,6 +1283,7 @@ impl IndexServer {
                 Role::Backup(b) if b.installing => {
                     return Err(HiError::WrongRole("installing a snapshot"))
                 }
+                Role::Backup(b) if b.promoting => return Err(HiError::WrongRole("being promoted")),
                 // all-hashtable: the sorted index is empty; answering from
                 // it would be wrong, and retrying cannot help.
                 Role::Backup(b) if b.table.is_some() => {
@@ -1241,7 +1291,13 @@ impl IndexServer {
                         "this backup keeps a hash table: no SCAN".into(),
                     ))
                 }
-                Role::Backup(b) => (b.primary, b.epoch),
+                Role::Backup(b) => match b.settled {
+                    Some((epoch, seq)) if b.epoch == epoch && b.last_seq == seq => {
+                        drop(role);
+                        return self.apply_settled(epoch, seq);
+                    }
+                    _ => (b.primary, b.epoch),
+                },
                 _ => return Err(HiError::WrongRole("not a backup")),
             }
         };
@@ -1268,6 +1324,40 @@ impl IndexServer {
                 .ok_or(HiError::Corrupt("short table header"))?
         };
         self.apply_committed(epoch, commit)
+    }
+
+    /// Degraded mode: applies the whole settled log (ending at `seq`, the
+    /// new primary's whole log at `epoch`) if the backup is still settled
+    /// there (checked under the same locks as the apply); the sorted index.
+    /// Every acknowledged write is in it (each was logged by every backup
+    /// of its primary, and the catch-up handed this backup the longest
+    /// surviving log), and every entry in it survives (the new primary
+    /// applies its whole log, this one), so the answer is the state the new
+    /// primary starts from, reached before it can acknowledge anything
+    /// newer (that needs this backup to log it, which ends the mode).
+    fn apply_settled(&self, epoch: u64, seq: u64) -> Result<Arc<SortedIndex>, HiError> {
+        let _apply = lock(&self.apply);
+        let (entries, sorted) = {
+            let mut role = lock(&self.role);
+            let Role::Backup(b) = &mut *role else {
+                return Err(HiError::WrongRole("not a backup"));
+            };
+            if b.installing || b.promoting || b.settled != Some((epoch, seq)) || b.epoch != epoch {
+                return Err(HiError::Unavailable("no longer settled"));
+            }
+            if b.last_seq != seq {
+                // The new primary replicates: read through it from now on.
+                b.settled = None;
+                return Err(HiError::Unavailable("the new primary replicates"));
+            }
+            assert!(
+                b.pending.back().is_none_or(|e| e.seq <= seq),
+                "a settled backup holds entries after its log's end"
+            );
+            (b.pending.drain(..).collect::<Vec<_>>(), b.sorted.clone())
+        };
+        sorted.apply(entries);
+        Ok(sorted)
     }
 
     /// Applies logged entries up to `commit` of `epoch`'s primary, if this
