@@ -465,6 +465,73 @@ impl LocalGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::{self, Request};
+    use fabric::Endpoint;
+
+    /// A backup joins over the wire (JOIN, then SNAPSHOT chunks, as a
+    /// process does) with the primary's chunk made 7 pairs: the snapshot
+    /// of 50 keys takes 8 replies, and once the old backups are gone the
+    /// joined one alone answers SCANs equal to the model, writes made
+    /// after the join included.
+    #[test]
+    fn a_backup_joins_from_a_snapshot_in_chunks() {
+        let group = LocalGroup::start(GroupConfig::sized(1000, 1000, 8, 8)).unwrap();
+        let mut client = group.client(ClientConfig::default());
+        let mut model = std::collections::BTreeMap::new();
+        for k in 0..50u32 {
+            client.put(&k.to_be_bytes(), &[k as u8; 5]).unwrap();
+            model.insert(k.to_be_bytes().to_vec(), vec![k as u8; 5]);
+        }
+        let old = group.view();
+        let primary = group.live(old.primary).unwrap();
+        primary.set_control(Box::new(group.fabric.endpoint()));
+        primary.set_snapshot_chunk(7);
+        let node = group.fabric.add_node();
+        let fresh = IndexServer::new_backup(
+            node,
+            old.epoch,
+            0,
+            group.config.partitions,
+            true,
+            Box::new(group.fabric.endpoint()),
+        );
+        group
+            .fabric
+            .set_handler(node, group.served(fresh.clone()))
+            .unwrap();
+        let mut ep = group.fabric.endpoint();
+        let mut calls = 0;
+        let (_, pairs) = crate::server::join_snapshot(node, |req: &Request| {
+            calls += 1;
+            let (mut buf, mut reply) = (Vec::new(), Vec::new());
+            req.encode(&mut buf);
+            ep.call(old.primary, &buf, &mut reply)?;
+            let mut body = wire::reply_body(&reply)?;
+            Ok(body.take(body.remaining(), "body")?.to_vec())
+        })
+        .unwrap();
+        assert_eq!((calls, pairs.len()), (8, 50));
+        fresh.install(pairs, (old.primary, old.table)).unwrap();
+        fresh.follow(old.epoch, old.primary, old.table).unwrap();
+        group.servers.lock().unwrap().push(fresh);
+        let joined = GroupView {
+            version: old.version + 1,
+            backups: old.backups.iter().copied().chain([node]).collect(),
+            ..old.clone()
+        };
+        group.membership.replace(&old, joined).unwrap();
+        for k in 40..60u32 {
+            client.put(&k.to_be_bytes(), b"later").unwrap();
+            model.insert(k.to_be_bytes().to_vec(), b"later".to_vec());
+        }
+        for b in old.backups {
+            group.kill(b).unwrap();
+            group.drop_backup(b).unwrap();
+        }
+        assert_eq!(group.view().backups, vec![node]);
+        let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
+        assert_eq!(client.scan(b"", usize::MAX).unwrap(), want);
+    }
 
     /// A dropped group frees its servers: the fabric's handlers are the
     /// only other owners, and they would keep every table and index alive

@@ -757,10 +757,8 @@ fn log_after(ep: &mut NetEndpoint, node: NodeId, seq: u64) -> Result<Vec<wire::L
 fn join(s: &Shared, view: &GroupView) -> Result<(), HiError> {
     let me = s.config.node;
     let mut ep = net(&s.directory, &s.config);
-    let body = rpc(&mut ep, view.primary, &Request::Join { node: me })?;
-    let mut r = le::Reader::new(&body);
-    let seq = r.u64("seq")?;
-    let pairs = wire::read_pairs(r)?;
+    // The snapshot comes in bounded chunks (JOIN, then SNAPSHOT).
+    let (seq, pairs) = crate::server::join_snapshot(me, |req| rpc(&mut ep, view.primary, req))?;
     let keys = pairs.len();
     s.server.install(pairs, (view.primary, view.table))?;
     s.server.follow(view.epoch, view.primary, view.table)?;

@@ -135,6 +135,18 @@ pub struct IndexServer {
     /// epochs are on it (per its durability mode) before a REPLICATE,
     /// CATCH_UP or FENCE is answered.
     disk: OnceLock<Arc<IndexLog>>,
+    /// A primary's snapshot for the server joining it, served in chunks
+    /// (JOIN, then SNAPSHOT) and dropped once the last chunk went out.
+    snapshot: Mutex<Option<Snapshot>>,
+    /// Most pairs per snapshot chunk ([`IndexServer::set_snapshot_chunk`]).
+    snapshot_chunk: std::sync::atomic::AtomicUsize,
+}
+
+/// A JOIN snapshot being streamed to its joiner.
+struct Snapshot {
+    node: NodeId,
+    seq: u64,
+    pairs: Arc<IndexPairs>,
 }
 
 /// See [`IndexServer::set_ack_guard`].
@@ -189,6 +201,8 @@ impl IndexServer {
             leased: AtomicBool::new(false),
             peer: OnceLock::new(),
             disk: OnceLock::new(),
+            snapshot: Mutex::new(None),
+            snapshot_chunk: wire::MAX_SNAPSHOT_PAIRS.into(),
         });
         let weak = Arc::downgrade(&server);
         std::thread::Builder::new()
@@ -239,7 +253,46 @@ impl IndexServer {
             leased: AtomicBool::new(false),
             peer: OnceLock::new(),
             disk: OnceLock::new(),
+            snapshot: Mutex::new(None),
+            snapshot_chunk: wire::MAX_SNAPSHOT_PAIRS.into(),
         })
+    }
+
+    /// Makes JOIN snapshots go in chunks of at most `pairs` (1 up to
+    /// [`wire::MAX_SNAPSHOT_PAIRS`]): tests use small chunks so that a
+    /// join takes several.
+    pub fn set_snapshot_chunk(&self, pairs: usize) {
+        self.snapshot_chunk
+            .store(pairs.clamp(1, wire::MAX_SNAPSHOT_PAIRS), Ordering::SeqCst);
+    }
+
+    /// The chunk of the snapshot held for `node` at `seq` from pair `from`
+    /// on, and the snapshot's size; the snapshot is dropped once its last
+    /// chunk is handed out.
+    fn snapshot_chunk(
+        &self,
+        node: NodeId,
+        seq: u64,
+        from: u64,
+    ) -> Result<(u64, IndexPairs), HiError> {
+        let mut held = lock(&self.snapshot);
+        let snap = held
+            .as_ref()
+            .filter(|s| s.node == node && s.seq == seq)
+            .ok_or(HiError::Unavailable("no such snapshot held: join again"))?;
+        let total = snap.pairs.len() as u64;
+        if from > total {
+            return Err(HiError::BadMessage(format!(
+                "snapshot chunk from {from} of {total} pairs"
+            )));
+        }
+        let chunk = self.snapshot_chunk.load(Ordering::SeqCst);
+        let end = (from as usize).saturating_add(chunk).min(total as usize);
+        let pairs = snap.pairs[from as usize..end].to_vec();
+        if end as u64 == total {
+            *held = None;
+        }
+        Ok((total, pairs))
     }
 
     /// Sets the endpoint a primary uses to PREPARE servers that JOIN it
@@ -934,12 +987,21 @@ impl IndexServer {
             }
             Request::Join { node } => {
                 let (seq, pairs) = self.join(node)?;
+                *lock(&self.snapshot) = Some(Snapshot {
+                    node,
+                    seq,
+                    pairs: Arc::new(pairs),
+                });
+                let (total, first) = self.snapshot_chunk(node, seq, 0)?;
                 wire::ok(reply);
                 reply.extend_from_slice(&seq.to_le_bytes());
-                reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
-                for (k, p) in &pairs {
-                    wire::put_pair(reply, k, *p);
-                }
+                reply.extend_from_slice(&total.to_le_bytes());
+                put_chunk(reply, &first);
+            }
+            Request::Snapshot { node, seq, from } => {
+                let (_, pairs) = self.snapshot_chunk(node, seq, from)?;
+                wire::ok(reply);
+                put_chunk(reply, &pairs);
             }
             Request::Get { key } => {
                 let found = phases::time(Phase::Index, || self.get_ptr(&key))?;
@@ -1401,6 +1463,60 @@ impl IndexServer {
         sorted.apply(entries);
         Ok(sorted)
     }
+}
+
+/// Appends `count u32, (key, ptr)*count`.
+fn put_chunk(reply: &mut Vec<u8>, pairs: &[(Vec<u8>, ValuePtr)]) {
+    debug_assert!(pairs.len() <= wire::MAX_SNAPSHOT_PAIRS);
+    reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+    for (k, p) in pairs {
+        wire::put_pair(reply, k, *p);
+    }
+}
+
+/// Most pairs a joiner takes in one snapshot: a bound on what a primary's
+/// answer can make it hold (2^32 keys is beyond any table here).
+const MAX_SNAPSHOT_TOTAL: u64 = 1 << 32;
+
+/// A joining server's side of JOIN: sends JOIN for `me` through `call`
+/// (which answers a request's reply body), then SNAPSHOT for each further
+/// chunk, in order; the seq the snapshot reflects and its pairs. Every
+/// chunk must be non-empty and within the announced total, which is
+/// bounded, so the loop ends.
+pub fn join_snapshot(
+    me: NodeId,
+    mut call: impl FnMut(&Request) -> Result<Vec<u8>, HiError>,
+) -> Result<(u64, IndexPairs), HiError> {
+    let body = call(&Request::Join { node: me })?;
+    let mut r = le::Reader::new(&body);
+    let seq = r.u64("seq")?;
+    let total = r.u64("total")?;
+    if total > MAX_SNAPSHOT_TOTAL {
+        return Err(HiError::BadMessage(format!("a snapshot of {total} pairs")));
+    }
+    let mut pairs = wire::read_pairs(r)?;
+    while (pairs.len() as u64) < total {
+        let from = pairs.len() as u64;
+        let body = call(&Request::Snapshot {
+            node: me,
+            seq,
+            from,
+        })?;
+        let chunk = wire::read_pairs(le::Reader::new(&body))?;
+        if chunk.is_empty() || from + chunk.len() as u64 > total {
+            tracing::warn!(from, total, got = chunk.len(), "a bad snapshot chunk");
+            return Err(HiError::BadMessage(
+                "a snapshot chunk empty or too long".into(),
+            ));
+        }
+        pairs.extend(chunk);
+    }
+    if pairs.len() as u64 != total {
+        return Err(HiError::BadMessage(
+            "a snapshot longer than announced".into(),
+        ));
+    }
+    Ok((seq, pairs))
 }
 
 /// Logs entries at a backup (skipping ones it has, refusing gaps and old

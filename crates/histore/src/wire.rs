@@ -14,10 +14,13 @@
 //!   6 FENCE      epoch u64                  → last seq u64
 //!   7 LOG_AFTER  seq u64                    → count u32, entry*count
 //!   8 CATCH_UP   epoch u64, count u32, entry*count → last seq u64
-//!   9 JOIN       node u16                   → seq u64, count u32, (key, ptr u64)*count
+//!   9 JOIN       node u16                   → seq u64, total u64, count u32, (key, ptr u64)*count
+//!                (the snapshot's first chunk of at most MAX_SNAPSHOT_PAIRS)
 //!  10 PREPARE    epoch u64, seq u64         → (empty)
+//!  12 SNAPSHOT   node u16, seq u64, from u64 → count u32, (key, ptr u64)*count
+//!                (the chunk of the JOIN snapshot at `seq` from pair `from` on)
 //!  11 SEALED     ts u64, nonce u64, mac [32], request (peer.rs): how a
-//!                control-plane request (3, 6-10) reaches a process; a
+//!                control-plane request (3, 6-10, 12) reaches a process; a
 //!                process's index server refuses them unsealed
 //! key      = len u16, bytes
 //! entry    = seq u64, kind u8 (1 put, 2 delete), ptr u64 (0 for delete), key
@@ -39,6 +42,11 @@ use crate::layout::{ValuePtr, MAX_KEY};
 /// bounded. A caller's longer SCAN is paged by the client
 /// ([`crate::client::Client::scan`]).
 pub const MAX_SCAN_PAIRS: usize = 4096;
+
+/// Most pairs of a JOIN snapshot in one reply (JOIN's first chunk, then
+/// SNAPSHOT's): the same bound as a SCAN reply's, so a group joins a
+/// backup at any table size.
+pub const MAX_SNAPSHOT_PAIRS: usize = 4096;
 
 /// Which writes a PUT may perform.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,13 +159,23 @@ pub enum Request {
         /// The seq the snapshot will reflect.
         seq: u64,
     },
+    /// A joining server → the primary: the next chunk of the snapshot its
+    /// JOIN was answered with.
+    Snapshot {
+        /// The joining server's node.
+        node: fabric::NodeId,
+        /// The seq the snapshot reflects (JOIN's answer).
+        seq: u64,
+        /// The index of the first pair wanted.
+        from: u64,
+    },
 }
 
 /// Whether a request with this tag belongs to the group's control plane
-/// (REPLICATE, FENCE, LOG_AFTER, CATCH_UP, JOIN, PREPARE): sent only by
-/// the group's own index servers, never by a client.
+/// (REPLICATE, FENCE, LOG_AFTER, CATCH_UP, JOIN, PREPARE, SNAPSHOT): sent
+/// only by the group's own index servers, never by a client.
 pub fn is_control_tag(tag: u8) -> bool {
-    matches!(tag, 3 | 6..=10)
+    matches!(tag, 3 | 6..=10 | 12)
 }
 
 impl Request {
@@ -295,6 +313,12 @@ impl Request {
                 out.extend_from_slice(&epoch.to_le_bytes());
                 out.extend_from_slice(&seq.to_le_bytes());
             }
+            Request::Snapshot { node, seq, from } => {
+                out.push(12);
+                out.extend_from_slice(&node.0.to_le_bytes());
+                out.extend_from_slice(&seq.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+            }
         }
     }
 
@@ -363,6 +387,11 @@ impl Request {
             10 => Request::Prepare {
                 epoch: r.u64("epoch")?,
                 seq: r.u64("seq")?,
+            },
+            12 => Request::Snapshot {
+                node: fabric::NodeId(r.u16("node")?),
+                seq: r.u64("seq")?,
+                from: r.u64("from")?,
             },
             t => return Err(HiError::BadMessage(format!("request tag {t}"))),
         };
@@ -542,6 +571,13 @@ mod tests {
                 node: fabric::NodeId(n)
             }),
             (any::<u64>(), any::<u64>()).prop_map(|(epoch, seq)| Request::Prepare { epoch, seq }),
+            (any::<u16>(), any::<u64>(), any::<u64>()).prop_map(|(n, seq, from)| {
+                Request::Snapshot {
+                    node: fabric::NodeId(n),
+                    seq,
+                    from,
+                }
+            }),
         ]
     }
 
