@@ -34,7 +34,7 @@
 use le::Reader;
 
 use crate::error::HiError;
-use crate::layout::{ValuePtr, MAX_KEY};
+use crate::layout::{IndexPairs, ValuePtr, MAX_KEY};
 
 /// Most pairs a backup puts in one SCAN reply, whatever the request asks:
 /// a reply is at most 4,096 keys of at most 1 KiB (about 4.3 MB, well
@@ -468,7 +468,7 @@ pub fn put_pair(out: &mut Vec<u8>, key: &[u8], ptr: ValuePtr) {
 /// Reads a SCAN reply body: its pairs, and whether the server stopped at
 /// its bound per reply (more may follow the last pair). At most
 /// [`MAX_SCAN_PAIRS`] pairs are taken: a longer reply is an error.
-pub fn read_page(mut r: Reader<'_>) -> Result<(Vec<(Vec<u8>, ValuePtr)>, bool), HiError> {
+pub fn read_page(mut r: Reader<'_>) -> Result<(IndexPairs, bool), HiError> {
     let count = r.u32("count")? as usize;
     if count > MAX_SCAN_PAIRS {
         return Err(HiError::BadMessage(format!(
