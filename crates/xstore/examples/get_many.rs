@@ -9,19 +9,19 @@
 //! ```
 //!
 //! Defaults: 1,000,000 keys `0..KEYS` (values equal to keys, as `xstore
-//! resp --backend embedded:xstore --keys N` loads them), 1,000,000 GETs of
-//! uniformly drawn keys, batches of 16, seed 1, 3 rounds. Every path reads
-//! the same key sequence; each round runs the three paths in turn and the
-//! best round of each is printed (the machine is shared: the minimum is
-//! the figure the load moved least), with round trips and leaves READ per
-//! key from the client's counters. `PATHS` (a bit mask, default 7: all
+//! resp --backend embedded:xstore --keys N` loads them), 300,000 GETs of
+//! uniformly drawn keys, batches of 16, seed 1, 10 rounds. Every path reads
+//! the same key sequence; each round runs the three paths in turn, timed
+//! by the thread's CPU clock (time on a CPU: other processes on a shared
+//! machine do not add to it), and the best round of each is printed (the
+//! figure the load moved least), with round trips and leaves READ per key
+//! from the client's counters. `PATHS` (a bit mask, default 7: all
 //! three) runs fewer paths, for a profiler.
-
-use std::time::Instant;
 
 use kv::{KvClient, Options, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rdmasim::record::thread_cpu_ns;
 use xstore::kv::{XStoreLocal, XStoreOptions};
 
 fn arg(i: usize, default: u64) -> u64 {
@@ -40,9 +40,9 @@ struct Figure {
 
 fn figure(c: &mut dyn KvClient, keys: usize, run: impl FnOnce(&mut dyn KvClient)) -> Figure {
     let before = c.figures();
-    let t = Instant::now();
+    let t = thread_cpu_ns();
     run(&mut *c);
-    let ns = t.elapsed().as_nanos() as f64 / keys as f64;
+    let ns = (thread_cpu_ns() - t) as f64 / keys as f64;
     let after = c.figures();
     let leaves = |f: &kv::ClientFigures| f.direct.map_or(0, |d| d.get_leaves);
     Figure {
@@ -55,10 +55,10 @@ fn figure(c: &mut dyn KvClient, keys: usize, run: impl FnOnce(&mut dyn KvClient)
 
 fn main() {
     let n = arg(1, 1_000_000);
-    let gets = arg(2, 1_000_000) as usize;
+    let gets = arg(2, 300_000) as usize;
     let batch = arg(3, 16).clamp(1, 1024) as usize;
     let seed = arg(4, 1);
-    let rounds = arg(5, 3).max(1);
+    let rounds = arg(5, 10).max(1);
     let paths = arg(6, 7);
     let pairs: Vec<(u64, u64)> = (0..n).map(|k| (k, k)).collect();
     let o = XStoreOptions::parse(&Options::new()).expect("default options");
@@ -98,13 +98,13 @@ fn main() {
         }
         let words = c.words().expect("XStore has a word path");
         let before = words.counters();
-        let t = Instant::now();
+        let t = thread_cpu_ns();
         for k in &keys {
             let v = words.get(u64::from_be_bytes(*k)).expect("get");
             sum[2] = sum[2].wrapping_add(v.expect("present") & 0xFF);
         }
         let f = Figure {
-            ns: t.elapsed().as_nanos() as f64 / gets as f64,
+            ns: (thread_cpu_ns() - t) as f64 / gets as f64,
             round_trips: (words.counters().round_trips - before.round_trips) as f64 / gets as f64,
             leaves: f64::NAN,
         };
