@@ -244,3 +244,95 @@ fn the_shell_reconnects_after_a_server_restart() {
     );
     second.kill();
 }
+
+/// Reads `rx` into `seen` until `what` occurs `count` times (at most 10 s).
+fn wait_for(rx: &std::sync::mpsc::Receiver<Vec<u8>>, seen: &mut Vec<u8>, what: &str, count: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let occurs = |seen: &[u8]| {
+        seen.windows(what.len())
+            .filter(|w| *w == what.as_bytes())
+            .count()
+    };
+    while occurs(seen) < count {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(bytes) => seen.extend(bytes),
+            Err(_) => panic!(
+                "{what:?} not seen {count} time(s) within 10 s; the terminal showed: {:?}",
+                String::from_utf8_lossy(seen)
+            ),
+        }
+    }
+}
+
+/// At a terminal (`script` from util-linux runs the shell on a pty): the
+/// banner and prompt, a typo erased with backspace before Enter, the up
+/// arrow recalling the last line, and the history file the session
+/// leaves (a scripted shell keeps none).
+#[test]
+fn at_a_terminal_the_shell_edits_lines_and_keeps_a_history() {
+    use std::io::{Read, Write};
+    let server = ServerProcess::start(&["--keys", "0"]);
+    let state = Scratch::new("shell-tty");
+    let shell = format!("{} shell {}", env!("CARGO_BIN_EXE_xstore"), server.tcp);
+    let mut child = Command::new("script")
+        .args(["-qfec", &shell, "/dev/null"])
+        .env("XDG_STATE_HOME", state.path())
+        .env("TERM", "xterm")
+        .env_remove("XSTORE_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn script (util-linux)");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = stdout.read(&mut buf) {
+            if tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    wait_for(&rx, &mut seen, "type help for the commands", 1);
+    wait_for(&rx, &mut seen, "xstore> ", 1);
+    stdin.write_all(b"put 5 50\r").unwrap();
+    // An answer is a line of its own ("\r\n" on a terminal); the echo of
+    // the typed line is not.
+    wait_for(&rx, &mut seen, "\nOK\r\n", 1);
+    stdin.write_all(b"get 9\x7f5\r").unwrap();
+    wait_for(&rx, &mut seen, "\n50\r\n", 1);
+    stdin.write_all(b"\x1b[A\r").unwrap();
+    wait_for(&rx, &mut seen, "\n50\r\n", 2);
+    stdin.write_all(b"quit\r").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!(
+                "the shell did not quit: {:?}",
+                String::from_utf8_lossy(&seen)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(stdin);
+    reader.join().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        !String::from_utf8_lossy(&seen).contains("NOT_FOUND"),
+        "the erased typo was run: {:?}",
+        String::from_utf8_lossy(&seen)
+    );
+    let history = std::fs::read_to_string(state.path().join("xstore").join("history"))
+        .expect("a terminal session leaves a history file");
+    let lines: Vec<&str> = history.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines[..2], ["put 5 50", "get 5"], "{history}");
+    server.stop();
+}
