@@ -19,6 +19,11 @@
 //! (speculative execution); otherwise it falls back to an RPC whose reply
 //! carries the fresh sub-model.
 //!
+//! [`Client::get_many`] does the same for a batch of keys with one
+//! doorbell batch of READs: every key predicted first, each distinct leaf
+//! read and verified once, every key answered from its leaf; a key the
+//! batch cannot answer takes the single GET's path.
+//!
 //! # Example
 //!
 //! ```
@@ -858,13 +863,12 @@ impl<E: Endpoint> Client<E> {
     /// is noted, a torn or unusable read decides nothing.
     fn answer_many(&self, m: &mut ManyScratch, keys: &[u64], values: &mut [Option<u64>]) {
         let fenced = self.fence.is_some();
-        let leaves: Vec<Result<LeafView<'_>, LeafError>> = (0..m.alns.len())
+        // Per leaf: `None` if its READ failed (a region gone with a model
+        // version: the entry is stale), else its decode.
+        let leaves: Vec<Option<Result<LeafView<'_>, LeafError>>> = (0..m.alns.len())
             .map(|i| {
-                let bytes = self
-                    .batch
-                    .read_bytes(fabric::batch_handle(i))
-                    .map_err(|_| LeafError::Corrupt("the READ failed"))?;
-                LeafView::decode(self.layout, bytes)
+                let bytes = self.batch.read_bytes(fabric::batch_handle(i)).ok()?;
+                Some(LeafView::decode(self.layout, bytes))
             })
             .collect();
         for (i, span) in m.spans.iter().enumerate() {
@@ -873,10 +877,14 @@ impl<E: Endpoint> Client<E> {
                 for t in &m.targets[a as usize..b as usize] {
                     let at = m.alns.binary_search(&t.entry.aln()).ok()?;
                     let view = match &leaves[at] {
-                        Ok(view) => view,
-                        Err(LeafError::Torn) => continue,
-                        Err(e) => {
-                            tracing::warn!(aln = t.entry.aln(), error = %e, "unusable leaf read");
+                        Some(Ok(view)) => view,
+                        Some(Err(LeafError::Torn)) => continue,
+                        Some(Err(e)) => {
+                            tracing::warn!(aln = t.entry.aln(), error = %e, "corrupt leaf read");
+                            m.stale.push(*t);
+                            continue;
+                        }
+                        None => {
                             m.stale.push(*t);
                             continue;
                         }
