@@ -182,7 +182,7 @@ fn get_many_races_a_writer_over_the_adversarial_fabric() {
     let mut reader = client(&fabric, node, CacheMode::Full);
     let mut rng = StdRng::seed_from_u64(seed ^ 2);
     let mut values = vec![None; MAX_MANY_KEYS];
-    for _ in 0..300 {
+    for _ in 0..200 {
         let start = rng.random_range(0..12_000u64);
         let keys: Vec<u64> = (start..start + MAX_MANY_KEYS as u64).collect();
         reader.get_many(&keys, &mut values).unwrap();
