@@ -245,94 +245,85 @@ fn the_shell_reconnects_after_a_server_restart() {
     second.kill();
 }
 
-/// Reads `rx` into `seen` until `what` occurs `count` times (at most 10 s).
-fn wait_for(rx: &std::sync::mpsc::Receiver<Vec<u8>>, seen: &mut Vec<u8>, what: &str, count: usize) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let occurs = |seen: &[u8]| {
-        seen.windows(what.len())
-            .filter(|w| *w == what.as_bytes())
-            .count()
-    };
-    while occurs(seen) < count {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(bytes) => seen.extend(bytes),
-            Err(_) => panic!(
-                "{what:?} not seen {count} time(s) within 10 s; the terminal showed: {:?}",
-                String::from_utf8_lossy(seen)
-            ),
-        }
-    }
-}
-
-/// At a terminal (`script` from util-linux runs the shell on a pty): the
-/// banner and prompt, a typo erased with backspace before Enter, the up
-/// arrow recalling the last line, and the history file the session
-/// leaves (a scripted shell keeps none).
+/// On a terminal the shell edits lines and keeps a history: run under
+/// `script` (util-linux: it gives the shell a pseudo-terminal), a line
+/// typed with a backspace is the edited line, the up arrow recalls the
+/// last line, and the history file (mode 0600) holds what was run.
 #[test]
-fn at_a_terminal_the_shell_edits_lines_and_keeps_a_history() {
+fn on_a_terminal_lines_are_edited_and_kept_in_a_private_history() {
     use std::io::{Read, Write};
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+
+    if Command::new("script").arg("--version").output().is_err() {
+        // util-linux's `script` is on every Debian (bsdutils, essential).
+        println!("skipped: no `script` (util-linux) to give the shell a terminal");
+        return;
+    }
     let server = ServerProcess::start(&["--keys", "0"]);
     let state = Scratch::new("shell-tty");
-    let shell = format!("{} shell {}", env!("CARGO_BIN_EXE_xstore"), server.tcp);
+    std::fs::create_dir_all(state.path()).unwrap();
+    let command = format!("{} shell {}", env!("CARGO_BIN_EXE_xstore"), server.tcp);
     let mut child = Command::new("script")
-        .args(["-qfec", &shell, "/dev/null"])
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
         .env("XDG_STATE_HOME", state.path())
         .env("TERM", "xterm")
         .env_remove("XSTORE_TOKEN")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
-        .expect("spawn script (util-linux)");
-    let mut stdin = child.stdin.take().unwrap();
+        .expect("spawn script");
     let mut stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = stdout.read(&mut buf) {
-            if tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
+        let mut out = Vec::new();
+        let _ = stdout.read_to_end(&mut out);
+        out
     });
-    let mut seen = Vec::new();
-    wait_for(&rx, &mut seen, "type help for the commands", 1);
-    wait_for(&rx, &mut seen, "xstore> ", 1);
-    stdin.write_all(b"put 5 50\r").unwrap();
-    // An answer is a line of its own ("\r\n" on a terminal); the echo of
-    // the typed line is not.
-    wait_for(&rx, &mut seen, "\nOK\r\n", 1);
-    stdin.write_all(b"get 9\x7f5\r").unwrap();
-    wait_for(&rx, &mut seen, "\n50\r\n", 1);
-    stdin.write_all(b"\x1b[A\r").unwrap();
-    wait_for(&rx, &mut seen, "\n50\r\n", 2);
-    stdin.write_all(b"quit\r").unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut stdin = child.stdin.take().unwrap();
+    // One line at a time, after the shell has had time to draw its prompt:
+    // "get 2", a backspace, "1" is `get 1`; ESC [ A is the up arrow.
+    for keys in [
+        &b"put 1 10\r"[..],
+        b"put 2 20\r",
+        b"get 2\x7f1\r",
+        b"\x1b[A\r",
+        b"quit\r",
+    ] {
+        std::thread::sleep(Duration::from_millis(300));
+        stdin.write_all(keys).unwrap();
+        stdin.flush().unwrap();
+    }
+    // Keep stdin open until the shell has left: at its end of input
+    // `script` would end the session early.
+    let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!(
-                "the shell did not quit: {:?}",
-                String::from_utf8_lossy(&seen)
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(Instant::now() < deadline, "the shell did not leave at quit");
+        std::thread::sleep(Duration::from_millis(50));
     };
     drop(stdin);
-    reader.join().unwrap();
-    assert!(status.success(), "{status}");
+    let out = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
+    assert!(status.success(), "shell on a terminal: {status}\n{out}");
+    // Answers are whole lines between the terminal's redraws.
+    let answers: Vec<&str> = out
+        .lines()
+        .map(|l| l.trim_matches(|c: char| c == '\r' || c.is_whitespace()))
+        .filter(|l| matches!(*l, "OK" | "10" | "20" | "NOT_FOUND"))
+        .collect();
+    assert_eq!(answers, ["OK", "OK", "10", "10"], "terminal output:\n{out}");
+    let history = state.path().join("xstore").join("history");
+    let mode = std::fs::metadata(&history).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the history file is the user's alone");
+    let kept = std::fs::read_to_string(&history).unwrap();
+    let kept: Vec<&str> = kept.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(kept.contains(&"put 1 10"), "history: {kept:?}");
+    assert!(kept.contains(&"get 1"), "history: {kept:?}");
     assert!(
-        !String::from_utf8_lossy(&seen).contains("NOT_FOUND"),
-        "the erased typo was run: {:?}",
-        String::from_utf8_lossy(&seen)
+        !kept.contains(&"get 2"),
+        "the edited line is kept as edited: {kept:?}"
     );
-    let history = std::fs::read_to_string(state.path().join("xstore").join("history"))
-        .expect("a terminal session leaves a history file");
-    let lines: Vec<&str> = history.lines().filter(|l| !l.starts_with('#')).collect();
-    assert_eq!(lines[..2], ["put 5 50", "get 5"], "{history}");
     server.stop();
 }
