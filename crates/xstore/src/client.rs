@@ -19,6 +19,11 @@
 //! (speculative execution); otherwise it falls back to an RPC whose reply
 //! carries the fresh sub-model.
 //!
+//! [`Client::get_many`] does the same for a batch of keys with one
+//! doorbell batch of READs: every key predicted first, each distinct leaf
+//! read and verified once, every key answered from its leaf; a key the
+//! batch cannot answer takes the single GET's path.
+//!
 //! # Example
 //!
 //! ```
@@ -199,6 +204,31 @@ pub struct Client<E: Endpoint> {
     reply: Vec<u8>,
     /// Shard-map revision keyed RPCs are fenced with, if any.
     fence: Option<u64>,
+    /// Reused buffers of [`Client::get_many`] (no allocation per batch in
+    /// steady state).
+    many: ManyScratch,
+}
+
+/// Most keys one round of [`Client::get_many`] resolves: with up to
+/// [`MAX_GET_LEAVES`] predicted leaves each, a round's READs stay within
+/// the fabric's verb limit of a batch.
+pub const MAX_MANY_KEYS: usize = fabric::MAX_BATCH_OPS / MAX_GET_LEAVES as usize;
+
+/// The buffers of one [`Client::get_many`] round.
+#[derive(Debug, Default)]
+struct ManyScratch {
+    /// Every key's predicted leaves, key after key.
+    targets: Vec<Target>,
+    /// Per key of the round: its range in `targets`, or `None` when the
+    /// batch cannot answer it (the single GET path will).
+    spans: Vec<Option<(u32, u32)>>,
+    /// The distinct leaves the round READs, ascending: verb `i` of the
+    /// batch reads `alns[i]`.
+    alns: Vec<u32>,
+    /// Translation-table entries found stale, invalidated after the round.
+    stale: Vec<Target>,
+    /// Indices (in the round) of keys left to the single GET path.
+    single: Vec<usize>,
 }
 
 /// One leaf to read, as the translation table describes it.
@@ -235,6 +265,7 @@ impl<E: Endpoint> Client<E> {
             request: Vec::new(),
             reply: Vec::new(),
             fence: None,
+            many: ManyScratch::default(),
         };
         c.refresh_model()?;
         if config.prefill && config.cache != CacheMode::Top {
@@ -523,6 +554,11 @@ impl<E: Endpoint> Client<E> {
             return Err(ClientError::ReservedKey(key));
         }
         self.stats.gets += 1;
+        self.get_uncounted(key)
+    }
+
+    /// [`Client::get`] without counting it (a key a batched GET passes on).
+    fn get_uncounted(&mut self, key: u64) -> Result<Option<u64>, ClientError> {
         let mut targets = Vec::with_capacity(4);
         for _ in 0..MAX_ATTEMPTS {
             match self.try_get(key, &mut targets)? {
@@ -674,6 +710,203 @@ impl<E: Endpoint> Client<E> {
                     // The leaf changed between the two READs: start over.
                     Err(_) => Ok(Attempt::Retry),
                 }
+            }
+        }
+    }
+
+    /// The values of `keys` into `values` (one slot per key; `None`:
+    /// absent), each as [`Client::get`] would answer it, with the READs of
+    /// up to [`MAX_MANY_KEYS`] keys in one doorbell batch: every key is
+    /// predicted first, the distinct leaves they need are read together
+    /// (a leaf several keys share is read and verified once), and each
+    /// key is answered from the leaf that owns it. A key the batch cannot
+    /// answer (a torn read, a stale or invalid table entry, a prediction
+    /// the cached tables do not cover, a fenced client's leaf nothing
+    /// vouches for) takes the single GET's path, with its retries,
+    /// speculation and fallback, so a stale cache is exactly as correct
+    /// here as for one GET. Outside the default mode (full cache, one READ
+    /// per GET) every key takes the single path.
+    ///
+    /// A reserved key fails the whole call before anything is read.
+    pub fn get_many(
+        &mut self,
+        keys: &[u64],
+        values: &mut [Option<u64>],
+    ) -> Result<(), ClientError> {
+        assert_eq!(keys.len(), values.len(), "one value slot per key");
+        if let Some(&key) = keys.iter().find(|&&k| k > xtree::MAX_KEY) {
+            return Err(ClientError::ReservedKey(key));
+        }
+        self.stats.gets += keys.len() as u64;
+        if self.config.cache != CacheMode::Full || self.config.get_reads != 1 {
+            for (key, value) in keys.iter().zip(values.iter_mut()) {
+                *value = self.get_uncounted(*key)?;
+            }
+            return Ok(());
+        }
+        let mut m = std::mem::take(&mut self.many);
+        let mut result = Ok(());
+        for (keys, values) in keys
+            .chunks(MAX_MANY_KEYS)
+            .zip(values.chunks_mut(MAX_MANY_KEYS))
+        {
+            result = self.many_round(&mut m, keys, values);
+            if result.is_err() {
+                break;
+            }
+        }
+        self.many = m;
+        result
+    }
+
+    /// One batched round of [`Client::get_many`]: plan, one post, answer,
+    /// then the single path for the keys left over.
+    fn many_round(
+        &mut self,
+        m: &mut ManyScratch,
+        keys: &[u64],
+        values: &mut [Option<u64>],
+    ) -> Result<(), ClientError> {
+        debug_assert!(keys.len() <= MAX_MANY_KEYS && keys.len() == values.len());
+        self.plan_many(m, keys)?;
+        if !m.alns.is_empty() {
+            let len = self.layout.leaf_bytes() as u64;
+            self.batch.clear();
+            for &aln in &m.alns {
+                let (region, offset) = self.leaf_address(aln);
+                self.batch.read(region, offset, len);
+            }
+            self.ep.post(self.node, &mut self.batch)?;
+            self.stats.get_leaves += m.alns.len() as u64;
+        }
+        self.answer_many(m, keys, values);
+        for &i in &m.single {
+            values[i] = self.get_uncounted(keys[i])?;
+        }
+        // Entries the round found stale, once each, and only if still
+        // cached as read (the single path may have invalidated them).
+        m.stale.sort_unstable_by_key(|t| (t.sub, t.lln));
+        m.stale.dedup_by_key(|t| (t.sub, t.lln));
+        for t in &m.stale {
+            if self.cached_entry(t.sub, t.lln) == Some(t.entry) {
+                self.invalidate(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Predicts the leaves of every key of a round into `m`: each key's
+    /// span of targets (or none) and the distinct leaves to read.
+    fn plan_many(&mut self, m: &mut ManyScratch, keys: &[u64]) -> Result<(), ClientError> {
+        m.targets.clear();
+        m.spans.clear();
+        m.alns.clear();
+        m.stale.clear();
+        m.single.clear();
+        let version = self.version;
+        for &key in keys {
+            let span = self.plan_one(key, &mut m.targets)?;
+            m.spans.push(span);
+        }
+        if self.version != version {
+            // A sub-model fetch met a new model version (and dropped the
+            // cache): the earlier keys' targets belong to the old one.
+            // Rare; the single path answers them all.
+            m.targets.clear();
+            m.spans.iter_mut().for_each(|s| *s = None);
+        }
+        m.alns.extend(m.targets.iter().map(|t| t.entry.aln()));
+        m.alns.sort_unstable();
+        m.alns.dedup();
+        assert!(
+            m.alns.len() <= fabric::MAX_BATCH_OPS,
+            "a round's READs fit one batch"
+        );
+        Ok(())
+    }
+
+    /// Appends the predicted leaves of `key` to `targets` (from the cached
+    /// tables); their range there, or `None` for a key the single path
+    /// must answer (no sub-model, a range too wide, an invalid entry).
+    fn plan_one(
+        &mut self,
+        key: u64,
+        targets: &mut Vec<Target>,
+    ) -> Result<Option<(u32, u32)>, ClientError> {
+        let (sub, frac) = self.top.bucket(key);
+        let Some(cached) = self.sub_model(sub)? else {
+            return Ok(None);
+        };
+        let Some((first, last)) = cached.model.leaves(frac, self.layout.slots()) else {
+            return Ok(None);
+        };
+        if last - first >= MAX_GET_LEAVES {
+            return Ok(None);
+        }
+        let start = targets.len();
+        for lln in first..=last {
+            match self.cached_entry(sub, lln) {
+                Some(entry) if entry.valid() => targets.push(Target { sub, lln, entry }),
+                _ => {
+                    targets.truncate(start);
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some((start as u32, targets.len() as u32)))
+    }
+
+    /// Answers the keys of a posted round from their leaves, each leaf
+    /// verified once; notes stale entries and the keys left to the single
+    /// path. The same rules as `try_get`: a verified leaf that owns the
+    /// key decides it (unless fenced and not vouched for), a stale entry
+    /// is noted, a torn or unusable read decides nothing.
+    fn answer_many(&self, m: &mut ManyScratch, keys: &[u64], values: &mut [Option<u64>]) {
+        let fenced = self.fence.is_some();
+        // Per leaf: `None` if its READ failed (a region gone with a model
+        // version: the entry is stale), else its decode.
+        let leaves: Vec<Option<Result<LeafView<'_>, LeafError>>> = (0..m.alns.len())
+            .map(|i| {
+                let bytes = self.batch.read_bytes(fabric::batch_handle(i)).ok()?;
+                Some(LeafView::decode(self.layout, bytes))
+            })
+            .collect();
+        for (i, span) in m.spans.iter().enumerate() {
+            let answer = span.and_then(|(a, b)| {
+                let mut answer = None;
+                for t in &m.targets[a as usize..b as usize] {
+                    let at = m.alns.binary_search(&t.entry.aln()).ok()?;
+                    let view = match &leaves[at] {
+                        Some(Ok(view)) => view,
+                        Some(Err(LeafError::Torn)) => continue,
+                        Some(Err(e)) => {
+                            tracing::warn!(aln = t.entry.aln(), error = %e, "corrupt leaf read");
+                            m.stale.push(*t);
+                            continue;
+                        }
+                        None => {
+                            m.stale.push(*t);
+                            continue;
+                        }
+                    };
+                    let current = view.header().inca == t.entry.inca();
+                    if !current {
+                        m.stale.push(*t);
+                    }
+                    if view.owns(keys[i]) {
+                        if fenced && !current {
+                            // Not vouched for (see `set_fence`).
+                            break;
+                        }
+                        answer = view.lookup(keys[i]);
+                        break;
+                    }
+                }
+                answer
+            });
+            match answer {
+                Some(value) => values[i] = value,
+                None => m.single.push(i),
             }
         }
     }

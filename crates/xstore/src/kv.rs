@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use ::kv::local::TimedHandler;
 use ::kv::{
-    Capabilities, ClientFigures, Connect, DirectStats, KvClient, KvError, LocalLoad, ModelFigures,
-    OptionDesc, Options, Pending, ServerTime, Started, Store, SystemDesc, WordClient, WordWrite,
-    Words,
+    Capabilities, ClientFigures, Connect, Counters, DirectStats, GetAnswer, KvClient, KvError,
+    LocalLoad, ModelFigures, OptionDesc, Options, Pending, ServerTime, Started, Store, SystemDesc,
+    WordClient, WordWrite, Words,
 };
 use fabric::{Endpoint, LocalFabric, NodeId};
 use rdmasim::record::TracingEndpoint;
@@ -238,7 +238,7 @@ impl Store for XStoreLocal {
             self.node,
             self.client_config,
         )?;
-        Ok(Box::new(Words(XStoreClient(c))))
+        Ok(Box::new(XStoreKv::new(c)))
     }
 
     fn model(&self) -> Option<ModelFigures> {
@@ -252,6 +252,110 @@ impl Store for XStoreLocal {
 
 /// An XStore client at the contract.
 pub struct XStoreClient<E: Endpoint>(pub Client<E>);
+
+/// An XStore client at the byte-string contract: [`Words`] over
+/// [`XStoreClient`] (8-byte big-endian keys and values), except that
+/// [`KvClient::get_many`] is [`Client::get_many`], whose READs for a
+/// whole batch of keys go in one doorbell batch (a pipeline of GETs at
+/// the RESP front end is one call) instead of one round trip per key.
+pub struct XStoreKv<E: Endpoint>(Words<XStoreClient<E>>);
+
+impl<E: Endpoint> XStoreKv<E> {
+    /// Wraps a connected client.
+    pub fn new(client: Client<E>) -> XStoreKv<E> {
+        XStoreKv(Words(XStoreClient(client)))
+    }
+
+    /// The XStore client.
+    pub fn client(&mut self) -> &mut Client<E> {
+        &mut self.0 .0 .0
+    }
+}
+
+impl<E: Endpoint + Send> KvClient for XStoreKv<E> {
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    fn get(&mut self, key: &[u8], value: &mut Vec<u8>) -> Result<bool, KvError> {
+        self.0.get(key, value)
+    }
+    fn scan(
+        &mut self,
+        start: &[u8],
+        n: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<(), KvError> {
+        self.0.scan(start, n, out)
+    }
+    fn insert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
+        self.0.insert(key, value)
+    }
+    fn update(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
+        self.0.update(key, value)
+    }
+    fn upsert(&mut self, key: &[u8], value: &[u8]) -> Result<bool, KvError> {
+        self.0.upsert(key, value)
+    }
+    fn delete(&mut self, key: &[u8]) -> Result<bool, KvError> {
+        self.0.delete(key)
+    }
+    fn get_many(&mut self, keys: &[&[u8]], answer: &mut GetAnswer<'_>) {
+        if let [key] = keys {
+            // One key (an unpipelined GET): the single GET, no batch to
+            // plan.
+            let mut value = Vec::with_capacity(8);
+            match self.get(key, &mut value) {
+                Ok(found) => answer(0, Ok(found.then_some(&value[..]))),
+                Err(e) => answer(0, Err(e)),
+            }
+            return;
+        }
+        get_many_words(self.client(), keys, answer);
+    }
+    fn start_write(&mut self, w: ::kv::Write<'_>) -> Result<Pending, KvError> {
+        self.0.start_write(w)
+    }
+    fn finish_write(&mut self, p: Pending) -> Result<bool, KvError> {
+        self.0.finish_write(p)
+    }
+    fn words(&mut self) -> Option<&mut dyn WordClient> {
+        self.0.words()
+    }
+    fn figures(&self) -> ClientFigures {
+        self.0.figures()
+    }
+    fn counters(&self) -> Counters {
+        self.0.counters()
+    }
+}
+
+/// [`KvClient::get_many`] on XStore's client: the keys that are u64s
+/// (8 bytes, not reserved) go to [`Client::get_many`] together; any other
+/// key is answered by the single GET of the contract, with its error. A
+/// batch that fails (the transport) is answered key by key the same way,
+/// so every key gets the answer or error its own GET gives.
+fn get_many_words<E: Endpoint>(client: &mut Client<E>, keys: &[&[u8]], answer: &mut GetAnswer<'_>) {
+    let words: Vec<Option<u64>> = keys
+        .iter()
+        .map(|k| ::kv::key_word(k).ok().filter(|&w| w <= xtree::MAX_KEY))
+        .collect();
+    let batch: Vec<u64> = words.iter().flatten().copied().collect();
+    let mut values = vec![None; batch.len()];
+    let batched = client.get_many(&batch, &mut values).is_ok();
+    let mut next = values.into_iter();
+    for (i, (key, word)) in keys.iter().zip(&words).enumerate() {
+        let got = match word {
+            Some(_) if batched => Ok(next.next().expect("one value per batched key")),
+            Some(w) => client.get(*w).map_err(KvError::from),
+            None => ::kv::key_word(key).and_then(|w| Ok(client.get(w)?)),
+        };
+        match got {
+            Ok(Some(v)) => answer(i, Ok(Some(&v.to_be_bytes()))),
+            Ok(None) => answer(i, Ok(None)),
+            Err(e) => answer(i, Err(e)),
+        }
+    }
+}
 
 /// An XStore write in flight, as the contract carries it.
 struct XStoreTicket(PendingWrite);
@@ -343,7 +447,7 @@ impl Store for XStoreRemote {
     fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
         let ep = fabric::remote::connect(&self.url, self.token.as_deref())?;
         let c = Client::connect(TracingEndpoint::new(ep), NodeId(0), self.client_config)?;
-        Ok(Box::new(Words(XStoreClient(c))))
+        Ok(Box::new(XStoreKv::new(c)))
     }
 
     fn server_time(&self) -> Option<ServerTime> {

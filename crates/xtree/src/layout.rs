@@ -305,6 +305,23 @@ impl<'a> LeafView<'a> {
         (self.has_values() && i < self.count())
             .then(|| le_word(self.bytes, self.layout.value_word(i)))
     }
+
+    /// What this whole-leaf view says of `key`, reading only the words
+    /// that decide it: the live key slots (to find it) and, when found,
+    /// that slot's value word. `None` when the view cannot decide `key`:
+    /// the key is outside the fences, or the view holds only the key part.
+    /// The view was verified by [`LeafView::decode`] (both checksums, even
+    /// seq, fences), so a leaf read once answers any number of keys it
+    /// owns: `Some(None)` is an authoritative absence.
+    pub fn lookup(&self, key: u64) -> Option<Option<u64>> {
+        if !self.owns(key) || !self.has_values() {
+            return None;
+        }
+        Some(
+            self.find(key)
+                .map(|slot| le_word(self.bytes, self.layout.value_word(slot))),
+        )
+    }
 }
 
 /// Verifies a separately read value part (values and value checksum)
