@@ -495,6 +495,8 @@ pub struct BytesLog {
     since_checkpoint: AtomicU64,
     /// Records between checkpoints.
     pub checkpoint_records: u64,
+    /// Mode bits of new files (0600, or 0660 with group access).
+    file_mode: u32,
     /// Checkpoints written, and those that failed.
     pub checkpoints: AtomicU64,
     /// Checkpoint attempts that failed.
@@ -511,14 +513,22 @@ impl std::fmt::Debug for BytesLog {
     }
 }
 
-fn create_segment(dir: &Path, first: u64) -> Result<(File, PathBuf), BytesLogError> {
-    let path = segment_path(dir, first);
-    let mut file = OpenOptions::new()
+/// A new file, owner-only (0600) or also the group's (0660), as the
+/// u64 log's files are.
+fn new_file(path: &Path, mode: u32) -> Result<File, BytesLogError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
         .create(true)
         .truncate(true)
         .write(true)
-        .open(&path)
-        .map_err(io_err(&path))?;
+        .mode(mode)
+        .open(path)
+        .map_err(io_err(path))
+}
+
+fn create_segment(dir: &Path, first: u64, mode: u32) -> Result<(File, PathBuf), BytesLogError> {
+    let path = segment_path(dir, first);
+    let mut file = new_file(&path, mode)?;
     file.write_all(&encode_segment_head(first))
         .and_then(|()| file.sync_all())
         .map_err(io_err(&path))?;
@@ -531,15 +541,18 @@ fn lock_of(m: &Mutex<LogInner>) -> MutexGuard<'_, LogInner> {
 }
 
 impl BytesLog {
-    /// Opens a new segment at `next_lsn` in the directory `lock` holds.
+    /// Opens a new segment at `next_lsn` in the directory `lock` holds;
+    /// its files are the group's too with `group_access`.
     pub fn open(
         lock: DirLock,
         mode: Durability,
         next_lsn: u64,
         checkpoint_records: u64,
+        group_access: bool,
     ) -> Result<BytesLog, BytesLogError> {
         assert!(next_lsn >= 1 && checkpoint_records >= 1);
-        let (file, path) = create_segment(lock.dir(), next_lsn)?;
+        let file_mode = if group_access { 0o660 } else { 0o600 };
+        let (file, path) = create_segment(lock.dir(), next_lsn, file_mode)?;
         Ok(BytesLog {
             lock,
             mode,
@@ -553,6 +566,7 @@ impl BytesLog {
             failed: AtomicBool::new(false),
             since_checkpoint: AtomicU64::new(0),
             checkpoint_records,
+            file_mode,
             checkpoints: AtomicU64::new(0),
             checkpoint_failures: AtomicU64::new(0),
         })
@@ -641,7 +655,7 @@ impl BytesLog {
         let mut inner = lock_of(&self.inner);
         self.write_out(&mut inner, self.mode != Durability::None)?;
         let last = self.last_lsn();
-        let (file, path) = create_segment(self.lock.dir(), last + 1)?;
+        let (file, path) = create_segment(self.lock.dir(), last + 1, self.file_mode)?;
         inner.file = file;
         inner.path = path;
         inner.unsynced = false;
@@ -662,7 +676,7 @@ impl BytesLog {
         let mut bytes = Vec::new();
         encode_checkpoint(lsn, pairs, &mut bytes);
         let tmp = dir.join(format!("bytes-ckpt-{lsn:020}.tmp"));
-        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        let mut f = new_file(&tmp, self.file_mode)?;
         f.write_all(&bytes)
             .and_then(|()| f.sync_all())
             .map_err(io_err(&tmp))?;
@@ -744,7 +758,7 @@ mod tests {
         let lock = DirLock::acquire(dir.path(), false).unwrap();
         let (pairs, next, report) = recover(&lock).unwrap();
         assert!(report.fresh && pairs.is_empty() && next == 1);
-        let log = BytesLog::open(lock, Durability::Sync, next, 2).unwrap();
+        let log = BytesLog::open(lock, Durability::Sync, next, 2, false).unwrap();
         log.write_checkpoint(0, &[(b"a".to_vec(), b"1".to_vec())])
             .unwrap();
         log.append((b"b", Some(b"2"))).unwrap();
@@ -755,6 +769,9 @@ mod tests {
             .unwrap();
         log.append((b"c", Some(b"3"))).unwrap();
         let path = lock_of(&log.inner).path.clone();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "owner-only without group access");
         drop(log);
         // A torn record at the end.
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
