@@ -516,14 +516,18 @@ impl std::fmt::Debug for BytesLog {
 /// A new file, owner-only (0600) or also the group's (0660), as the
 /// u64 log's files are.
 fn new_file(path: &Path, mode: u32) -> Result<File, BytesLogError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    OpenOptions::new()
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = OpenOptions::new()
         .create(true)
         .truncate(true)
         .write(true)
         .mode(mode)
         .open(path)
-        .map_err(io_err(path))
+        .map_err(io_err(path))?;
+    // Explicitly: the umask narrows the mode given at creation.
+    file.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(io_err(path))?;
+    Ok(file)
 }
 
 fn create_segment(dir: &Path, first: u64, mode: u32) -> Result<(File, PathBuf), BytesLogError> {
@@ -750,6 +754,33 @@ mod tests {
         }
         b[30] ^= 1;
         assert!(decode_checkpoint(&b).is_err());
+    }
+
+    #[test]
+    fn async_and_none_records_are_written_by_a_flush_and_recovered() {
+        for mode in [Durability::Async, Durability::None] {
+            let dir = tempfile::tempdir().unwrap();
+            let lock = DirLock::acquire(dir.path(), false).unwrap();
+            let log = BytesLog::open(lock, mode, 1, 1000, true).unwrap();
+            log.write_checkpoint(0, &[]).unwrap();
+            let big = vec![7u8; MAX_VALUE];
+            log.append((b"k", Some(&big))).unwrap();
+            log.append((&[0xFF; MAX_KEY], Some(b""))).unwrap();
+            let path = lock_of(&log.inner).path.clone();
+            use std::os::unix::fs::PermissionsExt;
+            let bits = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(bits, 0o660, "group access");
+            // Buffered, not yet in the file; a flush writes them.
+            assert_eq!(fs::metadata(&path).unwrap().len(), SEGMENT_HEAD as u64);
+            log.flush();
+            drop(log);
+            let lock = DirLock::acquire(dir.path(), false).unwrap();
+            let (pairs, next, report) = recover(&lock).unwrap();
+            assert_eq!(next, 3, "{mode}");
+            assert_eq!(report.records, 2);
+            assert_eq!(pairs[0], (b"k".to_vec(), big.clone()));
+            assert_eq!(pairs[1], (vec![0xFF; MAX_KEY], vec![]));
+        }
     }
 
     #[test]
