@@ -652,6 +652,13 @@ impl BytesLog {
         self.since_checkpoint.load(Ordering::Relaxed) >= self.checkpoint_records
     }
 
+    /// Makes a checkpoint due again (after one failed: the flusher retries
+    /// it after its back-off rather than after as many records again).
+    pub fn rearm(&self) {
+        self.since_checkpoint
+            .fetch_max(self.checkpoint_records, Ordering::Relaxed);
+    }
+
     /// Starts a new segment after the last record (the caller holds the
     /// server's writer lock and has copied the pairs as of
     /// [`BytesLog::last_lsn`]); the LSN the copy covers.

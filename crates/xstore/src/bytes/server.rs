@@ -616,6 +616,7 @@ impl Shared {
                 Ok(()) => retry_at = None,
                 Err(e) => {
                     log.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
+                    log.rearm();
                     tracing::warn!(error = %e, "byte checkpoint failed; retrying in 1 s");
                     retry_at = Some(std::time::Instant::now() + Duration::from_secs(1));
                 }
