@@ -1,11 +1,14 @@
 //! Decoders of byte-string XStore (untrusted bytes): its leaf images, its
 //! out-of-line records behind fat pointers, its RPC requests and its
-//! routing snapshot. The first byte picks the decoder. Leaf and record
+//! routing snapshot, its INFO reply, and its log's frames, segment headers
+//! and checkpoints (`xstore::bytes::durable`). The first byte picks the
+//! decoder. Leaf and record
 //! images get their checksums fixed up, so the fuzzer reaches the field
 //! checks behind them rather than stopping at the checksum.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use xstore::bytes::durable;
 use xtree::bytes::{self, FatPtr, LEAF_WORDS, SUM_WORD};
 
 fn words(data: &[u8], n: usize) -> Vec<u64> {
@@ -24,7 +27,7 @@ fn to_bytes(w: &[u64]) -> Vec<u8> {
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else { return };
-    match which % 5 {
+    match which % 7 {
         0 => {
             let _ = bytes::decode_leaf(rest);
         }
@@ -63,6 +66,32 @@ fuzz_target!(|data: &[u8]| {
             let mut r = le::Reader::new(rest);
             let _ = xstore::bytes::proto::take_pair(&mut r);
             let _ = xstore::bytes::proto::reply_head(rest);
+        }
+        5 => {
+            let _ = xstore::bytes::proto::Info::decode(rest);
+            let _ = durable::decode_segment_head(rest);
+            // A segment's frames, as recovery walks them, each with its
+            // checksum fixed up so the fields behind it are reached.
+            let mut seg = rest.to_vec();
+            let mut at = 0;
+            loop {
+                durable::seal_frame(&mut seg[at..]);
+                let Ok((f, n)) = durable::decode_frame(&seg[at..]) else {
+                    break;
+                };
+                assert!(n >= durable::FRAME_HEAD && at + n <= seg.len());
+                assert!((1..=bytes::MAX_KEY).contains(&f.key.len()));
+                at += n;
+            }
+        }
+        6 => {
+            // With its checksum fixed up, so the fields behind it are reached.
+            let mut c = rest.to_vec();
+            durable::seal_checkpoint(&mut c);
+            if let Ok((_, pairs)) = durable::decode_checkpoint(&c) {
+                assert!(pairs.windows(2).all(|w| w[0].0 < w[1].0));
+            }
+            let _ = durable::decode_checkpoint(rest);
         }
         _ => {
             if let Ok(router) = xstore::bytes::router::Router::decode(rest) {

@@ -136,6 +136,20 @@ pub struct ServerArgs {
     /// Background training threads (0..=64; default 2).
     #[arg(long, value_parser = crate::flags::train_threads())]
     train_threads: Option<usize>,
+    /// xstore-bytes: bytes of a loaded u64 key, 8..=64 (default 16);
+    /// clients take it from the server.
+    #[arg(long)]
+    key_size: Option<u64>,
+    /// xstore-bytes: bytes of a loaded value, 8..=1048576 (default 8).
+    #[arg(long)]
+    value_size: Option<u64>,
+    /// xstore-bytes: tail (the u64 first, default) or shared (a common
+    /// prefix first).
+    #[arg(long)]
+    key_style: Option<String>,
+    /// xstore-bytes: most leaves (default: 4x the load's, at least 16384).
+    #[arg(long)]
+    max_leaves: Option<u64>,
     /// Keep a write-ahead log and checkpoints in DIR and recover from them
     /// at start (the state there wins over --keys).
     #[arg(long)]
@@ -311,6 +325,10 @@ fn set_flags(args: &ServerArgs) -> Vec<Set> {
     put("leaf-slots", num(args.leaf_slots), true);
     put("submodel-keys", num(args.submodel_keys), true);
     put("train-threads", num(args.train_threads), true);
+    put("key-size", num(args.key_size), true);
+    put("value-size", num(args.value_size), true);
+    put("key-style", args.key_style.clone(), true);
+    put("max-leaves", num(args.max_leaves), true);
     put("data-dir", path(&args.data_dir), true);
     put("durability", args.durability.clone(), true);
     put("checkpoint-records", num(args.checkpoint_records), true);

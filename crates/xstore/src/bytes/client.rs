@@ -33,6 +33,9 @@ pub enum BytesError {
     /// The server is out of leaves or heap.
     #[error("the server is full")]
     Full,
+    /// The server's log failed: nothing was written.
+    #[error("the server's log failed: the write was not made")]
+    Unavailable,
     /// The transport failed.
     #[error(transparent)]
     Fabric(#[from] FabricError),
@@ -323,11 +326,23 @@ impl<E: Endpoint> BytesClient<E> {
         self.latest = self.latest.max(version);
         match s {
             status::FULL => Err(BytesError::Full),
+            status::UNAVAILABLE => Err(BytesError::Unavailable),
             status::BAD => Err(BytesError::BadInput(
                 "the server refused the request".into(),
             )),
             _ => Ok((s, r)),
         }
+    }
+
+    /// What the server says of itself.
+    pub fn info(&mut self) -> Result<proto::Info, BytesError> {
+        let (s, r) = self.call(&Request::Info)?;
+        if s != status::YES {
+            return Err(ProtoError::Bad("info status").into());
+        }
+        let rest = r.remaining();
+        let body = &self.reply[self.reply.len() - rest..];
+        Ok(proto::Info::decode(body)?)
     }
 
     /// A write by RPC: the contract's answer.

@@ -32,6 +32,7 @@ impl From<BytesError> for KvError {
         match e {
             BytesError::BadInput(_) => KvError::bad_input(message),
             BytesError::Full => KvError::full(message),
+            BytesError::Unavailable => KvError::unavailable(message),
             BytesError::Fabric(f) => KvError::from(f),
             BytesError::Protocol(_) => KvError::corrupt(message),
         }
@@ -217,12 +218,7 @@ impl BytesLocal {
 impl Store for BytesLocal {
     fn client(&self) -> Result<Box<dyn KvClient>, KvError> {
         let c = BytesClient::connect(TracingEndpoint::new(self.fabric.endpoint()), self.node)?;
-        Ok(Box::new(BytesKv {
-            c,
-            codec: self.codec,
-            k: Vec::new(),
-            v: Vec::new(),
-        }))
+        Ok(Box::new(BytesKv::new(c, self.codec)))
     }
 
     fn model(&self) -> Option<ModelFigures> {
@@ -294,6 +290,16 @@ impl<E: Endpoint> KvClient for BytesKv<E> {
 }
 
 impl<E: Endpoint> BytesKv<E> {
+    /// A client at the contract over `c`, its u64 path spelled by `codec`.
+    pub fn new(c: BytesClient<E>, codec: WordCodec) -> BytesKv<E> {
+        BytesKv {
+            c,
+            codec,
+            k: Vec::new(),
+            v: Vec::new(),
+        }
+    }
+
     fn word_write(&mut self, op: Op, key: u64, value: u64) -> Result<bool, KvError> {
         self.codec.key(key, &mut self.k);
         self.codec.value(value, &mut self.v);
@@ -377,8 +383,8 @@ static SYSTEMS: [SystemDesc; 1] = [SystemDesc {
     options: OPTIONS,
     colour: (23, 190, 207),
     load_local: load_bytes,
-    connect: None,
-    server: None,
+    connect: Some(super::node::connect),
+    server: Some(super::node::SERVER),
 }];
 
 /// The systems of this module (one: `xstore-bytes`).

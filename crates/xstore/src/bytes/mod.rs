@@ -9,11 +9,16 @@
 //! * [`client`] — one-sided GET and SCAN, writes by RPC, fallbacks.
 //! * [`proto`] — the RPC messages.
 //! * [`kv`] — the system `xstore-bytes` at the key-value contract.
+//! * [`durable`] — its log, checkpoints and recovery (`--data-dir`).
+//! * [`node`] — `xstore server --system xstore-bytes`, its probe, and the
+//!   remote store clients reach it by.
 //!
 //! The layouts are drawn in docs/layouts.md ("Byte-string XStore").
 
 pub mod client;
+pub mod durable;
 pub mod kv;
+pub mod node;
 pub mod proto;
 pub mod router;
 pub mod server;

@@ -9,10 +9,16 @@
 //!   WRITE    2: op u8 (1 insert, 2 update, 3 upsert, 4 delete), klen u8, key, vlen u32, value
 //!   SCAN     3: n u32, klen u8, start (at most 65 bytes: a key and a 0 after it)
 //!   SNAPSHOT 4
-//! reply    = status u8 (0 no/absent, 1 yes/found, 2 full, 3 bad input), version u64, then
+//!   INFO     5
+//! reply    = status u8 (0 no/absent, 1 yes/found, 2 full, 3 bad input,
+//!            4 unavailable: the log failed, nothing written), version u64, then
 //!   GET      vlen u32, value (found only)
 //!   SCAN     count u32, count x (klen u8, key, vlen u32, value)
 //!   SNAPSHOT heap bytes u64, leaf capacity u32, count u32, count x (leaf u32, slen u8, sep)
+//!   INFO     magic "XSBYTES1", pairs u64, leaves u64, loaded count u64,
+//!            loaded fingerprint u64, known u8 (0/1), key size u8, value size u32,
+//!            shared u8 (0/1), durability u8 (0 none/no log, 1 sync, 2 async, 3 none),
+//!            from length u16, from (UTF-8, at most 1,024 bytes)
 //! ```
 
 use le::Reader;
@@ -73,6 +79,101 @@ pub enum Request<'a> {
     },
     /// The routing snapshot.
     Snapshot,
+    /// What the server is and holds ([`Info`]).
+    Info,
+}
+
+/// The first bytes of an INFO reply's body: what tells a byte-string
+/// server from others.
+pub const INFO_MAGIC: [u8; 8] = *b"XSBYTES1";
+/// Longest `from` line of an INFO reply.
+pub const MAX_FROM: usize = 1024;
+
+/// What a server says of itself (the INFO reply's body).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Info {
+    /// Pairs stored.
+    pub pairs: u64,
+    /// Leaves in use.
+    pub leaves: u64,
+    /// u64 keys loaded at start (by the key-set flags).
+    pub loaded_count: u64,
+    /// Their fingerprint ([`crate::proto::fingerprint_keys`]).
+    pub loaded_fingerprint: u64,
+    /// Whether the two above are known (not after a recovery).
+    pub known: bool,
+    /// The u64 path's key size, value size, and shared-prefix style.
+    pub codec: (u8, u32, bool),
+    /// 0 without a log, else 1 sync, 2 async, 3 none.
+    pub durability: u8,
+    /// How the keys were chosen, or that they were recovered.
+    pub from: String,
+}
+
+impl Info {
+    /// Appends the body.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&INFO_MAGIC);
+        for w in [
+            self.pairs,
+            self.leaves,
+            self.loaded_count,
+            self.loaded_fingerprint,
+        ] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out.push(self.known as u8);
+        out.push(self.codec.0);
+        out.extend_from_slice(&self.codec.1.to_le_bytes());
+        out.push(self.codec.2 as u8);
+        out.push(self.durability);
+        let from = &self.from.as_bytes()[..self.from.len().min(MAX_FROM)];
+        out.extend_from_slice(&(from.len() as u16).to_le_bytes());
+        out.extend_from_slice(from);
+    }
+
+    /// Decodes a body (untrusted).
+    pub fn decode(bytes: &[u8]) -> Result<Info, ProtoError> {
+        let mut r = Reader::new(bytes);
+        if r.array::<8>("magic")? != INFO_MAGIC {
+            return Err(ProtoError::Bad("info magic"));
+        }
+        let mut w = [0u64; 4];
+        for x in &mut w {
+            *x = r.u64("info word")?;
+        }
+        let flag = |b: u8| match b {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(ProtoError::Bad("info flag")),
+        };
+        let known = flag(r.u8("known")?)?;
+        let codec = (
+            r.u8("key size")?,
+            r.u32("value size")?,
+            flag(r.u8("shared")?)?,
+        );
+        let durability = r.u8("durability")?;
+        if durability > 3 {
+            return Err(ProtoError::Bad("info durability"));
+        }
+        let n = r.u16("from length")? as usize;
+        if n > MAX_FROM {
+            return Err(ProtoError::Bad("info from length"));
+        }
+        let from = String::from_utf8_lossy(r.take(n, "from")?).into_owned();
+        r.finish()?;
+        Ok(Info {
+            pairs: w[0],
+            leaves: w[1],
+            loaded_count: w[2],
+            loaded_fingerprint: w[3],
+            known,
+            codec,
+            durability,
+            from,
+        })
+    }
 }
 
 /// Reply status codes.
@@ -85,6 +186,8 @@ pub mod status {
     pub const FULL: u8 = 2;
     /// The request was malformed.
     pub const BAD: u8 = 3;
+    /// The log failed: nothing was written.
+    pub const UNAVAILABLE: u8 = 4;
 }
 
 fn key_ok(k: &[u8], max: usize) -> Result<(), ProtoError> {
@@ -122,6 +225,7 @@ pub fn encode_request(r: &Request<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(start);
         }
         Request::Snapshot => out.push(4),
+        Request::Info => out.push(5),
     }
 }
 
@@ -161,6 +265,7 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request<'_>, ProtoError> {
             Request::Scan { n, start }
         }
         4 => Request::Snapshot,
+        5 => Request::Info,
         _ => return Err(ProtoError::Bad("request tag")),
     };
     r.finish()?;
@@ -192,7 +297,7 @@ pub fn reply_head(bytes: &[u8]) -> Result<(u8, u64, Reader<'_>), ProtoError> {
     let mut r = Reader::new(bytes);
     let s = r.u8("status")?;
     let v = r.u64("version")?;
-    if s > status::BAD {
+    if s > status::UNAVAILABLE {
         return Err(ProtoError::Bad("status"));
     }
     Ok((s, v, r))
@@ -213,6 +318,7 @@ mod tests {
             },
             Request::Scan { n: 5, start: b"" },
             Request::Snapshot,
+            Request::Info,
         ];
         for q in reqs {
             let mut b = Vec::new();
@@ -226,5 +332,27 @@ mod tests {
         }
         assert!(decode_request(&[1, 0]).is_err(), "empty key");
         assert!(decode_request(&[2, 9, 1, b'a', 0, 0, 0, 0]).is_err(), "op");
+    }
+
+    #[test]
+    fn info_round_trips_and_bad_bodies_are_errors() {
+        let info = Info {
+            pairs: 3,
+            leaves: 1,
+            loaded_count: 3,
+            loaded_fingerprint: 77,
+            known: true,
+            codec: (16, 8, true),
+            durability: 1,
+            from: "keys 3".into(),
+        };
+        let mut b = Vec::new();
+        info.encode(&mut b);
+        assert_eq!(Info::decode(&b), Ok(info));
+        for cut in 0..b.len() {
+            assert!(Info::decode(&b[..cut]).is_err());
+        }
+        b[0] ^= 1;
+        assert!(Info::decode(&b).is_err());
     }
 }

@@ -23,6 +23,7 @@ use xtree::bytes::{
     MAX_KEY, MAX_VALUE, SEQ_WORD, SLOTS, SUM_WORD,
 };
 
+use super::durable::BytesLog;
 use super::proto::{self, status, Op, Request};
 
 /// The region of the leaves.
@@ -142,12 +143,18 @@ struct Shared {
     version: AtomicU64,
     stop: AtomicBool,
     wake: (Mutex<bool>, Condvar),
+    /// The log, when the server is durable: every write is appended
+    /// before it is applied (see [`super::durable`]).
+    log: Option<Arc<BytesLog>>,
+    /// What INFO says (the counts are filled in when asked).
+    info: RwLock<proto::Info>,
 }
 
 /// A running byte-string server.
 pub struct BytesServer {
     shared: Arc<Shared>,
     trainer: Option<JoinHandle<()>>,
+    flusher: Option<JoinHandle<()>>,
 }
 
 /// What a write did.
@@ -157,6 +164,8 @@ pub enum Written {
     Done(bool),
     /// Out of leaves or heap: nothing written.
     Full,
+    /// The log failed: nothing written.
+    Unavailable,
 }
 
 fn check_pair(key: &[u8], value: &[u8]) -> Result<(), String> {
@@ -186,6 +195,18 @@ impl BytesServer {
         config: BytesConfig,
         pairs: &[(Vec<u8>, Vec<u8>)],
         host: Arc<dyn RegionHost>,
+    ) -> Result<BytesServer, BytesServerError> {
+        Self::start(config, pairs, host, None)
+    }
+
+    /// As [`BytesServer::load`], logging every write to `log` (opened at
+    /// the LSN after what `pairs` holds: the caller recovered them) and
+    /// checkpointing to it as it says.
+    pub fn start(
+        config: BytesConfig,
+        pairs: &[(Vec<u8>, Vec<u8>)],
+        host: Arc<dyn RegionHost>,
+        log: Option<Arc<BytesLog>>,
     ) -> Result<BytesServer, BytesServerError> {
         assert!((1..=SLOTS).contains(&config.fill), "fill 1..={SLOTS}");
         let mut record_bytes = 0u64;
@@ -238,6 +259,8 @@ impl BytesServer {
             version: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             wake: (Mutex::new(false), Condvar::new()),
+            log,
+            info: RwLock::new(proto::Info::default()),
         });
         shared.bulk_load(pairs, config.fill)?;
         host.register(leaves)?;
@@ -247,7 +270,15 @@ impl BytesServer {
             let s = shared.clone();
             std::thread::spawn(move || s.train_loop())
         });
-        Ok(BytesServer { shared, trainer })
+        let flusher = shared.log.is_some().then(|| {
+            let s = shared.clone();
+            std::thread::spawn(move || s.flush_loop())
+        });
+        Ok(BytesServer {
+            shared,
+            trainer,
+            flusher,
+        })
     }
 
     /// The RPC handler clients call.
@@ -292,6 +323,22 @@ impl BytesServer {
     pub fn republish(&self) {
         self.shared.republish();
     }
+
+    /// Every pair, in key order (what a checkpoint holds).
+    pub fn pairs(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.shared.lock().pairs()
+    }
+
+    /// Sets what INFO says beyond the counts (the node's key set, codec
+    /// and durability).
+    pub fn set_info(&self, info: proto::Info) {
+        *self.shared.info.write().unwrap_or_else(|e| e.into_inner()) = info;
+    }
+
+    /// The log, if the server is durable.
+    pub fn log(&self) -> Option<&Arc<BytesLog>> {
+        self.shared.log.as_ref()
+    }
 }
 
 impl Drop for BytesServer {
@@ -300,6 +347,12 @@ impl Drop for BytesServer {
         self.shared.wake.1.notify_all();
         if let Some(t) = self.trainer.take() {
             let _ = t.join();
+        }
+        if let Some(t) = self.flusher.take() {
+            let _ = t.join();
+        }
+        if let Some(log) = &self.shared.log {
+            log.flush();
         }
     }
 }
@@ -318,6 +371,27 @@ impl State {
             .next_back()
             .expect("the first leaf's low fence is the empty key")
             .1
+    }
+
+    /// Every pair in key order: leaf 0 holds the empty low fence (splits
+    /// keep a leaf's low fence), and right links visit every leaf once.
+    fn pairs(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::with_capacity(self.len as usize);
+        let mut id = Some(0u32);
+        let mut hops = 0;
+        while let Some(l) = id {
+            assert!(hops < self.leaves.len(), "a cycle of right links");
+            hops += 1;
+            let leaf = &self.leaves[l as usize];
+            out.extend(
+                leaf.entries
+                    .iter()
+                    .map(|e| (e.key.clone(), e.value.clone())),
+            );
+            id = leaf.next;
+        }
+        debug_assert_eq!(out.len() as u64, self.len);
+        out
     }
 }
 
@@ -426,6 +500,9 @@ impl Shared {
         let answer = match (op, at) {
             (Op::Insert, Ok(_)) | (Op::Update | Op::Delete, Err(_)) => return Written::Done(false),
             (Op::Delete, Ok(i)) => {
+                if !self.logged((key, None)) {
+                    return Written::Unavailable;
+                }
                 let e = st.leaves[id as usize].entries.remove(i);
                 self.publish(&mut st.leaves[id as usize], id);
                 if let Some((p, class)) = e.rec {
@@ -448,6 +525,13 @@ impl Shared {
         let Some(rec) = self.put_record(&mut st.heap, key, value) else {
             return Written::Full;
         };
+        if !self.logged((key, Some(value))) {
+            // Written to the heap but never pointed to: free again.
+            if let Some((p, class)) = rec {
+                st.heap.release(p.offset, class);
+            }
+            return Written::Unavailable;
+        }
         let entry = Entry {
             key: key.to_vec(),
             value: value.to_vec(),
@@ -498,6 +582,46 @@ impl Shared {
         st.route.insert(sep, new);
         st.dirty = true;
         self.wake.1.notify_one();
+    }
+
+    /// Logs a change (the caller holds the writer lock, so the log's
+    /// order is the order of application); `false` if the log failed.
+    /// `sync`: durable when this returns, before anyone can see it.
+    fn logged(&self, change: super::durable::Change<'_>) -> bool {
+        match &self.log {
+            None => true,
+            Some(log) => log.append(change).is_ok(),
+        }
+    }
+
+    /// Writes buffered records out every [`super::durable::FLUSH_EVERY`]
+    /// and takes a checkpoint when one is due: the pairs are copied and
+    /// the log rotated under the writer lock, the file written outside it.
+    fn flush_loop(&self) {
+        let Some(log) = &self.log else { return };
+        let mut retry_at = None::<std::time::Instant>;
+        while !self.stop.load(Ordering::Acquire) {
+            std::thread::sleep(super::durable::FLUSH_EVERY);
+            log.flush();
+            let waiting = retry_at.is_some_and(|t| std::time::Instant::now() < t);
+            if waiting || !log.checkpoint_due() {
+                continue;
+            }
+            let r = {
+                let st = self.lock();
+                let pairs = st.pairs();
+                log.rotate().map(|lsn| (lsn, pairs))
+            };
+            match r.and_then(|(lsn, pairs)| log.write_checkpoint(lsn, &pairs)) {
+                Ok(()) => retry_at = None,
+                Err(e) => {
+                    log.checkpoint_failures.fetch_add(1, Ordering::Relaxed);
+                    log.rearm();
+                    tracing::warn!(error = %e, "byte checkpoint failed; retrying in 1 s");
+                    retry_at = Some(std::time::Instant::now() + Duration::from_secs(1));
+                }
+            }
+        }
     }
 
     fn scan(&self, start: &[u8], n: usize, out: &mut Vec<u8>) -> u32 {
@@ -576,6 +700,7 @@ impl Shared {
                 let s = match self.write(op, key, value) {
                     Written::Done(b) => b as u8,
                     Written::Full => status::FULL,
+                    Written::Unavailable => status::UNAVAILABLE,
                 };
                 self.head(reply, s);
             }
@@ -596,6 +721,16 @@ impl Shared {
                 reply.push(status::YES);
                 reply.extend_from_slice(&snap.0.to_le_bytes());
                 reply.extend_from_slice(&snap.1);
+            }
+            Request::Info => {
+                let mut info = self.info.read().unwrap_or_else(|e| e.into_inner()).clone();
+                {
+                    let st = self.lock();
+                    info.pairs = st.len;
+                    info.leaves = st.leaves.len() as u64;
+                }
+                self.head(reply, status::YES);
+                info.encode(reply);
             }
         }
     }
