@@ -434,3 +434,110 @@ impl RpcHandler for PersistHandler {
         self.sync.persist(respond);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &Path, durability: Durability) -> DataDirConfig {
+        DataDirConfig {
+            dir: dir.to_path_buf(),
+            durability,
+        }
+    }
+
+    const ID: RegionId = RegionId(0x4850_0001);
+    const MIB: u64 = 1 << 20;
+
+    fn persist(store: &DataStore, request: &[u8]) -> Vec<u8> {
+        let mut reply = Vec::new();
+        store.handler().handle(request, &mut reply);
+        reply
+    }
+
+    #[test]
+    fn a_restart_maps_the_same_records_and_cursor() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = config(tmp.path(), Durability::Sync);
+        let store = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap();
+        assert!(!store.restarted());
+        let r = store.region();
+        assert_eq!((r.load(D_CURSOR), r.load(D_CAPACITY)), (64, MIB));
+        // A client's claim and record, then PERSIST (answered after a sync).
+        assert_eq!(r.fetch_add(D_CURSOR, 4096), 64);
+        r.store(100, 0xfeed);
+        assert_eq!(persist(&store, &[PERSIST_TAG]), vec![0]);
+        // A second process on the directory is refused while it is open.
+        let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
+        assert!(matches!(e, HiError::Storage(_)), "{e}");
+        drop((r, store));
+        let store = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap();
+        assert!(store.restarted());
+        let r = store.region();
+        assert_eq!((r.load(D_CURSOR), r.load(100)), (64 + 4096, 0xfeed));
+        let mode = std::fs::metadata(tmp.path().join(RECORD_FILE)).unwrap();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_file_that_is_not_this_servers_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = config(tmp.path(), Durability::None);
+        drop(DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap());
+        for (node, group, bytes) in [(2, "g0", MIB), (1, "g1", MIB), (1, "g0", 2 * MIB)] {
+            let e = DataStore::open(&c, ID, bytes, NodeId(node), group).unwrap_err();
+            assert!(matches!(e, HiError::Storage(_)), "{e}");
+        }
+        // Every header word that is checked, damaged in turn.
+        for (word, bad) in [
+            (D_MAGIC, 0),
+            (D_MAGIC, u64::from(FILE_MAGIC) | (2 << 32)),
+            (D_CAPACITY, MIB - 64),
+            (D_CURSOR, 0),
+            (D_CURSOR, 68),
+            (D_CURSOR, u64::MAX - 7),
+        ] {
+            let store = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap();
+            let old = store.region().load(word);
+            store.region().store(word, bad);
+            drop(store);
+            let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
+            assert!(matches!(e, HiError::Storage(_)), "word {word} = {bad}: {e}");
+            // Put it back through the file itself.
+            let r = Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true)
+                .unwrap();
+            r.store(word, old);
+        }
+        // A file cut short.
+        let f = File::options()
+            .write(true)
+            .open(tmp.path().join(RECORD_FILE))
+            .unwrap();
+        f.set_len(MIB / 2).unwrap();
+        let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
+        assert!(matches!(e, HiError::Storage(_)), "{e}");
+    }
+
+    #[test]
+    fn persist_in_every_mode_and_bad_requests() {
+        for d in [Durability::Sync, Durability::Async, Durability::None] {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = DataStore::open(&config(tmp.path(), d), ID, MIB, NodeId(1), "g0").unwrap();
+            // Concurrent PERSISTs share syncs and all get answered.
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        for _ in 0..10 {
+                            assert_eq!(persist(&store, &[PERSIST_TAG]), vec![0]);
+                        }
+                    });
+                }
+            });
+            for bad in [&[][..], &[PERSIST_TAG, 0], &[1]] {
+                let reply = persist(&store, bad);
+                let e = crate::wire::reply_body(&reply).unwrap_err();
+                assert!(matches!(e, HiError::BadMessage(_)), "{d:?} {bad:?}: {e}");
+            }
+        }
+    }
+}
