@@ -476,7 +476,10 @@ mod tests {
         let r = store.region();
         assert_eq!((r.load(D_CURSOR), r.load(100)), (64 + 4096, 0xfeed));
         let mode = std::fs::metadata(tmp.path().join(RECORD_FILE)).unwrap();
-        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o600);
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o600
+        );
     }
 
     #[test]
@@ -504,8 +507,8 @@ mod tests {
             let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
             assert!(matches!(e, HiError::Storage(_)), "word {word} = {bad}: {e}");
             // Put it back through the file itself.
-            let r = Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true)
-                .unwrap();
+            let r =
+                Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true).unwrap();
             r.store(word, old);
         }
         // A file cut short.
