@@ -308,4 +308,28 @@ mod tests {
         assert!(!SERVER.takes("shm-dir") && !SERVER.takes("keys") && !SERVER.takes("fabric"));
         assert!(SERVER.probe.is_none());
     }
+
+    #[test]
+    fn a_data_server_takes_a_data_dir_and_durability_but_no_log_flags() {
+        let mut o = Options::new();
+        for (k, v) in [
+            ("etcd", "etcd://127.0.0.1:1"),
+            ("node", "1"),
+            ("role", "data"),
+            ("data-dir", "/tmp/d1"),
+            ("durability", "async"),
+        ] {
+            o.set(k, v).unwrap();
+        }
+        match process_config(&o, None).unwrap().0 {
+            ProcessConfig::Data { dir: Some(d), .. } => {
+                assert_eq!(d.dir, Path::new("/tmp/d1"));
+                assert_eq!(d.durability, wal::Durability::Async);
+            }
+            other => panic!("{other:?}"),
+        }
+        o.set("checkpoint-records", 10).unwrap();
+        let e = process_config(&o, None).unwrap_err();
+        assert!(e.message.contains("for index servers"), "{e}");
+    }
 }
