@@ -254,20 +254,47 @@ impl<E: Endpoint> Client<E> {
         Err(HiError::Full("every data server"))
     }
 
-    /// Writes a record and returns where it is.
+    /// Writes a record and returns where it is. On a data server that
+    /// keeps its records in a file, the record is persisted before this
+    /// returns (node/data.rs), so no PUT is indexed before its record is
+    /// as durable as the data server promises.
     fn write_record(&mut self, key: &[u8], value: &[u8]) -> Result<ValuePtr, HiError> {
         let rec = encode_record(key, value)?;
         let (d, offset) = self.claim(rec.len() as u64)?;
         let server = self.view.data[d as usize];
-        self.batch.clear();
-        let h = self.batch.write(server.region, offset, &rec);
-        self.ep.post(server.node, &mut self.batch)?;
-        self.batch.status(h)?;
+        let written = self.write_and_persist(server, offset, &rec);
+        if written.is_err() {
+            // The data server may have died: a restarted one may have lost
+            // an unsynced cursor, so the rest of this claim is never used;
+            // the retry claims afresh (on the next data server).
+            self.chunk = None;
+        }
+        written?;
         Ok(ValuePtr {
             data: d,
             offset,
             words_hint: layout::words_hint(rec.len() / 8),
         })
+    }
+
+    /// WRITEs `rec` at `offset` of `server`, then PERSISTs it if the data
+    /// server keeps a record file.
+    fn write_and_persist(
+        &mut self,
+        server: crate::view::DataServer,
+        offset: u64,
+        rec: &[u8],
+    ) -> Result<(), HiError> {
+        self.batch.clear();
+        let h = self.batch.write(server.region, offset, rec);
+        self.ep.post(server.node, &mut self.batch)?;
+        self.batch.status(h)?;
+        if layout::is_durable_data_region(server.region) {
+            let (ep, reply) = (&mut self.ep, &mut self.reply);
+            ep.call(server.node, &[layout::PERSIST_TAG], reply)?;
+            wire::reply_body(&self.reply)?;
+        }
+        Ok(())
     }
 
     fn index(&mut self, req: &Request) -> Result<bool, HiError> {

@@ -116,6 +116,32 @@ pub const D_CURSOR: usize = 0;
 /// Word of a data region's capacity.
 pub const D_CAPACITY: usize = 1;
 
+/// Region id of data server `node`'s records kept in memory only.
+pub fn data_region_id(node: fabric::NodeId) -> fabric::RegionId {
+    fabric::RegionId(0x4844_0000 | u32::from(node.0))
+}
+
+/// Region id of data server `node`'s records kept in a file
+/// (`--data-dir`): clients ask such a data server to PERSIST each record
+/// before they index it (node/data.rs). The id is in the view, so a
+/// client knows without asking.
+pub fn durable_data_region_id(node: fabric::NodeId) -> fabric::RegionId {
+    fabric::RegionId(0x4850_0000 | u32::from(node.0))
+}
+
+/// The request a client sends a data server of a
+/// [`durable_data_region_id`] after WRITEing a record: "make every record
+/// written before this request durable" (node/data.rs). One byte, no
+/// fields; the reply is status 0, or an error reply. Not one of the index
+/// servers' tags (wire.rs, 1..=11).
+pub const PERSIST_TAG: u8 = 32;
+
+/// Whether a data server's region id says it persists records
+/// ([`durable_data_region_id`]).
+pub fn is_durable_data_region(id: fabric::RegionId) -> bool {
+    id.0 >> 16 == 0x4850
+}
+
 const _: () = assert!(SLOTS * 8 + 8 == BUCKET_BYTES as usize);
 const _: () = assert!(TABLE_HEADER_BYTES == 8 * 8);
 const _: () = assert!(HEADER_READ_BYTES <= HEADER_COMMIT_BYTES);

@@ -46,6 +46,7 @@ use crate::table::HashTable;
 use crate::view::{DataServer, GroupView, Membership};
 use crate::wire::{self, Request};
 
+pub mod data;
 mod restart;
 pub mod serve;
 
@@ -799,39 +800,67 @@ pub struct DataNode {
     node: NodeId,
     server: DataServer,
     registration: Option<coord::Registration>,
+    /// The record file and its syncer (`--data-dir`), kept for the
+    /// process's life.
+    store: Option<data::DataStore>,
 }
 
 impl std::fmt::Debug for DataNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DataNode")
             .field("node", &self.node)
+            .field("store", &self.store)
             .finish()
     }
 }
 
 impl DataNode {
-    /// Allocates and registers a record region of `bytes` on `host` and
-    /// records it in etcd for group `group`.
+    /// Allocates and registers a record region of `bytes` on `host` — in
+    /// memory, or, with `dir`, the record file there (made, or mapped
+    /// again on a restart: node/data.rs) — and records it in etcd for
+    /// group `group`.
     pub fn start(
         host: &Host,
         node: NodeId,
         bytes: u64,
         etcd: &str,
         group: &str,
+        dir: Option<&data::DataDirConfig>,
     ) -> Result<DataNode, HiError> {
         check_node(node)?;
         check_group(group)?;
         check_data_bytes(bytes)?;
         let membership = EtcdMembership::connect(etcd, group)?;
-        let id = RegionId(0x4844_0000 | node.0 as u32);
-        let region = host.alloc_region(id, bytes.max(DATA_HEADER_BYTES + 4096), Rights::ALL)?;
-        region.store(D_CURSOR, DATA_HEADER_BYTES);
-        region.store(D_CAPACITY, region.len_bytes());
+        let (region, store) = match dir {
+            Some(dir) => {
+                let id = crate::layout::durable_data_region_id(node);
+                check_known(&membership, node, id, dir)?;
+                let store = data::DataStore::open(dir, id, bytes, node, group)?;
+                host.set_handler(store.handler());
+                (store.region(), Some(store))
+            }
+            None => {
+                let id = crate::layout::data_region_id(node);
+                let region =
+                    host.alloc_region(id, bytes.max(DATA_HEADER_BYTES + 4096), Rights::ALL)?;
+                region.store(D_CURSOR, DATA_HEADER_BYTES);
+                region.store(D_CAPACITY, region.len_bytes());
+                (region, None)
+            }
+        };
         let server = DataServer {
             node,
-            region: id,
+            region: region.id(),
             bytes: region.len_bytes(),
         };
+        if let Some(known) = membership.data_servers()?.iter().find(|d| d.node == node) {
+            if *known != server {
+                return Err(HiError::Config(format!(
+                    "data server {} was recorded with region {:#x} of {} bytes, not {:#x} of {}: restart it with the same --data-dir and --data-mib",
+                    node.0, known.region.0, known.bytes, server.region.0, server.bytes
+                )));
+            }
+        }
         host.register(region)?;
         membership.put_data(&server)?;
         Ok(DataNode {
@@ -839,24 +868,63 @@ impl DataNode {
             node,
             server,
             registration: None,
+            store,
         })
     }
 
-    /// Registers the server at `url` under a lease of `ttl`.
+    /// Registers the server at `url` under a lease of `ttl`. A process
+    /// restarted on its node finds its previous lease's key until that
+    /// lease lapses: it waits for that, at most two TTLs and a second.
     pub fn register(&mut self, url: &str, ttl: Duration) -> Result<(), HiError> {
-        self.registration = Some(
-            self.membership
-                .etcd()
-                .register(&member_id(Kind::Data, self.node), url, ttl)
-                .map_err(|e| HiError::BadMessage(format!("registering: {e}")))?,
-        );
-        Ok(())
+        let id = member_id(Kind::Data, self.node);
+        let deadline = std::time::Instant::now() + ttl * 2 + Duration::from_secs(1);
+        loop {
+            match self.membership.etcd().register(&id, url, ttl) {
+                Ok(r) => {
+                    self.registration = Some(r);
+                    return Ok(());
+                }
+                Err(coord::CoordError::AlreadyRegistered(_))
+                    if std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(HiError::BadMessage(format!("registering: {e}"))),
+            }
+        }
     }
 
     /// The region as the view will name it.
     pub fn server(&self) -> DataServer {
         self.server
     }
+
+    /// Whether it was restarted from its record file.
+    pub fn restarted(&self) -> bool {
+        self.store.as_ref().is_some_and(|s| s.restarted())
+    }
+}
+
+/// Refuses to make a fresh record file for a node etcd already knows as a
+/// durable data server: its records (which the index points at) were in
+/// a file that is gone, and a fresh region would hand the same offsets to
+/// new records.
+fn check_known(
+    membership: &EtcdMembership,
+    node: NodeId,
+    id: RegionId,
+    dir: &data::DataDirConfig,
+) -> Result<(), HiError> {
+    let file = dir.dir.join(data::RECORD_FILE);
+    let known = membership.data_servers()?;
+    if !file.exists() && known.iter().any(|d| d.node == node && d.region == id) {
+        return Err(HiError::Config(format!(
+            "data server {} kept its records in {}, which is gone: they cannot be served again (start a new node number)",
+            node.0,
+            file.display()
+        )));
+    }
+    Ok(())
 }
 
 /// A client of group `group` at `etcd` over the processes' fabric.
@@ -919,6 +987,9 @@ pub enum ProcessConfig {
         bytes: u64,
         /// Lease TTL of its registration.
         lease_ttl: Duration,
+        /// Its record file's directory and durability (`--data-dir`), or
+        /// `None` for records in memory only.
+        dir: Option<data::DataDirConfig>,
     },
 }
 
@@ -952,8 +1023,9 @@ impl ServerProcess {
                 group,
                 bytes,
                 lease_ttl,
+                dir,
             } => Ok(ServerProcess::Data(
-                DataNode::start(host, node, bytes, &etcd, &group)?,
+                DataNode::start(host, node, bytes, &etcd, &group, dir.as_ref())?,
                 lease_ttl,
             )),
         }
@@ -977,9 +1049,14 @@ impl ServerProcess {
                 )
             }
             ServerProcess::Data(data, _) => format!(
-                "histore data server {} of group {group}: {} MiB of records",
+                "histore data server {} of group {group}: {} MiB of records{}",
                 data.server().node.0,
-                data.server().bytes >> 20
+                data.server().bytes >> 20,
+                match (&data.store, data.restarted()) {
+                    (None, _) => " in memory",
+                    (Some(_), false) => " in a new file",
+                    (Some(_), true) => " in its file (restarted)",
+                }
             ),
         }
     }

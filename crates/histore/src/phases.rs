@@ -40,7 +40,8 @@ pub enum Phase {
     Index = 2,
     /// Log replication to the backups (the group commit's leader).
     Log = 3,
-    /// The record's one-sided READ or WRITE (and a write's space claim).
+    /// The record's one-sided READ or WRITE (and a write's space claim,
+    /// and its PERSIST on a data server that keeps a record file).
     Data = 4,
 }
 

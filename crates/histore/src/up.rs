@@ -94,9 +94,26 @@ fn histore_servers(
         .map(|(role, node)| {
             let mut args = shared(role, node);
             args.extend(role_args(role));
-            (format!("{prefix}{}{node}", &role[..1]), args)
+            let name = format!("{prefix}{}{node}", &role[..1]);
+            args.extend(durability_args(config, &name));
+            (name, args)
         })
         .collect()
+}
+
+/// With `--durability M`, server `name` keeps its data in `DIR/name`
+/// with that mode: an index server its log, a data server its record
+/// file (docs/histore.md, "Durability").
+fn durability_args(config: &UpConfig, name: &str) -> Vec<String> {
+    match &config.sharded.durability {
+        Some(mode) => vec![
+            "--data-dir".into(),
+            config.dir.join(name).display().to_string(),
+            "--durability".into(),
+            mode.clone(),
+        ],
+        None => Vec::new(),
+    }
 }
 
 /// Waits until the group's view in etcd names a primary, every other
@@ -154,12 +171,15 @@ fn check(config: &UpConfig) -> Result<(), DeployError> {
         )));
     }
     let s = &config.sharded;
-    if !s.weights.is_empty() || s.durability.is_some() || s.rebalance.is_some() || s.keys.from_file
-    {
-        // A HiStore group starts empty and keeps no log on disk.
+    if !s.weights.is_empty() || s.rebalance.is_some() || s.keys.from_file {
+        // A HiStore group starts empty.
         return Err(DeployError::Config(
-            "--weights, --durability, --rebalance and --keys-file are for --system xstore".into(),
+            "--weights, --rebalance and --keys-file are for --system xstore".into(),
         ));
+    }
+    if let Some(mode) = &s.durability {
+        mode.parse::<wal::Durability>()
+            .map_err(|e| DeployError::Config(format!("--durability: {e}")))?;
     }
     Ok(())
 }
@@ -228,12 +248,13 @@ pub fn up(config: &UpConfig) -> Result<(), DeployError> {
         h.data_servers
     );
     // An index server that exits is failed over or dropped by the others
-    // once its lease runs out; a data server's records become unreadable.
-    until_stopped(
-        &mut servers,
-        stop,
-        "the group goes on without it (a data server's records are lost)",
-    );
+    // once its lease runs out; a data server's records become unreadable
+    // until it is started again from its directory, if it has one.
+    let after_exit = match config.sharded.durability {
+        Some(_) => "the group goes on without it (a data server's records come back when it is started again on its directory)",
+        None => "the group goes on without it (a data server's records are lost)",
+    };
+    until_stopped(&mut servers, stop, after_exit);
     base.stop(servers);
     Ok(())
 }

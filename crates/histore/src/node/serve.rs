@@ -10,6 +10,7 @@ use std::time::Duration;
 use fabric::NodeId;
 
 use crate::durable::LogConfig;
+use crate::node::data::DataDirConfig;
 use kv::serve::{Serve, ServerDesc};
 use kv::{ErrorKind, KvError, OptionDesc, Options};
 
@@ -78,11 +79,11 @@ pub const SERVE_OPTIONS: &[OptionDesc] = &[
     },
     OptionDesc {
         name: "data-dir",
-        help: "index server: its log on disk, recovered at start (docs/histore.md, Durability)",
+        help: "index server: its log on disk, recovered at start; data server: its record file, mapped again at start (docs/histore.md, Durability)",
     },
     OptionDesc {
         name: "durability",
-        help: "index server with --data-dir: sync (default), async or none (docs/durability.md)",
+        help: "with --data-dir: sync (default), async or none (docs/durability.md)",
     },
     OptionDesc {
         name: "checkpoint-records",
@@ -131,9 +132,6 @@ pub fn process_config(
     )?);
     let log = log_config(o)?;
     match o.get_str("role") {
-        Some("data") if log.is_some() => Err(KvError::bad_input(
-            "--data-dir is for index servers: a data server's records live in memory only (docs/histore.md, Durability)",
-        )),
         Some("data") => Ok((
             ProcessConfig::Data {
                 node,
@@ -147,6 +145,7 @@ pub fn process_config(
                     fabric::region::MAX_REGION_BYTES >> 20,
                 )? << 20,
                 lease_ttl: ttl,
+                dir: data_dir(o, log)?,
             },
             "starting the data server",
         )),
@@ -208,6 +207,22 @@ fn log_config(o: &Options) -> Result<Option<LogConfig>, KvError> {
         o.get_u64_in("checkpoint-records", log.checkpoint_records, 1, 1 << 36)?;
     log.commit_delay = Duration::from_micros(o.get_u64_in("commit-delay-us", 0, 0, 100_000)?);
     Ok(Some(log))
+}
+
+/// A data server's record directory: `--data-dir` and `--durability`; the
+/// index servers' log flags are refused.
+fn data_dir(o: &Options, log: Option<LogConfig>) -> Result<Option<DataDirConfig>, KvError> {
+    for flag in ["checkpoint-records", "commit-delay-us"] {
+        if o.get_str(flag).is_some() {
+            return Err(KvError::bad_input(format!(
+                "--{flag} is for index servers: a data server keeps a record file, not a log"
+            )));
+        }
+    }
+    Ok(log.map(|l| DataDirConfig {
+        dir: l.dir,
+        durability: l.durability,
+    }))
 }
 
 /// `e` as a [`KvError`] of its kind, its message after `what`.
@@ -292,5 +307,29 @@ mod tests {
         }
         assert!(!SERVER.takes("shm-dir") && !SERVER.takes("keys") && !SERVER.takes("fabric"));
         assert!(SERVER.probe.is_none());
+    }
+
+    #[test]
+    fn a_data_server_takes_a_data_dir_and_durability_but_no_log_flags() {
+        let mut o = Options::new();
+        for (k, v) in [
+            ("etcd", "etcd://127.0.0.1:1"),
+            ("node", "1"),
+            ("role", "data"),
+            ("data-dir", "/tmp/d1"),
+            ("durability", "async"),
+        ] {
+            o.set(k, v).unwrap();
+        }
+        match process_config(&o, None).unwrap().0 {
+            ProcessConfig::Data { dir: Some(d), .. } => {
+                assert_eq!(d.dir, Path::new("/tmp/d1"));
+                assert_eq!(d.durability, wal::Durability::Async);
+            }
+            other => panic!("{other:?}"),
+        }
+        o.set("checkpoint-records", 10).unwrap();
+        let e = process_config(&o, None).unwrap_err();
+        assert!(e.message.contains("for index servers"), "{e}");
     }
 }
