@@ -68,6 +68,9 @@ pub enum Metric {
     /// The time to load the store (train its models), ms, measured around
     /// the load by the suite.
     LoadMs,
+    /// The bytes a single-machine index holds after the run, MB
+    /// (`LocalIndex::memory`'s total; FineStore's Fig. 15).
+    IndexMemoryMb,
 }
 
 impl Metric {
@@ -83,6 +86,7 @@ impl Metric {
             Metric::PhaseShare(p) => format!("{p}: share of the mean latency (%)"),
             Metric::MaxSharePct => "busiest server's share of requests (%)".into(),
             Metric::LoadMs => "load (training) time (ms)".into(),
+            Metric::IndexMemoryMb => "index memory (MB)".into(),
         }
     }
 
@@ -92,7 +96,7 @@ impl Metric {
         match self {
             Metric::Throughput => u == "mops/s",
             Metric::LatencyP50 | Metric::RolexRetrainUsP50 => u == "us",
-            Metric::ClientCacheMb => u == "mb",
+            Metric::ClientCacheMb | Metric::IndexMemoryMb => u == "mb",
             Metric::BytesReadPerOp => u == "b",
             Metric::RetrainsPerMInserts => u == "per m inserts",
             Metric::PhaseShare(_) | Metric::MaxSharePct => u == "%",
@@ -142,7 +146,7 @@ impl Metric {
             Metric::PhaseShare(phase) => phase_share(r, phase),
             Metric::MaxSharePct => r.server_shares.as_ref().map(|s| s.max_share * 100.0),
             // Not in the report: the row's (`PaperRow::value`).
-            Metric::LoadMs => None,
+            Metric::LoadMs | Metric::IndexMemoryMb => None,
         }
     }
 
@@ -206,6 +210,12 @@ pub struct PaperRun {
     /// Client machines x threads of this run's projection (`--clients`),
     /// instead of the suite's.
     pub clients: Option<(u32, u32)>,
+    /// Load one key in `grow` and insert the others through a client
+    /// before the run (unmeasured, timed with the load): the run then
+    /// queries a store grown by inserts (FineStore Fig. 12c-d: its level
+    /// bins, LI+Δ's delta buffer), every key holding its loaded value, so
+    /// every read is judged as after a plain load.
+    pub grow: Option<usize>,
 }
 
 impl PaperRun {
@@ -224,6 +234,7 @@ impl PaperRun {
             shards: None,
             inserter: None,
             clients: None,
+            grow: None,
         }
     }
 
@@ -263,6 +274,7 @@ impl PaperRun {
             dataset: self.dataset,
             keys: self.keys,
             shards: self.shards,
+            grow: self.grow,
         }
     }
 }
@@ -422,6 +434,9 @@ pub struct PaperRow {
     /// Milliseconds the store took to load, if this run loaded it (a run
     /// on the previous run's store did not).
     pub load_ms: Option<f64>,
+    /// The bytes a single-machine index held after the run (`index:`
+    /// systems; `None` for the others and the indexes that do not count).
+    pub index_memory: Option<::finestore::peers::IndexMemory>,
 }
 
 impl PaperRow {
@@ -429,6 +444,7 @@ impl PaperRow {
     pub fn value(&self, metric: Metric) -> Option<f64> {
         match metric {
             Metric::LoadMs => self.load_ms,
+            Metric::IndexMemoryMb => self.index_memory.map(|m| m.total as f64 / 1e6),
             m => m.measured(self.report.as_ref()?),
         }
     }
@@ -497,6 +513,7 @@ pub fn run_paper(
         spec,
         keysets: HashMap::new(),
         loaded: None,
+        last_index: None,
     };
     let mut rows = Vec::new();
     check_only(suite, &o.only)?;
@@ -612,6 +629,7 @@ struct LoadKey {
     dataset: Dataset,
     keys: Option<usize>,
     shards: Option<usize>,
+    grow: Option<usize>,
 }
 
 /// A loaded store, with the handle on its servers' shares if it is a
@@ -620,6 +638,8 @@ struct Loaded {
     key: LoadKey,
     store: Box<dyn crate::Store>,
     shares: Option<cluster::kv::ServerShares>,
+    /// The index of a single-machine (`index:`) system, for its bytes.
+    index: Option<Arc<dyn ::finestore::peers::LocalIndex>>,
 }
 
 /// Loads stores (reusing one across runs that leave its keys as loaded)
@@ -629,6 +649,9 @@ struct Runner<'a> {
     spec: Option<ProjectSpec>,
     keysets: HashMap<(Dataset, usize), Arc<[u64]>>,
     loaded: Option<Loaded>,
+    /// The index of the store the last run ran on, if a single-machine
+    /// one (read for its bytes once the run is over).
+    last_index: Option<Arc<dyn ::finestore::peers::LocalIndex>>,
 }
 
 impl Runner<'_> {
@@ -650,6 +673,11 @@ impl Runner<'_> {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e)),
         };
+        let index_memory = self
+            .last_index
+            .take()
+            .and_then(|i| i.memory())
+            .filter(|_| report.is_some());
         let failed = error
             .as_ref()
             .is_some_and(|e| !matches!(e, BenchError::Config(_)));
@@ -660,6 +688,7 @@ impl Runner<'_> {
             error: error.map(|e| e.to_string()),
             failed,
             load_ms,
+            index_memory,
         }
     }
 
@@ -676,37 +705,80 @@ impl Runner<'_> {
             options.set(k, v)?;
         }
         let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, value_for(k, 0))).collect();
-        let start = Instant::now();
-        let (store, shares): (Box<dyn crate::Store>, _) = match run.shards {
-            Some(n) => {
-                if !crate::system::runs_in_cluster(&run.system) {
-                    return Err(BenchError::Config(format!(
-                        "{} does not run range-partitioned",
-                        run.system
-                    )));
+        // Grown: every `grow`-th pair loaded, the others inserted below.
+        let (loaded, inserted): (Vec<(u64, u64)>, Vec<(u64, u64)>) = match run.grow {
+            Some(g) => {
+                if g < 2 {
+                    return Err(BenchError::Config("grow needs 2 or more".into()));
                 }
-                let xo = ::xstore::kv::XStoreOptions::parse(&options)?;
-                let c =
-                    cluster::local::LocalCluster::load(&pairs, n, xo, None, self.o.server_workers)?;
-                let shares = c.shares();
-                (Box::new(c), Some(shares))
+                let (a, b): (Vec<_>, Vec<_>) =
+                    pairs.iter().enumerate().partition(|(i, _)| i % g == 0);
+                (
+                    a.into_iter().map(|(_, p)| *p).collect(),
+                    b.into_iter().map(|(_, p)| *p).collect(),
+                )
             }
-            None => {
-                let store = crate::system::load_local(
-                    &run.system,
-                    &kv::LocalLoad {
-                        pairs: &pairs,
-                        adversary: None,
-                        server_workers: self.o.server_workers,
-                        options: &options,
-                    },
-                )?;
-                (store, None)
-            }
+            None => (pairs, Vec::new()),
         };
+        let start = Instant::now();
+        let (store, shares, index) = self.open(run, &loaded, &options)?;
+        if !inserted.is_empty() {
+            insert_all(&*store, &inserted)?;
+        }
         let ms = start.elapsed().as_secs_f64() * 1e3;
-        self.loaded = Some(Loaded { key, store, shares });
+        self.loaded = Some(Loaded {
+            key,
+            store,
+            shares,
+            index,
+        });
         Ok(Some(ms))
+    }
+
+    /// `run`'s store loaded with `pairs`: range-partitioned if the run
+    /// says so (with the handle on its shares), a single-machine index
+    /// (with the index, for its bytes), or the registry's system.
+    #[allow(clippy::type_complexity)]
+    fn open(
+        &self,
+        run: &PaperRun,
+        pairs: &[(u64, u64)],
+        options: &kv::Options,
+    ) -> Result<
+        (
+            Box<dyn crate::Store>,
+            Option<cluster::kv::ServerShares>,
+            Option<Arc<dyn ::finestore::peers::LocalIndex>>,
+        ),
+        BenchError,
+    > {
+        if let Some(n) = run.shards {
+            if !crate::system::runs_in_cluster(&run.system) {
+                return Err(BenchError::Config(format!(
+                    "{} does not run range-partitioned",
+                    run.system
+                )));
+            }
+            let xo = ::xstore::kv::XStoreOptions::parse(options)?;
+            let c = cluster::local::LocalCluster::load(pairs, n, xo, None, self.o.server_workers)?;
+            let shares = c.shares();
+            return Ok((Box::new(c), Some(shares), None));
+        }
+        if let Some(name) = run.system.strip_prefix(::finestore::peers::INDEX_PREFIX) {
+            let system = ::finestore::peers::IndexSystem::load(name, pairs)?;
+            let index = system.index();
+            return Ok((Box::new(system), None, Some(index)));
+        }
+        let store = crate::system::load_local(
+            &run.system,
+            &kv::LocalLoad {
+                pairs,
+                adversary: None,
+                server_workers: self.o.server_workers,
+                options,
+            },
+        )?;
+        Ok((store, None, None))
     }
 
     fn try_run(&mut self, run: &PaperRun, load_ms: &mut Option<f64>) -> Result<Report, BenchError> {
@@ -714,6 +786,7 @@ impl Runner<'_> {
         *load_ms = self.load(run, &keys)?;
         let loaded = self.loaded.as_ref().expect("loaded above");
         debug_assert_eq!(loaded.key, run.load_key());
+        self.last_index = loaded.index.clone();
         let before = loaded.shares.as_ref().map(|s| s.snapshot());
         let mut result = self.measure(&*loaded.store, keys, run);
         if let (Ok(report), Some(shares), Some(before)) = (&mut result, &loaded.shares, before) {
@@ -772,6 +845,23 @@ impl Runner<'_> {
         report.projected = Some(crate::project::project(&trace, &spec, &run.system)?);
         Ok(report)
     }
+}
+
+/// Inserts `pairs` (keys the store does not hold) through one client,
+/// each insert required to find its key fresh.
+fn insert_all(store: &dyn crate::Store, pairs: &[(u64, u64)]) -> Result<(), BenchError> {
+    let mut client = store.client()?;
+    let words = client
+        .words()
+        .ok_or_else(|| BenchError::Config("grow needs a system of u64 words".into()))?;
+    for &(k, v) in pairs {
+        if !words.insert(k, v)? {
+            return Err(BenchError::Client(format!(
+                "growing the store: insert of fresh key {k} found it present"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Every system of `systems` at every point of `points` (`x`, workload,
