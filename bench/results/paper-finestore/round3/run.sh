@@ -20,5 +20,8 @@ case "${1:-all}" in
   xstore|all) run xstore fig16a-values ;;
 esac
 case "${1:-all}" in
+  histore|all) run histore fig13-recovery-primary,fig13-recovery-backup,fig14-degraded ;;
+esac
+case "${1:-all}" in
   finestore|all) run finestore fig12a-models,fig12c-point-after-inserts,fig12d-range-after-inserts,fig15-memory ;;
 esac

@@ -71,6 +71,9 @@ pub enum Metric {
     /// The bytes a single-machine index holds after the run, MB
     /// (`LocalIndex::memory`'s total; FineStore's Fig. 15).
     IndexMemoryMb,
+    /// The time to recover a HiStore index server ([`Fault`]), ms, timed
+    /// by the suite (HiStore's Fig. 13).
+    RecoveryMs,
 }
 
 impl Metric {
@@ -87,6 +90,7 @@ impl Metric {
             Metric::MaxSharePct => "busiest server's share of requests (%)".into(),
             Metric::LoadMs => "load (training) time (ms)".into(),
             Metric::IndexMemoryMb => "index memory (MB)".into(),
+            Metric::RecoveryMs => "recovery time (ms)".into(),
         }
     }
 
@@ -100,7 +104,7 @@ impl Metric {
             Metric::BytesReadPerOp => u == "b",
             Metric::RetrainsPerMInserts => u == "per m inserts",
             Metric::PhaseShare(_) | Metric::MaxSharePct => u == "%",
-            Metric::LoadMs => u == "ms",
+            Metric::LoadMs | Metric::RecoveryMs => u == "ms",
         }
     }
 
@@ -146,7 +150,7 @@ impl Metric {
             Metric::PhaseShare(phase) => phase_share(r, phase),
             Metric::MaxSharePct => r.server_shares.as_ref().map(|s| s.max_share * 100.0),
             // Not in the report: the row's (`PaperRow::value`).
-            Metric::LoadMs | Metric::IndexMemoryMb => None,
+            Metric::LoadMs | Metric::IndexMemoryMb | Metric::RecoveryMs => None,
         }
     }
 
@@ -165,7 +169,7 @@ impl Metric {
     pub fn lower_is_better(&self) -> bool {
         matches!(
             self,
-            Metric::LatencyP50 | Metric::RolexRetrainUsP50 | Metric::LoadMs
+            Metric::LatencyP50 | Metric::RolexRetrainUsP50 | Metric::LoadMs | Metric::RecoveryMs
         )
     }
 }
@@ -216,6 +220,61 @@ pub struct PaperRun {
     /// bins, LI+Δ's delta buffer), every key holding its loaded value, so
     /// every read is judged as after a plain load.
     pub grow: Option<usize>,
+    /// A HiStore index server failure applied to the loaded store before
+    /// the run (`histore` only; HiStore's Figs. 13-14).
+    pub fault: Option<Fault>,
+}
+
+/// An index server failure in each HiStore group of a loaded store,
+/// through `histore::LocalGroup`'s public calls; the run after it is
+/// judged as any other (the failure loses no acknowledged write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The primary killed and a backup promoted (`fail_over`: it builds
+    /// a hash table from its skiplist), timed: the primary's recovery.
+    Primary,
+    /// A backup killed and dropped from the group: the run is degraded.
+    BackupDown,
+    /// A backup killed and dropped, then a fresh one added and rebuilt
+    /// from the primary's table (`add_backup`), timed: a backup's
+    /// recovery.
+    BackupReplaced,
+}
+
+/// Applies `fault` to every group of `store`; the milliseconds its
+/// recovery took (`None` for a failure not recovered from).
+fn inject(store: &::histore::kv::HiStoreLocal, fault: Fault) -> Result<Option<f64>, BenchError> {
+    let groups = store.groups();
+    let mut recovery = None;
+    for i in 0..groups.len() {
+        let g = groups.group(i);
+        let view = g.view();
+        let start = match fault {
+            Fault::Primary => {
+                g.kill(view.primary).map_err(kv::KvError::from)?;
+                let start = Instant::now();
+                g.fail_over().map_err(kv::KvError::from)?;
+                start
+            }
+            Fault::BackupDown | Fault::BackupReplaced => {
+                let b = *view
+                    .backups
+                    .first()
+                    .ok_or_else(|| BenchError::Config("a HiStore group without a backup".into()))?;
+                g.kill(b).map_err(kv::KvError::from)?;
+                g.drop_backup(b).map_err(kv::KvError::from)?;
+                let start = Instant::now();
+                if fault == Fault::BackupReplaced {
+                    g.add_backup().map_err(kv::KvError::from)?;
+                }
+                start
+            }
+        };
+        if fault != Fault::BackupDown {
+            *recovery.get_or_insert(0.0) += start.elapsed().as_secs_f64() * 1e3;
+        }
+    }
+    Ok(recovery)
 }
 
 impl PaperRun {
@@ -235,6 +294,7 @@ impl PaperRun {
             inserter: None,
             clients: None,
             grow: None,
+            fault: None,
         }
     }
 
@@ -275,6 +335,7 @@ impl PaperRun {
             keys: self.keys,
             shards: self.shards,
             grow: self.grow,
+            fault: self.fault,
         }
     }
 }
@@ -437,6 +498,9 @@ pub struct PaperRow {
     /// The bytes a single-machine index held after the run (`index:`
     /// systems; `None` for the others and the indexes that do not count).
     pub index_memory: Option<::finestore::peers::IndexMemory>,
+    /// Milliseconds the run's [`Fault`] took to recover from, if this run
+    /// loaded its store and the fault is recovered from.
+    pub recovery_ms: Option<f64>,
 }
 
 impl PaperRow {
@@ -445,6 +509,7 @@ impl PaperRow {
         match metric {
             Metric::LoadMs => self.load_ms,
             Metric::IndexMemoryMb => self.index_memory.map(|m| m.total as f64 / 1e6),
+            Metric::RecoveryMs => self.recovery_ms,
             m => m.measured(self.report.as_ref()?),
         }
     }
@@ -514,6 +579,7 @@ pub fn run_paper(
         keysets: HashMap::new(),
         loaded: None,
         last_index: None,
+        last_recovery: None,
     };
     let mut rows = Vec::new();
     check_only(suite, &o.only)?;
@@ -630,6 +696,7 @@ struct LoadKey {
     keys: Option<usize>,
     shards: Option<usize>,
     grow: Option<usize>,
+    fault: Option<Fault>,
 }
 
 /// A loaded store, with the handle on its servers' shares if it is a
@@ -652,6 +719,8 @@ struct Runner<'a> {
     /// The index of the store the last run ran on, if a single-machine
     /// one (read for its bytes once the run is over).
     last_index: Option<Arc<dyn ::finestore::peers::LocalIndex>>,
+    /// The recovery time of the fault applied to the last store loaded.
+    last_recovery: Option<f64>,
 }
 
 impl Runner<'_> {
@@ -678,6 +747,7 @@ impl Runner<'_> {
             .take()
             .and_then(|i| i.memory())
             .filter(|_| report.is_some());
+        let recovery_ms = self.last_recovery.take().filter(|_| load_ms.is_some());
         let failed = error
             .as_ref()
             .is_some_and(|e| !matches!(e, BenchError::Config(_)));
@@ -689,6 +759,7 @@ impl Runner<'_> {
             failed,
             load_ms,
             index_memory,
+            recovery_ms,
         }
     }
 
@@ -725,7 +796,7 @@ impl Runner<'_> {
         if !inserted.is_empty() {
             insert_all(&*store, &inserted)?;
         }
-        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let ms = start.elapsed().as_secs_f64() * 1e3 - self.last_recovery.unwrap_or(0.0);
         self.loaded = Some(Loaded {
             key,
             store,
@@ -740,7 +811,7 @@ impl Runner<'_> {
     /// (with the index, for its bytes), or the registry's system.
     #[allow(clippy::type_complexity)]
     fn open(
-        &self,
+        &mut self,
         run: &PaperRun,
         pairs: &[(u64, u64)],
         options: &kv::Options,
@@ -763,6 +834,19 @@ impl Runner<'_> {
             let c = cluster::local::LocalCluster::load(pairs, n, xo, None, self.o.server_workers)?;
             let shares = c.shares();
             return Ok((Box::new(c), Some(shares), None));
+        }
+        self.last_recovery = None;
+        if let Some(fault) = run.fault {
+            if run.system != "histore" {
+                return Err(BenchError::Config(format!(
+                    "{} takes no index server failure (histore does)",
+                    run.system
+                )));
+            }
+            let o = ::histore::kv::HiStoreOptions::from_options(options)?;
+            let store = ::histore::kv::HiStoreLocal::load(pairs, None, o)?;
+            self.last_recovery = inject(&store, fault)?;
+            return Ok((Box::new(store), None, None));
         }
         if let Some(name) = run.system.strip_prefix(::finestore::peers::INDEX_PREFIX) {
             let system = ::finestore::peers::IndexSystem::load(name, pairs)?;
