@@ -316,6 +316,47 @@ fn a_store_grown_by_inserts_is_queried_judged_and_its_index_bytes_reported() {
     }
     assert!(summary.ok());
     let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
-    assert!(jsonl.contains("\"index_memory\":{\"total\":"), "{jsonl}");
+    for line in jsonl.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["index_memory"]["total"].as_u64().unwrap() > 0, "{line}");
+    }
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn a_histore_server_fails_is_recovered_and_the_run_after_is_judged() {
+    let out = std::env::temp_dir().join(format!("xstore-paper-fault-{}", std::process::id()));
+    let mut o = PaperOptions::new(out.clone());
+    // A group is sized for its loaded keys: the PUT run inserts a third
+    // more.
+    o.keys = 1_000;
+    o.ops = 300;
+    o.warmup_ops = 20;
+    o.project = false;
+    o.papers_dir = fixture().parent().unwrap().to_path_buf();
+    o.only = vec!["fig13-recovery-backup".into(), "fig14-degraded".into()];
+    let mut suite = paper::suite("paper-histore").unwrap();
+    // One recovery and two failed states keep the test cheap (each run
+    // loads a group).
+    for f in &mut suite.figures {
+        f.runs.retain(|r| {
+            r.keys == Some(10_000) || r.x == "GET: primary failed over" || r.x == "PUT: backup down"
+        });
+        for r in &mut f.runs {
+            r.keys = r.keys.map(|_| 1_000);
+        }
+    }
+    let summary = paper::run_paper(&suite, &o, &mut |l| eprintln!("{l}")).unwrap();
+    assert_eq!(summary.rows.len(), 3);
+    for r in &summary.rows {
+        let rep = r.report.as_ref().unwrap_or_else(|| panic!("{:?}", r.error));
+        assert!(rep.correctness.checked_reads > 0, "{}", r.run.x);
+        assert_eq!(rep.correctness.errors(), 0, "{}", r.run.x);
+        // A recovery is timed; a server left down is not.
+        let timed = r.run.fault != Some(paper::Fault::BackupDown);
+        assert_eq!(r.recovery_ms.is_some(), timed, "{}", r.run.x);
+        assert!(r.recovery_ms.unwrap_or(1.0) > 0.0);
+    }
+    assert!(summary.ok());
     std::fs::remove_dir_all(&out).ok();
 }

@@ -970,6 +970,26 @@ mod tests {
     }
 
     #[test]
+    fn the_learned_indexes_count_their_bytes_and_the_inserts_they_take() {
+        let pairs: Vec<(u64, u64)> = (0..4_000u64).map(|i| (i * 10, i)).collect();
+        for name in ["finestore", "xindex-like", "li-delta", "pgm", "alex"] {
+            let index = load_index(name, &pairs).unwrap();
+            let loaded = index.memory().unwrap_or_else(|| panic!("{name}: no bytes"));
+            // Every key and value is held: 16 bytes a pair at least.
+            assert!(loaded.total >= 16 * 4_000, "{name}: {loaded:?}");
+            for k in 0..4_000u64 {
+                assert!(index.insert(k * 10 + 5, k), "{name}: {k}");
+            }
+            let grown = index.memory().unwrap();
+            assert!(grown.total >= 16 * 8_000, "{name}: {grown:?}");
+            if let (Some(m), Some(t)) = (grown.models, grown.trained) {
+                assert_eq!(m + t + grown.buffers.unwrap_or(0), grown.total, "{name}");
+            }
+        }
+        assert!(load_index("btree", &pairs).unwrap().memory().is_none());
+    }
+
+    #[test]
     fn every_index_scans_like_a_btreemap_while_it_grows() {
         let seed = testkit::seed();
         let mut x = seed;
