@@ -777,20 +777,12 @@ impl Runner<'_> {
         }
         let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, value_for(k, 0))).collect();
         // Grown: every `grow`-th pair loaded, the others inserted below.
-        let (loaded, inserted): (Vec<(u64, u64)>, Vec<(u64, u64)>) = match run.grow {
-            Some(g) => {
-                if g < 2 {
-                    return Err(BenchError::Config("grow needs 2 or more".into()));
-                }
-                let (a, b): (Vec<_>, Vec<_>) =
-                    pairs.iter().enumerate().partition(|(i, _)| i % g == 0);
-                (
-                    a.into_iter().map(|(_, p)| *p).collect(),
-                    b.into_iter().map(|(_, p)| *p).collect(),
-                )
-            }
+        let (loaded, inserted) = match run.grow {
+            Some(g) if g < 2 => return Err(BenchError::Config("grow needs 2 or more".into())),
+            Some(g) => split_every(&pairs, g),
             None => (pairs, Vec::new()),
         };
+        debug_assert_eq!(loaded.len() + inserted.len(), keys.len());
         let start = Instant::now();
         let (store, shares, index) = self.open(run, &loaded, &options)?;
         if !inserted.is_empty() {
@@ -809,20 +801,12 @@ impl Runner<'_> {
     /// `run`'s store loaded with `pairs`: range-partitioned if the run
     /// says so (with the handle on its shares), a single-machine index
     /// (with the index, for its bytes), or the registry's system.
-    #[allow(clippy::type_complexity)]
     fn open(
         &mut self,
         run: &PaperRun,
         pairs: &[(u64, u64)],
         options: &kv::Options,
-    ) -> Result<
-        (
-            Box<dyn crate::Store>,
-            Option<cluster::kv::ServerShares>,
-            Option<Arc<dyn ::finestore::peers::LocalIndex>>,
-        ),
-        BenchError,
-    > {
+    ) -> Result<Opened, BenchError> {
         if let Some(n) = run.shards {
             if !crate::system::runs_in_cluster(&run.system) {
                 return Err(BenchError::Config(format!(
@@ -929,6 +913,32 @@ impl Runner<'_> {
         report.projected = Some(crate::project::project(&trace, &spec, &run.system)?);
         Ok(report)
     }
+}
+
+/// A store just loaded, with the handle on its servers' shares (a
+/// range-partitioned one) and its index (a single-machine one).
+type Opened = (
+    Box<dyn crate::Store>,
+    Option<cluster::kv::ServerShares>,
+    Option<Arc<dyn ::finestore::peers::LocalIndex>>,
+);
+
+/// Key-value pairs.
+type Pairs = Vec<(u64, u64)>;
+
+/// `pairs` split into every `g`-th (from the first) and the others.
+fn split_every(pairs: &[(u64, u64)], g: usize) -> (Pairs, Pairs) {
+    assert!(g > 0, "every 0th pair");
+    let mut kept = Vec::with_capacity(pairs.len() / g + 1);
+    let mut rest = Vec::with_capacity(pairs.len());
+    for (i, p) in pairs.iter().enumerate() {
+        if i % g == 0 {
+            kept.push(*p);
+        } else {
+            rest.push(*p);
+        }
+    }
+    (kept, rest)
 }
 
 /// Inserts `pairs` (keys the store does not hold) through one client,
