@@ -49,6 +49,7 @@ fuzz_target!(|data: &[u8]| {
         }
         6 => {
             let _ = histore::wire::read_pairs(le::Reader::new(rest));
+            let _ = histore::wire::read_page(le::Reader::new(rest));
         }
         7 => {
             let version = word(rest);

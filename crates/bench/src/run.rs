@@ -893,7 +893,7 @@ impl<'l> Worker<'l> {
             let verdict = got.as_ref().ok().map(|&got| self.ledger.check(key, s, got));
             self.ledger.end_read(self.thread as usize);
             let got = got?;
-            self.record_read(key, s, got);
+            self.record_read(key, s, got, false);
             let verdict = verdict.expect("judged when the read succeeded");
             if verdict != Verdict::Unknown {
                 self.correctness.checked_reads += 1;
@@ -959,11 +959,13 @@ impl<'l> Worker<'l> {
                 value,
                 result: None,
                 wrote: Some(took),
+                scan: false,
             });
         }
     }
 
-    fn record_read(&mut self, key: u64, inv: u64, got: Option<u64>) {
+    /// Records a read (`scan`: one pair of a SCAN).
+    fn record_read(&mut self, key: u64, inv: u64, got: Option<u64>, scan: bool) {
         if let Some(r) = &mut self.recorder {
             let res = self.ledger.now();
             r.push(Operation {
@@ -975,6 +977,7 @@ impl<'l> Worker<'l> {
                 value: None,
                 result: got,
                 wrote: None,
+                scan,
             });
         }
     }
@@ -995,7 +998,7 @@ impl<'l> Worker<'l> {
         // start: until then the ledger keeps every write this read may
         // have seen.
         if self.judging {
-            self.record_read(key, s, got);
+            self.record_read(key, s, got, false);
             self.check_read(key, s, got);
         }
         Ok(end)
@@ -1197,7 +1200,7 @@ impl<'l> Worker<'l> {
         }
         // Every pair is judged like a read that began with the scan.
         for &(k, v) in &buf {
-            self.record_read(k, s, Some(v));
+            self.record_read(k, s, Some(v), true);
             let verdict = self.ledger.check(k, s, Some(v));
             self.judge(verdict, false);
         }

@@ -17,8 +17,9 @@
 //! `null`: it may have taken effect at any time after `inv`, or never.
 //! A `get`'s `result` is the value read (`null`: not found); an insert's
 //! or update's `wrote` says whether it wrote. A scan is recorded as one `get`
-//! per pair it returned, each with the scan's times (a scan is not atomic,
-//! but each pair it returns must be a value its key held during the scan).
+//! per pair it returned, each with the scan's times and `"scan":true` (a
+//! scan is not atomic, but each pair it returns must be a value its key
+//! held during the scan).
 //! `init` lines give the value of every key the history touches when the
 //! run began: the harness writes them for a freshly loaded system (the
 //! bulk load gives key K the value of version 0).
@@ -68,6 +69,11 @@ pub struct Operation {
     /// operations without an answer.
     #[serde(default)]
     pub wrote: Option<bool>,
+    /// A `get` that is one pair of a SCAN (judged as a read; counted
+    /// apart by [`crate::gaps`]). Written only when true; older
+    /// histories read as false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scan: bool,
 }
 
 /// One line of a history file.
@@ -197,6 +203,9 @@ impl Operation {
             }
             OpKind::Insert | OpKind::Update if self.result.is_some() => {
                 Err("a write's outcome is `wrote`, not `result`".into())
+            }
+            OpKind::Insert | OpKind::Update | OpKind::Delete if self.scan => {
+                Err("only a get is part of a scan".into())
             }
             _ if self.res.is_none() && (self.result.is_some() || self.wrote.is_some()) => {
                 Err("an operation without a response has no result".into())

@@ -392,6 +392,7 @@ mod tests {
             value: None,
             result,
             wrote: None,
+            scan: false,
         }
     }
 
@@ -405,6 +406,7 @@ mod tests {
             value: Some(value),
             result: None,
             wrote: res.map(|_| true),
+            scan: false,
         }
     }
 
@@ -451,6 +453,7 @@ mod tests {
             value: None,
             result: None,
             wrote: Some(removed),
+            scan: false,
         }
     }
 

@@ -59,6 +59,7 @@ fn model_history(rng: &mut StdRng, shape: Shape) -> History {
             value: None,
             result: None,
             wrote: None,
+            scan: false,
         };
         match rng.random_range(0..3) {
             0 => op.result = model.get(&key).copied(),

@@ -61,7 +61,12 @@ pub fn run(args: &CheckArgs) -> Result<i32> {
 
 /// The longest waits for an answer (a failover's stall shows here).
 fn print_gaps(g: &check::gaps::Gaps) {
-    for (what, gap) in [("reads", g.reads), ("writes", g.writes)] {
+    for (what, gap) in [
+        ("reads", g.reads),
+        ("writes", g.writes),
+        ("GETs", g.gets),
+        ("SCANs", g.scans),
+    ] {
         if gap.answers < 2 {
             continue;
         }

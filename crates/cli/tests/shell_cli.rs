@@ -244,3 +244,86 @@ fn the_shell_reconnects_after_a_server_restart() {
     );
     second.kill();
 }
+
+/// On a terminal the shell edits lines and keeps a history: run under
+/// `script` (util-linux: it gives the shell a pseudo-terminal), a line
+/// typed with a backspace is the edited line, the up arrow recalls the
+/// last line, and the history file (mode 0600) holds what was run.
+#[test]
+fn on_a_terminal_lines_are_edited_and_kept_in_a_private_history() {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+
+    if Command::new("script").arg("--version").output().is_err() {
+        // util-linux's `script` is on every Debian (bsdutils, essential).
+        println!("skipped: no `script` (util-linux) to give the shell a terminal");
+        return;
+    }
+    let server = ServerProcess::start(&["--keys", "0"]);
+    let state = Scratch::new("shell-tty");
+    std::fs::create_dir_all(state.path()).unwrap();
+    let command = format!("{} shell {}", env!("CARGO_BIN_EXE_xstore"), server.tcp);
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("XDG_STATE_HOME", state.path())
+        .env("TERM", "xterm")
+        .env_remove("XSTORE_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn script");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = stdout.read_to_end(&mut out);
+        out
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    // One line at a time, after the shell has had time to draw its prompt:
+    // "get 2", a backspace, "1" is `get 1`; ESC [ A is the up arrow.
+    for keys in [
+        &b"put 1 10\r"[..],
+        b"put 2 20\r",
+        b"get 2\x7f1\r",
+        b"\x1b[A\r",
+        b"quit\r",
+    ] {
+        std::thread::sleep(Duration::from_millis(300));
+        stdin.write_all(keys).unwrap();
+        stdin.flush().unwrap();
+    }
+    // Keep stdin open until the shell has left: at its end of input
+    // `script` would end the session early.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the shell did not leave at quit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(stdin);
+    let out = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
+    assert!(status.success(), "shell on a terminal: {status}\n{out}");
+    // Answers are whole lines between the terminal's redraws.
+    let answers: Vec<&str> = out
+        .lines()
+        .map(|l| l.trim_matches(|c: char| c == '\r' || c.is_whitespace()))
+        .filter(|l| matches!(*l, "OK" | "10" | "20" | "NOT_FOUND"))
+        .collect();
+    assert_eq!(answers, ["OK", "OK", "10", "10"], "terminal output:\n{out}");
+    let history = state.path().join("xstore").join("history");
+    let mode = std::fs::metadata(&history).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the history file is the user's alone");
+    let kept = std::fs::read_to_string(&history).unwrap();
+    let kept: Vec<&str> = kept.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(kept.contains(&"put 1 10"), "history: {kept:?}");
+    assert!(kept.contains(&"get 1"), "history: {kept:?}");
+    assert!(
+        !kept.contains(&"get 2"),
+        "the edited line is kept as edited: {kept:?}"
+    );
+    server.stop();
+}

@@ -246,19 +246,25 @@ fn at_revision<T>(
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Err(ClientError::WrongOwner { revision: now }) => {
-                return Err(MoveError::MapChanged {
-                    frozen: revision,
-                    now,
-                })
-            }
-            Err(source) => {
-                return Err(MoveError::Server {
-                    server: server.to_string(),
-                    source,
-                })
-            }
+            Err(source) => return Err(fenced_failure(server, revision, source)),
         }
+    }
+}
+
+/// A fenced request's failure on `server` during a move frozen at
+/// `revision`: a server at another map revision means the map moved on
+/// (someone else finished or undid the move); anything else is the
+/// server's failure.
+fn fenced_failure(server: &str, revision: u64, source: ClientError) -> MoveError {
+    match source {
+        ClientError::WrongOwner { revision: now } => MoveError::MapChanged {
+            frozen: revision,
+            now,
+        },
+        source => MoveError::Server {
+            server: server.to_string(),
+            source,
+        },
     }
 }
 
@@ -298,16 +304,7 @@ fn write_all(
     c: &mut Remote,
     writes: impl Iterator<Item = Write>,
 ) -> Result<u64, MoveError> {
-    let fail = |source: ClientError| match source {
-        ClientError::WrongOwner { revision: now } => MoveError::MapChanged {
-            frozen: revision,
-            now,
-        },
-        source => MoveError::Server {
-            server: server.to_string(),
-            source,
-        },
-    };
+    let fail = |source: ClientError| fenced_failure(server, revision, source);
     let mut pending: std::collections::VecDeque<PendingWrite> = Default::default();
     let mut n = 0;
     for w in writes {
@@ -344,18 +341,7 @@ fn upsert_all(
                     .map(|&(key, value)| Write::Upsert { key, value });
                 return write_all(server, revision, c, upserts);
             }
-            Err(ClientError::WrongOwner { revision: now }) => {
-                return Err(MoveError::MapChanged {
-                    frozen: revision,
-                    now,
-                })
-            }
-            Err(source) => {
-                return Err(MoveError::Server {
-                    server: server.to_string(),
-                    source,
-                })
-            }
+            Err(source) => return Err(fenced_failure(server, revision, source)),
         }
     }
     Ok(pairs.len() as u64)

@@ -282,17 +282,19 @@ fn round_with(
     let head = ranges
         .iter()
         .find(|(i, k)| next_to(*i, -1) && !k.is_empty());
+    // The last `want` keys of range i (all of it if it holds no more).
+    let tail_of = |i: usize, keys: &[u64]| {
+        let r = &map.ranges[i];
+        let n = want.min(keys.len());
+        let lo = if n == keys.len() {
+            r.lo
+        } else {
+            keys[keys.len() - n]
+        };
+        (lo, r.hi)
+    };
     let (lo, hi) = match (tail, head) {
-        (Some((i, keys)), _) => {
-            let r = &map.ranges[*i];
-            let n = want.min(keys.len());
-            let lo = if n == keys.len() {
-                r.lo
-            } else {
-                keys[keys.len() - n]
-            };
-            (lo, r.hi)
-        }
+        (Some((i, keys)), _) => tail_of(*i, keys),
         (None, Some((i, keys))) => {
             let r = &map.ranges[*i];
             let n = want.min(keys.len());
@@ -303,14 +305,7 @@ fn round_with(
             let Some((i, keys)) = ranges.iter().max_by_key(|r| r.1.len()) else {
                 return Ok(round);
             };
-            let r = &map.ranges[*i];
-            let n = want.min(keys.len());
-            let lo = if n == keys.len() {
-                r.lo
-            } else {
-                keys[keys.len() - n]
-            };
-            (lo, r.hi)
+            tail_of(*i, keys)
         }
     };
     if lo >= hi {

@@ -117,6 +117,9 @@ pub struct Client<E: Endpoint> {
     buf: Vec<u8>,
     reply: Vec<u8>,
     stats: ClientStats,
+    /// Most pairs a SCAN asks of a backup per RPC (the backup bounds it
+    /// again by [`wire::MAX_SCAN_PAIRS`]).
+    page_pairs: usize,
 }
 
 impl<E: Endpoint> Client<E> {
@@ -137,6 +140,7 @@ impl<E: Endpoint> Client<E> {
             buf: Vec::new(),
             reply: Vec::new(),
             stats: ClientStats::default(),
+            page_pairs: wire::MAX_SCAN_PAIRS,
         }
     }
 
@@ -499,13 +503,64 @@ impl<E: Endpoint> Client<E> {
     }
 
     /// Up to `n` pairs with keys at or after `start`, in key order: the keys
-    /// and record addresses from a backup's sorted index (one RPC), then
-    /// the records by one-sided READs, one batch per data server.
+    /// and record addresses from a backup's sorted index, then the records
+    /// by one-sided READs, one batch per data server. A backup answers at
+    /// most [`wire::MAX_SCAN_PAIRS`] pairs per RPC, so a longer SCAN goes
+    /// page by page, each continuing after the last key of the one before.
+    /// Each page is a linearizable read at its own moment (retried on its
+    /// own across failovers); the SCAN as a whole is not one snapshot: a key
+    /// written meanwhile shows its value at its page's moment, never a value
+    /// it did not hold during the SCAN (docs/histore.md, "SCAN").
     pub fn scan(&mut self, start: &[u8], n: usize) -> Result<Pairs, HiError> {
+        let mut out = Vec::new();
+        let (mut from, mut exclusive) = (start.to_vec(), false);
+        while out.len() < n {
+            let ask = (n - out.len()).min(self.page_pairs);
+            let (page, more) = self.scan_page(&from, exclusive, ask)?;
+            debug_assert!(page.len() <= ask);
+            let full = page.len() == ask;
+            match page.last() {
+                Some((k, _)) => {
+                    from.clone_from(k);
+                    exclusive = true;
+                }
+                None => break,
+            }
+            out.extend(page);
+            if !more && !full {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Most pairs a SCAN asks per RPC ([`Client::with_scan_page`]).
+    pub fn scan_page_pairs(&self) -> usize {
+        self.page_pairs
+    }
+
+    /// Makes SCANs ask for at most `pairs` (at least 1) per RPC: tests use
+    /// a small page so that a SCAN crosses many pages.
+    pub fn with_scan_page(mut self, pairs: usize) -> Client<E> {
+        self.page_pairs = pairs.clamp(1, wire::MAX_SCAN_PAIRS);
+        self
+    }
+
+    /// One page of a SCAN: up to `n` pairs (at most
+    /// [`wire::MAX_SCAN_PAIRS`]) with keys after `start` (`exclusive`) or
+    /// at or after it, in key order, and whether more may follow the last
+    /// one (the backup stopped at its bound per reply with `n` not reached).
+    pub fn scan_page(
+        &mut self,
+        start: &[u8],
+        exclusive: bool,
+        n: usize,
+    ) -> Result<(Pairs, bool), HiError> {
         if start.is_empty() {
             // The empty key sorts first; the wire carries keys of at least
-            // one byte, and no stored key is smaller than [0].
-            return self.scan(&[0], n);
+            // one byte, and no stored key is smaller than [0] (so every
+            // key is after the empty one, too).
+            return self.scan_page(&[0], false, n);
         }
         layout::check_lengths(start.len(), 0)?;
         if !self.reads.scans() {
@@ -515,6 +570,9 @@ impl<E: Endpoint> Client<E> {
             )));
         }
         let n = u32::try_from(n).unwrap_or(u32::MAX);
+        if n == 0 {
+            return Ok((Vec::new(), false));
+        }
         self.retrying(|c| {
             let node = match c.reads {
                 IndexKind::AllSorted => c.any_replica(),
@@ -523,12 +581,24 @@ impl<E: Endpoint> Client<E> {
             Request::Scan {
                 start: start.to_vec(),
                 n,
+                exclusive,
             }
             .encode(&mut c.buf);
             let (ep, buf, reply) = (&mut c.ep, &c.buf, &mut c.reply);
             phases::rpc(|| ep.call(node, buf, reply))?;
-            let pairs = wire::read_pairs(wire::reply_body(&c.reply)?)?;
-            phases::time(Phase::Data, || c.fetch(pairs))
+            let (pairs, more) = wire::read_page(wire::reply_body(&c.reply)?)?;
+            let before_start = pairs
+                .first()
+                .is_some_and(|(k, _)| k.as_slice() < start || (exclusive && k.as_slice() == start));
+            if before_start
+                || pairs.len() > n as usize
+                || pairs.windows(2).any(|w| w[0].0 >= w[1].0)
+            {
+                tracing::warn!(node = node.0, "a SCAN reply out of order or too long");
+                return Err(HiError::Corrupt("SCAN reply out of order or too long"));
+            }
+            let pairs = phases::time(Phase::Data, || c.fetch(pairs))?;
+            Ok((pairs, more))
         })
     }
 

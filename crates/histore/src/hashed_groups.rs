@@ -181,28 +181,57 @@ impl<E: fabric::Endpoint> MultiClient<E> {
         self.of(key).get(key)
     }
 
-    /// Up to `n` pairs with keys at or after `start`, in key order: each
-    /// group's first `n` (any of them may hold all `n`), merged. Groups
-    /// hold disjoint keys, so the merge never sees a key twice.
+    /// Up to `n` pairs with keys at or after `start`, in key order: the
+    /// groups' runs merged, each run read page by page
+    /// ([`Client::scan_page`]) as the merge consumes it, so a SCAN reads
+    /// at most `n` plus one page per group of records rather than `n` per
+    /// group. Groups hold disjoint keys, so the merge never sees a key
+    /// twice. Each page is its group's linearizable read at its own moment
+    /// (as one group's paged SCAN, docs/histore.md "SCAN").
     pub fn scan(&mut self, start: &[u8], n: usize) -> Result<Pairs, HiError> {
         if self.clients.len() == 1 {
             return self.clients[0].scan(start, n);
         }
-        let mut runs = Vec::with_capacity(self.clients.len());
-        for c in &mut self.clients {
-            runs.push(c.scan(start, n)?.into_iter().peekable());
+        /// One group's run: pairs read and not merged yet, the key to go on
+        /// after, and whether the group may hold more.
+        struct Run {
+            buf: std::collections::VecDeque<(Vec<u8>, Vec<u8>)>,
+            after: Option<Vec<u8>>,
+            more: bool,
         }
+        let mut runs: Vec<Run> = (0..self.clients.len())
+            .map(|_| Run {
+                buf: Default::default(),
+                after: None,
+                more: true,
+            })
+            .collect();
         let mut out = Vec::new();
         while out.len() < n {
+            for (c, r) in self.clients.iter_mut().zip(runs.iter_mut()) {
+                if r.buf.is_empty() && r.more {
+                    let (from, exclusive) = match &r.after {
+                        Some(k) => (k.as_slice(), true),
+                        None => (start, false),
+                    };
+                    let ask = (n - out.len()).min(c.scan_page_pairs());
+                    let (page, more) = c.scan_page(from, exclusive, ask)?;
+                    // A full page may have more behind it; a short one
+                    // without `more` ends the group's run.
+                    r.more = more || page.len() == ask;
+                    r.after = page.last().map(|(k, _)| k.clone()).or(r.after.take());
+                    r.buf.extend(page);
+                }
+            }
             // The run whose head is smallest; G is small, so a linear pick
             // beats a heap.
             let next = runs
-                .iter_mut()
+                .iter()
                 .enumerate()
-                .filter_map(|(i, r)| r.peek().map(|(k, _)| (i, k.clone())))
-                .min_by(|a, b| a.1.cmp(&b.1))
+                .filter_map(|(i, r)| r.buf.front().map(|(k, _)| (i, k)))
+                .min_by(|a, b| a.1.cmp(b.1))
                 .map(|(i, _)| i);
-            match next.and_then(|i| runs[i].next()) {
+            match next.and_then(|i| runs[i].buf.pop_front()) {
                 Some(pair) => out.push(pair),
                 None => break,
             }

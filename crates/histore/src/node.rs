@@ -714,6 +714,9 @@ fn fail_over(s: &Shared, view: &GroupView, live: &BTreeMap<NodeId, Live>) -> Res
         }
     }
     others.retain(|(o, _)| !left_out.contains(o));
+    // This server's log is now the new primary's whole log: settled, it
+    // answers reads until its promotion (degraded mode, docs/histore.md).
+    s.server.catch_up(epoch, Vec::new())?;
     others.retain(|&(o, last)| {
         let handed = s
             .server
@@ -754,10 +757,8 @@ fn log_after(ep: &mut NetEndpoint, node: NodeId, seq: u64) -> Result<Vec<wire::L
 fn join(s: &Shared, view: &GroupView) -> Result<(), HiError> {
     let me = s.config.node;
     let mut ep = net(&s.directory, &s.config);
-    let body = rpc(&mut ep, view.primary, &Request::Join { node: me })?;
-    let mut r = le::Reader::new(&body);
-    let seq = r.u64("seq")?;
-    let pairs = wire::read_pairs(r)?;
+    // The snapshot comes in bounded chunks (JOIN, then SNAPSHOT).
+    let (seq, pairs) = crate::server::join_snapshot(me, |req| rpc(&mut ep, view.primary, req))?;
     let keys = pairs.len();
     s.server.install(pairs, (view.primary, view.table))?;
     s.server.follow(view.epoch, view.primary, view.table)?;

@@ -86,6 +86,16 @@ struct Backup {
     /// primary waits for), so it holds every acknowledged write; the
     /// sorted index is then unused.
     table: Option<HashTable>,
+    /// Degraded mode (docs/histore.md, "SCANs during a failover"): the
+    /// failover to epoch `.0` handed this backup the promoted backup's
+    /// whole log, which ends at seq `.1` and which the new primary applies
+    /// whole. While this backup is of that epoch and has logged nothing
+    /// after `.1` (the new primary can have acknowledged nothing yet), it
+    /// answers reads at `.1` without the primary's header.
+    settled: Option<(u64, u64)>,
+    /// Being promoted (the table is built outside the role lock): reads
+    /// are refused at once rather than wait for the build.
+    promoting: bool,
 }
 
 enum Role {
@@ -125,6 +135,18 @@ pub struct IndexServer {
     /// epochs are on it (per its durability mode) before a REPLICATE,
     /// CATCH_UP or FENCE is answered.
     disk: OnceLock<Arc<IndexLog>>,
+    /// A primary's snapshot for the server joining it, served in chunks
+    /// (JOIN, then SNAPSHOT) and dropped once the last chunk went out.
+    snapshot: Mutex<Option<Snapshot>>,
+    /// Most pairs per snapshot chunk ([`IndexServer::set_snapshot_chunk`]).
+    snapshot_chunk: std::sync::atomic::AtomicUsize,
+}
+
+/// A JOIN snapshot being streamed to its joiner.
+struct Snapshot {
+    node: NodeId,
+    seq: u64,
+    pairs: Arc<IndexPairs>,
 }
 
 /// See [`IndexServer::set_ack_guard`].
@@ -168,6 +190,8 @@ impl IndexServer {
                 installing,
                 sorted: Arc::new(SortedIndex::new(partitions)),
                 table: None,
+                settled: None,
+                promoting: false,
             })),
             apply: Mutex::new(()),
             reader: Mutex::new(reader),
@@ -177,6 +201,8 @@ impl IndexServer {
             leased: AtomicBool::new(false),
             peer: OnceLock::new(),
             disk: OnceLock::new(),
+            snapshot: Mutex::new(None),
+            snapshot_chunk: wire::MAX_SNAPSHOT_PAIRS.into(),
         });
         let weak = Arc::downgrade(&server);
         std::thread::Builder::new()
@@ -227,7 +253,46 @@ impl IndexServer {
             leased: AtomicBool::new(false),
             peer: OnceLock::new(),
             disk: OnceLock::new(),
+            snapshot: Mutex::new(None),
+            snapshot_chunk: wire::MAX_SNAPSHOT_PAIRS.into(),
         })
+    }
+
+    /// Makes JOIN snapshots go in chunks of at most `pairs` (1 up to
+    /// [`wire::MAX_SNAPSHOT_PAIRS`]): tests use small chunks so that a
+    /// join takes several.
+    pub fn set_snapshot_chunk(&self, pairs: usize) {
+        self.snapshot_chunk
+            .store(pairs.clamp(1, wire::MAX_SNAPSHOT_PAIRS), Ordering::SeqCst);
+    }
+
+    /// The chunk of the snapshot held for `node` at `seq` from pair `from`
+    /// on, and the snapshot's size; the snapshot is dropped once its last
+    /// chunk is handed out.
+    fn snapshot_chunk(
+        &self,
+        node: NodeId,
+        seq: u64,
+        from: u64,
+    ) -> Result<(u64, IndexPairs), HiError> {
+        let mut held = lock(&self.snapshot);
+        let snap = held
+            .as_ref()
+            .filter(|s| s.node == node && s.seq == seq)
+            .ok_or(HiError::Unavailable("no such snapshot held: join again"))?;
+        let total = snap.pairs.len() as u64;
+        if from > total {
+            return Err(HiError::BadMessage(format!(
+                "snapshot chunk from {from} of {total} pairs"
+            )));
+        }
+        let chunk = self.snapshot_chunk.load(Ordering::SeqCst);
+        let end = (from as usize).saturating_add(chunk).min(total as usize);
+        let pairs = snap.pairs[from as usize..end].to_vec();
+        if end as u64 == total {
+            *held = None;
+        }
+        Ok((total, pairs))
     }
 
     /// Sets the endpoint a primary uses to PREPARE servers that JOIN it
@@ -469,6 +534,8 @@ impl IndexServer {
             installing: true,
             sorted: Arc::new(SortedIndex::new(partitions)),
             table: None,
+            settled: None,
+            promoting: false,
         };
         Ok(())
     }
@@ -570,7 +637,11 @@ impl IndexServer {
     }
 
     /// Appends entries handed over by the coordinator (a catch-up from the
-    /// promoted backup), as REPLICATE would at `epoch`.
+    /// promoted backup), as REPLICATE would at `epoch`. The coordinator
+    /// hands over every entry after this backup's log, so from then on
+    /// this backup holds the new primary's whole log: it is *settled* at
+    /// `epoch` and answers reads at the log's end until it logs anything
+    /// newer (degraded mode, docs/histore.md "SCANs during a failover").
     pub fn catch_up(&self, epoch: u64, entries: Vec<LogEntry>) -> Result<u64, HiError> {
         self.check_alive()?;
         let (last, lsn) = {
@@ -581,7 +652,15 @@ impl IndexServer {
             self.log_both(b, epoch, 0, entries)
         };
         self.disk_wait(lsn?)?;
-        last
+        let last = last?;
+        if let Role::Backup(b) = &mut *lock(&self.role) {
+            // Settled only if no newer epoch fenced it meanwhile and no
+            // entry of the new primary arrived (then it is not needed).
+            if b.epoch == epoch && b.last_seq == last && !b.installing {
+                b.settled = Some((epoch, last));
+            }
+        }
+        Ok(last)
     }
 
     /// Logs entries on disk (if kept) and in memory: the memory log's
@@ -623,29 +702,52 @@ impl IndexServer {
     ) -> Result<(), HiError> {
         self.check_alive()?;
         let _apply = lock(&self.apply);
+        // The table is built without the role lock (it takes seconds at
+        // millions of keys): reads meanwhile are refused at once
+        // (`promoting`) and go to the settled backups instead.
+        let (entries, sorted, commit) = {
+            let mut role = lock(&self.role);
+            let Role::Backup(b) = &mut *role else {
+                return Err(HiError::WrongRole("not a backup"));
+            };
+            if b.installing {
+                return Err(HiError::WrongRole("still installing a snapshot"));
+            }
+            if epoch < b.epoch {
+                return Err(HiError::Fenced {
+                    ours: epoch,
+                    current: b.epoch,
+                });
+            }
+            b.promoting = true;
+            let entries: Vec<LogEntry> = b.pending.drain(..).collect();
+            (entries, b.sorted.clone(), b.last_seq)
+        };
+        sorted.apply(entries);
+        let mut built = Ok(());
+        sorted.for_each(|k, p| {
+            if built.is_ok() {
+                built = table.insert_new(k, p);
+            }
+        });
         let mut role = lock(&self.role);
         let Role::Backup(b) = &mut *role else {
             return Err(HiError::WrongRole("not a backup"));
         };
-        if b.installing {
-            return Err(HiError::WrongRole("still installing a snapshot"));
-        }
+        b.promoting = false;
+        built?;
         if epoch < b.epoch {
             return Err(HiError::Fenced {
                 ours: epoch,
                 current: b.epoch,
             });
         }
-        let entries: Vec<LogEntry> = b.pending.drain(..).collect();
-        b.sorted.apply(entries);
-        let mut built = Ok(());
-        b.sorted.for_each(|k, p| {
-            if built.is_ok() {
-                built = table.insert_new(k, p);
-            }
-        });
-        built?;
-        let commit = b.last_seq;
+        if b.last_seq != commit || !b.pending.is_empty() {
+            // Nothing may log at a backup being promoted (its epoch's
+            // primary is itself); refuse rather than drop an entry.
+            tracing::error!(node = self.node.0, "entries logged while promoting");
+            return Err(HiError::Unavailable("entries logged while promoting"));
+        }
         table.set_commit(commit);
         // A leased table opens with an expired lease: readers trust it from
         // the first renewal on.
@@ -840,19 +942,29 @@ impl IndexServer {
                 wire::ok(reply);
                 reply.extend_from_slice(&last.to_le_bytes());
             }
-            Request::Scan { start, n } => {
+            Request::Scan {
+                start,
+                n,
+                exclusive,
+            } => {
+                // Bounded work and reply whatever is asked: the client
+                // pages on (`more`) after the last key.
+                let page = (n as usize).min(wire::MAX_SCAN_PAIRS);
                 let pairs = phases::time(Phase::Index, || -> Result<_, HiError> {
                     let sorted = match self.primary_sorted()? {
                         Some(sorted) => sorted,
                         None => self.caught_up()?,
                     };
-                    Ok(sorted.scan(&start, n as usize))
+                    Ok(sorted.scan_from(&start, exclusive, page))
                 })?;
+                debug_assert!(pairs.len() <= page);
+                let more = pairs.len() == page && page < n as usize;
                 wire::ok(reply);
                 reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
                 for (k, p) in &pairs {
                     wire::put_pair(reply, k, *p);
                 }
+                reply.push(more as u8);
             }
             Request::Fence { epoch } => {
                 let last = self.fence(epoch)?;
@@ -875,12 +987,21 @@ impl IndexServer {
             }
             Request::Join { node } => {
                 let (seq, pairs) = self.join(node)?;
+                *lock(&self.snapshot) = Some(Snapshot {
+                    node,
+                    seq,
+                    pairs: Arc::new(pairs),
+                });
+                let (total, first) = self.snapshot_chunk(node, seq, 0)?;
                 wire::ok(reply);
                 reply.extend_from_slice(&seq.to_le_bytes());
-                reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
-                for (k, p) in &pairs {
-                    wire::put_pair(reply, k, *p);
-                }
+                reply.extend_from_slice(&total.to_le_bytes());
+                put_chunk(reply, &first);
+            }
+            Request::Snapshot { node, seq, from } => {
+                let (_, pairs) = self.snapshot_chunk(node, seq, from)?;
+                wire::ok(reply);
+                put_chunk(reply, &pairs);
             }
             Request::Get { key } => {
                 let found = phases::time(Phase::Index, || self.get_ptr(&key))?;
@@ -1224,6 +1345,7 @@ impl IndexServer {
                 Role::Backup(b) if b.installing => {
                     return Err(HiError::WrongRole("installing a snapshot"))
                 }
+                Role::Backup(b) if b.promoting => return Err(HiError::WrongRole("being promoted")),
                 // all-hashtable: the sorted index is empty; answering from
                 // it would be wrong, and retrying cannot help.
                 Role::Backup(b) if b.table.is_some() => {
@@ -1231,7 +1353,13 @@ impl IndexServer {
                         "this backup keeps a hash table: no SCAN".into(),
                     ))
                 }
-                Role::Backup(b) => (b.primary, b.epoch),
+                Role::Backup(b) => match b.settled {
+                    Some((epoch, seq)) if b.epoch == epoch && b.last_seq == seq => {
+                        drop(role);
+                        return self.apply_settled(epoch, seq);
+                    }
+                    _ => (b.primary, b.epoch),
+                },
                 _ => return Err(HiError::WrongRole("not a backup")),
             }
         };
@@ -1258,6 +1386,40 @@ impl IndexServer {
                 .ok_or(HiError::Corrupt("short table header"))?
         };
         self.apply_committed(epoch, commit)
+    }
+
+    /// Degraded mode: applies the whole settled log (ending at `seq`, the
+    /// new primary's whole log at `epoch`) if the backup is still settled
+    /// there (checked under the same locks as the apply); the sorted index.
+    /// Every acknowledged write is in it (each was logged by every backup
+    /// of its primary, and the catch-up handed this backup the longest
+    /// surviving log), and every entry in it survives (the new primary
+    /// applies its whole log, this one), so the answer is the state the new
+    /// primary starts from, reached before it can acknowledge anything
+    /// newer (that needs this backup to log it, which ends the mode).
+    fn apply_settled(&self, epoch: u64, seq: u64) -> Result<Arc<SortedIndex>, HiError> {
+        let _apply = lock(&self.apply);
+        let (entries, sorted) = {
+            let mut role = lock(&self.role);
+            let Role::Backup(b) = &mut *role else {
+                return Err(HiError::WrongRole("not a backup"));
+            };
+            if b.installing || b.promoting || b.settled != Some((epoch, seq)) || b.epoch != epoch {
+                return Err(HiError::Unavailable("no longer settled"));
+            }
+            if b.last_seq != seq {
+                // The new primary replicates: read through it from now on.
+                b.settled = None;
+                return Err(HiError::Unavailable("the new primary replicates"));
+            }
+            assert!(
+                b.pending.back().is_none_or(|e| e.seq <= seq),
+                "a settled backup holds entries after its log's end"
+            );
+            (b.pending.drain(..).collect::<Vec<_>>(), b.sorted.clone())
+        };
+        sorted.apply(entries);
+        Ok(sorted)
     }
 
     /// Applies logged entries up to `commit` of `epoch`'s primary, if this
@@ -1301,6 +1463,60 @@ impl IndexServer {
         sorted.apply(entries);
         Ok(sorted)
     }
+}
+
+/// Appends `count u32, (key, ptr)*count`.
+fn put_chunk(reply: &mut Vec<u8>, pairs: &[(Vec<u8>, ValuePtr)]) {
+    debug_assert!(pairs.len() <= wire::MAX_SNAPSHOT_PAIRS);
+    reply.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+    for (k, p) in pairs {
+        wire::put_pair(reply, k, *p);
+    }
+}
+
+/// Most pairs a joiner takes in one snapshot: a bound on what a primary's
+/// answer can make it hold (2^32 keys is beyond any table here).
+const MAX_SNAPSHOT_TOTAL: u64 = 1 << 32;
+
+/// A joining server's side of JOIN: sends JOIN for `me` through `call`
+/// (which answers a request's reply body), then SNAPSHOT for each further
+/// chunk, in order; the seq the snapshot reflects and its pairs. Every
+/// chunk must be non-empty and within the announced total, which is
+/// bounded, so the loop ends.
+pub fn join_snapshot(
+    me: NodeId,
+    mut call: impl FnMut(&Request) -> Result<Vec<u8>, HiError>,
+) -> Result<(u64, IndexPairs), HiError> {
+    let body = call(&Request::Join { node: me })?;
+    let mut r = le::Reader::new(&body);
+    let seq = r.u64("seq")?;
+    let total = r.u64("total")?;
+    if total > MAX_SNAPSHOT_TOTAL {
+        return Err(HiError::BadMessage(format!("a snapshot of {total} pairs")));
+    }
+    let mut pairs = wire::read_pairs(r)?;
+    while (pairs.len() as u64) < total {
+        let from = pairs.len() as u64;
+        let body = call(&Request::Snapshot {
+            node: me,
+            seq,
+            from,
+        })?;
+        let chunk = wire::read_pairs(le::Reader::new(&body))?;
+        if chunk.is_empty() || from + chunk.len() as u64 > total {
+            tracing::warn!(from, total, got = chunk.len(), "a bad snapshot chunk");
+            return Err(HiError::BadMessage(
+                "a snapshot chunk empty or too long".into(),
+            ));
+        }
+        pairs.extend(chunk);
+    }
+    if pairs.len() as u64 != total {
+        return Err(HiError::BadMessage(
+            "a snapshot longer than announced".into(),
+        ));
+    }
+    Ok((seq, pairs))
 }
 
 /// Logs entries at a backup (skipping ones it has, refusing gaps and old

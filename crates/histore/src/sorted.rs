@@ -190,10 +190,21 @@ impl SortedIndex {
     /// The first `n` pairs with keys at or after `start`, in key order:
     /// the first `n` of each partition, merged.
     pub fn scan(&self, start: &[u8], n: usize) -> Vec<(Vec<u8>, ValuePtr)> {
+        self.scan_from(start, false, n)
+    }
+
+    /// The first `n` pairs with keys after `start` (`exclusive`) or at or
+    /// after it, in key order: the first `n` of each partition, merged.
+    pub fn scan_from(&self, start: &[u8], exclusive: bool, n: usize) -> Vec<(Vec<u8>, ValuePtr)> {
+        let from = if exclusive {
+            std::ops::Bound::Excluded(start)
+        } else {
+            std::ops::Bound::Included(start)
+        };
         let take = |p: &RwLock<BTreeMap<Vec<u8>, ValuePtr>>| -> Vec<(Vec<u8>, ValuePtr)> {
             p.read()
                 .unwrap_or_else(|e| e.into_inner())
-                .range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
+                .range::<[u8], _>((from, std::ops::Bound::Unbounded))
                 .take(n)
                 .map(|(k, v)| (k.clone(), *v))
                 .collect()

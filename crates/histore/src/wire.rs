@@ -8,28 +8,45 @@
 //!   1 PUT        epoch u64, mode u8, ptr u64, key
 //!   2 DELETE     epoch u64, key
 //!   3 REPLICATE  epoch u64, commit u64, count u32, entry*count
-//!   4 SCAN       n u32, start key
+//!   4 SCAN       n u32, flags u8 (bit 0: start excluded), start key
 //!   5 GET        key
 //!   control plane (between index servers of one group, processes only):
 //!   6 FENCE      epoch u64                  → last seq u64
 //!   7 LOG_AFTER  seq u64                    → count u32, entry*count
 //!   8 CATCH_UP   epoch u64, count u32, entry*count → last seq u64
-//!   9 JOIN       node u16                   → seq u64, count u32, (key, ptr u64)*count
+//!   9 JOIN       node u16                   → seq u64, total u64, count u32, (key, ptr u64)*count
+//!                (the snapshot's first chunk of at most MAX_SNAPSHOT_PAIRS)
 //!  10 PREPARE    epoch u64, seq u64         → (empty)
+//!  12 SNAPSHOT   node u16, seq u64, from u64 → count u32, (key, ptr u64)*count
+//!                (the chunk of the JOIN snapshot at `seq` from pair `from` on)
 //!  11 SEALED     ts u64, nonce u64, mac [32], request (peer.rs): how a
-//!                control-plane request (3, 6-10) reaches a process; a
+//!                control-plane request (3, 6-10, 12) reaches a process; a
 //!                process's index server refuses them unsealed
 //! key      = len u16, bytes
 //! entry    = seq u64, kind u8 (1 put, 2 delete), ptr u64 (0 for delete), key
 //! reply    = status u8 (0 ok, else an error code and its fields), body
 //!   PUT/DELETE: took u8 · REPLICATE: last seq u64 ·
-//!   SCAN: count u32, (key, ptr u64)*count · GET: found u8, ptr u64
+//!   SCAN: count u32, (key, ptr u64)*count, more u8 (1: the server stopped
+//!         at its bound per reply, [`MAX_SCAN_PAIRS`]; ask again after the
+//!         last key) · GET: found u8, ptr u64
 //! ```
 
 use le::Reader;
 
 use crate::error::HiError;
-use crate::layout::{ValuePtr, MAX_KEY};
+use crate::layout::{IndexPairs, ValuePtr, MAX_KEY};
+
+/// Most pairs a backup puts in one SCAN reply, whatever the request asks:
+/// a reply is at most 4,096 keys of at most 1 KiB (about 4.3 MB, well
+/// under the fabric's 16 MiB frame) and one reply's work at the backup is
+/// bounded. A caller's longer SCAN is paged by the client
+/// ([`crate::client::Client::scan`]).
+pub const MAX_SCAN_PAIRS: usize = 4096;
+
+/// Most pairs of a JOIN snapshot in one reply (JOIN's first chunk, then
+/// SNAPSHOT's): the same bound as a SCAN reply's, so a group joins a
+/// backup at any table size.
+pub const MAX_SNAPSHOT_PAIRS: usize = 4096;
 
 /// Which writes a PUT may perform.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,12 +110,16 @@ pub enum Request {
         /// Consecutive entries.
         entries: Vec<LogEntry>,
     },
-    /// Up to `n` pairs from `start` (a backup).
+    /// Up to `n` pairs from `start` (a backup), at most
+    /// [`MAX_SCAN_PAIRS`] in one reply.
     Scan {
         /// First key.
         start: Vec<u8>,
         /// Most pairs.
         n: u32,
+        /// Whether `start` itself is left out (a page that continues after
+        /// the previous page's last key).
+        exclusive: bool,
     },
     /// A point lookup by RPC (the fallback of one-sided GETs).
     Get {
@@ -138,13 +159,23 @@ pub enum Request {
         /// The seq the snapshot will reflect.
         seq: u64,
     },
+    /// A joining server → the primary: the next chunk of the snapshot its
+    /// JOIN was answered with.
+    Snapshot {
+        /// The joining server's node.
+        node: fabric::NodeId,
+        /// The seq the snapshot reflects (JOIN's answer).
+        seq: u64,
+        /// The index of the first pair wanted.
+        from: u64,
+    },
 }
 
 /// Whether a request with this tag belongs to the group's control plane
-/// (REPLICATE, FENCE, LOG_AFTER, CATCH_UP, JOIN, PREPARE): sent only by
-/// the group's own index servers, never by a client.
+/// (REPLICATE, FENCE, LOG_AFTER, CATCH_UP, JOIN, PREPARE, SNAPSHOT): sent
+/// only by the group's own index servers, never by a client.
 pub fn is_control_tag(tag: u8) -> bool {
-    matches!(tag, 3 | 6..=10)
+    matches!(tag, 3 | 6..=10 | 12)
 }
 
 impl Request {
@@ -246,9 +277,14 @@ impl Request {
                 out.extend_from_slice(&commit.to_le_bytes());
                 put_entries(out, entries);
             }
-            Request::Scan { start, n } => {
+            Request::Scan {
+                start,
+                n,
+                exclusive,
+            } => {
                 out.push(4);
                 out.extend_from_slice(&n.to_le_bytes());
+                out.push(*exclusive as u8);
                 put_key(out, start);
             }
             Request::Get { key } => {
@@ -276,6 +312,12 @@ impl Request {
                 out.push(10);
                 out.extend_from_slice(&epoch.to_le_bytes());
                 out.extend_from_slice(&seq.to_le_bytes());
+            }
+            Request::Snapshot { node, seq, from } => {
+                out.push(12);
+                out.extend_from_slice(&node.0.to_le_bytes());
+                out.extend_from_slice(&seq.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
             }
         }
     }
@@ -317,8 +359,14 @@ impl Request {
             }
             4 => {
                 let n = r.u32("n")?;
+                let exclusive = match r.u8("scan flags")? {
+                    0 => false,
+                    1 => true,
+                    f => return Err(HiError::BadMessage(format!("scan flags {f}"))),
+                };
                 Request::Scan {
                     n,
+                    exclusive,
                     start: get_key(&mut r)?,
                 }
             }
@@ -339,6 +387,11 @@ impl Request {
             10 => Request::Prepare {
                 epoch: r.u64("epoch")?,
                 seq: r.u64("seq")?,
+            },
+            12 => Request::Snapshot {
+                node: fabric::NodeId(r.u16("node")?),
+                seq: r.u64("seq")?,
+                from: r.u64("from")?,
             },
             t => return Err(HiError::BadMessage(format!("request tag {t}"))),
         };
@@ -412,7 +465,31 @@ pub fn put_pair(out: &mut Vec<u8>, key: &[u8], ptr: ValuePtr) {
     out.extend_from_slice(&ptr.encode().to_le_bytes());
 }
 
-/// Reads the pairs of a SCAN reply body.
+/// Reads a SCAN reply body: its pairs, and whether the server stopped at
+/// its bound per reply (more may follow the last pair). At most
+/// [`MAX_SCAN_PAIRS`] pairs are taken: a longer reply is an error.
+pub fn read_page(mut r: Reader<'_>) -> Result<(IndexPairs, bool), HiError> {
+    let count = r.u32("count")? as usize;
+    if count > MAX_SCAN_PAIRS {
+        return Err(HiError::BadMessage(format!(
+            "a SCAN reply of {count} pairs (at most {MAX_SCAN_PAIRS})"
+        )));
+    }
+    let mut out = Vec::with_capacity(count.min(r.remaining() / 11));
+    for _ in 0..count {
+        let key = get_key(&mut r)?;
+        out.push((key, ValuePtr::decode(r.u64("ptr")?)?));
+    }
+    let more = match r.u8("more")? {
+        0 => false,
+        1 => true,
+        m => return Err(HiError::BadMessage(format!("scan more flag {m}"))),
+    };
+    r.finish()?;
+    Ok((out, more))
+}
+
+/// Reads the pairs of a JOIN reply's snapshot (count u32, pairs).
 pub fn read_pairs(mut r: Reader<'_>) -> Result<Vec<(Vec<u8>, ValuePtr)>, HiError> {
     let count = r.u32("count")? as usize;
     let mut out = Vec::with_capacity(count.min(r.remaining() / 11));
@@ -467,7 +544,11 @@ mod tests {
                         })
                         .collect()
                 }),
-            (key(), any::<u32>()).prop_map(|(start, n)| Request::Scan { start, n }),
+            (key(), any::<u32>(), any::<bool>()).prop_map(|(start, n, exclusive)| Request::Scan {
+                start,
+                n,
+                exclusive
+            }),
             key().prop_map(|key| Request::Get { key }),
             any::<u64>().prop_map(|epoch| Request::Fence { epoch }),
             any::<u64>().prop_map(|seq| Request::LogAfter { seq }),
@@ -490,6 +571,13 @@ mod tests {
                 node: fabric::NodeId(n)
             }),
             (any::<u64>(), any::<u64>()).prop_map(|(epoch, seq)| Request::Prepare { epoch, seq }),
+            (any::<u16>(), any::<u64>(), any::<u64>()).prop_map(|(n, seq, from)| {
+                Request::Snapshot {
+                    node: fabric::NodeId(n),
+                    seq,
+                    from,
+                }
+            }),
         ]
     }
 
@@ -512,6 +600,9 @@ mod tests {
             let _ = Request::decode(&bytes);
             if let Ok(r) = reply_body(&bytes) {
                 let _ = read_pairs(r);
+            }
+            if let Ok(r) = reply_body(&bytes) {
+                let _ = read_page(r);
             }
         }
     }

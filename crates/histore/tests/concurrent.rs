@@ -92,6 +92,7 @@ fn concurrent_clients_are_linearizable() {
                             value: None,
                             result: None,
                             wrote: None,
+                            scan: false,
                         };
                         match rng.random_range(0..100) {
                             0..=39 => {
@@ -118,6 +119,7 @@ fn concurrent_clients_are_linearizable() {
                                         key: id_of(&k),
                                         res: Some(res),
                                         result: Some(value_of(&b)),
+                                        scan: true,
                                         ..op
                                     });
                                 }

@@ -580,30 +580,70 @@ fn split_cost(leaves: &[LeafInfo], a: usize, b: usize, c: usize) -> f64 {
         .sum()
 }
 
-/// A candidate of [`spread_by_cost`]: `step` more sub-models for piece
-/// `piece` save `gain` per sub-model.
+/// A candidate of [`spend_greedily`]: give item `item` `step` more
+/// sub-models, which lowers its cost by `gain` per sub-model, to `cost`.
 #[derive(Debug, PartialEq)]
-struct Split {
+struct Offer {
     gain: f64,
-    piece: usize,
+    item: usize,
     step: usize,
     cost: f64,
 }
 
-impl Eq for Split {}
+impl Eq for Offer {}
 
-impl PartialOrd for Split {
+impl PartialOrd for Offer {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for Split {
+impl Ord for Offer {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // The largest gain first; among equal gains the lowest item.
         self.gain
             .total_cmp(&other.gain)
-            .then(other.piece.cmp(&self.piece))
+            .then(other.item.cmp(&self.item))
     }
+}
+
+/// Hands `left` more sub-models to the items starting at `counts`,
+/// greedily where `cost(item, count)` drops most per sub-model. Steps grow
+/// with an item's count (a quarter of it), so an item that takes thousands
+/// is costed a few dozen times, not thousands.
+fn spend_greedily(
+    mut counts: Vec<usize>,
+    mut left: usize,
+    cost: impl Fn(usize, usize) -> f64,
+) -> Vec<usize> {
+    let mut now: Vec<f64> = (0..counts.len()).map(|i| cost(i, counts[i])).collect();
+    let offer = |i: usize, c: usize, now: f64, left: usize| {
+        let step = (c / 4).clamp(1, left.max(1));
+        let after = cost(i, c + step);
+        Offer {
+            gain: (now - after) / step as f64,
+            item: i,
+            step,
+            cost: after,
+        }
+    };
+    let mut heap: std::collections::BinaryHeap<Offer> = (0..counts.len())
+        .map(|i| offer(i, counts[i], now[i], left))
+        .collect();
+    while left > 0 {
+        let Some(o) = heap.pop() else { break };
+        if o.step > left {
+            heap.push(offer(o.item, counts[o.item], now[o.item], left));
+            continue;
+        }
+        counts[o.item] += o.step;
+        now[o.item] = o.cost;
+        left -= o.step;
+        if left > 0 {
+            heap.push(offer(o.item, counts[o.item], now[o.item], left));
+        }
+    }
+    counts
 }
 
 /// Sub-models per piece (between `bounds`): at least one, and enough to
@@ -612,9 +652,8 @@ impl Ord for Split {
 /// with a piece's count, so a long straight piece is costed a few dozen
 /// times, not once per sub-model.
 fn spread_by_cost(leaves: &[LeafInfo], bounds: &[usize], m: usize) -> Vec<usize> {
-    let n = bounds.len() - 1;
     let cap = (4 * leaves.len()).div_ceil(m).max(1);
-    let mut counts: Vec<usize> = bounds
+    let counts: Vec<usize> = bounds
         .windows(2)
         .map(|w| (w[1] - w[0]).div_ceil(cap).max(1))
         .collect();
@@ -624,35 +663,10 @@ fn spread_by_cost(leaves: &[LeafInfo], bounds: &[usize], m: usize) -> Vec<usize>
             m,
         );
     }
-    let mut left = m - counts.iter().sum::<usize>();
-    let cost = |p: usize, c: usize| split_cost(leaves, bounds[p], bounds[p + 1], c);
-    let mut now: Vec<f64> = (0..n).map(|p| cost(p, counts[p])).collect();
-    let offer = |p: usize, c: usize, now: f64, left: usize| {
-        let step = (c / 4).clamp(1, left.max(1));
-        let after = cost(p, c + step);
-        Split {
-            gain: (now - after) / step as f64,
-            piece: p,
-            step,
-            cost: after,
-        }
-    };
-    let mut heap: std::collections::BinaryHeap<Split> =
-        (0..n).map(|p| offer(p, counts[p], now[p], left)).collect();
-    while left > 0 {
-        let Some(o) = heap.pop() else { break };
-        if o.step > left {
-            heap.push(offer(o.piece, counts[o.piece], now[o.piece], left));
-            continue;
-        }
-        counts[o.piece] += o.step;
-        now[o.piece] = o.cost;
-        left -= o.step;
-        if left > 0 {
-            heap.push(offer(o.piece, counts[o.piece], now[o.piece], left));
-        }
-    }
-    counts
+    let left = m - counts.iter().sum::<usize>();
+    spend_greedily(counts, left, |p, c| {
+        split_cost(leaves, bounds[p], bounds[p + 1], c)
+    })
 }
 
 /// Where `spline` (values in sub-models) starts each sub-model: the first
@@ -1030,36 +1044,8 @@ fn segment_cost(
     total
 }
 
-/// A candidate of [`allocate`]: give segment `seg` `step` more sub-models,
-/// which lowers its cost by `gain` per sub-model, to `cost`.
-#[derive(Debug, PartialEq)]
-struct Offer {
-    gain: f64,
-    seg: usize,
-    step: usize,
-    cost: f64,
-}
-
-impl Eq for Offer {}
-
-impl PartialOrd for Offer {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Offer {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.gain
-            .total_cmp(&other.gain)
-            .then(other.seg.cmp(&self.seg))
-    }
-}
-
 /// Hands `m` sub-models to the segments, each at least one, greedily by
-/// the cost they save. Steps grow with a segment's count (a quarter of
-/// it), so a segment that takes thousands is costed a few dozen times, not
-/// thousands.
+/// the cost they save ([`spend_greedily`]).
 fn allocate(
     points: &[Knot],
     segments: &[Range<usize>],
@@ -1077,36 +1063,10 @@ fn allocate(
     if counts.iter().sum::<usize>() > m as usize {
         counts.iter_mut().for_each(|c| *c = 1);
     }
-    let mut left = m as usize - counts.iter().sum::<usize>();
-    let cost = |s: usize, c: usize| segment_cost(points, &segments[s], xs[s], c, per_sub);
-    let mut current: Vec<f64> = (0..segments.len()).map(|s| cost(s, counts[s])).collect();
-    let offer = |s: usize, c: usize, now: f64, left: usize| {
-        let step = (c / 4).clamp(1, left.max(1));
-        let after = cost(s, c + step);
-        Offer {
-            gain: (now - after) / step as f64,
-            seg: s,
-            step,
-            cost: after,
-        }
-    };
-    let mut heap: std::collections::BinaryHeap<Offer> = (0..segments.len())
-        .map(|s| offer(s, counts[s], current[s], left))
-        .collect();
-    while left > 0 {
-        let Some(o) = heap.pop() else { break };
-        if o.step > left {
-            heap.push(offer(o.seg, counts[o.seg], current[o.seg], left));
-            continue;
-        }
-        counts[o.seg] += o.step;
-        current[o.seg] = o.cost;
-        left -= o.step;
-        if left > 0 {
-            heap.push(offer(o.seg, counts[o.seg], current[o.seg], left));
-        }
-    }
-    counts
+    let left = m as usize - counts.iter().sum::<usize>();
+    spend_greedily(counts, left, |s, c| {
+        segment_cost(points, &segments[s], xs[s], c, per_sub)
+    })
 }
 
 /// The error bounds (below, above) of each piece of `sub`'s curve that let
