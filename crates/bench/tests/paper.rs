@@ -208,7 +208,7 @@ fn an_unknown_or_unreproduced_figure_is_refused() {
     let mut o = PaperOptions::new(std::env::temp_dir().join("xstore-paper-never-written"));
     for (stem, why) in [
         ("fig99-nope", "has no figure 'fig99-nope'"),
-        ("fig16a-values", "is not reproduced: needs"),
+        ("fig11-timeline", "is not reproduced: needs"),
     ] {
         o.only = vec![stem.into()];
         match paper::run_paper(&suite, &o, &mut |_| {}) {
@@ -277,5 +277,86 @@ fn a_figure_runs_with_every_read_judged_and_writes_its_files() {
     // Two systems, each loaded once for Prod1 and Prod2 (neither adds keys).
     assert_eq!(loads, 2, "{jsonl}");
     assert!(out.join("fig13a-production.svg").exists());
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn a_store_grown_by_inserts_is_queried_judged_and_its_index_bytes_reported() {
+    let out = std::env::temp_dir().join(format!("xstore-paper-grown-{}", std::process::id()));
+    let mut o = PaperOptions::new(out.clone());
+    o.keys = 2_000;
+    o.ops = 2_000;
+    o.warmup_ops = 100;
+    o.papers_dir = fixture().parent().unwrap().to_path_buf();
+    o.only = vec!["fig12d-range-after-inserts".into(), "fig15-memory".into()];
+    let mut suite = paper::suite("paper-finestore").unwrap();
+    for f in &mut suite.figures {
+        f.runs
+            .retain(|r| r.system == "index:finestore" || r.system == "index:li-delta");
+    }
+    let summary = paper::run_paper(&suite, &o, &mut |l| eprintln!("{l}")).unwrap();
+    // Two systems, loaded and grown, in each of the two figures.
+    assert_eq!(summary.rows.len(), 8);
+    for r in &summary.rows {
+        let rep = r.report.as_ref().unwrap_or_else(|| panic!("{:?}", r.error));
+        assert!(rep.correctness.checked_reads > 0, "{}", r.run.x);
+        assert_eq!(rep.correctness.errors(), 0, "{} {}", r.run.system, r.run.x);
+        let m = r
+            .index_memory
+            .unwrap_or_else(|| panic!("{}: no bytes", r.run.system));
+        // Every key and value is held somewhere: 16 bytes a key at least.
+        assert!(m.total >= 16 * 2_000, "{} {}: {m:?}", r.run.system, r.run.x);
+        if r.run.system == "index:li-delta" {
+            let parts = m.models.unwrap() + m.trained.unwrap() + m.buffers.unwrap();
+            assert_eq!(parts, m.total);
+            // Grown: 1,800 keys were inserted, and fewer than a quarter
+            // of the array's size merges, so some sit in the buffer.
+            assert_eq!(m.buffers.unwrap() > 0, r.run.grow.is_some(), "{m:?}");
+        }
+    }
+    assert!(summary.ok());
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    for line in jsonl.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["index_memory"]["total"].as_u64().unwrap() > 0, "{line}");
+    }
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn a_histore_server_fails_is_recovered_and_the_run_after_is_judged() {
+    let out = std::env::temp_dir().join(format!("xstore-paper-fault-{}", std::process::id()));
+    let mut o = PaperOptions::new(out.clone());
+    // A group is sized for its loaded keys: the PUT run inserts a third
+    // more.
+    o.keys = 1_000;
+    o.ops = 300;
+    o.warmup_ops = 20;
+    o.project = false;
+    o.papers_dir = fixture().parent().unwrap().to_path_buf();
+    o.only = vec!["fig13-recovery-backup".into(), "fig14-degraded".into()];
+    let mut suite = paper::suite("paper-histore").unwrap();
+    // One recovery and two failed states keep the test cheap (each run
+    // loads a group).
+    for f in &mut suite.figures {
+        f.runs.retain(|r| {
+            r.keys == Some(10_000) || r.x == "GET: primary failed over" || r.x == "PUT: backup down"
+        });
+        for r in &mut f.runs {
+            r.keys = r.keys.map(|_| 1_000);
+        }
+    }
+    let summary = paper::run_paper(&suite, &o, &mut |l| eprintln!("{l}")).unwrap();
+    assert_eq!(summary.rows.len(), 3);
+    for r in &summary.rows {
+        let rep = r.report.as_ref().unwrap_or_else(|| panic!("{:?}", r.error));
+        assert!(rep.correctness.checked_reads > 0, "{}", r.run.x);
+        assert_eq!(rep.correctness.errors(), 0, "{}", r.run.x);
+        // A recovery is timed; a server left down is not.
+        let timed = r.run.fault != Some(paper::Fault::BackupDown);
+        assert_eq!(r.recovery_ms.is_some(), timed, "{}", r.run.x);
+        assert!(r.recovery_ms.unwrap_or(1.0) > 0.0);
+    }
+    assert!(summary.ok());
     std::fs::remove_dir_all(&out).ok();
 }

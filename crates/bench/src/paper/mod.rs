@@ -68,6 +68,12 @@ pub enum Metric {
     /// The time to load the store (train its models), ms, measured around
     /// the load by the suite.
     LoadMs,
+    /// The bytes a single-machine index holds after the run, MB
+    /// (`LocalIndex::memory`'s total; FineStore's Fig. 15).
+    IndexMemoryMb,
+    /// The time to recover a HiStore index server ([`Fault`]), ms, timed
+    /// by the suite (HiStore's Fig. 13).
+    RecoveryMs,
 }
 
 impl Metric {
@@ -83,6 +89,8 @@ impl Metric {
             Metric::PhaseShare(p) => format!("{p}: share of the mean latency (%)"),
             Metric::MaxSharePct => "busiest server's share of requests (%)".into(),
             Metric::LoadMs => "load (training) time (ms)".into(),
+            Metric::IndexMemoryMb => "index memory (MB)".into(),
+            Metric::RecoveryMs => "recovery time (ms)".into(),
         }
     }
 
@@ -92,11 +100,11 @@ impl Metric {
         match self {
             Metric::Throughput => u == "mops/s",
             Metric::LatencyP50 | Metric::RolexRetrainUsP50 => u == "us",
-            Metric::ClientCacheMb => u == "mb",
+            Metric::ClientCacheMb | Metric::IndexMemoryMb => u == "mb",
             Metric::BytesReadPerOp => u == "b",
             Metric::RetrainsPerMInserts => u == "per m inserts",
             Metric::PhaseShare(_) | Metric::MaxSharePct => u == "%",
-            Metric::LoadMs => u == "ms",
+            Metric::LoadMs | Metric::RecoveryMs => u == "ms",
         }
     }
 
@@ -142,7 +150,7 @@ impl Metric {
             Metric::PhaseShare(phase) => phase_share(r, phase),
             Metric::MaxSharePct => r.server_shares.as_ref().map(|s| s.max_share * 100.0),
             // Not in the report: the row's (`PaperRow::value`).
-            Metric::LoadMs => None,
+            Metric::LoadMs | Metric::IndexMemoryMb | Metric::RecoveryMs => None,
         }
     }
 
@@ -161,7 +169,7 @@ impl Metric {
     pub fn lower_is_better(&self) -> bool {
         matches!(
             self,
-            Metric::LatencyP50 | Metric::RolexRetrainUsP50 | Metric::LoadMs
+            Metric::LatencyP50 | Metric::RolexRetrainUsP50 | Metric::LoadMs | Metric::RecoveryMs
         )
     }
 }
@@ -206,6 +214,67 @@ pub struct PaperRun {
     /// Client machines x threads of this run's projection (`--clients`),
     /// instead of the suite's.
     pub clients: Option<(u32, u32)>,
+    /// Load one key in `grow` and insert the others through a client
+    /// before the run (unmeasured, timed with the load): the run then
+    /// queries a store grown by inserts (FineStore Fig. 12c-d: its level
+    /// bins, LI+Δ's delta buffer), every key holding its loaded value, so
+    /// every read is judged as after a plain load.
+    pub grow: Option<usize>,
+    /// A HiStore index server failure applied to the loaded store before
+    /// the run (`histore` only; HiStore's Figs. 13-14).
+    pub fault: Option<Fault>,
+}
+
+/// An index server failure in each HiStore group of a loaded store,
+/// through `histore::LocalGroup`'s public calls; the run after it is
+/// judged as any other (the failure loses no acknowledged write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The primary killed and a backup promoted (`fail_over`: it builds
+    /// a hash table from its skiplist), timed: the primary's recovery.
+    Primary,
+    /// A backup killed and dropped from the group: the run is degraded.
+    BackupDown,
+    /// A backup killed and dropped, then a fresh one added and rebuilt
+    /// from the primary's table (`add_backup`), timed: a backup's
+    /// recovery.
+    BackupReplaced,
+}
+
+/// Applies `fault` to every group of `store`; the milliseconds its
+/// recovery took (`None` for a failure not recovered from).
+fn inject(store: &::histore::kv::HiStoreLocal, fault: Fault) -> Result<Option<f64>, BenchError> {
+    let groups = store.groups();
+    let mut recovery = None;
+    for i in 0..groups.len() {
+        let g = groups.group(i);
+        let view = g.view();
+        let start = match fault {
+            Fault::Primary => {
+                g.kill(view.primary).map_err(kv::KvError::from)?;
+                let start = Instant::now();
+                g.fail_over().map_err(kv::KvError::from)?;
+                start
+            }
+            Fault::BackupDown | Fault::BackupReplaced => {
+                let b = *view
+                    .backups
+                    .first()
+                    .ok_or_else(|| BenchError::Config("a HiStore group without a backup".into()))?;
+                g.kill(b).map_err(kv::KvError::from)?;
+                g.drop_backup(b).map_err(kv::KvError::from)?;
+                let start = Instant::now();
+                if fault == Fault::BackupReplaced {
+                    g.add_backup().map_err(kv::KvError::from)?;
+                }
+                start
+            }
+        };
+        if fault != Fault::BackupDown {
+            *recovery.get_or_insert(0.0) += start.elapsed().as_secs_f64() * 1e3;
+        }
+    }
+    Ok(recovery)
 }
 
 impl PaperRun {
@@ -224,6 +293,8 @@ impl PaperRun {
             shards: None,
             inserter: None,
             clients: None,
+            grow: None,
+            fault: None,
         }
     }
 
@@ -263,6 +334,8 @@ impl PaperRun {
             dataset: self.dataset,
             keys: self.keys,
             shards: self.shards,
+            grow: self.grow,
+            fault: self.fault,
         }
     }
 }
@@ -422,6 +495,12 @@ pub struct PaperRow {
     /// Milliseconds the store took to load, if this run loaded it (a run
     /// on the previous run's store did not).
     pub load_ms: Option<f64>,
+    /// The bytes a single-machine index held after the run (`index:`
+    /// systems; `None` for the others and the indexes that do not count).
+    pub index_memory: Option<::finestore::peers::IndexMemory>,
+    /// Milliseconds the run's [`Fault`] took to recover from, if this run
+    /// loaded its store and the fault is recovered from.
+    pub recovery_ms: Option<f64>,
 }
 
 impl PaperRow {
@@ -429,6 +508,8 @@ impl PaperRow {
     pub fn value(&self, metric: Metric) -> Option<f64> {
         match metric {
             Metric::LoadMs => self.load_ms,
+            Metric::IndexMemoryMb => self.index_memory.map(|m| m.total as f64 / 1e6),
+            Metric::RecoveryMs => self.recovery_ms,
             m => m.measured(self.report.as_ref()?),
         }
     }
@@ -497,6 +578,8 @@ pub fn run_paper(
         spec,
         keysets: HashMap::new(),
         loaded: None,
+        last_index: None,
+        last_recovery: None,
     };
     let mut rows = Vec::new();
     check_only(suite, &o.only)?;
@@ -612,6 +695,8 @@ struct LoadKey {
     dataset: Dataset,
     keys: Option<usize>,
     shards: Option<usize>,
+    grow: Option<usize>,
+    fault: Option<Fault>,
 }
 
 /// A loaded store, with the handle on its servers' shares if it is a
@@ -620,6 +705,8 @@ struct Loaded {
     key: LoadKey,
     store: Box<dyn crate::Store>,
     shares: Option<cluster::kv::ServerShares>,
+    /// The index of a single-machine (`index:`) system, for its bytes.
+    index: Option<Arc<dyn ::finestore::peers::LocalIndex>>,
 }
 
 /// Loads stores (reusing one across runs that leave its keys as loaded)
@@ -629,6 +716,11 @@ struct Runner<'a> {
     spec: Option<ProjectSpec>,
     keysets: HashMap<(Dataset, usize), Arc<[u64]>>,
     loaded: Option<Loaded>,
+    /// The index of the store the last run ran on, if a single-machine
+    /// one (read for its bytes once the run is over).
+    last_index: Option<Arc<dyn ::finestore::peers::LocalIndex>>,
+    /// The recovery time of the fault applied to the last store loaded.
+    last_recovery: Option<f64>,
 }
 
 impl Runner<'_> {
@@ -650,6 +742,12 @@ impl Runner<'_> {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e)),
         };
+        let index_memory = self
+            .last_index
+            .take()
+            .and_then(|i| i.memory())
+            .filter(|_| report.is_some());
+        let recovery_ms = self.last_recovery.take().filter(|_| load_ms.is_some());
         let failed = error
             .as_ref()
             .is_some_and(|e| !matches!(e, BenchError::Config(_)));
@@ -660,6 +758,8 @@ impl Runner<'_> {
             error: error.map(|e| e.to_string()),
             failed,
             load_ms,
+            index_memory,
+            recovery_ms,
         }
     }
 
@@ -676,37 +776,77 @@ impl Runner<'_> {
             options.set(k, v)?;
         }
         let pairs: Vec<(u64, u64)> = keys.iter().map(|&k| (k, value_for(k, 0))).collect();
-        let start = Instant::now();
-        let (store, shares): (Box<dyn crate::Store>, _) = match run.shards {
-            Some(n) => {
-                if !crate::system::runs_in_cluster(&run.system) {
-                    return Err(BenchError::Config(format!(
-                        "{} does not run range-partitioned",
-                        run.system
-                    )));
-                }
-                let xo = ::xstore::kv::XStoreOptions::parse(&options)?;
-                let c =
-                    cluster::local::LocalCluster::load(&pairs, n, xo, None, self.o.server_workers)?;
-                let shares = c.shares();
-                (Box::new(c), Some(shares))
-            }
-            None => {
-                let store = crate::system::load_local(
-                    &run.system,
-                    &kv::LocalLoad {
-                        pairs: &pairs,
-                        adversary: None,
-                        server_workers: self.o.server_workers,
-                        options: &options,
-                    },
-                )?;
-                (store, None)
-            }
+        // Grown: every `grow`-th pair loaded, the others inserted below.
+        let (loaded, inserted) = match run.grow {
+            Some(g) if g < 2 => return Err(BenchError::Config("grow needs 2 or more".into())),
+            Some(g) => split_every(&pairs, g),
+            None => (pairs, Vec::new()),
         };
-        let ms = start.elapsed().as_secs_f64() * 1e3;
-        self.loaded = Some(Loaded { key, store, shares });
+        debug_assert_eq!(loaded.len() + inserted.len(), keys.len());
+        let start = Instant::now();
+        let (store, shares, index) = self.open(run, &loaded, &options)?;
+        if !inserted.is_empty() {
+            insert_all(&*store, &inserted)?;
+        }
+        let ms = start.elapsed().as_secs_f64() * 1e3 - self.last_recovery.unwrap_or(0.0);
+        self.loaded = Some(Loaded {
+            key,
+            store,
+            shares,
+            index,
+        });
         Ok(Some(ms))
+    }
+
+    /// `run`'s store loaded with `pairs`: range-partitioned if the run
+    /// says so (with the handle on its shares), a single-machine index
+    /// (with the index, for its bytes), or the registry's system.
+    fn open(
+        &mut self,
+        run: &PaperRun,
+        pairs: &[(u64, u64)],
+        options: &kv::Options,
+    ) -> Result<Opened, BenchError> {
+        if let Some(n) = run.shards {
+            if !crate::system::runs_in_cluster(&run.system) {
+                return Err(BenchError::Config(format!(
+                    "{} does not run range-partitioned",
+                    run.system
+                )));
+            }
+            let xo = ::xstore::kv::XStoreOptions::parse(options)?;
+            let c = cluster::local::LocalCluster::load(pairs, n, xo, None, self.o.server_workers)?;
+            let shares = c.shares();
+            return Ok((Box::new(c), Some(shares), None));
+        }
+        self.last_recovery = None;
+        if let Some(fault) = run.fault {
+            if run.system != "histore" {
+                return Err(BenchError::Config(format!(
+                    "{} takes no index server failure (histore does)",
+                    run.system
+                )));
+            }
+            let o = ::histore::kv::HiStoreOptions::from_options(options)?;
+            let store = ::histore::kv::HiStoreLocal::load(pairs, None, o)?;
+            self.last_recovery = inject(&store, fault)?;
+            return Ok((Box::new(store), None, None));
+        }
+        if let Some(name) = run.system.strip_prefix(::finestore::peers::INDEX_PREFIX) {
+            let system = ::finestore::peers::IndexSystem::load(name, pairs)?;
+            let index = system.index();
+            return Ok((Box::new(system), None, Some(index)));
+        }
+        let store = crate::system::load_local(
+            &run.system,
+            &kv::LocalLoad {
+                pairs,
+                adversary: None,
+                server_workers: self.o.server_workers,
+                options,
+            },
+        )?;
+        Ok((store, None, None))
     }
 
     fn try_run(&mut self, run: &PaperRun, load_ms: &mut Option<f64>) -> Result<Report, BenchError> {
@@ -714,6 +854,7 @@ impl Runner<'_> {
         *load_ms = self.load(run, &keys)?;
         let loaded = self.loaded.as_ref().expect("loaded above");
         debug_assert_eq!(loaded.key, run.load_key());
+        self.last_index = loaded.index.clone();
         let before = loaded.shares.as_ref().map(|s| s.snapshot());
         let mut result = self.measure(&*loaded.store, keys, run);
         if let (Ok(report), Some(shares), Some(before)) = (&mut result, &loaded.shares, before) {
@@ -772,6 +913,49 @@ impl Runner<'_> {
         report.projected = Some(crate::project::project(&trace, &spec, &run.system)?);
         Ok(report)
     }
+}
+
+/// A store just loaded, with the handle on its servers' shares (a
+/// range-partitioned one) and its index (a single-machine one).
+type Opened = (
+    Box<dyn crate::Store>,
+    Option<cluster::kv::ServerShares>,
+    Option<Arc<dyn ::finestore::peers::LocalIndex>>,
+);
+
+/// Key-value pairs.
+type Pairs = Vec<(u64, u64)>;
+
+/// `pairs` split into every `g`-th (from the first) and the others.
+fn split_every(pairs: &[(u64, u64)], g: usize) -> (Pairs, Pairs) {
+    assert!(g > 0, "every 0th pair");
+    let mut kept = Vec::with_capacity(pairs.len() / g + 1);
+    let mut rest = Vec::with_capacity(pairs.len());
+    for (i, p) in pairs.iter().enumerate() {
+        if i % g == 0 {
+            kept.push(*p);
+        } else {
+            rest.push(*p);
+        }
+    }
+    (kept, rest)
+}
+
+/// Inserts `pairs` (keys the store does not hold) through one client,
+/// each insert required to find its key fresh.
+fn insert_all(store: &dyn crate::Store, pairs: &[(u64, u64)]) -> Result<(), BenchError> {
+    let mut client = store.client()?;
+    let words = client
+        .words()
+        .ok_or_else(|| BenchError::Config("grow needs a system of u64 words".into()))?;
+    for &(k, v) in pairs {
+        if !words.insert(k, v)? {
+            return Err(BenchError::Client(format!(
+                "growing the store: insert of fresh key {k} found it present"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Every system of `systems` at every point of `points` (`x`, workload,

@@ -119,7 +119,7 @@ fn write_jsonl(
 
 /// A row as one JSON line: the report's fields in order (or the run's
 /// identity where it did not run), then `paper`, `figure`, `x`, `error`,
-/// `load_ms`.
+/// `load_ms`, `index_memory`, `recovery_ms`.
 fn json_line(suite: &PaperSuite, r: &PaperRow) -> Result<String, serde_json::Error> {
     let mut line = match &r.report {
         Some(report) => serde_json::to_string(report)?,
@@ -130,12 +130,21 @@ fn json_line(suite: &PaperSuite, r: &PaperRow) -> Result<String, serde_json::Err
             "dataset": r.run.dataset.name(),
         }))?,
     };
-    let extras: [(&str, Value); 5] = [
+    let memory = match &r.index_memory {
+        Some(m) => serde_json::to_value(m)?,
+        None => Value::Null,
+    };
+    let extras: [(&str, Value); 7] = [
         ("paper", suite.paper.into()),
         ("figure", r.stem.into()),
         ("x", r.run.x.clone().into()),
         ("error", r.error.clone().map_or(Value::Null, Value::String)),
         ("load_ms", r.load_ms.map_or(Value::Null, Value::from)),
+        ("index_memory", memory),
+        (
+            "recovery_ms",
+            r.recovery_ms.map_or(Value::Null, Value::from),
+        ),
     ];
     // `line` is a non-empty object: drop its '}' and go on.
     line.pop();

@@ -55,7 +55,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use kv::KvError;
 
-use super::{IndexEvents, LocalIndex};
+use super::{IndexEvents, IndexMemory, LocalIndex};
 
 /// Density a node is built at.
 pub const INIT_DENSITY: f64 = 0.7;
@@ -1041,6 +1041,33 @@ impl Tree {
         Some(v)
     }
 
+    /// Model nodes (their line and child pointers) and every data node's
+    /// line; the data nodes' gapped arrays (keys, values, the occupancy
+    /// bitmap): ALEX has no buffer, its gaps take the inserts.
+    fn memory(&self) -> IndexMemory {
+        let line = std::mem::size_of::<Linear>() as u64;
+        let (mut models, mut trained) = (0u64, 0u64);
+        let mut stack = vec![self.root];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) {
+                continue;
+            }
+            match &self.nodes[i] {
+                Node::Model(m) => {
+                    models += line + m.children.len() as u64 * 8;
+                    stack.extend(m.children.iter().copied());
+                }
+                Node::Data(d) => {
+                    models += line;
+                    trained += (d.keys.len() + d.vals.len() + d.bits.len()) as u64 * 8;
+                }
+                Node::Free => unreachable!("a freed node is linked"),
+            }
+        }
+        IndexMemory::of_parts(models, trained, None)
+    }
+
     fn stats(&self) -> AlexStats {
         let mut s = self.stats;
         let mut stack = vec![(self.root, 1)];
@@ -1164,6 +1191,10 @@ impl LocalIndex for Alex {
             events: s.expansions + s.sideways_splits + s.down_splits,
             frozen_ns: None,
         }
+    }
+
+    fn memory(&self) -> Option<IndexMemory> {
+        Some(self.read().memory())
     }
 }
 

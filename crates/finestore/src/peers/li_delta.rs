@@ -39,7 +39,7 @@ use scc::TreeIndex;
 
 use kv::KvError;
 
-use super::{nanos_since, IndexEvents, LocalIndex};
+use super::{nanos_since, IndexEvents, IndexMemory, LocalIndex, BUFFERED_ENTRY_BYTES};
 
 /// Array keys per RMI leaf model.
 pub const KEYS_PER_MODEL: usize = 16;
@@ -262,6 +262,20 @@ impl LocalIndex for LiDelta {
             events: self.merges(),
             frozen_ns: Some(self.frozen_ns.load(Ordering::Relaxed)),
         }
+    }
+
+    /// The RMI's parameters, the sorted array (keys and values), the
+    /// delta buffer's entries.
+    fn memory(&self) -> Option<IndexMemory> {
+        let r = self.read();
+        let models = r.rmi.as_ref().map_or(0, |m| m.bytes()) as u64;
+        let trained = r.keys.len() as u64 * 16;
+        let buffered = r.delta_len.load(Ordering::Acquire) as u64;
+        Some(IndexMemory::of_parts(
+            models,
+            trained,
+            Some(buffered * BUFFERED_ENTRY_BYTES),
+        ))
     }
 }
 

@@ -111,7 +111,49 @@ pub trait LocalIndex: Send + Sync {
             frozen_ns: Some(0),
         }
     }
+    /// The bytes the index holds now, by part (FineStore's Fig. 15). The
+    /// default: not counted (the general-purpose trees, whose nodes are
+    /// their crates' own).
+    fn memory(&self) -> Option<IndexMemory> {
+        None
+    }
 }
+
+/// Bytes an index holds ([`LocalIndex::memory`]), by the parts FineStore's
+/// Fig. 15 breaks its memory into. A part the index cannot separate is
+/// `None`; `total` is everything counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct IndexMemory {
+    /// Every byte counted.
+    pub total: u64,
+    /// The learned models' parameters (`KeyIndex::bytes`, plus each
+    /// model's routing words).
+    pub models: Option<u64>,
+    /// The trained (sorted or gapped) arrays: keys and values.
+    pub trained: Option<u64>,
+    /// What takes the inserts beside the arrays: delta buffers as 16 bytes
+    /// (a key and a value) an entry, their tree's nodes not counted.
+    pub buffers: Option<u64>,
+}
+
+impl IndexMemory {
+    /// The sum of `models`, `trained` and `buffers` (each counted part)
+    /// as the total.
+    pub fn of_parts(models: u64, trained: u64, buffers: Option<u64>) -> IndexMemory {
+        let total = models
+            .saturating_add(trained)
+            .saturating_add(buffers.unwrap_or(0));
+        IndexMemory {
+            total,
+            models: Some(models),
+            trained: Some(trained),
+            buffers,
+        }
+    }
+}
+
+/// Bytes of a buffered entry ([`IndexMemory::buffers`]): its key and value.
+pub const BUFFERED_ENTRY_BYTES: u64 = 16;
 
 /// Restructurings of an index so far ([`LocalIndex::events`]): the
 /// figures of the timeline (`--local-index --timeline`, Fig. 9c).
@@ -169,6 +211,15 @@ impl LocalIndex for crate::FineStore {
             events: s.bin_retrains + s.model_retrains,
             frozen_ns: None,
         }
+    }
+    /// The total of `FineStore::memory_bytes` (trained arrays, models,
+    /// records, slots and level bins): its walk does not split them, and
+    /// the store's internals are not this module's.
+    fn memory(&self) -> Option<IndexMemory> {
+        Some(IndexMemory {
+            total: self.memory_bytes() as u64,
+            ..IndexMemory::default()
+        })
     }
 }
 
@@ -536,6 +587,25 @@ impl LocalIndex for XIndexLike {
             frozen_ns: Some(self.frozen_ns.load(Ordering::Relaxed)),
         }
     }
+    /// The root model and each group's line (base, slope, error: 24 B);
+    /// the groups' arrays; their delta buffers (and a compaction's frozen
+    /// one) as entries. The root's trained keys route only: counted with
+    /// the models.
+    fn memory(&self) -> Option<IndexMemory> {
+        let mut models = (self.model.bytes() + self.root_keys.len() * 8) as u64;
+        let (mut trained, mut buffered) = (0u64, 0u64);
+        for g in &self.groups {
+            let v = g.version();
+            models += 24;
+            trained += v.keys.len() as u64 * 16;
+            buffered += v.delta.len() as u64 + v.frozen.as_ref().map_or(0, |f| f.len() as u64);
+        }
+        Some(IndexMemory::of_parts(
+            models,
+            trained,
+            Some(buffered * BUFFERED_ENTRY_BYTES),
+        ))
+    }
 }
 
 /// The prefix that names a single-machine index as a benchmark system
@@ -567,6 +637,11 @@ impl IndexSystem {
     /// The index's restructurings so far.
     pub fn events(&self) -> IndexEvents {
         self.index.events()
+    }
+
+    /// The index itself (for its figures after a run: [`LocalIndex::memory`]).
+    pub fn index(&self) -> Arc<dyn LocalIndex> {
+        self.index.clone()
     }
 }
 
@@ -892,6 +967,26 @@ mod tests {
         assert_eq!(rows.len(), LOCAL_INDEXES.len() * 2 * 4);
         assert!(rows.iter().all(|r| r.ops > 0 && r.mops > 0.0));
         assert!(load_index("masstree", &[(1, 1)]).is_err());
+    }
+
+    #[test]
+    fn the_learned_indexes_count_their_bytes_and_the_inserts_they_take() {
+        let pairs: Vec<(u64, u64)> = (0..4_000u64).map(|i| (i * 10, i)).collect();
+        for name in ["finestore", "xindex-like", "li-delta", "pgm", "alex"] {
+            let index = load_index(name, &pairs).unwrap();
+            let loaded = index.memory().unwrap_or_else(|| panic!("{name}: no bytes"));
+            // Every key and value is held: 16 bytes a pair at least.
+            assert!(loaded.total >= 16 * 4_000, "{name}: {loaded:?}");
+            for k in 0..4_000u64 {
+                assert!(index.insert(k * 10 + 5, k), "{name}: {k}");
+            }
+            let grown = index.memory().unwrap();
+            assert!(grown.total >= 16 * 8_000, "{name}: {grown:?}");
+            if let (Some(m), Some(t)) = (grown.models, grown.trained) {
+                assert_eq!(m + t + grown.buffers.unwrap_or(0), grown.total, "{name}");
+            }
+        }
+        assert!(load_index("btree", &pairs).unwrap().memory().is_none());
     }
 
     #[test]

@@ -37,7 +37,7 @@ use learned::KeyIndex;
 
 use kv::KvError;
 
-use super::{nanos_since, IndexEvents, LocalIndex};
+use super::{nanos_since, IndexEvents, IndexMemory, LocalIndex};
 
 /// ε of every run's PGM.
 pub const EPSILON: u64 = 64;
@@ -253,6 +253,25 @@ impl LocalIndex for DynamicPgm {
             events: self.retrains.load(Ordering::Relaxed),
             frozen_ns: Some(self.frozen_ns.load(Ordering::Relaxed)),
         }
+    }
+
+    /// The runs' PGMs; the runs that have one (keys and values, stale
+    /// copies included); the small runs below [`MIN_INDEXED_LEVEL`], which
+    /// take the inserts unindexed, as the buffers.
+    fn memory(&self) -> Option<IndexMemory> {
+        let r = self.read();
+        let (mut models, mut trained, mut buffers) = (0u64, 0u64, 0u64);
+        for run in r.runs.iter().flatten() {
+            let bytes = run.keys.len() as u64 * 16;
+            match &run.pgm {
+                Some(p) => {
+                    models += p.bytes() as u64;
+                    trained += bytes;
+                }
+                None => buffers += bytes,
+            }
+        }
+        Some(IndexMemory::of_parts(models, trained, Some(buffers)))
     }
 }
 
