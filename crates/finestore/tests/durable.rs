@@ -12,9 +12,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fabric::{LocalFabric, LocalHost};
-use finestore::durable::{DurabilityConfig, StorePairs};
+use finestore::durable::{DurabilityConfig, LogGate, StorePairs};
 use finestore::node::{self, NodeConfig, RunningNode};
-use finestore::remote::client::Client;
+use finestore::remote::client::{Access, Client};
 use finestore::remote::server::ServerConfig;
 use finestore::Config;
 use rand::rngs::StdRng;
@@ -40,6 +40,17 @@ fn open(
     every: u64,
     keys: Vec<u64>,
 ) -> Result<(RunningNode, fabric::NodeId), finestore::FineError> {
+    open_gated(fabric, dir, mode, every, keys, None)
+}
+
+fn open_gated(
+    fabric: &LocalFabric,
+    dir: &Path,
+    mode: Durability,
+    every: u64,
+    keys: Vec<u64>,
+    gate: Option<LogGate>,
+) -> Result<(RunningNode, fabric::NodeId), finestore::FineError> {
     let node = fabric.add_node();
     let host = Arc::new(LocalHost {
         fabric: fabric.clone(),
@@ -49,6 +60,7 @@ fn open(
     d.mode = mode;
     d.checkpoint_records = every;
     d.commit_delay = std::time::Duration::ZERO;
+    d.test_gate = gate;
     let config = NodeConfig {
         keys,
         value_of: |k| k + 1,
@@ -225,4 +237,89 @@ fn an_empty_directory_state_starts_and_a_lost_checkpoint_is_refused() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("no checkpoint"), "{e}");
+}
+
+/// What every reader sees of keys 40..=70, by the three read paths: a
+/// pipelined client's GET (a one-sided READ of the trained array for a
+/// trained key), an on-server client's GET (the store by RPC), and both
+/// clients' SCANs.
+fn seen(
+    one_sided: &mut Client<fabric::LocalEndpoint>,
+    by_rpc: &mut Client<fabric::LocalEndpoint>,
+) -> Vec<Vec<(u64, u64)>> {
+    let mut views = Vec::new();
+    for c in [one_sided, by_rpc] {
+        let gets: Vec<(u64, u64)> = [40, 50, 55, 60, 70]
+            .into_iter()
+            .filter_map(|k| c.get(k).unwrap().map(|v| (k, v)))
+            .collect();
+        let mut scan = Vec::new();
+        c.scan(40, 5, &mut scan).unwrap();
+        scan.retain(|p| p.0 <= 70);
+        views.push(gets);
+        views.push(scan);
+    }
+    views
+}
+
+#[test]
+fn a_sync_write_is_invisible_until_its_group_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let fabric = LocalFabric::new();
+    let gate = LogGate::default();
+    let keys: Vec<u64> = (0..20u64).map(|i| i * 10).collect();
+    let (running, at) =
+        open_gated(&fabric, &dir, Durability::Sync, 1000, keys, Some(gate.clone())).unwrap();
+    let mut one_sided = Client::connect(fabric.endpoint(), at).unwrap();
+    let mut by_rpc = Client::connect(fabric.endpoint(), at).unwrap();
+    by_rpc.set_access(Access::Server).unwrap();
+    let before = vec![(40, 41), (50, 51), (60, 61), (70, 71)];
+    assert_eq!(seen(&mut one_sided, &mut by_rpc), vec![before.clone(); 4]);
+    let direct = one_sided.stats().direct;
+    assert!(direct > 0, "the pipelined client read the array one-sidedly");
+
+    gate.hold();
+    // An update of a trained key, an insert of a new one, a delete, and
+    // an insert decided from the pending insert (it reports a state that
+    // is not durable yet, so it too waits).
+    let writes: [(u64, u8); 4] = [(50, 0), (55, 1), (60, 2), (55, 1)];
+    let d = running.server().durable().unwrap().clone();
+    let mut threads = Vec::new();
+    for (i, (key, what)) in writes.into_iter().enumerate() {
+        let mut c = Client::connect(fabric.endpoint(), at).unwrap();
+        threads.push(std::thread::spawn(move || match what {
+            0 => c.update(key, 999).unwrap(),
+            1 => c.insert(key, 7 + i as u64).unwrap(),
+            _ => c.delete(key).unwrap(),
+        }));
+        if i == 2 {
+            // The first three are logged (pending) before the fourth.
+            let t0 = std::time::Instant::now();
+            while d.stats().pending_writes < 3 {
+                assert!(t0.elapsed().as_secs() < 5, "{:?}", d.stats());
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(threads.iter().all(|t| !t.is_finished()), "a write was answered before its group commit");
+    assert_eq!(
+        seen(&mut one_sided, &mut by_rpc),
+        vec![before; 4],
+        "a reader saw a write whose record is not on disk"
+    );
+    assert!(one_sided.stats().direct > direct, "one-sided READs were made while held");
+
+    gate.release();
+    let answers: Vec<bool> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(answers, vec![true, true, true, false]);
+    let after = vec![(40, 41), (50, 999), (55, 8), (70, 71)];
+    assert_eq!(seen(&mut one_sided, &mut by_rpc), vec![after.clone(); 4]);
+    assert_eq!(d.stats().pending_writes, 0);
+    drop((one_sided, by_rpc, d));
+    drop(running);
+    let (running, _) = open(&fabric, &dir, Durability::Sync, 1000, vec![]).unwrap();
+    let got: Vec<(u64, u64)> = contents(&running).into_iter().filter(|p| (40..=70).contains(&p.0)).collect();
+    assert_eq!(got, after, "the restart holds what readers saw");
 }

@@ -18,6 +18,7 @@ use super::layout::{region_bytes, ArrayWriter, BIN, DELETED, RETIRED};
 use super::locks;
 use super::proto::{reply_header, reply_word, Op, PublishedMsg, Request, Status, MAX_SCAN};
 use crate::durable::{Change, Durable};
+use crate::overlay::SyncOp;
 use crate::mirror::{Mirror, MirrorFactory};
 use crate::{Config, FineError, FineStore, Hint, HintUse};
 
@@ -567,8 +568,29 @@ impl Serving {
 
     /// A write, plain or pipelined: applied, logged if the server is
     /// durable (the state it left: the value written, or the key's
-    /// removal), its flag replied. Returns the LSN the reply waits for.
-    fn write(&self, op: Op, version: u64, out: &mut Vec<u8>) -> Result<Option<u64>, FineError> {
+    /// removal), its flag replied. Returns what the reply waits for: the
+    /// LSN, or — a `sync` server — the whole write, which the overlay
+    /// decides, logs and applies after its group commit (its hint unused:
+    /// the apply runs later, on the log writer).
+    fn write(&self, op: Op, version: u64, out: &mut Vec<u8>) -> Result<Then, FineError> {
+        if self.shared.durable.get().is_some_and(|d| d.waits()) {
+            let (key, op) = match op {
+                Op::Insert { key, value } | Op::InsertAt { key, value, .. } => {
+                    (key, SyncOp::Insert(value))
+                }
+                Op::Update { key, value } | Op::UpdateAt { key, value, .. } => {
+                    (key, SyncOp::Update(value))
+                }
+                Op::Upsert { key, value } | Op::UpsertAt { key, value, .. } => {
+                    (key, SyncOp::Upsert(value))
+                }
+                Op::Delete { key } | Op::DeleteAt { key, .. } => (key, SyncOp::Delete),
+                other => {
+                    return Err(FineError::Config(format!("{other:?} is not a write")));
+                }
+            };
+            return Ok(Then::Sync(key, op));
+        }
         let st = &*self.store;
         let at = |entry| hint(version, entry);
         let set = |ok: bool, v: u64| (ok, ok.then_some(Change::Set(v)));
@@ -604,23 +626,23 @@ impl Serving {
             }
         };
         reply_word(out, u64::from(flag));
-        Ok(lsn)
+        Ok(lsn.map_or(Then::Reply, Then::Lsn))
     }
 
-    /// Serves one request into `out`; a write returns the LSN its reply
-    /// must wait for (`sync` durability).
-    fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<Option<u64>, FineError> {
+    /// Serves one request into `out`; a write returns what its reply must
+    /// wait for.
+    fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<Then, FineError> {
         let s = &self.shared;
         let now = s.now();
         if req.op == Op::Join {
-            return self.join(now, out).map(|()| None);
+            return self.join(now, out).map(|()| Then::Reply);
         }
         let cur = match s.barrier.report(req.client, req.version, now) {
             Ok(c) => c,
             Err(BarrierError::Expired(_)) => {
                 let v = self.store.mirror().map_or(0, |m| m.version());
                 reply_header(out, Status::Expired, v);
-                return Ok(None);
+                return Ok(Then::Reply);
             }
             Err(e) => return Err(FineError::Config(e.to_string())),
         };
@@ -669,8 +691,19 @@ impl Serving {
                 reply_pairs(out, pairs);
             }
         }
-        Ok(None)
+        Ok(Then::Reply)
     }
+}
+
+/// What a request's reply waits for.
+enum Then {
+    /// Nothing: it is complete.
+    Reply,
+    /// The group commit of this LSN (`sync`; else nothing).
+    Lsn(u64),
+    /// A `sync` write of `key`: the reply holds its header; the overlay
+    /// decides, logs and applies it, then its flag completes the reply.
+    Sync(u64, SyncOp),
 }
 
 impl Handler {
@@ -693,12 +726,33 @@ impl RpcHandler for Handler {
         let Some(this) = self.serving() else {
             return stopped(reply);
         };
-        let wait = this.handle(request, reply);
-        if let (Some(lsn), Some(d)) = (wait, this.shared.durable.get()) {
-            if let Err(e) = d.wait_durable(lsn) {
-                reply.clear();
-                this.failed(reply, &FineError::Log(e));
+        match (this.handle(request, reply), this.shared.durable.get()) {
+            (Then::Lsn(lsn), Some(d)) => {
+                if let Err(e) = d.wait_durable(lsn) {
+                    reply.clear();
+                    this.failed(reply, &FineError::Log(e));
+                }
             }
+            (Then::Sync(key, op), Some(d)) => {
+                // A worker that answers in place waits for the overlay's
+                // answer (the deferred path below does not).
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                let head = std::mem::take(reply);
+                this.sync_write(
+                    d,
+                    key,
+                    op,
+                    head,
+                    Box::new(move |r| {
+                        let _ = tx.send(r);
+                    }),
+                );
+                match rx.recv() {
+                    Ok(r) => *reply = r,
+                    Err(_) => this.failed(reply, &FineError::Log(wal::WalError::Closed)),
+                }
+            }
+            _ => {}
         }
     }
 
@@ -713,7 +767,8 @@ impl RpcHandler for Handler {
         let mut reply = Vec::new();
         let wait = this.handle(request, &mut reply);
         match (wait, this.shared.durable.get()) {
-            (Some(lsn), Some(d)) if d.waits() => {
+            (Then::Sync(key, op), Some(d)) => this.sync_write(d, key, op, reply, respond),
+            (Then::Lsn(lsn), Some(d)) if d.waits() => {
                 let version = this.current();
                 d.when_durable(
                     lsn,
@@ -746,14 +801,14 @@ impl Serving {
         reply.extend_from_slice(e.to_string().as_bytes());
     }
 
-    /// Serves a request into `reply`; a logged write returns the LSN its
+    /// Serves a request into `reply`; a logged write returns what its
     /// reply waits for.
-    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) -> Option<u64> {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) -> Then {
         match Request::decode(request) {
             Err(e) => {
                 reply_header(reply, Status::Bad, self.current());
                 reply.extend_from_slice(e.to_string().as_bytes());
-                None
+                Then::Reply
             }
             Ok(req) => match self.serve(req, reply) {
                 Ok(wait) => wait,
@@ -761,9 +816,38 @@ impl Serving {
                     // A partly written reply (a header) is replaced whole.
                     reply.clear();
                     self.failed(reply, &e);
-                    None
+                    Then::Reply
                 }
             },
         }
+    }
+
+    /// Hands a `sync` write to the overlay; its flag completes `head` (the
+    /// reply's header), or a failure replaces it, and `respond` sends it.
+    fn sync_write(
+        &self,
+        d: &Durable,
+        key: u64,
+        op: SyncOp,
+        head: Vec<u8>,
+        respond: fabric::Responder,
+    ) {
+        let version = self.current();
+        d.write_sync(
+            key,
+            op,
+            Box::new(move |r| {
+                let mut reply = head;
+                match r {
+                    Ok(flag) => reply_word(&mut reply, u64::from(flag)),
+                    Err(e) => {
+                        reply.clear();
+                        reply_header(&mut reply, Status::Failed, version);
+                        reply.extend_from_slice(e.to_string().as_bytes());
+                    }
+                }
+                respond(reply)
+            }),
+        );
     }
 }
