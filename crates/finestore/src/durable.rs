@@ -370,8 +370,8 @@ impl Durable {
         }
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let overlay = (config.mode == Durability::Sync)
-            .then(|| Arc::new(Overlay::new(store, next_lsn - 1)));
+        let overlay =
+            (config.mode == Durability::Sync).then(|| Arc::new(Overlay::new(store, next_lsn - 1)));
         let ctx = Checkpointer {
             wal: wal.clone(),
             overlay: overlay.clone(),

@@ -277,7 +277,10 @@ impl Overlay {
                 Vec::new()
             };
             let before = self.pending.fetch_sub(1, Ordering::AcqRel);
-            assert!(before > 0, "a write completes that was never counted pending (lsn {lsn})");
+            assert!(
+                before > 0,
+                "a write completes that was never counted pending (lsn {lsn})"
+            );
             (outcome, waiters)
         };
         let send = |flag: bool, answer: Answer| match &outcome {

@@ -18,8 +18,8 @@ use super::layout::{region_bytes, ArrayWriter, BIN, DELETED, RETIRED};
 use super::locks;
 use super::proto::{reply_header, reply_word, Op, PublishedMsg, Request, Status, MAX_SCAN};
 use crate::durable::{Change, Durable};
-use crate::overlay::SyncOp;
 use crate::mirror::{Mirror, MirrorFactory};
+use crate::overlay::SyncOp;
 use crate::{Config, FineError, FineStore, Hint, HintUse};
 
 /// Settings of a [`Server`].
