@@ -354,3 +354,105 @@ fn a_sync_write_is_invisible_until_its_group_commit() {
         .collect();
     assert_eq!(got, after, "the restart holds what readers saw");
 }
+
+/// Owns keys below 1000 at map revision 7; counts the admissions alive.
+struct Below1000(Arc<std::sync::atomic::AtomicI64>);
+
+/// An admission's hold: counted while alive.
+struct Counted(Arc<std::sync::atomic::AtomicI64>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl kv::RangeFence for Below1000 {
+    fn admit(&self, key: u64, revision: u64, write: bool) -> Result<kv::Admitted, u64> {
+        match revision {
+            7 => self.admit_current(key, write),
+            _ => Err(7),
+        }
+    }
+    fn admit_current(&self, key: u64, _write: bool) -> Result<kv::Admitted, u64> {
+        if key >= 1000 {
+            return Err(7);
+        }
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(kv::Admitted {
+            hi: 1000,
+            hold: Some(Box::new(Counted(self.0.clone()))),
+        })
+    }
+}
+
+#[test]
+fn a_fenced_server_refuses_keys_it_does_not_own_and_holds_a_sync_write() {
+    use finestore::remote::client::ClientError;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let fabric = LocalFabric::new();
+    let gate = LogGate::default();
+    let keys: Vec<u64> = (0..150u64).map(|i| i * 10).collect();
+    let (running, at) = open_gated(
+        &fabric,
+        &dir,
+        Durability::Sync,
+        1000,
+        keys,
+        Some(gate.clone()),
+    )
+    .unwrap();
+    let alive = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    assert!(running
+        .server()
+        .set_fence(Arc::new(Below1000(alive.clone()))));
+    let mut c = Client::connect(fabric.endpoint(), at).unwrap();
+    c.set_access(Access::Server).unwrap();
+    assert_eq!(c.get(500).unwrap(), Some(501));
+    fn wrong<T>(r: Result<T, ClientError>) -> bool {
+        matches!(r, Err(ClientError::WrongOwner(7)))
+    }
+    assert!(wrong(c.get(1200)), "a GET of another server's key");
+    assert!(wrong(c.insert(1205, 1)), "a write of another server's key");
+    assert!(wrong(c.delete(1200)), "a delete of another server's key");
+    let mut out = Vec::new();
+    assert!(wrong(c.scan(1000, 5, &mut out)));
+    c.scan(980, 10, &mut out).unwrap();
+    assert_eq!(
+        out,
+        vec![(980, 981), (990, 991)],
+        "a SCAN stops at the range's end"
+    );
+    let store = running.server().store();
+    assert_eq!(
+        (store.get(1205).unwrap(), store.get(1200).unwrap()),
+        (None, Some(1201))
+    );
+    assert_eq!(alive.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // A sync write keeps its admission until its group commit applied it.
+    gate.hold();
+    let _release = Released(gate.clone());
+    let mut w = Client::connect(fabric.endpoint(), at).unwrap();
+    let t = std::thread::spawn(move || w.upsert(10, 55).unwrap());
+    let d = running.server().durable().unwrap().clone();
+    let t0 = std::time::Instant::now();
+    while d.stats().records < 1 {
+        assert!(t0.elapsed().as_secs() < 5, "{:?}", d.stats());
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(
+        alive.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the pending write's admission is held"
+    );
+    gate.release();
+    assert!(!t.join().unwrap());
+    assert_eq!(c.get(10).unwrap(), Some(55));
+    assert_eq!(
+        alive.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "released once answered"
+    );
+}

@@ -137,7 +137,13 @@ struct Shared {
     /// every write is logged, and in `sync` answered after its record is
     /// on disk.
     durable: OnceLock<Arc<Durable>>,
+    /// The keys this server owns, once [`Server::set_fence`] set it (a
+    /// cluster member): keyed RPCs for other keys are refused.
+    fence: OnceLock<Arc<dyn kv::RangeFence>>,
 }
+
+/// What an admitted request holds until its reply is sent.
+type Hold = Box<dyn std::any::Any + Send>;
 
 impl Shared {
     fn now(&self) -> u64 {
@@ -343,6 +349,7 @@ impl Server {
             drain_limit: config.silence_limit,
             undrained: AtomicU64::new(0),
             durable: OnceLock::new(),
+            fence: OnceLock::new(),
         });
         let factory = Arc::new(Factory {
             shared: shared.clone(),
@@ -406,6 +413,21 @@ impl Server {
     /// one was attached already.
     pub fn set_durable(&self, durable: Arc<Durable>) -> bool {
         self.shared.durable.set(durable).is_ok()
+    }
+
+    /// Refuses, from now on, every keyed RPC (GET, SCAN's start, write)
+    /// for a key `fence` does not admit at its current map
+    /// ([`kv::RangeFence::admit_current`]): the reply is `WrongOwner` with
+    /// the map's revision and nothing is applied; a SCAN is cut at the end
+    /// of the admitted range. The admission is held until the reply is
+    /// sent — for a `sync` write, after its group commit applied it. Only
+    /// the first call counts: false if a fence was set already.
+    ///
+    /// One-sided READs of the registered array never reach the server and
+    /// are not fenced: a plain client pointed at a member reads its array,
+    /// which holds only the member's keys.
+    pub fn set_fence(&self, fence: Arc<dyn kv::RangeFence>) -> bool {
+        self.shared.fence.set(fence).is_ok()
     }
 
     /// The write-ahead log, if one is attached.
@@ -535,17 +557,19 @@ impl Serving {
         start: u64,
         count: u64,
         hint: Hint,
+        hi: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<(), FineError> {
         let s = &self.shared;
-        let (pairs, used) = self
-            .store
-            .scan_hinted(start, count.min(MAX_SCAN) as usize, hint)?;
+        let (mut pairs, used) =
+            self.store
+                .scan_hinted(start, count.min(MAX_SCAN) as usize, hint)?;
         let c = match used {
             HintUse::Used => &s.hinted_scans,
             HintUse::Stale => &s.stale_scan_hints,
         };
         c.fetch_add(1, Ordering::Relaxed);
+        cut(&mut pairs, hi);
         reply_pairs(out, pairs);
         Ok(())
     }
@@ -589,7 +613,7 @@ impl Serving {
                     return Err(FineError::Config(format!("{other:?} is not a write")));
                 }
             };
-            return Ok(Then::Sync(key, op));
+            return Ok(Then::Sync(key, op, None));
         }
         let st = &*self.store;
         let at = |entry| hint(version, entry);
@@ -646,6 +670,19 @@ impl Serving {
             }
             Err(e) => return Err(FineError::Config(e.to_string())),
         };
+        // A cluster member serves only the keys it owns now.
+        let admitted = match (keyed(&req.op), s.fence.get()) {
+            (Some((key, write)), Some(fence)) => match fence.admit_current(key, write) {
+                Ok(a) => Some(a),
+                Err(revision) => {
+                    reply_header(out, Status::WrongOwner, cur.version);
+                    reply_word(out, revision);
+                    return Ok(Then::Reply);
+                }
+            },
+            _ => None,
+        };
+        let hi = admitted.as_ref().map(|a| a.hi);
         reply_header(out, Status::Ok, cur.version);
         let found = |out: &mut Vec<u8>, v: Option<u64>| {
             reply_word(out, u64::from(v.is_some()));
@@ -661,7 +698,15 @@ impl Serving {
             | Op::InsertAt { .. }
             | Op::UpdateAt { .. }
             | Op::UpsertAt { .. }
-            | Op::DeleteAt { .. }) => return self.write(op, req.version, out),
+            | Op::DeleteAt { .. }) => {
+                // Held until the reply is sent: past the write's apply
+                // (here for async/none; the overlay's answer for sync).
+                let hold = admitted.and_then(|a| a.hold);
+                return match self.write(op, req.version, out)? {
+                    Then::Sync(key, op, None) => Ok(Then::Sync(key, op, hold)),
+                    other => Ok(other),
+                };
+            }
             Op::Join => {}
             Op::Models => cur.value.msg().encode(out),
             Op::Heartbeat => {}
@@ -685,9 +730,10 @@ impl Serving {
                 start,
                 count,
                 entry,
-            } => self.scan_at(start, count, at(entry), out)?,
+            } => self.scan_at(start, count, at(entry), hi, out)?,
             Op::Scan { start, count } => {
-                let pairs = self.store.scan(start, count.min(MAX_SCAN) as usize)?;
+                let mut pairs = self.store.scan(start, count.min(MAX_SCAN) as usize)?;
+                cut(&mut pairs, hi);
                 reply_pairs(out, pairs);
             }
         }
@@ -703,7 +749,34 @@ enum Then {
     Lsn(u64),
     /// A `sync` write of `key`: the reply holds its header; the overlay
     /// decides, logs and applies it, then its flag completes the reply.
-    Sync(u64, SyncOp),
+    /// The fence's admission, if any, is held until then.
+    Sync(u64, SyncOp, Option<Hold>),
+}
+
+/// The key a keyed request is about (a SCAN's start), and whether it
+/// writes; `None` for the others.
+fn keyed(op: &Op) -> Option<(u64, bool)> {
+    match *op {
+        Op::Insert { key, .. }
+        | Op::Update { key, .. }
+        | Op::Upsert { key, .. }
+        | Op::Delete { key }
+        | Op::InsertAt { key, .. }
+        | Op::UpdateAt { key, .. }
+        | Op::UpsertAt { key, .. }
+        | Op::DeleteAt { key, .. } => Some((key, true)),
+        Op::Get { key } | Op::BinGet { key, .. } => Some((key, false)),
+        Op::Scan { start, .. } | Op::ScanAt { start, .. } => Some((start, false)),
+        Op::Join | Op::Models | Op::Heartbeat | Op::Leave | Op::LockWord => None,
+    }
+}
+
+/// Drops the pairs at or past `hi`, the end of the admitted range
+/// (`u64::MAX`: the last range, which holds every key above its start).
+fn cut(pairs: &mut Vec<(u64, u64)>, hi: Option<u64>) {
+    if let Some(hi) = hi.filter(|&h| h != u64::MAX) {
+        pairs.retain(|p| p.0 < hi);
+    }
 }
 
 impl Handler {
@@ -733,7 +806,7 @@ impl RpcHandler for Handler {
                     this.failed(reply, &FineError::Log(e));
                 }
             }
-            (Then::Sync(key, op), Some(d)) => {
+            (Then::Sync(key, op, hold), Some(d)) => {
                 // A worker that answers in place waits for the overlay's
                 // answer (the deferred path below does not).
                 let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -744,6 +817,8 @@ impl RpcHandler for Handler {
                     op,
                     head,
                     Box::new(move |r| {
+                        // The write is applied: the admission may go.
+                        drop(hold);
                         let _ = tx.send(r);
                     }),
                 );
@@ -767,7 +842,17 @@ impl RpcHandler for Handler {
         let mut reply = Vec::new();
         let wait = this.handle(request, &mut reply);
         match (wait, this.shared.durable.get()) {
-            (Then::Sync(key, op), Some(d)) => this.sync_write(d, key, op, reply, respond),
+            (Then::Sync(key, op, hold), Some(d)) => this.sync_write(
+                d,
+                key,
+                op,
+                reply,
+                Box::new(move |r| {
+                    // The write is applied: the admission may go.
+                    drop(hold);
+                    respond(r);
+                }),
+            ),
             (Then::Lsn(lsn), Some(d)) if d.waits() => {
                 let version = this.current();
                 d.when_durable(
