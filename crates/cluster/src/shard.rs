@@ -317,6 +317,27 @@ fn changes_by(old: &ShardMap, new: &ShardMap, changed: impl Fn(u64) -> bool) -> 
     out
 }
 
+/// The shared contract ([`kv::RangeFence`]) any system's server takes
+/// (FineStore's: `finestore::remote::Server::set_fence`): the same
+/// admissions as [`xstore::Fence`]'s, with the same holds.
+impl kv::RangeFence for Ownership {
+    fn admit(&self, key: u64, revision: u64, write: bool) -> Result<kv::Admitted, u64> {
+        self.admit_at(key, Some(revision), write).map(shared)
+    }
+
+    fn admit_current(&self, key: u64, write: bool) -> Result<kv::Admitted, u64> {
+        self.admit_at(key, None, write).map(shared)
+    }
+}
+
+/// XStore's admission as the shared contract's (the same end and hold).
+fn shared(a: xstore::Admitted) -> kv::Admitted {
+    kv::Admitted {
+        hi: a.hi,
+        hold: a.hold,
+    }
+}
+
 impl xstore::Fence for Ownership {
     /// Serves only a client whose map is the server's own (same revision),
     /// for a key the server owns there: both sides then agree where the
@@ -523,6 +544,24 @@ fn follow_map(etcd: &Etcd, mut watch: crate::MapWatch, own: &Ownership, stop: &A
 mod tests {
     use super::*;
     use xstore::Fence;
+
+    #[test]
+    fn the_shared_contract_admits_as_xstores_fence() {
+        let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
+        map.revision = 5;
+        let own = Ownership::new("a", map);
+        let shared: &dyn kv::RangeFence = &own;
+        for (key, rev) in [(0, 5), (99, 5), (100, 5), (0, 4), (u64::MAX, 5)] {
+            for write in [false, true] {
+                let a = shared.admit(key, rev, write).map(|a| a.hi);
+                assert_eq!(a, Fence::admit(&own, key, rev, write).map(|a| a.hi));
+                let c = shared.admit_current(key, write).map(|a| a.hi);
+                assert_eq!(c, Fence::admit_current(&own, key, write).map(|a| a.hi));
+            }
+        }
+        assert_eq!(shared.admit(0, 5, true).map(|a| a.hi), Ok(100));
+        assert_eq!(shared.admit_current(100, false).map(|a| a.hi), Err(5));
+    }
 
     #[test]
     fn admits_only_its_keys_at_its_revision() {

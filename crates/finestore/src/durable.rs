@@ -25,22 +25,28 @@
 //!   buffer every 10 ms.
 //! * `none`: as `async`, never synced.
 //!
-//! **Visible before durable, in every mode.** Unlike XStore's `sync` (which
-//! applies a write only after its group commit), a FineStore write is
-//! applied to the store — and to the registered array clients READ — before
-//! its record is on disk, so a reader may see a write that a crash then
-//! loses. That write was never acknowledged. Deferring the apply would
-//! need a pending overlay in front of the store's seqlocked records and its
-//! registered array; it is not built.
+//! **`sync`: nothing is visible before it is durable.** A `sync` write
+//! does not take the path above: [`Durable::write_sync`] decides it
+//! against the store plus a pending overlay, logs it, and applies it to
+//! the store — and so to the seqlocked records and the registered array
+//! one-sided clients READ — only after the group commit that holds its
+//! record (the overlay's docs, `overlay.rs`, give the steps). A GET, SCAN
+//! or one-sided READ therefore never returns a write a crash could lose.
+//! `async` and `none` apply first and log after, as above: there a reader
+//! may see a write the crash loses (so may the writer: it was
+//! acknowledged, which is those modes' promise).
 //!
 //! # Checkpoints
 //!
 //! A checkpoint thread snapshots the store every
 //! [`DurabilityConfig::checkpoint_records`] records, without stopping
-//! writers: it takes `L` = the last appended LSN, then walks the store in
-//! key order by scans of [`CHECKPOINT_CHUNK`] pairs. Every record `<= L`
-//! was applied before it was appended (both under the key's lock), so
-//! before the walk began: the walk sees it or a later state of that key.
+//! writers: it takes `L`, then walks the store in key order by scans of
+//! [`CHECKPOINT_CHUNK`] pairs. In `async`/`none` `L` is the last appended
+//! LSN: every record `<= L` was applied before it was appended (both under
+//! the key's lock). In `sync` `L` is the overlay's applied watermark:
+//! completions apply in LSN order and advance it after applying. Either
+//! way every record `<= L` was applied before the walk began, so the walk
+//! sees it or a later state of that key.
 //! Records `> L` are in the log and are replayed over the snapshot; they
 //! set state, so replaying one the walk already saw is harmless. A failed
 //! checkpoint is retried after 1 s, doubling to 60 s; the log keeps
@@ -65,6 +71,7 @@ use std::time::{Duration, Instant};
 
 use wal::{Completion, DirLock, Durability, Op, Wal, WalConfig, WalError};
 
+use crate::overlay::{Answer, Overlay, SyncOp};
 use crate::{FineError, FineStore};
 
 /// Default [`DurabilityConfig::checkpoint_records`].
@@ -105,6 +112,67 @@ pub struct DurabilityConfig {
     pub commit_delay: Duration,
     /// Widen the directory to 0750 and its files to 0660.
     pub group_access: bool,
+    /// **Test only.** A gate every write of the log's segments passes:
+    /// while it is held, nothing reaches the disk and no `sync` write is
+    /// acknowledged or applied. `None` in production.
+    pub test_gate: Option<LogGate>,
+}
+
+/// **Test only.** Holds the log's segment writes (and with them every
+/// group commit) while held: a test looks at what readers see of a `sync`
+/// write whose commit has not happened.
+#[derive(Debug, Clone, Default)]
+pub struct LogGate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl LogGate {
+    /// Holds every segment write from now on, until [`LogGate::release`].
+    pub fn hold(&self) {
+        *lock(&self.0 .0) = true;
+    }
+
+    /// Lets the held writes and every later one through.
+    pub fn release(&self) {
+        *lock(&self.0 .0) = false;
+        self.0 .1.notify_all();
+    }
+
+    /// Waits while held (the writer thread, before each segment write).
+    fn pass(&self) {
+        let mut held = lock(&self.0 .0);
+        while *held {
+            held = self.0 .1.wait(held).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Real segment files whose writes pass this gate first.
+    fn factory(&self) -> wal::FileFactory {
+        struct Gated {
+            inner: Box<dyn wal::LogFile>,
+            gate: LogGate,
+        }
+        impl std::io::Write for Gated {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.gate.pass();
+                self.inner.write(buf)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                self.inner.flush()
+            }
+        }
+        impl wal::LogFile for Gated {
+            fn sync_data(&mut self) -> std::io::Result<()> {
+                self.inner.sync_data()
+            }
+        }
+        let real = wal::FileFactory::real();
+        let gate = self.clone();
+        wal::FileFactory::new(move |path| {
+            Ok(Box::new(Gated {
+                inner: real.create(path)?,
+                gate: gate.clone(),
+            }) as Box<dyn wal::LogFile>)
+        })
+    }
 }
 
 impl DurabilityConfig {
@@ -117,6 +185,7 @@ impl DurabilityConfig {
             checkpoint_records: DEFAULT_CHECKPOINT_RECORDS,
             commit_delay: DEFAULT_COMMIT_DELAY,
             group_access: false,
+            test_gate: None,
         }
     }
 
@@ -230,6 +299,8 @@ pub struct DurableStats {
     pub records: u64,
     /// Group commits since the start.
     pub batches: u64,
+    /// `sync` writes logged and not yet applied and answered.
+    pub pending_writes: u64,
 }
 
 #[derive(Default)]
@@ -249,6 +320,8 @@ struct Counters {
 pub struct Durable {
     wal: Arc<Wal>,
     mode: Durability,
+    /// The `sync` write path (`None` in `async`/`none`).
+    overlay: Option<Arc<Overlay>>,
     shards: Box<[Mutex<()>]>,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
@@ -284,6 +357,10 @@ impl Durable {
         wc.durability = config.mode;
         wc.commit_delay = config.commit_delay;
         wc.group_access = config.group_access;
+        if let Some(gate) = &config.test_gate {
+            tracing::warn!("finestore log: a test gate holds segment writes (tests only)");
+            wc.file_factory = gate.factory();
+        }
         let wal = Arc::new(Wal::open_locked(wc, next_lsn, lock)?);
         if let Some(pairs) = initial {
             // Before anything is served or logged: the load is as durable
@@ -293,8 +370,11 @@ impl Durable {
         }
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let overlay =
+            (config.mode == Durability::Sync).then(|| Arc::new(Overlay::new(store, next_lsn - 1)));
         let ctx = Checkpointer {
             wal: wal.clone(),
+            overlay: overlay.clone(),
             store: Arc::downgrade(store),
             counters: counters.clone(),
             every: config.checkpoint_records.max(1),
@@ -313,6 +393,7 @@ impl Durable {
         Ok(Durable {
             wal,
             mode: config.mode,
+            overlay,
             shards: (0..SHARDS).map(|_| Mutex::new(())).collect(),
             counters,
             stop,
@@ -360,6 +441,27 @@ impl Durable {
         Ok((result, lsn))
     }
 
+    /// `sync` mode: decides, logs and — after its group commit — applies
+    /// `op` on `key` to the store, then answers (see `overlay.rs`). Never
+    /// waits for the disk: the answer comes from the log writer. In
+    /// `async`/`none` (no overlay) it answers with an error: those modes
+    /// write through [`Durable::write`].
+    pub fn write_sync(&self, key: u64, op: SyncOp, answer: Answer) {
+        match &self.overlay {
+            Some(o) => Overlay::write(o, &self.wal, key, op, answer),
+            None => answer(Err(FineError::Config(format!(
+                "write_sync in {} mode: only sync defers writes",
+                self.mode
+            )))),
+        }
+    }
+
+    /// The LSN a checkpoint may take: every record up to it is applied to
+    /// the store (the applied watermark in `sync`, else the last appended).
+    fn stable_lsn(&self) -> u64 {
+        stable_lsn(&self.wal, self.overlay.as_deref())
+    }
+
     /// Runs `done` once `lsn` is durable (at once unless `sync`), on the
     /// logger thread after its group commit.
     pub fn when_durable(&self, lsn: u64, done: Completion) {
@@ -374,7 +476,7 @@ impl Durable {
     /// Writes a checkpoint of `store` now (tests, and a clean stop).
     pub fn checkpoint_now(&self, store: &FineStore) -> Result<u64, FineError> {
         let _one = lock(&self.counters.one_at_a_time);
-        let lsn = self.wal.last_lsn();
+        let lsn = self.stable_lsn();
         self.wal
             .checkpoint_from(lsn, &mut StorePairs::new(store, CHECKPOINT_CHUNK))?;
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -390,6 +492,7 @@ impl Durable {
             last_error: lock(&self.counters.last_error).clone(),
             records: w.records,
             batches: w.batches,
+            pending_writes: self.overlay.as_ref().map_or(0, |o| o.pending()),
         }
     }
 
@@ -412,9 +515,15 @@ impl Drop for Durable {
     }
 }
 
+/// See [`Durable::stable_lsn`].
+fn stable_lsn(wal: &Wal, overlay: Option<&Overlay>) -> u64 {
+    overlay.map_or_else(|| wal.last_lsn(), Overlay::applied)
+}
+
 /// The checkpoint thread's state.
 struct Checkpointer {
     wal: Arc<Wal>,
+    overlay: Option<Arc<Overlay>>,
     store: Weak<FineStore>,
     counters: Arc<Counters>,
     every: u64,
@@ -429,7 +538,7 @@ impl Checkpointer {
         while !stop.load(Ordering::Acquire) {
             std::thread::sleep(CHECKPOINT_POLL);
             let one = lock(&self.counters.one_at_a_time);
-            let last = self.wal.last_lsn();
+            let last = stable_lsn(&self.wal, self.overlay.as_deref());
             match retry {
                 Some((at, _)) if Instant::now() < at => continue,
                 None if last.saturating_sub(self.trigger) < self.every => continue,

@@ -36,7 +36,8 @@ impl From<FineError> for KvError {
 
 impl From<ClientError> for KvError {
     /// Bytes from the server that do not decode are `Corrupt`; a client
-    /// cut off on every rejoin is `Unavailable`.
+    /// cut off on every rejoin is `Unavailable`; a cluster member's
+    /// refusal is `WrongOwner`.
     fn from(e: ClientError) -> KvError {
         let message = e.to_string();
         let kind = match e {
@@ -44,6 +45,7 @@ impl From<ClientError> for KvError {
             ClientError::Protocol(_) | ClientError::Models(_) => ErrorKind::Corrupt,
             ClientError::Server(_) => ErrorKind::Failed,
             ClientError::Expired | ClientError::LockBusy => ErrorKind::Unavailable,
+            ClientError::WrongOwner(_) => ErrorKind::WrongOwner,
         };
         KvError::new(kind, message)
     }

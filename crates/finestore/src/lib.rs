@@ -46,6 +46,8 @@ mod model;
 #[cfg(not(loom))]
 pub mod node;
 #[cfg(not(loom))]
+pub mod overlay;
+#[cfg(not(loom))]
 pub mod peers;
 pub mod rcu;
 pub mod record;

@@ -13,6 +13,7 @@
 
 mod client;
 mod error;
+pub mod fence;
 mod figures;
 pub mod local;
 pub mod serve;
@@ -25,6 +26,7 @@ pub use client::{
     WordClient, WordWrite, Write,
 };
 pub use error::{ErrorKind, KvError};
+pub use fence::{Admitted, RangeFence};
 pub use figures::{
     ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, OpBreakdown, PhaseBreakdown,
     PhaseTime, RetrainCounters, RolexFigures, ServerTime,

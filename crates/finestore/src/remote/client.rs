@@ -51,6 +51,10 @@ pub enum ClientError {
     /// limit ([`Access::Locks`]).
     #[error("the models' lock word stayed held past the limit")]
     LockBusy,
+    /// The server, a cluster member, does not own the key now; its shard
+    /// map is at this revision. Nothing was applied.
+    #[error("wrong owner: the server does not own this key (its shard map is at revision {0})")]
+    WrongOwner(u64),
 }
 
 /// Re-reads of a window whose entries are torn before asking the server.
@@ -303,6 +307,7 @@ impl<E: Endpoint> Client<E> {
                     }
                     Ok(r)
                 }
+                Status::WrongOwner => Err(ClientError::WrongOwner(r.revision()?)),
                 _ => Err(ClientError::Server(r.message())),
             };
         }

@@ -43,7 +43,9 @@
 //!
 //! ```text
 //! [0, 1)     status: 0 ok, 1 expired (join again), 2 bad request,
-//!            3 failed (the store's error, as text after the header)
+//!            3 failed (the store's error, as text after the header),
+//!            4 wrong owner (a cluster member that does not own the key
+//!            now; its shard map's revision follows)
 //! [1, 8)     0
 //! [8, 16)    the current version
 //! [16, ..)   ok results: Join client id, limit ms, then a Published |
@@ -300,6 +302,9 @@ pub enum Status {
     Bad,
     /// The store failed; its message follows.
     Failed,
+    /// The server does not own the request's key (a cluster member's
+    /// [`kv::RangeFence`]); the revision of its shard map follows.
+    WrongOwner,
 }
 
 impl Status {
@@ -309,6 +314,7 @@ impl Status {
             Status::Expired => 1,
             Status::Bad => 2,
             Status::Failed => 3,
+            Status::WrongOwner => 4,
         }
     }
 }
@@ -386,6 +392,7 @@ impl<'a> Reply<'a> {
             1 => Status::Expired,
             2 => Status::Bad,
             3 => Status::Failed,
+            4 => Status::WrongOwner,
             s => return Err(BadMessage(format!("unknown status {s}"))),
         };
         r.take(7, "padding")?;
@@ -395,6 +402,14 @@ impl<'a> Reply<'a> {
             current,
             body: &bytes[REPLY_HEADER.min(bytes.len())..],
         })
+    }
+
+    /// A WrongOwner's revision.
+    pub fn revision(&self) -> Result<u64, BadMessage> {
+        let mut r = Reader::new(self.body);
+        let v = r.u64("revision")?;
+        r.finish()?;
+        Ok(v)
     }
 
     /// A Join's results: client id, limit (ms), the current models.

@@ -19,6 +19,7 @@ use super::locks;
 use super::proto::{reply_header, reply_word, Op, PublishedMsg, Request, Status, MAX_SCAN};
 use crate::durable::{Change, Durable};
 use crate::mirror::{Mirror, MirrorFactory};
+use crate::overlay::SyncOp;
 use crate::{Config, FineError, FineStore, Hint, HintUse};
 
 /// Settings of a [`Server`].
@@ -136,7 +137,13 @@ struct Shared {
     /// every write is logged, and in `sync` answered after its record is
     /// on disk.
     durable: OnceLock<Arc<Durable>>,
+    /// The keys this server owns, once [`Server::set_fence`] set it (a
+    /// cluster member): keyed RPCs for other keys are refused.
+    fence: OnceLock<Arc<dyn kv::RangeFence>>,
 }
+
+/// What an admitted request holds until its reply is sent.
+type Hold = Box<dyn std::any::Any + Send>;
 
 impl Shared {
     fn now(&self) -> u64 {
@@ -342,6 +349,7 @@ impl Server {
             drain_limit: config.silence_limit,
             undrained: AtomicU64::new(0),
             durable: OnceLock::new(),
+            fence: OnceLock::new(),
         });
         let factory = Arc::new(Factory {
             shared: shared.clone(),
@@ -405,6 +413,21 @@ impl Server {
     /// one was attached already.
     pub fn set_durable(&self, durable: Arc<Durable>) -> bool {
         self.shared.durable.set(durable).is_ok()
+    }
+
+    /// Refuses, from now on, every keyed RPC (GET, SCAN's start, write)
+    /// for a key `fence` does not admit at its current map
+    /// ([`kv::RangeFence::admit_current`]): the reply is `WrongOwner` with
+    /// the map's revision and nothing is applied; a SCAN is cut at the end
+    /// of the admitted range. The admission is held until the reply is
+    /// sent — for a `sync` write, after its group commit applied it. Only
+    /// the first call counts: false if a fence was set already.
+    ///
+    /// One-sided READs of the registered array never reach the server and
+    /// are not fenced: a plain client pointed at a member reads its array,
+    /// which holds only the member's keys.
+    pub fn set_fence(&self, fence: Arc<dyn kv::RangeFence>) -> bool {
+        self.shared.fence.set(fence).is_ok()
     }
 
     /// The write-ahead log, if one is attached.
@@ -534,17 +557,19 @@ impl Serving {
         start: u64,
         count: u64,
         hint: Hint,
+        hi: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<(), FineError> {
         let s = &self.shared;
-        let (pairs, used) = self
-            .store
-            .scan_hinted(start, count.min(MAX_SCAN) as usize, hint)?;
+        let (mut pairs, used) =
+            self.store
+                .scan_hinted(start, count.min(MAX_SCAN) as usize, hint)?;
         let c = match used {
             HintUse::Used => &s.hinted_scans,
             HintUse::Stale => &s.stale_scan_hints,
         };
         c.fetch_add(1, Ordering::Relaxed);
+        cut(&mut pairs, hi);
         reply_pairs(out, pairs);
         Ok(())
     }
@@ -567,8 +592,29 @@ impl Serving {
 
     /// A write, plain or pipelined: applied, logged if the server is
     /// durable (the state it left: the value written, or the key's
-    /// removal), its flag replied. Returns the LSN the reply waits for.
-    fn write(&self, op: Op, version: u64, out: &mut Vec<u8>) -> Result<Option<u64>, FineError> {
+    /// removal), its flag replied. Returns what the reply waits for: the
+    /// LSN, or — a `sync` server — the whole write, which the overlay
+    /// decides, logs and applies after its group commit (its hint unused:
+    /// the apply runs later, on the log writer).
+    fn write(&self, op: Op, version: u64, out: &mut Vec<u8>) -> Result<Then, FineError> {
+        if self.shared.durable.get().is_some_and(|d| d.waits()) {
+            let (key, op) = match op {
+                Op::Insert { key, value } | Op::InsertAt { key, value, .. } => {
+                    (key, SyncOp::Insert(value))
+                }
+                Op::Update { key, value } | Op::UpdateAt { key, value, .. } => {
+                    (key, SyncOp::Update(value))
+                }
+                Op::Upsert { key, value } | Op::UpsertAt { key, value, .. } => {
+                    (key, SyncOp::Upsert(value))
+                }
+                Op::Delete { key } | Op::DeleteAt { key, .. } => (key, SyncOp::Delete),
+                other => {
+                    return Err(FineError::Config(format!("{other:?} is not a write")));
+                }
+            };
+            return Ok(Then::Sync(key, op, None));
+        }
         let st = &*self.store;
         let at = |entry| hint(version, entry);
         let set = |ok: bool, v: u64| (ok, ok.then_some(Change::Set(v)));
@@ -604,26 +650,39 @@ impl Serving {
             }
         };
         reply_word(out, u64::from(flag));
-        Ok(lsn)
+        Ok(lsn.map_or(Then::Reply, Then::Lsn))
     }
 
-    /// Serves one request into `out`; a write returns the LSN its reply
-    /// must wait for (`sync` durability).
-    fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<Option<u64>, FineError> {
+    /// Serves one request into `out`; a write returns what its reply must
+    /// wait for.
+    fn serve(&self, req: Request, out: &mut Vec<u8>) -> Result<Then, FineError> {
         let s = &self.shared;
         let now = s.now();
         if req.op == Op::Join {
-            return self.join(now, out).map(|()| None);
+            return self.join(now, out).map(|()| Then::Reply);
         }
         let cur = match s.barrier.report(req.client, req.version, now) {
             Ok(c) => c,
             Err(BarrierError::Expired(_)) => {
                 let v = self.store.mirror().map_or(0, |m| m.version());
                 reply_header(out, Status::Expired, v);
-                return Ok(None);
+                return Ok(Then::Reply);
             }
             Err(e) => return Err(FineError::Config(e.to_string())),
         };
+        // A cluster member serves only the keys it owns now.
+        let admitted = match (keyed(&req.op), s.fence.get()) {
+            (Some((key, write)), Some(fence)) => match fence.admit_current(key, write) {
+                Ok(a) => Some(a),
+                Err(revision) => {
+                    reply_header(out, Status::WrongOwner, cur.version);
+                    reply_word(out, revision);
+                    return Ok(Then::Reply);
+                }
+            },
+            _ => None,
+        };
+        let hi = admitted.as_ref().map(|a| a.hi);
         reply_header(out, Status::Ok, cur.version);
         let found = |out: &mut Vec<u8>, v: Option<u64>| {
             reply_word(out, u64::from(v.is_some()));
@@ -639,7 +698,15 @@ impl Serving {
             | Op::InsertAt { .. }
             | Op::UpdateAt { .. }
             | Op::UpsertAt { .. }
-            | Op::DeleteAt { .. }) => return self.write(op, req.version, out),
+            | Op::DeleteAt { .. }) => {
+                // Held until the reply is sent: past the write's apply
+                // (here for async/none; the overlay's answer for sync).
+                let hold = admitted.and_then(|a| a.hold);
+                return match self.write(op, req.version, out)? {
+                    Then::Sync(key, op, None) => Ok(Then::Sync(key, op, hold)),
+                    other => Ok(other),
+                };
+            }
             Op::Join => {}
             Op::Models => cur.value.msg().encode(out),
             Op::Heartbeat => {}
@@ -663,13 +730,52 @@ impl Serving {
                 start,
                 count,
                 entry,
-            } => self.scan_at(start, count, at(entry), out)?,
+            } => self.scan_at(start, count, at(entry), hi, out)?,
             Op::Scan { start, count } => {
-                let pairs = self.store.scan(start, count.min(MAX_SCAN) as usize)?;
+                let mut pairs = self.store.scan(start, count.min(MAX_SCAN) as usize)?;
+                cut(&mut pairs, hi);
                 reply_pairs(out, pairs);
             }
         }
-        Ok(None)
+        Ok(Then::Reply)
+    }
+}
+
+/// What a request's reply waits for.
+enum Then {
+    /// Nothing: it is complete.
+    Reply,
+    /// The group commit of this LSN (`sync`; else nothing).
+    Lsn(u64),
+    /// A `sync` write of `key`: the reply holds its header; the overlay
+    /// decides, logs and applies it, then its flag completes the reply.
+    /// The fence's admission, if any, is held until then.
+    Sync(u64, SyncOp, Option<Hold>),
+}
+
+/// The key a keyed request is about (a SCAN's start), and whether it
+/// writes; `None` for the others.
+fn keyed(op: &Op) -> Option<(u64, bool)> {
+    match *op {
+        Op::Insert { key, .. }
+        | Op::Update { key, .. }
+        | Op::Upsert { key, .. }
+        | Op::Delete { key }
+        | Op::InsertAt { key, .. }
+        | Op::UpdateAt { key, .. }
+        | Op::UpsertAt { key, .. }
+        | Op::DeleteAt { key, .. } => Some((key, true)),
+        Op::Get { key } | Op::BinGet { key, .. } => Some((key, false)),
+        Op::Scan { start, .. } | Op::ScanAt { start, .. } => Some((start, false)),
+        Op::Join | Op::Models | Op::Heartbeat | Op::Leave | Op::LockWord => None,
+    }
+}
+
+/// Drops the pairs at or past `hi`, the end of the admitted range
+/// (`u64::MAX`: the last range, which holds every key above its start).
+fn cut(pairs: &mut Vec<(u64, u64)>, hi: Option<u64>) {
+    if let Some(hi) = hi.filter(|&h| h != u64::MAX) {
+        pairs.retain(|p| p.0 < hi);
     }
 }
 
@@ -693,12 +799,35 @@ impl RpcHandler for Handler {
         let Some(this) = self.serving() else {
             return stopped(reply);
         };
-        let wait = this.handle(request, reply);
-        if let (Some(lsn), Some(d)) = (wait, this.shared.durable.get()) {
-            if let Err(e) = d.wait_durable(lsn) {
-                reply.clear();
-                this.failed(reply, &FineError::Log(e));
+        match (this.handle(request, reply), this.shared.durable.get()) {
+            (Then::Lsn(lsn), Some(d)) => {
+                if let Err(e) = d.wait_durable(lsn) {
+                    reply.clear();
+                    this.failed(reply, &FineError::Log(e));
+                }
             }
+            (Then::Sync(key, op, hold), Some(d)) => {
+                // A worker that answers in place waits for the overlay's
+                // answer (the deferred path below does not).
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                let head = std::mem::take(reply);
+                this.sync_write(
+                    d,
+                    key,
+                    op,
+                    head,
+                    Box::new(move |r| {
+                        // The write is applied: the admission may go.
+                        drop(hold);
+                        let _ = tx.send(r);
+                    }),
+                );
+                match rx.recv() {
+                    Ok(r) => *reply = r,
+                    Err(_) => this.failed(reply, &FineError::Log(wal::WalError::Closed)),
+                }
+            }
+            _ => {}
         }
     }
 
@@ -713,7 +842,18 @@ impl RpcHandler for Handler {
         let mut reply = Vec::new();
         let wait = this.handle(request, &mut reply);
         match (wait, this.shared.durable.get()) {
-            (Some(lsn), Some(d)) if d.waits() => {
+            (Then::Sync(key, op, hold), Some(d)) => this.sync_write(
+                d,
+                key,
+                op,
+                reply,
+                Box::new(move |r| {
+                    // The write is applied: the admission may go.
+                    drop(hold);
+                    respond(r);
+                }),
+            ),
+            (Then::Lsn(lsn), Some(d)) if d.waits() => {
                 let version = this.current();
                 d.when_durable(
                     lsn,
@@ -746,14 +886,14 @@ impl Serving {
         reply.extend_from_slice(e.to_string().as_bytes());
     }
 
-    /// Serves a request into `reply`; a logged write returns the LSN its
+    /// Serves a request into `reply`; a logged write returns what its
     /// reply waits for.
-    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) -> Option<u64> {
+    fn handle(&self, request: &[u8], reply: &mut Vec<u8>) -> Then {
         match Request::decode(request) {
             Err(e) => {
                 reply_header(reply, Status::Bad, self.current());
                 reply.extend_from_slice(e.to_string().as_bytes());
-                None
+                Then::Reply
             }
             Ok(req) => match self.serve(req, reply) {
                 Ok(wait) => wait,
@@ -761,9 +901,38 @@ impl Serving {
                     // A partly written reply (a header) is replaced whole.
                     reply.clear();
                     self.failed(reply, &e);
-                    None
+                    Then::Reply
                 }
             },
         }
+    }
+
+    /// Hands a `sync` write to the overlay; its flag completes `head` (the
+    /// reply's header), or a failure replaces it, and `respond` sends it.
+    fn sync_write(
+        &self,
+        d: &Durable,
+        key: u64,
+        op: SyncOp,
+        head: Vec<u8>,
+        respond: fabric::Responder,
+    ) {
+        let version = self.current();
+        d.write_sync(
+            key,
+            op,
+            Box::new(move |r| {
+                let mut reply = head;
+                match r {
+                    Ok(flag) => reply_word(&mut reply, u64::from(flag)),
+                    Err(e) => {
+                        reply.clear();
+                        reply_header(&mut reply, Status::Failed, version);
+                        reply.extend_from_slice(e.to_string().as_bytes());
+                    }
+                }
+                respond(reply)
+            }),
+        );
     }
 }
