@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use histore::etcd::EtcdMembership;
@@ -55,51 +55,8 @@ fn index(etcd: &str, dir: &Path, node: u16) -> Proc {
     p
 }
 
-fn key(w: usize, k: u64) -> Vec<u8> {
-    format!("writer{w}-key{k:04}").into_bytes()
-}
-
-/// The highest value acknowledged per key.
-type Acked = Arc<Mutex<BTreeMap<Vec<u8>, u64>>>;
-
-fn writer(url: String, w: usize, acked: Acked, stop: Arc<AtomicBool>) -> u64 {
-    let mut c =
-        histore::node::connect_client(&url, GROUP, None, support::histore::riding_out_failovers())
-            .expect("client");
-    let mut i = 0u64;
-    while !stop.load(Ordering::SeqCst) {
-        i += 1;
-        let k = key(w, i % KEYS);
-        if c.put(&k, &i.to_le_bytes()).is_ok() {
-            acked.lock().unwrap().insert(k, i);
-        }
-    }
-    i
-}
-
-/// Every acknowledged key holds at least its acknowledged value.
-fn check(url: &str, acked: &Acked, when: &str) -> usize {
-    let mut c =
-        histore::node::connect_client(url, GROUP, None, support::histore::riding_out_failovers())
-            .expect("client");
-    let acked = acked.lock().unwrap().clone();
-    for (k, want) in &acked {
-        let got = c.get(k).unwrap_or_else(|e| panic!("{when}: get: {e}"));
-        let got = got.unwrap_or_else(|| {
-            panic!(
-                "{when}: {} acknowledged ({want}) and absent",
-                String::from_utf8_lossy(k)
-            )
-        });
-        let got = u64::from_le_bytes(got.try_into().expect("8-byte value"));
-        assert!(
-            got >= *want,
-            "{when}: {} holds {got}, acknowledged {want}",
-            String::from_utf8_lossy(k)
-        );
-    }
-    acked.len()
-}
+/// Bytes of each value the writers put.
+const VALUE_LEN: usize = 8;
 
 #[test]
 fn acknowledged_writes_survive_sigkills_of_index_servers() {
@@ -124,12 +81,14 @@ fn acknowledged_writes_survive_sigkills_of_index_servers() {
     let m = EtcdMembership::connect(&url, GROUP).expect("membership");
     support::histore::wait_view(&m, "the group forms", |v| v.backups.len() == 2);
 
-    let acked: Acked = Arc::default();
+    let acked: support::histore::Acked = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..2)
         .map(|w| {
             let (url, acked, stop) = (url.clone(), acked.clone(), stop.clone());
-            std::thread::spawn(move || writer(url, w, acked, stop))
+            std::thread::spawn(move || {
+                support::histore::crash_writer(&url, GROUP, (w, KEYS, VALUE_LEN), acked, stop)
+            })
         })
         .collect();
     let start = Instant::now();
@@ -161,7 +120,13 @@ fn acknowledged_writes_survive_sigkills_of_index_servers() {
         let v = support::histore::wait_view(&m, "the group whole again", |v| {
             v.backups.len() == 2 && (!whole || v.epoch > view.epoch)
         });
-        let n = check(&url, &acked, &format!("round {round}"));
+        let n = support::histore::check_acked(
+            &url,
+            GROUP,
+            &acked,
+            VALUE_LEN,
+            &format!("round {round}"),
+        );
         eprintln!(
             "round {round}: killed {} {victims:?}; view epoch {} primary {}; {n} keys checked ({before} acknowledged at the kill)",
             if whole { "the whole group" } else { "a backup" },
@@ -171,7 +136,7 @@ fn acknowledged_writes_survive_sigkills_of_index_servers() {
     }
     stop.store(true, Ordering::SeqCst);
     let writes: u64 = writers.into_iter().map(|h| h.join().unwrap()).sum();
-    let n = check(&url, &acked, "the end");
+    let n = support::histore::check_acked(&url, GROUP, &acked, VALUE_LEN, "the end");
     eprintln!(
         "{rounds} rounds in {:?}, {writes} writes issued, {n} keys acknowledged",
         start.elapsed()

@@ -18,10 +18,9 @@
 //!
 //! Skips (saying why) only when no `etcd` binary exists.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use histore::etcd::EtcdMembership;
@@ -52,56 +51,9 @@ fn data_server(etcd: &str, dir: &Path) -> (Proc, String) {
     support::histore::server(etcd, GROUP, 1024, &args, Duration::from_secs(60))
 }
 
-fn key(w: usize, k: u64) -> Vec<u8> {
-    format!("writer{w}-key{k:04}").into_bytes()
-}
-
-/// The highest value acknowledged per key.
-type Acked = Arc<Mutex<BTreeMap<Vec<u8>, u64>>>;
-
-fn writer(url: String, w: usize, acked: Acked, stop: Arc<AtomicBool>) -> u64 {
-    let mut c =
-        histore::node::connect_client(&url, GROUP, None, support::histore::riding_out_failovers())
-            .expect("client");
-    let mut i = 0u64;
-    while !stop.load(Ordering::SeqCst) {
-        i += 1;
-        let k = key(w, i % KEYS);
-        // Values of 40 bytes: several records share a page, so a restart
-        // that reused space would overwrite acknowledged ones.
-        let mut v = i.to_le_bytes().to_vec();
-        v.resize(40, w as u8);
-        if c.put(&k, &v).is_ok() {
-            acked.lock().unwrap().insert(k, i);
-        }
-    }
-    i
-}
-
-/// Every acknowledged key holds at least its acknowledged value.
-fn check(url: &str, acked: &Acked, when: &str) -> usize {
-    let mut c =
-        histore::node::connect_client(url, GROUP, None, support::histore::riding_out_failovers())
-            .expect("client");
-    let acked = acked.lock().unwrap().clone();
-    for (k, want) in &acked {
-        let got = c.get(k).unwrap_or_else(|e| panic!("{when}: get: {e}"));
-        let got = got.unwrap_or_else(|| {
-            panic!(
-                "{when}: {} acknowledged ({want}) and absent",
-                String::from_utf8_lossy(k)
-            )
-        });
-        assert_eq!(got.len(), 40, "{when}: value length");
-        let got = u64::from_le_bytes(got[..8].try_into().expect("8 bytes"));
-        assert!(
-            got >= *want,
-            "{when}: {} holds {got}, acknowledged {want}",
-            String::from_utf8_lossy(k)
-        );
-    }
-    acked.len()
-}
+/// Bytes of each value the writers put: 40, so several records share a
+/// page and a restart that reused space would overwrite acknowledged ones.
+const VALUE_LEN: usize = 40;
 
 #[test]
 fn acknowledged_records_survive_sigkills_of_the_data_server() {
@@ -131,7 +83,7 @@ fn acknowledged_records_survive_sigkills_of_the_data_server() {
         "{formed:?}"
     );
 
-    let acked: Acked = Arc::default();
+    let acked: support::histore::Acked = Arc::default();
     // Cold keys, written once before the load: their records sit first
     // in the region, so a restart that lost the allocation cursor would
     // hand their space to new records (the hot keys' old records are
@@ -142,7 +94,7 @@ fn acknowledged_records_survive_sigkills_of_the_data_server() {
     for i in 0..COLD {
         let k = format!("cold-key{i:04}").into_bytes();
         let mut v = 1u64.to_le_bytes().to_vec();
-        v.resize(40, 0xc0);
+        v.resize(VALUE_LEN, 0xc0);
         c.put(&k, &v).expect("cold put");
         acked.lock().unwrap().insert(k, 1);
     }
@@ -150,7 +102,9 @@ fn acknowledged_records_survive_sigkills_of_the_data_server() {
     let writers: Vec<_> = (0..2)
         .map(|w| {
             let (url, acked, stop) = (url.clone(), acked.clone(), stop.clone());
-            std::thread::spawn(move || writer(url, w, acked, stop))
+            std::thread::spawn(move || {
+                support::histore::crash_writer(&url, GROUP, (w, KEYS, VALUE_LEN), acked, stop)
+            })
         })
         .collect();
     let start = Instant::now();
@@ -162,14 +116,20 @@ fn acknowledged_records_survive_sigkills_of_the_data_server() {
         let (restarted, banner) = data_server(&url, dir.path());
         assert!(banner.contains("(restarted)"), "{banner}");
         data = restarted;
-        let n = check(&url, &acked, &format!("round {round}"));
+        let n = support::histore::check_acked(
+            &url,
+            GROUP,
+            &acked,
+            VALUE_LEN,
+            &format!("round {round}"),
+        );
         let v = support::histore::wait_view(&m, "the view", |_| true);
         assert_eq!(v.data, formed.data, "the data server keeps its place");
         eprintln!("round {round}: killed the data server; {n} keys checked ({before} acknowledged at the kill)");
     }
     stop.store(true, Ordering::SeqCst);
     let writes: u64 = writers.into_iter().map(|h| h.join().unwrap()).sum();
-    let n = check(&url, &acked, "the end");
+    let n = support::histore::check_acked(&url, GROUP, &acked, VALUE_LEN, "the end");
     eprintln!(
         "{rounds} rounds in {:?}, {writes} writes issued, {n} keys acknowledged",
         start.elapsed()

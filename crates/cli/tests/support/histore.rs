@@ -231,3 +231,64 @@ pub fn riding_out_failovers() -> histore::ClientConfig {
         ..histore::ClientConfig::default()
     }
 }
+
+/// The highest value acknowledged per key, by the crash tests' writers.
+pub type Acked = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<Vec<u8>, u64>>>;
+
+/// Writer `w`'s key `k`.
+pub fn crash_key(w: usize, k: u64) -> Vec<u8> {
+    format!("writer{w}-key{k:04}").into_bytes()
+}
+
+/// A crash test's writer: puts rising values (`i` in the first 8 bytes,
+/// little-endian, padded to `value_len` with the byte `w`) round-robin
+/// over its `keys` keys until `stop`, recording each acknowledged one;
+/// returns the last `i`.
+pub fn crash_writer(
+    url: &str,
+    group: &str,
+    (w, keys, value_len): (usize, u64, usize),
+    acked: Acked,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> u64 {
+    assert!(value_len >= 8, "a value holds its 8-byte counter");
+    let mut c =
+        histore::node::connect_client(url, group, None, riding_out_failovers()).expect("client");
+    let mut i = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        i += 1;
+        let k = crash_key(w, i % keys);
+        let mut v = i.to_le_bytes().to_vec();
+        v.resize(value_len, w as u8);
+        if c.put(&k, &v).is_ok() {
+            acked.lock().unwrap().insert(k, i);
+        }
+    }
+    i
+}
+
+/// Every acknowledged key holds a value of `value_len` bytes whose counter
+/// is at least its acknowledged one (values only grow per key); returns
+/// how many keys were checked.
+pub fn check_acked(url: &str, group: &str, acked: &Acked, value_len: usize, when: &str) -> usize {
+    let mut c =
+        histore::node::connect_client(url, group, None, riding_out_failovers()).expect("client");
+    let acked = acked.lock().unwrap().clone();
+    for (k, want) in &acked {
+        let got = c.get(k).unwrap_or_else(|e| panic!("{when}: get: {e}"));
+        let got = got.unwrap_or_else(|| {
+            panic!(
+                "{when}: {} acknowledged ({want}) and absent",
+                String::from_utf8_lossy(k)
+            )
+        });
+        assert_eq!(got.len(), value_len, "{when}: value length");
+        let got = u64::from_le_bytes(got[..8].try_into().expect("8 bytes"));
+        assert!(
+            got >= *want,
+            "{when}: {} holds {got}, acknowledged {want}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    acked.len()
+}
