@@ -3,7 +3,7 @@
 # stubs), at the committed runs' sizes. From the repository root, after
 # `cargo build --release --bin xstore`. Each paper's output goes to
 # bench/results/paper-<paper>/round2/ (the suite writes one directory per
-# run; the first round's files stay beside it).
+# run; the first round's files stay beside it). One script for every paper.
 set -e
 run() {
   paper=$1; figures=$2

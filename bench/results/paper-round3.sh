@@ -5,7 +5,7 @@
 # bench/README.md's "Paper suites" gives). From the repository root,
 # after `cargo build --release --bin xstore`. Each paper's output goes to
 # bench/results/paper-<paper>/round3/, with `uptime` at its start and end
-# in run.log. The same script in each paper's round3/.
+# in run.log. One script for every paper.
 set -e
 run() {
   paper=$1; figures=$2

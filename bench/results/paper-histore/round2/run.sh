@@ -1,1 +1,0 @@
-../../paper-rolex/round2/run.sh
