@@ -65,30 +65,13 @@ fn everything(c: &mut Client) -> BTreeMap<Bytes, Bytes> {
         let last = out.last().map(|(k, _)| k.clone());
         all.extend(out);
         match last {
-            Some(k) if full => match successor(k) {
+            Some(k) if full => match xtree::bytes::key_after(&k) {
                 Some(next) => from = next,
                 None => return all,
             },
             _ => return all,
         }
     }
-}
-
-/// The smallest key of at most 64 bytes after `k` (none after 64 bytes of
-/// 0xff): `k` and a zero byte while it is shorter; else its last byte
-/// below 0xff raised by one, the rest cut off.
-fn successor(mut k: Bytes) -> Option<Bytes> {
-    if k.len() < 64 {
-        k.push(0);
-        return Some(k);
-    }
-    while let Some(b) = k.pop() {
-        if b < 0xff {
-            k.push(b + 1);
-            return Some(k);
-        }
-    }
-    None
 }
 
 /// What a key may hold after a crash: its last acknowledged state, or the

@@ -54,6 +54,24 @@ pub const SLOTS: usize = 16;
 pub const MAX_KEY: usize = 64;
 /// Longest value, in bytes (1 MiB).
 pub const MAX_VALUE: usize = 1 << 20;
+/// The smallest key of at most [`MAX_KEY`] bytes after `k` in byte order
+/// (where a scan that has seen `k` goes on): `k` and a zero byte while it
+/// is shorter than [`MAX_KEY`], else `k` with its last byte below 0xff
+/// raised by one and the rest cut off; `None` after [`MAX_KEY`] bytes of
+/// 0xff, the last key there is.
+pub fn key_after(k: &[u8]) -> Option<Vec<u8>> {
+    if k.len() < MAX_KEY {
+        let mut next = Vec::with_capacity(k.len() + 1);
+        next.extend_from_slice(k);
+        next.push(0);
+        return Some(next);
+    }
+    let last = k[..MAX_KEY].iter().rposition(|&b| b < 0xff)?;
+    let mut next = k[..=last].to_vec();
+    next[last] += 1;
+    Some(next)
+}
+
 /// Keys up to this length are wholly inside the slot.
 pub const INLINE_KEY: usize = 32;
 /// Values up to this length are inside the slot (if the key is too).
@@ -541,6 +559,19 @@ pub fn separator(left: &[u8], right: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_after_is_the_next_key_of_at_most_max_key_bytes() {
+        assert_eq!(key_after(b"ab"), Some(b"ab\0".to_vec()));
+        let mut long = vec![7u8; MAX_KEY];
+        long[MAX_KEY - 2] = 0x10;
+        long[MAX_KEY - 1] = 0xff;
+        let next = key_after(&long).unwrap();
+        assert_eq!(next.len(), MAX_KEY - 1);
+        assert!(next.as_slice() > long.as_slice());
+        assert_eq!(next[MAX_KEY - 2], 0x11);
+        assert_eq!(key_after(&[0xff; MAX_KEY]), None);
+    }
 
     fn bytes_of(words: &[u64]) -> Vec<u8> {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()

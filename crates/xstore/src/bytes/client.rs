@@ -471,10 +471,10 @@ impl<E: Endpoint> BytesClient<E> {
             match last {
                 // A short reply ended the keys; a reply cut by its size
                 // goes on after its last key.
-                Some(mut l) if out.len() < want => {
-                    l.push(0);
-                    cursor = l;
-                }
+                Some(l) if out.len() < want => match xtree::bytes::key_after(&l) {
+                    Some(next) => cursor = next,
+                    None => break,
+                },
                 _ => break,
             }
         }
