@@ -331,6 +331,7 @@ fn with_latencies(
     };
     let redirected = count(|s| s.redirected.load(Ordering::Relaxed));
     let replanned = count(|s| s.replanned.load(Ordering::Relaxed));
+    let unplanned = count(|s| s.unplanned.load(Ordering::Relaxed));
     let obj = |l: &LatencySummary| {
         format!(
             "{{\"count\":{},\"p50\":{},\"p99\":{},\"max\":{},\"mean\":{:.1}}}",
@@ -343,7 +344,7 @@ fn with_latencies(
             "{body},\"epsilon\":{epsilon},\"retrain_us\":{},\"insert_us_during_retraining\":{},",
             "\"insert_us_outside_retraining\":{},\"retrain_locked_us\":{},",
             "\"insert_us_during_locked\":{},\"insert_us_same_model\":{},",
-            "\"redirected\":{},\"replanned\":{},\"plan_locked\":{}}}"
+            "\"redirected\":{},\"replanned\":{},\"unplanned\":{},\"plan_locked\":{}}}"
         ),
         obj(&r),
         obj(&during),
@@ -353,6 +354,7 @@ fn with_latencies(
         obj(&same),
         redirected,
         replanned,
+        unplanned,
         plan_locked,
         body = body,
         epsilon = epsilon

@@ -35,7 +35,8 @@
 //!    its SLT). If the chains do not fit (a plan leaf was unlinked, a
 //!    leaf's keys cross a new fence, the synonyms would reach the retrain
 //!    mark) the block is planned again here, under the locks, as before
-//!    phase A existed (`RetrainStats::replanned`).
+//!    phase A existed (`RetrainStats::replanned`; `RetrainStats::unplanned`
+//!    when phase A drew no plan at all).
 //! 3. Write the new block (head, LT, its SLT with the redirected leaves,
 //!    lock words the memory node's, pieces), then rewrite every leaf's
 //!    header: its new chain's
@@ -151,9 +152,13 @@ pub struct RetrainStats {
     /// paper's redirection).
     pub redirected: AtomicU64,
     /// Retrainings whose unlocked plan no longer fit the chains read under
-    /// the locks (or that could not plan unlocked), planned again under
-    /// the locks as before redirection.
+    /// the locks, planned again under the locks as before redirection.
     pub replanned: AtomicU64,
+    /// Retrainings that drew no unlocked plan (every one of phase A's reads
+    /// met a writer mid-write, or there was no table space), planned under
+    /// the locks: the cost of a busy model, not a plan that failed its
+    /// check.
+    pub unplanned: AtomicU64,
     /// How long each retraining held its model's chain locks (writers to
     /// the model wait this long at most), for the retrainings done.
     pub locked: LatencyHistogram,
@@ -1177,7 +1182,10 @@ impl Pool {
         let (c, built, chains) = match (plan, fits) {
             (Some(p), Some(chains)) => (read.0, p, chains),
             (plan, _) => {
-                stats.replanned.fetch_add(1, Ordering::Relaxed);
+                match plan {
+                    Some(_) => stats.replanned.fetch_add(1, Ordering::Relaxed),
+                    None => stats.unplanned.fetch_add(1, Ordering::Relaxed),
+                };
                 self.drop_plan(plan);
                 // A new plan needs every leaf: chains left unread are read.
                 let read = match read.0.read.iter().all(|&r| r) {
