@@ -335,6 +335,27 @@ pub struct BytesRecovery {
     pub truncated_bytes: u64,
     /// Pairs after recovery.
     pub pairs: u64,
+    /// Temporary checkpoint files (`bytes-ckpt-L.tmp`: a crash during a
+    /// checkpoint, before its rename) removed.
+    pub stale_temporaries: u64,
+}
+
+/// Removes the temporary files of checkpoints a crash interrupted before
+/// their rename (never read: the checkpoint before them and the log
+/// after it hold everything); each is logged.
+fn remove_stale_temporaries(dir: &Path) -> Result<u64, BytesLogError> {
+    let stale = numbered(dir, "bytes-ckpt-", ".tmp")?;
+    for (_, path) in &stale {
+        fs::remove_file(path).map_err(io_err(path))?;
+        tracing::warn!(
+            ?path,
+            "removed the temporary file of an interrupted checkpoint"
+        );
+    }
+    if !stale.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(stale.len() as u64)
 }
 
 /// The newest valid checkpoint (`None`: there is none at all).
@@ -433,7 +454,10 @@ fn truncate(path: &Path, len: u64) -> Result<(), BytesLogError> {
 /// which is valid, and records without any checkpoint.
 pub fn recover(lock: &DirLock) -> Result<(Pairs, u64, BytesRecovery), BytesLogError> {
     let dir = lock.dir();
-    let mut report = BytesRecovery::default();
+    let mut report = BytesRecovery {
+        stale_temporaries: remove_stale_temporaries(dir)?,
+        ..BytesRecovery::default()
+    };
     let checkpoint = load_checkpoint(dir, &mut report)?;
     let segments = numbered(dir, "bytes-log-", ".log")?;
     let had_checkpoint = checkpoint.is_some();
