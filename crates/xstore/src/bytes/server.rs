@@ -26,6 +26,8 @@ use xtree::bytes::{
 use super::durable::BytesLog;
 use super::proto::{self, status, Op, Request};
 
+/// The system's name, as `--system` spells it and INFO says it.
+pub const SYSTEM: &str = "xstore-bytes";
 /// The region of the leaves.
 pub const LEAF_REGION: RegionId = RegionId(0xB17E_0001);
 /// The region of the out-of-line records.
@@ -856,6 +858,9 @@ impl Shared {
     }
 
     fn serve(&self, request: &[u8], reply: &mut Vec<u8>) {
+        if request == [crate::proto::Opcode::Info as u8] {
+            return self.answer_word_info(reply);
+        }
         let req = match proto::decode_request(request) {
             Ok(r) => r,
             Err(e) => {
@@ -914,6 +919,31 @@ impl Shared {
                 info.encode(reply);
             }
         }
+    }
+
+    /// The u64 server's INFO ([`crate::proto::Request::Info`], one byte
+    /// no request of this protocol begins with), answered in its own
+    /// protocol with the system named `xstore-bytes`: the u64 XStore
+    /// probe (asked first of any server a URL reaches) then tells this
+    /// server from its own and says so, rather than meet a refusal
+    /// logged here as a broken request on every connection.
+    fn answer_word_info(&self, reply: &mut Vec<u8>) {
+        tracing::debug!("byte-xstore: answered a u64 XStore INFO (system xstore-bytes)");
+        let info = self.info.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let keys = self.lock().len;
+        let word = crate::proto::ServerInfo {
+            version: crate::proto::INFO_VERSION,
+            system: SYSTEM.to_string(),
+            keys,
+            loaded: crate::proto::LoadedKeys {
+                count: info.loaded_count,
+                fingerprint: info.loaded_fingerprint,
+                known: info.known,
+                from: info.from,
+            },
+        };
+        reply.clear();
+        crate::proto::Reply::Info(word).encode(reply);
     }
 
     fn head(&self, reply: &mut Vec<u8>, s: u8) {
