@@ -22,7 +22,7 @@ fn key(i: u32) -> Vec<u8> {
 
 /// Half the values out of line (a record in the heap), half inline.
 fn value(i: u32, round: u8) -> Vec<u8> {
-    let len = if i % 2 == 0 { 5 } else { 300 };
+    let len = if i.is_multiple_of(2) { 5 } else { 300 };
     vec![round.wrapping_add(i as u8); len]
 }
 

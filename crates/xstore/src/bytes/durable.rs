@@ -11,11 +11,13 @@
 //! are fixed 24-byte records; these carry a key of up to 64 bytes and a
 //! value of up to 1 MiB, so the frames and files are this module's.
 //!
-//! * `sync`: the server's writer appends the record and `fdatasync`s it
-//!   before it applies the write to the leaves — under its writer lock,
-//!   so no client (RPC or one-sided READ) sees a write before it is
-//!   durable, and the reply is sent after. One `fdatasync` per write: the
-//!   u64 server's group commit with a pending overlay is not built here.
+//! * `sync`: group commit. The server's writer appends the record under
+//!   its writer lock (LSNs in decision order), then commits outside it
+//!   ([`BytesLog::commit`]): one committer writes and `fdatasync`s every
+//!   record buffered so far, its own and those appended meanwhile. The
+//!   server applies a write to the leaves only after its sync, so no
+//!   client (RPC or one-sided READ) sees a write before it is durable, and
+//!   the reply is sent after.
 //! * `async`: records gather in memory; a flusher writes and `fdatasync`s
 //!   them every [`FLUSH_EVERY`]. Acknowledged and visible before durable:
 //!   any crash loses at most the last ~10 ms.

@@ -8,7 +8,10 @@
 //! later step); readers on the server use it too. Clients read leaves and
 //! records one-sidedly, so every publish goes through the seqlock and the
 //! checksums of the layout, and a record is written whole before the leaf
-//! that points to it.
+//! that points to it. With a `sync` log the mutex is not held across an
+//! `fdatasync`: writes are decided and logged under it, committed in
+//! groups outside it, and applied under it again after their sync
+//! ([`super::durable`]; docs/durability.md).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
@@ -144,6 +147,9 @@ struct State {
     pending_new: usize,
 }
 
+/// An out-of-line pair's record and its size class (`None`: inline).
+type Record = Option<(FatPtr, u32)>;
+
 /// A `sync` write logged and waiting for its group commit.
 #[derive(Debug)]
 struct Queued {
@@ -151,7 +157,7 @@ struct Queued {
     key: Vec<u8>,
     /// The value and its record (written to the heap, not yet pointed to);
     /// `None`: a delete.
-    put: Option<(Vec<u8>, Option<(FatPtr, u32)>)>,
+    put: Option<(Vec<u8>, Record)>,
     /// Counted in [`State::pending_new`].
     new: bool,
 }
@@ -690,7 +696,7 @@ impl Shared {
 
     /// Puts a pair (its record already in the heap) into its leaf,
     /// splitting it if it overflows, and frees the record it replaces.
-    fn install(&self, st: &mut State, key: &[u8], value: Vec<u8>, rec: Option<(FatPtr, u32)>) {
+    fn install(&self, st: &mut State, key: &[u8], value: Vec<u8>, rec: Record) {
         let id = st.leaf_of(key);
         let entry = Entry {
             key: key.to_vec(),
