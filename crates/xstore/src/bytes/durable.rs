@@ -11,11 +11,13 @@
 //! are fixed 24-byte records; these carry a key of up to 64 bytes and a
 //! value of up to 1 MiB, so the frames and files are this module's.
 //!
-//! * `sync`: the server's writer appends the record and `fdatasync`s it
-//!   before it applies the write to the leaves — under its writer lock,
-//!   so no client (RPC or one-sided READ) sees a write before it is
-//!   durable, and the reply is sent after. One `fdatasync` per write: the
-//!   u64 server's group commit with a pending overlay is not built here.
+//! * `sync`: group commit. The server's writer appends the record under
+//!   its writer lock (LSNs in decision order), then commits outside it
+//!   ([`BytesLog::commit`]): one committer writes and `fdatasync`s every
+//!   record buffered so far, its own and those appended meanwhile. The
+//!   server applies a write to the leaves only after its sync, so no
+//!   client (RPC or one-sided READ) sees a write before it is durable, and
+//!   the reply is sent after.
 //! * `async`: records gather in memory; a flusher writes and `fdatasync`s
 //!   them every [`FLUSH_EVERY`]. Acknowledged and visible before durable:
 //!   any crash loses at most the last ~10 ms.
@@ -33,7 +35,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use le::Reader;
@@ -335,6 +337,27 @@ pub struct BytesRecovery {
     pub truncated_bytes: u64,
     /// Pairs after recovery.
     pub pairs: u64,
+    /// Temporary checkpoint files (`bytes-ckpt-L.tmp`: a crash during a
+    /// checkpoint, before its rename) removed.
+    pub stale_temporaries: u64,
+}
+
+/// Removes the temporary files of checkpoints a crash interrupted before
+/// their rename (never read: the checkpoint before them and the log
+/// after it hold everything); each is logged.
+fn remove_stale_temporaries(dir: &Path) -> Result<u64, BytesLogError> {
+    let stale = numbered(dir, "bytes-ckpt-", ".tmp")?;
+    for (_, path) in &stale {
+        fs::remove_file(path).map_err(io_err(path))?;
+        tracing::warn!(
+            ?path,
+            "removed the temporary file of an interrupted checkpoint"
+        );
+    }
+    if !stale.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(stale.len() as u64)
 }
 
 /// The newest valid checkpoint (`None`: there is none at all).
@@ -433,7 +456,10 @@ fn truncate(path: &Path, len: u64) -> Result<(), BytesLogError> {
 /// which is valid, and records without any checkpoint.
 pub fn recover(lock: &DirLock) -> Result<(Pairs, u64, BytesRecovery), BytesLogError> {
     let dir = lock.dir();
-    let mut report = BytesRecovery::default();
+    let mut report = BytesRecovery {
+        stale_temporaries: remove_stale_temporaries(dir)?,
+        ..BytesRecovery::default()
+    };
     let checkpoint = load_checkpoint(dir, &mut report)?;
     let segments = numbered(dir, "bytes-log-", ".log")?;
     let had_checkpoint = checkpoint.is_some();
@@ -479,28 +505,56 @@ fn merge(pairs: Pairs, changes: std::collections::BTreeMap<Vec<u8>, Option<Vec<u
 struct LogInner {
     file: File,
     path: PathBuf,
-    /// Records not yet written (`async`/`none`).
-    buffer: Vec<u8>,
     /// Whether the file has writes not yet synced (`async`).
     unsynced: bool,
+    /// Records in the last group commit (`sync`): a busy log, at least
+    /// [`wal::GATHER_AFTER`], lets the next one gather for the commit delay.
+    last_batch: u64,
+}
+
+/// Records appended and not yet written, and the LSN of the last of them.
+struct Buffer {
+    bytes: Vec<u8>,
+    /// The next LSN to give (the buffer's last record is this minus 1).
+    next_lsn: u64,
 }
 
 /// The open log of a byte-string server.
+///
+/// Two locks: `buffer` (appends, held for an encode) and `inner` (the
+/// file, held across a write and its `fdatasync`). A `sync` write appends
+/// under the first and then [`BytesLog::commit`]s: the first committer
+/// takes the file, writes every record buffered so far (its own and those
+/// of writers that appended meanwhile) and syncs once; the others find
+/// their LSN covered when they get the file lock. Lock order: the server's
+/// state lock, then `inner`, then `buffer`; a committer holds no state lock.
 pub struct BytesLog {
     lock: DirLock,
     mode: Durability,
     inner: Mutex<LogInner>,
+    buffer: Mutex<Buffer>,
+    /// The LSN after the last record appended (a copy of the buffer's, to
+    /// read without its lock).
     next_lsn: AtomicU64,
+    /// Every record up to this LSN is written and (`sync`, `async`) synced.
+    synced: AtomicU64,
     failed: AtomicBool,
     since_checkpoint: AtomicU64,
     /// Records between checkpoints.
     pub checkpoint_records: u64,
+    /// `sync`: how long a busy log's group commit waits for more records
+    /// (the u64 log's `--commit-delay-us`: [`wal::WalConfig::commit_delay`]).
+    commit_delay: Duration,
     /// Mode bits of new files (0600, or 0660 with group access).
     file_mode: u32,
     /// Checkpoints written, and those that failed.
     pub checkpoints: AtomicU64,
     /// Checkpoint attempts that failed.
     pub checkpoint_failures: AtomicU64,
+    /// `fdatasync`s of records (group commits in `sync`, flushes in `async`).
+    pub syncs: AtomicU64,
+    /// Test hook: while set, a `sync` group commit waits before it writes.
+    held: (Mutex<bool>, Condvar),
 }
 
 impl std::fmt::Debug for BytesLog {
@@ -509,6 +563,7 @@ impl std::fmt::Debug for BytesLog {
             .field("dir", &self.lock.dir())
             .field("mode", &self.mode)
             .field("next_lsn", &self.next_lsn)
+            .field("synced", &self.synced)
             .finish_non_exhaustive()
     }
 }
@@ -540,21 +595,29 @@ fn create_segment(dir: &Path, first: u64, mode: u32) -> Result<(File, PathBuf), 
     Ok((file, path))
 }
 
-fn lock_of(m: &Mutex<LogInner>) -> MutexGuard<'_, LogInner> {
+fn lock_of<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Longest a held group commit waits for [`BytesLog::release_syncs`]: a
+/// test that forgets to release does not hang the server for ever.
+const MAX_HOLD: Duration = Duration::from_secs(60);
+
 impl BytesLog {
     /// Opens a new segment at `next_lsn` in the directory `lock` holds;
-    /// its files are the group's too with `group_access`.
+    /// its files are the group's too with `group_access`. `commit_delay`
+    /// applies to `sync` group commits of a busy log (at most
+    /// [`crate::durable::MAX_COMMIT_DELAY`]).
     pub fn open(
         lock: DirLock,
         mode: Durability,
         next_lsn: u64,
         checkpoint_records: u64,
         group_access: bool,
+        commit_delay: Duration,
     ) -> Result<BytesLog, BytesLogError> {
         assert!(next_lsn >= 1 && checkpoint_records >= 1);
+        assert!(commit_delay <= crate::durable::MAX_COMMIT_DELAY);
         let file_mode = if group_access { 0o660 } else { 0o600 };
         let (file, path) = create_segment(lock.dir(), next_lsn, file_mode)?;
         Ok(BytesLog {
@@ -563,16 +626,24 @@ impl BytesLog {
             inner: Mutex::new(LogInner {
                 file,
                 path,
-                buffer: Vec::new(),
                 unsynced: false,
+                last_batch: 0,
+            }),
+            buffer: Mutex::new(Buffer {
+                bytes: Vec::new(),
+                next_lsn,
             }),
             next_lsn: AtomicU64::new(next_lsn),
+            synced: AtomicU64::new(next_lsn - 1),
             failed: AtomicBool::new(false),
             since_checkpoint: AtomicU64::new(0),
             checkpoint_records,
+            commit_delay,
             file_mode,
             checkpoints: AtomicU64::new(0),
             checkpoint_failures: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            held: (Mutex::new(false), Condvar::new()),
         })
     }
 
@@ -586,65 +657,155 @@ impl BytesLog {
         self.next_lsn.load(Ordering::Acquire) - 1
     }
 
-    /// Logs `change`. `sync`: written and `fdatasync`'d before it returns.
-    /// The caller holds the server's writer lock, so LSNs follow the order
-    /// the writes are applied in. After a failure every later call fails.
+    /// The LSN up to which every record is on disk (`sync`: the group
+    /// commits' watermark).
+    pub fn synced_lsn(&self) -> u64 {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Whether an earlier write or sync failed (the log takes no more).
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Appends `change` to the buffer and returns its LSN. The caller
+    /// holds the server's writer lock, so LSNs follow the order the writes
+    /// are decided in. `sync`: durable only after [`BytesLog::commit`] of
+    /// the LSN; `async`/`none`: written by the flusher (or here, past
+    /// [`BUFFER_LIMIT`]). After a failure every later call fails.
     pub fn append(&self, change: Change<'_>) -> Result<u64, BytesLogError> {
-        if self.failed.load(Ordering::Acquire) {
+        if self.has_failed() {
             return Err(BytesLogError::Failed);
         }
-        let mut inner = lock_of(&self.inner);
-        let lsn = self.next_lsn.load(Ordering::Acquire);
-        encode_frame(lsn, change, &mut inner.buffer);
-        let r = if self.mode == Durability::Sync {
-            self.write_out(&mut inner, true)
-        } else if inner.buffer.len() >= BUFFER_LIMIT {
-            self.write_out(&mut inner, false)
-        } else {
-            Ok(())
+        let (lsn, full) = {
+            let mut b = lock_of(&self.buffer);
+            let lsn = b.next_lsn;
+            encode_frame(lsn, change, &mut b.bytes);
+            b.next_lsn = lsn + 1;
+            self.next_lsn.store(lsn + 1, Ordering::Release);
+            (lsn, b.bytes.len() >= BUFFER_LIMIT)
         };
-        if let Err(e) = r {
-            self.failed.store(true, Ordering::Release);
-            tracing::error!(error = %e, lsn, "the byte log failed: no more writes");
-            return Err(e);
-        }
-        self.next_lsn.store(lsn + 1, Ordering::Release);
         self.since_checkpoint.fetch_add(1, Ordering::Relaxed);
+        if full && self.mode != Durability::Sync {
+            let mut inner = lock_of(&self.inner);
+            self.write_out(&mut inner, false)?;
+        }
         Ok(lsn)
     }
 
+    /// `sync`: returns once the record at `lsn` is written and
+    /// `fdatasync`'d — by this call, which then writes and syncs every
+    /// record buffered so far in one go, or by a concurrent one that
+    /// covered it (group commit). An error: the record may not be on disk,
+    /// and the log takes nothing more.
+    pub fn commit(&self, lsn: u64) -> Result<(), BytesLogError> {
+        debug_assert!(lsn <= self.last_lsn());
+        if self.synced_lsn() >= lsn {
+            return Ok(());
+        }
+        let mut inner = lock_of(&self.inner);
+        if self.synced_lsn() >= lsn {
+            return Ok(());
+        }
+        if self.has_failed() {
+            return Err(BytesLogError::Failed);
+        }
+        self.wait_while_held();
+        if !self.commit_delay.is_zero() && inner.last_batch >= wal::GATHER_AFTER {
+            // A busy log: let the writers behind this one join its commit.
+            std::thread::sleep(self.commit_delay);
+        }
+        let before = self.synced_lsn();
+        self.write_out(&mut inner, true)?;
+        inner.last_batch = self.synced_lsn() - before;
+        debug_assert!(self.synced_lsn() >= lsn);
+        Ok(())
+    }
+
+    /// Writes every buffered record (and syncs them if `sync`); records a
+    /// failure, after which the log takes nothing more.
     fn write_out(&self, inner: &mut LogInner, sync: bool) -> Result<(), BytesLogError> {
+        let r = self.try_write_out(inner, sync);
+        if let Err(e) = &r {
+            self.failed.store(true, Ordering::Release);
+            tracing::error!(error = %e, "the byte log failed: no more writes");
+        }
+        r
+    }
+
+    fn try_write_out(&self, inner: &mut LogInner, sync: bool) -> Result<(), BytesLogError> {
+        if self.has_failed() {
+            return Err(BytesLogError::Failed);
+        }
+        let (bytes, last) = {
+            let mut b = lock_of(&self.buffer);
+            (std::mem::take(&mut b.bytes), b.next_lsn - 1)
+        };
         let LogInner {
             file,
             path,
-            buffer,
             unsynced,
+            ..
         } = inner;
-        if !buffer.is_empty() {
-            let r = file.write_all(buffer);
-            buffer.clear();
-            r.map_err(io_err(path))?;
+        if !bytes.is_empty() {
+            file.write_all(&bytes).map_err(io_err(path))?;
             *unsynced = true;
         }
         if sync && *unsynced {
             file.sync_data().map_err(io_err(path))?;
+            self.syncs.fetch_add(1, Ordering::Relaxed);
             *unsynced = false;
+        }
+        if sync || self.mode == Durability::None {
+            self.synced.fetch_max(last, Ordering::AcqRel);
         }
         Ok(())
     }
 
-    /// Writes what is buffered (and, `async`, syncs it): the flusher's
-    /// step, and the last one at shutdown.
+    /// Test hook: from now on a `sync` group commit waits (at most
+    /// 60 s) before it writes, so its writes stay unacknowledged and
+    /// invisible while a test looks. Never used in production.
+    pub fn hold_syncs(&self) {
+        *lock_of(&self.held.0) = true;
+    }
+
+    /// Test hook: lets held group commits go on.
+    pub fn release_syncs(&self) {
+        *lock_of(&self.held.0) = false;
+        self.held.1.notify_all();
+    }
+
+    fn wait_while_held(&self) {
+        let start = Instant::now();
+        let mut held = lock_of(&self.held.0);
+        while *held && start.elapsed() < MAX_HOLD {
+            held = self
+                .held
+                .1
+                .wait_timeout(held, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// The flusher's step: `async`/`none` write what is buffered (and,
+    /// `async`, sync it). `sync` writes commit themselves: nothing to do.
     pub fn flush(&self) {
-        if self.failed.load(Ordering::Acquire) {
+        if self.mode == Durability::Sync || self.has_failed() {
             return;
         }
         let mut inner = lock_of(&self.inner);
-        let sync = self.mode != Durability::None;
-        if let Err(e) = self.write_out(&mut inner, sync) {
-            self.failed.store(true, Ordering::Release);
-            tracing::error!(error = %e, "the byte log failed: no more writes");
+        let _ = self.write_out(&mut inner, self.mode == Durability::Async);
+    }
+
+    /// The last step at shutdown: writes and (but for `none`) syncs what
+    /// is buffered, whatever the test hook says.
+    pub fn close(&self) {
+        if self.has_failed() {
+            return;
         }
+        let mut inner = lock_of(&self.inner);
+        let _ = self.write_out(&mut inner, self.mode != Durability::None);
     }
 
     /// Whether a checkpoint is due.
@@ -768,7 +929,7 @@ mod tests {
         for mode in [Durability::Async, Durability::None] {
             let dir = tempfile::tempdir().unwrap();
             let lock = DirLock::acquire(dir.path(), false).unwrap();
-            let log = BytesLog::open(lock, mode, 1, 1000, true).unwrap();
+            let log = BytesLog::open(lock, mode, 1, 1000, true, Duration::ZERO).unwrap();
             log.write_checkpoint(0, &[]).unwrap();
             let big = vec![7u8; MAX_VALUE];
             log.append((b"k", Some(&big))).unwrap();
@@ -796,7 +957,7 @@ mod tests {
         let lock = DirLock::acquire(dir.path(), false).unwrap();
         let (pairs, next, report) = recover(&lock).unwrap();
         assert!(report.fresh && pairs.is_empty() && next == 1);
-        let log = BytesLog::open(lock, Durability::Sync, next, 2, false).unwrap();
+        let log = BytesLog::open(lock, Durability::Sync, next, 2, false, Duration::ZERO).unwrap();
         log.write_checkpoint(0, &[(b"a".to_vec(), b"1".to_vec())])
             .unwrap();
         log.append((b"b", Some(b"2"))).unwrap();
@@ -805,7 +966,8 @@ mod tests {
         let at = log.rotate().unwrap();
         log.write_checkpoint(at, &[(b"b".to_vec(), b"2".to_vec())])
             .unwrap();
-        log.append((b"c", Some(b"3"))).unwrap();
+        let lsn = log.append((b"c", Some(b"3"))).unwrap();
+        log.commit(lsn).unwrap();
         let path = lock_of(&log.inner).path.clone();
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(&path).unwrap().permissions().mode();

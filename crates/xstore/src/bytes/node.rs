@@ -128,8 +128,15 @@ pub fn start(c: BytesNodeConfig, registrar: Arc<dyn RegionHost>) -> Result<Bytes
             let lock = DirLock::acquire(&d.dir, d.group_access).map_err(failed)?;
             let (pairs, next, report) = durable::recover(&lock).map_err(failed)?;
             let pairs = if report.fresh { fresh_pairs() } else { pairs };
-            let log = BytesLog::open(lock, d.mode, next, d.checkpoint_records, d.group_access)
-                .map_err(failed)?;
+            let log = BytesLog::open(
+                lock,
+                d.mode,
+                next,
+                d.checkpoint_records,
+                d.group_access,
+                d.commit_delay,
+            )
+            .map_err(failed)?;
             (pairs, Some(Arc::new(log)), Some(report))
         }
     };

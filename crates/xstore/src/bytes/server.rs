@@ -8,9 +8,12 @@
 //! later step); readers on the server use it too. Clients read leaves and
 //! records one-sidedly, so every publish goes through the seqlock and the
 //! checksums of the layout, and a record is written whole before the leaf
-//! that points to it.
+//! that points to it. With a `sync` log the mutex is not held across an
+//! `fdatasync`: writes are decided and logged under it, committed in
+//! groups outside it, and applied under it again after their sync
+//! ([`super::durable`]; docs/durability.md).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -26,6 +29,8 @@ use xtree::bytes::{
 use super::durable::BytesLog;
 use super::proto::{self, status, Op, Request};
 
+/// The system's name, as `--system` spells it and INFO says it.
+pub const SYSTEM: &str = "xstore-bytes";
 /// The region of the leaves.
 pub const LEAF_REGION: RegionId = RegionId(0xB17E_0001);
 /// The region of the out-of-line records.
@@ -130,6 +135,31 @@ struct State {
     len: u64,
     /// Splits since the last snapshot.
     dirty: bool,
+    /// `sync`: the writes logged and not yet applied (their group commit
+    /// has not covered them, or no one has applied them since), in LSN
+    /// order.
+    queue: VecDeque<Queued>,
+    /// `sync`: key -> (whether present, LSN) after its newest queued write;
+    /// writers decide against it, readers never see it.
+    overlay: HashMap<Vec<u8>, (bool, u64)>,
+    /// `sync`: queued writes of keys new when decided; each may split a
+    /// leaf when applied, so each holds a leaf in reserve.
+    pending_new: usize,
+}
+
+/// An out-of-line pair's record and its size class (`None`: inline).
+type Record = Option<(FatPtr, u32)>;
+
+/// A `sync` write logged and waiting for its group commit.
+#[derive(Debug)]
+struct Queued {
+    lsn: u64,
+    key: Vec<u8>,
+    /// The value and its record (written to the heap, not yet pointed to);
+    /// `None`: a delete.
+    put: Option<(Vec<u8>, Record)>,
+    /// Counted in [`State::pending_new`].
+    new: bool,
 }
 
 struct Shared {
@@ -248,6 +278,9 @@ impl BytesServer {
             },
             len: 0,
             dirty: true,
+            queue: VecDeque::new(),
+            overlay: HashMap::new(),
+            pending_new: 0,
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
@@ -352,7 +385,7 @@ impl Drop for BytesServer {
             let _ = t.join();
         }
         if let Some(log) = &self.shared.log {
-            log.flush();
+            log.close();
         }
     }
 }
@@ -493,22 +526,28 @@ impl Shared {
     }
 
     fn write(&self, op: Op, key: &[u8], value: &[u8]) -> Written {
+        match &self.log {
+            Some(log) if log.mode() == wal::Durability::Sync => {
+                self.write_sync(log, op, key, value)
+            }
+            _ => self.write_now(op, key, value),
+        }
+    }
+
+    /// `async`, `none` and no log: applied (and its record buffered)
+    /// under the writer lock, answered at once.
+    fn write_now(&self, op: Op, key: &[u8], value: &[u8]) -> Written {
         let mut guard = self.lock();
         let st = &mut *guard;
         let id = st.leaf_of(key);
         let at = st.leaves[id as usize].find(key);
         let answer = match (op, at) {
             (Op::Insert, Ok(_)) | (Op::Update | Op::Delete, Err(_)) => return Written::Done(false),
-            (Op::Delete, Ok(i)) => {
+            (Op::Delete, Ok(_)) => {
                 if !self.logged((key, None)) {
                     return Written::Unavailable;
                 }
-                let e = st.leaves[id as usize].entries.remove(i);
-                self.publish(&mut st.leaves[id as usize], id);
-                if let Some((p, class)) = e.rec {
-                    st.heap.release(p.offset, class);
-                }
-                st.len -= 1;
+                self.remove(st, key);
                 return Written::Done(true);
             }
             (_, Ok(_)) => false,
@@ -532,13 +571,140 @@ impl Shared {
             }
             return Written::Unavailable;
         }
+        self.install(st, key, value.to_vec(), rec);
+        Written::Done(answer)
+    }
+
+    /// `sync`: decided against the tree and the overlay of queued writes
+    /// and logged under the writer lock; then, without it, committed (a
+    /// group commit shared with the writers that logged meanwhile) and
+    /// only then applied and answered. An answer that reports a queued
+    /// write's state (an insert of a key a queued insert adds) waits for
+    /// that write's commit too.
+    fn write_sync(&self, log: &BytesLog, op: Op, key: &[u8], value: &[u8]) -> Written {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let (present, decided_from) = match st.overlay.get(key) {
+            Some(&(present, lsn)) => (present, Some(lsn)),
+            None => {
+                let id = st.leaf_of(key);
+                (st.leaves[id as usize].find(key).is_ok(), None)
+            }
+        };
+        let put = match (op, present) {
+            (Op::Insert, true) | (Op::Update | Op::Delete, false) => {
+                drop(guard);
+                return match decided_from {
+                    Some(lsn) if !self.settle(log, lsn) => Written::Unavailable,
+                    _ => Written::Done(false),
+                };
+            }
+            (Op::Delete, true) => None,
+            _ => {
+                if !present && !self.room_for_new(st, key) {
+                    return Written::Full;
+                }
+                let Some(rec) = self.put_record(&mut st.heap, key, value) else {
+                    return Written::Full;
+                };
+                Some((value.to_vec(), rec))
+            }
+        };
+        let answer = match op {
+            Op::Update | Op::Delete => true,
+            _ => !present,
+        };
+        let lsn = match log.append((key, put.as_ref().map(|(v, _)| v.as_slice()))) {
+            Ok(lsn) => lsn,
+            Err(_) => {
+                if let Some((_, Some((p, class)))) = put {
+                    st.heap.release(p.offset, class);
+                }
+                return Written::Unavailable;
+            }
+        };
+        let new = put.is_some() && !present;
+        st.pending_new += new as usize;
+        st.overlay.insert(key.to_vec(), (put.is_some(), lsn));
+        st.queue.push_back(Queued {
+            lsn,
+            key: key.to_vec(),
+            put,
+            new,
+        });
+        drop(guard);
+        if self.settle(log, lsn) {
+            Written::Done(answer)
+        } else {
+            Written::Unavailable
+        }
+    }
+
+    /// Whether a new key may be queued: every queued new key may split a
+    /// leaf when applied, so either the region holds a leaf for each (and
+    /// this one), or the key's leaf cannot fill up whatever lands in it
+    /// first. An apply then never lacks a leaf.
+    fn room_for_new(&self, st: &State, key: &[u8]) -> bool {
+        let in_leaf = st.leaves[st.leaf_of(key) as usize].entries.len();
+        st.leaves.len() + st.pending_new < self.leaf_cap as usize
+            || in_leaf + st.pending_new < SLOTS
+    }
+
+    /// Waits until the write at `lsn` is durable, then applies every
+    /// durable queued write (in LSN order, under the writer lock): after
+    /// it the write at `lsn` is visible. `false`: the log failed; every
+    /// write not yet durable is dropped unapplied (and answers
+    /// `Unavailable`).
+    fn settle(&self, log: &BytesLog, lsn: u64) -> bool {
+        let ok = log.commit(lsn).is_ok();
+        let mut st = self.lock();
+        self.apply_durable(&mut st, log.synced_lsn());
+        if ok {
+            debug_assert!(st.queue.front().is_none_or(|q| q.lsn > lsn));
+            return true;
+        }
+        // The log takes nothing more: what it did not sync never happened.
+        for q in std::mem::take(&mut st.queue) {
+            if let Some((_, Some((p, class)))) = q.put {
+                st.heap.release(p.offset, class);
+            }
+        }
+        st.overlay.clear();
+        st.pending_new = 0;
+        lsn <= log.synced_lsn()
+    }
+
+    /// Applies the queued writes up to `upto` (durable), in LSN order.
+    fn apply_durable(&self, st: &mut State, upto: u64) {
+        while st.queue.front().is_some_and(|q| q.lsn <= upto) {
+            let q = st.queue.pop_front().expect("checked");
+            if st.overlay.get(&q.key).is_some_and(|&(_, l)| l == q.lsn) {
+                st.overlay.remove(&q.key);
+            }
+            if q.new {
+                st.pending_new -= 1;
+            }
+            match q.put {
+                Some((value, rec)) => self.install(st, &q.key, value, rec),
+                None => {
+                    let removed = self.remove(st, &q.key);
+                    debug_assert!(removed, "a queued delete of a present key");
+                }
+            }
+        }
+    }
+
+    /// Puts a pair (its record already in the heap) into its leaf,
+    /// splitting it if it overflows, and frees the record it replaces.
+    fn install(&self, st: &mut State, key: &[u8], value: Vec<u8>, rec: Record) {
+        let id = st.leaf_of(key);
         let entry = Entry {
             key: key.to_vec(),
-            value: value.to_vec(),
+            value,
             rec,
         };
         let leaf = &mut st.leaves[id as usize];
-        let old = match at {
+        let old = match leaf.find(key) {
             Ok(i) => std::mem::replace(&mut leaf.entries[i], entry).rec,
             Err(i) => {
                 leaf.entries.insert(i, entry);
@@ -554,7 +720,21 @@ impl Shared {
         if let Some((p, class)) = old {
             st.heap.release(p.offset, class);
         }
-        Written::Done(answer)
+    }
+
+    /// Removes `key` from its leaf and frees its record; `false` if absent.
+    fn remove(&self, st: &mut State, key: &[u8]) -> bool {
+        let id = st.leaf_of(key);
+        let Ok(i) = st.leaves[id as usize].find(key) else {
+            return false;
+        };
+        let e = st.leaves[id as usize].entries.remove(i);
+        self.publish(&mut st.leaves[id as usize], id);
+        if let Some((p, class)) = e.rec {
+            st.heap.release(p.offset, class);
+        }
+        st.len -= 1;
+        true
     }
 
     /// Splits an overfull leaf in two: the right half goes to a new leaf,
@@ -584,9 +764,9 @@ impl Shared {
         self.wake.1.notify_one();
     }
 
-    /// Logs a change (the caller holds the writer lock, so the log's
-    /// order is the order of application); `false` if the log failed.
-    /// `sync`: durable when this returns, before anyone can see it.
+    /// Logs a change of `async`/`none` (the caller holds the writer lock,
+    /// so the log's order is the order of application); `false` if the
+    /// log failed. (`sync` writes go through [`Shared::write_sync`].)
     fn logged(&self, change: super::durable::Change<'_>) -> bool {
         match &self.log {
             None => true,
@@ -608,9 +788,18 @@ impl Shared {
                 continue;
             }
             let r = {
-                let st = self.lock();
+                let mut st = self.lock();
+                // `sync`: the pairs copied must hold every record the
+                // rotation leaves behind: commit and apply the queue.
+                let committed = match st.queue.back() {
+                    Some(q) => log.commit(q.lsn),
+                    None => Ok(()),
+                };
+                self.apply_durable(&mut st, log.synced_lsn());
                 let pairs = st.pairs();
-                log.rotate().map(|lsn| (lsn, pairs))
+                committed
+                    .and_then(|()| log.rotate())
+                    .map(|lsn| (lsn, pairs))
             };
             match r.and_then(|(lsn, pairs)| log.write_checkpoint(lsn, &pairs)) {
                 Ok(()) => retry_at = None,
@@ -675,6 +864,9 @@ impl Shared {
     }
 
     fn serve(&self, request: &[u8], reply: &mut Vec<u8>) {
+        if request == [crate::proto::Opcode::Info as u8] {
+            return self.answer_word_info(reply);
+        }
         let req = match proto::decode_request(request) {
             Ok(r) => r,
             Err(e) => {
@@ -733,6 +925,31 @@ impl Shared {
                 info.encode(reply);
             }
         }
+    }
+
+    /// The u64 server's INFO ([`crate::proto::Request::Info`], one byte
+    /// no request of this protocol begins with), answered in its own
+    /// protocol with the system named `xstore-bytes`: the u64 XStore
+    /// probe (asked first of any server a URL reaches) then tells this
+    /// server from its own and says so, rather than meet a refusal
+    /// logged here as a broken request on every connection.
+    fn answer_word_info(&self, reply: &mut Vec<u8>) {
+        tracing::debug!("byte-xstore: answered a u64 XStore INFO (system xstore-bytes)");
+        let info = self.info.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let keys = self.lock().len;
+        let word = crate::proto::ServerInfo {
+            version: crate::proto::INFO_VERSION,
+            system: SYSTEM.to_string(),
+            keys,
+            loaded: crate::proto::LoadedKeys {
+                count: info.loaded_count,
+                fingerprint: info.loaded_fingerprint,
+                known: info.known,
+                from: info.from,
+            },
+        };
+        reply.clear();
+        crate::proto::Reply::Info(word).encode(reply);
     }
 
     fn head(&self, reply: &mut Vec<u8>, s: u8) {

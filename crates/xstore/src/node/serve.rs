@@ -231,6 +231,12 @@ fn probe(url: &Url, token: Option<&str>) -> Result<Probed, KvError> {
         return Ok(Probed::NotMine);
     };
     let keys = match Reply::decode(&Request::Info, &reply) {
+        // Another design answering in this protocol (a byte-string
+        // server): its own probe claims it.
+        Ok(Reply::Info(info)) if info.system != "xstore" => {
+            tracing::debug!(system = %info.system, "not a u64 XStore server");
+            return Ok(Probed::NotMine);
+        }
         Ok(Reply::Info(info)) if info.loaded.known => Announced::Keys {
             count: info.loaded.count,
             fingerprint: info.loaded.fingerprint,

@@ -1,0 +1,248 @@
+//! Byte-string XStore's `sync` group commit: concurrent writers share one
+//! `fdatasync`, and a write whose group commit is held is neither answered
+//! nor visible — by a one-sided GET or SCAN, an RPC GET, or the server's
+//! own read — until the commit is released; what was acknowledged is
+//! what a restart recovers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fabric::{Endpoint, LocalFabric, NodeId};
+use wal::{DirLock, Durability};
+use xstore::bytes::durable::{self, BytesLog};
+use xstore::bytes::proto::{self, status, Op, Request};
+use xstore::bytes::{BytesClient, BytesConfig, BytesServer, Written};
+
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn key(i: u32) -> Vec<u8> {
+    format!("user/{i:05}").into_bytes()
+}
+
+/// Half the values out of line (a record in the heap), half inline.
+fn value(i: u32, round: u8) -> Vec<u8> {
+    let len = if i.is_multiple_of(2) { 5 } else { 300 };
+    vec![round.wrapping_add(i as u8); len]
+}
+
+struct Running {
+    fabric: LocalFabric,
+    node: NodeId,
+    server: Arc<BytesServer>,
+}
+
+fn start(dir: &std::path::Path, initial: &Pairs) -> (Running, Pairs) {
+    let lock = DirLock::acquire(dir, false).unwrap();
+    let (recovered, next, report) = durable::recover(&lock).unwrap();
+    let pairs = if report.fresh {
+        initial.clone()
+    } else {
+        recovered
+    };
+    let log = Arc::new(
+        BytesLog::open(lock, Durability::Sync, next, 100_000, false, Duration::ZERO).unwrap(),
+    );
+    let fabric = LocalFabric::new();
+    let node = fabric.add_node();
+    let host = Arc::new(fabric::LocalHost {
+        fabric: fabric.clone(),
+        node,
+    });
+    let config = BytesConfig {
+        fill: 4,
+        ..BytesConfig::default()
+    };
+    let server = BytesServer::start(config, &pairs, host, Some(log.clone())).unwrap();
+    if report.fresh {
+        log.write_checkpoint(0, &pairs).unwrap();
+    }
+    fabric.set_handler(node, server.handler()).unwrap();
+    let server = Arc::new(server);
+    (
+        Running {
+            fabric,
+            node,
+            server,
+        },
+        pairs,
+    )
+}
+
+/// What each reader sees of `keys`: one-sided GET, RPC GET, the server's
+/// own read; and a one-sided SCAN of the whole range.
+fn seen(r: &Running, c: &mut BytesClient<fabric::LocalEndpoint>, keys: &[Vec<u8>]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut ep = r.fabric.endpoint();
+    for k in keys {
+        let mut v = Vec::new();
+        let one_sided = c.get(k, &mut v).unwrap().then_some(v);
+        let mut req = Vec::new();
+        proto::encode_request(&Request::Get(k), &mut req);
+        let mut reply = Vec::new();
+        ep.call(r.node, &req, &mut reply).unwrap();
+        let by_rpc = match proto::reply_head(&reply).unwrap() {
+            (status::YES, _, _) => Some(reply[1 + 8 + 4..].to_vec()),
+            (s, _, _) => {
+                assert_eq!(s, status::NO);
+                None
+            }
+        };
+        let local = r.server.get(k);
+        out.push(format!("{one_sided:?} {by_rpc:?} {local:?}"));
+    }
+    let mut scan = Vec::new();
+    c.scan(b"user/", 1000, &mut scan).unwrap();
+    out.push(format!("{scan:?}"));
+    out
+}
+
+/// Waits (bounded: a hang fails after 10 s) until `f` holds.
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "waited 10 s for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Releases held commits when dropped: a failed assertion must not leave
+/// the writers (and the test's threads) waiting for the hook's bound.
+struct Released(Arc<BytesServer>);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.log().unwrap().release_syncs();
+    }
+}
+
+#[test]
+fn held_sync_writes_share_one_fdatasync_and_stay_invisible_until_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let initial: Pairs = (0..40).map(|i| (key(i * 2), value(i * 2, 0))).collect();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = initial.iter().cloned().collect();
+    let (r, _) = start(tmp.path(), &initial);
+    let log = r.server.log().unwrap().clone();
+    let mut reader = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
+    // Eight writers at once: updates and deletes of loaded keys, inserts of
+    // new ones (some split a leaf when applied), each its own record.
+    let writes: Vec<(Op, u32)> = vec![
+        (Op::Update, 2),
+        (Op::Upsert, 4),
+        (Op::Delete, 6),
+        (Op::Insert, 7),
+        (Op::Insert, 9),
+        (Op::Insert, 11),
+        (Op::Upsert, 13),
+        (Op::Delete, 8),
+    ];
+    let touched: Vec<Vec<u8>> = writes.iter().map(|&(_, i)| key(i)).collect();
+    let before = seen(&r, &mut reader, &touched);
+    let (lsn0, syncs0) = (
+        log.last_lsn(),
+        log.syncs.load(std::sync::atomic::Ordering::Relaxed),
+    );
+
+    log.hold_syncs();
+    let _release = Released(r.server.clone());
+    let mut threads = Vec::new();
+    for &(op, i) in &writes {
+        let mut c = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
+        threads.push(std::thread::spawn(move || {
+            c.write(op, &key(i), &value(i, 1)).unwrap()
+        }));
+    }
+    until("eight records logged", || log.last_lsn() == lsn0 + 8);
+    // An insert of a key a held insert adds: its answer reports a state
+    // that is not durable yet, so it waits too (no record of its own).
+    let mut c = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
+    let dup = std::thread::spawn(move || c.write(Op::Insert, &key(7), b"other").unwrap());
+    // Not synchronisation: a chance for a wrong early answer to show.
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        threads.iter().all(|t| !t.is_finished()) && !dup.is_finished(),
+        "a sync write was answered before its group commit"
+    );
+    assert_eq!(
+        seen(&r, &mut reader, &touched),
+        before,
+        "a reader saw a write whose record is not on disk"
+    );
+    assert_eq!(log.syncs.load(std::sync::atomic::Ordering::Relaxed), syncs0);
+
+    log.release_syncs();
+    let answers: Vec<bool> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    // An upsert answers whether the key was new (4 was loaded, 13 not).
+    let expected = vec![true, false, true, true, true, true, true, true];
+    assert_eq!(answers, expected, "each write found what it expected");
+    assert!(
+        !dup.join().unwrap(),
+        "the key was inserted by the held write"
+    );
+    let syncs = log.syncs.load(std::sync::atomic::Ordering::Relaxed) - syncs0;
+    assert_eq!(syncs, 1, "eight writes, one group commit");
+    for &(op, i) in &writes {
+        match op {
+            Op::Delete => model.remove(&key(i)),
+            _ => model.insert(key(i), value(i, 1)),
+        };
+    }
+    for k in &touched {
+        let mut v = Vec::new();
+        let got = reader.get(k, &mut v).unwrap().then_some(v);
+        assert_eq!(
+            got,
+            model.get(k).cloned(),
+            "{:?}",
+            String::from_utf8_lossy(k)
+        );
+        assert_eq!(r.server.get(k), model.get(k).cloned());
+    }
+
+    // Acknowledged is durable: a restart recovers exactly the model.
+    drop(_release);
+    drop(reader);
+    r.fabric.clear_handlers();
+    drop(log);
+    let Running { server, .. } = r;
+    drop(Arc::into_inner(server).expect("the only owner"));
+    let (_r, pairs) = start(tmp.path(), &initial);
+    assert_eq!(pairs, model.into_iter().collect::<Pairs>());
+}
+
+#[test]
+fn concurrent_sync_writers_all_land_and_share_syncs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let initial: Pairs = (0..16).map(|i| (key(i * 1000), value(i, 0))).collect();
+    let (r, _) = start(tmp.path(), &initial);
+    let log = r.server.log().unwrap().clone();
+    const WRITERS: u32 = 8;
+    const EACH: u32 = 60;
+    let syncs0 = log.syncs.load(std::sync::atomic::Ordering::Relaxed);
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let server = r.server.clone();
+            std::thread::spawn(move || {
+                for j in 0..EACH {
+                    let i = 1 + w + j * WRITERS;
+                    let got = server.write(Op::Insert, &key(i), &value(i, 2)).unwrap();
+                    assert_eq!(got, Written::Done(true), "insert of {i}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let syncs = log.syncs.load(std::sync::atomic::Ordering::Relaxed) - syncs0;
+    let writes = u64::from(WRITERS * EACH);
+    println!("{writes} sync writes by {WRITERS} writers: {syncs} fdatasyncs");
+    assert!((1..=writes).contains(&syncs), "{syncs} syncs");
+    assert_eq!(r.server.len(), 16 + writes);
+    for i in 1..=WRITERS * EACH {
+        assert_eq!(r.server.get(&key(i)), Some(value(i, 2)), "{i}");
+    }
+}
