@@ -78,7 +78,10 @@ fn two_finestore_members_serve_ycsb_a_routed_and_the_history_checks() {
     let mut out = Vec::new();
     router.scan(0, KEYS + 10, &mut out).unwrap();
     let scanned: Vec<u64> = out.iter().map(|p| p.0).collect();
-    assert_eq!(scanned, keys, "a routed scan returns every key once, in order");
+    assert_eq!(
+        scanned, keys,
+        "a routed scan returns every key once, in order"
+    );
     for &k in keys.iter().step_by(97) {
         assert!(router.get(k).unwrap().is_some(), "key {k}");
     }
@@ -99,7 +102,11 @@ fn two_finestore_members_serve_ycsb_a_routed_and_the_history_checks() {
     let e = c.upsert(s1_key, 1).unwrap_err();
     assert_eq!(e.kind, ErrorKind::WrongOwner, "{e}");
     let mut ok = finestore::kv::fenced_client(s1, Some(&up.token), map.revision).unwrap();
-    assert_ne!(ok.get(s1_key).unwrap(), Some(1), "the refused write left no trace");
+    assert_ne!(
+        ok.get(s1_key).unwrap(),
+        Some(1),
+        "the refused write left no trace"
+    );
     // The owner of the first key is s0: s1 refuses a write of it.
     let e = ok.upsert(keys[0], 1).unwrap_err();
     assert_eq!(e.kind, ErrorKind::WrongOwner, "{e}");

@@ -401,12 +401,7 @@ impl xstore::Fence for Ownership {
 impl Ownership {
     /// [`kv::RangeFence::admit`] at `revision`, or at the map held now when
     /// `None`.
-    fn admit_at(
-        &self,
-        key: u64,
-        revision: Option<u64>,
-        write: bool,
-    ) -> Result<kv::Admitted, u64> {
+    fn admit_at(&self, key: u64, revision: Option<u64>, write: bool) -> Result<kv::Admitted, u64> {
         let s = self.gate.lock();
         let Some(mut s) = GateState::settled(s, &self.gate) else {
             return Err(self.gate.lock().map.revision);

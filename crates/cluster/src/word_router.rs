@@ -29,9 +29,8 @@ use crate::{Etcd, Member, ShardMap};
 
 /// Opens a client of the system at a member's URL, with the token, every
 /// keyed request FENCED with the given map revision.
-pub type WordConnector = dyn Fn(&str, Option<&str>, u64) -> Result<Box<dyn WordClient>, KvError>
-    + Send
-    + Sync;
+pub type WordConnector =
+    dyn Fn(&str, Option<&str>, u64) -> Result<Box<dyn WordClient>, KvError> + Send + Sync;
 
 /// Most pairs one server is asked for in one SCAN step (FineStore's and
 /// XStore's reply bound; a server that answers fewer is asked again).
