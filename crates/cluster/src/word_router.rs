@@ -260,6 +260,16 @@ impl WordClient for WordRouter {
                 got.clear();
                 c.scan(at, ask, &mut got)
             })?;
+            // The pairs are a server's answer: ascending from `at`, and
+            // no more than asked, or the scan is refused (never merged).
+            let ascending = got.windows(2).all(|w| w[0].0 < w[1].0);
+            if got.len() > ask || got.first().is_some_and(|p| p.0 < at) || !ascending {
+                return Err(KvError::corrupt(format!(
+                    "a SCAN from {at} of {ask} pairs was answered with {} pairs out of order \
+                     or below its start",
+                    got.len()
+                )));
+            }
             // A server cuts at its range's end; a client that reads on
             // one-sidedly may not: keep this range's keys only.
             let before = got.len();
@@ -395,7 +405,28 @@ impl WordClient for Counted {
     fn capabilities(&self) -> Capabilities {
         self.router.capabilities()
     }
-    ::kv::forward_words!(router; get, scan, insert, update, upsert, delete, counters);
+    // By hand: the router's errors are KvErrors already.
+    fn get(&mut self, key: u64) -> Result<Option<u64>, KvError> {
+        self.router.get(key)
+    }
+    fn scan(&mut self, start: u64, n: usize, out: &mut Vec<(u64, u64)>) -> Result<(), KvError> {
+        self.router.scan(start, n, out)
+    }
+    fn insert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        self.router.insert(key, value)
+    }
+    fn update(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        self.router.update(key, value)
+    }
+    fn upsert(&mut self, key: u64, value: u64) -> Result<bool, KvError> {
+        self.router.upsert(key, value)
+    }
+    fn delete(&mut self, key: u64) -> Result<bool, KvError> {
+        self.router.delete(key)
+    }
+    fn counters(&self) -> Counters {
+        self.router.counters()
+    }
     fn figures(&self) -> ClientFigures {
         self.router.figures()
     }
