@@ -193,11 +193,18 @@ impl WordRouter {
                 }
                 ErrorKind::Unavailable => {
                     // The server went away: whether for good is the
-                    // lease's to say; at the same URL, report it.
+                    // lease's to say. Retried only at a new URL, or once
+                    // when no connection was made yet (the member list
+                    // read with the map may be older than it).
                     let url = self.drop_conn(&server);
                     self.refresh()?;
                     let still = self.members.get(&server).map(|m| m.url.clone());
-                    if url.is_none() || still.is_none() || still == url {
+                    let retry = match (&url, &still) {
+                        (Some(was), Some(now)) => was != now,
+                        (None, Some(_)) => attempt == 1,
+                        (_, None) => false,
+                    };
+                    if !retry {
                         return Err(e);
                     }
                 }
