@@ -670,7 +670,7 @@ fn run_one(args: &BenchArgs) -> Result<bench::Report> {
     let cluster = args
         .cluster
         .as_deref()
-        .filter(|_| system_name != HISTORE)
+        .filter(|_| system_name != HISTORE && system_name != FINESTORE)
         .map(|url| {
             cluster::kv::ClusterSystem::new(url, args.token.resolve()?, plan.cache, args.get_reads)
                 .with_context(|| format!("reaching the cluster at {url}"))
@@ -789,11 +789,13 @@ fn plan_run(args: &BenchArgs) -> Result<Plan<'_>> {
         );
     }
     if args.cluster.is_some()
-        && ((!bench::system::runs_in_cluster(system_name) && system_name != HISTORE)
+        && ((!bench::system::runs_in_cluster(system_name)
+            && system_name != HISTORE
+            && system_name != FINESTORE)
             || matches!(args.fabric.as_str(), "shm" | "rdma"))
     {
         bail!(
-            "--cluster runs {}, {HISTORE} over tcp only",
+            "--cluster runs {}, {HISTORE}, {FINESTORE} over tcp only",
             registry_cluster_names()
         );
     }
@@ -900,6 +902,19 @@ fn open_system(
     if let (Some(url), HISTORE) = (&args.cluster, plan.system_name) {
         return histore_groups(args, plan, url, keys);
     }
+    if let (Some(url), FINESTORE) = (&args.cluster, plan.system_name) {
+        let etcd = cluster::Etcd::connect(url)
+            .with_context(|| format!("reaching the cluster at {url}"))?;
+        let c = cluster::word_router::WordClusterSystem::with_etcd(
+            etcd,
+            args.token.resolve()?,
+            Arc::new(finestore::kv::fenced_client),
+            finestore::kv::CAPABILITIES,
+        )
+        .with_context(|| format!("reaching the cluster at {url}"))?;
+        *shares = Some(c.shares());
+        return Ok(Box::new(c));
+    }
     if let Some(urls) = &plan.remote {
         let options = system_options(args, &plan.spec(args))?;
         let token = args.token.resolve()?;
@@ -931,6 +946,10 @@ fn open_system(
 /// The design whose processes `--cluster` reaches as a group or set of
 /// groups rather than a shard map.
 const HISTORE: &str = "histore";
+
+/// The design whose `--cluster` is routed by the shard map through its own
+/// client of each member (`cluster::word_router`), not XStore's router.
+const FINESTORE: &str = "finestore";
 
 /// HiStore processes at `url` (the group or set `--histore-group`
 /// names): reached, then loaded with the run's pairs through clients (a

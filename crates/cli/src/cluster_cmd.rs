@@ -121,12 +121,13 @@ struct MoveArgs {
 /// Arguments of `xstore cluster up`.
 #[derive(Args, Debug)]
 struct UpArgs {
-    /// The system: xstore (range-partitioned servers) or histore (one
-    /// index group of data and index servers that starts empty; see
+    /// The system: xstore (range-partitioned servers), finestore (the
+    /// same with FineStore servers, static ranges) or histore (one index
+    /// group of data and index servers that starts empty; see
     /// docs/histore.md). The registry's deployments table lists them.
     #[arg(long, default_value = registry::default_deployment().name, value_name = "SYSTEM")]
     system: String,
-    /// Server processes (--system xstore; 1..=64).
+    /// Server processes (--system xstore or finestore; 1..=64).
     #[arg(long, default_value_t = 3, value_parser = crate::flags::usize_in(1, 64))]
     servers: usize,
     /// Directory for etcd's data and log, credentials and the servers'

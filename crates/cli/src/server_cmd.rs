@@ -424,7 +424,7 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     };
     // Joined before loading: the map says which keys are this server's.
     let membership = match (&args.cluster, &args.id) {
-        (Some(url), Some(id)) => Some(join(args, url, id)?),
+        (Some(url), Some(id)) => Some(join(args, desc.name, url, id)?),
         _ => None,
     };
     let token = args.token.resolve()?;
@@ -434,9 +434,15 @@ pub fn run(args: &ServerArgs) -> Result<()> {
     result
 }
 
-/// Joins the cluster at `url` as `id`: XStore's shard membership, boxed
-/// for the system's serve to take back.
-fn join(args: &ServerArgs, url: &str, id: &str) -> Result<Box<dyn std::any::Any + Send>> {
+/// Joins the cluster at `url` as `id`: the shard membership, boxed as the
+/// system's serve takes it back (XStore's with its range-move hook, any
+/// other system's as the shared `kv::RangeMember`).
+fn join(
+    args: &ServerArgs,
+    system: &str,
+    url: &str,
+    id: &str,
+) -> Result<Box<dyn std::any::Any + Send>> {
     let token = args.token.resolve()?;
     let member = cluster::member::ShardMember::join(
         url,
@@ -444,7 +450,11 @@ fn join(args: &ServerArgs, url: &str, id: &str) -> Result<Box<dyn std::any::Any 
         args.etcd_auth_file.as_deref(),
         token.as_deref(),
     )?;
-    let member: Box<dyn xstore::node::Membership> = Box::new(member);
+    if system == "xstore" {
+        let member: Box<dyn xstore::node::Membership> = Box::new(member);
+        return Ok(Box::new(member));
+    }
+    let member: Box<dyn kv::RangeMember> = Box::new(member);
     Ok(Box::new(member))
 }
 

@@ -105,13 +105,13 @@ fn a_flag_the_system_does_not_take_is_refused_by_name() {
         (
             vec![
                 "--system".into(),
-                "finestore".into(),
+                "rolex".into(),
                 "--cluster".into(),
                 "etcd://127.0.0.1:1".into(),
                 "--id".into(),
                 "a".into(),
             ],
-            vec!["--system finestore does not take --cluster"],
+            vec!["--system rolex does not take --cluster"],
         ),
         (
             vec!["--memory-node".into(), "0/2".into()],

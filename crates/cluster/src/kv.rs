@@ -114,16 +114,22 @@ impl Store for ClusterSystem {
     /// Summed over the registered servers; `None` if any cannot be asked
     /// (a partial sum would understate the cost per operation).
     fn server_time(&self) -> Option<ServerTime> {
-        let members = self.etcd.members().ok()?;
-        let mut t = ServerTime::default();
-        for m in members.values() {
-            let url: fabric::Url = m.url.parse().ok()?;
-            let s = fabric::remote::host_stats(&url, self.token.as_deref()).ok()?;
-            t.nic_ns += s.nic_busy_ns;
-            t.worker_ns += s.worker_busy_ns;
-        }
-        Some(t)
+        members_time(&self.etcd, self.token.as_deref())
     }
+}
+
+/// The busy time of every registered server, summed; `None` if any cannot
+/// be asked (a partial sum would understate the cost per operation).
+pub(crate) fn members_time(etcd: &crate::Etcd, token: Option<&str>) -> Option<ServerTime> {
+    let members = etcd.members().ok()?;
+    let mut t = ServerTime::default();
+    for m in members.values() {
+        let url: fabric::Url = m.url.parse().ok()?;
+        let s = fabric::remote::host_stats(&url, token).ok()?;
+        t.nic_ns += s.nic_busy_ns;
+        t.worker_ns += s.worker_busy_ns;
+    }
+    Some(t)
 }
 
 /// One router as a contract client; adds its per-server counts to the

@@ -1,4 +1,5 @@
-//! Range-partitioned XStore across server processes (§5.5): the shard map
+//! Range-partitioned XStore (and FineStore, static ranges) across server
+//! processes (§5.5): the shard map
 //! (key ranges → server) kept in etcd, fenced ownership changes and a
 //! watch on the map. Server membership under leases, etcd credentials and
 //! the etcd process helper are the generic pieces of the `coord` crate
@@ -16,7 +17,10 @@
 //! * [`local`] — [`local::LocalCluster`]: S servers in one process on
 //!   the local fabric, routed by a [`routed_client::FixedMap`] (no etcd).
 //! * [`up`] — `xstore cluster up`'s deployment of N servers on this
-//!   machine ([`up::DEPLOYMENT`]).
+//!   machine ([`up::DEPLOYMENT`]; FineStore's: [`up::FINESTORE_DEPLOYMENT`]).
+//! * [`word_router`] — the routing client of any system whose servers
+//!   own ranges ([`word_router::WordRouter`], FineStore's), over the
+//!   system's own client of each member.
 //!
 //! The rest of the workspace is synchronous; tokio stays inside `coord`.
 
@@ -32,6 +36,7 @@ pub mod rebalance;
 pub mod routed_client;
 pub mod shard;
 pub mod up;
+pub mod word_router;
 
 pub use etcd::{Etcd, MapWatch};
 pub use map::{Member, Range, ShardMap};

@@ -71,6 +71,26 @@ impl ShardMember {
     }
 }
 
+/// The same membership as any system's server takes it (FineStore's): the
+/// same keys, fence and registration, without XStore's range-move hook.
+impl kv::RangeMember for ShardMember {
+    fn keeps(&self, key: u64) -> bool {
+        xstore::node::Membership::keeps(self, key)
+    }
+
+    fn has_ranges(&self) -> bool {
+        xstore::node::Membership::has_ranges(self)
+    }
+
+    fn range_fence(&self) -> Arc<dyn kv::RangeFence> {
+        self.shard.ownership()
+    }
+
+    fn register(&mut self, url: &str) -> Result<String, String> {
+        xstore::node::Membership::register(self, url)
+    }
+}
+
 impl xstore::node::Membership for ShardMember {
     fn keeps(&self, key: u64) -> bool {
         self.map.range_of(key).server == self.id

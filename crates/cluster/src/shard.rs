@@ -317,45 +317,30 @@ fn changes_by(old: &ShardMap, new: &ShardMap, changed: impl Fn(u64) -> bool) -> 
     out
 }
 
-/// The shared contract ([`kv::RangeFence`]) any system's server takes
-/// (FineStore's: `finestore::remote::Server::set_fence`): the same
-/// admissions as [`xstore::Fence`]'s, with the same holds.
+/// The shared contract any system's server takes (XStore's through
+/// [`xstore::Fence`], FineStore's through
+/// `finestore::remote::Server::set_fence`).
 impl kv::RangeFence for Ownership {
-    fn admit(&self, key: u64, revision: u64, write: bool) -> Result<kv::Admitted, u64> {
-        self.admit_at(key, Some(revision), write).map(shared)
-    }
-
-    fn admit_current(&self, key: u64, write: bool) -> Result<kv::Admitted, u64> {
-        self.admit_at(key, None, write).map(shared)
-    }
-}
-
-/// XStore's admission as the shared contract's (the same end and hold).
-fn shared(a: xstore::Admitted) -> kv::Admitted {
-    kv::Admitted {
-        hi: a.hi,
-        hold: a.hold,
-    }
-}
-
-impl xstore::Fence for Ownership {
     /// Serves only a client whose map is the server's own (same revision),
     /// for a key the server owns there: both sides then agree where the
     /// range ends, which is what makes a SCAN's continuation on the next
     /// server exact. A frozen range (being moved) takes reads at its owner
     /// and reads and writes at its target — the mover's copy; routers send
     /// nothing for it.
-    fn admit(&self, key: u64, revision: u64, write: bool) -> Result<xstore::Admitted, u64> {
+    fn admit(&self, key: u64, revision: u64, write: bool) -> Result<kv::Admitted, u64> {
         self.admit_at(key, Some(revision), write)
     }
 
     /// A plain request is judged by the map this server holds: the same
     /// rules, at its own revision (a frozen range takes no plain writes at
     /// its owner; a moved-away key is refused).
-    fn admit_current(&self, key: u64, write: bool) -> Result<xstore::Admitted, u64> {
+    fn admit_current(&self, key: u64, write: bool) -> Result<kv::Admitted, u64> {
         self.admit_at(key, None, write)
     }
+}
 
+/// XStore's range-move hooks over the same admissions.
+impl xstore::Fence for Ownership {
     fn direct(&self, low: u64, high: u64) -> bool {
         let map = self.gate.lock().map.clone();
         serves_directly(&map, &self.id, low, high)
@@ -414,14 +399,9 @@ impl xstore::Fence for Ownership {
 }
 
 impl Ownership {
-    /// [`xstore::Fence::admit`] at `revision`, or at the map held now when
+    /// [`kv::RangeFence::admit`] at `revision`, or at the map held now when
     /// `None`.
-    fn admit_at(
-        &self,
-        key: u64,
-        revision: Option<u64>,
-        write: bool,
-    ) -> Result<xstore::Admitted, u64> {
+    fn admit_at(&self, key: u64, revision: Option<u64>, write: bool) -> Result<kv::Admitted, u64> {
         let s = self.gate.lock();
         let Some(mut s) = GateState::settled(s, &self.gate) else {
             return Err(self.gate.lock().map.revision);
@@ -442,7 +422,7 @@ impl Ownership {
         }
         let hi = r.hi;
         s.inflight += 1;
-        Ok(xstore::Admitted {
+        Ok(kv::Admitted {
             hi,
             hold: Some(Box::new(Ticket(self.gate.clone(), write.then_some(key)))),
         })
@@ -543,24 +523,21 @@ fn follow_map(etcd: &Etcd, mut watch: crate::MapWatch, own: &Ownership, stop: &A
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kv::RangeFence;
     use xstore::Fence;
 
     #[test]
-    fn the_shared_contract_admits_as_xstores_fence() {
+    fn xstores_fence_is_the_shared_contract() {
         let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
         map.revision = 5;
-        let own = Ownership::new("a", map);
-        let shared: &dyn kv::RangeFence = &own;
-        for (key, rev) in [(0, 5), (99, 5), (100, 5), (0, 4), (u64::MAX, 5)] {
-            for write in [false, true] {
-                let a = shared.admit(key, rev, write).map(|a| a.hi);
-                assert_eq!(a, Fence::admit(&own, key, rev, write).map(|a| a.hi));
-                let c = shared.admit_current(key, write).map(|a| a.hi);
-                assert_eq!(c, Fence::admit_current(&own, key, write).map(|a| a.hi));
-            }
-        }
+        // The fence XStore's server takes is the one FineStore's takes.
+        let fence: Arc<dyn Fence> = Arc::new(Ownership::new("a", map));
+        let shared: Arc<dyn kv::RangeFence> = fence;
         assert_eq!(shared.admit(0, 5, true).map(|a| a.hi), Ok(100));
+        assert_eq!(shared.admit(0, 4, false).map(|a| a.hi), Err(5));
+        assert_eq!(shared.admit_current(99, false).map(|a| a.hi), Ok(100));
         assert_eq!(shared.admit_current(100, false).map(|a| a.hi), Err(5));
+        assert!(shared.admit(0, 5, true).unwrap().hold.is_some());
     }
 
     #[test]
@@ -568,7 +545,7 @@ mod tests {
         let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
         map.revision = 5;
         let own = Ownership::new("a", map.clone());
-        let hi = |r: Result<xstore::Admitted, u64>| r.map(|a| a.hi);
+        let hi = |r: Result<kv::Admitted, u64>| r.map(|a| a.hi);
         assert_eq!(hi(own.admit(0, 5, true)), Ok(100));
         assert_eq!(hi(own.admit(99, 5, false)), Ok(100));
         assert_eq!(hi(own.admit(100, 5, true)), Err(5));
@@ -589,7 +566,7 @@ mod tests {
         let mut map = ShardMap::split(&[100], &["a".into(), "b".into()]).unwrap();
         map.revision = 5;
         let a = Ownership::new("a", map.clone());
-        let hi = |r: Result<xstore::Admitted, u64>| r.map(|a| a.hi);
+        let hi = |r: Result<kv::Admitted, u64>| r.map(|a| a.hi);
         assert_eq!(hi(a.admit_current(0, true)), Ok(100));
         assert_eq!(hi(a.admit_current(100, false)), Err(5));
         assert_eq!(hi(a.admit_current(u64::MAX - 1, true)), Err(5));
@@ -615,7 +592,7 @@ mod tests {
         frozen.revision = 2;
         let a = Ownership::new("a", frozen.clone());
         let b = Ownership::new("b", frozen);
-        let ok = |r: Result<xstore::Admitted, u64>| r.is_ok();
+        let ok = |r: Result<kv::Admitted, u64>| r.is_ok();
         assert!(ok(a.admit(15, 2, false)));
         assert!(!ok(a.admit(15, 2, true)));
         assert!(ok(b.admit(15, 2, true)));

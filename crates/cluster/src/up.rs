@@ -18,6 +18,15 @@ pub const DEPLOYMENT: Deployment = Deployment {
     up,
 };
 
+/// The same cluster of FineStore servers (`xstore server --system
+/// finestore --cluster`): the same map in etcd and fence on each member,
+/// static ranges (range moves and the rebalancer are XStore's).
+pub const FINESTORE_DEPLOYMENT: Deployment = Deployment {
+    name: "finestore",
+    about: "range-partitioned FineStore servers, each owning a static share of the keys",
+    up: up_finestore,
+};
+
 /// Range boundaries that give each of `n` servers an equal share of `keys`
 /// (of the key space when there are fewer keys than servers).
 pub fn boundaries(keys: &[u64], n: usize) -> Vec<u64> {
@@ -81,12 +90,21 @@ fn xstore_map(config: &UpConfig) -> Result<(Vec<String>, ShardMap), DeployError>
     Ok((ids, map))
 }
 
-/// The flags of XStore server `id` of the cluster at `url`.
-fn xstore_server_args(config: &UpConfig, url: &str, id: &str) -> Vec<String> {
+/// The flags of server `id` (of `system`) of the cluster at `url`.
+fn server_args(config: &UpConfig, system: &str, url: &str, id: &str) -> Vec<String> {
     let args = &config.sharded;
-    let mut out: Vec<String> = ["--listen", "127.0.0.1:0", "--cluster", url, "--id", id]
-        .map(String::from)
-        .into();
+    let mut out: Vec<String> = [
+        "--system",
+        system,
+        "--listen",
+        "127.0.0.1:0",
+        "--cluster",
+        url,
+        "--id",
+        id,
+    ]
+    .map(String::from)
+    .into();
     out.extend(args.keys.args.iter().cloned());
     if let Some(mode) = &args.durability {
         let dir = config.dir.join(id).display().to_string();
@@ -103,6 +121,23 @@ fn xstore_server_args(config: &UpConfig, url: &str, id: &str) -> Vec<String> {
 /// `cluster up --system xstore`: etcd, the shard map, N servers; runs until
 /// SIGINT/SIGTERM (with the rebalancer if asked), then stops everything.
 pub fn up(config: &UpConfig) -> Result<(), DeployError> {
+    up_system(config, "xstore")
+}
+
+/// `cluster up --system finestore`: as XStore's, without the rebalancer
+/// (a FineStore member's ranges do not move).
+pub fn up_finestore(config: &UpConfig) -> Result<(), DeployError> {
+    if config.sharded.rebalance.is_some() {
+        return Err(DeployError::Config(
+            "--rebalance moves ranges, which only XStore's servers do (--system xstore)".into(),
+        ));
+    }
+    up_system(config, "finestore")
+}
+
+/// etcd, the shard map, N servers of `system` (each `xstore server
+/// --system SYSTEM --cluster URL --id ID`) until stopped.
+fn up_system(config: &UpConfig, system: &str) -> Result<(), DeployError> {
     let (ids, map) = xstore_map(config)?;
     let stop = &config.stop;
     // Never without a token: member entries are sealed with it, and
@@ -121,7 +156,7 @@ pub fn up(config: &UpConfig) -> Result<(), DeployError> {
     }
     let specs = ids
         .iter()
-        .map(|id| (id.clone(), xstore_server_args(config, &base.url, id)))
+        .map(|id| (id.clone(), server_args(config, system, &base.url, id)))
         .collect();
     let mut servers = base.launch(specs)?;
     if !servers.wait_banners("serving", config.start_within, Some(stop.as_ref()))? {
@@ -130,7 +165,7 @@ pub fn up(config: &UpConfig) -> Result<(), DeployError> {
     base.print_servers(&servers);
     base.print_access("");
     println!(
-        "cluster up: etcd pid {}, {} servers",
+        "cluster up: etcd pid {}, {} {system} servers",
         base.etcd.pid(),
         ids.len()
     );

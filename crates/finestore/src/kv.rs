@@ -308,6 +308,23 @@ impl<E: Endpoint + 'static> WordClient for FineClient<E> {
     }
 }
 
+/// A client of the cluster member at `url` (a `cluster up --system
+/// finestore` server), every request FENCED with the shard map `revision`
+/// the caller routes by: the connector of `cluster::word_router`.
+pub fn fenced_client(
+    url: &str,
+    token: Option<&str>,
+    revision: u64,
+) -> Result<Box<dyn WordClient>, KvError> {
+    let url: fabric::Url = url
+        .parse()
+        .map_err(|e| KvError::corrupt(format!("member URL {url:?}: {e}")))?;
+    let ep = fabric::remote::connect(&url, token)?;
+    let mut c = Client::connect(TracingEndpoint::new(ep), fabric::NodeId(0))?;
+    c.set_revision(Some(revision));
+    Ok(Box::new(FineClient(c)))
+}
+
 /// FineStore whose server is another process (`xstore server --system
 /// finestore`), over the `tcp` or `shm` fabric: every thread is a client
 /// with a connection and cached models of its own.

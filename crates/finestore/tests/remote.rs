@@ -405,6 +405,7 @@ fn raw(
         client,
         version,
         op,
+        revision: None,
     }
     .encode(&mut req);
     ep.call(node, &req, &mut reply).unwrap();
@@ -523,6 +524,7 @@ fn forged_hints_are_checked_and_never_misplace_a_key() {
                 count,
                 entry,
             },
+            revision: None,
         }
         .encode(&mut req);
         ep.call(node, &req, &mut reply).unwrap();

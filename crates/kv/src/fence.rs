@@ -36,6 +36,24 @@ pub trait RangeFence: Send + Sync {
     fn admit_current(&self, key: u64, write: bool) -> Result<Admitted, u64>;
 }
 
+/// A server's membership of a range-partitioned cluster, as any system's
+/// server takes it (FineStore's; XStore's `xstore::node::Membership` adds
+/// its range-move hook): which keys to load, the fence to admit requests
+/// by, and registration once listening. The command line joins (the
+/// cluster crate sits above the systems) and hands it to the system's
+/// serve as a `Box<dyn RangeMember>` in [`crate::Serve::membership`].
+pub trait RangeMember: Send {
+    /// Whether `key` is in one of this server's ranges (at start: the
+    /// keys it loads).
+    fn keeps(&self, key: u64) -> bool;
+    /// Whether the map gives this server any range at all.
+    fn has_ranges(&self) -> bool;
+    /// The fence the server admits requests by.
+    fn range_fence(&self) -> std::sync::Arc<dyn RangeFence>;
+    /// Registers this server at `url`; a line that says what it serves.
+    fn register(&mut self, url: &str) -> Result<String, String>;
+}
+
 /// A keyed request a [`RangeFence`] let through.
 pub struct Admitted {
     /// End of the server's range holding the key (exclusive; `u64::MAX`

@@ -26,7 +26,7 @@ pub use client::{
     WordClient, WordWrite, Write,
 };
 pub use error::{ErrorKind, KvError};
-pub use fence::{Admitted, RangeFence};
+pub use fence::{Admitted, RangeFence, RangeMember};
 pub use figures::{
     ClientFigures, Counters, DirectStats, HintCounters, ModelFigures, OpBreakdown, PhaseBreakdown,
     PhaseTime, RetrainCounters, RolexFigures, ServerTime,

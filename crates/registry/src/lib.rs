@@ -45,7 +45,11 @@ pub fn names() -> Vec<&'static str> {
 /// Each crate that can deploy a multi-process cluster on this machine
 /// (`xstore cluster up --system NAME`), in listing order; the first is
 /// the default. One line per crate.
-const DEPLOYMENTS: &[Deployment] = &[cluster::up::DEPLOYMENT, histore::up::DEPLOYMENT];
+const DEPLOYMENTS: &[Deployment] = &[
+    cluster::up::DEPLOYMENT,
+    histore::up::DEPLOYMENT,
+    cluster::up::FINESTORE_DEPLOYMENT,
+];
 
 /// Every deployment `xstore cluster up` can start, the default first.
 pub fn deployments() -> &'static [Deployment] {

@@ -226,7 +226,9 @@ mod tests {
         hooked: Arc<AtomicBool>,
     }
 
-    impl Fence for Evens {
+    impl Fence for Evens {}
+
+    impl kv::RangeFence for Evens {
         fn admit(&self, key: u64, _revision: u64, write: bool) -> Result<crate::Admitted, u64> {
             self.admit_current(key, write)
         }

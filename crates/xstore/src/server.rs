@@ -63,36 +63,15 @@ const RESIZE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 pub const INNER_REGION: RegionId = RegionId(2);
 
 /// Which keys this server owns when the key space is range-partitioned
-/// across servers (the `cluster` crate implements it over the shard map).
-/// A server with a fence checks every keyed request against it: FENCED
-/// ones at the client's map revision ([`Fence::admit`]), plain ones at
-/// the server's own ([`Fence::admit_current`]); a server without one
-/// serves them all.
-///
-/// # Atomic with the write
-///
-/// An admitted request carries an [`Admitted::hold`] that the server keeps
-/// until the request's reply is sent, which is after its write (if any)
-/// is applied to the tree — on every path, including a `sync` write that
-/// the log writer applies after its group commit. A fence that changes
-/// its map only once no hold of the old map is alive therefore never lets
-/// a write admitted under the old map land after the change.
-pub trait Fence: Send + Sync {
-    /// Whether to serve a request about `key` (`write`: it changes data)
-    /// from a client routing by the shard map at `revision`: `Ok` if this
-    /// server owns `key` in that map, with the end of its range (a SCAN's
-    /// answer stops there); `Err(current)` to refuse, with the revision of
-    /// the server's map.
-    fn admit(&self, key: u64, revision: u64, write: bool) -> Result<Admitted, u64>;
-
-    /// [`Fence::admit`] for a plain (unfenced) keyed request: at whatever
-    /// map the server holds now, so a client that does not route by the
-    /// map (a shell pointed at one server) is refused for keys the server
-    /// does not own — including a range frozen or moving away — exactly as
-    /// a routed client would be. `Err(current)` carries the server's
-    /// revision, so a client that does route refreshes its map.
-    fn admit_current(&self, key: u64, write: bool) -> Result<Admitted, u64>;
-
+/// across servers (the `cluster` crate implements it over the shard map):
+/// the shared contract [`kv::RangeFence`] (FENCED requests judged at the
+/// client's map revision by `admit`, plain ones at the server's own by
+/// `admit_current`, each admission's hold kept until the reply is sent —
+/// after its write is applied, on every path, including a `sync` write
+/// that the log writer applies after its group commit), plus the hooks of
+/// XStore's range moves, which only XStore's server calls. A server
+/// without a fence serves every key.
+pub trait Fence: kv::RangeFence {
     /// Whether clients may read the leaf holding keys `[low, high)`
     /// one-sidedly (those reads bypass the fence). Translation-table
     /// entries the server hands out for a leaf it answers `false` for are
@@ -143,21 +122,8 @@ pub struct TakenChanges {
 /// Keys the background clean-up of a released range deletes per hold.
 const RELEASE_BATCH: usize = 1024;
 
-/// A FENCED request the [`Fence`] let through.
-pub struct Admitted {
-    /// End of the server's range holding the key.
-    pub hi: u64,
-    /// Kept alive until the reply is sent (the write applied): see
-    /// [`Fence`].
-    pub hold: Option<Box<dyn std::any::Any + Send>>,
-}
-
-impl Admitted {
-    /// Admitted up to `hi`, with nothing to hold.
-    pub fn up_to(hi: u64) -> Admitted {
-        Admitted { hi, hold: None }
-    }
-}
+/// A keyed request the [`Fence`] let through (the shared contract's).
+pub use kv::Admitted;
 
 /// Makes the tree's leaf chunks through a [`RegionHost`] and registers
 /// each as it is made.

@@ -14,7 +14,9 @@ struct Below1000 {
     rev: AtomicU64,
 }
 
-impl Fence for Below1000 {
+impl Fence for Below1000 {}
+
+impl kv::RangeFence for Below1000 {
     fn admit(&self, key: u64, revision: u64, _write: bool) -> Result<Admitted, u64> {
         let rev = self.rev.load(Ordering::Relaxed);
         if revision == rev && key < 1000 {
@@ -32,7 +34,9 @@ impl Fence for Below1000 {
 /// Owns every key at revision 1.
 struct Everything;
 
-impl Fence for Everything {
+impl Fence for Everything {}
+
+impl kv::RangeFence for Everything {
     fn admit(&self, _key: u64, _revision: u64, _write: bool) -> Result<Admitted, u64> {
         Ok(Admitted::up_to(u64::MAX))
     }

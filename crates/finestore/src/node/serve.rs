@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fabric::{NodeId, Url};
 use kv::serve::{self, Announced, Probed, Said, Serve, ServerDesc};
-use kv::{KvError, OptionDesc, Options};
+use kv::{KvError, OptionDesc, Options, RangeMember};
 
 use super::{start, NodeConfig};
 use crate::durable::{
@@ -41,6 +41,18 @@ pub const SERVE_OPTIONS: &[OptionDesc] = &[
     serve::CHECKPOINT_RECORDS,
     serve::COMMIT_DELAY_US,
     serve::GROUP_ACCESS,
+    OptionDesc {
+        name: "cluster",
+        help: "serve one shard of the cluster whose map is at this etcd URL (static ranges)",
+    },
+    OptionDesc {
+        name: "id",
+        help: "this server's id in the shard map (with cluster)",
+    },
+    OptionDesc {
+        name: "etcd-auth-file",
+        help: "etcd credentials for cluster",
+    },
 ];
 
 /// The durability the options ask for (`None`: no data directory).
@@ -74,24 +86,67 @@ pub fn durability(o: &Options) -> Result<Option<DurabilityConfig>, KvError> {
     Ok(Some(d))
 }
 
-/// Serves a FineStore server until the stop flag is set.
-fn serve(s: Serve<'_>) -> Result<(), KvError> {
+/// The shard membership the command line joined, if any.
+fn membership(s: &mut Serve<'_>) -> Result<Option<Box<dyn RangeMember>>, KvError> {
+    let Some(any) = s.membership.take() else {
+        return Ok(None);
+    };
+    match any.downcast::<Box<dyn RangeMember>>() {
+        Ok(m) => Ok(Some(*m)),
+        Err(_) => Err(KvError::bad_input(
+            "a FineStore server's membership is a Box<dyn kv::RangeMember>",
+        )),
+    }
+}
+
+/// The keys a server loads: a cluster member only those of its ranges.
+fn own_keys(keys: Vec<u64>, member: Option<&dyn RangeMember>) -> Vec<u64> {
+    let Some(m) = member else {
+        return keys;
+    };
+    if !m.has_ranges() {
+        tracing::warn!("the shard map gives this server no range");
+    }
+    keys.into_iter().filter(|&k| m.keeps(k)).collect()
+}
+
+/// Serves a FineStore server until the stop flag is set; a cluster member
+/// loads only its ranges' keys, admits requests by the map's fence and
+/// registers once listening (its registration lives as long as it
+/// serves).
+fn serve(mut s: Serve<'_>) -> Result<(), KvError> {
+    if s.options.get_str("cluster").is_some() && s.options.get_str("fabric") == Some("rdma") {
+        return Err(KvError::bad_input(
+            "--cluster serves over tcp only (no --fabric rdma)",
+        ));
+    }
+    let mut member = membership(&mut s)?;
     let config = NodeConfig {
-        keys: s.keys,
+        keys: own_keys(std::mem::take(&mut s.keys), member.as_deref()),
         value_of: s.value_of,
         server: ServerConfig::default(),
         durability: durability(s.options)?,
     };
     let node = start(config, s.host, s.regions.clone())
         .map_err(|e| KvError::from(e).context("loading finestore"))?;
+    if let Some(m) = &member {
+        // Before the doors open: no request is served unfenced.
+        let set = node.server().set_fence(m.range_fence());
+        assert!(set, "a new server has no fence yet");
+    }
     s.doors.catch_signals()?;
-    s.doors.open()?;
+    let url = s.doors.open()?;
+    if let Some(m) = member.as_mut() {
+        println!("{}", m.register(&url).map_err(KvError::unavailable)?);
+    }
     println!("{}", node.banner());
     let doors = s.doors;
     node.serve_until(s.stop, || {
         eprintln!("shutting down");
         doors.close();
     });
+    // Deregisters (after the server stopped answering).
+    drop(member);
     Ok(())
 }
 
@@ -117,11 +172,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn it_takes_the_key_set_the_doors_and_durability_only() {
-        for name in ["keys", "shm-dir", "fabric", "data-dir", "durability"] {
+    fn it_takes_the_key_set_the_doors_durability_and_a_cluster_only() {
+        for name in [
+            "keys",
+            "shm-dir",
+            "fabric",
+            "data-dir",
+            "durability",
+            "cluster",
+            "id",
+        ] {
             assert!(SERVER.takes(name), "{name}");
         }
-        for name in ["leaf-slots", "memory-node", "cluster"] {
+        for name in ["leaf-slots", "memory-node"] {
             assert!(!SERVER.takes(name), "{name}");
         }
     }

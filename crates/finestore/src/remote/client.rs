@@ -173,6 +173,9 @@ pub struct Client<E: Endpoint> {
     req: Vec<u8>,
     reply: Vec<u8>,
     batch: Batch,
+    /// The shard map revision every request is FENCED with (a client
+    /// routed by a cluster's map); `None`: plain requests.
+    revision: Option<u64>,
 }
 
 impl<E: Endpoint> std::fmt::Debug for Client<E> {
@@ -215,6 +218,7 @@ impl<E: Endpoint> Client<E> {
             req,
             reply,
             batch: Batch::new(),
+            revision: None,
         })
     }
 
@@ -265,6 +269,22 @@ impl<E: Endpoint> Client<E> {
         self.access
     }
 
+    /// FENCES every request from now on with the revision of the shard
+    /// map the caller routes by (`None`: plain requests again): a cluster
+    /// member that does not own a request's key at that revision refuses
+    /// it ([`ClientError::WrongOwner`], nothing applied). One-sided READs
+    /// of the trained array are not fenced: with static ranges a member's
+    /// array holds only its own keys, so the caller must route a GET to
+    /// the key's owner first.
+    pub fn set_revision(&mut self, revision: Option<u64>) {
+        self.revision = revision;
+    }
+
+    /// The revision requests are FENCED with, if any.
+    pub fn revision(&self) -> Option<u64> {
+        self.revision
+    }
+
     /// Installs (or removes) the hook run between a GET's prediction and
     /// its READ.
     pub fn set_pause(&mut self, hook: Option<PauseHook>) {
@@ -285,6 +305,7 @@ impl<E: Endpoint> Client<E> {
                 client: self.id,
                 version: self.view.version,
                 op,
+                revision: self.revision,
             }
             .encode(&mut self.req);
             self.ep.call(self.node, &self.req, &mut self.reply)?;
@@ -611,6 +632,7 @@ fn join<E: Endpoint>(
         client: 0,
         version: 0,
         op: Op::Join,
+        revision: None,
     }
     .encode(req);
     ep.call(node, req, reply)?;

@@ -5,7 +5,8 @@
 //! ```text
 //! byte       field
 //! [0, 1)     op (Op::code)
-//! [1, 8)     0
+//! [1, 2)     1: FENCED (the map revision follows the arguments), else 0
+//! [2, 8)     0
 //! [8, 16)    client id (0 for Join)
 //! [16, 24)   version of the client's cached models (0 for Join)
 //! [24, ..)   arguments, u64 each: Get key | BinGet key, slot |
@@ -14,6 +15,9 @@
 //!            LockWord |
 //!            InsertAt/UpdateAt/UpsertAt key, value, entry |
 //!            DeleteAt key, entry | ScanAt start, count, entry
+//! then       FENCED only: the revision of the shard map the client
+//!            routed by (a cluster member judges a keyed request by it,
+//!            `kv::RangeFence::admit`; a plain one at its own map)
 //! ```
 //!
 //! `BinGet` is the paper's pipelined operation: `[type, level-bin address,
@@ -179,6 +183,9 @@ pub struct Request {
     pub version: u64,
     /// What it asks.
     pub op: Op,
+    /// FENCED: the revision of the shard map the client routed the
+    /// request by (`None`: a plain request).
+    pub revision: Option<u64>,
 }
 
 /// Bytes that are not a valid message.
@@ -224,11 +231,15 @@ impl Request {
             Op::LockWord => (17, &[]),
         };
         out.push(code);
-        out.extend_from_slice(&[0u8; 7]);
+        out.push(u8::from(self.revision.is_some()));
+        out.extend_from_slice(&[0u8; 6]);
         put(out, self.client);
         put(out, self.version);
         for &a in args {
             put(out, a);
+        }
+        if let Some(revision) = self.revision {
+            put(out, revision);
         }
     }
 
@@ -236,7 +247,12 @@ impl Request {
     pub fn decode(bytes: &[u8]) -> Result<Request, BadMessage> {
         let mut r = Reader::new(bytes);
         let code = r.u8("op")?;
-        r.take(7, "padding")?;
+        let fenced = match r.u8("fenced")? {
+            0 => false,
+            1 => true,
+            f => return Err(BadMessage(format!("fenced flag {f}"))),
+        };
+        r.take(6, "padding")?;
         let client = r.u64("client")?;
         let version = r.u64("version")?;
         let op = match code {
@@ -282,11 +298,17 @@ impl Request {
             17 => Op::LockWord,
             c => return Err(BadMessage(format!("unknown op {c}"))),
         };
+        let revision = if fenced {
+            Some(r.u64("revision")?)
+        } else {
+            None
+        };
         r.finish()?;
         Ok(Request {
             client,
             version,
             op,
+            revision,
         })
     }
 }
@@ -525,11 +547,12 @@ mod tests {
             },
         ];
         let mut buf = Vec::new();
-        for op in ops {
+        for (op, revision) in ops.into_iter().flat_map(|op| [(op, None), (op, Some(7))]) {
             let req = Request {
                 client: 11,
                 version: 12,
                 op,
+                revision,
             };
             req.encode(&mut buf);
             assert_eq!(Request::decode(&buf), Ok(req));
@@ -541,6 +564,10 @@ mod tests {
             assert!(Request::decode(&long).is_err());
         }
         buf[0] = 99;
+        assert!(Request::decode(&buf).is_err());
+        // Only 0 and 1 say whether a revision follows.
+        buf[0] = 5;
+        buf[1] = 2;
         assert!(Request::decode(&buf).is_err());
     }
 
@@ -562,6 +589,7 @@ mod tests {
             client: 1,
             version: 2,
             op: Op::Scan { start: 3, count: 4 },
+            revision: None,
         }
         .encode(&mut valid);
         let mut upsert_at = Vec::new();
@@ -573,6 +601,7 @@ mod tests {
                 value: 4,
                 entry: 5,
             },
+            revision: Some(9),
         }
         .encode(&mut upsert_at);
         let mut delete_at = Vec::new();
@@ -580,6 +609,7 @@ mod tests {
             client: 1,
             version: 2,
             op: Op::DeleteAt { key: 3, entry: 5 },
+            revision: None,
         }
         .encode(&mut delete_at);
         let mut scan_at = Vec::new();
@@ -591,6 +621,7 @@ mod tests {
                 count: 4,
                 entry: 5,
             },
+            revision: Some(1),
         }
         .encode(&mut scan_at);
         let mut reply = Vec::new();

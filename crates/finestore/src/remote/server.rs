@@ -416,8 +416,10 @@ impl Server {
     }
 
     /// Refuses, from now on, every keyed RPC (GET, SCAN's start, write)
-    /// for a key `fence` does not admit at its current map
-    /// ([`kv::RangeFence::admit_current`]): the reply is `WrongOwner` with
+    /// for a key `fence` does not admit: a FENCED one at the revision its
+    /// client routed by ([`kv::RangeFence::admit`]), a plain one at the
+    /// fence's current map ([`kv::RangeFence::admit_current`]); a server
+    /// without a fence serves both alike. The reply is `WrongOwner` with
     /// the map's revision and nothing is applied; a SCAN is cut at the end
     /// of the admitted range. The admission is held until the reply is
     /// sent — for a `sync` write, after its group commit applied it. Only
@@ -670,9 +672,14 @@ impl Serving {
             }
             Err(e) => return Err(FineError::Config(e.to_string())),
         };
-        // A cluster member serves only the keys it owns now.
+        // A cluster member serves only the keys it owns: a FENCED request
+        // at the map its client routed by, a plain one at the map now.
+        let judged = |fence: &Arc<dyn kv::RangeFence>, key, write| match req.revision {
+            Some(revision) => fence.admit(key, revision, write),
+            None => fence.admit_current(key, write),
+        };
         let admitted = match (keyed(&req.op), s.fence.get()) {
-            (Some((key, write)), Some(fence)) => match fence.admit_current(key, write) {
+            (Some((key, write)), Some(fence)) => match judged(fence, key, write) {
                 Ok(a) => Some(a),
                 Err(revision) => {
                     reply_header(out, Status::WrongOwner, cur.version);
