@@ -132,7 +132,8 @@ pub struct IndexMemory {
     /// The trained (sorted or gapped) arrays: keys and values.
     pub trained: Option<u64>,
     /// What takes the inserts beside the arrays: delta buffers as 16 bytes
-    /// (a key and a value) an entry, their tree's nodes not counted.
+    /// (a key and a value) an entry, their tree's nodes not counted;
+    /// FineStore's level bins as allocated (roots and children made).
     pub buffers: Option<u64>,
 }
 
@@ -181,7 +182,6 @@ impl IndexEvents {
     }
 }
 
-/// Nanoseconds since `start`, saturating (for [`IndexEvents`] clocks).
 /// `tree`'s entries from the first key at or above `start`, in order.
 ///
 /// scc's own `range` is not used with a start below the tree's smallest
@@ -205,6 +205,7 @@ pub(crate) fn tree_from<'g>(
     tree.range(start.max(first).., guard)
 }
 
+/// Nanoseconds since `start`, saturating (for [`IndexEvents`] clocks).
 pub(crate) fn nanos_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
@@ -235,14 +236,15 @@ impl LocalIndex for crate::FineStore {
             frozen_ns: None,
         }
     }
-    /// The total of `FineStore::memory_bytes` (trained arrays, models,
-    /// records, slots and level bins): its walk does not split them, and
-    /// the store's internals are not this module's.
+    /// `FineStore::memory_split`: the LPA models, the trained arrays
+    /// (keys, records, slots) and the level bins as the buffers.
     fn memory(&self) -> Option<IndexMemory> {
-        Some(IndexMemory {
-            total: self.memory_bytes() as u64,
-            ..IndexMemory::default()
-        })
+        let m = self.memory_split();
+        Some(IndexMemory::of_parts(
+            m.models as u64,
+            m.trained as u64,
+            Some(m.bins as u64),
+        ))
     }
 }
 
