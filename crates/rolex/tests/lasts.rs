@@ -125,10 +125,11 @@ fn a_dead_clients_owner_id_is_taken_back_after_its_owner_lease() {
     assert_eq!(c.stats().owner_steals, 1);
     drop(c);
     // The taken-back id was given back again: the next client need not wait.
-    let t = Instant::now();
+    // Counted, not timed (a loaded machine can stall a thread that long):
+    // a client that had to wait out an owner lease took an id back.
     let mut d = cn.client(fabric.endpoint());
     assert!(d.insert(4, 4).unwrap());
-    assert!(t.elapsed() < Duration::from_millis(MIN_OWNER_LEASE_MS as u64));
+    assert_eq!(d.stats().owner_steals, 0, "{:?}", d.stats());
     for k in 1..=4 {
         assert_eq!(d.get(k).unwrap(), Some(k));
     }

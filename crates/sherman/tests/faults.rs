@@ -47,9 +47,8 @@ fn a_dead_holders_lock_is_stolen_after_its_lease() {
         assert_eq!(c.stats().steals, 1);
         assert_eq!(c.get(500).unwrap(), Some(7));
         // Released again: the next write takes it at once.
-        let start = Instant::now();
+        // Counted, not timed: a write that waited out a lease steals it.
         assert!(c.update(500, 8).unwrap());
-        assert!(start.elapsed() < Duration::from_millis(40));
         assert_eq!(c.stats().steals, 1);
     }
 }
