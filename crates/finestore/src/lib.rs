@@ -61,7 +61,7 @@ mod sync;
 #[cfg(not(loom))]
 pub use stats::{FreezeTimes, RetrainStats};
 #[cfg(not(loom))]
-pub use store::{FineStore, Hint, HintUse, Shape, Stats};
+pub use store::{FineStore, Hint, HintUse, MemorySplit, Shape, Stats};
 
 /// Finds `key` in sorted `keys` from a model's predicted positions
 /// `[lo, hi]`: `Ok(position)` if present, else `Err(p)` with `p` the

@@ -112,11 +112,15 @@ impl Model {
         crate::search(&self.keys, r.lo, r.hi, key)
     }
 
-    /// Bytes of the trained array, models, records and slots (not what
+    /// Bytes of the LPA models' parameters: Fig. 15's "trained models".
+    pub fn model_bytes(&self) -> usize {
+        self.lpa.bytes()
+    }
+
+    /// Bytes of the trained array: its keys, records and slots (not what
     /// the slots point to).
-    pub fn own_bytes(&self) -> usize {
+    pub fn array_bytes(&self) -> usize {
         self.keys.len() * 8
-            + self.lpa.bytes()
             + self.recs.len() * std::mem::size_of::<Record>()
             + self.slots.len() * std::mem::size_of::<Slot<Under>>()
     }

@@ -131,6 +131,28 @@ pub struct Shape {
     pub depth: u32,
 }
 
+/// What [`FineStore::memory_split`] counts: the store's bytes by the
+/// parts of the paper's Fig. 15 (§5.6.2: the trained models "about 2 %"
+/// of the total).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemorySplit {
+    /// The LPA models' parameters, of the top model and every small one.
+    pub models: usize,
+    /// The trained arrays: each trained key, its record (value and
+    /// seqlock) and its slot (the pointer to a level bin or small model),
+    /// 8 + 16 + 16 bytes, and the array's last slot.
+    pub trained: usize,
+    /// The level bins: roots and the children made so far.
+    pub bins: usize,
+}
+
+impl MemorySplit {
+    /// Every byte counted: [`FineStore::memory_bytes`].
+    pub fn total(&self) -> usize {
+        self.models + self.trained + self.bins
+    }
+}
+
 #[derive(Default)]
 struct Queue {
     /// Keys inside depth-1 models that have grown deeper models.
@@ -435,18 +457,26 @@ impl FineStore {
     /// Bytes of the published structure: trained arrays, models, records,
     /// slots and bins (a walk over everything: for reports, not hot paths).
     pub fn memory_bytes(&self) -> usize {
-        fn walk(m: &Model) -> usize {
-            m.own_bytes()
-                + m.slots
-                    .iter()
-                    .map(|s| match s.load().as_deref() {
-                        None => 0,
-                        Some(Under::Bin(b)) => b.bytes(),
-                        Some(Under::Model(sub)) => walk(sub),
-                    })
-                    .sum::<usize>()
+        self.memory_split().total()
+    }
+
+    /// [`FineStore::memory_bytes`] by part: models, trained arrays, level
+    /// bins (one walk over the published structure).
+    pub fn memory_split(&self) -> MemorySplit {
+        fn walk(m: &Model, out: &mut MemorySplit) {
+            out.models += m.model_bytes();
+            out.trained += m.array_bytes();
+            for s in m.slots.iter() {
+                match s.load().as_deref() {
+                    None => {}
+                    Some(Under::Bin(b)) => out.bins += b.bytes(),
+                    Some(Under::Model(sub)) => walk(sub, out),
+                }
+            }
         }
-        walk(&self.inner.root())
+        let mut out = MemorySplit::default();
+        walk(&self.inner.root(), &mut out);
+        out
     }
 
     /// The value of `key`.
@@ -1476,5 +1506,48 @@ mod tests {
             assert_eq!(store.get(g * 10 + 1).unwrap(), None);
             assert_eq!(store.get(g * 10 + 6).unwrap(), Some(6));
         }
+    }
+
+    /// Fig. 15's split: the parts sum to `memory_bytes`; inserts into
+    /// gaps grow only the bins; a bin that fills becomes a small model,
+    /// which adds a model and a trained array and takes the bin's keys.
+    #[test]
+    fn the_memory_split_sums_and_moves_with_the_bins() {
+        let pairs: Vec<(u64, u64)> = (0..1_000u64).map(|i| (i * 1_000, i)).collect();
+        let config = Config {
+            background: false,
+            ..Config::default()
+        };
+        let store = FineStore::bulk_load(&pairs, config).unwrap();
+        let loaded = store.memory_split();
+        assert_eq!(loaded.total(), store.memory_bytes());
+        assert!(loaded.models > 0, "{loaded:?}");
+        // 1,000 keys: 40 bytes each (key, record, slot) and the last slot.
+        assert_eq!(loaded.trained, 1_000 * 40 + 16);
+        assert_eq!(loaded.bins, 0, "{loaded:?}");
+
+        // One key into each of the first 100 gaps: 100 bins, each with a
+        // root and one child.
+        for g in 0..100u64 {
+            assert!(store.insert(g * 1_000 + 1, g).unwrap());
+        }
+        let some = store.memory_split();
+        assert_eq!(some.total(), store.memory_bytes());
+        assert_eq!((some.models, some.trained), (loaded.models, loaded.trained));
+        let one_bin = crate::level_bin::LevelBin::new(8, 16, 1, 1).bytes();
+        assert_eq!(some.bins, 100 * one_bin, "{some:?}");
+
+        // Fill gap 500's bin past its 8 x 16 slots: a level-bin
+        // retraining turns it into a small model.
+        let before = store.stats().bin_retrains;
+        for k in 1..=200u64 {
+            assert!(store.insert(500_000 + k, k).unwrap());
+        }
+        assert!(store.stats().bin_retrains > before);
+        let grown = store.memory_split();
+        assert_eq!(grown.total(), store.memory_bytes());
+        assert!(grown.models > some.models, "{grown:?} after {some:?}");
+        assert!(grown.trained > some.trained, "{grown:?} after {some:?}");
+        assert_eq!(store.shape().models, 2);
     }
 }

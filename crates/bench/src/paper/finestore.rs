@@ -234,8 +234,8 @@ fn fig15() -> FigureSpec {
     f.note = "Paper: FineStore's memory on several workloads (trained models about 2 % of \
               it; under 10 MB of models for 2x10^8 lognormal keys). Here each learned \
               index's bytes after a YCSB C run (`index_memory` in results.jsonl: models, \
-              trained arrays, buffers where the index separates them; FineStore's is its \
-              own walk's total, not split), loaded with the suite's keys or grown to them \
+              trained arrays, buffers where the index separates them; FineStore's \
+              buffers are its level bins), loaded with the suite's keys or grown to them \
               by inserts.";
     f
 }
