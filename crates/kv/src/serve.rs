@@ -70,6 +70,24 @@ impl std::fmt::Debug for Serve<'_> {
     }
 }
 
+impl Serve<'_> {
+    /// Takes the membership the command line joined, as the system's own
+    /// type `M` (a boxed trait object such as `Box<dyn RangeMember>`):
+    /// `None` if none was joined, a typed error saying `expected` if the
+    /// command line joined another kind.
+    pub fn take_membership<M: 'static>(
+        &mut self,
+        expected: &'static str,
+    ) -> Result<Option<M>, KvError> {
+        let Some(any) = self.membership.take() else {
+            return Ok(None);
+        };
+        any.downcast::<M>()
+            .map(|m| Some(*m))
+            .map_err(|_| KvError::bad_input(expected))
+    }
+}
+
 /// Which keys a server says it loaded at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Announced {

@@ -86,19 +86,6 @@ pub fn durability(o: &Options) -> Result<Option<DurabilityConfig>, KvError> {
     Ok(Some(d))
 }
 
-/// The shard membership the command line joined, if any.
-fn membership(s: &mut Serve<'_>) -> Result<Option<Box<dyn RangeMember>>, KvError> {
-    let Some(any) = s.membership.take() else {
-        return Ok(None);
-    };
-    match any.downcast::<Box<dyn RangeMember>>() {
-        Ok(m) => Ok(Some(*m)),
-        Err(_) => Err(KvError::bad_input(
-            "a FineStore server's membership is a Box<dyn kv::RangeMember>",
-        )),
-    }
-}
-
 /// The keys a server loads: a cluster member only those of its ranges.
 fn own_keys(keys: Vec<u64>, member: Option<&dyn RangeMember>) -> Vec<u64> {
     let Some(m) = member else {
@@ -120,7 +107,9 @@ fn serve(mut s: Serve<'_>) -> Result<(), KvError> {
             "--cluster serves over tcp only (no --fabric rdma)",
         ));
     }
-    let mut member = membership(&mut s)?;
+    let mut member = s.take_membership::<Box<dyn RangeMember>>(
+        "a FineStore server's membership is a Box<dyn kv::RangeMember>",
+    )?;
     let config = NodeConfig {
         keys: own_keys(std::mem::take(&mut s.keys), member.as_deref()),
         value_of: s.value_of,

@@ -137,19 +137,6 @@ pub fn durability(o: &Options) -> Result<Option<DurabilityConfig>, KvError> {
     Ok(Some(d))
 }
 
-/// The shard membership the command line joined, if any.
-fn membership(s: &mut Serve<'_>) -> Result<Option<Box<dyn Membership>>, KvError> {
-    let Some(any) = s.membership.take() else {
-        return Ok(None);
-    };
-    match any.downcast::<Box<dyn Membership>>() {
-        Ok(m) => Ok(Some(*m)),
-        Err(_) => Err(KvError::bad_input(
-            "an XStore server's membership is a Box<dyn xstore::node::Membership>",
-        )),
-    }
-}
-
 /// Serves an XStore server until the stop flag is set.
 fn serve(mut s: Serve<'_>) -> Result<(), KvError> {
     if s.options.get_str("cluster").is_some() && s.options.get_str("fabric") == Some("rdma") {
@@ -163,7 +150,9 @@ fn serve(mut s: Serve<'_>) -> Result<(), KvError> {
         value_of: s.value_of,
         loaded_from: std::mem::take(&mut s.loaded_from),
     };
-    let shard = membership(&mut s)?;
+    let shard = s.take_membership::<Box<dyn Membership>>(
+        "an XStore server's membership is a Box<dyn xstore::node::Membership>",
+    )?;
     let mut node = start(config, s.host, s.regions.clone(), shard)
         .map_err(|e| KvError::new(ErrorKind::Failed, chain(&e)))?;
     if let Some(line) = node.recovery_line() {
