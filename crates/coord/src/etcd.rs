@@ -878,9 +878,10 @@ impl Etcd {
 type Entry = Arc<dyn Fn(i64) -> Vec<u8> + Send + Sync>;
 
 /// Grants a lease of `ttl_s` seconds and puts the member key under it if
-/// no one holds the key, or — given `previous` — if it holds exactly that
-/// (this process's own entry, left under a lease it gave up on): the lease
-/// id and the value put, or `None` (lease revoked) if the key is taken.
+/// no one holds the key, if it is held under no lease, or — given
+/// `previous` — if it holds exactly that (this process's own entry, left
+/// under a lease it gave up on): the lease id and the value put, or `None`
+/// (lease revoked) if the key is taken.
 async fn put_member(
     rpc: Rpc,
     key: String,
@@ -899,18 +900,30 @@ async fn put_member(
     if fresh.succeeded {
         return Ok(Some((lease, value)));
     }
-    let Some(previous) = previous else {
-        let _ = rpc.lease_revoke(lease).await;
-        return Ok(None);
-    };
     // The pid is in the value: only this process's own entry matches.
-    let ours = rpc
+    if let Some(previous) = previous {
+        let ours = rpc
+            .txn(
+                vec![compare(&key, TargetUnion::Value(previous))],
+                vec![put(&key, value.clone(), lease)],
+            )
+            .await?;
+        if ours.succeeded {
+            return Ok(Some((lease, value)));
+        }
+    }
+    // An entry under no lease is no server's registration (every server
+    // registers under one, and etcd deletes what a lapsed lease held): an
+    // administrator's hand-written entry, which would otherwise keep this
+    // server out for good. Taken over; a live server's entry never is.
+    let unleased = rpc
         .txn(
-            vec![compare(&key, TargetUnion::Value(previous))],
+            vec![compare(&key, TargetUnion::Lease(0))],
             vec![put(&key, value.clone(), lease)],
         )
         .await?;
-    if ours.succeeded {
+    if unleased.succeeded {
+        tracing::warn!(key, "a member entry under no lease was taken over");
         return Ok(Some((lease, value)));
     }
     let _ = rpc.lease_revoke(lease).await;

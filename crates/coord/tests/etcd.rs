@@ -41,6 +41,30 @@ fn registration_lives_with_its_lease() {
     ));
 }
 
+/// An entry written by hand under no lease is no server's registration:
+/// a server registering that id takes it over (before, it was refused for
+/// good, and a server whose lease lapsed while such an entry stood never
+/// came back: a CI failure of the cluster's forged-entry test).
+#[test]
+fn a_member_entry_under_no_lease_is_taken_over() {
+    let Some((p, _dir)) = etcd() else { return };
+    let e = Etcd::connect(&p.url()).unwrap();
+    e.replace_raw("members/s0", 0, b"{\"url\":\"tcp://10.0.0.1:9\"}".to_vec())
+        .unwrap();
+    let reg = e
+        .register("s0", "tcp://127.0.0.1:1", Duration::from_secs(1))
+        .unwrap();
+    let members = e.members().unwrap();
+    assert_eq!(members["s0"].url, "tcp://127.0.0.1:1");
+    assert_eq!(members["s0"].pid, std::process::id());
+    // A live server's entry is not taken over.
+    assert!(matches!(
+        e.register("s0", "tcp://127.0.0.1:2", Duration::from_secs(1)),
+        Err(CoordError::AlreadyRegistered(_))
+    ));
+    drop(reg);
+}
+
 /// Raw keys beside the map: created only if absent, replaced only at the
 /// revision read, listed by directory.
 #[test]
