@@ -271,22 +271,37 @@ impl Drop for Released {
     }
 }
 
-#[test]
-fn a_sync_write_is_invisible_until_its_group_commit() {
+/// A `sync` store of `n` keys (0, 10, …) in a fresh directory (`data`
+/// under the returned one), its log writer behind a test gate.
+fn gated_sync(
+    n: u64,
+) -> (
+    tempfile::TempDir,
+    LocalFabric,
+    LogGate,
+    RunningNode,
+    fabric::NodeId,
+) {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
     let fabric = LocalFabric::new();
     let gate = LogGate::default();
-    let keys: Vec<u64> = (0..20u64).map(|i| i * 10).collect();
+    let keys: Vec<u64> = (0..n).map(|i| i * 10).collect();
     let (running, at) = open_gated(
         &fabric,
-        &dir,
+        &tmp.path().join("data"),
         Durability::Sync,
         1000,
         keys,
         Some(gate.clone()),
     )
     .unwrap();
+    (tmp, fabric, gate, running, at)
+}
+
+#[test]
+fn a_sync_write_is_invisible_until_its_group_commit() {
+    let (tmp, fabric, gate, running, at) = gated_sync(20);
+    let dir = tmp.path().join("data");
     let mut one_sided = Client::connect(fabric.endpoint(), at).unwrap();
     let mut by_rpc = Client::connect(fabric.endpoint(), at).unwrap();
     by_rpc.set_access(Access::Server).unwrap();
@@ -389,20 +404,7 @@ impl kv::RangeFence for Below1000 {
 #[test]
 fn a_fenced_server_refuses_keys_it_does_not_own_and_holds_a_sync_write() {
     use finestore::remote::client::ClientError;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
-    let fabric = LocalFabric::new();
-    let gate = LogGate::default();
-    let keys: Vec<u64> = (0..150u64).map(|i| i * 10).collect();
-    let (running, at) = open_gated(
-        &fabric,
-        &dir,
-        Durability::Sync,
-        1000,
-        keys,
-        Some(gate.clone()),
-    )
-    .unwrap();
+    let (_tmp, fabric, gate, running, at) = gated_sync(150);
     let alive = Arc::new(std::sync::atomic::AtomicI64::new(0));
     assert!(running
         .server()
