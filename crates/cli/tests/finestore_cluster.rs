@@ -47,21 +47,7 @@ fn two_finestore_members_serve_ycsb_a_routed_and_the_history_checks() {
         .envs(up.tool_env())
         .output()
         .expect("xstore bench");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench failed:\n{text}\n{err}");
-    assert!(
-        text.contains("(0 mismatches, 0 stale, 0 lost writes)"),
-        "{text}"
-    );
-    let check = Command::new(env!("CARGO_BIN_EXE_xstore"))
-        .arg("check")
-        .arg(&history)
-        .output()
-        .expect("xstore check");
-    let verdict = String::from_utf8_lossy(&check.stdout);
-    assert!(check.status.success(), "{verdict}");
-    assert!(verdict.starts_with("linearizable: "), "{verdict}");
+    support::assert_judged_and_linearizable(&out, &history);
 
     // A routed SCAN of every key crosses from s0 to s1 exactly: each
     // member answers up to its range's end. The bench's writes of YCSB A

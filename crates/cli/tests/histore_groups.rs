@@ -89,22 +89,7 @@ fn two_groups_survive_a_primary_a_backup_and_a_data_server_killed_under_ycsb_a()
     signal(up.pid_of("s-1-d1"), "-KILL");
     let _data = DataServer::restart(up.url(), &cluster, "s-1");
     let out = bench.wait_with_output().expect("bench output");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench failed:\n{text}\n{err}");
-    assert!(
-        text.contains("(0 mismatches, 0 stale, 0 lost writes)"),
-        "{text}"
-    );
-    let check = Command::new(env!("CARGO_BIN_EXE_xstore"))
-        .arg("check")
-        .arg(&history)
-        .output()
-        .expect("xstore check");
-    let verdict = String::from_utf8_lossy(&check.stdout);
-    eprintln!("{verdict}");
-    assert!(check.status.success(), "{verdict}");
-    assert!(verdict.starts_with("linearizable: "), "{verdict}");
+    let verdict = support::assert_judged_and_linearizable(&out, &history);
     // The failover stalls s-0's reads for about a lease TTL (2 s), and
     // both client threads soon wait on an s-0 key: a gap of that order.
     let gap_ms: f64 = verdict

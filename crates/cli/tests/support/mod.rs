@@ -201,3 +201,26 @@ pub fn feed(mut child: std::process::Child, input: &[u8]) -> std::process::Outpu
     drop(stdin);
     child.wait_with_output().expect("the child's output")
 }
+
+/// Asserts that an `xstore bench --history HISTORY` run succeeded with
+/// every read judged right, and that `xstore check HISTORY` finds the
+/// history linearizable; `xstore check`'s report (its gaps and counts).
+pub fn assert_judged_and_linearizable(bench: &std::process::Output, history: &Path) -> String {
+    let text = String::from_utf8_lossy(&bench.stdout);
+    let err = String::from_utf8_lossy(&bench.stderr);
+    assert!(bench.status.success(), "bench failed:\n{text}\n{err}");
+    assert!(
+        text.contains("(0 mismatches, 0 stale, 0 lost writes)"),
+        "{text}"
+    );
+    let check = Command::new(env!("CARGO_BIN_EXE_xstore"))
+        .arg("check")
+        .arg(history)
+        .output()
+        .expect("xstore check");
+    let verdict = String::from_utf8_lossy(&check.stdout).into_owned();
+    eprintln!("{verdict}");
+    assert!(check.status.success(), "{verdict}");
+    assert!(verdict.starts_with("linearizable: "), "{verdict}");
+    verdict
+}
