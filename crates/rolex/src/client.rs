@@ -1922,10 +1922,18 @@ impl<E: Endpoint> Client<E> {
                 c.slt[0] = used.saturating_add(1);
             }
         }
-        if used + 1 == self.cn.retrain_at {
+        // `slot_use` is client-writable: a word forged to u64::MAX reads
+        // as "full", not as an overflow.
+        let slot = used.saturating_add(1);
+        // The split that takes the mark queues the model. A count found
+        // past the SLT's end queues it too: a word forged past the mark
+        // never passes through it (and one forged to u64::MAX this FAA
+        // wrapped to 0), so without this no one would. The retrainer
+        // drops a duplicate; each writer meets this once per block, as
+        // its cached count then stops it before the FAA.
+        if slot == self.cn.retrain_at || slot >= SLT_SLOTS as u64 {
             self.enqueue(m, off)?;
         }
-        let slot = used + 1;
         if slot >= SLT_SLOTS as u64 {
             return Err(RolexError::SltFull { model: m });
         }

@@ -346,6 +346,42 @@ fn a_chain_naming_a_leaf_past_the_capacity_is_refused_not_read() {
     );
 }
 
+/// CI's run of the random attack (seed 14268141116731268656) met a
+/// `slot_use` word forged to u64::MAX: the next split's FAA returned it
+/// and the honest writer panicked adding one. A forged count reads as a
+/// full SLT, and the writer that found it queues the model (the word
+/// never passed the retrain mark): the retrainer gives it a fresh SLT
+/// and the write goes in. Before the queueing, the writer spun 100,000
+/// restarts on its cached "full" and failed `Exhausted`.
+#[test]
+fn a_slot_use_word_forged_to_the_largest_count_reads_as_full() {
+    let mut s = store(10_000);
+    let (off, n) = s.block(2);
+    let first = s.keys_of(2).0;
+    let cn = s.connect();
+    let mut c = cn.client(s.fabric.endpoint());
+    // Warm the client's cache of the model before the forgery: its cached
+    // count is 0, so the split goes to the FAA.
+    assert_eq!(c.get(first).unwrap(), s.model.get(&first).copied());
+    s.write(TABLE_REGION, TableLayout::slt_offset(off, n, 0), u64::MAX);
+    let t = Instant::now();
+    // Two keys into the first leaf: the second insert splits it.
+    for k in [first + 1, first + 2] {
+        assert!(c.insert(k, k).unwrap(), "key {k}");
+        s.model.insert(k, k);
+    }
+    eprintln!(
+        "two inserts past a forged slot_use: {:?}, {:?}",
+        t.elapsed(),
+        c.stats()
+    );
+    assert_eq!(c.stats().queued, 1, "{:?}", c.stats());
+    assert_ne!(s.block(2).0, off, "model 2 retrained");
+    drop(c);
+    assert!(s.retrainer.alive());
+    check_all(&s, &s.model, |_| false);
+}
+
 /// What the attacker writes: a word of one of the kinds a client can
 /// write (or `Leaf` etc.: inside the one attacked model).
 #[derive(Debug, Clone, Copy)]
