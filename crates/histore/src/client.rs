@@ -245,9 +245,12 @@ impl<E: Endpoint> Client<E> {
             self.ep.post(server.node, &mut self.batch)?;
             let at = self.batch.atomic_result(h)?;
             let end = at.saturating_add(want).min(server.bytes);
-            if at + bytes <= end && at + bytes <= layout::MAX_DATA_OFFSET {
+            // The cursor is client-writable: one near u64::MAX must read
+            // as "full", not overflow.
+            let next = at.saturating_add(bytes);
+            if next <= end && next <= layout::MAX_DATA_OFFSET {
                 let d = u8::try_from(d).map_err(|_| HiError::Corrupt("data index"))?;
-                self.chunk = Some((d, at + bytes, end));
+                self.chunk = Some((d, next, end));
                 return Ok((d, at));
             }
         }

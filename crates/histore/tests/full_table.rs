@@ -6,6 +6,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use fabric::{Batch, Endpoint};
+use histore::layout::D_CURSOR;
 use histore::{ClientConfig, GroupConfig, HiError, LocalGroup};
 
 #[test]
@@ -59,4 +61,34 @@ fn a_full_table_refuses_before_logging_and_loses_nothing() {
         Some(&b"again"[..])
     );
     assert_eq!(c.scan(b"", 100).unwrap().len(), 14);
+}
+
+/// The data servers' allocation cursor is a word clients FAA: one forged
+/// to near u64::MAX made the next claim overflow adding the record's
+/// size (a panic in the client). It reads as a full server now: a typed
+/// `Full`, the group still serving reads.
+#[test]
+fn a_data_cursor_forged_near_the_largest_word_reads_as_full() {
+    let group = LocalGroup::start(GroupConfig::default()).unwrap();
+    let mut c = group.client(ClientConfig::default());
+    c.put(b"before", b"forged").unwrap();
+    let view = group.view();
+    let mut forger = group.client_with(ClientConfig::default(), |mut ep| {
+        for d in &view.data {
+            let mut b = Batch::new();
+            let h = b.write(
+                d.region,
+                (D_CURSOR * 8) as u64,
+                &(u64::MAX - 7).to_le_bytes(),
+            );
+            ep.post(d.node, &mut b).unwrap();
+            b.status(h).unwrap();
+        }
+        ep
+    });
+    match forger.put(b"after", b"forged") {
+        Err(HiError::Full(_)) => {}
+        other => panic!("a put past a forged cursor: {other:?}"),
+    }
+    assert_eq!(c.get(b"before").unwrap().as_deref(), Some(&b"forged"[..]));
 }
