@@ -584,3 +584,49 @@ fn forged_hints_are_checked_and_never_misplace_a_key() {
     let want: Vec<(u64, u64)> = model.iter().map(|(a, b)| (*a, *b)).collect();
     assert_eq!(all, want, "scan of everything (seed {seed})");
 }
+
+/// The models' lock word ([`ModelSync::Locks`]) is a word clients CAS,
+/// so a client can write any value in it. One with the reader count
+/// forged full made the next reader's CAS carry into the version bits
+/// (a debug assertion stopped it first, a panic in the client): now a
+/// reader waits for a count it can add to, like for the server's
+/// writer bit, and gives up typed (`LockBusy`) at the silence limit;
+/// once the word is honest again it reads.
+#[test]
+fn a_lock_word_forged_full_of_readers_is_waited_out_not_overflowed() {
+    use finestore::remote::client::{Access, ClientError};
+    use finestore::remote::locks::READERS;
+    use finestore::remote::server::ModelSync;
+    let fabric = LocalFabric::new();
+    let config = ServerConfig {
+        store: small_bins(false),
+        silence_limit: Duration::from_millis(300),
+        reclaim_every: None,
+        sync: ModelSync::Locks,
+        ..ServerConfig::default()
+    };
+    let (_server, node) = start(&fabric, &quiet_pairs(), config);
+    let mut c = Client::connect(fabric.endpoint(), node).unwrap();
+    c.set_access(Access::Locks).unwrap();
+    assert_eq!(c.get(100).unwrap(), Some(1));
+    // The lock word's region is the server's first (clients may CAS and
+    // FAA it, not WRITE it): FAAs fill the reader count, then take it
+    // back.
+    let region = fabric::RegionId(ServerConfig::default().first_region);
+    let mut ep = fabric.endpoint();
+    let faa = |ep: &mut LocalEndpoint, add: u64| -> u64 {
+        let mut b = fabric::Batch::new();
+        let h = b.faa(region, 0, add);
+        ep.post(node, &mut b).unwrap();
+        b.atomic_result(h).unwrap()
+    };
+    let honest = faa(&mut ep, 0);
+    assert_eq!(honest & READERS, 0, "no reader holds the word at rest");
+    faa(&mut ep, READERS);
+    match c.get(200) {
+        Err(ClientError::LockBusy) => {}
+        other => panic!("a GET past a forged reader count: {other:?}"),
+    }
+    faa(&mut ep, READERS.wrapping_neg());
+    assert_eq!(c.get(200).unwrap(), Some(2));
+}

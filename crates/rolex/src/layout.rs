@@ -746,8 +746,14 @@ impl LeafImage {
         if pairs.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err(LeafReject::Corrupt);
         }
+        let ver = le_word(bytes, 0);
+        // The next write takes `ver + 1`; no honest chain reaches the
+        // largest word (2^64 writes), a client that wrote the leaf can.
+        if ver == u64::MAX {
+            return Err(LeafReject::Corrupt);
+        }
         Ok(LeafImage {
-            ver: le_word(bytes, 0),
+            ver,
             next: (meta >> 8) & LEAF_MASK,
             low: le_word(bytes, 2),
             high: le_word(bytes, 3),
@@ -899,5 +905,17 @@ mod tests {
             Err(LeafReject::Corrupt),
             "short"
         );
+        // A whole leaf written by a client, checksum and all, at the
+        // largest version: the next write could not take a version.
+        let mut b = Vec::new();
+        LeafImage {
+            ver: u64::MAX,
+            next: 9,
+            low: 10,
+            high: 99,
+            pairs: vec![(10, 1)],
+        }
+        .encode(l, &mut b);
+        assert_eq!(LeafImage::decode(l, &b), Err(LeafReject::Corrupt));
     }
 }

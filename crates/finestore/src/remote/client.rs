@@ -407,7 +407,22 @@ impl<E: Endpoint> Client<E> {
         let start = Instant::now();
         let mut expected = self.lock.map_or(0, |l| l.seen) & !WRITER;
         loop {
-            debug_assert!(expected & READERS < READERS, "reader count full");
+            // The word is client-writable: a reader count forged full must
+            // not carry into the version bits. Wait for it like a writer.
+            if expected & READERS == READERS {
+                if start.elapsed() > self.limit {
+                    return Err(ClientError::LockBusy);
+                }
+                std::thread::yield_now();
+                self.batch.clear();
+                let h = self.batch.read(region, 0, 8);
+                self.ep.post(self.node, &mut self.batch)?;
+                let bytes = self.batch.read_bytes(h).map_err(verb_error)?;
+                let word = bytes.try_into().map(u64::from_le_bytes);
+                let word = word.map_err(|_| BadMessage("lock word: short READ".into()))?;
+                expected = word & !WRITER;
+                continue;
+            }
             self.batch.clear();
             let h = self.batch.cas(region, 0, expected, expected + 1);
             self.ep.post(self.node, &mut self.batch)?;
