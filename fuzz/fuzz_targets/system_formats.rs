@@ -1,7 +1,8 @@
 //! Decoders of the other systems' untrusted bytes: ROLEX leaves, model
 //! block heads, model pieces and redo records read one-sided; HiStore
-//! value records, table headers, group views and RPCs; FineStore's
-//! trained-array entries and RPCs; the LPA models FineStore publishes.
+//! value records, table headers, group views, record-file metas and RPCs;
+//! FineStore's trained-array entries and RPCs; the LPA models FineStore
+//! publishes.
 //! The first byte picks the decoder so one target covers them all.
 #![no_main]
 
@@ -43,6 +44,9 @@ fuzz_target!(|data: &[u8]| {
         4 => {
             let _ = histore::layout::TableHeader::decode(rest);
             let _ = histore::view::GroupView::decode(rest);
+            if let Ok(meta) = histore::layout::DataMeta::decode(rest) {
+                assert_eq!(&meta.encode()[..], rest);
+            }
         }
         5 => {
             let _ = histore::wire::Request::decode(rest);

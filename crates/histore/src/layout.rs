@@ -116,6 +116,77 @@ pub const D_CURSOR: usize = 0;
 /// Word of a data region's capacity.
 pub const D_CAPACITY: usize = 1;
 
+/// What a data server with a record file knows of it apart from the
+/// file: `records.meta` beside it, written once when the file is made.
+/// The record file's own header words sit in the region clients WRITE
+/// and FAA, so a client can change any of them; a restart takes them
+/// from here instead and puts the file's words back. 40 bytes,
+/// little-endian:
+///
+/// ```text
+/// offset  size  field
+///      0     4  magic    "HSDM"
+///      4     4  version  u32 (1)
+///      8     8  capacity u64 (bytes of the record file)
+///     16     8  node     u64 (the data server's node; low 16 bits)
+///     24     8  group    u64 (key_hash of the group's name)
+///     32     8  check    u64, key_hash of bytes 0..32
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataMeta {
+    /// Bytes of the record file (its region).
+    pub capacity: u64,
+    /// The data server's node.
+    pub node: u64,
+    /// `key_hash` of the group's name.
+    pub group: u64,
+}
+
+/// Magic of a data server's `records.meta`: "HSDM".
+pub const DATA_META_MAGIC: u32 = u32::from_le_bytes(*b"HSDM");
+/// Version of `records.meta`.
+pub const DATA_META_VERSION: u32 = 1;
+/// Bytes of `records.meta`.
+pub const DATA_META_BYTES: usize = 40;
+// Four fields and the check, as the diagram says.
+const _: () = assert!(DATA_META_BYTES == 4 + 4 + 3 * 8 + 8);
+
+impl DataMeta {
+    /// The 40 bytes of the diagram.
+    pub fn encode(&self) -> [u8; DATA_META_BYTES] {
+        let mut out = [0u8; DATA_META_BYTES];
+        out[0..4].copy_from_slice(&DATA_META_MAGIC.to_le_bytes());
+        out[4..8].copy_from_slice(&DATA_META_VERSION.to_le_bytes());
+        out[8..16].copy_from_slice(&self.capacity.to_le_bytes());
+        out[16..24].copy_from_slice(&self.node.to_le_bytes());
+        out[24..32].copy_from_slice(&self.group.to_le_bytes());
+        let check = key_hash(&out[0..32]);
+        out[32..40].copy_from_slice(&check.to_le_bytes());
+        out
+    }
+
+    /// Decodes [`DataMeta::encode`]'s bytes; any other length, magic,
+    /// version or check is `Corrupt`.
+    pub fn decode(bytes: &[u8]) -> Result<DataMeta, HiError> {
+        if bytes.len() != DATA_META_BYTES {
+            return Err(HiError::Corrupt("records.meta: length"));
+        }
+        let u32_at = |i: usize| le::u32_at(bytes, i).unwrap_or(0);
+        let u64_at = |i: usize| le::u64_at(bytes, i).unwrap_or(0);
+        if u32_at(0) != DATA_META_MAGIC || u32_at(4) != DATA_META_VERSION {
+            return Err(HiError::Corrupt("records.meta: magic or version"));
+        }
+        if u64_at(32) != key_hash(&bytes[0..32]) {
+            return Err(HiError::Corrupt("records.meta: check"));
+        }
+        Ok(DataMeta {
+            capacity: u64_at(8),
+            node: u64_at(16),
+            group: u64_at(24),
+        })
+    }
+}
+
 /// Region id of data server `node`'s records kept in memory only.
 pub fn data_region_id(node: fabric::NodeId) -> fabric::RegionId {
     fabric::RegionId(0x4844_0000 | u32::from(node.0))
@@ -440,5 +511,23 @@ mod tests {
         assert_eq!(signature(0), 1);
         assert_ne!(key_hash(b"a"), key_hash(b"a\0"));
         assert!(ValuePtr::decode(1 << 56).is_err());
+    }
+
+    #[test]
+    fn data_meta_round_trips_and_any_changed_byte_is_corrupt() {
+        let m = DataMeta {
+            capacity: 1 << 20,
+            node: 7,
+            group: key_hash(b"g0"),
+        };
+        let b = m.encode();
+        assert_eq!(DataMeta::decode(&b).unwrap(), m);
+        for i in 0..DATA_META_BYTES {
+            let mut t = b;
+            t[i] ^= 0x10;
+            assert!(DataMeta::decode(&t).is_err(), "byte {i}");
+        }
+        assert!(DataMeta::decode(&b[..39]).is_err());
+        assert!(DataMeta::decode(&[b.as_slice(), &[0]].concat()).is_err());
     }
 }

@@ -32,11 +32,17 @@
 //! w5..w7 0
 //! ```
 //!
-//! Every word read back from the file is checked before the region serves
-//! (magic, version, node, group, capacity against the file's length, the
-//! cursor inside `64..=2^43` and word aligned): a file that fails is a
-//! typed `Storage` error at start, never a panic and never a region that
-//! overwrites records.
+//! These words are in the region clients WRITE and FAA, so a restart does
+//! not believe them: `D/records.meta` ([`DataMeta`], made with the file,
+//! never registered, 0600) says what the file is (node, group, capacity
+//! against the file's length and `--data-mib`); a header word that
+//! differs from it is put back with a WARN. The cursor, which only the
+//! region holds, is mended where no record is lost (misaligned: rounded
+//! up; past any claim's reach: set to the capacity, full) and refused
+//! below the first record. A file or meta that fails is a typed
+//! `Storage` error at start, never a panic and never a region that
+//! overwrites records. A file made before the meta existed is checked by
+//! its own header once and the meta written from it.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -49,7 +55,7 @@ use fabric::{NodeId, Region, RegionId, Responder, Rights, RpcHandler};
 use wal::Durability;
 
 use crate::error::HiError;
-use crate::layout::{self, DATA_HEADER_BYTES, D_CAPACITY, D_CURSOR};
+use crate::layout::{self, DataMeta, DATA_HEADER_BYTES, D_CAPACITY, D_CURSOR};
 
 pub use crate::layout::PERSIST_TAG;
 
@@ -58,6 +64,10 @@ pub const ASYNC_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Name of the record file in the data directory.
 pub const RECORD_FILE: &str = "records.region";
+
+/// Name of the record file's meta, beside it ([`DataMeta`]): what the
+/// file is, kept where no client writes.
+pub const META_FILE: &str = "records.meta";
 
 /// Magic of a record file's header (w2, low half): "HSDR".
 pub const FILE_MAGIC: u32 = u32::from_le_bytes(*b"HSDR");
@@ -127,7 +137,7 @@ impl DataStore {
         let region = if restarted {
             let region = Region::open_file(id, &path, Rights::ALL, true)
                 .map_err(|e| storage("mapping the record file", &path, e))?;
-            check_header(&region, bytes, node, group).map_err(|e| {
+            reopen(&config.dir, &region, bytes, node, group).map_err(|e| {
                 tracing::error!(path = %path.display(), error = %e, "record file refused");
                 storage("the record file", &path, e)
             })?;
@@ -207,47 +217,153 @@ impl Drop for DataStore {
     }
 }
 
-/// Checks a record file's header against what this server expects.
-fn check_header(region: &Region, bytes: u64, node: NodeId, group: &str) -> Result<(), String> {
+/// Checks a restarted record file against what this server expects and
+/// makes its header words right again. The header's words are in the
+/// region clients WRITE, so they are not believed: `records.meta` (made
+/// with the file, never registered) says what the file is; a header word
+/// that differs from it is put back (a WARN each). A file made before
+/// `records.meta` existed is checked by its own header once, and the
+/// meta written from it.
+fn reopen(
+    dir: &Path,
+    region: &Region,
+    bytes: u64,
+    node: NodeId,
+    group: &str,
+) -> Result<(), String> {
     if region.len_bytes() < DATA_HEADER_BYTES + 4096 {
         return Err(format!("{} bytes: too short", region.len_bytes()));
     }
+    let meta_path = dir.join(META_FILE);
+    let meta = match std::fs::read(&meta_path) {
+        Ok(b) => DataMeta::decode(&b).map_err(|e| format!("{}: {e}", meta_path.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let meta = header_meta(region)?;
+            write_meta(dir, &meta).map_err(|e| e.to_string())?;
+            tracing::info!(path = %meta_path.display(), "wrote the record file's meta (made before it existed)");
+            meta
+        }
+        Err(e) => return Err(format!("reading {}: {e}", meta_path.display())),
+    };
+    if meta.node != u64::from(node.0) {
+        return Err(format!("made for node {}, not node {}", meta.node, node.0));
+    }
+    if meta.group != group_hash(group) {
+        return Err(format!("made for another group than {group:?}"));
+    }
+    if meta.capacity != region.len_bytes() {
+        return Err(format!(
+            "capacity {} is not the file's length {}",
+            meta.capacity,
+            region.len_bytes()
+        ));
+    }
+    if meta.capacity != region_bytes(bytes) {
+        return Err(format!(
+            "{} bytes of records, but this server was started with {} (give the same --data-mib)",
+            meta.capacity,
+            region_bytes(bytes)
+        ));
+    }
+    for (word, want, what) in header_words(&meta) {
+        let now = region.load(word);
+        if now != want {
+            tracing::warn!(
+                word,
+                found = now,
+                put_back = want,
+                what,
+                "record file: a header word a client can write was changed; put back"
+            );
+            region.store(word, want);
+        }
+    }
+    settle_cursor(region)
+}
+
+/// The header words the data server writes, from `meta`: (word, value,
+/// name).
+fn header_words(meta: &DataMeta) -> [(usize, u64, &'static str); 4] {
+    [
+        (D_CAPACITY, meta.capacity, "capacity"),
+        (
+            D_MAGIC,
+            u64::from(FILE_MAGIC) | (u64::from(FILE_VERSION) << 32),
+            "magic",
+        ),
+        (D_NODE, meta.node, "node"),
+        (D_GROUP, meta.group, "group"),
+    ]
+}
+
+/// A record file's own header as its meta (files made before
+/// `records.meta`): refused unless its magic and capacity are right.
+fn header_meta(region: &Region) -> Result<DataMeta, String> {
     let magic = region.load(D_MAGIC);
     if magic as u32 != FILE_MAGIC || (magic >> 32) as u32 != FILE_VERSION {
         return Err(format!(
             "header word {magic:#018x}: not a record file of version {FILE_VERSION}"
         ));
     }
-    let file_node = region.load(D_NODE);
-    if file_node != u64::from(node.0) {
-        return Err(format!("made for node {file_node}, not node {}", node.0));
-    }
-    if region.load(D_GROUP) != group_hash(group) {
-        return Err(format!("made for another group than {group:?}"));
-    }
-    let capacity = region.load(D_CAPACITY);
-    if capacity != region.len_bytes() {
-        return Err(format!(
-            "capacity {capacity} is not the file's length {}",
-            region.len_bytes()
-        ));
-    }
-    if capacity != region_bytes(bytes) {
-        return Err(format!(
-            "{capacity} bytes of records, but this server was started with {} (give the same --data-mib)",
-            region_bytes(bytes)
-        ));
-    }
+    Ok(DataMeta {
+        capacity: region.load(D_CAPACITY),
+        node: region.load(D_NODE),
+        group: region.load(D_GROUP),
+    })
+}
+
+/// Checks the allocation cursor, a word every client FAAs. Clients FAA
+/// past the end when the region is full (the claim then fails), so a
+/// cursor beyond the capacity is legitimate. One no honest claim leaves
+/// is mended where that loses no record: misaligned is rounded up (every
+/// honest claim is a multiple of 8, records lie below it), past any
+/// reach is set to the capacity (full). One before the first record is
+/// refused: the records it would hand out again cannot be told apart.
+fn settle_cursor(region: &Region) -> Result<(), String> {
     let cursor = region.load(D_CURSOR);
-    // Clients FAA past the end when the region is full (the claim then
-    // fails), so a cursor beyond the capacity is legitimate; one before
-    // the first record, misaligned or past what a claim could reach is
-    // not.
+    if cursor < DATA_HEADER_BYTES {
+        return Err(format!(
+            "allocation cursor {cursor} before the first record"
+        ));
+    }
     let reach = layout::MAX_DATA_OFFSET.saturating_add(1 << 40);
-    if cursor < DATA_HEADER_BYTES || !cursor.is_multiple_of(8) || cursor > reach {
-        return Err(format!("allocation cursor {cursor} out of range"));
+    let mended = if cursor > reach {
+        region.len_bytes()
+    } else {
+        cursor.next_multiple_of(8)
+    };
+    if mended != cursor {
+        tracing::warn!(
+            found = cursor,
+            put_back = mended,
+            "record file: an allocation cursor no claim leaves; mended"
+        );
+        region.store(D_CURSOR, mended);
     }
     Ok(())
+}
+
+/// Writes `records.meta` (as `*.tmp`, synced, renamed, the directory
+/// synced; mode 0600).
+fn write_meta(dir: &Path, meta: &DataMeta) -> Result<(), HiError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = dir.join(format!("{META_FILE}.tmp"));
+    let path = dir.join(META_FILE);
+    let mut f = File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| storage("creating", &tmp, e))?;
+    f.write_all(&meta.encode())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| storage("writing", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| storage("renaming", &tmp, e))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| storage("syncing the directory", dir, e))
 }
 
 /// The size a region of `bytes` gets (as the in-memory one: at least a
@@ -274,6 +390,16 @@ fn create(
     group: &str,
 ) -> Result<Region, HiError> {
     let tmp = dir.join(format!("{RECORD_FILE}.tmp"));
+    // The meta first: a crash before the record file's rename leaves a
+    // meta and no file, which the next start makes again.
+    write_meta(
+        dir,
+        &DataMeta {
+            capacity: region_bytes(bytes),
+            node: u64::from(node.0),
+            group: group_hash(group),
+        },
+    )?;
     match std::fs::remove_file(&tmp) {
         Ok(()) => tracing::warn!(path = %tmp.display(), "removed a half-made record file"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -296,7 +422,6 @@ fn create(
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| storage("syncing the directory", dir, e))?;
-    debug_assert!(check_header(&region, bytes, node, group).is_ok());
     Ok(region)
 }
 
@@ -490,7 +615,7 @@ mod tests {
     }
 
     #[test]
-    fn a_file_that_is_not_this_servers_is_refused() {
+    fn a_file_that_is_not_this_servers_is_refused_and_forged_header_words_are_put_back() {
         let tmp = tempfile::tempdir().unwrap();
         let c = config(tmp.path(), Durability::None);
         drop(DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap());
@@ -498,26 +623,67 @@ mod tests {
             let e = DataStore::open(&c, ID, bytes, NodeId(node), group).unwrap_err();
             assert!(matches!(e, HiError::Storage(_)), "{e}");
         }
-        // Every header word that is checked, damaged in turn.
-        for (word, bad) in [
-            (D_MAGIC, 0),
-            (D_MAGIC, u64::from(FILE_MAGIC) | (2 << 32)),
-            (D_CAPACITY, MIB - 64),
-            (D_CURSOR, 0),
-            (D_CURSOR, 68),
-            (D_CURSOR, u64::MAX - 7),
+        // Every header word a client can change, changed in turn: the
+        // meta says what the file is, the word is put back, or mended
+        // where no record is lost; only a cursor before the first record
+        // is refused.
+        let bad_magic = u64::from(FILE_MAGIC) | (2 << 32);
+        for (word, bad, after) in [
+            (D_MAGIC, 0, None),
+            (D_MAGIC, bad_magic, None),
+            (D_CAPACITY, MIB - 64, None),
+            (D_NODE, 2, None),
+            (D_GROUP, 0, None),
+            (D_CURSOR, 68, Some(72)),
+            (D_CURSOR, u64::MAX - 7, Some(MIB)),
         ] {
             let store = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap();
             let old = store.region().load(word);
             store.region().store(word, bad);
             drop(store);
-            let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
-            assert!(matches!(e, HiError::Storage(_)), "word {word} = {bad}: {e}");
-            // Put it back through the file itself.
-            let r =
-                Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true).unwrap();
-            r.store(word, old);
+            let store = DataStore::open(&c, ID, MIB, NodeId(1), "g0")
+                .unwrap_or_else(|e| panic!("word {word} = {bad}: {e}"));
+            let want = after.unwrap_or(old);
+            assert_eq!(store.region().load(word), want, "word {word} = {bad}");
+            store.region().store(word, old);
         }
+        let store = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap();
+        store.region().store(D_CURSOR, 0);
+        drop(store);
+        let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
+        assert!(matches!(e, HiError::Storage(_)), "cursor 0: {e}");
+        let r = Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true).unwrap();
+        r.store(D_CURSOR, DATA_HEADER_BYTES);
+        drop(r);
+        // The meta damaged, or missing: a file made before the meta
+        // existed is checked by its own header and the meta written.
+        let meta = tmp.path().join(META_FILE);
+        let good = std::fs::read(&meta).unwrap();
+        let mut bad = good.clone();
+        bad[9] ^= 1;
+        std::fs::write(&meta, &bad).unwrap();
+        let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
+        assert!(matches!(e, HiError::Storage(_)), "{e}");
+        std::fs::remove_file(&meta).unwrap();
+        drop(DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap());
+        assert_eq!(std::fs::read(&meta).unwrap(), good);
+        let mode = std::fs::metadata(&meta).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o600
+        );
+        // Without the meta, a header that is not a record file's is
+        // refused (nothing else says what the file is).
+        std::fs::remove_file(&meta).unwrap();
+        let r = Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true).unwrap();
+        let magic = r.load(D_MAGIC);
+        r.store(D_MAGIC, 0);
+        drop(r);
+        let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
+        assert!(matches!(e, HiError::Storage(_)), "{e}");
+        let r = Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true).unwrap();
+        r.store(D_MAGIC, magic);
+        drop(r);
         // A file cut short.
         let f = File::options()
             .write(true)
