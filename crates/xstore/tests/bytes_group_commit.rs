@@ -2,7 +2,8 @@
 //! `fdatasync`, and a write whose group commit is held is neither answered
 //! nor visible — by a one-sided GET or SCAN, an RPC GET, or the server's
 //! own read — until the commit is released; what was acknowledged is
-//! what a restart recovers.
+//! what a restart recovers; a group commit that fails answers every
+//! write it held with an error and applies none.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -245,4 +246,75 @@ fn concurrent_sync_writers_all_land_and_share_syncs() {
     for i in 1..=WRITERS * EACH {
         assert_eq!(r.server.get(&key(i)), Some(value(i, 2)), "{i}");
     }
+}
+
+/// A group commit whose write fails: every write it held is answered
+/// with an error and never applied (no reader sees it), the log takes no
+/// more writes, and a restart recovers exactly what was acknowledged
+/// before. Without the failure path the writers would be answered
+/// `true` (the held-commit test above) and a reader would see them.
+#[test]
+fn a_failed_group_commit_answers_every_held_write_with_an_error_and_applies_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let initial: Pairs = (0..40).map(|i| (key(i * 2), value(i * 2, 0))).collect();
+    let (r, _) = start(tmp.path(), &initial);
+    let log = r.server.log().unwrap().clone();
+    let mut reader = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
+    // One acknowledged write first: the restart must keep it.
+    let mut c = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
+    assert!(c.write(Op::Insert, &key(1), &value(1, 3)).unwrap());
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = initial.iter().cloned().collect();
+    model.insert(key(1), value(1, 3));
+    let writes: Vec<(Op, u32)> = vec![
+        (Op::Update, 2),
+        (Op::Delete, 6),
+        (Op::Insert, 7),
+        (Op::Upsert, 13),
+    ];
+    let touched: Vec<Vec<u8>> = writes.iter().map(|&(_, i)| key(i)).collect();
+    let before = seen(&r, &mut reader, &touched);
+    let (lsn0, syncs0) = (
+        log.last_lsn(),
+        log.syncs.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    log.hold_syncs();
+    let _release = Released(r.server.clone());
+    let threads: Vec<_> = writes
+        .iter()
+        .map(|&(op, i)| {
+            let mut c = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
+            std::thread::spawn(move || c.write(op, &key(i), &value(i, 1)))
+        })
+        .collect();
+    until("four records logged", || log.last_lsn() == lsn0 + 4);
+    log.fail_next_write();
+    log.release_syncs();
+    for (t, (op, i)) in threads.into_iter().zip(&writes) {
+        let got = t.join().unwrap();
+        assert!(
+            got.is_err(),
+            "{op:?} of {i} answered {got:?} by a failed commit"
+        );
+    }
+    assert!(log.has_failed());
+    assert_eq!(log.syncs.load(std::sync::atomic::Ordering::Relaxed), syncs0);
+    assert_eq!(
+        seen(&r, &mut reader, &touched),
+        before,
+        "a reader saw a write whose commit failed"
+    );
+    assert!(
+        c.write(Op::Insert, &key(3), b"after").is_err(),
+        "a failed log took another write"
+    );
+    assert_eq!(r.server.get(&key(3)), None);
+
+    drop(_release);
+    drop((reader, c));
+    r.fabric.clear_handlers();
+    drop(log);
+    let Running { server, .. } = r;
+    drop(Arc::into_inner(server).expect("the only owner"));
+    let (_r, pairs) = start(tmp.path(), &initial);
+    assert_eq!(pairs, model.into_iter().collect::<Pairs>());
 }

@@ -555,6 +555,8 @@ pub struct BytesLog {
     pub syncs: AtomicU64,
     /// Test hook: while set, a `sync` group commit waits before it writes.
     held: (Mutex<bool>, Condvar),
+    /// Test hook: the next write-out fails ([`BytesLog::fail_next_write`]).
+    fail_next: AtomicBool,
 }
 
 impl std::fmt::Debug for BytesLog {
@@ -644,6 +646,7 @@ impl BytesLog {
             checkpoint_failures: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             held: (Mutex::new(false), Condvar::new()),
+            fail_next: AtomicBool::new(false),
         })
     }
 
@@ -737,6 +740,10 @@ impl BytesLog {
         if self.has_failed() {
             return Err(BytesLogError::Failed);
         }
+        if self.fail_next.swap(false, Ordering::AcqRel) {
+            let e = std::io::Error::other("failure injected by BytesLog::fail_next_write");
+            return Err(io_err(&inner.path)(e));
+        }
         let (bytes, last) = {
             let mut b = lock_of(&self.buffer);
             (std::mem::take(&mut b.bytes), b.next_lsn - 1)
@@ -767,6 +774,14 @@ impl BytesLog {
     /// invisible while a test looks. Never used in production.
     pub fn hold_syncs(&self) {
         *lock_of(&self.held.0) = true;
+    }
+
+    /// Test hook: the next write-out of buffered records fails before it
+    /// writes anything, as a failed `write(2)` or `fdatasync` would: the
+    /// log takes no more, and the writes it held are answered with an
+    /// error, never applied. Never used in production.
+    pub fn fail_next_write(&self) {
+        self.fail_next.store(true, Ordering::Release);
     }
 
     /// Test hook: lets held group commits go on.
