@@ -120,6 +120,61 @@ impl Drop for Released {
     }
 }
 
+/// Writers held at the group commit: `writes` (op, key number), each on
+/// its own client with value round 1, their threads, and what readers saw
+/// of their keys before. Dropping `release` lets held commits go.
+struct Held {
+    threads: Vec<std::thread::JoinHandle<Result<bool, xstore::bytes::BytesError>>>,
+    touched: Vec<Vec<u8>>,
+    before: Vec<String>,
+    syncs0: u64,
+    release: Released,
+}
+
+/// Holds the log's group commits, starts one writer per entry of
+/// `writes`, and waits until each has logged its record.
+fn hold_writers(
+    r: &Running,
+    reader: &mut BytesClient<fabric::LocalEndpoint>,
+    writes: &[(Op, u32)],
+) -> Held {
+    let log = r.server.log().unwrap().clone();
+    let touched: Vec<Vec<u8>> = writes.iter().map(|&(_, i)| key(i)).collect();
+    let before = seen(r, reader, &touched);
+    let (lsn0, syncs0) = (log.last_lsn(), syncs(&log));
+    log.hold_syncs();
+    let release = Released(r.server.clone());
+    let threads = writes
+        .iter()
+        .map(|&(op, i)| {
+            let mut c = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
+            std::thread::spawn(move || c.write(op, &key(i), &value(i, 1)))
+        })
+        .collect();
+    let n = writes.len() as u64;
+    until("every held record logged", || log.last_lsn() == lsn0 + n);
+    Held {
+        threads,
+        touched,
+        before,
+        syncs0,
+        release,
+    }
+}
+
+fn syncs(log: &BytesLog) -> u64 {
+    log.syncs.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Stops `r` (its only owner once the clients are gone) and starts it
+/// again from `dir`: the pairs it recovered.
+fn restart(r: Running, dir: &std::path::Path, initial: &Pairs) -> Pairs {
+    r.fabric.clear_handlers();
+    let Running { server, .. } = r;
+    drop(Arc::into_inner(server).expect("the only owner"));
+    start(dir, initial).1
+}
+
 #[test]
 fn held_sync_writes_share_one_fdatasync_and_stay_invisible_until_it() {
     let tmp = tempfile::tempdir().unwrap();
@@ -140,23 +195,13 @@ fn held_sync_writes_share_one_fdatasync_and_stay_invisible_until_it() {
         (Op::Upsert, 13),
         (Op::Delete, 8),
     ];
-    let touched: Vec<Vec<u8>> = writes.iter().map(|&(_, i)| key(i)).collect();
-    let before = seen(&r, &mut reader, &touched);
-    let (lsn0, syncs0) = (
-        log.last_lsn(),
-        log.syncs.load(std::sync::atomic::Ordering::Relaxed),
-    );
-
-    log.hold_syncs();
-    let _release = Released(r.server.clone());
-    let mut threads = Vec::new();
-    for &(op, i) in &writes {
-        let mut c = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
-        threads.push(std::thread::spawn(move || {
-            c.write(op, &key(i), &value(i, 1)).unwrap()
-        }));
-    }
-    until("eight records logged", || log.last_lsn() == lsn0 + 8);
+    let Held {
+        threads,
+        touched,
+        before,
+        syncs0,
+        release,
+    } = hold_writers(&r, &mut reader, &writes);
     // An insert of a key a held insert adds: its answer reports a state
     // that is not durable yet, so it waits too (no record of its own).
     let mut c = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
@@ -172,10 +217,13 @@ fn held_sync_writes_share_one_fdatasync_and_stay_invisible_until_it() {
         before,
         "a reader saw a write whose record is not on disk"
     );
-    assert_eq!(log.syncs.load(std::sync::atomic::Ordering::Relaxed), syncs0);
+    assert_eq!(syncs(&log), syncs0);
 
     log.release_syncs();
-    let answers: Vec<bool> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let answers: Vec<bool> = threads
+        .into_iter()
+        .map(|t| t.join().unwrap().unwrap())
+        .collect();
     // An upsert answers whether the key was new (4 was loaded, 13 not).
     let expected = vec![true, false, true, true, true, true, true, true];
     assert_eq!(answers, expected, "each write found what it expected");
@@ -183,8 +231,7 @@ fn held_sync_writes_share_one_fdatasync_and_stay_invisible_until_it() {
         !dup.join().unwrap(),
         "the key was inserted by the held write"
     );
-    let syncs = log.syncs.load(std::sync::atomic::Ordering::Relaxed) - syncs0;
-    assert_eq!(syncs, 1, "eight writes, one group commit");
+    assert_eq!(syncs(&log) - syncs0, 1, "eight writes, one group commit");
     for &(op, i) in &writes {
         match op {
             Op::Delete => model.remove(&key(i)),
@@ -204,13 +251,8 @@ fn held_sync_writes_share_one_fdatasync_and_stay_invisible_until_it() {
     }
 
     // Acknowledged is durable: a restart recovers exactly the model.
-    drop(_release);
-    drop(reader);
-    r.fabric.clear_handlers();
-    drop(log);
-    let Running { server, .. } = r;
-    drop(Arc::into_inner(server).expect("the only owner"));
-    let (_r, pairs) = start(tmp.path(), &initial);
+    drop((release, reader, log));
+    let pairs = restart(r, tmp.path(), &initial);
     assert_eq!(pairs, model.into_iter().collect::<Pairs>());
 }
 
@@ -222,7 +264,7 @@ fn concurrent_sync_writers_all_land_and_share_syncs() {
     let log = r.server.log().unwrap().clone();
     const WRITERS: u32 = 8;
     const EACH: u32 = 60;
-    let syncs0 = log.syncs.load(std::sync::atomic::Ordering::Relaxed);
+    let syncs0 = syncs(&log);
     let threads: Vec<_> = (0..WRITERS)
         .map(|w| {
             let server = r.server.clone();
@@ -238,7 +280,7 @@ fn concurrent_sync_writers_all_land_and_share_syncs() {
     for t in threads {
         t.join().unwrap();
     }
-    let syncs = log.syncs.load(std::sync::atomic::Ordering::Relaxed) - syncs0;
+    let syncs = syncs(&log) - syncs0;
     let writes = u64::from(WRITERS * EACH);
     println!("{writes} sync writes by {WRITERS} writers: {syncs} fdatasyncs");
     assert!((1..=writes).contains(&syncs), "{syncs} syncs");
@@ -271,25 +313,10 @@ fn a_failed_group_commit_answers_every_held_write_with_an_error_and_applies_none
         (Op::Insert, 7),
         (Op::Upsert, 13),
     ];
-    let touched: Vec<Vec<u8>> = writes.iter().map(|&(_, i)| key(i)).collect();
-    let before = seen(&r, &mut reader, &touched);
-    let (lsn0, syncs0) = (
-        log.last_lsn(),
-        log.syncs.load(std::sync::atomic::Ordering::Relaxed),
-    );
-    log.hold_syncs();
-    let _release = Released(r.server.clone());
-    let threads: Vec<_> = writes
-        .iter()
-        .map(|&(op, i)| {
-            let mut c = BytesClient::connect(r.fabric.endpoint(), r.node).unwrap();
-            std::thread::spawn(move || c.write(op, &key(i), &value(i, 1)))
-        })
-        .collect();
-    until("four records logged", || log.last_lsn() == lsn0 + 4);
+    let held = hold_writers(&r, &mut reader, &writes);
     log.fail_next_write();
     log.release_syncs();
-    for (t, (op, i)) in threads.into_iter().zip(&writes) {
+    for (t, (op, i)) in held.threads.into_iter().zip(&writes) {
         let got = t.join().unwrap();
         assert!(
             got.is_err(),
@@ -297,10 +324,10 @@ fn a_failed_group_commit_answers_every_held_write_with_an_error_and_applies_none
         );
     }
     assert!(log.has_failed());
-    assert_eq!(log.syncs.load(std::sync::atomic::Ordering::Relaxed), syncs0);
+    assert_eq!(syncs(&log), held.syncs0);
     assert_eq!(
-        seen(&r, &mut reader, &touched),
-        before,
+        seen(&r, &mut reader, &held.touched),
+        held.before,
         "a reader saw a write whose commit failed"
     );
     assert!(
@@ -309,12 +336,7 @@ fn a_failed_group_commit_answers_every_held_write_with_an_error_and_applies_none
     );
     assert_eq!(r.server.get(&key(3)), None);
 
-    drop(_release);
-    drop((reader, c));
-    r.fabric.clear_handlers();
-    drop(log);
-    let Running { server, .. } = r;
-    drop(Arc::into_inner(server).expect("the only owner"));
-    let (_r, pairs) = start(tmp.path(), &initial);
+    drop((held.release, reader, c, log));
+    let pairs = restart(r, tmp.path(), &initial);
     assert_eq!(pairs, model.into_iter().collect::<Pairs>());
 }

@@ -647,14 +647,22 @@ mod tests {
             assert_eq!(store.region().load(word), want, "word {word} = {bad}");
             store.region().store(word, old);
         }
-        let store = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap();
-        store.region().store(D_CURSOR, 0);
-        drop(store);
-        let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
-        assert!(matches!(e, HiError::Storage(_)), "cursor 0: {e}");
-        let r = Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true).unwrap();
-        r.store(D_CURSOR, DATA_HEADER_BYTES);
-        drop(r);
+        // A word of the file set behind the server's back (it is not
+        // running): the word's old value.
+        let set_word = |word: usize, v: u64| {
+            let r =
+                Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true).unwrap();
+            let old = r.load(word);
+            r.store(word, v);
+            old
+        };
+        let refused = |what: &str| {
+            let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
+            assert!(matches!(e, HiError::Storage(_)), "{what}: {e}");
+        };
+        let cursor = set_word(D_CURSOR, 0);
+        refused("cursor 0");
+        set_word(D_CURSOR, cursor);
         // The meta damaged, or missing: a file made before the meta
         // existed is checked by its own header and the meta written.
         let meta = tmp.path().join(META_FILE);
@@ -662,8 +670,7 @@ mod tests {
         let mut bad = good.clone();
         bad[9] ^= 1;
         std::fs::write(&meta, &bad).unwrap();
-        let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
-        assert!(matches!(e, HiError::Storage(_)), "{e}");
+        refused("a damaged meta");
         std::fs::remove_file(&meta).unwrap();
         drop(DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap());
         assert_eq!(std::fs::read(&meta).unwrap(), good);
@@ -675,15 +682,9 @@ mod tests {
         // Without the meta, a header that is not a record file's is
         // refused (nothing else says what the file is).
         std::fs::remove_file(&meta).unwrap();
-        let r = Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true).unwrap();
-        let magic = r.load(D_MAGIC);
-        r.store(D_MAGIC, 0);
-        drop(r);
-        let e = DataStore::open(&c, ID, MIB, NodeId(1), "g0").unwrap_err();
-        assert!(matches!(e, HiError::Storage(_)), "{e}");
-        let r = Region::open_file(ID, &tmp.path().join(RECORD_FILE), Rights::ALL, true).unwrap();
-        r.store(D_MAGIC, magic);
-        drop(r);
+        let magic = set_word(D_MAGIC, 0);
+        refused("no meta and no magic");
+        set_word(D_MAGIC, magic);
         // A file cut short.
         let f = File::options()
             .write(true)
