@@ -533,14 +533,7 @@ fn random_attack(seed: u64, attacks: &[(Target, u64, bool)]) {
             ),
             Target::BlockHead(i) => (TABLE_REGION, off + 8 * i),
             Target::Piece(i) => (TABLE_REGION, TableLayout::piece_offset(off, n, 0) + 8 * i),
-            Target::SlotUse => {
-                // The attacked model's only: `slot_use` is its SLT's
-                // allocator, and one lowered (or pushed to wrap) hands out
-                // taken slots again, so two chains may share one and a
-                // link be lost.
-                let (off, n) = s.block(ATTACKED);
-                (TABLE_REGION, TableLayout::slt_offset(off, n, 0))
-            }
+            Target::SlotUse => (TABLE_REGION, TableLayout::slt_offset(off, n, 0)),
             Target::LockWord => {
                 // Lock words of the attacked model only: a lock word is
                 // the chain's mutual exclusion, and a forged one may let
