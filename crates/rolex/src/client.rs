@@ -1915,16 +1915,15 @@ impl<E: Endpoint> Client<E> {
         self.ep.post(self.cn.node, &mut self.batch)?;
         let epoch = le_word(self.batch.read_bytes(e)?, 0);
         let leaf = self.batch.atomic_result(a)?;
-        let used = self.batch.atomic_result(s)?;
+        // `slot_use` is client-writable: a word forged to u64::MAX reads
+        // as "full", not as an overflow.
+        let slot = self.batch.atomic_result(s)?.saturating_add(1);
         {
             let mut c = self.cn.model_mut(m);
             if c.off == off {
-                c.slt[0] = used.saturating_add(1);
+                c.slt[0] = slot;
             }
         }
-        // `slot_use` is client-writable: a word forged to u64::MAX reads
-        // as "full", not as an overflow.
-        let slot = used.saturating_add(1);
         // The split that takes the mark queues the model. A count found
         // past the SLT's end queues it too: a word forged past the mark
         // never passes through it (and one forged to u64::MAX this FAA

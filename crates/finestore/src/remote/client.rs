@@ -418,8 +418,8 @@ impl<E: Endpoint> Client<E> {
                 let h = self.batch.read(region, 0, 8);
                 self.ep.post(self.node, &mut self.batch)?;
                 let bytes = self.batch.read_bytes(h).map_err(verb_error)?;
-                let word = bytes.try_into().map(u64::from_le_bytes);
-                let word = word.map_err(|_| BadMessage("lock word: short READ".into()))?;
+                let word = le::u64_at(bytes, 0)
+                    .ok_or_else(|| BadMessage("lock word: short READ".into()))?;
                 expected = word & !WRITER;
                 continue;
             }

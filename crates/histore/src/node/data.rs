@@ -361,6 +361,11 @@ fn write_meta(dir: &Path, meta: &DataMeta) -> Result<(), HiError> {
         .and_then(|()| f.sync_all())
         .map_err(|e| storage("writing", &tmp, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| storage("renaming", &tmp, e))?;
+    sync_dir(dir)
+}
+
+/// Syncs `dir`, so a rename in it is durable.
+fn sync_dir(dir: &Path) -> Result<(), HiError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| storage("syncing the directory", dir, e))
@@ -392,14 +397,12 @@ fn create(
     let tmp = dir.join(format!("{RECORD_FILE}.tmp"));
     // The meta first: a crash before the record file's rename leaves a
     // meta and no file, which the next start makes again.
-    write_meta(
-        dir,
-        &DataMeta {
-            capacity: region_bytes(bytes),
-            node: u64::from(node.0),
-            group: group_hash(group),
-        },
-    )?;
+    let meta = DataMeta {
+        capacity: region_bytes(bytes),
+        node: u64::from(node.0),
+        group: group_hash(group),
+    };
+    write_meta(dir, &meta)?;
     match std::fs::remove_file(&tmp) {
         Ok(()) => tracing::warn!(path = %tmp.display(), "removed a half-made record file"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -407,21 +410,16 @@ fn create(
     }
     let region = Region::create_file(id, &tmp, region_bytes(bytes), Rights::ALL)
         .map_err(|e| storage("creating the record file", &tmp, e))?;
-    region.store(D_CAPACITY, region.len_bytes());
-    region.store(
-        D_MAGIC,
-        u64::from(FILE_MAGIC) | (u64::from(FILE_VERSION) << 32),
-    );
-    region.store(D_NODE, u64::from(node.0));
-    region.store(D_GROUP, group_hash(group));
+    debug_assert_eq!(meta.capacity, region.len_bytes());
+    for (word, value, _) in header_words(&meta) {
+        region.store(word, value);
+    }
     region.store(D_CURSOR, DATA_HEADER_BYTES);
     File::open(&tmp)
         .and_then(|f| f.sync_all())
         .map_err(|e| storage("syncing", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| storage("renaming", &tmp, e))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| storage("syncing the directory", dir, e))?;
+    sync_dir(dir)?;
     Ok(region)
 }
 
